@@ -1,0 +1,68 @@
+// DType traits table; see dtype.h.
+#include "core/dtype.h"
+
+#include <cctype>
+#include <string>
+
+namespace ember {
+namespace {
+
+struct Entry {
+  DType type;
+  DTypeTraits traits;
+};
+
+// Sizes must match quant/blocks.h (static_asserts there check them).
+constexpr Entry kTable[] = {
+    {DType::kF32, {"f32", 1, 4, false}},
+    {DType::kF16, {"f16", 1, 2, false}},
+    {DType::kQ4_0, {"q4_0", 32, 18, true}},
+    {DType::kQ4_1, {"q4_1", 32, 20, true}},
+    {DType::kQ5_0, {"q5_0", 32, 22, true}},
+    {DType::kQ5_1, {"q5_1", 32, 24, true}},
+    {DType::kQ8_0, {"q8_0", 32, 34, true}},
+    {DType::kQ8_1, {"q8_1", 32, 36, true}},
+    {DType::kQ2_K, {"q2_K", 256, 84, true}},
+    {DType::kQ3_K, {"q3_K", 256, 110, true}},
+    {DType::kQ4_K, {"q4_K", 256, 144, true}},
+    {DType::kQ5_K, {"q5_K", 256, 176, true}},
+    {DType::kQ6_K, {"q6_K", 256, 210, true}},
+    {DType::kQ8_K, {"q8_K", 256, 292, true}},
+    {DType::kI8, {"i8", 1, 1, false}},
+    {DType::kI16, {"i16", 1, 2, false}},
+    {DType::kI32, {"i32", 1, 4, false}},
+    {DType::kI64, {"i64", 1, 8, false}},
+    {DType::kF64, {"f64", 1, 8, false}},
+    {DType::kBF16, {"bf16", 1, 2, false}},
+};
+
+}  // namespace
+
+const DTypeTraits* dtype_traits(DType t) {
+  for (const Entry& e : kTable)
+    if (e.type == t) return &e.traits;
+  return nullptr;
+}
+
+bool dtype_valid(uint32_t id) { return dtype_traits(static_cast<DType>(id)) != nullptr; }
+
+const char* dtype_name(DType t) {
+  const DTypeTraits* tr = dtype_traits(t);
+  return tr ? tr->name : "unknown";
+}
+
+bool dtype_from_name(std::string_view name, DType* out) {
+  std::string lower;
+  for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const Entry& e : kTable) {
+    std::string n = e.traits.name;
+    for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (n == lower) {
+      *out = e.type;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace ember

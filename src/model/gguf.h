@@ -1,0 +1,123 @@
+// GGUF reader (v2, v3) and writer. The reader memory-maps the file and checks
+// every count, length, offset and size against the file before use: a corrupt
+// or truncated file gives an error naming the file, the field and the reason.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/mmap_file.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace ember {
+
+enum class GgufType : uint32_t {
+  kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5,
+  kFloat32 = 6, kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
+};
+const char* gguf_type_name(GgufType t);
+
+// One metadata value. Scalars hold their value in the matching field; arrays
+// hold their elements (numeric arrays in `nums`/`ints`, strings in
+// `strings`, nested arrays in `items`).
+struct GgufValue {
+  GgufType type = GgufType::kUint8;
+  GgufType elem_type = GgufType::kUint8;  // arrays only
+  uint64_t count = 0;                     // arrays only: number of elements
+
+  int64_t i = 0;        // integer and bool scalars (uint64 values above INT64_MAX keep their bits)
+  double f = 0;         // float scalars
+  std::string str;      // string scalar
+  std::vector<std::string> strings;  // array of strings
+  std::vector<int64_t> ints;         // array of integers / bools
+  std::vector<double> nums;          // array of floats
+  std::vector<GgufValue> items;      // array of arrays
+
+  bool is_int() const;    // any integer type or bool
+  bool is_float() const;  // float32/float64
+};
+
+struct GgufTensorInfo {
+  TensorView view;      // name, type, dims; data points into the mapped file
+  uint64_t offset = 0;  // relative to the start of the data section
+};
+
+class GgufFile {
+ public:
+  // Opens and validates `path`. Every error message starts with the path.
+  static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
+  // Parses an in-memory image (used by tests and the fuzz target). The buffer
+  // must outlive the GgufFile. `name` is used in error messages.
+  static Result<std::unique_ptr<GgufFile>> parse(const uint8_t* data, size_t size, const std::string& name);
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  const std::string& path() const { return path_; }
+  size_t data_offset() const { return data_offset_; }
+
+  // Metadata, in file order.
+  const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
+  const GgufValue* find(const std::string& key) const;
+  // Typed getters: nullopt if the key is missing or has an incompatible type.
+  std::optional<int64_t> get_int(const std::string& key) const;
+  std::optional<double> get_float(const std::string& key) const;  // accepts ints too
+  std::optional<bool> get_bool(const std::string& key) const;
+  const std::string* get_string(const std::string& key) const;
+
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  const GgufTensorInfo* find_tensor(const std::string& name) const;
+
+ private:
+  GgufFile() = default;
+  MappedFile file_;  // empty when parsed from memory
+  std::string path_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  size_t data_offset_ = 0;
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::map<std::string, size_t> kv_index_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, size_t> tensor_index_;
+  friend class GgufParser;
+};
+
+// Builds a GGUF v3 file: metadata in insertion order, then tensors aligned to
+// `alignment` (general.alignment is written if it differs from 32).
+class GgufWriter {
+ public:
+  void set_alignment(uint64_t a) { alignment_ = a; }
+  void add(const std::string& key, const GgufValue& v);
+  void add_string(const std::string& key, const std::string& v);
+  void add_uint32(const std::string& key, uint32_t v);
+  void add_int32(const std::string& key, int32_t v);
+  void add_uint64(const std::string& key, uint64_t v);
+  void add_float32(const std::string& key, float v);
+  void add_bool(const std::string& key, bool v);
+  void add_string_array(const std::string& key, const std::vector<std::string>& v);
+  void add_int32_array(const std::string& key, const std::vector<int32_t>& v);
+  void add_float32_array(const std::string& key, const std::vector<float>& v);
+  // Tensor payload is copied; dims in GGML order (ne[0] innermost).
+  Status add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne, const void* data,
+                    size_t nbytes);
+  Status write(const std::string& path) const;
+  // The file image in memory (tests).
+  std::vector<uint8_t> serialize() const;
+
+ private:
+  struct PendingTensor {
+    std::string name;
+    DType type;
+    std::vector<int64_t> ne;
+    std::vector<uint8_t> data;
+  };
+  uint64_t alignment_ = 32;
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace ember
