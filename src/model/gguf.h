@@ -42,6 +42,32 @@ struct GgufValue {
   bool is_float() const;  // float32/float64
 };
 
+// Key/value metadata in insertion order with lookup by key. GGUF files and
+// the Hugging Face loader (which translates config.json into GGUF keys) both
+// produce one of these, so everything downstream reads one format.
+class Metadata {
+ public:
+  const std::vector<std::pair<std::string, GgufValue>>& entries() const { return kv_; }
+  const GgufValue* find(const std::string& key) const;
+  // Inserts or replaces.
+  void set(const std::string& key, GgufValue v);
+  // Typed getters: nullopt if the key is missing or has an incompatible type.
+  std::optional<int64_t> get_int(const std::string& key) const;
+  std::optional<double> get_float(const std::string& key) const;  // accepts ints too
+  std::optional<bool> get_bool(const std::string& key) const;
+  const std::string* get_string(const std::string& key) const;
+
+  // Convenience constructors for values.
+  static GgufValue make_string(std::string s);
+  static GgufValue make_int(int64_t v, GgufType t = GgufType::kInt64);
+  static GgufValue make_float(double v, GgufType t = GgufType::kFloat32);
+  static GgufValue make_bool(bool v);
+
+ private:
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::map<std::string, size_t> index_;
+};
+
 struct GgufTensorInfo {
   TensorView view;      // name, type, dims; data points into the mapped file
   uint64_t offset = 0;  // relative to the start of the data section
@@ -61,13 +87,7 @@ class GgufFile {
   size_t data_offset() const { return data_offset_; }
 
   // Metadata, in file order.
-  const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
-  const GgufValue* find(const std::string& key) const;
-  // Typed getters: nullopt if the key is missing or has an incompatible type.
-  std::optional<int64_t> get_int(const std::string& key) const;
-  std::optional<double> get_float(const std::string& key) const;  // accepts ints too
-  std::optional<bool> get_bool(const std::string& key) const;
-  const std::string* get_string(const std::string& key) const;
+  const Metadata& metadata() const { return meta_; }
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(const std::string& name) const;
@@ -79,8 +99,7 @@ class GgufFile {
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   size_t data_offset_ = 0;
-  std::vector<std::pair<std::string, GgufValue>> kv_;
-  std::map<std::string, size_t> kv_index_;
+  Metadata meta_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t> tensor_index_;
   friend class GgufParser;
