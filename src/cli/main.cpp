@@ -1,2 +1,49 @@
-// ember CLI entry point (placeholder until subcommands land).
-int main() { return 0; }
+// ember: command-line entry point. Dispatches to subcommands.
+#include <cstdio>
+#include <cstring>
+
+#include "cli/common.h"
+#include "core/cpu_features.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*fn)(int, char**, int);
+  const char* help;
+};
+
+constexpr Command kCommands[] = {
+    {"run", ember::cli::cmd_run, "generate text from a prompt"},
+    {"info", ember::cli::cmd_info, "describe a model file"},
+    {"bench", ember::cli::cmd_bench, "measure prompt-processing and generation speed"},
+    {"quantize", ember::cli::cmd_quantize, "write a model in another tensor type"},
+    {"tokenize", ember::cli::cmd_tokenize, "print the token ids of a text"},
+    {"detokenize", ember::cli::cmd_detokenize, "print the text of token ids"},
+    {"template", ember::cli::cmd_template, "render a chat with the model's template"},
+};
+
+void print_usage(FILE* f) {
+  std::fprintf(f, "usage: ember <command> [options]\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(f, "  %-12s %s\n", c.name, c.help);
+  std::fprintf(f, "\nRun 'ember <command> --help' for the options of a command.\nCPU: %s (using %s kernels)\n",
+               ember::cpu_features_string().c_str(), ember::isa_name(ember::active_isa()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return ember::cli::kExitUsage;
+  }
+  if (!std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    print_usage(stdout);
+    return 0;
+  }
+  for (const Command& c : kCommands)
+    if (!std::strcmp(argv[1], c.name)) return c.fn(argc, argv, 2);
+  std::fprintf(stderr, "ember: unknown command '%s'\n", argv[1]);
+  print_usage(stderr);
+  return ember::cli::kExitUsage;
+}

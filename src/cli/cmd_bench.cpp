@@ -1,0 +1,166 @@
+// `ember bench`: prompt-processing (pp) and text-generation (tg) speed, like
+// llama-bench: pp = one prefill of P tokens into an empty cache; tg = N
+// single-token decode steps from an empty cache. Median and spread over
+// repetitions after one warm-up; decode also reports the bytes of weights
+// read per token against the measured memory bandwidth.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "cli/common.h"
+#include "core/cpu_features.h"
+#include "engine/generator.h"
+
+namespace ember::cli {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Summary {
+  double median = 0, lo = 0, hi = 0, stdev = 0;
+};
+
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  s.lo = v.front();
+  s.hi = v.back();
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= n;
+  for (double x : v) s.stdev += (x - mean) * (x - mean);
+  s.stdev = n > 1 ? std::sqrt(s.stdev / (n - 1)) : 0;
+  return s;
+}
+
+// Read bandwidth (GB/s) over a buffer much larger than the caches, all threads.
+double measure_read_bandwidth(ThreadPool& pool) {
+  const size_t n = (512u << 20) / sizeof(float);
+  std::vector<float> buf(n, 1.0f);
+  std::vector<double> sums(pool.size());
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    double t0 = now_s();
+    pool.run([&](int ith, int nth) {
+      size_t b = n * ith / nth, e = n * (ith + 1) / nth;
+      float a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+      for (size_t i = b; i + 8 <= e; i += 8) {
+        a0 += buf[i]; a1 += buf[i + 1]; a2 += buf[i + 2]; a3 += buf[i + 3];
+        a4 += buf[i + 4]; a5 += buf[i + 5]; a6 += buf[i + 6]; a7 += buf[i + 7];
+      }
+      sums[ith] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+    });
+    double dt = now_s() - t0;
+    best = std::max(best, n * sizeof(float) / dt / 1e9);
+  }
+  return best;
+}
+
+// Bytes of weights a single decode step reads (every matrix once; the
+// embedding matrix only counts if it doubles as the output head).
+size_t decode_weight_bytes(const Model& m) {
+  size_t bytes = 0;
+  const ModelWeights& w = m.weights();
+  for (const auto& [name, t] : m.file().tensors) {
+    if (&t == w.tok_embd && w.output != w.tok_embd) continue;
+    bytes += t.nbytes;
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv, int first) {
+  ArgParser p("bench", "ember bench [-m MODEL] [-p 512] [-n 128] [-r 3] [-t THREADS]");
+  std::string model_path;
+  int n_prompt = 512, n_gen = 128, reps = 3, threads = default_thread_count();
+  bool no_bw = false;
+  p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
+  p.option("-p,--n-prompt", &n_prompt, "N", "prompt tokens for the pp test (0: skip)");
+  p.option("-n,--n-gen", &n_gen, "N", "generated tokens for the tg test (0: skip)");
+  p.option("-r,--repetitions", &reps, "N", "repetitions of each test");
+  p.option("-t,--threads", &threads, "N", "threads");
+  p.flag("--no-bandwidth", &no_bw, "skip the memory-bandwidth measurement");
+  if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
+  if (p.help_requested()) {
+    std::fputs(p.help_text().c_str(), stdout);
+    return kExitOk;
+  }
+  if (n_prompt < 0 || n_gen < 0 || (n_prompt == 0 && n_gen == 0)) return usage_error(p, "nothing to measure");
+  if (reps < 1 || reps > 1000) return usage_error(p, "-r must be in [1, 1000]");
+  if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
+  std::string path = resolve_model_path(p, model_path);
+  if (path.empty()) return kExitUsage;
+  auto model = Model::load(path);
+  if (!model) return usage_error(p, model.status().message());
+  const Model& m = **model;
+  const ModelConfig& c = m.config();
+
+  ThreadPool pool(threads);
+  const int64_t n_ctx = std::max(n_prompt, n_gen) + 1;
+  Generator gen(m, pool, n_ctx, std::max(1, std::min(n_prompt, 512)));
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> tok(0, c.n_vocab - 1);
+
+  std::printf("model: %s (%s, %.1f MiB, %.1f M params)\n", path.c_str(), c.arch.c_str(),
+              m.weight_bytes() / 1048576.0, m.n_params() / 1e6);
+  std::printf("cpu: %s; kernels: %s; threads: %d\n", cpu_features().brand.c_str(), isa_name(active_isa()), threads);
+  std::printf("%-8s %8s %14s %10s %s\n", "test", "tokens", "tok/s median", "spread", "(min - max)");
+
+  if (n_prompt > 0) {
+    std::vector<int32_t> prompt(n_prompt);
+    std::vector<double> tps;
+    for (int r = 0; r <= reps; ++r) {  // r == 0: warm-up
+      for (auto& t : prompt) t = tok(rng);
+      double t0 = now_s();
+      if (Status st = gen.prefill(prompt, 0, nullptr); !st) {
+        std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
+        return kExitFailure;
+      }
+      if (r > 0) tps.push_back(n_prompt / (now_s() - t0));
+    }
+    Summary s = summarize(tps);
+    std::printf("pp%-6d %8d %14.2f %9.2f%% (%.2f - %.2f)\n", n_prompt, n_prompt, s.median,
+                100.0 * s.stdev / s.median, s.lo, s.hi);
+  }
+  if (n_gen > 0) {
+    std::vector<double> tps;
+    std::vector<float> logits(c.n_vocab);
+    for (int r = 0; r <= reps; ++r) {
+      int32_t t = tok(rng);
+      double t0 = now_s();
+      for (int i = 0; i < n_gen; ++i) {
+        if (Status st = gen.decode_one(t, i, logits.data()); !st) {
+          std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
+          return kExitFailure;
+        }
+        t = tok(rng);
+      }
+      if (r > 0) tps.push_back(n_gen / (now_s() - t0));
+    }
+    Summary s = summarize(tps);
+    std::printf("tg%-6d %8d %14.2f %9.2f%% (%.2f - %.2f)\n", n_gen, n_gen, s.median, 100.0 * s.stdev / s.median,
+                s.lo, s.hi);
+    const double bytes = static_cast<double>(decode_weight_bytes(m));
+    std::printf("decode reads %.1f MiB of weights per token: %.2f GB/s at the median", bytes / 1048576.0,
+                bytes * s.median / 1e9);
+    if (!no_bw) {
+      const double bw = measure_read_bandwidth(pool);
+      std::printf(" = %.0f%% of the measured read bandwidth (%.2f GB/s, %d threads)", 100.0 * bytes * s.median / 1e9 / bw,
+                  bw, threads);
+    }
+    std::printf("\n");
+  }
+  return kExitOk;
+}
+
+}  // namespace ember::cli

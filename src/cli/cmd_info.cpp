@@ -1,0 +1,90 @@
+// `ember info MODEL`: architecture, parameter count, tensor types and sizes,
+// context length, tokenizer.
+#include <cstdio>
+#include <map>
+
+#include "cli/common.h"
+
+namespace ember::cli {
+
+int cmd_info(int argc, char** argv, int first) {
+  ArgParser p("info", "ember info [MODEL]");
+  std::vector<std::string> pos;
+  bool verbose = false;
+  p.flag("-v,--verbose", &verbose, "list every tensor and metadata key");
+  p.positionals(&pos, "MODEL");
+  if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
+  if (p.help_requested()) {
+    std::fputs(p.help_text().c_str(), stdout);
+    return kExitOk;
+  }
+  if (pos.size() > 1) return usage_error(p, "expects one MODEL");
+  std::string path = resolve_model_path(p, pos.empty() ? "" : pos[0]);
+  if (path.empty()) return kExitUsage;
+  auto file = open_model_file(path);
+  if (!file) return usage_error(p, file.status().message());
+  const ModelFile& f = **file;
+
+  std::printf("file:          %s (%s)\n", path.c_str(), f.format.c_str());
+  auto cfg = config_from_metadata(f.metadata);
+  const std::string* arch = f.architecture();
+  std::printf("architecture:  %s\n", arch ? arch->c_str() : "(none)");
+  if (const std::string* n = f.metadata.get_string("general.name")) std::printf("name:          %s\n", n->c_str());
+
+  int64_t n_params = 0;
+  size_t n_bytes = 0;
+  std::map<std::string, std::pair<int, size_t>> by_type;
+  for (const auto& [name, t] : f.tensors) {
+    n_params += t.nelements();
+    n_bytes += t.nbytes;
+    auto& e = by_type[dtype_name(t.type)];
+    e.first++;
+    e.second += t.nbytes;
+  }
+  std::printf("parameters:    %lld (%.1f M)\n", static_cast<long long>(n_params), n_params / 1e6);
+  std::printf("weights:       %.1f MiB in %zu tensors, %.2f bits/weight\n", n_bytes / 1048576.0, f.tensors.size(),
+              n_params ? 8.0 * n_bytes / n_params : 0.0);
+  std::printf("tensor types:\n");
+  for (const auto& [type, e] : by_type)
+    std::printf("  %-6s %4d tensors  %9.1f MiB\n", type.c_str(), e.first, e.second / 1048576.0);
+  if (cfg) {
+    const ModelConfig& c = *cfg;
+    std::printf("context:       %d tokens (trained)\n", c.n_ctx_train);
+    std::printf("layers:        %d, embedding %d, ffn %d, heads %d (kv %d), head dim %d\n", c.n_layer, c.n_embd,
+                c.n_ff, c.n_head, c.n_head_kv, c.head_dim);
+    int n_swa = 0;
+    for (const LayerConfig& l : c.layers) n_swa += l.sliding_window > 0;
+    if (n_swa)
+      std::printf("attention:     %d sliding-window layers (window %d), %d global\n", n_swa,
+                  c.layers[0].sliding_window ? c.layers[0].sliding_window : 0, c.n_layer - n_swa);
+    std::printf("rope:          %s, base %.0f\n", c.rope_style == RopeStyle::kNeox ? "neox" : "normal",
+                c.layers.empty() ? 0.0 : c.layers.back().rope_base);
+  } else {
+    std::printf("config:        not loadable: %s\n", cfg.status().message().c_str());
+  }
+  const std::string* tok_model = f.metadata.get_string("tokenizer.ggml.model");
+  const GgufValue* tokens = f.metadata.find("tokenizer.ggml.tokens");
+  std::printf("tokenizer:     %s, %llu tokens%s\n", tok_model ? tok_model->c_str() : "(none)",
+              static_cast<unsigned long long>(tokens ? tokens->count : 0),
+              f.metadata.find("tokenizer.chat_template") ? ", chat template" : "");
+  if (verbose) {
+    std::printf("\nmetadata:\n");
+    for (const auto& [k, v] : f.metadata.entries()) {
+      if (v.type == GgufType::kArray)
+        std::printf("  %-48s array[%llu]\n", k.c_str(), static_cast<unsigned long long>(v.count));
+      else if (v.type == GgufType::kString)
+        std::printf("  %-48s %s\n", k.c_str(), v.str.substr(0, 80).c_str());
+      else if (v.is_float())
+        std::printf("  %-48s %g\n", k.c_str(), v.f);
+      else
+        std::printf("  %-48s %lld\n", k.c_str(), static_cast<long long>(v.i));
+    }
+    std::printf("\ntensors:\n");
+    for (const auto& [name, t] : f.tensors)
+      std::printf("  %-40s %-6s %-20s %10zu bytes\n", name.c_str(), dtype_name(t.type), t.shape_string().c_str(),
+                  t.nbytes);
+  }
+  return kExitOk;
+}
+
+}  // namespace ember::cli

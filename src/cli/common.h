@@ -1,0 +1,29 @@
+// Shared helpers for CLI subcommands: default model lookup and loading.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cli/args.h"
+#include "model/model.h"
+
+namespace ember::cli {
+
+// The default model: $EMBER_MODEL, else models/gemma-3-270m-q4_k_m.gguf
+// next to the working directory or the ember binary (../models).
+std::string default_model_path();
+
+// Resolves `-m` (empty: default) and checks the file exists; on failure
+// prints a clear message and returns an empty string.
+std::string resolve_model_path(const ArgParser& p, const std::string& m);
+
+// Subcommand entry points (argv[first] is the first argument after the name).
+int cmd_info(int argc, char** argv, int first);
+int cmd_run(int argc, char** argv, int first);
+int cmd_bench(int argc, char** argv, int first);
+int cmd_quantize(int argc, char** argv, int first);
+int cmd_tokenize(int argc, char** argv, int first);
+int cmd_detokenize(int argc, char** argv, int first);
+int cmd_template(int argc, char** argv, int first);
+
+}  // namespace ember::cli

@@ -1,0 +1,129 @@
+// Token sampling; see sampler.h.
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace ember {
+
+Status SamplingParams::validate() const {
+  if (!std::isfinite(temperature) || temperature < 0.f || temperature > 100.f)
+    return Status::errorf("temperature must be in [0, 100], got {}", temperature);
+  if (!std::isfinite(top_p) || top_p <= 0.f || top_p > 1.f) return Status::errorf("top_p must be in (0, 1], got {}", top_p);
+  if (!std::isfinite(min_p) || min_p < 0.f || min_p > 1.f) return Status::errorf("min_p must be in [0, 1], got {}", min_p);
+  if (top_k < 0) return Status::errorf("top_k must be >= 0, got {}", top_k);
+  if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0.f || repetition_penalty > 10.f)
+    return Status::errorf("repetition_penalty must be in (0, 10], got {}", repetition_penalty);
+  if (!std::isfinite(presence_penalty) || std::fabs(presence_penalty) > 2.f)
+    return Status::errorf("presence_penalty must be in [-2, 2], got {}", presence_penalty);
+  if (!std::isfinite(frequency_penalty) || std::fabs(frequency_penalty) > 2.f)
+    return Status::errorf("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
+  if (penalty_last_n < -1) return Status::errorf("penalty_last_n must be >= -1, got {}", penalty_last_n);
+  return Status::ok();
+}
+
+int32_t argmax(const float* logits, int n) {
+  int32_t best = 0;
+  for (int i = 1; i < n; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
+
+void Sampler::reset() {
+  rng_.seed(p_.seed);
+  history_.clear();
+}
+
+void Sampler::accept(int32_t token) { history_.push_back(token); }
+
+void Sampler::apply_penalties(float* logits, int n_vocab) {
+  const bool rep = p_.repetition_penalty != 1.f;
+  if (!rep && p_.presence_penalty == 0.f && p_.frequency_penalty == 0.f) return;
+  size_t begin = 0;
+  if (p_.penalty_last_n >= 0 && history_.size() > static_cast<size_t>(p_.penalty_last_n))
+    begin = history_.size() - p_.penalty_last_n;
+  counts_.clear();
+  for (size_t i = begin; i < history_.size(); ++i) counts_[history_[i]]++;
+  for (const auto& [tok, cnt] : counts_) {
+    if (tok < 0 || tok >= n_vocab) continue;
+    float& l = logits[tok];
+    if (rep) l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
+    l -= static_cast<float>(cnt) * p_.frequency_penalty + (cnt > 0 ? p_.presence_penalty : 0.f);
+  }
+}
+
+int32_t Sampler::sample(float* logits, int n_vocab) {
+  apply_penalties(logits, n_vocab);
+  if (p_.temperature <= 0.f) return argmax(logits, n_vocab);
+
+  // Candidates: top-k by logit (or a growing prefix when top-k is off).
+  idx_.resize(n_vocab);
+  std::iota(idx_.begin(), idx_.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const float inv_t = 1.0f / p_.temperature;
+  const float max_l = logits[argmax(logits, n_vocab)];
+  // Full softmax denominator (needed for top-p/min-p on the true distribution).
+  double denom = 0.0;
+  for (int i = 0; i < n_vocab; ++i) denom += std::exp(static_cast<double>((logits[i] - max_l) * inv_t));
+
+  size_t n_cand = p_.top_k > 0 ? std::min<size_t>(p_.top_k, n_vocab) : std::min<size_t>(1024, n_vocab);
+  for (;;) {
+    std::partial_sort(idx_.begin(), idx_.begin() + n_cand, idx_.end(), by_logit);
+    if (p_.top_k > 0 || n_cand == static_cast<size_t>(n_vocab) || p_.top_p >= 1.f) {
+      if (p_.top_k <= 0 && p_.top_p >= 1.f && p_.min_p <= 0.f) n_cand = n_vocab;  // plain temperature sampling
+      if (p_.top_k <= 0 && n_cand < static_cast<size_t>(n_vocab) && p_.min_p <= 0.f) {
+        n_cand = n_vocab;
+        continue;
+      }
+      break;
+    }
+    // Without top-k, the prefix must cover top_p of the mass.
+    double mass = 0.0;
+    for (size_t i = 0; i < n_cand; ++i) mass += std::exp(static_cast<double>((logits[idx_[i]] - max_l) * inv_t));
+    if (mass / denom >= p_.top_p) break;
+    n_cand = std::min<size_t>(n_cand * 4, n_vocab);
+  }
+  if (n_cand > static_cast<size_t>(n_vocab)) n_cand = n_vocab;
+
+  // Probabilities over candidates (renormalised after each filter).
+  probs_.resize(n_cand);
+  double sum = 0.0;
+  for (size_t i = 0; i < n_cand; ++i) {
+    probs_[i] = static_cast<float>(std::exp(static_cast<double>((logits[idx_[i]] - max_l) * inv_t)));
+    sum += probs_[i];
+  }
+  size_t keep = n_cand;
+  if (p_.top_p < 1.f) {
+    // Relative to the full distribution when no top-k, else to the top-k set.
+    const double total = p_.top_k > 0 ? sum : denom;
+    double cum = 0.0;
+    for (size_t i = 0; i < n_cand; ++i) {
+      cum += probs_[i];
+      if (cum / total >= p_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p_.min_p > 0.f) {
+    const float thresh = probs_[0] * p_.min_p;
+    size_t k = 1;
+    while (k < keep && probs_[k] >= thresh) ++k;
+    keep = k;
+  }
+  double kept = 0.0;
+  for (size_t i = 0; i < keep; ++i) kept += probs_[i];
+  std::uniform_real_distribution<double> uni(0.0, kept);
+  const double r = uni(rng_);
+  double cum = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    cum += probs_[i];
+    if (r < cum) return idx_[i];
+  }
+  return idx_[keep - 1];
+}
+
+}  // namespace ember

@@ -1,0 +1,53 @@
+// Token sampling: greedy, temperature, top-k, top-p, min-p, repetition /
+// presence / frequency penalties, seeded RNG (same seed, same output).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ember {
+
+struct SamplingParams {
+  float temperature = 0.8f;  // <= 0: greedy
+  int top_k = 40;            // <= 0: disabled
+  float top_p = 0.95f;       // >= 1: disabled
+  float min_p = 0.05f;       // <= 0: disabled
+  float repetition_penalty = 1.0f;  // 1: disabled (llama.cpp/HF style: divide positive logits)
+  float presence_penalty = 0.0f;    // OpenAI style: subtract once per seen token
+  float frequency_penalty = 0.0f;   // OpenAI style: subtract per occurrence
+  int penalty_last_n = 64;          // window of recent tokens for penalties (-1: all)
+  uint64_t seed = 0xE3BE5EEDull;
+
+  // Checks ranges; error names the field.
+  Status validate() const;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& p);
+
+  // Samples a token from logits [n_vocab] (modified in place).
+  int32_t sample(float* logits, int n_vocab);
+  // Records a token as part of the context (prompt or generated) for penalties.
+  void accept(int32_t token);
+  void reset();
+
+ private:
+  void apply_penalties(float* logits, int n_vocab);
+
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> history_;
+  std::vector<int32_t> idx_;    // candidate indices (reused)
+  std::vector<float> probs_;    // candidate probabilities (reused)
+  std::unordered_map<int32_t, int> counts_;  // reused
+};
+
+// Index of the largest logit (lowest index on ties).
+int32_t argmax(const float* logits, int n);
+
+}  // namespace ember

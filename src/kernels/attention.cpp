@@ -1,0 +1,225 @@
+// Tiled online-softmax attention; see attention.h for the canonical order.
+#include "kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace ember {
+
+namespace {
+
+constexpr int kTile = 64;       // keys per online-softmax step
+constexpr int kTokenTile = 4;   // query tokens per prefill task
+
+inline const float* key_row(const KvView& kv, int64_t p, int h, int hd) {
+  return kv.k_blocks[p / kv.block_size] + (p % kv.block_size) * kv.k_row_stride + static_cast<int64_t>(h) * hd;
+}
+inline const float* val_row(const KvView& kv, int64_t p, int h, int hd) {
+  return kv.v_blocks[p / kv.block_size] + (p % kv.block_size) * kv.v_row_stride + static_cast<int64_t>(h) * hd;
+}
+
+// Visible key range [lo, hi) for a query at position p.
+inline void visible_range(const AttentionShape& s, int64_t p, int64_t* lo, int64_t* hi) {
+  *hi = p + 1;
+  *lo = s.sliding_window > 0 ? std::max<int64_t>(0, p - s.sliding_window + 1) : 0;
+}
+
+// Running softmax state of one row: max m, denominator l, numerator acc[dv].
+struct RowState {
+  float m;
+  float l;
+  float* acc;
+};
+
+// Reduces keys [kb, ke) (already clipped to the row's visible range) into a
+// fresh state, in 64-key tiles aligned to kb.
+void reduce_chunk(const AttentionShape& s, const float* q, int hkv, const KvView& kv, int64_t kb, int64_t ke,
+                  RowState* st) {
+  const int dk = s.head_dim, dv = s.head_dim_v;
+  st->m = -INFINITY;
+  st->l = 0.f;
+  std::fill(st->acc, st->acc + dv, 0.f);
+  float sc[kTile];
+  for (int64_t t0 = kb; t0 < ke; t0 += kTile) {
+    const int64_t t1 = std::min(ke, t0 + kTile);
+    const int n = static_cast<int>(t1 - t0);
+    float mt = -INFINITY;
+    for (int j = 0; j < n; ++j) {
+      float v = dot_f32(q, key_row(kv, t0 + j, hkv, dk), dk) * s.scale;
+      if (s.softcap > 0.f) v = s.softcap * std::tanh(v / s.softcap);
+      sc[j] = v;
+      mt = std::max(mt, v);
+    }
+    const float mn = std::max(st->m, mt);
+    const float corr = std::exp(st->m - mn);
+    if (corr != 1.f) {
+      scale_row(st->acc, corr, dv);
+      st->l *= corr;
+    }
+    for (int j = 0; j < n; ++j) {
+      const float p = std::exp(sc[j] - mn);
+      st->l += p;
+      axpy_f32(st->acc, p, val_row(kv, t0 + j, hkv, dv), dv);
+    }
+    st->m = mn;
+  }
+}
+
+// into <- merge(into, part), the canonical chunk merge.
+void merge_state(RowState* into, const RowState& part, int dv) {
+  const float mn = std::max(into->m, part.m);
+  const float a = std::exp(into->m - mn);
+  const float b = std::exp(part.m - mn);
+  for (int i = 0; i < dv; ++i) into->acc[i] = into->acc[i] * a + part.acc[i] * b;
+  into->l = into->l * a + part.l * b;
+  into->m = mn;
+}
+
+void finish_row(const RowState& st, float* out, int dv) {
+  const float inv = st.l > 0.f ? 1.f / st.l : 0.f;
+  for (int i = 0; i < dv; ++i) out[i] = st.acc[i] * inv;
+}
+
+// Chunk index range [c0, c1) intersecting the visible keys of position p.
+inline void chunk_range(const AttentionShape& s, int64_t p, int64_t* c0, int64_t* c1) {
+  int64_t lo, hi;
+  visible_range(s, p, &lo, &hi);
+  *c0 = lo / kAttnChunk;
+  *c1 = (hi + kAttnChunk - 1) / kAttnChunk;
+}
+
+}  // namespace
+
+int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos) {
+  const int64_t dv = s.head_dim_v;
+  const int64_t n_chunks = max_pos / kAttnChunk + 1;
+  // Decode path: one partial (dv + 2) per (row, chunk).
+  const int64_t decode = n_tokens <= kTokenTile ? n_tokens * s.n_head * n_chunks * (dv + 2) : 0;
+  // Prefill path: per thread, running + part accumulators.
+  const int64_t prefill = static_cast<int64_t>(n_threads) * 2 * dv;
+  return decode + prefill + 64;
+}
+
+void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView& kv,
+               float* out, float* scratch, ThreadPool& pool) {
+  const int rep = s.n_head / s.n_head_kv;
+  const int dk = s.head_dim, dv = s.head_dim_v;
+  const int64_t q_stride = static_cast<int64_t>(s.n_head) * dk;
+  const int64_t o_stride = static_cast<int64_t>(s.n_head) * dv;
+
+  if (n_tokens <= kTokenTile) {
+    // Decode: parallel over (token, head, chunk) partials, then ordered merge.
+    int64_t max_pos = 0;
+    for (int64_t t = 0; t < n_tokens; ++t) max_pos = std::max<int64_t>(max_pos, pos[t]);
+    const int64_t n_chunks = max_pos / kAttnChunk + 1;
+    const int64_t part_size = dv + 2;
+    const int64_t n_items = n_tokens * s.n_head * n_chunks;
+    pool.parallel_for(n_items, 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t it = b; it < e; ++it) {
+        const int64_t c = it % n_chunks;
+        const int64_t row = it / n_chunks;  // t * n_head + h
+        const int64_t t = row / s.n_head;
+        const int h = static_cast<int>(row % s.n_head);
+        int64_t lo, hi;
+        visible_range(s, pos[t], &lo, &hi);
+        const int64_t kb = std::max(lo, c * kAttnChunk), ke = std::min(hi, (c + 1) * kAttnChunk);
+        float* part = scratch + it * part_size;
+        if (kb >= ke) {
+          part[0] = -INFINITY;  // empty: skipped at merge
+          part[1] = 0.f;
+          continue;
+        }
+        RowState st{0, 0, part + 2};
+        reduce_chunk(s, q + t * q_stride + static_cast<int64_t>(h) * dk, h / rep, kv, kb, ke, &st);
+        part[0] = st.m;
+        part[1] = st.l;
+      }
+    });
+    pool.parallel_for(n_tokens * s.n_head, 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t row = b; row < e; ++row) {
+        const int64_t t = row / s.n_head;
+        int64_t c0, c1;
+        chunk_range(s, pos[t], &c0, &c1);
+        float* first = scratch + (row * n_chunks + c0) * part_size;
+        RowState acc{first[0], first[1], first + 2};
+        for (int64_t c = c0 + 1; c < c1; ++c) {
+          float* p = scratch + (row * n_chunks + c) * part_size;
+          if (p[1] == 0.f && p[0] == -INFINITY) continue;
+          merge_state(&acc, RowState{p[0], p[1], p + 2}, dv);
+        }
+        finish_row(acc, out + t * o_stride + (row % s.n_head) * dv, dv);
+      }
+    });
+    return;
+  }
+
+  // Prefill: tasks of (kv head, token tile); chunks reduced in order per row.
+  const int64_t n_tiles = (n_tokens + kTokenTile - 1) / kTokenTile;
+  pool.parallel_for(s.n_head_kv * n_tiles, 1, [&](int64_t b, int64_t e, int ith) {
+    float* run_acc = scratch + static_cast<int64_t>(ith) * 2 * dv;
+    float* part_acc = run_acc + dv;
+    for (int64_t task = b; task < e; ++task) {
+      const int hkv = static_cast<int>(task / n_tiles);
+      const int64_t t0 = (task % n_tiles) * kTokenTile;
+      const int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
+      for (int64_t t = t0; t < t1; ++t) {
+        int64_t lo, hi, c0, c1;
+        visible_range(s, pos[t], &lo, &hi);
+        chunk_range(s, pos[t], &c0, &c1);
+        for (int h = hkv * rep; h < (hkv + 1) * rep; ++h) {
+          const float* qr = q + t * q_stride + static_cast<int64_t>(h) * dk;
+          RowState run{0, 0, run_acc};
+          for (int64_t c = c0; c < c1; ++c) {
+            const int64_t kb = std::max(lo, c * kAttnChunk), ke = std::min(hi, (c + 1) * kAttnChunk);
+            if (c == c0) {
+              reduce_chunk(s, qr, hkv, kv, kb, ke, &run);
+            } else {
+              RowState part{0, 0, part_acc};
+              reduce_chunk(s, qr, hkv, kv, kb, ke, &part);
+              merge_state(&run, part, dv);
+            }
+          }
+          finish_row(run, out + t * o_stride + static_cast<int64_t>(h) * dv, dv);
+        }
+      }
+    }
+  });
+}
+
+void attention_ref(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView& kv,
+                   float* out) {
+  const int rep = s.n_head / s.n_head_kv;
+  const int dk = s.head_dim, dv = s.head_dim_v;
+  std::vector<double> sc;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    int64_t lo, hi;
+    visible_range(s, pos[t], &lo, &hi);
+    for (int h = 0; h < s.n_head; ++h) {
+      const float* qr = q + (t * s.n_head + h) * dk;
+      sc.assign(hi - lo, 0.0);
+      double mx = -INFINITY;
+      for (int64_t j = lo; j < hi; ++j) {
+        const float* kr = key_row(kv, j, h / rep, dk);
+        double d = 0;
+        for (int i = 0; i < dk; ++i) d += static_cast<double>(qr[i]) * kr[i];
+        d *= s.scale;
+        if (s.softcap > 0.f) d = s.softcap * std::tanh(d / s.softcap);
+        sc[j - lo] = d;
+        mx = std::max(mx, d);
+      }
+      double sum = 0;
+      for (double& v : sc) sum += (v = std::exp(v - mx));
+      float* o = out + (t * s.n_head + h) * dv;
+      for (int i = 0; i < dv; ++i) {
+        double a = 0;
+        for (int64_t j = lo; j < hi; ++j) a += sc[j - lo] * val_row(kv, j, h / rep, dv)[i];
+        o[i] = static_cast<float>(a / sum);
+      }
+    }
+  }
+}
+
+}  // namespace ember

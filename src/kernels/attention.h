@@ -1,0 +1,56 @@
+// Causal multi-head attention over a (possibly paged) f32 K/V store, tiled
+// with an online softmax (FlashAttention-style): the score matrix is never
+// materialised; extra memory is O(rows x head_dim).
+//
+// Canonical arithmetic (what makes results batch-invariant): for every query
+// row, the visible keys are cut into fixed chunks of kAttnChunk positions
+// (aligned to position 0); each chunk is reduced on its own in 64-key tiles
+// with an online softmax, and chunk results are merged in increasing order.
+// Whether chunks run in parallel (decode: flash-decoding over the context) or
+// sequentially (prefill), and whatever other rows share the batch, every row
+// gets the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace ember {
+
+constexpr int kAttnChunk = 256;
+
+// K/V rows addressed by position through a block table: the row of position
+// p for kv head h is blocks[p / block_size] + (p % block_size) * row_stride
+// + h * head_dim. A contiguous cache is one block of size >= capacity.
+struct KvView {
+  const float* const* k_blocks = nullptr;
+  const float* const* v_blocks = nullptr;
+  int block_size = 0;
+  int64_t k_row_stride = 0;  // floats between consecutive positions
+  int64_t v_row_stride = 0;
+};
+
+struct AttentionShape {
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;    // Q/K
+  int head_dim_v = 0;  // V
+  float scale = 1.f;   // multiplies q·k
+  float softcap = 0.f; // if > 0: s = softcap * tanh(s / softcap)
+  int sliding_window = 0;  // if > 0: key visible iff q_pos - k_pos < window
+};
+
+// Scratch needed by attention() for n_rows query tokens with n_threads.
+int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos);
+
+// out[t, h*head_dim_v : ...] = softmax(q_t,h · K[0..pos_t]) V for each token t
+// (query positions `pos[t]`, keys 0..pos[t] inclusive, subject to the window).
+// q: [n_tokens, n_head*head_dim]; out: [n_tokens, n_head*head_dim_v].
+void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView& kv,
+               float* out, float* scratch, ThreadPool& pool);
+
+// Scalar reference: plain softmax over the full score row (tests).
+void attention_ref(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView& kv,
+                   float* out);
+
+}  // namespace ember

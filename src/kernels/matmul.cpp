@@ -1,0 +1,66 @@
+// Quantized matrix products driver; see matmul.h.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+constexpr int64_t kRowTile = 16;    // weight rows per task (a few KB: stays in L1/L2)
+constexpr int64_t kTokenTile = 64;  // tokens per inner sweep (activation rows stay in L2)
+
+}  // namespace
+
+void matmul_rows(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x, int64_t ldx, float* y,
+                 int64_t ldy, int64_t n_tokens, ThreadPool& pool, MatmulScratch& scratch) {
+  const int64_t n_in = w.ne[0];
+  const DType act_type = vec_dot_type(w.type);
+  const KernelSet& wk = kernels(w.type);
+  const KernelSet& ak = kernels(act_type);
+  const size_t w_row_bytes = w.row_bytes();
+  const uint8_t* wdata = static_cast<const uint8_t*>(w.data);
+
+  // 1. Activations -> vec_dot_type rows (f32 stays as is).
+  const uint8_t* xq;
+  size_t x_row_bytes;
+  if (act_type == DType::kF32) {
+    xq = reinterpret_cast<const uint8_t*>(x);
+    x_row_bytes = static_cast<size_t>(ldx) * sizeof(float);
+  } else {
+    x_row_bytes = dtype_row_size(act_type, n_in);
+    uint8_t* buf = scratch.get(x_row_bytes * static_cast<size_t>(n_tokens));
+    auto quantize = ak.quantize_row;
+    pool.parallel_for(n_tokens, 8, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) quantize(x + t * ldx, buf + t * x_row_bytes, n_in);
+    });
+    xq = buf;
+  }
+
+  // 2. Row tiles x token tiles.
+  const int64_t n_rows = row_end - row_begin;
+  auto vec_dot = wk.vec_dot;
+  const int64_t grain = n_tokens == 1 ? 64 : kRowTile;
+  pool.parallel_for(n_rows, grain, [&](int64_t rb, int64_t re, int) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
+      const int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
+      for (int64_t r = rb; r < re; ++r) {
+        const uint8_t* wrow = wdata + static_cast<size_t>(row_begin + r) * w_row_bytes;
+        for (int64_t t = t0; t < t1; ++t) vec_dot(n_in, y + t * ldy + r, wrow, xq + t * x_row_bytes);
+      }
+    }
+  });
+}
+
+void matmul(const TensorView& w, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n_tokens,
+            ThreadPool& pool, MatmulScratch& scratch) {
+  matmul_rows(w, 0, w.ne[1], x, ldx, y, ldy, n_tokens, pool, scratch);
+}
+
+void dequantize_row(const TensorView& w, int64_t row, float* out) {
+  kernels(w.type).dequantize_row(w.row(row), out, w.ne[0]);
+}
+
+}  // namespace ember

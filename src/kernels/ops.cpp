@@ -1,0 +1,125 @@
+// Row-wise float ops; see ops.h.
+#include "kernels/ops.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+
+namespace ember {
+
+namespace {
+inline float hsum256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 sh = _mm_movehdup_ps(lo);
+  lo = _mm_add_ps(lo, sh);
+  sh = _mm_movehl_ps(sh, lo);
+  lo = _mm_add_ss(lo, sh);
+  return _mm_cvtss_f32(lo);
+}
+}  // namespace
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  float s = hsum256(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void axpy_f32(float* y, float a, const float* x, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(n)) + eps);
+  if (w) {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale;
+  }
+}
+
+void rope_angles(float pos, const float* inv_freq, int n_rot, float* cos_t, float* sin_t) {
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const float theta = pos * inv_freq[i];
+    cos_t[i] = std::cos(theta);
+    sin_t[i] = std::sin(theta);
+  }
+}
+
+void rope_head(float* x, int n_rot, RopeStyle style, const float* cos_t, const float* sin_t) {
+  const int half = n_rot / 2;
+  if (style == RopeStyle::kNormal) {
+    for (int i = 0; i < half; ++i) {
+      const float x0 = x[2 * i], x1 = x[2 * i + 1];
+      x[2 * i] = x0 * cos_t[i] - x1 * sin_t[i];
+      x[2 * i + 1] = x0 * sin_t[i] + x1 * cos_t[i];
+    }
+  } else {
+    for (int i = 0; i < half; ++i) {
+      const float x0 = x[i], x1 = x[i + half];
+      x[i] = x0 * cos_t[i] - x1 * sin_t[i];
+      x[i + half] = x0 * sin_t[i] + x1 * cos_t[i];
+    }
+  }
+}
+
+float softmax_row(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+  return mx;
+}
+
+void silu_row(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+namespace {
+inline float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  constexpr float kCoef = 0.044715f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x)));
+}
+}  // namespace
+
+void gelu_tanh_row(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = gelu_tanh(x[i]);
+}
+
+void swiglu_row(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void geglu_tanh_row(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = gelu_tanh(gate[i]) * up[i];
+}
+
+void add_row(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void scale_row(float* y, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+}  // namespace ember

@@ -1,0 +1,42 @@
+// Element-wise and row-wise float ops used by the transformer block:
+// RMSNorm, RoPE (normal and NeoX), softmax, activations, gated FFN glue.
+// Plain loops written for auto-vectorisation (the baseline ISA is AVX2/FMA);
+// the reduction order within a row is fixed, so results never depend on how
+// rows are batched or threaded.
+#pragma once
+
+#include <cstdint>
+
+namespace ember {
+
+// out[i] = x[i] / rms(x) * w[i] over one row of n (w may be null: no weight).
+void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps);
+
+enum class RopeStyle { kNormal, kNeox };
+
+// Rotates one head vector in place. `inv_freq` has head_dim/2 entries
+// (theta_i = pos * inv_freq[i]); n_rot <= head_dim dims are rotated.
+// kNormal pairs (2i, 2i+1); kNeox pairs (i, i + n_rot/2).
+void rope_head(float* x, int n_rot, RopeStyle style, const float* cos_t, const float* sin_t);
+// cos/sin tables for one position: cos_t[i] = cos(pos * inv_freq[i]), i < n_rot/2.
+void rope_angles(float pos, const float* inv_freq, int n_rot, float* cos_t, float* sin_t);
+
+// In-place numerically stable softmax over one row. Returns the max.
+float softmax_row(float* x, int64_t n);
+
+void silu_row(float* x, int64_t n);
+void gelu_tanh_row(float* x, int64_t n);
+// gate[i] = act(gate[i]) * up[i]
+void swiglu_row(float* gate, const float* up, int64_t n);
+void geglu_tanh_row(float* gate, const float* up, int64_t n);
+
+// y[i] += x[i]
+void add_row(float* y, const float* x, int64_t n);
+// y[i] *= s
+void scale_row(float* y, float s, int64_t n);
+// dot product with a fixed reduction order (8 lanes, then pairwise)
+float dot_f32(const float* a, const float* b, int64_t n);
+// y[i] += a * x[i]
+void axpy_f32(float* y, float a, const float* x, int64_t n);
+
+}  // namespace ember

@@ -1,0 +1,65 @@
+// ModelConfig: everything the one transformer-block implementation needs to
+// know about an architecture. Each architecture (model/archs/*.cpp) fills it
+// from metadata; the forward pass never branches on the architecture name.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/ops.h"
+#include "model/gguf.h"
+
+namespace ember {
+
+enum class Activation { kSilu, kGeluTanh };
+
+struct LayerConfig {
+  int sliding_window = 0;     // 0: global attention; else keys with q_pos - k_pos >= window are masked
+  float rope_base = 10000.f;  // theta base for this layer
+  float rope_freq_scale = 1.f;  // linear RoPE scaling: positions multiplied by this
+  bool use_rope_freq_factors = false;  // divide frequencies by rope_freqs.weight (Llama 3.1)
+};
+
+struct ModelConfig {
+  std::string arch;
+  std::string name;
+  int n_layer = 0;
+  int n_embd = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;     // K/Q head size
+  int head_dim_v = 0;   // V head size
+  int n_ff = 0;
+  int n_vocab = 0;
+  int n_ctx_train = 0;
+  float norm_eps = 1e-5f;
+
+  RopeStyle rope_style = RopeStyle::kNormal;
+  int n_rot = 0;  // rotated dims per head
+  std::vector<LayerConfig> layers;
+
+  // Block wiring.
+  bool qk_norm = false;         // RMSNorm on each Q/K head (Gemma 3, Qwen3)
+  bool post_attn_norm = false;  // RMSNorm on attention output before the residual (Gemma)
+  bool post_ffn_norm = false;   // RMSNorm on FFN output before the residual (Gemma)
+  Activation activation = Activation::kSilu;
+  float embd_scale = 1.f;       // token embeddings multiplied by this (Gemma: sqrt(n_embd))
+  float attn_scale = 0.f;       // multiplies Q·K; 0 means 1/sqrt(head_dim)
+  float attn_logit_softcap = 0.f;
+  float final_logit_softcap = 0.f;
+
+  int n_kv_dim() const { return n_head_kv * head_dim; }
+  int n_q_dim() const { return n_head * head_dim; }
+  int n_v_dim() const { return n_head_kv * head_dim_v; }
+};
+
+// Reads the common hyper-parameters ("<arch>.block_count", ...) and then lets
+// the architecture's filler complete the config. Unknown architecture or a
+// missing/invalid key: an error naming it.
+Result<ModelConfig> config_from_metadata(const Metadata& meta);
+
+// Names of the supported architectures.
+std::vector<std::string> supported_architectures();
+
+}  // namespace ember

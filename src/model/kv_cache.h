@@ -1,0 +1,46 @@
+// KV cache interface and the contiguous single-sequence implementation.
+// The forward pass writes K/V rows through k_row()/v_row() and reads them
+// through a KvView (block table), so a paged cache plugs in unchanged.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "model/config.h"
+
+namespace ember {
+
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+  // Number of positions that can be stored.
+  virtual int64_t capacity() const = 0;
+  // Destination of the K (V) row [n_head_kv * head_dim] of position `pos`.
+  virtual float* k_row(int layer, int64_t pos) = 0;
+  virtual float* v_row(int layer, int64_t pos) = 0;
+  // Read view of a layer for the attention kernel.
+  virtual KvView view(int layer) const = 0;
+  // Bytes held.
+  virtual size_t memory_bytes() const = 0;
+};
+
+// One contiguous f32 buffer per layer: [capacity, n_kv_dim].
+class ContiguousKvCache final : public KvCache {
+ public:
+  ContiguousKvCache(const ModelConfig& cfg, int64_t capacity);
+  int64_t capacity() const override { return capacity_; }
+  float* k_row(int layer, int64_t pos) override { return k_[layer].get() + pos * k_dim_; }
+  float* v_row(int layer, int64_t pos) override { return v_[layer].get() + pos * v_dim_; }
+  KvView view(int layer) const override;
+  size_t memory_bytes() const override;
+
+ private:
+  int64_t capacity_;
+  int64_t k_dim_, v_dim_;
+  std::vector<std::unique_ptr<float[]>> k_, v_;
+  std::vector<const float*> k_ptr_, v_ptr_;  // one-entry block tables
+};
+
+}  // namespace ember

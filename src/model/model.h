@@ -1,0 +1,82 @@
+// Model: a loaded model file with its config and bound weights, and
+// ForwardContext: the buffers and the single transformer-block
+// implementation that runs a batch of tokens of one sequence through it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/model_file.h"
+#include "model/weights.h"
+
+namespace ember {
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const std::string& path);
+  // From an already opened file (takes ownership).
+  static Result<std::unique_ptr<Model>> from_file(std::unique_ptr<ModelFile> file);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelFile& file() const { return *file_; }
+  const ModelWeights& weights() const { return *weights_; }
+  // Inverse RoPE frequencies of layer il: [n_rot / 2].
+  const float* inv_freq(int il) const { return inv_freq_[il].data(); }
+  // Total parameters and bytes of weight tensors.
+  int64_t n_params() const;
+  size_t weight_bytes() const;
+
+ private:
+  ModelConfig cfg_;
+  std::unique_ptr<ModelFile> file_;
+  std::unique_ptr<ModelWeights> weights_;
+  std::vector<std::vector<float>> inv_freq_;
+};
+
+class ForwardContext {
+ public:
+  // max_batch: most tokens per forward() call (longer inputs are split).
+  ForwardContext(const Model& model, ThreadPool& pool, int max_batch = 512);
+
+  // Runs tokens[0..n) at positions pos0, pos0+1, ... through the model using
+  // (and extending) `cache`. Logits [n_vocab] of the last token go to
+  // `logits` (may be null); if `all_logits` is non-null it receives
+  // [n, n_vocab] for every token.
+  Status forward(const int32_t* tokens, int64_t n, int64_t pos0, KvCache& cache, float* logits,
+                 float* all_logits = nullptr);
+
+ private:
+  void forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, KvCache& cache, float* logits,
+                     float* all_logits);
+  void attention_block(int il, int64_t n, KvCache& cache);
+  void ffn_block(int il, int64_t n);
+  void rows_rms_norm(const float* in, float* out, int64_t n, const float* w);
+
+  const Model& model_;
+  const ModelConfig& cfg_;
+  ThreadPool& pool_;
+  int max_batch_;
+  MatmulScratch mm_scratch_;
+  std::vector<int32_t> pos_;
+  // Activations, shapes for a batch of n tokens:
+  std::vector<float> x_;     // [n, n_embd] residual stream
+  std::vector<float> xn_;    // [n, n_embd] normed input of a sub-block
+  std::vector<float> tmp_;   // [n, n_embd] sub-block output
+  std::vector<float> q_;     // [n, n_head*head_dim]
+  std::vector<float> k_;     // [n, n_kv_dim]
+  std::vector<float> v_;     // [n, n_v_dim]
+  std::vector<float> attn_;  // [n, n_head*head_dim_v]
+  std::vector<float> gate_;  // [n, n_ff]
+  std::vector<float> up_;    // [n, n_ff]
+  std::vector<float> attn_scratch_;
+  std::vector<float> rope_cos_, rope_sin_;  // [n, n_rot/2]
+};
+
+}  // namespace ember
