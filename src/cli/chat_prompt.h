@@ -1,0 +1,29 @@
+// Builds the token ids of a chat prompt: renders the model's own chat
+// template (or a built-in one chosen by architecture when the model has
+// none) and tokenizes it with control tokens enabled.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ember::cli {
+
+// The template text for a model: tokenizer.chat_template if present, else a
+// built-in one for the architecture (gemma3 -> Gemma, otherwise ChatML).
+std::string chat_template_for(const Tokenizer& tok, const std::string& arch);
+
+// Renders `messages` (OpenAI-style [{role, content}, ...]) with the model's
+// template.
+Result<std::string> render_chat(const Tokenizer& tok, const std::string& arch, const nlohmann::json& messages,
+                                bool add_generation_prompt);
+
+// Tokenizes rendered chat text: control tokens are parsed; BOS is added only
+// if the model wants one and the template did not already write it.
+std::vector<int32_t> tokenize_rendered_chat(const Tokenizer& tok, const std::string& rendered);
+
+}  // namespace ember::cli

@@ -1,0 +1,147 @@
+// `ember run`: generate text from a prompt, streamed as it is produced, then
+// report prompt tokens, prefill tok/s, generated tokens and decode tok/s.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <random>
+
+#include "cli/chat_prompt.h"
+#include "cli/common.h"
+#include "engine/generator.h"
+
+namespace ember::cli {
+
+namespace {
+
+Result<std::string> read_all(const std::string& path) {
+  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Status::errorf("cannot read '{}'", path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv, int first) {
+  ArgParser p("run", "ember run [-m MODEL] -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] "
+                     "[--chat] [-t THREADS]");
+  std::string model_path, prompt, prompt_file, system;
+  int n_predict = 256, threads = default_thread_count(), n_ctx = 0;
+  SamplingParams sp;
+  uint64_t seed = 0;
+  bool seed_set = false, chat = false, verbose = false;
+  std::string seed_str;
+  p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
+  p.option("-p,--prompt", &prompt, "PROMPT", "prompt text ('-' reads standard input)");
+  p.option("-f,--file", &prompt_file, "FILE", "read the prompt from a file");
+  p.option("-n,--n-predict", &n_predict, "N", "tokens to generate (default 256)");
+  p.option("--temp", &sp.temperature, "T", "temperature, 0 = greedy (default 0.8)");
+  p.option("--top-k", &sp.top_k, "K", "top-k, 0 = off (default 40)");
+  p.option("--top-p", &sp.top_p, "P", "top-p, 1 = off (default 0.95)");
+  p.option("--min-p", &sp.min_p, "P", "min-p, 0 = off (default 0.05)");
+  p.option("--repeat-penalty", &sp.repetition_penalty, "X", "repetition penalty, 1 = off (default 1)");
+  p.option("--presence-penalty", &sp.presence_penalty, "X", "presence penalty (default 0)");
+  p.option("--frequency-penalty", &sp.frequency_penalty, "X", "frequency penalty (default 0)");
+  p.option("--repeat-last-n", &sp.penalty_last_n, "N", "tokens considered by the penalties, -1 = all (default 64)");
+  p.option("--seed", &seed_str, "S", "random seed (default: random)");
+  p.flag("--chat", &chat, "format the prompt with the model's chat template");
+  p.option("--system", &system, "TEXT", "system prompt (with --chat)");
+  p.option("-c,--ctx-size", &n_ctx, "N", "context size (default: prompt + n, at most the trained context)");
+  p.option("-t,--threads", &threads, "N", "threads (default: all cores)");
+  p.flag("-v,--verbose", &verbose, "print the prompt tokens and settings");
+  if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
+  if (p.help_requested()) {
+    std::fputs(p.help_text().c_str(), stdout);
+    return kExitOk;
+  }
+  if (prompt.empty() && prompt_file.empty()) return usage_error(p, "a prompt is required (-p PROMPT or -f FILE)");
+  if (!prompt.empty() && !prompt_file.empty()) return usage_error(p, "use either -p or -f, not both");
+  if (prompt == "-" || !prompt_file.empty()) {
+    auto text = read_all(prompt_file.empty() ? "-" : prompt_file);
+    if (!text) return usage_error(p, text.status().message());
+    prompt = *text;
+  }
+  if (n_predict < 0 || n_predict > 1000000) return usage_error(p, "-n must be in [0, 1000000]");
+  if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
+  if (n_ctx < 0) return usage_error(p, "-c must be >= 0");
+  if (!seed_str.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    seed = std::strtoull(seed_str.c_str(), &end, 10);
+    if (*end || errno || seed_str[0] == '-') return usage_error(p, "--seed expects a non-negative integer");
+    seed_set = true;
+  }
+  if (!seed_set) seed = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  sp.seed = seed;
+  if (Status st = sp.validate(); !st) return usage_error(p, st.message());
+
+  std::string path = resolve_model_path(p, model_path);
+  if (path.empty()) return kExitUsage;
+  auto model = Model::load(path);
+  if (!model) return usage_error(p, model.status().message());
+  const Model& m = **model;
+  auto tok = Tokenizer::from_metadata(m.file().metadata);
+  if (!tok) return usage_error(p, fmt::format("{}: tokenizer: {}", path, tok.status().message()));
+  const Tokenizer& tk = **tok;
+
+  std::vector<int32_t> ids;
+  if (chat) {
+    nlohmann::json messages = nlohmann::json::array();
+    if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
+    messages.push_back({{"role", "user"}, {"content", prompt}});
+    auto rendered = render_chat(tk, m.config().arch, messages, true);
+    if (!rendered) return usage_error(p, fmt::format("chat template: {}", rendered.status().message()));
+    ids = tokenize_rendered_chat(tk, *rendered);
+  } else {
+    EncodeOptions eo;
+    eo.add_bos = true;
+    eo.parse_special = false;
+    ids = tk.encode(prompt, eo);
+  }
+  if (ids.empty()) return usage_error(p, "the prompt produced no tokens");
+
+  const int64_t n_train = m.config().n_ctx_train;
+  int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(n_train, static_cast<int64_t>(ids.size()) + n_predict + 1);
+  if (static_cast<int64_t>(ids.size()) >= ctx)
+    return usage_error(p, fmt::format("prompt of {} tokens does not fit the context of {} tokens", ids.size(), ctx));
+  if (verbose) {
+    std::fprintf(stderr, "model: %s (%s), threads %d, seed %llu, context %lld\nprompt tokens:", path.c_str(),
+                 m.config().arch.c_str(), threads, static_cast<unsigned long long>(seed), static_cast<long long>(ctx));
+    for (int32_t id : ids) std::fprintf(stderr, " %d", id);
+    std::fprintf(stderr, "\n");
+  }
+
+  ThreadPool pool(threads);
+  Generator gen(m, pool, ctx);
+  Sampler sampler(sp);
+  StreamDecoder sd(tk);
+  GenerationStats stats;
+  Status st = gen.generate(
+      ids, n_predict, sampler,
+      [&](int32_t t) {
+        if (tk.is_eog(t)) return false;
+        std::string piece = sd.push(t);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      },
+      &stats);
+  std::string tail = sd.flush();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!st) {
+    std::fprintf(stderr, "ember run: %s\n", st.message().c_str());
+    return kExitFailure;
+  }
+  std::fprintf(stderr,
+               "\nprompt: %lld tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s\n",
+               static_cast<long long>(stats.n_prompt), stats.prefill_tps(), static_cast<long long>(stats.n_generated),
+               stats.decode_tps());
+  return kExitOk;
+}
+
+}  // namespace ember::cli
