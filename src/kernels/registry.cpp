@@ -1,2 +1,150 @@
-// Placeholder translation unit; the kernels helper replaces this file.
+// Kernel registry: a static [dtype][isa] table of KernelSets, built once on
+// first use by explicit assignments (no self-registration, so nothing depends
+// on static-initializer order or on the linker keeping unreferenced objects).
+// Level order: scalar reference -> AVX2 -> AVX-512; every field left null at a
+// level inherits the next lower level's entry, so a lookup always yields the
+// best implementation available at or below the requested level. AVX-512
+// entries are only installed when the CPU supports that level.
 #include "kernels/registry.h"
+
+#include <array>
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/ref/vec_dot_ref.h"
+#include "quant/quantize.h"
+
+namespace ember {
+namespace {
+
+constexpr int kMaxTypeId = 31;  // DType ids are < 31 (BF16 = 30)
+constexpr int kLevels = 3;
+
+using Table = std::array<std::array<KernelSet, kLevels>, kMaxTypeId>;
+
+// F32 rows are their own "quantized" form.
+void copy_row_f32(const float* x, void* y, int64_t n) { std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float)); }
+void copy_row_f32_out(const void* x, float* y, int64_t n) {
+  std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
+}
+
+KernelSet& at(Table& t, DType type, Isa isa) { return t[static_cast<int>(type)][static_cast<int>(isa)]; }
+
+void fill_scalar(Table& t) {
+  const Isa s = Isa::kScalar;
+  at(t, DType::kF32, s) = {copy_row_f32_out, copy_row_f32, ref::vec_dot_f32};
+  at(t, DType::kF16, s) = {dequantize_row_f16_ref, quantize_row_f16_ref, ref::vec_dot_f16};
+  at(t, DType::kBF16, s) = {dequantize_row_bf16_ref, quantize_row_bf16_ref, ref::vec_dot_bf16};
+  at(t, DType::kQ4_0, s) = {dequantize_row_q4_0_ref, quantize_row_q4_0_ref, ref::vec_dot_q4_0_q8_0};
+  at(t, DType::kQ4_1, s) = {dequantize_row_q4_1_ref, quantize_row_q4_1_ref, ref::vec_dot_q4_1_q8_1};
+  at(t, DType::kQ5_0, s) = {dequantize_row_q5_0_ref, quantize_row_q5_0_ref, ref::vec_dot_q5_0_q8_0};
+  at(t, DType::kQ5_1, s) = {dequantize_row_q5_1_ref, quantize_row_q5_1_ref, ref::vec_dot_q5_1_q8_1};
+  at(t, DType::kQ8_0, s) = {dequantize_row_q8_0_ref, quantize_row_q8_0_ref, ref::vec_dot_q8_0_q8_0};
+  at(t, DType::kQ8_1, s) = {dequantize_row_q8_1_ref, quantize_row_q8_1_ref, nullptr};
+  at(t, DType::kQ2_K, s) = {dequantize_row_q2_K_ref, quantize_row_q2_K_ref, ref::vec_dot_q2_K_q8_K};
+  at(t, DType::kQ3_K, s) = {dequantize_row_q3_K_ref, quantize_row_q3_K_ref, ref::vec_dot_q3_K_q8_K};
+  at(t, DType::kQ4_K, s) = {dequantize_row_q4_K_ref, quantize_row_q4_K_ref, ref::vec_dot_q4_K_q8_K};
+  at(t, DType::kQ5_K, s) = {dequantize_row_q5_K_ref, quantize_row_q5_K_ref, ref::vec_dot_q5_K_q8_K};
+  at(t, DType::kQ6_K, s) = {dequantize_row_q6_K_ref, quantize_row_q6_K_ref, ref::vec_dot_q6_K_q8_K};
+  at(t, DType::kQ8_K, s) = {dequantize_row_q8_K_ref, quantize_row_q8_K_ref, ref::vec_dot_q8_K_q8_K};
+}
+
+void fill_avx2(Table& t) {
+  const Isa a = Isa::kAvx2;
+  at(t, DType::kF32, a).vec_dot = avx2::vec_dot_f32;
+  at(t, DType::kF16, a) = {avx2::dequantize_row_f16, nullptr, avx2::vec_dot_f16};
+  at(t, DType::kBF16, a) = {avx2::dequantize_row_bf16, nullptr, avx2::vec_dot_bf16};
+  at(t, DType::kQ4_0, a) = {avx2::dequantize_row_q4_0, nullptr, avx2::vec_dot_q4_0_q8_0};
+  at(t, DType::kQ4_1, a).vec_dot = avx2::vec_dot_q4_1_q8_1;
+  at(t, DType::kQ5_0, a) = {avx2::dequantize_row_q5_0, nullptr, avx2::vec_dot_q5_0_q8_0};
+  at(t, DType::kQ5_1, a).vec_dot = avx2::vec_dot_q5_1_q8_1;
+  at(t, DType::kQ8_0, a) = {avx2::dequantize_row_q8_0, avx2::quantize_row_q8_0, avx2::vec_dot_q8_0_q8_0};
+  at(t, DType::kQ8_1, a).quantize_row = avx2::quantize_row_q8_1;
+  at(t, DType::kQ2_K, a).vec_dot = avx2::vec_dot_q2_K_q8_K;
+  at(t, DType::kQ3_K, a).vec_dot = avx2::vec_dot_q3_K_q8_K;
+  at(t, DType::kQ4_K, a) = {avx2::dequantize_row_q4_K, nullptr, avx2::vec_dot_q4_K_q8_K};
+  at(t, DType::kQ5_K, a).vec_dot = avx2::vec_dot_q5_K_q8_K;
+  at(t, DType::kQ6_K, a) = {avx2::dequantize_row_q6_K, nullptr, avx2::vec_dot_q6_K_q8_K};
+  at(t, DType::kQ8_K, a).quantize_row = avx2::quantize_row_q8_K;
+}
+
+void fill_avx512(Table& t) {
+  const Isa v = Isa::kAvx512;
+  at(t, DType::kF32, v).vec_dot = avx512::vec_dot_f32;
+  at(t, DType::kF16, v).vec_dot = avx512::vec_dot_f16;
+  at(t, DType::kBF16, v).vec_dot = avx512::vec_dot_bf16;
+  at(t, DType::kQ4_0, v).vec_dot = avx512::vec_dot_q4_0_q8_0;
+  at(t, DType::kQ4_1, v).vec_dot = avx512::vec_dot_q4_1_q8_1;
+  at(t, DType::kQ5_0, v).vec_dot = avx512::vec_dot_q5_0_q8_0;
+  at(t, DType::kQ5_1, v).vec_dot = avx512::vec_dot_q5_1_q8_1;
+  at(t, DType::kQ8_0, v).vec_dot = avx512::vec_dot_q8_0_q8_0;
+  at(t, DType::kQ2_K, v).vec_dot = avx512::vec_dot_q2_K_q8_K;
+  at(t, DType::kQ3_K, v).vec_dot = avx512::vec_dot_q3_K_q8_K;
+  at(t, DType::kQ4_K, v).vec_dot = avx512::vec_dot_q4_K_q8_K;
+  at(t, DType::kQ5_K, v).vec_dot = avx512::vec_dot_q5_K_q8_K;
+  at(t, DType::kQ6_K, v).vec_dot = avx512::vec_dot_q6_K_q8_K;
+}
+
+// Fills null fields at each level from the level below.
+void inherit_lower_levels(Table& t) {
+  for (auto& per_type : t) {
+    for (int l = 1; l < kLevels; ++l) {
+      KernelSet& k = per_type[l];
+      const KernelSet& lower = per_type[l - 1];
+      if (!k.dequantize_row) k.dequantize_row = lower.dequantize_row;
+      if (!k.quantize_row) k.quantize_row = lower.quantize_row;
+      if (!k.vec_dot) k.vec_dot = lower.vec_dot;
+    }
+  }
+}
+
+Table build_table() {
+  Table t{};
+  fill_scalar(t);
+  const Isa max = cpu_max_isa();
+  if (max >= Isa::kAvx2) fill_avx2(t);
+  if (max >= Isa::kAvx512) fill_avx512(t);
+  inherit_lower_levels(t);
+  return t;
+}
+
+const Table& table() {
+  static const Table t = build_table();
+  return t;
+}
+
+}  // namespace
+
+DType vec_dot_type(DType weight_type) {
+  switch (weight_type) {
+    case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ8_0:
+      return DType::kQ8_0;
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ8_1:
+      return DType::kQ8_1;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kQ8_K:
+      return DType::kQ8_K;
+    default:
+      return DType::kF32;  // F32/F16/BF16 (and types without a vec_dot)
+  }
+}
+
+const KernelSet& kernels(DType t, Isa isa) {
+  static const KernelSet kNone{};
+  const auto id = static_cast<uint32_t>(t);
+  if (id >= static_cast<uint32_t>(kMaxTypeId)) return kNone;
+  const Isa max = cpu_max_isa();
+  if (isa > max) isa = max;
+  if (isa < Isa::kScalar) isa = Isa::kScalar;
+  return table()[id][static_cast<int>(isa)];
+}
+
+}  // namespace ember

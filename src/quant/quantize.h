@@ -1,7 +1,14 @@
 // Scalar reference quantizers and dequantizers for every block type.
-// Dequantization matches gguf-py's gguf.quants.dequantize exactly; the
-// round-to-nearest quantizers are bit-compatible with llama.cpp's
-// quantize_row_*_ref (no importance matrix).
+// Dequantization matches gguf-py's gguf.quants.dequantize exactly (gguf-py
+// has no Q8_1/Q8_K: those match llama.cpp, y = d * q); the round-to-nearest
+// quantizers are bit-compatible with llama.cpp's quantize_row_*_ref, which is
+// what llama.cpp's ggml_quantize_chunk uses without an importance matrix.
+// F16/BF16 round to nearest even. Q8_K blocks of all zeros get d = 0, qs = 0
+// and bsums = 0 (llama.cpp leaves their bsums unwritten).
+//
+// Implementation: quantize_legacy.cpp (F16, BF16, Q4_0..Q8_1),
+// quantize_k.cpp (k-quants), quantize.cpp (dispatch). Tests and fixtures:
+// tests/quant/, tests/data/quant/ (tools/gen_quant_fixtures.py).
 #pragma once
 
 #include <cstdint>
@@ -12,10 +19,13 @@
 namespace ember {
 
 // Row converters for one type; n is a multiple of the type's block size.
+// F32 is a copy. For a type without support (see can_*), dequantize_row_ref
+// fills dst with NaN and quantize_row_ref writes nothing.
 void dequantize_row_ref(DType t, const void* src, float* dst, int64_t n);
 void quantize_row_ref(DType t, const float* src, void* dst, int64_t n);
 
-// True if quantize_row_ref / dequantize_row_ref support t.
+// True if quantize_row_ref / dequantize_row_ref support t (F32, F16, BF16,
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K).
 bool can_quantize(DType t);
 bool can_dequantize(DType t);
 

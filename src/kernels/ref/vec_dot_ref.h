@@ -1,6 +1,21 @@
 // Scalar reference dot products: one weight row (type W) x one activation row
 // (W's vec_dot_type). These define the exact arithmetic SIMD kernels are
-// tested against (integer block sums, f32 scale accumulation).
+// tested against (integer block sums, f32 scale accumulation):
+//
+// * Quantized x quantized: per block an exact int32 sum of integer products
+//   (weighted by the integer sub-block scales for k-quants); the block's
+//   float scales are applied once per block and blocks are accumulated in
+//   order into one f32 sum, without FMA:
+//     Q4_0/Q5_0/Q8_0:  sumf += (dw*dx) * sumi
+//     Q4_1/Q5_1:       sumf += (dw*dx) * sumi + mw*sx   (sx: Q8_1's stored d*sum(q))
+//     Q2_K/Q4_K/Q5_K:  sumf += d*sumi - dmin*summ,  d = dw*dx, dmin = dminw*dx,
+//                      summ = sum over sub-blocks of min_j * (Q8_K bsums over it)
+//     Q3_K/Q6_K/Q8_K:  sumf += d*sumi
+// * F32/F16/BF16 weights x f32: exact products summed in double in index
+//   order, rounded to f32 once.
+//
+// n is a multiple of the weight block size; activations must come from the
+// matching quantizer (bsums consistent with qs).
 #pragma once
 
 #include <cstdint>

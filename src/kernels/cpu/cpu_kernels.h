@@ -1,0 +1,67 @@
+// Declarations of the x86 SIMD kernels (AVX2 and AVX-512 levels). Signatures
+// match the registry's function pointer types (kernels/registry.h). Only the
+// registry calls these, and the avx512 ones only when cpu_max_isa() says the
+// CPU has AVX-512 F/BW/VL/DQ + VNNI.
+//
+// Activation preconditions (hold for everything our activation quantizers
+// produce): Q8_0/Q8_1/Q8_K activation quants lie in [-127, 127].
+#pragma once
+
+#include <cstdint>
+
+namespace ember {
+
+namespace avx2 {
+
+// Float weights x f32 activations.
+void vec_dot_f32(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_f16(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x);
+// Legacy 32-element blocks.
+void vec_dot_q4_0_q8_0(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x);
+// K-quants (256-element super-blocks).
+void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+
+// Activation quantizers (bit-identical to the scalar reference).
+void quantize_row_q8_0(const float* x, void* y, int64_t n);
+void quantize_row_q8_1(const float* x, void* y, int64_t n);
+void quantize_row_q8_K(const float* x, void* y, int64_t n);
+
+// Dequantizers (bit-identical to the scalar reference).
+void dequantize_row_f16(const void* x, float* y, int64_t n);
+void dequantize_row_bf16(const void* x, float* y, int64_t n);
+void dequantize_row_q4_0(const void* x, float* y, int64_t n);
+void dequantize_row_q5_0(const void* x, float* y, int64_t n);
+void dequantize_row_q8_0(const void* x, float* y, int64_t n);
+void dequantize_row_q4_K(const void* x, float* y, int64_t n);
+void dequantize_row_q6_K(const void* x, float* y, int64_t n);
+
+}  // namespace avx2
+
+namespace avx512 {
+
+void vec_dot_f32(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_f16(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q4_0_q8_0(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+
+}  // namespace avx512
+
+}  // namespace ember

@@ -1,0 +1,222 @@
+// AVX-512 (BW/VL + VNNI) vec_dot kernels for the k-quants: Q2_K..Q6_K x
+// Q8_K. Same scheme as the AVX2 kernels
+// (maddubs u8 x s8 -> i16 pairs), but the sub-block scale multiply and the
+// i32 accumulation fuse into one vpdpwssd (two accumulator chains hide its
+// latency), scale vectors come from one vpermw instead of shuffle pairs, and
+// high bits are merged with byte-mask adds.
+#include <immintrin.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_util.h"
+#include "quant/blocks.h"
+
+namespace ember::avx512 {
+namespace {
+
+using simd::load_f16;
+
+inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// Index vector for vpermw: lanes 0-7 pick i16 element a, lanes 8-15 element b.
+inline __m256i pick2(int a, int b) {
+  return _mm256_setr_epi16(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+}
+
+}  // namespace
+
+void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ4_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  const int64_t nb = n / kQK_K;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = load_f16(w[i].d) * x[i].d;
+    const float dmin = load_f16(w[i].dmin) * x[i].d;
+    alignas(16) uint8_t sc[8], m[8];
+    simd::unpack_k4_scales(w[i].scales, sc, m);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
+    const __m256i pm = _mm256_madd_epi16(loadu(x[i].bsums), mins);
+    acc_m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm), _mm256_set1_ps(dmin), acc_m);
+
+    // 16 x i16: sc[0..7] in both halves (vpermw picks from the low 8).
+    const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    const uint8_t* q = w[i].qs;
+    const int8_t* y = x[i].qs;
+    // Two accumulator chains: vpdpwssd's latency would serialize one chain.
+    __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m256i qv = loadu(q + 32 * j);
+      const __m256i lo = _mm256_and_si256(qv, m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
+      const __m256i p_lo = _mm256_maddubs_epi16(lo, loadu(y + 64 * j));
+      const __m256i p_hi = _mm256_maddubs_epi16(hi, loadu(y + 64 * j + 32));
+      sum_lo = _mm256_dpwssd_epi32(sum_lo, p_lo, _mm256_permutexvar_epi16(_mm256_set1_epi16(2 * j), sc16));
+      sum_hi = _mm256_dpwssd_epi32(sum_hi, p_hi, _mm256_permutexvar_epi16(_mm256_set1_epi16(2 * j + 1), sc16));
+    }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(sum_lo, sum_hi)), _mm256_set1_ps(d), acc);
+  }
+  *s = simd::hsum_f32x8(acc) - simd::hsum_f32x8(acc_m);
+}
+
+void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ6_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  const int64_t nb = n / kQK_K;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = load_f16(w[i].d) * x[i].d;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(w[i].scales));
+    // Offset 32: subtract 32 * sum_s sc[s] * bsum[s] at the end.
+    const __m256i corr = _mm256_madd_epi16(loadu(x[i].bsums), sc16);
+    // Two accumulator chains (vpdpwssd latency), seeded with -32 * corr.
+    __m256i sum0 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+    __m256i sum1 = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = w[i].ql + 64 * h;
+      const __m256i qh = loadu(w[i].qh + 32 * h);
+      const __m256i ql0 = loadu(ql), ql1 = loadu(ql + 32);
+      const int8_t* y = x[i].qs + 128 * h;
+      const int b = 8 * h;
+      const __m256i u0 = _mm256_ternarylogic_epi32(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(qh, 4), m2, 0xf8);
+      const __m256i u1 = _mm256_ternarylogic_epi32(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(qh, 2), m2, 0xf8);
+      const __m256i u2 = _mm256_ternarylogic_epi32(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), qh, m2, 0xf8);
+      const __m256i u3 =
+          _mm256_ternarylogic_epi32(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_srli_epi16(qh, 2), m2, 0xf8);
+      sum0 = _mm256_dpwssd_epi32(sum0, _mm256_maddubs_epi16(u0, loadu(y)), _mm256_permutexvar_epi16(pick2(b, b + 1), sc16));
+      sum1 = _mm256_dpwssd_epi32(sum1, _mm256_maddubs_epi16(u1, loadu(y + 32)),
+                                 _mm256_permutexvar_epi16(pick2(b + 2, b + 3), sc16));
+      sum0 = _mm256_dpwssd_epi32(sum0, _mm256_maddubs_epi16(u2, loadu(y + 64)),
+                                 _mm256_permutexvar_epi16(pick2(b + 4, b + 5), sc16));
+      sum1 = _mm256_dpwssd_epi32(sum1, _mm256_maddubs_epi16(u3, loadu(y + 96)),
+                                 _mm256_permutexvar_epi16(pick2(b + 6, b + 7), sc16));
+    }
+    const __m256i sumi = _mm256_add_epi32(sum0, sum1);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
+  }
+  *s = simd::hsum_f32x8(acc);
+}
+
+void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ5_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  const int64_t nb = n / kQK_K;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = load_f16(w[i].d) * x[i].d;
+    const float dmin = load_f16(w[i].dmin) * x[i].d;
+    alignas(16) uint8_t sc[8], m[8];
+    simd::unpack_k4_scales(w[i].scales, sc, m);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
+    acc_m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(loadu(x[i].bsums), mins)), _mm256_set1_ps(dmin), acc_m);
+    const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    // Bit 4 of element 32k + l is bit k of qh[l]: a mask-add per sub-block.
+    const __m256i qh = loadu(w[i].qh);
+    const uint8_t* q = w[i].qs;
+    const int8_t* y = x[i].qs;
+    __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m256i qv = loadu(q + 32 * j);
+      const __mmask32 h_lo = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * j))));
+      const __mmask32 h_hi = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * j))));
+      const __m256i lo4 = _mm256_and_si256(qv, m4);
+      const __m256i hi4 = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
+      const __m256i l = _mm256_mask_add_epi8(lo4, h_lo, lo4, b4);
+      const __m256i hh = _mm256_mask_add_epi8(hi4, h_hi, hi4, b4);
+      sum_lo = _mm256_dpwssd_epi32(sum_lo, _mm256_maddubs_epi16(l, loadu(y + 64 * j)),
+                                   _mm256_permutexvar_epi16(_mm256_set1_epi16(2 * j), sc16));
+      sum_hi = _mm256_dpwssd_epi32(sum_hi, _mm256_maddubs_epi16(hh, loadu(y + 64 * j + 32)),
+                                   _mm256_permutexvar_epi16(_mm256_set1_epi16(2 * j + 1), sc16));
+    }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(sum_lo, sum_hi)), _mm256_set1_ps(d), acc);
+  }
+  *s = simd::hsum_f32x8(acc) - simd::hsum_f32x8(acc_m);
+}
+
+// Q2_K: see the AVX2 kernel for the layout; scale multiply fused (vpdpwssd).
+void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ2_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  const int64_t nb = n / kQK_K;
+  const __m256i m2 = _mm256_set1_epi8(3);
+  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = load_f16(w[i].d) * x[i].d;
+    const float dmin = load_f16(w[i].dmin) * x[i].d;
+    const __m128i sb = loadu128(w[i].scales);
+    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0F)));
+    const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F)));
+    acc_m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(loadu(x[i].bsums), m16)), _mm256_set1_ps(dmin), acc_m);
+    __m256i sum0 = _mm256_setzero_si256(), sum1 = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qv = loadu(w[i].qs + 32 * h);
+      const int8_t* y = x[i].qs + 128 * h;
+      const int b = 8 * h;
+      const __m256i u0 = _mm256_and_si256(qv, m2);
+      const __m256i u1 = _mm256_and_si256(_mm256_srli_epi16(qv, 2), m2);
+      const __m256i u2 = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m2);
+      const __m256i u3 = _mm256_and_si256(_mm256_srli_epi16(qv, 6), m2);
+      sum0 = _mm256_dpwssd_epi32(sum0, _mm256_maddubs_epi16(u0, loadu(y)), _mm256_permutexvar_epi16(pick2(b, b + 1), sc16));
+      sum1 = _mm256_dpwssd_epi32(sum1, _mm256_maddubs_epi16(u1, loadu(y + 32)),
+                                 _mm256_permutexvar_epi16(pick2(b + 2, b + 3), sc16));
+      sum0 = _mm256_dpwssd_epi32(sum0, _mm256_maddubs_epi16(u2, loadu(y + 64)),
+                                 _mm256_permutexvar_epi16(pick2(b + 4, b + 5), sc16));
+      sum1 = _mm256_dpwssd_epi32(sum1, _mm256_maddubs_epi16(u3, loadu(y + 96)),
+                                 _mm256_permutexvar_epi16(pick2(b + 6, b + 7), sc16));
+    }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), _mm256_set1_ps(d), acc);
+  }
+  *s = simd::hsum_f32x8(acc) - simd::hsum_f32x8(acc_m);
+}
+
+// Q3_K: value = sc * (lo2 + 4*hbit - 4); see the AVX2 kernel for the layout.
+void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ3_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  const int64_t nb = n / kQK_K;
+  const __m256i m2 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = load_f16(w[i].d) * x[i].d;
+    const __m256i sc16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(simd::unpack_q3_K_scales(w[i].scales)),
+                                          _mm256_set1_epi16(32));
+    const __m256i corr = _mm256_madd_epi16(loadu(x[i].bsums), sc16);
+    const __m256i hm = loadu(w[i].hmask);
+    __m256i sum0 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 2));
+    __m256i sum1 = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qv = loadu(w[i].qs + 32 * h);
+      const int8_t* y = x[i].qs + 128 * h;
+      const int b = 8 * h;
+      __m256i u[4];
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __mmask32 hb = _mm256_test_epi8_mask(hm, _mm256_set1_epi8(static_cast<char>(1 << (4 * h + j))));
+        const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qv, 2 * j), m2);
+        u[j] = _mm256_mask_add_epi8(lo, hb, lo, b2);
+      }
+      sum0 = _mm256_dpwssd_epi32(sum0, _mm256_maddubs_epi16(u[0], loadu(y)),
+                                 _mm256_permutexvar_epi16(pick2(b, b + 1), sc16));
+      sum1 = _mm256_dpwssd_epi32(sum1, _mm256_maddubs_epi16(u[1], loadu(y + 32)),
+                                 _mm256_permutexvar_epi16(pick2(b + 2, b + 3), sc16));
+      sum0 = _mm256_dpwssd_epi32(sum0, _mm256_maddubs_epi16(u[2], loadu(y + 64)),
+                                 _mm256_permutexvar_epi16(pick2(b + 4, b + 5), sc16));
+      sum1 = _mm256_dpwssd_epi32(sum1, _mm256_maddubs_epi16(u[3], loadu(y + 96)),
+                                 _mm256_permutexvar_epi16(pick2(b + 6, b + 7), sc16));
+    }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), _mm256_set1_ps(d), acc);
+  }
+  *s = simd::hsum_f32x8(acc);
+}
+
+}  // namespace ember::avx512
