@@ -9,8 +9,36 @@ namespace ember {
 
 namespace {
 
-constexpr int64_t kRowTile = 16;    // weight rows per task (a few KB: stays in L1/L2)
+constexpr int64_t kRowTile = 16;    // weight rows per task without a tile kernel
 constexpr int64_t kTokenTile = 64;  // tokens per inner sweep (activation rows stay in L2)
+constexpr int64_t kPanelRows = 32;  // weight rows per prefill task with a tile kernel
+constexpr int64_t kDecodeRows = 64; // weight rows per decode task
+// Activation bytes swept per pass over a row tile: stays in L2 next to the
+// other thread's share.
+constexpr size_t kTokenBlockBytes = 192 * 1024;
+
+// Rows [rb, re) x all tokens with the tile kernel: for each token block (L2
+// sized), each tile of tile_rows weight rows (L1) sweeps the block's tokens
+// tile_cols at a time.
+void tile_rows_range(const KernelSet& wk, int64_t n_in, int64_t rb, int64_t re, const uint8_t* wrows,
+                     size_t w_row_bytes, const uint8_t* xq, size_t x_row_bytes, int64_t n_tokens, float* y,
+                     int64_t ldy) {
+  const int64_t tr = wk.tile_rows, tc = wk.tile_cols;
+  int64_t tb = static_cast<int64_t>(kTokenBlockBytes / std::max<size_t>(x_row_bytes, 1));
+  tb = std::max<int64_t>(tc, tb / tc * tc);
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += tb) {
+    const int64_t t1 = std::min(n_tokens, t0 + tb);
+    for (int64_t r = rb; r < re; r += tr) {
+      const int nr = static_cast<int>(std::min(tr, re - r));
+      const uint8_t* wr = wrows + static_cast<size_t>(r) * w_row_bytes;
+      for (int64_t t = t0; t < t1; t += tc) {
+        const int nc = static_cast<int>(std::min(tc, t1 - t));
+        wk.vec_dot_tile(n_in, y + t * ldy + r, ldy, wr, w_row_bytes, xq + static_cast<size_t>(t) * x_row_bytes,
+                        x_row_bytes, nr, nc);
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -39,15 +67,25 @@ void matmul_rows(const TensorView& w, int64_t row_begin, int64_t row_end, const 
     xq = buf;
   }
 
-  // 2. Row tiles x token tiles.
+  // 2. Output rows split over threads. Every output element comes from the
+  // same kernel arithmetic (tile kernels reproduce vec_dot bit for bit), so
+  // the split and the token count never change results.
   const int64_t n_rows = row_end - row_begin;
+  const uint8_t* wrows = wdata + static_cast<size_t>(row_begin) * w_row_bytes;
+  if (wk.vec_dot_tile) {
+    const int64_t grain = n_tokens == 1 ? kDecodeRows : kPanelRows;
+    pool.parallel_for(n_rows, grain, [&](int64_t rb, int64_t re, int) {
+      tile_rows_range(wk, n_in, rb, re, wrows, w_row_bytes, xq, x_row_bytes, n_tokens, y, ldy);
+    });
+    return;
+  }
   auto vec_dot = wk.vec_dot;
-  const int64_t grain = n_tokens == 1 ? 64 : kRowTile;
+  const int64_t grain = n_tokens == 1 ? kDecodeRows : kRowTile;
   pool.parallel_for(n_rows, grain, [&](int64_t rb, int64_t re, int) {
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
       const int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
       for (int64_t r = rb; r < re; ++r) {
-        const uint8_t* wrow = wdata + static_cast<size_t>(row_begin + r) * w_row_bytes;
+        const uint8_t* wrow = wrows + static_cast<size_t>(r) * w_row_bytes;
         for (int64_t t = t0; t < t1; ++t) vec_dot(n_in, y + t * ldy + r, wrow, xq + t * x_row_bytes);
       }
     }

@@ -3,7 +3,8 @@
 // on static-initializer order or on the linker keeping unreferenced objects).
 // Level order: scalar reference -> AVX2 -> AVX-512; every field left null at a
 // level inherits the next lower level's entry, so a lookup always yields the
-// best implementation available at or below the requested level. AVX-512
+// best implementation available at or below the requested level (a tile
+// kernel is inherited only together with the vec_dot it reproduces). AVX-512
 // entries are only installed when the CPU supports that level.
 #include "kernels/registry.h"
 
@@ -29,6 +30,12 @@ void copy_row_f32_out(const void* x, float* y, int64_t n) {
 }
 
 KernelSet& at(Table& t, DType type, Isa isa) { return t[static_cast<int>(type)][static_cast<int>(isa)]; }
+
+void set_tile(KernelSet& k, VecDotTileFn f, int rows, int cols) {
+  k.vec_dot_tile = f;
+  k.tile_rows = rows;
+  k.tile_cols = cols;
+}
 
 void fill_scalar(Table& t) {
   const Isa s = Isa::kScalar;
@@ -83,6 +90,9 @@ void fill_avx512(Table& t) {
   at(t, DType::kQ4_K, v).vec_dot = avx512::vec_dot_q4_K_q8_K;
   at(t, DType::kQ5_K, v).vec_dot = avx512::vec_dot_q5_K_q8_K;
   at(t, DType::kQ6_K, v).vec_dot = avx512::vec_dot_q6_K_q8_K;
+  set_tile(at(t, DType::kQ4_0, v), avx512::vec_dot_tile_q4_0_q8_0, avx512::kTileRows, avx512::kTileCols);
+  set_tile(at(t, DType::kQ5_0, v), avx512::vec_dot_tile_q5_0_q8_0, avx512::kTileRows, avx512::kTileCols);
+  set_tile(at(t, DType::kQ8_0, v), avx512::vec_dot_tile_q8_0_q8_0, avx512::kTileRows, avx512::kTileCols);
 }
 
 // Fills null fields at each level from the level below.
@@ -94,6 +104,13 @@ void inherit_lower_levels(Table& t) {
       if (!k.dequantize_row) k.dequantize_row = lower.dequantize_row;
       if (!k.quantize_row) k.quantize_row = lower.quantize_row;
       if (!k.vec_dot) k.vec_dot = lower.vec_dot;
+      // A tile kernel matches one vec_dot bit for bit: inherit it only along
+      // with that same vec_dot.
+      if (!k.vec_dot_tile && k.vec_dot == lower.vec_dot) {
+        k.vec_dot_tile = lower.vec_dot_tile;
+        k.tile_rows = lower.tile_rows;
+        k.tile_cols = lower.tile_cols;
+      }
     }
   }
 }

@@ -7,6 +7,7 @@
 // Kernels do not allocate, log or throw.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/cpu_features.h"
@@ -21,12 +22,23 @@ using DequantizeRowFn = void (*)(const void* x, float* y, int64_t n);
 // s = dot(w[0:n], x[0:n]) where w is a row of the weight type and x a row of
 // that type's vec_dot_type (activations converted by its QuantizeRowFn).
 using VecDotFn = void (*)(int64_t n, float* s, const void* w, const void* x);
+// Register-blocked vec_dot over a tile of nr weight rows x nc activation rows:
+//   s[c * lds + r] = dot(w row r, x row c)   for r < nr, c < nc,
+// rows `w_row_bytes` / `x_row_bytes` apart. 1 <= nr <= KernelSet::tile_rows,
+// 1 <= nc <= KernelSet::tile_cols; nc == 1 is the decode (one token) case.
+// Every output is bit-identical to what vec_dot of the same KernelSet returns
+// for that (row, token) pair, whatever the tile shape (batch invariance).
+using VecDotTileFn = void (*)(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                              size_t x_row_bytes, int nr, int nc);
 
 struct KernelSet {
   DequantizeRowFn dequantize_row = nullptr;
   QuantizeRowFn quantize_row = nullptr;  // fast activation quantizer (may differ from the
                                          // reference RTN quantizer only where allowed)
   VecDotFn vec_dot = nullptr;            // weight row of this type x row of vec_dot_type
+  VecDotTileFn vec_dot_tile = nullptr;   // tiled vec_dot (null: loop over vec_dot)
+  int tile_rows = 0;                     // largest nr vec_dot_tile accepts
+  int tile_cols = 0;                     // largest nc vec_dot_tile accepts
 };
 
 // The activation type a weight type is multiplied with.

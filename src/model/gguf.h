@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,9 @@ class Metadata {
   const GgufValue* find(const std::string& key) const;
   // Inserts or replaces.
   void set(const std::string& key, GgufValue v);
-  // Typed getters: nullopt if the key is missing or has an incompatible type.
+  // Typed getters: nullopt if the key is missing or has an incompatible type
+  // (get_int: integer or bool scalars; uint64 values above INT64_MAX give
+  // nullopt. get_bool: bool scalars only).
   std::optional<int64_t> get_int(const std::string& key) const;
   std::optional<double> get_float(const std::string& key) const;  // accepts ints too
   std::optional<bool> get_bool(const std::string& key) const;
@@ -84,7 +87,11 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   const std::string& path() const { return path_; }
+  // Absolute file offset of the tensor data section (aligned).
   size_t data_offset() const { return data_offset_; }
+  // The whole file image (mapped file or the buffer given to parse()).
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
 
   // Metadata, in file order.
   const Metadata& metadata() const { return meta_; }
@@ -95,6 +102,8 @@ class GgufFile {
  private:
   GgufFile() = default;
   MappedFile file_;  // empty when parsed from memory
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
   std::string path_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
@@ -106,11 +115,16 @@ class GgufFile {
 };
 
 // Builds a GGUF v3 file: metadata in insertion order, then tensors aligned to
-// `alignment` (general.alignment is written if it differs from 32).
+// `alignment` (general.alignment is written if it differs from 32; an added
+// general.alignment key is rewritten to match set_alignment()). Adding a
+// key that is already present replaces its value. The alignment must be a
+// power of two: write() fails and serialize() returns an empty image
+// otherwise.
 class GgufWriter {
  public:
   void set_alignment(uint64_t a) { alignment_ = a; }
   void add(const std::string& key, const GgufValue& v);
+  void add_metadata(const Metadata& m);  // every entry of `m`, in order
   void add_string(const std::string& key, const std::string& v);
   void add_uint32(const std::string& key, uint32_t v);
   void add_int32(const std::string& key, int32_t v);
@@ -120,23 +134,39 @@ class GgufWriter {
   void add_string_array(const std::string& key, const std::vector<std::string>& v);
   void add_int32_array(const std::string& key, const std::vector<int32_t>& v);
   void add_float32_array(const std::string& key, const std::vector<float>& v);
-  // Tensor payload is copied; dims in GGML order (ne[0] innermost).
+  // Tensor payload is copied; dims in GGML order (ne[0] innermost). Fails if
+  // the name is empty or taken, n_dims is not 1..4, a dim is < 1, ne[0] is
+  // not a multiple of the type's block size, or nbytes does not match.
   Status add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne, const void* data,
                     size_t nbytes);
+  // Same checks, but the payload is only referenced: `data` must stay valid
+  // until write()/serialize() has returned (no copy of multi-GB weights).
+  Status add_tensor_ref(const std::string& name, DType type, const std::vector<int64_t>& ne, const void* data,
+                        size_t nbytes);
+  // Streams the file to `path` (removed again if writing fails).
   Status write(const std::string& path) const;
   // The file image in memory (tests).
   std::vector<uint8_t> serialize() const;
+
+  class Sink;  // where emit() writes (defined in gguf_writer.cpp)
 
  private:
   struct PendingTensor {
     std::string name;
     DType type;
     std::vector<int64_t> ne;
-    std::vector<uint8_t> data;
+    std::vector<uint8_t> owned;  // add_tensor: the copied payload
+    const void* ref = nullptr;   // add_tensor_ref: the caller's buffer
+    size_t nbytes = 0;
+    const void* bytes() const { return ref ? ref : owned.data(); }
   };
+  Status add_tensor_impl(const std::string& name, DType type, const std::vector<int64_t>& ne, const void* data,
+                         size_t nbytes, bool copy);
+  bool emit(Sink& out) const;
   uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<PendingTensor> tensors_;
+  std::set<std::string> tensor_names_;
 };
 
 }  // namespace ember

@@ -1,0 +1,296 @@
+// Tile kernels (KernelSet::vec_dot_tile) and the matmul driver that uses them.
+//
+// Batch invariance is the contract: every tile output must be bit-identical
+// to the single vec_dot of the same ISA level for that (row, token) pair,
+// for every tile shape (partial tiles included), and must agree with the
+// scalar reference within rounding. The matmul driver must give the same bits
+// whatever the number of tokens in a call and the thread count.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/registry.h"
+#include "quant/blocks.h"
+#include "quant/quantize.h"
+
+namespace ember {
+namespace {
+
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
+                              DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+std::vector<Isa> levels() {
+  std::vector<Isa> v;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+    if (isa <= cpu_max_isa()) v.push_back(isa);
+  return v;
+}
+
+// Row lengths: legacy kernels step 2 blocks at a time below nb rounded to a
+// multiple of 4, then single tail blocks (1, 2, 3 tail blocks: 5, 6, 7, 15
+// blocks); k-quants one super-block at a time.
+std::vector<int64_t> row_lengths(DType t) {
+  const int64_t bs = dtype_block_size(t);
+  if (bs == 1) return {8, 37, 640};
+  if (bs == kQK) return {32, 64, 96, 128, 160, 192, 224, 480, 640};
+  return {256, 512, 768, 2048};
+}
+
+uint16_t small_f16(std::mt19937& rng) {
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  return f32_to_f16(uni(rng) * 0.05f);
+}
+
+// A weight matrix [rows, n] of type t: rows quantized from gaussian floats
+// with varying magnitudes (some all-zero), then for block types every other
+// row replaced by raw random quant bytes with sane scales, covering quant
+// values the quantizers never emit (Q8_0 -128, extreme K-quant scales).
+std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  const size_t rb = dtype_row_size(t, n);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+  std::vector<float> f(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float mag = r % 5 == 4 ? 0.0f : std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
+    for (auto& v : f) v = gauss(rng) * mag;
+    uint8_t* row = w.data() + rb * static_cast<size_t>(r);
+    if (t == DType::kF32) {
+      std::memcpy(row, f.data(), rb);
+    } else {
+      quantize_row_ref(t, f.data(), row, n);
+    }
+    if (r % 2 == 0 || dtype_block_size(t) == 1) continue;
+    for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(rng());
+    const int64_t nb = n / dtype_block_size(t);
+    for (int64_t b = 0; b < nb; ++b) {
+      switch (t) {
+        case DType::kQ4_0: reinterpret_cast<BlockQ4_0*>(row)[b].d = small_f16(rng); break;
+        case DType::kQ4_1:
+          reinterpret_cast<BlockQ4_1*>(row)[b].d = small_f16(rng);
+          reinterpret_cast<BlockQ4_1*>(row)[b].m = small_f16(rng);
+          break;
+        case DType::kQ5_0: reinterpret_cast<BlockQ5_0*>(row)[b].d = small_f16(rng); break;
+        case DType::kQ5_1:
+          reinterpret_cast<BlockQ5_1*>(row)[b].d = small_f16(rng);
+          reinterpret_cast<BlockQ5_1*>(row)[b].m = small_f16(rng);
+          break;
+        case DType::kQ8_0: reinterpret_cast<BlockQ8_0*>(row)[b].d = small_f16(rng); break;
+        case DType::kQ2_K:
+          reinterpret_cast<BlockQ2_K*>(row)[b].d = small_f16(rng);
+          reinterpret_cast<BlockQ2_K*>(row)[b].dmin = small_f16(rng);
+          break;
+        case DType::kQ3_K: reinterpret_cast<BlockQ3_K*>(row)[b].d = small_f16(rng); break;
+        case DType::kQ4_K:
+          reinterpret_cast<BlockQ4_K*>(row)[b].d = small_f16(rng);
+          reinterpret_cast<BlockQ4_K*>(row)[b].dmin = small_f16(rng);
+          break;
+        case DType::kQ5_K:
+          reinterpret_cast<BlockQ5_K*>(row)[b].d = small_f16(rng);
+          reinterpret_cast<BlockQ5_K*>(row)[b].dmin = small_f16(rng);
+          break;
+        case DType::kQ6_K: reinterpret_cast<BlockQ6_K*>(row)[b].d = small_f16(rng); break;
+        default: break;
+      }
+    }
+  }
+  return w;
+}
+
+// Activations [tokens, n] as floats (varying magnitudes, one all-zero row).
+std::vector<float> make_activations(int64_t tokens, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(tokens * n));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float mag = t == 3 ? 0.0f : std::ldexp(1.0f, static_cast<int>(t % 9) - 4);
+    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(t * n + i)] = gauss(rng) * mag;
+  }
+  return x;
+}
+
+// Activation rows converted with the level's quantizer, as the driver does.
+std::vector<uint8_t> quantize_activations(DType t, Isa isa, const std::vector<float>& x, int64_t tokens, int64_t n) {
+  const DType xt = vec_dot_type(t);
+  if (xt == DType::kF32) {
+    std::vector<uint8_t> out(x.size() * sizeof(float));
+    std::memcpy(out.data(), x.data(), out.size());
+    return out;
+  }
+  const size_t rb = dtype_row_size(xt, n);
+  std::vector<uint8_t> out(rb * static_cast<size_t>(tokens));
+  for (int64_t i = 0; i < tokens; ++i) kernels(xt, isa).quantize_row(x.data() + i * n, out.data() + rb * i, n);
+  return out;
+}
+
+// sum |w_i * x_i| over the dequantized rows: the scale of rounding error.
+double abs_dot(DType wt, const void* w, DType xt, const void* x, int64_t n) {
+  std::vector<float> wf(static_cast<size_t>(n)), xf(static_cast<size_t>(n));
+  dequantize_row_ref(wt, w, wf.data(), n);
+  if (xt == DType::kF32) {
+    std::memcpy(xf.data(), x, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    dequantize_row_ref(xt, x, xf.data(), n);
+  }
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::fabs(static_cast<double>(wf[i]) * xf[i]);
+  return s;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+std::string label(DType t, Isa isa, int64_t n) {
+  return std::string(dtype_name(t)) + " isa=" + isa_name(isa) + " n=" + std::to_string(n);
+}
+
+TEST(GemmTile, TileShapesAreDeclared) {
+  for (DType t : kWeightTypes) {
+    for (Isa isa : levels()) {
+      const KernelSet& k = kernels(t, isa);
+      if (!k.vec_dot_tile) {
+        EXPECT_EQ(k.tile_rows, 0) << label(t, isa, 0);
+        continue;
+      }
+      EXPECT_GE(k.tile_rows, 1) << label(t, isa, 0);
+      EXPECT_GE(k.tile_cols, 1) << label(t, isa, 0);
+      EXPECT_LE(k.tile_rows * k.tile_cols, 64) << label(t, isa, 0);
+    }
+  }
+}
+
+// The hot model types get tile kernels on AVX-512 machines.
+TEST(GemmTile, PriorityTypesHaveTilesOnAvx512) {
+  if (cpu_max_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  for (DType t : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+    EXPECT_NE(kernels(t, Isa::kAvx512).vec_dot_tile, nullptr) << dtype_name(t);
+}
+
+// Every tile shape at every position of a 7 x 7 (rows x tokens) problem:
+// bit-identical to vec_dot, nothing written outside the tile, and within
+// rounding of the scalar reference.
+TEST(GemmTile, TilesMatchVecDotBitForBit) {
+  constexpr int64_t kRows = 7, kTokens = 7;
+  int tested = 0;
+  for (DType t : kWeightTypes) {
+    for (int64_t n : row_lengths(t)) {
+      const uint32_t seed = static_cast<uint32_t>(n * 31 + static_cast<int>(t));
+      const std::vector<uint8_t> w = make_weights(t, kRows, n, seed);
+      const std::vector<float> xf = make_activations(kTokens, n, seed + 1);
+      const size_t wrb = dtype_row_size(t, n);
+      const DType xt = vec_dot_type(t);
+      const size_t xrb = dtype_row_size(xt, n);
+      for (Isa isa : levels()) {
+        const KernelSet& k = kernels(t, isa);
+        if (!k.vec_dot_tile) continue;
+        const std::vector<uint8_t> x = quantize_activations(t, isa, xf, kTokens, n);
+        // want[c][r] from vec_dot; scalar reference for tolerance checks.
+        std::vector<float> want(kRows * kTokens), ref(kRows * kTokens);
+        for (int64_t c = 0; c < kTokens; ++c) {
+          for (int64_t r = 0; r < kRows; ++r) {
+            k.vec_dot(n, &want[c * kRows + r], w.data() + wrb * r, x.data() + xrb * c);
+            kernels(t, Isa::kScalar).vec_dot(n, &ref[c * kRows + r], w.data() + wrb * r, x.data() + xrb * c);
+          }
+        }
+        for (int64_t c = 0; c < kTokens; ++c) {
+          for (int64_t r = 0; r < kRows; ++r) {
+            const double scale = abs_dot(t, w.data() + wrb * r, xt, x.data() + xrb * c, n);
+            ASSERT_NEAR(want[c * kRows + r], ref[c * kRows + r], 1e-5 * scale + 1e-30)
+                << label(t, isa, n) << " r=" << r << " c=" << c;
+          }
+        }
+        const float kSentinel = std::numeric_limits<float>::quiet_NaN();
+        for (int nr = 1; nr <= k.tile_rows; ++nr) {
+          for (int nc = 1; nc <= k.tile_cols; ++nc) {
+            for (int64_t r0 = 0; r0 + nr <= kRows; r0 += 3) {
+              for (int64_t c0 = 0; c0 + nc <= kTokens; c0 += 2) {
+                // Output laid out like the driver's y: [tokens, rows], stride lds.
+                const int64_t lds = kRows + 3;
+                std::vector<float> s(static_cast<size_t>(lds * kTokens), kSentinel);
+                k.vec_dot_tile(n, s.data() + c0 * lds + r0, lds, w.data() + wrb * r0, wrb, x.data() + xrb * c0, xrb,
+                               nr, nc);
+                for (int64_t c = 0; c < kTokens; ++c) {
+                  for (int64_t r = 0; r < lds; ++r) {
+                    const float got = s[static_cast<size_t>(c * lds + r)];
+                    const bool inside = r >= r0 && r < r0 + nr && c >= c0 && c < c0 + nc;
+                    if (!inside) {
+                      ASSERT_TRUE(std::isnan(got)) << label(t, isa, n) << " wrote outside the tile at r=" << r
+                                                   << " c=" << c << " (tile " << nr << "x" << nc << ")";
+                      continue;
+                    }
+                    const float expect = want[static_cast<size_t>(c * kRows + r)];
+                    ASSERT_TRUE(same_bits(got, expect))
+                        << label(t, isa, n) << " tile " << nr << "x" << nc << " at (" << r0 << "," << c0
+                        << "): r=" << r << " c=" << c << " got " << got << " vec_dot " << expect;
+                  }
+                }
+                ++tested;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (cpu_max_isa() >= Isa::kAvx512) EXPECT_GT(tested, 0);
+}
+
+// The matmul driver: y computed for all tokens at once equals y computed
+// one token at a time (decode path), bit for bit, for 1..3 threads, and
+// equals the per-pair vec_dot of the active level.
+TEST(GemmTile, MatmulIsBatchInvariant) {
+  constexpr int64_t kRows = 37, kTokens = 21;
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  ThreadPool* pools[] = {&pool1, &pool2, &pool3};
+  MatmulScratch scratch;
+  for (DType t : kWeightTypes) {
+    const int64_t n = dtype_block_size(t) == kQK_K ? 512 : 160;
+    const std::vector<uint8_t> wbytes = make_weights(t, kRows, n, 7 + static_cast<uint32_t>(t));
+    TensorView w;
+    w.type = t;
+    w.n_dims = 2;
+    w.ne[0] = n;
+    w.ne[1] = kRows;
+    w.data = wbytes.data();
+    w.nbytes = wbytes.size();
+    const std::vector<float> x = make_activations(kTokens, n, 99);
+    const std::vector<uint8_t> xq = quantize_activations(t, active_isa(), x, kTokens, n);
+    const KernelSet& k = kernels(t);
+    const size_t wrb = w.row_bytes(), xrb = xq.size() / kTokens;
+    const int64_t ldy = kRows + 5;
+    std::vector<float> want(static_cast<size_t>(ldy * kTokens), 0.0f);
+    for (int64_t c = 0; c < kTokens; ++c)
+      for (int64_t r = 0; r < kRows; ++r) k.vec_dot(n, &want[c * ldy + r], wbytes.data() + wrb * r, xq.data() + xrb * c);
+    for (ThreadPool* pool : pools) {
+      std::vector<float> batch(want.size(), 0.0f), single(want.size(), 0.0f);
+      matmul(w, x.data(), n, batch.data(), ldy, kTokens, *pool, scratch);
+      for (int64_t c = 0; c < kTokens; ++c) matmul(w, x.data() + c * n, n, single.data() + c * ldy, ldy, 1, *pool, scratch);
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_TRUE(same_bits(batch[i], want[i])) << dtype_name(t) << " threads=" << pool->size() << " i=" << i
+                                                  << " batch " << batch[i] << " vec_dot " << want[i];
+        ASSERT_TRUE(same_bits(single[i], want[i])) << dtype_name(t) << " threads=" << pool->size() << " i=" << i
+                                                   << " single " << single[i] << " vec_dot " << want[i];
+      }
+      // matmul_rows on a slice gives the same bits as the full product.
+      std::vector<float> slice(static_cast<size_t>(ldy * kTokens), 0.0f);
+      matmul_rows(w, 5, 30, x.data(), n, slice.data(), ldy, kTokens, *pool, scratch);
+      for (int64_t c = 0; c < kTokens; ++c) {
+        for (int64_t r = 5; r < 30; ++r) {
+          ASSERT_TRUE(same_bits(slice[c * ldy + r - 5], want[c * ldy + r])) << dtype_name(t) << " slice r=" << r;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ember
