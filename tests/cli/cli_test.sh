@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# End-to-end checks of the ember binary: exit codes on bad input, and a
+# greedy run on the default model (skipped when it is not installed).
+# Usage: cli_test.sh path/to/ember
+set -u
+EMBER="$1"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+MODEL="$ROOT/models/gemma-3-270m-q4_k_m.gguf"
+fail=0
+pass=0
+expect_rc() {  # expect_rc WANT DESCRIPTION CMD...
+  local want="$1" what="$2"; shift 2
+  "$@" >/tmp/ember_cli_out.$$ 2>&1
+  local rc=$?
+  if [ "$rc" != "$want" ]; then
+    echo "FAIL: $what: exit $rc, want $want"; sed 's/^/   | /' /tmp/ember_cli_out.$$ | head -5; fail=$((fail + 1))
+  else
+    pass=$((pass + 1))
+  fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp" /tmp/ember_cli_out.$$' EXIT
+
+expect_rc 2 "no command" "$EMBER"
+expect_rc 2 "unknown command" "$EMBER" frobnicate
+expect_rc 0 "help" "$EMBER" --help
+expect_rc 2 "missing model file" "$EMBER" run -m "$tmp/none.gguf" -p hi
+expect_rc 2 "bad number" "$EMBER" run -m "$tmp/none.gguf" -p hi --temp abc
+expect_rc 2 "unknown option" "$EMBER" run --bogus
+expect_rc 2 "missing prompt" "$EMBER" run -m "$tmp/none.gguf"
+expect_rc 2 "bad quantize type" "$EMBER" quantize a b --type q9_9
+printf 'GGUF\x03\x00\x00\x00garbage' > "$tmp/bad.gguf"
+expect_rc 2 "corrupt gguf (run)" "$EMBER" run -m "$tmp/bad.gguf" -p hi
+expect_rc 2 "corrupt gguf (info)" "$EMBER" info "$tmp/bad.gguf"
+: > "$tmp/empty.gguf"
+expect_rc 2 "empty file" "$EMBER" info "$tmp/empty.gguf"
+mkdir "$tmp/dir.gguf"
+expect_rc 2 "directory as model" "$EMBER" info "$tmp/dir.gguf"
+
+if [ -f "$MODEL" ]; then
+  out=$("$EMBER" run -m "$MODEL" -p "The capital of France is" -n 12 --temp 0 -t 2 2>"$tmp/err")
+  if ! grep -q "capital" <<<"$out"; then echo "FAIL: greedy run: unexpected text: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+  if ! grep -Eq "prompt: 6 tokens, [0-9.]+ tok/s \| generated: 12 tokens, [0-9.]+ tok/s" "$tmp/err"; then
+    echo "FAIL: run statistics line missing"; cat "$tmp/err"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+  a=$("$EMBER" run -m "$MODEL" -p "Once upon a time" -n 16 --seed 7 -t 2 2>/dev/null)
+  b=$("$EMBER" run -m "$MODEL" -p "Once upon a time" -n 16 --seed 7 -t 1 2>/dev/null)
+  if [ "$a" != "$b" ]; then echo "FAIL: same seed, different output:"; echo "$a"; echo "$b"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+  expect_rc 0 "chat run" "$EMBER" run -m "$MODEL" --chat -p "Say hello." -n 8 --temp 0
+  expect_rc 0 "info" "$EMBER" info "$MODEL"
+  expect_rc 0 "tokenize" "$EMBER" tokenize -m "$MODEL" --pieces "Hello world"
+  expect_rc 0 "bench" "$EMBER" bench -m "$MODEL" -p 16 -n 4 -r 1 --no-bandwidth
+else
+  echo "default model not installed: model checks skipped"
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
