@@ -20,7 +20,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # 1. System packages (compiler, CMake, Ninja, GoogleTest, fmt, PCRE2, JSON).
-pkgs=(g++ cmake ninja-build pkg-config libgtest-dev libfmt-dev libpcre2-dev nlohmann-json3-dev ccache python3)
+pkgs=(g++ cmake ninja-build pkg-config gzip libgtest-dev libfmt-dev libpcre2-dev nlohmann-json3-dev ccache python3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

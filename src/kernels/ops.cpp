@@ -90,28 +90,88 @@ float softmax_row(float* x, int64_t n) {
   return mx;
 }
 
-void silu_row(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+namespace {
+
+// exp(x) for 8 lanes: range reduction to r in [-ln2/2, ln2/2] and a degree-6
+// polynomial (about 1 ulp); inputs are clamped to the finite float range.
+inline __m256 exp256(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365447504f);
+  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  // Scale by 2^n in two steps so n = 128 (x near the top of the range) works.
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i half = _mm256_srai_epi32(ni, 1);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
+  const __m256 s2 =
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), _mm256_set1_epi32(127)), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
-namespace {
-inline float gelu_tanh(float x) {
-  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-  constexpr float kCoef = 0.044715f;
-  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x)));
+// x * sigmoid(k * x) with k a vector (SiLU: k = 1).
+inline __m256 x_sigmoid(__m256 x, __m256 kx) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), kx));
+  return _mm256_div_ps(x, _mm256_add_ps(one, e));
 }
+
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluCoef = 0.044715f;
+
+// GELU-tanh as x * sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3): the same
+// function as 0.5 x (1 + tanh z), computed with one exp.
+inline __m256 gelu256(__m256 x) {
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  const __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(x2, _mm256_set1_ps(kGeluCoef)), x, x);
+  return x_sigmoid(x, _mm256_mul_ps(inner, _mm256_set1_ps(2.0f * kSqrt2OverPi)));
+}
+
+inline float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kGeluCoef * x * x)));
+}
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
 }  // namespace
 
+void silu_row(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    _mm256_storeu_ps(x + i, x_sigmoid(v, v));
+  }
+  for (; i < n; ++i) x[i] = silu(x[i]);
+}
+
 void gelu_tanh_row(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = gelu_tanh(x[i]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, gelu256(_mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) x[i] = gelu_tanh(x[i]);
 }
 
 void swiglu_row(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(x_sigmoid(g, g), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) gate[i] = silu(gate[i]) * up[i];
 }
 
 void geglu_tanh_row(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) gate[i] = gelu_tanh(gate[i]) * up[i];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(gelu256(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+  for (; i < n; ++i) gate[i] = gelu_tanh(gate[i]) * up[i];
 }
 
 void add_row(float* y, const float* x, int64_t n) {

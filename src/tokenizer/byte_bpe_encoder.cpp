@@ -167,10 +167,13 @@ void ByteBpeEncoder::split(std::string_view text, std::vector<std::string_view>*
       size_t start = 0;  // end of the last emitted part
       size_t offset = 0;
       while (offset < piece.size()) {
-        const int rc = re->jit ? pcre2_jit_match(re->code, subject, piece.size(), offset, 0, md, nullptr)
-                               : pcre2_match(re->code, subject, piece.size(), offset, PCRE2_NO_UTF_CHECK, md,
-                                             nullptr);
-        if (rc < 0) break;
+        int rc = re->jit ? pcre2_jit_match(re->code, subject, piece.size(), offset, 0, md, nullptr)
+                         : PCRE2_ERROR_NOMATCH - 1;
+        if (!re->jit || (rc < 0 && rc != PCRE2_ERROR_NOMATCH)) {
+          // No JIT, or the JIT ran out of stack: use the interpreter.
+          rc = pcre2_match(re->code, subject, piece.size(), offset, PCRE2_NO_UTF_CHECK, md, nullptr);
+        }
+        if (rc < 0) break;  // no more matches (or a resource limit: rest is one word)
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         const size_t ms = ov[0], me = ov[1];
         if (me == ms) {

@@ -277,7 +277,15 @@ Status read_hf(const std::string& dir, VocabSpec* out) {
   const std::string tj_path = dir + "/tokenizer.json";
   json tj;
   bool found = false;
-  EMBER_RETURN_IF_ERROR(load_json(tj_path, true, &tj, &found));
+  EMBER_RETURN_IF_ERROR(load_json(tj_path, false, &tj, &found));
+  if (!found) {
+    // Older SentencePiece repositories ship only tokenizer.model.
+    if (!std::ifstream(dir + "/tokenizer.model")) {
+      return Status::errorf("{}: no tokenizer.json or tokenizer.model in this folder", dir);
+    }
+    tj = json::object();
+    tj["model"] = {{"type", "BPE"}, {"byte_fallback", true}};
+  }
   const json* model = member(tj, "model");
   if (!model) return Status::errorf("{}: no model section", tj_path);
   const std::string mtype = get_str(*model, "type");

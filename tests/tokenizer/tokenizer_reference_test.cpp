@@ -4,7 +4,10 @@
 // tools/gen_tokenizer_fixtures.py.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_util.h"
 #include "tokenizer_test_util.h"
 
 namespace ember {
@@ -101,6 +104,21 @@ TEST(TokenizerReference, SentencePieceHfFolderMatchesSentencePiece) {
   EXPECT_EQ((*tok)->token_type((*tok)->token_id("<tool>")), TokenType::kUserDefined);
   EXPECT_EQ((*tok)->token_type((*tok)->token_id("<start_of_turn>")), TokenType::kControl);
   check_cases(**tok, read_cases(data_dir() + "/spm_tiny_cases.jsonl"), "spm_tiny");
+
+  // A folder with only tokenizer.model (older repositories) gives the same
+  // ids for text without added tokens.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("ember_tok_spm_only_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(data_dir() + "/spm_tiny/tokenizer.model", dir / "tokenizer.model");
+  Metadata md2;
+  md2.set("ember.hf.dir", Metadata::make_string(dir.string()));
+  auto tok2 = Tokenizer::from_metadata(md2);
+  fs::remove_all(dir);
+  ASSERT_TRUE(tok2.is_ok()) << tok2.status().message();
+  for (const char* text : {"Hello world", "  two  spaces", "caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87 123"}) {
+    EXPECT_EQ((*tok2)->encode(text), (*tok)->encode(text)) << text;
+  }
 }
 
 // User text must not be able to inject control tokens; templates can.
@@ -125,6 +143,54 @@ TEST(TokenizerReference, ControlTokensOnlyWithParseSpecial) {
     EXPECT_EQ(parsed, std::vector<int32_t>{id}) << it.text;
     EXPECT_EQ(it.tok->decode(parsed), "");
     EXPECT_EQ(it.tok->decode(parsed, /*render_special=*/true), it.text);
+  }
+}
+
+// Arbitrary bytes never crash; SentencePiece byte fallback keeps every byte,
+// byte-level BPE keeps every valid character.
+TEST(TokenizerReference, RandomBytesRoundTrip) {
+  std::mt19937 rng(99);
+  const char* pieces[] = {"<start_of_turn>", "<|im_start|>", "<|eot_id|>", "  ", "\n\n", "\t", "\xE2\x96\x81",
+                          "\xF0\x9F\x98\x80", "\xE4\xB8\xAD", "a", " ", "'s", "<", ">"};
+  std::vector<std::pair<const Tokenizer*, bool>> toks;  // (tokenizer, keeps invalid bytes)
+  if (const Tokenizer* g = gemma_tokenizer()) toks.push_back({g, true});
+  if (const Tokenizer* q = hf_tokenizer("qwen3")) toks.push_back({q, false});
+  if (const Tokenizer* l = hf_tokenizer("llama3")) toks.push_back({l, false});
+  ASSERT_GE(toks.size(), 2u);
+  for (int iter = 0; iter < 300; ++iter) {
+    std::string s;
+    const int n = rng() % 20;
+    for (int i = 0; i < n; ++i) {
+      if (rng() % 3 == 0) {
+        s += static_cast<char>(rng() % 256);
+      } else {
+        s += pieces[rng() % (sizeof(pieces) / sizeof(pieces[0]))];
+      }
+    }
+    for (auto [tok, keeps_bytes] : toks) {
+      for (bool special : {false, true}) {
+        const auto ids = tok->encode(s, EncodeOptions{false, special});
+        for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok->n_vocab());
+        if (special) continue;
+        const std::string back = tok->decode(ids);
+        if (keeps_bytes) {
+          // SentencePiece writes spaces as U+2581, so a literal U+2581 in the
+          // input may come back as a space (as in llama.cpp and sentencepiece):
+          // compare with U+2581 read as a space on both sides.
+          auto spaces = [](std::string t) {
+            for (size_t p = t.find("\xE2\x96\x81"); p != std::string::npos; p = t.find("\xE2\x96\x81", p)) {
+              t.replace(p, 3, " ");
+            }
+            return t;
+          };
+          EXPECT_EQ(spaces(back), spaces(s));
+        } else if (tok::utf8_is_valid(s)) {
+          EXPECT_EQ(back, s);
+        } else {
+          EXPECT_EQ(back, tok::utf8_repair(s));
+        }
+      }
+    }
   }
 }
 

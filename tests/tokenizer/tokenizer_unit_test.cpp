@@ -288,7 +288,9 @@ TEST(StreamDecoder, ConcatenationEqualsDecodeWithLeadingSpaceRule) {
     std::string streamed;
     for (int32_t id : ids) {
       const std::string part = sd.push(id);
-      if (valid) EXPECT_TRUE(tok::utf8_is_valid(part));
+      if (valid) {
+        EXPECT_TRUE(tok::utf8_is_valid(part));
+      }
       streamed += part;
     }
     streamed += sd.flush();
