@@ -8,7 +8,7 @@
 #include <iterator>
 #include <random>
 
-#include "cli/chat_prompt.h"
+#include "engine/chat_prompt.h"
 #include "cli/common.h"
 #include "engine/generator.h"
 
@@ -94,7 +94,7 @@ int cmd_run(int argc, char** argv, int first) {
     messages.push_back({{"role", "user"}, {"content", prompt}});
     auto rendered = render_chat(tk, m.config().arch, messages, true);
     if (!rendered) return usage_error(p, fmt::format("chat template: {}", rendered.status().message()));
-    ids = tokenize_rendered_chat(tk, *rendered);
+    ids = tokenize_rendered_chat(tk, *rendered, messages);
   } else {
     EncodeOptions eo;
     eo.add_bos = true;

@@ -8,7 +8,7 @@
 #include <iostream>
 #include <iterator>
 
-#include "cli/chat_prompt.h"
+#include "engine/chat_prompt.h"
 #include "cli/common.h"
 
 namespace ember::cli {
@@ -162,7 +162,7 @@ int cmd_template(int argc, char** argv, int first) {
   if (!rendered) return usage_error(p, fmt::format("chat template: {}", rendered.status().message()));
   std::fwrite(rendered->data(), 1, rendered->size(), stdout);
   if (show_ids) {
-    std::vector<int32_t> ids = tokenize_rendered_chat(**tok, *rendered);
+    std::vector<int32_t> ids = tokenize_rendered_chat(**tok, *rendered, messages);
     std::string line = "\n[";
     for (size_t i = 0; i < ids.size(); ++i) line += (i ? ", " : "") + std::to_string(ids[i]);
     std::printf("%s]\n", line.c_str());

@@ -179,7 +179,8 @@ void SpecialSplitter::build(const Vocab& vocab) {
   }
 }
 
-std::vector<Fragment> SpecialSplitter::split(std::string_view text, bool parse_special) const {
+std::vector<Fragment> SpecialSplitter::split(std::string_view text, bool parse_special,
+                                             const std::vector<std::pair<size_t, size_t>>* no_special) const {
   std::vector<Fragment> out;
   const size_t n = text.size();
   if (n == 0) return out;
@@ -236,6 +237,11 @@ std::vector<Fragment> SpecialSplitter::split(std::string_view text, bool parse_s
       if (node < 0) continue;
       const int32_t entry = node_entry[node];
       if (entry < 0 || tokens_[entry].len != len) continue;
+      if (no_special && tokens_[entry].needs_parse_special) {
+        bool inside = false;
+        for (const auto& r : *no_special) inside |= p < r.second && p + len > r.first;
+        if (inside) continue;
+      }
       matches.push_back(Match{entry, p});
     }
     cand.resize(kept);

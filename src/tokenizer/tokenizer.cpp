@@ -250,7 +250,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, EncodeOptions opts
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (opts.add_bos && m.add_bos) out.push_back(m.bos);
-  const std::vector<Fragment> frags = m.specials.split(text, opts.parse_special);
+  const std::vector<Fragment> frags = m.specials.split(text, opts.parse_special, opts.no_special_ranges);
   if (m.kind == Kind::kSentencePieceBpe) {
     bool prev_special = true;  // the first text fragment gets the space prefix
     std::string buf;

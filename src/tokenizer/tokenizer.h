@@ -53,6 +53,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -106,6 +107,10 @@ struct EncodeOptions {
   // Match control tokens written in the text (chat templates). User-defined
   // tokens are matched either way.
   bool parse_special = false;
+  // With parse_special: byte ranges [first, second) of `text` in which
+  // control tokens are NOT matched (user content inside a rendered chat
+  // template), so users cannot inject <start_of_turn> or <|im_start|>.
+  const std::vector<std::pair<size_t, size_t>>* no_special_ranges = nullptr;
 };
 
 class TokenizerImpl;

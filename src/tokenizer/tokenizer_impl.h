@@ -154,7 +154,9 @@ struct Fragment {
 class SpecialSplitter {
  public:
   void build(const Vocab& vocab);
-  std::vector<Fragment> split(std::string_view text, bool parse_special) const;
+  // Control tokens overlapping a range in `no_special` are not matched.
+  std::vector<Fragment> split(std::string_view text, bool parse_special,
+                              const std::vector<std::pair<size_t, size_t>>* no_special = nullptr) const;
   bool empty() const { return tokens_.empty(); }
 
  private:

@@ -11,7 +11,7 @@
 #include "core/status.h"
 #include "tokenizer/tokenizer.h"
 
-namespace ember::cli {
+namespace ember {
 
 // The template text for a model: tokenizer.chat_template if present, else a
 // built-in one for the architecture (gemma3 -> Gemma, otherwise ChatML).
@@ -22,8 +22,15 @@ std::string chat_template_for(const Tokenizer& tok, const std::string& arch);
 Result<std::string> render_chat(const Tokenizer& tok, const std::string& arch, const nlohmann::json& messages,
                                 bool add_generation_prompt);
 
-// Tokenizes rendered chat text: control tokens are parsed; BOS is added only
-// if the model wants one and the template did not already write it.
-std::vector<int32_t> tokenize_rendered_chat(const Tokenizer& tok, const std::string& rendered);
+// Byte ranges of `rendered` that hold the messages' text contents (found in
+// order, verbatim or trimmed as templates do).
+std::vector<std::pair<size_t, size_t>> content_ranges(const std::string& rendered, const nlohmann::json& messages);
 
-}  // namespace ember::cli
+// Tokenizes rendered chat text: control tokens written by the template are
+// parsed, but never inside the messages' contents (no injection of
+// <start_of_turn> etc. by users). BOS is added only if the model wants one
+// and the template did not already write it.
+std::vector<int32_t> tokenize_rendered_chat(const Tokenizer& tok, const std::string& rendered,
+                                            const nlohmann::json& messages);
+
+}  // namespace ember
