@@ -34,37 +34,52 @@ struct RowState {
   float* acc;
 };
 
-// Reduces keys [kb, ke) (already clipped to the row's visible range) into a
-// fresh state, in 64-key tiles aligned to kb.
-void reduce_chunk(const AttentionShape& s, const float* q, int hkv, const KvView& kv, int64_t kb, int64_t ke,
-                  RowState* st) {
+constexpr int kMaxGroup = 8;  // query heads reduced together (share each K/V row load)
+
+// Reduces keys [kb, ke) (already clipped to the rows' visible range) into
+// fresh states for nr <= kMaxGroup query rows q + r * head_dim that attend to
+// the same kv head and positions (the heads of one token in a GQA group),
+// in 64-key tiles aligned to kb. Each row's arithmetic is independent of nr.
+void reduce_chunk(const AttentionShape& s, const float* q, int nr, int hkv, const KvView& kv, int64_t kb,
+                  int64_t ke, RowState* st) {
   const int dk = s.head_dim, dv = s.head_dim_v;
-  st->m = -INFINITY;
-  st->l = 0.f;
-  std::fill(st->acc, st->acc + dv, 0.f);
-  float sc[kTile];
+  for (int r = 0; r < nr; ++r) {
+    st[r].m = -INFINITY;
+    st[r].l = 0.f;
+    std::fill(st[r].acc, st[r].acc + dv, 0.f);
+  }
+  float sc[kMaxGroup][kTile];
+  float mt[kMaxGroup], mn[kMaxGroup];
   for (int64_t t0 = kb; t0 < ke; t0 += kTile) {
     const int64_t t1 = std::min(ke, t0 + kTile);
     const int n = static_cast<int>(t1 - t0);
-    float mt = -INFINITY;
+    for (int r = 0; r < nr; ++r) mt[r] = -INFINITY;
     for (int j = 0; j < n; ++j) {
-      float v = dot_f32(q, key_row(kv, t0 + j, hkv, dk), dk) * s.scale;
-      if (s.softcap > 0.f) v = s.softcap * std::tanh(v / s.softcap);
-      sc[j] = v;
-      mt = std::max(mt, v);
+      const float* kr = key_row(kv, t0 + j, hkv, dk);
+      for (int r = 0; r < nr; ++r) {
+        float v = dot_f32(q + static_cast<int64_t>(r) * dk, kr, dk) * s.scale;
+        if (s.softcap > 0.f) v = s.softcap * std::tanh(v / s.softcap);
+        sc[r][j] = v;
+        mt[r] = std::max(mt[r], v);
+      }
     }
-    const float mn = std::max(st->m, mt);
-    const float corr = std::exp(st->m - mn);
-    if (corr != 1.f) {
-      scale_row(st->acc, corr, dv);
-      st->l *= corr;
+    for (int r = 0; r < nr; ++r) {
+      mn[r] = std::max(st[r].m, mt[r]);
+      const float corr = std::exp(st[r].m - mn[r]);
+      if (corr != 1.f) {
+        scale_row(st[r].acc, corr, dv);
+        st[r].l *= corr;
+      }
+      for (int j = 0; j < n; ++j) sc[r][j] = std::exp(sc[r][j] - mn[r]);
     }
     for (int j = 0; j < n; ++j) {
-      const float p = std::exp(sc[j] - mn);
-      st->l += p;
-      axpy_f32(st->acc, p, val_row(kv, t0 + j, hkv, dv), dv);
+      const float* vr = val_row(kv, t0 + j, hkv, dv);
+      for (int r = 0; r < nr; ++r) {
+        st[r].l += sc[r][j];
+        axpy_f32(st[r].acc, sc[r][j], vr, dv);
+      }
     }
-    st->m = mn;
+    for (int r = 0; r < nr; ++r) st[r].m = mn[r];
   }
 }
 
@@ -98,8 +113,8 @@ int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int 
   const int64_t n_chunks = max_pos / kAttnChunk + 1;
   // Decode path: one partial (dv + 2) per (row, chunk).
   const int64_t decode = n_tokens <= kTokenTile ? n_tokens * s.n_head * n_chunks * (dv + 2) : 0;
-  // Prefill path: per thread, running + part accumulators.
-  const int64_t prefill = static_cast<int64_t>(n_threads) * 2 * dv;
+  // Prefill path: per thread, running + part accumulators for a head group.
+  const int64_t prefill = static_cast<int64_t>(n_threads) * 2 * kMaxGroup * dv;
   return decode + prefill + 64;
 }
 
@@ -111,31 +126,38 @@ void attention(const AttentionShape& s, const float* q, const int32_t* pos, int6
   const int64_t o_stride = static_cast<int64_t>(s.n_head) * dv;
 
   if (n_tokens <= kTokenTile) {
-    // Decode: parallel over (token, head, chunk) partials, then ordered merge.
+    // Decode: parallel over (token, kv head, chunk) partials, then ordered merge.
     int64_t max_pos = 0;
     for (int64_t t = 0; t < n_tokens; ++t) max_pos = std::max<int64_t>(max_pos, pos[t]);
     const int64_t n_chunks = max_pos / kAttnChunk + 1;
     const int64_t part_size = dv + 2;
-    const int64_t n_items = n_tokens * s.n_head * n_chunks;
+    const int64_t n_items = n_tokens * s.n_head_kv * n_chunks;
     pool.parallel_for(n_items, 1, [&](int64_t b, int64_t e, int) {
+      RowState st[kMaxGroup];
       for (int64_t it = b; it < e; ++it) {
         const int64_t c = it % n_chunks;
-        const int64_t row = it / n_chunks;  // t * n_head + h
-        const int64_t t = row / s.n_head;
-        const int h = static_cast<int>(row % s.n_head);
+        const int64_t t = it / n_chunks / s.n_head_kv;
+        const int hkv = static_cast<int>(it / n_chunks % s.n_head_kv);
         int64_t lo, hi;
         visible_range(s, pos[t], &lo, &hi);
         const int64_t kb = std::max(lo, c * kAttnChunk), ke = std::min(hi, (c + 1) * kAttnChunk);
-        float* part = scratch + it * part_size;
-        if (kb >= ke) {
-          part[0] = -INFINITY;  // empty: skipped at merge
-          part[1] = 0.f;
-          continue;
+        for (int h0 = hkv * rep; h0 < (hkv + 1) * rep; h0 += kMaxGroup) {
+          const int nr = std::min(kMaxGroup, (hkv + 1) * rep - h0);
+          auto part = [&](int r) { return scratch + ((t * s.n_head + h0 + r) * n_chunks + c) * part_size; };
+          if (kb >= ke) {
+            for (int r = 0; r < nr; ++r) {
+              part(r)[0] = -INFINITY;  // empty: skipped at merge
+              part(r)[1] = 0.f;
+            }
+            continue;
+          }
+          for (int r = 0; r < nr; ++r) st[r] = RowState{0, 0, part(r) + 2};
+          reduce_chunk(s, q + t * q_stride + static_cast<int64_t>(h0) * dk, nr, hkv, kv, kb, ke, st);
+          for (int r = 0; r < nr; ++r) {
+            part(r)[0] = st[r].m;
+            part(r)[1] = st[r].l;
+          }
         }
-        RowState st{0, 0, part + 2};
-        reduce_chunk(s, q + t * q_stride + static_cast<int64_t>(h) * dk, h / rep, kv, kb, ke, &st);
-        part[0] = st.m;
-        part[1] = st.l;
       }
     });
     pool.parallel_for(n_tokens * s.n_head, 1, [&](int64_t b, int64_t e, int) {
@@ -159,8 +181,9 @@ void attention(const AttentionShape& s, const float* q, const int32_t* pos, int6
   // Prefill: tasks of (kv head, token tile); chunks reduced in order per row.
   const int64_t n_tiles = (n_tokens + kTokenTile - 1) / kTokenTile;
   pool.parallel_for(s.n_head_kv * n_tiles, 1, [&](int64_t b, int64_t e, int ith) {
-    float* run_acc = scratch + static_cast<int64_t>(ith) * 2 * dv;
-    float* part_acc = run_acc + dv;
+    float* run_acc = scratch + static_cast<int64_t>(ith) * 2 * kMaxGroup * dv;
+    float* part_acc = run_acc + kMaxGroup * dv;
+    RowState run[kMaxGroup], part[kMaxGroup];
     for (int64_t task = b; task < e; ++task) {
       const int hkv = static_cast<int>(task / n_tiles);
       const int64_t t0 = (task % n_tiles) * kTokenTile;
@@ -169,20 +192,24 @@ void attention(const AttentionShape& s, const float* q, const int32_t* pos, int6
         int64_t lo, hi, c0, c1;
         visible_range(s, pos[t], &lo, &hi);
         chunk_range(s, pos[t], &c0, &c1);
-        for (int h = hkv * rep; h < (hkv + 1) * rep; ++h) {
-          const float* qr = q + t * q_stride + static_cast<int64_t>(h) * dk;
-          RowState run{0, 0, run_acc};
+        for (int h0 = hkv * rep; h0 < (hkv + 1) * rep; h0 += kMaxGroup) {
+          const int nr = std::min(kMaxGroup, (hkv + 1) * rep - h0);
+          const float* qr = q + t * q_stride + static_cast<int64_t>(h0) * dk;
+          for (int r = 0; r < nr; ++r) {
+            run[r] = RowState{0, 0, run_acc + r * dv};
+            part[r] = RowState{0, 0, part_acc + r * dv};
+          }
           for (int64_t c = c0; c < c1; ++c) {
             const int64_t kb = std::max(lo, c * kAttnChunk), ke = std::min(hi, (c + 1) * kAttnChunk);
             if (c == c0) {
-              reduce_chunk(s, qr, hkv, kv, kb, ke, &run);
+              reduce_chunk(s, qr, nr, hkv, kv, kb, ke, run);
             } else {
-              RowState part{0, 0, part_acc};
-              reduce_chunk(s, qr, hkv, kv, kb, ke, &part);
-              merge_state(&run, part, dv);
+              reduce_chunk(s, qr, nr, hkv, kv, kb, ke, part);
+              for (int r = 0; r < nr; ++r) merge_state(&run[r], part[r], dv);
             }
           }
-          finish_row(run, out + t * o_stride + static_cast<int64_t>(h) * dv, dv);
+          for (int r = 0; r < nr; ++r)
+            finish_row(run[r], out + t * o_stride + static_cast<int64_t>(h0 + r) * dv, dv);
         }
       }
     }

@@ -59,11 +59,16 @@ TEST(Attention, MatchesReference) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.f, 1.f);
   ThreadPool pool(2);
+  struct Heads {
+    int n_head, n_head_kv;
+  };
+  // GQA groups of 2, 3 and 16 (more than one head group of 8).
+  for (Heads hs : {Heads{4, 2}, Heads{6, 2}, Heads{16, 1}})
   for (int window : {0, 5, 300}) {
     for (int hd : {16, 64}) {
       const int n_ctx = 700;
-      PagedKv kv(n_ctx, 16, 2 * hd, 2 * hd, rng);
-      AttentionShape s = shape(4, 2, hd, window);
+      PagedKv kv(n_ctx, 16, hs.n_head_kv * hd, hs.n_head_kv * hd, rng);
+      AttentionShape s = shape(hs.n_head, hs.n_head_kv, hd, window);
       for (int64_t n : {1, 3, 37}) {
         std::vector<int32_t> pos(n);
         for (int64_t t = 0; t < n; ++t) pos[t] = static_cast<int32_t>(n_ctx - n + t);
