@@ -58,35 +58,45 @@ void Sampler::apply_penalties(float* logits, int n_vocab) {
 int32_t Sampler::sample(float* logits, int n_vocab) {
   apply_penalties(logits, n_vocab);
   if (p_.temperature <= 0.f) return argmax(logits, n_vocab);
-
-  // Candidates: top-k by logit (or a growing prefix when top-k is off).
-  idx_.resize(n_vocab);
-  std::iota(idx_.begin(), idx_.end(), 0);
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   const float inv_t = 1.0f / p_.temperature;
-  const float max_l = logits[argmax(logits, n_vocab)];
-  // Full softmax denominator (needed for top-p/min-p on the true distribution).
-  double denom = 0.0;
-  for (int i = 0; i < n_vocab; ++i) denom += std::exp(static_cast<double>((logits[i] - max_l) * inv_t));
-
-  size_t n_cand = p_.top_k > 0 ? std::min<size_t>(p_.top_k, n_vocab) : std::min<size_t>(1024, n_vocab);
-  for (;;) {
-    std::partial_sort(idx_.begin(), idx_.begin() + n_cand, idx_.end(), by_logit);
-    if (p_.top_k > 0 || n_cand == static_cast<size_t>(n_vocab) || p_.top_p >= 1.f) {
-      if (p_.top_k <= 0 && p_.top_p >= 1.f && p_.min_p <= 0.f) n_cand = n_vocab;  // plain temperature sampling
-      if (p_.top_k <= 0 && n_cand < static_cast<size_t>(n_vocab) && p_.min_p <= 0.f) {
-        n_cand = n_vocab;
-        continue;
+  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  size_t n_cand;
+  if (p_.top_k > 0) {
+    // Top-k in one pass with a heap whose front is the worst kept candidate.
+    const size_t k = std::min<size_t>(p_.top_k, n_vocab);
+    idx_.clear();
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      if (idx_.size() < k) {
+        idx_.push_back(i);
+        std::push_heap(idx_.begin(), idx_.end(), better);
+      } else if (better(i, idx_.front())) {
+        std::pop_heap(idx_.begin(), idx_.end(), better);
+        idx_.back() = i;
+        std::push_heap(idx_.begin(), idx_.end(), better);
       }
-      break;
     }
-    // Without top-k, the prefix must cover top_p of the mass.
-    double mass = 0.0;
-    for (size_t i = 0; i < n_cand; ++i) mass += std::exp(static_cast<double>((logits[idx_[i]] - max_l) * inv_t));
-    if (mass / denom >= p_.top_p) break;
-    n_cand = std::min<size_t>(n_cand * 4, n_vocab);
+    std::sort(idx_.begin(), idx_.end(), better);
+    n_cand = k;
+  } else {
+    // No top-k: a sorted prefix that grows until it covers top_p of the
+    // full distribution (or everything when top-p and min-p are off).
+    idx_.resize(n_vocab);
+    std::iota(idx_.begin(), idx_.end(), 0);
+    const float max_l = logits[argmax(logits, n_vocab)];
+    double denom = 0.0;
+    for (int i = 0; i < n_vocab; ++i) denom += std::exp(static_cast<double>((logits[i] - max_l) * inv_t));
+    n_cand = (p_.top_p >= 1.f && p_.min_p <= 0.f) ? static_cast<size_t>(n_vocab) : std::min<size_t>(1024, n_vocab);
+    for (;;) {
+      std::partial_sort(idx_.begin(), idx_.begin() + n_cand, idx_.end(), better);
+      if (n_cand == static_cast<size_t>(n_vocab)) break;
+      double mass = 0.0;
+      for (size_t i = 0; i < n_cand; ++i) mass += std::exp(static_cast<double>((logits[idx_[i]] - max_l) * inv_t));
+      if (mass / denom >= p_.top_p) break;
+      n_cand = std::min<size_t>(n_cand * 4, n_vocab);
+    }
+    top_p_total_ = denom;
   }
-  if (n_cand > static_cast<size_t>(n_vocab)) n_cand = n_vocab;
+  const float max_l = logits[idx_[0]];
 
   // Probabilities over candidates (renormalised after each filter).
   probs_.resize(n_cand);
@@ -98,7 +108,7 @@ int32_t Sampler::sample(float* logits, int n_vocab) {
   size_t keep = n_cand;
   if (p_.top_p < 1.f) {
     // Relative to the full distribution when no top-k, else to the top-k set.
-    const double total = p_.top_k > 0 ? sum : denom;
+    const double total = p_.top_k > 0 ? sum : top_p_total_;
     double cum = 0.0;
     for (size_t i = 0; i < n_cand; ++i) {
       cum += probs_[i];

@@ -44,6 +44,7 @@ class Sampler {
   std::vector<int32_t> history_;
   std::vector<int32_t> idx_;    // candidate indices (reused)
   std::vector<float> probs_;    // candidate probabilities (reused)
+  double top_p_total_ = 0.0;    // softmax denominator over the whole vocabulary (no top-k)
   std::unordered_map<int32_t, int> counts_;  // reused
 };
 
