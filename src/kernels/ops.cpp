@@ -42,13 +42,31 @@ void axpy_f32(float* y, float a, const float* x, int64_t n) {
 }
 
 void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps) {
+  // Sum of squares: four 8-lane f32 accumulators, lanes added in double.
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+    const __m256 v2 = _mm256_loadu_ps(x + i + 16), v3 = _mm256_loadu_ps(x + i + 24);
+    a0 = _mm256_fmadd_ps(v0, v0, a0);
+    a1 = _mm256_fmadd_ps(v1, v1, a1);
+    a2 = _mm256_fmadd_ps(v2, v2, a2);
+    a3 = _mm256_fmadd_ps(v3, v3, a3);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    a0 = _mm256_fmadd_ps(v, v, a0);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   double ss = 0.0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  for (float l : lanes) ss += l;
+  for (; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
   const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(n)) + eps);
   if (w) {
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+    for (int64_t j = 0; j < n; ++j) out[j] = x[j] * scale * w[j];
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale;
+    for (int64_t j = 0; j < n; ++j) out[j] = x[j] * scale;
   }
 }
 
