@@ -33,9 +33,7 @@ const char* gguf_type_name(GgufType t) {
   return "unknown";
 }
 
-namespace {
-
-bool is_int_type(GgufType t) {
+bool gguf_type_is_int(GgufType t) {
   switch (t) {
     case GgufType::kUint8: case GgufType::kInt8: case GgufType::kUint16: case GgufType::kInt16:
     case GgufType::kUint32: case GgufType::kInt32: case GgufType::kUint64: case GgufType::kInt64:
@@ -46,12 +44,10 @@ bool is_int_type(GgufType t) {
   }
 }
 
-bool is_float_type(GgufType t) { return t == GgufType::kFloat32 || t == GgufType::kFloat64; }
+bool gguf_type_is_float(GgufType t) { return t == GgufType::kFloat32 || t == GgufType::kFloat64; }
 
-}  // namespace
-
-bool GgufValue::is_int() const { return is_int_type(type); }
-bool GgufValue::is_float() const { return is_float_type(type); }
+bool GgufValue::is_int() const { return gguf_type_is_int(type); }
+bool GgufValue::is_float() const { return gguf_type_is_float(type); }
 
 // ---------------------------------------------------------------------------
 // Metadata
@@ -108,14 +104,14 @@ GgufValue Metadata::make_string(std::string s) {
 
 GgufValue Metadata::make_int(int64_t x, GgufType t) {
   GgufValue v;
-  v.type = is_int_type(t) ? t : GgufType::kInt64;
+  v.type = gguf_type_is_int(t) ? t : GgufType::kInt64;
   v.i = x;
   return v;
 }
 
 GgufValue Metadata::make_float(double x, GgufType t) {
   GgufValue v;
-  v.type = is_float_type(t) ? t : GgufType::kFloat32;
+  v.type = gguf_type_is_float(t) ? t : GgufType::kFloat32;
   v.f = x;
   return v;
 }
@@ -260,14 +256,14 @@ bool GgufParser::read_array(GgufValue* v, int depth) {
   v->elem_type = t;
   v->count = n;
   const size_t count = static_cast<size_t>(n);
-  if (is_int_type(t)) {
+  if (gguf_type_is_int(t)) {
     v->ints.resize(count);
     GgufValue tmp;
     for (size_t k = 0; k < count; ++k) {
       if (!read_scalar(&tmp, t)) return false;  // cannot fail: length checked above
       v->ints[k] = tmp.i;
     }
-  } else if (is_float_type(t)) {
+  } else if (gguf_type_is_float(t)) {
     v->nums.resize(count);
     GgufValue tmp;
     for (size_t k = 0; k < count; ++k) {

@@ -22,6 +22,9 @@ enum class GgufType : uint32_t {
   kFloat32 = 6, kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
 };
 const char* gguf_type_name(GgufType t);
+// Integer types (bool included) and float types.
+bool gguf_type_is_int(GgufType t);
+bool gguf_type_is_float(GgufType t);
 
 // One metadata value. Scalars hold their value in the matching field; arrays
 // hold their elements (numeric arrays in `nums`/`ints`, strings in

@@ -17,17 +17,8 @@ bool is_array_of(const GgufValue* v, bool (*pred)(GgufType)) {
   return v && v->type == GgufType::kArray && pred(v->elem_type);
 }
 bool is_string_type(GgufType t) { return t == GgufType::kString; }
-bool is_int_type(GgufType t) {
-  switch (t) {
-    case GgufType::kUint8: case GgufType::kInt8: case GgufType::kUint16: case GgufType::kInt16:
-    case GgufType::kUint32: case GgufType::kInt32: case GgufType::kUint64: case GgufType::kInt64:
-    case GgufType::kBool:
-      return true;
-    default:
-      return false;
-  }
-}
-bool is_float_type(GgufType t) { return t == GgufType::kFloat32 || t == GgufType::kFloat64; }
+bool is_int_type(GgufType t) { return gguf_type_is_int(t); }
+bool is_float_type(GgufType t) { return gguf_type_is_float(t); }
 
 Status get_id(const Metadata& md, const std::string& key, std::optional<int32_t>* out) {
   const GgufValue* v = md.find(key);
