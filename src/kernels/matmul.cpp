@@ -9,10 +9,10 @@ namespace ember {
 
 namespace {
 
-constexpr int64_t kRowTile = 16;    // weight rows per task without a tile kernel
-constexpr int64_t kTokenTile = 64;  // tokens per inner sweep (activation rows stay in L2)
-constexpr int64_t kPanelRows = 32;  // weight rows per prefill task with a tile kernel
-constexpr int64_t kDecodeRows = 64; // weight rows per decode task
+constexpr int64_t kRowTile = 16;     // weight rows per task without a tile kernel
+constexpr int64_t kTokenTile = 64;   // tokens per inner sweep (activation rows stay in L2)
+constexpr int64_t kPanelRows = 32;   // weight rows per prefill task with a tile kernel
+constexpr int64_t kDecodeRows = 64;  // weight rows per decode task (dynamic: balances threads)
 // Activation bytes swept per pass over a row tile: stays in L2 next to the
 // other thread's share.
 constexpr size_t kTokenBlockBytes = 192 * 1024;
@@ -92,8 +92,8 @@ void matmul_rows(const TensorView& w, int64_t row_begin, int64_t row_end, const 
   });
 }
 
-void matmul(const TensorView& w, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n_tokens,
-            ThreadPool& pool, MatmulScratch& scratch) {
+void matmul(const TensorView& w, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n_tokens, ThreadPool& pool,
+            MatmulScratch& scratch) {
   matmul_rows(w, 0, w.ne[1], x, ldx, y, ldy, n_tokens, pool, scratch);
 }
 

@@ -42,7 +42,8 @@ std::vector<Isa> levels() {
 std::vector<int64_t> row_lengths(DType t) {
   const int64_t bs = dtype_block_size(t);
   if (bs == 1) return {8, 37, 640};
-  if (bs == kQK) return {32, 64, 96, 128, 160, 192, 224, 480, 640};
+  // 2144 = 67 blocks: several 16-pair chunks of the wide tiles plus a tail.
+  if (bs == kQK) return {32, 64, 96, 128, 160, 192, 224, 480, 640, 1024, 1056, 2144};
   return {256, 512, 768, 2048};
 }
 
@@ -75,22 +76,30 @@ std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint32_t see
     const int64_t nb = n / dtype_block_size(t);
     for (int64_t b = 0; b < nb; ++b) {
       switch (t) {
-        case DType::kQ4_0: reinterpret_cast<BlockQ4_0*>(row)[b].d = small_f16(rng); break;
+        case DType::kQ4_0:
+          reinterpret_cast<BlockQ4_0*>(row)[b].d = small_f16(rng);
+          break;
         case DType::kQ4_1:
           reinterpret_cast<BlockQ4_1*>(row)[b].d = small_f16(rng);
           reinterpret_cast<BlockQ4_1*>(row)[b].m = small_f16(rng);
           break;
-        case DType::kQ5_0: reinterpret_cast<BlockQ5_0*>(row)[b].d = small_f16(rng); break;
+        case DType::kQ5_0:
+          reinterpret_cast<BlockQ5_0*>(row)[b].d = small_f16(rng);
+          break;
         case DType::kQ5_1:
           reinterpret_cast<BlockQ5_1*>(row)[b].d = small_f16(rng);
           reinterpret_cast<BlockQ5_1*>(row)[b].m = small_f16(rng);
           break;
-        case DType::kQ8_0: reinterpret_cast<BlockQ8_0*>(row)[b].d = small_f16(rng); break;
+        case DType::kQ8_0:
+          reinterpret_cast<BlockQ8_0*>(row)[b].d = small_f16(rng);
+          break;
         case DType::kQ2_K:
           reinterpret_cast<BlockQ2_K*>(row)[b].d = small_f16(rng);
           reinterpret_cast<BlockQ2_K*>(row)[b].dmin = small_f16(rng);
           break;
-        case DType::kQ3_K: reinterpret_cast<BlockQ3_K*>(row)[b].d = small_f16(rng); break;
+        case DType::kQ3_K:
+          reinterpret_cast<BlockQ3_K*>(row)[b].d = small_f16(rng);
+          break;
         case DType::kQ4_K:
           reinterpret_cast<BlockQ4_K*>(row)[b].d = small_f16(rng);
           reinterpret_cast<BlockQ4_K*>(row)[b].dmin = small_f16(rng);
@@ -99,8 +108,11 @@ std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint32_t see
           reinterpret_cast<BlockQ5_K*>(row)[b].d = small_f16(rng);
           reinterpret_cast<BlockQ5_K*>(row)[b].dmin = small_f16(rng);
           break;
-        case DType::kQ6_K: reinterpret_cast<BlockQ6_K*>(row)[b].d = small_f16(rng); break;
-        default: break;
+        case DType::kQ6_K:
+          reinterpret_cast<BlockQ6_K*>(row)[b].d = small_f16(rng);
+          break;
+        default:
+          break;
       }
     }
   }
@@ -163,7 +175,8 @@ TEST(GemmTile, TileShapesAreDeclared) {
       }
       EXPECT_GE(k.tile_rows, 1) << label(t, isa, 0);
       EXPECT_GE(k.tile_cols, 1) << label(t, isa, 0);
-      EXPECT_LE(k.tile_rows * k.tile_cols, 64) << label(t, isa, 0);
+      EXPECT_LE(k.tile_rows, 16) << label(t, isa, 0);
+      EXPECT_LE(k.tile_cols, 256) << label(t, isa, 0);
     }
   }
 }
@@ -175,11 +188,21 @@ TEST(GemmTile, PriorityTypesHaveTilesOnAvx512) {
     EXPECT_NE(kernels(t, Isa::kAvx512).vec_dot_tile, nullptr) << dtype_name(t);
 }
 
-// Every tile shape at every position of a 7 x 7 (rows x tokens) problem:
+// Tile column counts to test: all small ones, around the register block
+// sizes (4, 16), and the largest ones.
+std::vector<int> col_counts(int tile_cols) {
+  std::vector<int> v;
+  for (int nc = 1; nc <= tile_cols; ++nc)
+    if (nc <= 9 || (nc >= 15 && nc <= 17) || nc == 31 || nc == 33 || nc >= tile_cols - 1) v.push_back(nc);
+  return v;
+}
+
+// Every tile shape, at the corners of a 7 x 69 (rows x tokens) problem:
 // bit-identical to vec_dot, nothing written outside the tile, and within
 // rounding of the scalar reference.
 TEST(GemmTile, TilesMatchVecDotBitForBit) {
-  constexpr int64_t kRows = 7, kTokens = 7;
+  constexpr int64_t kRows = 7, kTokens = 69;
+  constexpr int64_t kRefTokens = 8;  // tokens also checked against the scalar reference
   int tested = 0;
   for (DType t : kWeightTypes) {
     for (int64_t n : row_lengths(t)) {
@@ -201,7 +224,7 @@ TEST(GemmTile, TilesMatchVecDotBitForBit) {
             kernels(t, Isa::kScalar).vec_dot(n, &ref[c * kRows + r], w.data() + wrb * r, x.data() + xrb * c);
           }
         }
-        for (int64_t c = 0; c < kTokens; ++c) {
+        for (int64_t c = 0; c < kRefTokens; ++c) {
           for (int64_t r = 0; r < kRows; ++r) {
             const double scale = abs_dot(t, w.data() + wrb * r, xt, x.data() + xrb * c, n);
             ASSERT_NEAR(want[c * kRows + r], ref[c * kRows + r], 1e-5 * scale + 1e-30)
@@ -210,14 +233,15 @@ TEST(GemmTile, TilesMatchVecDotBitForBit) {
         }
         const float kSentinel = std::numeric_limits<float>::quiet_NaN();
         for (int nr = 1; nr <= k.tile_rows; ++nr) {
-          for (int nc = 1; nc <= k.tile_cols; ++nc) {
-            for (int64_t r0 = 0; r0 + nr <= kRows; r0 += 3) {
-              for (int64_t c0 = 0; c0 + nc <= kTokens; c0 += 2) {
+          for (int nc : col_counts(k.tile_cols)) {
+            ASSERT_LE(nc, kTokens);
+            for (int64_t r0 : {int64_t{0}, kRows - nr}) {
+              for (int64_t c0 : {int64_t{0}, kTokens - nc}) {
                 // Output laid out like the driver's y: [tokens, rows], stride lds.
                 const int64_t lds = kRows + 3;
                 std::vector<float> s(static_cast<size_t>(lds * kTokens), kSentinel);
-                k.vec_dot_tile(n, s.data() + c0 * lds + r0, lds, w.data() + wrb * r0, wrb, x.data() + xrb * c0, xrb,
-                               nr, nc);
+                k.vec_dot_tile(n, s.data() + c0 * lds + r0, lds, w.data() + wrb * r0, wrb, x.data() + xrb * c0, xrb, nr,
+                               nc);
                 for (int64_t c = 0; c < kTokens; ++c) {
                   for (int64_t r = 0; r < lds; ++r) {
                     const float got = s[static_cast<size_t>(c * lds + r)];
@@ -229,8 +253,8 @@ TEST(GemmTile, TilesMatchVecDotBitForBit) {
                     }
                     const float expect = want[static_cast<size_t>(c * kRows + r)];
                     ASSERT_TRUE(same_bits(got, expect))
-                        << label(t, isa, n) << " tile " << nr << "x" << nc << " at (" << r0 << "," << c0
-                        << "): r=" << r << " c=" << c << " got " << got << " vec_dot " << expect;
+                        << label(t, isa, n) << " tile " << nr << "x" << nc << " at (" << r0 << "," << c0 << "): r=" << r
+                        << " c=" << c << " got " << got << " vec_dot " << expect;
                   }
                 }
                 ++tested;
@@ -241,19 +265,37 @@ TEST(GemmTile, TilesMatchVecDotBitForBit) {
       }
     }
   }
-  if (cpu_max_isa() >= Isa::kAvx512) EXPECT_GT(tested, 0);
+  if (cpu_max_isa() >= Isa::kAvx512) {
+    EXPECT_GT(tested, 0);
+  }
 }
 
 // The matmul driver: y computed for all tokens at once equals y computed
 // one token at a time (decode path), bit for bit, for 1..3 threads, and
 // equals the per-pair vec_dot of the active level.
 TEST(GemmTile, MatmulIsBatchInvariant) {
-  constexpr int64_t kRows = 37, kTokens = 21;
+  constexpr int64_t kRows = 37, kTokens = 75;
   ThreadPool pool1(1), pool2(2), pool3(3);
   ThreadPool* pools[] = {&pool1, &pool2, &pool3};
   MatmulScratch scratch;
-  for (DType t : kWeightTypes) {
-    const int64_t n = dtype_block_size(t) == kQK_K ? 512 : 160;
+  // Long rows: several token blocks of the driver (L2-sized) per call.
+  for (const auto& [t, n] : std::vector<std::pair<DType, int64_t>>{{DType::kF32, 160},
+                                                                   {DType::kF16, 160},
+                                                                   {DType::kBF16, 160},
+                                                                   {DType::kQ4_0, 160},
+                                                                   {DType::kQ4_1, 160},
+                                                                   {DType::kQ5_0, 160},
+                                                                   {DType::kQ5_1, 160},
+                                                                   {DType::kQ8_0, 160},
+                                                                   {DType::kQ8_0, 4096},
+                                                                   {DType::kQ5_0, 4096},
+                                                                   {DType::kQ2_K, 512},
+                                                                   {DType::kQ3_K, 512},
+                                                                   {DType::kQ4_K, 512},
+                                                                   {DType::kQ4_K, 4096},
+                                                                   {DType::kQ5_K, 512},
+                                                                   {DType::kQ6_K, 512},
+                                                                   {DType::kQ6_K, 4096}}) {
     const std::vector<uint8_t> wbytes = make_weights(t, kRows, n, 7 + static_cast<uint32_t>(t));
     TensorView w;
     w.type = t;
@@ -269,11 +311,13 @@ TEST(GemmTile, MatmulIsBatchInvariant) {
     const int64_t ldy = kRows + 5;
     std::vector<float> want(static_cast<size_t>(ldy * kTokens), 0.0f);
     for (int64_t c = 0; c < kTokens; ++c)
-      for (int64_t r = 0; r < kRows; ++r) k.vec_dot(n, &want[c * ldy + r], wbytes.data() + wrb * r, xq.data() + xrb * c);
+      for (int64_t r = 0; r < kRows; ++r)
+        k.vec_dot(n, &want[c * ldy + r], wbytes.data() + wrb * r, xq.data() + xrb * c);
     for (ThreadPool* pool : pools) {
       std::vector<float> batch(want.size(), 0.0f), single(want.size(), 0.0f);
       matmul(w, x.data(), n, batch.data(), ldy, kTokens, *pool, scratch);
-      for (int64_t c = 0; c < kTokens; ++c) matmul(w, x.data() + c * n, n, single.data() + c * ldy, ldy, 1, *pool, scratch);
+      for (int64_t c = 0; c < kTokens; ++c)
+        matmul(w, x.data() + c * n, n, single.data() + c * ldy, ldy, 1, *pool, scratch);
       for (size_t i = 0; i < want.size(); ++i) {
         ASSERT_TRUE(same_bits(batch[i], want[i])) << dtype_name(t) << " threads=" << pool->size() << " i=" << i
                                                   << " batch " << batch[i] << " vec_dot " << want[i];

@@ -63,15 +63,20 @@ void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
-// Tile kernels (VecDotTileFn; up to 4 rows x 4 tokens), bit-identical to the
-// vec_dot above for every (row, token) pair.
+// Tile kernels (VecDotTileFn), bit-identical to the vec_dot above for every
+// (row, token) pair: up to kTileRows weight rows x kWideTileCols tokens
+// (weight-stationary: each call unpacks its rows once for all its tokens).
 constexpr int kTileRows = 4;
-constexpr int kTileCols = 4;
+constexpr int kWideTileCols = 64;
 void vec_dot_tile_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 
 }  // namespace avx512
