@@ -1,6 +1,8 @@
 // Tiled online-softmax attention; see attention.h for the canonical order.
 #include "kernels/attention.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -36,6 +38,91 @@ struct RowState {
 
 constexpr int kMaxGroup = 8;  // query heads reduced together (share each K/V row load)
 
+inline float hsum256(__m256 v) {  // same reduction as dot_f32 in ops.cpp
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 sh = _mm_movehdup_ps(lo);
+  lo = _mm_add_ps(lo, sh);
+  sh = _mm_movehl_ps(sh, lo);
+  lo = _mm_add_ss(lo, sh);
+  return _mm_cvtss_f32(lo);
+}
+
+// out[r] = dot_f32(q + r * dk, k, dk) for r < M, bit for bit (same two
+// accumulators and reduction), loading each K vector once for M rows.
+// Requires dk % 16 == 0.
+template <int M>
+void dot_rows(const float* q, int dk, const float* k, float* out) {
+  __m256 a0[M], a1[M];
+  for (int r = 0; r < M; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+  for (int i = 0; i < dk; i += 16) {
+    const __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
+    for (int r = 0; r < M; ++r) {
+      a0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * dk + i), k0, a0[r]);
+      a1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * dk + i + 8), k1, a1[r]);
+    }
+  }
+  for (int r = 0; r < M; ++r) out[r] = hsum256(_mm256_add_ps(a0[r], a1[r]));
+}
+
+void dot_group(const float* q, int nr, int dk, const float* k, float* out) {
+  if (dk % 16 != 0) {
+    for (int r = 0; r < nr; ++r) out[r] = dot_f32(q + static_cast<int64_t>(r) * dk, k, dk);
+    return;
+  }
+  int r = 0;
+  for (; r + 4 <= nr; r += 4) dot_rows<4>(q + static_cast<int64_t>(r) * dk, dk, k, out + r);
+  switch (nr - r) {
+    case 3: dot_rows<3>(q + static_cast<int64_t>(r) * dk, dk, k, out + r); break;
+    case 2: dot_rows<2>(q + static_cast<int64_t>(r) * dk, dk, k, out + r); break;
+    case 1: dot_rows<1>(q + static_cast<int64_t>(r) * dk, dk, k, out + r); break;
+    default: break;
+  }
+}
+
+// acc_r[i] += p[r][j] * v_j[i] for j = 0..n-1 in order, for M rows: the same
+// fused multiply-adds as axpy_f32 per key, with accumulators kept in
+// registers across keys (16 floats at a time). Requires dv % 16 == 0.
+template <int M>
+void pv_rows(float* const* acc, const float (*p)[kTile], const float* const* vrows, int n, int dv) {
+  for (int i = 0; i < dv; i += 16) {
+    __m256 a0[M], a1[M];
+    for (int r = 0; r < M; ++r) {
+      a0[r] = _mm256_loadu_ps(acc[r] + i);
+      a1[r] = _mm256_loadu_ps(acc[r] + i + 8);
+    }
+    for (int j = 0; j < n; ++j) {
+      const __m256 v0 = _mm256_loadu_ps(vrows[j] + i), v1 = _mm256_loadu_ps(vrows[j] + i + 8);
+      for (int r = 0; r < M; ++r) {
+        const __m256 pj = _mm256_set1_ps(p[r][j]);
+        a0[r] = _mm256_fmadd_ps(pj, v0, a0[r]);
+        a1[r] = _mm256_fmadd_ps(pj, v1, a1[r]);
+      }
+    }
+    for (int r = 0; r < M; ++r) {
+      _mm256_storeu_ps(acc[r] + i, a0[r]);
+      _mm256_storeu_ps(acc[r] + i + 8, a1[r]);
+    }
+  }
+}
+
+void pv_group(float* const* acc, int nr, const float (*p)[kTile], const float* const* vrows, int n, int dv) {
+  if (dv % 16 != 0) {
+    for (int j = 0; j < n; ++j)
+      for (int r = 0; r < nr; ++r) axpy_f32(acc[r], p[r][j], vrows[j], dv);
+    return;
+  }
+  int r = 0;
+  for (; r + 4 <= nr; r += 4) pv_rows<4>(acc + r, p + r, vrows, n, dv);
+  switch (nr - r) {
+    case 3: pv_rows<3>(acc + r, p + r, vrows, n, dv); break;
+    case 2: pv_rows<2>(acc + r, p + r, vrows, n, dv); break;
+    case 1: pv_rows<1>(acc + r, p + r, vrows, n, dv); break;
+    default: break;
+  }
+}
+
 // Reduces keys [kb, ke) (already clipped to the rows' visible range) into
 // fresh states for nr <= kMaxGroup query rows q + r * head_dim that attend to
 // the same kv head and positions (the heads of one token in a GQA group),
@@ -54,10 +141,11 @@ void reduce_chunk(const AttentionShape& s, const float* q, int nr, int hkv, cons
     const int64_t t1 = std::min(ke, t0 + kTile);
     const int n = static_cast<int>(t1 - t0);
     for (int r = 0; r < nr; ++r) mt[r] = -INFINITY;
+    float dots[kMaxGroup];
     for (int j = 0; j < n; ++j) {
-      const float* kr = key_row(kv, t0 + j, hkv, dk);
+      dot_group(q, nr, dk, key_row(kv, t0 + j, hkv, dk), dots);
       for (int r = 0; r < nr; ++r) {
-        float v = dot_f32(q + static_cast<int64_t>(r) * dk, kr, dk) * s.scale;
+        float v = dots[r] * s.scale;
         if (s.softcap > 0.f) v = s.softcap * std::tanh(v / s.softcap);
         sc[r][j] = v;
         mt[r] = std::max(mt[r], v);
@@ -72,13 +160,14 @@ void reduce_chunk(const AttentionShape& s, const float* q, int nr, int hkv, cons
       }
       for (int j = 0; j < n; ++j) sc[r][j] = std::exp(sc[r][j] - mn[r]);
     }
-    for (int j = 0; j < n; ++j) {
-      const float* vr = val_row(kv, t0 + j, hkv, dv);
-      for (int r = 0; r < nr; ++r) {
-        st[r].l += sc[r][j];
-        axpy_f32(st[r].acc, sc[r][j], vr, dv);
-      }
+    const float* vrows[kTile];
+    float* accs[kMaxGroup];
+    for (int j = 0; j < n; ++j) vrows[j] = val_row(kv, t0 + j, hkv, dv);
+    for (int r = 0; r < nr; ++r) {
+      accs[r] = st[r].acc;
+      for (int j = 0; j < n; ++j) st[r].l += sc[r][j];
     }
+    pv_group(accs, nr, sc, vrows, n, dv);
     for (int r = 0; r < nr; ++r) st[r].m = mn[r];
   }
 }
@@ -120,6 +209,13 @@ int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int 
 
 void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView& kv,
                float* out, float* scratch, ThreadPool& pool) {
+  attention_ragged(s, q, pos, n_tokens, &kv, nullptr, out, scratch, pool);
+}
+
+void attention_ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens,
+                      const KvView* views, const int32_t* view_of_token, float* out, float* scratch,
+                      ThreadPool& pool) {
+  auto kv_of = [&](int64_t t) -> const KvView& { return views[view_of_token ? view_of_token[t] : 0]; };
   const int rep = s.n_head / s.n_head_kv;
   const int dk = s.head_dim, dv = s.head_dim_v;
   const int64_t q_stride = static_cast<int64_t>(s.n_head) * dk;
@@ -152,7 +248,7 @@ void attention(const AttentionShape& s, const float* q, const int32_t* pos, int6
             continue;
           }
           for (int r = 0; r < nr; ++r) st[r] = RowState{0, 0, part(r) + 2};
-          reduce_chunk(s, q + t * q_stride + static_cast<int64_t>(h0) * dk, nr, hkv, kv, kb, ke, st);
+          reduce_chunk(s, q + t * q_stride + static_cast<int64_t>(h0) * dk, nr, hkv, kv_of(t), kb, ke, st);
           for (int r = 0; r < nr; ++r) {
             part(r)[0] = st[r].m;
             part(r)[1] = st[r].l;
@@ -199,6 +295,7 @@ void attention(const AttentionShape& s, const float* q, const int32_t* pos, int6
             run[r] = RowState{0, 0, run_acc + r * dv};
             part[r] = RowState{0, 0, part_acc + r * dv};
           }
+          const KvView& kv = kv_of(t);
           for (int64_t c = c0; c < c1; ++c) {
             const int64_t kb = std::max(lo, c * kAttnChunk), ke = std::min(hi, (c + 1) * kAttnChunk);
             if (c == c0) {

@@ -49,6 +49,14 @@ int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int 
 void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView& kv,
                float* out, float* scratch, ThreadPool& pool);
 
+// Ragged batch of several sequences: token t attends to its own sequence's
+// K/V, views[view_of_token[t]] (positions as above). Each row gets exactly
+// the bits that attention() gives it alone, whatever the other rows are.
+// Scratch: attention_scratch_floats(s, n_tokens, threads, max over pos).
+void attention_ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens,
+                      const KvView* views, const int32_t* view_of_token, float* out, float* scratch,
+                      ThreadPool& pool);
+
 // Scalar reference: plain softmax over the full score row (tests).
 void attention_ref(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView& kv,
                    float* out);
