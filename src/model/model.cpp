@@ -70,6 +70,7 @@ ForwardContext::ForwardContext(const Model& model, ThreadPool& pool, int max_bat
   gate_.resize(B * cfg_.n_ff);
   up_.resize(B * cfg_.n_ff);
   pos_.resize(B);
+  seg_.resize(B);
   rope_cos_.resize(B * (cfg_.n_rot / 2));
   rope_sin_.resize(B * (cfg_.n_rot / 2));
 }
@@ -100,32 +101,65 @@ void ForwardContext::rows_rms_norm(const float* in, float* out, int64_t n, const
   });
 }
 
+Status ForwardContext::forward_ragged(const SeqBatch* seqs, int n_seqs, float* logits) {
+  if (n_seqs <= 0) return Status::error("forward_ragged: empty batch");
+  int64_t total = 0;
+  for (int i = 0; i < n_seqs; ++i) {
+    const SeqBatch& sb = seqs[i];
+    if (!sb.cache || !sb.tokens || sb.n <= 0) return Status::errorf("forward_ragged: sequence {} is empty", i);
+    if (sb.pos0 < 0 || sb.pos0 + sb.n > sb.cache->capacity())
+      return Status::errorf("forward_ragged: sequence {}: positions [{}, {}) exceed its KV capacity {}", i, sb.pos0,
+                            sb.pos0 + sb.n, sb.cache->capacity());
+    for (int64_t t = 0; t < sb.n; ++t)
+      if (sb.tokens[t] < 0 || sb.tokens[t] >= cfg_.n_vocab)
+        return Status::errorf("forward_ragged: token id {} out of range [0, {})", sb.tokens[t], cfg_.n_vocab);
+    total += sb.n;
+  }
+  if (total > max_batch_)
+    return Status::errorf("forward_ragged: {} tokens exceed the batch capacity {}", total, max_batch_);
+
+  segs_.clear();
+  logit_rows_.clear();
+  tok_.resize(max_batch_);
+  int64_t t = 0;
+  for (int i = 0; i < n_seqs; ++i) {
+    const SeqBatch& sb = seqs[i];
+    segs_.push_back(sb.cache);
+    for (int64_t j = 0; j < sb.n; ++j, ++t) {
+      tok_[t] = sb.tokens[j];
+      pos_[t] = static_cast<int32_t>(sb.pos0 + j);
+      seg_[t] = i;
+    }
+    if (sb.want_logits) logit_rows_.push_back(t - 1);
+  }
+  run_tokens(tok_.data(), total);
+
+  if (!logits || logit_rows_.empty()) return Status::ok();
+  const ModelWeights& w = model_.weights();
+  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab;
+  const int64_t rows = static_cast<int64_t>(logit_rows_.size());
+  pool_.parallel_for(rows, 16, [&](int64_t b, int64_t e, int) {
+    for (int64_t r = b; r < e; ++r)
+      rms_norm_row(x_.data() + logit_rows_[r] * E, w.output_norm, xn_.data() + r * E, E, cfg_.norm_eps);
+  });
+  matmul(*w.output, xn_.data(), E, logits, V, rows, pool_, mm_scratch_);
+  if (cfg_.final_logit_softcap > 0.f) {
+    const float c = cfg_.final_logit_softcap;
+    for (int64_t i = 0; i < rows * V; ++i) logits[i] = c * std::tanh(logits[i] / c);
+  }
+  return Status::ok();
+}
+
 void ForwardContext::forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, KvCache& cache, float* logits,
                                    float* all_logits) {
   const ModelWeights& w = model_.weights();
   const int64_t E = cfg_.n_embd;
-  for (int64_t t = 0; t < n; ++t) pos_[t] = static_cast<int32_t>(pos0 + t);
-
-  // Embeddings.
-  pool_.parallel_for(n, 8, [&](int64_t b, int64_t e, int) {
-    for (int64_t t = b; t < e; ++t) {
-      dequantize_row(*w.tok_embd, tokens[t], x_.data() + t * E);
-      if (cfg_.embd_scale != 1.f) scale_row(x_.data() + t * E, cfg_.embd_scale, E);
-    }
-  });
-
-  for (int il = 0; il < cfg_.n_layer; ++il) {
-    const LayerWeights& l = w.layers[il];
-    rows_rms_norm(x_.data(), xn_.data(), n, l.attn_norm);
-    attention_block(il, n, cache);
-    if (l.post_attn_norm) rows_rms_norm(tmp_.data(), tmp_.data(), n, l.post_attn_norm);
-    add_row(x_.data(), tmp_.data(), n * E);
-
-    rows_rms_norm(x_.data(), xn_.data(), n, l.ffn_norm);
-    ffn_block(il, n);
-    if (l.post_ffn_norm) rows_rms_norm(tmp_.data(), tmp_.data(), n, l.post_ffn_norm);
-    add_row(x_.data(), tmp_.data(), n * E);
+  segs_.assign(1, &cache);
+  for (int64_t t = 0; t < n; ++t) {
+    pos_[t] = static_cast<int32_t>(pos0 + t);
+    seg_[t] = 0;
   }
+  run_tokens(tokens, n);
 
   // Output head: all tokens, or only the last one.
   const int64_t V = cfg_.n_vocab;
@@ -142,7 +176,33 @@ void ForwardContext::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
   if (all_logits && logits) std::copy(out + (n - 1) * V, out + n * V, logits);
 }
 
-void ForwardContext::attention_block(int il, int64_t n, KvCache& cache) {
+void ForwardContext::run_tokens(const int32_t* tokens, int64_t n) {
+  const ModelWeights& w = model_.weights();
+  const int64_t E = cfg_.n_embd;
+
+  // Embeddings.
+  pool_.parallel_for(n, 8, [&](int64_t b, int64_t e, int) {
+    for (int64_t t = b; t < e; ++t) {
+      dequantize_row(*w.tok_embd, tokens[t], x_.data() + t * E);
+      if (cfg_.embd_scale != 1.f) scale_row(x_.data() + t * E, cfg_.embd_scale, E);
+    }
+  });
+
+  for (int il = 0; il < cfg_.n_layer; ++il) {
+    const LayerWeights& l = w.layers[il];
+    rows_rms_norm(x_.data(), xn_.data(), n, l.attn_norm);
+    attention_block(il, n);
+    if (l.post_attn_norm) rows_rms_norm(tmp_.data(), tmp_.data(), n, l.post_attn_norm);
+    add_row(x_.data(), tmp_.data(), n * E);
+
+    rows_rms_norm(x_.data(), xn_.data(), n, l.ffn_norm);
+    ffn_block(il, n);
+    if (l.post_ffn_norm) rows_rms_norm(tmp_.data(), tmp_.data(), n, l.post_ffn_norm);
+    add_row(x_.data(), tmp_.data(), n * E);
+  }
+}
+
+void ForwardContext::attention_block(int il, int64_t n) {
   const LayerWeights& l = model_.weights().layers[il];
   const LayerConfig& lc = cfg_.layers[il];
   const int64_t E = cfg_.n_embd, Q = cfg_.n_q_dim(), K = cfg_.n_kv_dim(), Vd = cfg_.n_v_dim();
@@ -174,6 +234,7 @@ void ForwardContext::attention_block(int il, int64_t n, KvCache& cache) {
         if (l.k_norm) rms_norm_row(kh, l.k_norm, kh, hd, cfg_.norm_eps);
         rope_head(kh, cfg_.n_rot, cfg_.rope_style, cs, sn);
       }
+      KvCache& cache = *segs_[seg_[t]];
       std::copy(k, k + K, cache.k_row(il, pos_[t]));
       std::copy(v, v + Vd, cache.v_row(il, pos_[t]));
     }
@@ -187,9 +248,14 @@ void ForwardContext::attention_block(int il, int64_t n, KvCache& cache) {
   s.scale = cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   s.softcap = cfg_.attn_logit_softcap;
   s.sliding_window = lc.sliding_window;
-  const int64_t need = attention_scratch_floats(s, n, pool_.size(), pos_[n - 1]);
+  int32_t max_pos = 0;
+  for (int64_t t = 0; t < n; ++t) max_pos = std::max(max_pos, pos_[t]);
+  const int64_t need = attention_scratch_floats(s, n, pool_.size(), max_pos);
   if (static_cast<int64_t>(attn_scratch_.size()) < need) attn_scratch_.resize(need);
-  attention(s, q_.data(), pos_.data(), n, cache.view(il), attn_.data(), attn_scratch_.data(), pool_);
+  seg_views_.clear();
+  for (KvCache* c : segs_) seg_views_.push_back(c->view(il));
+  attention_ragged(s, q_.data(), pos_.data(), n, seg_views_.data(), seg_.data(), attn_.data(), attn_scratch_.data(),
+                   pool_);
 
   const int64_t O = static_cast<int64_t>(cfg_.n_head) * cfg_.head_dim_v;
   matmul(*l.wo, attn_.data(), O, tmp_.data(), E, n, pool_, mm_scratch_);

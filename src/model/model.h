@@ -40,6 +40,16 @@ class Model {
   std::vector<std::vector<float>> inv_freq_;
 };
 
+// One sequence's slice of a ragged multi-sequence batch: tokens[0..n) at
+// positions pos0, pos0+1, ... whose K/V are written to and read from `cache`.
+struct SeqBatch {
+  const int32_t* tokens = nullptr;
+  int64_t n = 0;
+  int64_t pos0 = 0;
+  KvCache* cache = nullptr;
+  bool want_logits = false;  // logits of the last token of this slice
+};
+
 class ForwardContext {
  public:
   // max_batch: most tokens per forward() call (longer inputs are split).
@@ -52,10 +62,21 @@ class ForwardContext {
   Status forward(const int32_t* tokens, int64_t n, int64_t pos0, KvCache& cache, float* logits,
                  float* all_logits = nullptr);
 
+  // Ragged batch: one pass over the tokens of all sequences together (each
+  // weight matrix read once for all of them); every token attends only to its
+  // own sequence. The total token count must be <= max_batch. For each
+  // sequence with want_logits, in order, one row [n_vocab] goes to `logits`.
+  // Each sequence gets the same bits it would get alone (batch invariance).
+  Status forward_ragged(const SeqBatch* seqs, int n_seqs, float* logits);
+
+  int max_batch() const { return max_batch_; }
+
  private:
   void forward_batch(const int32_t* tokens, int64_t n, int64_t pos0, KvCache& cache, float* logits,
                      float* all_logits);
-  void attention_block(int il, int64_t n, KvCache& cache);
+  // Core pass over n tokens; token t belongs to segment seg_[t] of segs_.
+  void run_tokens(const int32_t* tokens, int64_t n);
+  void attention_block(int il, int64_t n);
   void ffn_block(int il, int64_t n);
   void rows_rms_norm(const float* in, float* out, int64_t n, const float* w);
 
@@ -65,6 +86,11 @@ class ForwardContext {
   int max_batch_;
   MatmulScratch mm_scratch_;
   std::vector<int32_t> pos_;
+  std::vector<int32_t> seg_;       // [max_batch] segment of each token
+  std::vector<KvCache*> segs_;     // cache of each segment
+  std::vector<KvView> seg_views_;  // per segment, current layer
+  std::vector<int32_t> tok_;       // [max_batch] gathered tokens
+  std::vector<int64_t> logit_rows_;
   // Activations, shapes for a batch of n tokens:
   std::vector<float> x_;     // [n, n_embd] residual stream
   std::vector<float> xn_;    // [n, n_embd] normed input of a sub-block

@@ -1,0 +1,165 @@
+// Thread-safe engine front: command queue + engine thread; see async_engine.h.
+#include "engine/async_engine.h"
+
+#include <map>
+
+namespace ember {
+
+Result<std::unique_ptr<AsyncEngine>> AsyncEngine::start(const Model& model, ThreadPool& pool,
+                                                        const EngineConfig& cfg) {
+  auto e = Engine::create(model, pool, cfg);
+  if (!e) return e.status();
+  auto a = std::unique_ptr<AsyncEngine>(new AsyncEngine(std::move(e.value())));
+  a->thread_ = std::thread([p = a.get()] { p->loop(); });
+  return a;
+}
+
+AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
+  stats_ = engine_->stats();
+}
+
+AsyncEngine::~AsyncEngine() { shutdown(); }
+
+void AsyncEngine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status AsyncEngine::submit(const std::string& id, RequestParams params, Callback cb) {
+  auto cmd = std::make_unique<Command>();
+  cmd->kind = Command::kAdd;
+  cmd->id = id;
+  cmd->params = std::move(params);
+  cmd->cb = std::move(cb);
+  std::future<Status> fut = cmd->accepted.get_future();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) return Status::error("engine is shut down");
+    commands_.push_back(std::move(cmd));
+  }
+  cv_.notify_all();
+  return fut.get();
+}
+
+void AsyncEngine::abort(const std::string& id) {
+  auto cmd = std::make_unique<Command>();
+  cmd->kind = Command::kAbort;
+  cmd->id = id;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) return;
+    commands_.push_back(std::move(cmd));
+  }
+  cv_.notify_all();
+}
+
+EngineStats AsyncEngine::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+int AsyncEngine::n_active() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return n_active_;
+}
+
+void AsyncEngine::deliver(const StepOutput& out) {
+  // Group this step's tokens per request, preserving order.
+  std::map<std::pair<std::string, int>, RequestUpdate> updates;
+  for (const TokenEvent& t : out.tokens) {
+    RequestUpdate& u = updates[{t.id, t.index}];
+    u.id = t.id;
+    u.index = t.index;
+    u.tokens.push_back(t.token);
+    u.logprobs.push_back(t.logprob);
+  }
+  for (const FinishedRequest& f : out.finished) {
+    RequestUpdate& u = updates[{f.id, f.index}];
+    u.id = f.id;
+    u.index = f.index;
+    u.finished = true;
+    u.result = f;
+  }
+  // Counters first, so a caller woken by a final callback sees them.
+  int n_done = 0;
+  for (auto& [key, u] : updates) {
+    auto it = callbacks_.find(u.id);
+    if (it != callbacks_.end() && u.finished && it->second.remaining == 1) ++n_done;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    n_active_ -= n_done;
+    stats_ = engine_->stats();
+  }
+  for (auto& [key, u] : updates) {
+    auto it = callbacks_.find(u.id);
+    if (it == callbacks_.end()) continue;
+    bool any_lp = false;
+    for (float lp : u.logprobs) any_lp |= lp == lp;
+    if (!any_lp) u.logprobs.clear();
+    Callback cb = it->second.cb;  // the entry may be erased below
+    if (u.finished && --it->second.remaining == 0) callbacks_.erase(it);
+    cb(u);
+  }
+}
+
+void AsyncEngine::loop() {
+  for (;;) {
+    std::deque<std::unique_ptr<Command>> cmds;
+    bool stop;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !commands_.empty() || engine_->has_unfinished(); });
+      cmds.swap(commands_);
+      stop = stop_;
+    }
+    for (auto& c : cmds) {
+      if (c->kind == Command::kAdd) {
+        if (stop) {
+          c->accepted.set_value(Status::error("engine is shut down"));
+          continue;
+        }
+        const int n = c->params.n;
+        Status st = callbacks_.count(c->id) ? Status::errorf("request id '{}' is already in use", c->id)
+                                            : engine_->add_request(c->id, std::move(c->params));
+        if (st.is_ok()) {
+          callbacks_.emplace(c->id, Active{std::move(c->cb), n});
+          std::lock_guard<std::mutex> lk(mu_);
+          ++n_active_;
+        }
+        c->accepted.set_value(std::move(st));
+      } else {
+        engine_->abort(c->id);
+      }
+    }
+    if (stop) {
+      std::vector<std::string> ids;
+      for (const auto& [id, cb] : callbacks_) ids.push_back(id);
+      for (const auto& id : ids) engine_->abort(id);
+      auto out = engine_->step();  // reports the aborts
+      if (out.is_ok()) deliver(out.value());
+      return;
+    }
+    if (!engine_->has_unfinished()) continue;
+    auto out = engine_->step();
+    if (out.is_ok()) {
+      deliver(out.value());
+      continue;
+    }
+    // The forward pass failed: end every request with kError.
+    std::vector<std::string> ids;
+    for (const auto& [id, cb] : callbacks_) ids.push_back(id);
+    for (const auto& id : ids) engine_->abort(id);
+    auto drained = engine_->step();
+    if (drained.is_ok()) {
+      for (FinishedRequest& f : drained->finished) f.reason = FinishReason::kError;
+      deliver(drained.value());
+    }
+  }
+}
+
+}  // namespace ember

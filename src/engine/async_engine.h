@@ -1,0 +1,81 @@
+// AsyncEngine: the thread-safe front of Engine for the server and
+// `ember bench`. Callers on any thread submit and abort requests; one engine
+// thread owns the Engine, applies queued commands between steps, runs
+// step() while there is work and sleeps otherwise, and delivers each
+// request's tokens and its end through the request's callback (called on the
+// engine thread: it must be quick and must not call submit(), which waits
+// for the engine thread; abort() only queues and is fine). The ThreadPool
+// is driven from the engine thread and must not be used elsewhere meanwhile.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/engine.h"
+
+namespace ember {
+
+struct RequestUpdate {
+  std::string id;
+  int index = 0;                 // sample index (a request with n samples has n streams)
+  std::vector<int32_t> tokens;   // new tokens since the last update
+  std::vector<float> logprobs;   // matching log-probabilities (if requested)
+  bool finished = false;          // this sample ended
+  FinishedRequest result;         // valid when finished
+};
+
+class AsyncEngine {
+ public:
+  using Callback = std::function<void(const RequestUpdate&)>;
+
+  static Result<std::unique_ptr<AsyncEngine>> start(const Model& model, ThreadPool& pool, const EngineConfig& cfg);
+  // Stops the engine thread; unfinished requests end with kAbort.
+  ~AsyncEngine();
+
+  // Queues a request; returns once the engine accepted or rejected it (at
+  // most one step later). On success `cb` will see every token and the end.
+  Status submit(const std::string& id, RequestParams params, Callback cb);
+  // Aborts a request if it is still running (its callback gets kAbort).
+  void abort(const std::string& id);
+  // Snapshot of the engine's counters after its latest step.
+  EngineStats stats() const;
+  // Requests accepted and not yet finished.
+  int n_active() const;
+  // Stops accepting work, aborts what is left, joins the engine thread.
+  void shutdown();
+
+ private:
+  struct Command {
+    enum Kind { kAdd, kAbort } kind;
+    std::string id;
+    RequestParams params;
+    Callback cb;
+    std::promise<Status> accepted;
+  };
+  explicit AsyncEngine(std::unique_ptr<Engine> engine);
+  void loop();
+  void deliver(const StepOutput& out);
+
+  std::unique_ptr<Engine> engine_;
+  struct Active {
+    Callback cb;
+    int remaining;  // samples not yet finished
+  };
+  std::unordered_map<std::string, Active> callbacks_;  // engine thread only
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Command>> commands_;
+  bool stop_ = false;
+  EngineStats stats_;
+  int n_active_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace ember

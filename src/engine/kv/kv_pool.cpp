@@ -1,0 +1,144 @@
+// Paged KV memory pool, layer groups and per-sequence adaptor; see kv_pool.h.
+#include "engine/kv/kv_pool.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <new>
+#include <numeric>
+#include <string>
+
+namespace ember {
+
+Result<size_t> kv_budget_from_free_memory(double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) return Status::errorf("KV memory fraction {} not in (0, 1]", fraction);
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return static_cast<size_t>(static_cast<double>(kb) * 1024.0 * fraction);
+  }
+  return Status::error("cannot read MemAvailable from /proc/meminfo");
+}
+
+KvLayout KvLayout::from_config(const ModelConfig& cfg, bool split_windows) {
+  KvLayout l;
+  const int L = cfg.n_layer;
+  l.group_of_layer.assign(L, 0);
+  l.slot_of_layer.assign(L, 0);
+  if (!split_windows || L == 0) {
+    l.n_groups = 1;
+    l.layers_per_group = L;
+    for (int il = 0; il < L; ++il) l.slot_of_layer[il] = il;
+    l.group_window = {0};
+    return l;
+  }
+  std::map<int, std::vector<int>> by_window;  // window -> layers (global = 0 first)
+  for (int il = 0; il < L; ++il) by_window[std::max(0, cfg.layers[il].sliding_window)].push_back(il);
+  int g = 0;
+  for (const auto& [w, layers] : by_window) g = std::gcd(g, static_cast<int>(layers.size()));
+  l.layers_per_group = g;
+  l.n_groups = 0;
+  l.group_window.clear();
+  for (const auto& [w, layers] : by_window)
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (i % g == 0) {
+        l.group_window.push_back(w);
+        ++l.n_groups;
+      }
+      l.group_of_layer[layers[i]] = l.n_groups - 1;
+      l.slot_of_layer[layers[i]] = static_cast<int>(i % g);
+    }
+  return l;
+}
+
+Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const ModelConfig& cfg, int block_size, size_t memory_bytes,
+                                                         int64_t n_blocks) {
+  return create(cfg, KvLayout::from_config(cfg, false), block_size, memory_bytes, n_blocks);
+}
+
+Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const ModelConfig& cfg, const KvLayout& layout,
+                                                         int block_size, size_t memory_bytes, int64_t n_blocks) {
+  if (block_size < 1 || block_size > 4096) return Status::errorf("KV block size {} out of range [1, 4096]", block_size);
+  if (cfg.n_layer < 1 || cfg.n_kv_dim() < 1 || cfg.n_v_dim() < 1) return Status::error("KV pool: invalid model shape");
+  if (layout.layers_per_group < 1 || static_cast<int>(layout.group_of_layer.size()) != cfg.n_layer)
+    return Status::error("KV pool: layout does not match the model");
+  auto p = std::unique_ptr<KvBlockPool>(new KvBlockPool());
+  p->layout_ = layout;
+  p->block_size_ = block_size;
+  p->k_dim_ = cfg.n_kv_dim();
+  p->v_dim_ = cfg.n_v_dim();
+  const size_t per_block = p->bytes_per_block();
+  if (n_blocks <= 0) n_blocks = static_cast<int64_t>(memory_bytes / per_block);
+  if (n_blocks < 1)
+    return Status::errorf("KV cache budget of {} bytes is below one block ({} bytes)", memory_bytes, per_block);
+  if (n_blocks > (int64_t{1} << 30)) return Status::errorf("KV pool: {} blocks is too many", n_blocks);
+  p->n_blocks_ = static_cast<int32_t>(n_blocks);
+  const size_t k_floats = static_cast<size_t>(n_blocks) * block_size * p->k_dim_;
+  const size_t v_floats = static_cast<size_t>(n_blocks) * block_size * p->v_dim_;
+  for (int s = 0; s < layout.layers_per_group; ++s) {
+    float* k = new (std::nothrow) float[k_floats];
+    float* v = new (std::nothrow) float[v_floats];
+    if (!k || !v) {
+      delete[] k;
+      delete[] v;
+      return Status::errorf("KV pool: cannot allocate {} bytes", per_block * n_blocks);
+    }
+    p->k_.emplace_back(k);  // uninitialised: only written rows are read
+    p->v_.emplace_back(v);
+  }
+  return p;
+}
+
+size_t KvBlockPool::bytes_per_block() const {
+  return static_cast<size_t>(block_size_) * static_cast<size_t>(k_dim_ + v_dim_) * sizeof(float) *
+         static_cast<size_t>(layout_.layers_per_group);
+}
+
+void KvBlockPool::copy_block(int32_t src, int32_t dst, int n_rows) {
+  n_rows = std::clamp(n_rows, 0, block_size_);
+  for (int s = 0; s < layout_.layers_per_group; ++s) {
+    std::copy(k_block(s, src), k_block(s, src) + n_rows * k_dim_, k_block(s, dst));
+    std::copy(v_block(s, src), v_block(s, src) + n_rows * v_dim_, v_block(s, dst));
+  }
+}
+
+PagedKvCache::PagedKvCache(KvBlockPool& pool, const std::vector<std::vector<int32_t>>& tables)
+    : pool_(pool), tables_(tables) {}
+
+void PagedKvCache::sync() {
+  const KvLayout& l = pool_.layout();
+  n_synced_ = tables_.empty() ? 0 : tables_[0].size();
+  for (const auto& t : tables_) n_synced_ = std::min(n_synced_, t.size());
+  const size_t L = l.group_of_layer.size();
+  k_ptr_.resize(L * n_synced_);
+  v_ptr_.resize(L * n_synced_);
+  for (size_t il = 0; il < L; ++il) {
+    const std::vector<int32_t>& t = tables_[l.group_of_layer[il]];
+    const int s = l.slot_of_layer[il];
+    for (size_t i = 0; i < n_synced_; ++i) {
+      k_ptr_[il * n_synced_ + i] = t[i] >= 0 ? pool_.k_block(s, t[i]) : nullptr;
+      v_ptr_[il * n_synced_ + i] = t[i] >= 0 ? pool_.v_block(s, t[i]) : nullptr;
+    }
+  }
+}
+
+KvView PagedKvCache::view(int layer) const {
+  KvView v;
+  v.k_blocks = k_ptr_.data() + static_cast<size_t>(layer) * n_synced_;
+  v.v_blocks = v_ptr_.data() + static_cast<size_t>(layer) * n_synced_;
+  v.block_size = pool_.block_size();
+  v.k_row_stride = pool_.k_dim();
+  v.v_row_stride = pool_.v_dim();
+  return v;
+}
+
+size_t PagedKvCache::memory_bytes() const {
+  size_t pages = 0;
+  for (const auto& t : tables_)
+    for (int32_t b : t) pages += b >= 0;
+  return pages * pool_.bytes_per_block();
+}
+
+}  // namespace ember

@@ -1,0 +1,111 @@
+// Paged KV memory: one preallocated pool of fixed-size pages, and
+// PagedKvCache, the KvCache adaptor through which the forward pass reads and
+// writes one sequence's K/V via its block tables.
+//
+// Layers are split into KV groups (KvLayout): layers with the same attention
+// window, cut into groups of equal size so every group uses the same page
+// shape ([block_size positions] x [layers_per_group layers] x K/V). A
+// sequence has one block table per group, all of the same length (one entry
+// per block of positions); a page id is meaningful in any group, so one
+// BlockManager serves them all. Sliding-window groups release pages whose
+// positions left the window (table entry -1), global groups keep all. With
+// a single group (all layers) this is a plain paged cache.
+//
+// Block ownership (reference counts, free lists, prefix cache) lives in
+// BlockManager; this file only owns memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+
+namespace ember {
+
+// Bytes of KV budget from a fraction (0, 1] of the memory the system reports
+// available (MemAvailable in /proc/meminfo). Errors if it cannot be read.
+Result<size_t> kv_budget_from_free_memory(double fraction);
+
+struct KvLayout {
+  int n_groups = 1;
+  int layers_per_group = 0;
+  std::vector<int> group_of_layer;  // [n_layer]
+  std::vector<int> slot_of_layer;   // [n_layer] index within its group
+  std::vector<int> group_window;    // [n_groups] 0: global attention
+
+  // One group per window size, split to the gcd of the per-window layer
+  // counts (Gemma 3 270M: 3 global + 15 sliding layers -> 6 groups of 3).
+  // split_windows = false: a single group of all layers.
+  static KvLayout from_config(const ModelConfig& cfg, bool split_windows);
+};
+
+class KvBlockPool {
+ public:
+  // n_blocks > 0 fixes the page count; otherwise as many pages as fit in
+  // memory_bytes. Errors on a bad block size or a budget below one page.
+  static Result<std::unique_ptr<KvBlockPool>> create(const ModelConfig& cfg, const KvLayout& layout, int block_size,
+                                                     size_t memory_bytes, int64_t n_blocks = 0);
+  // Single-group layout (all layers in every page).
+  static Result<std::unique_ptr<KvBlockPool>> create(const ModelConfig& cfg, int block_size, size_t memory_bytes,
+                                                     int64_t n_blocks = 0);
+
+  const KvLayout& layout() const { return layout_; }
+  int block_size() const { return block_size_; }
+  int32_t n_blocks() const { return n_blocks_; }
+  // Bytes of one page (K + V of its group's layers).
+  size_t bytes_per_block() const;
+  size_t memory_bytes() const { return bytes_per_block() * static_cast<size_t>(n_blocks_); }
+
+  // Page b, layer slot s: [block_size, k_dim] (K) and [block_size, v_dim] (V).
+  float* k_block(int slot, int32_t b) { return k_[slot].get() + static_cast<int64_t>(b) * block_size_ * k_dim_; }
+  float* v_block(int slot, int32_t b) { return v_[slot].get() + static_cast<int64_t>(b) * block_size_ * v_dim_; }
+  int64_t k_dim() const { return k_dim_; }
+  int64_t v_dim() const { return v_dim_; }
+
+  // Copies the first n_rows positions of page src into dst in every slot
+  // (copy-on-write of a shared partial block).
+  void copy_block(int32_t src, int32_t dst, int n_rows);
+
+ private:
+  KvBlockPool() = default;
+  KvLayout layout_;
+  int block_size_ = 0;
+  int32_t n_blocks_ = 0;
+  int64_t k_dim_ = 0, v_dim_ = 0;
+  std::vector<std::unique_ptr<float[]>> k_, v_;  // per slot: [n_blocks, block_size, dim]
+};
+
+// One sequence's view of the pool through its block tables (not owned; one
+// per group, equal lengths, -1 for released pages that are never read). Call
+// sync() after the tables changed and before the forward pass; capacity() is
+// the number of positions the tables cover.
+class PagedKvCache final : public KvCache {
+ public:
+  PagedKvCache(KvBlockPool& pool, const std::vector<std::vector<int32_t>>& tables);
+  void sync();
+
+  int64_t capacity() const override { return static_cast<int64_t>(n_synced_) * pool_.block_size(); }
+  float* k_row(int layer, int64_t pos) override {
+    const KvLayout& l = pool_.layout();
+    return pool_.k_block(l.slot_of_layer[layer], tables_[l.group_of_layer[layer]][pos / pool_.block_size()]) +
+           (pos % pool_.block_size()) * pool_.k_dim();
+  }
+  float* v_row(int layer, int64_t pos) override {
+    const KvLayout& l = pool_.layout();
+    return pool_.v_block(l.slot_of_layer[layer], tables_[l.group_of_layer[layer]][pos / pool_.block_size()]) +
+           (pos % pool_.block_size()) * pool_.v_dim();
+  }
+  KvView view(int layer) const override;
+  size_t memory_bytes() const override;
+
+ private:
+  KvBlockPool& pool_;
+  const std::vector<std::vector<int32_t>>& tables_;
+  size_t n_synced_ = 0;
+  std::vector<const float*> k_ptr_, v_ptr_;  // [n_layer, n_synced] page pointers (null: released)
+};
+
+}  // namespace ember

@@ -1,0 +1,69 @@
+// Offline throughput benchmark; see throughput_bench.h.
+#include "engine/throughput_bench.h"
+
+#include <chrono>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace ember {
+
+std::string ThroughputResult::summary() const {
+  return fmt::format(
+      "{:.2f} s, {:.2f} requests/s, {:.1f} tokens/s ({:.1f} output tokens/s, decode steps {:.1f} tokens/s), "
+      "{} steps, {:.1f} tokens/step, {} preemptions",
+      seconds, requests_per_s, tokens_per_s, output_tokens_per_s, decode_tokens_per_s, stats.n_steps,
+      stats.n_steps > 0 ? static_cast<double>(stats.n_computed_tokens) / stats.n_steps : 0.0, stats.n_preemptions);
+}
+
+Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& pool, const ThroughputOptions& opt) {
+  if (opt.num_prompts < 1 || opt.input_len < 1 || opt.output_len < 1)
+    return Status::error("throughput bench: num_prompts, input_len and output_len must be >= 1");
+  auto er = Engine::create(model, pool, opt.engine);
+  if (!er) return er.status();
+  Engine& e = *er.value();
+  if (opt.input_len + opt.output_len > e.max_seq_len())
+    return Status::errorf("throughput bench: input + output of {} tokens exceed the maximum sequence length {}",
+                          opt.input_len + opt.output_len, e.max_seq_len());
+  const int V = model.config().n_vocab;
+  std::mt19937_64 rng(opt.seed);
+  std::vector<RequestParams> reqs(opt.num_prompts);
+  for (auto& r : reqs) {
+    // Random ids, avoiding the first few (usually control tokens).
+    const int lo = std::min(V - 1, 4);
+    for (int i = 0; i < opt.input_len; ++i) r.prompt.push_back(lo + static_cast<int32_t>(rng() % (V - lo)));
+    r.sampling.temperature = 0.f;
+    r.max_tokens = opt.output_len;
+  }
+  ThroughputResult res;
+  double decode_s = 0;
+  int64_t decode_tokens = 0;
+  auto drain = [&]() -> Status {
+    while (e.has_unfinished()) {
+      auto out = e.step();
+      if (!out) return out.status();
+      res.output_tokens += static_cast<int64_t>(out->tokens.size());
+      if (out->n_seqs > 0 && out->n_batched_tokens == out->n_seqs) {
+        decode_s += out->seconds;
+        decode_tokens += out->n_batched_tokens;
+      }
+    }
+    return Status::ok();
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < opt.num_prompts; ++i) {
+    EMBER_RETURN_IF_ERROR(e.add_request(fmt::format("bench-{}", i), reqs[i]));
+    if (opt.sequential) EMBER_RETURN_IF_ERROR(drain());
+  }
+  EMBER_RETURN_IF_ERROR(drain());
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.prompt_tokens = static_cast<int64_t>(opt.num_prompts) * opt.input_len;
+  res.requests_per_s = opt.num_prompts / res.seconds;
+  res.tokens_per_s = (res.prompt_tokens + res.output_tokens) / res.seconds;
+  res.output_tokens_per_s = res.output_tokens / res.seconds;
+  res.decode_tokens_per_s = decode_s > 0 ? decode_tokens / decode_s : 0;
+  res.stats = e.stats();
+  return res;
+}
+
+}  // namespace ember

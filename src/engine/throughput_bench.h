@@ -1,0 +1,39 @@
+// Offline throughput benchmark (like `vllm bench throughput`): N random
+// prompts of input_len tokens submitted at once, each generating exactly
+// output_len tokens (no stop tokens), run to completion on an Engine.
+// `ember bench throughput` prints the result; the engine tests use it too.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "engine/engine.h"
+
+namespace ember {
+
+struct ThroughputOptions {
+  int num_prompts = 16;
+  int input_len = 64;
+  int output_len = 64;
+  uint64_t seed = 1;        // prompt tokens
+  EngineConfig engine;      // block size, KV budget, batch limits
+  bool sequential = false;  // one request at a time (baseline)
+};
+
+struct ThroughputResult {
+  double seconds = 0;
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;
+  double requests_per_s = 0;
+  double tokens_per_s = 0;         // prompt + output
+  double output_tokens_per_s = 0;
+  double decode_tokens_per_s = 0;  // over pure-decode steps only
+  EngineStats stats;
+  // One-line summary.
+  std::string summary() const;
+};
+
+Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& pool, const ThroughputOptions& opt);
+
+}  // namespace ember

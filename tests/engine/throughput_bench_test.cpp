@@ -1,0 +1,39 @@
+// Offline throughput benchmark helper: token accounting, sequential vs
+// concurrent modes, argument errors (tiny model: fast).
+#include "engine/throughput_bench.h"
+
+#include <gtest/gtest.h>
+
+namespace ember {
+namespace {
+
+TEST(ThroughputBench, CountsAndModes) {
+  auto m = Model::load(EMBER_SOURCE_DIR "/tests/data/model/hf_qwen2");
+  ASSERT_TRUE(m.is_ok());
+  ThreadPool pool(1);
+  ThroughputOptions opt;
+  opt.num_prompts = 6;
+  opt.input_len = 20;
+  opt.output_len = 7;
+  opt.engine.max_num_batched_tokens = 32;
+  for (bool sequential : {true, false}) {
+    opt.sequential = sequential;
+    auto r = run_throughput_bench(*m.value(), pool, opt);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->prompt_tokens, 6 * 20);
+    EXPECT_EQ(r->output_tokens, 6 * 7);
+    EXPECT_EQ(r->stats.n_generated_tokens, 6 * 7);
+    EXPECT_GT(r->tokens_per_s, 0);
+    EXPECT_EQ(r->stats.blocks_used, 0);
+    EXPECT_FALSE(r->summary().empty());
+    if (sequential) EXPECT_EQ(r->stats.n_computed_tokens, 6 * (20 + 7 - 1));  // no prefix sharing (random prompts)
+  }
+  opt.input_len = 0;
+  EXPECT_FALSE(run_throughput_bench(*m.value(), pool, opt).is_ok());
+  opt.input_len = 120;  // + 7 > max_model_len 128 of the fixture
+  opt.output_len = 9;
+  EXPECT_FALSE(run_throughput_bench(*m.value(), pool, opt).is_ok());
+}
+
+}  // namespace
+}  // namespace ember
