@@ -13,6 +13,7 @@
 #include "cli/common.h"
 #include "core/cpu_features.h"
 #include "engine/generator.h"
+#include "engine/throughput_bench.h"
 
 namespace ember::cli {
 
@@ -79,8 +80,55 @@ size_t decode_weight_bytes(const Model& m) {
 
 }  // namespace
 
+namespace {
+
+// `ember bench throughput`: N requests through the serving engine at once.
+int bench_throughput(int argc, char** argv, int first) {
+  ArgParser p("bench throughput",
+              "ember bench throughput [-m MODEL] [--num-prompts 16] [--input-len 64] [--output-len 64] "
+              "[--max-num-seqs 64] [--max-num-batched-tokens 512] [--kv-cache-memory BYTES] [--sequential] [-t T]");
+  std::string model_path;
+  ThroughputOptions o;
+  int threads = default_thread_count();
+  int64_t kv_bytes = 0;
+  p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
+  p.option("--num-prompts", &o.num_prompts, "N", "requests");
+  p.option("--input-len", &o.input_len, "N", "prompt tokens per request (random ids)");
+  p.option("--output-len", &o.output_len, "N", "generated tokens per request");
+  p.option("--max-num-seqs", &o.engine.max_num_seqs, "N", "sequences per engine step");
+  p.option("--max-num-batched-tokens", &o.engine.max_num_batched_tokens, "N", "tokens per engine step");
+  p.option("--kv-cache-memory", &kv_bytes, "BYTES", "KV cache budget (default 256 MiB)");
+  p.flag("--sequential", &o.sequential, "one request at a time (baseline)");
+  p.option("-t,--threads", &threads, "N", "threads");
+  if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
+  if (p.help_requested()) {
+    std::fputs(p.help_text().c_str(), stdout);
+    return kExitOk;
+  }
+  if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1) return usage_error(p, "counts must be >= 1");
+  if (o.engine.max_num_seqs < 1 || o.engine.max_num_batched_tokens < 1) return usage_error(p, "limits must be >= 1");
+  if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
+  if (kv_bytes < 0) return usage_error(p, "--kv-cache-memory must be >= 0");
+  if (kv_bytes > 0) o.engine.kv_cache_bytes = static_cast<size_t>(kv_bytes);
+  std::string path = resolve_model_path(p, model_path);
+  if (path.empty()) return kExitUsage;
+  auto model = Model::load(path);
+  if (!model) return usage_error(p, model.status().message());
+  ThreadPool pool(threads);
+  auto r = run_throughput_bench(**model, pool, o);
+  if (!r) {
+    std::fprintf(stderr, "ember bench throughput: %s\n", r.status().message().c_str());
+    return kExitFailure;
+  }
+  std::printf("%s\n", r->summary().c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
 int cmd_bench(int argc, char** argv, int first) {
-  ArgParser p("bench", "ember bench [-m MODEL] [-p 512] [-n 128] [-r 3] [-t THREADS]");
+  if (first < argc && std::string(argv[first]) == "throughput") return bench_throughput(argc, argv, first + 1);
+  ArgParser p("bench", "ember bench [throughput] [-m MODEL] [-p 512] [-n 128] [-r 3] [-t THREADS]");
   std::string model_path;
   int n_prompt = 512, n_gen = 128, reps = 3, threads = default_thread_count();
   bool no_bw = false;

@@ -49,6 +49,8 @@ if [ -f "$MODEL" ]; then
   expect_rc 0 "info" "$EMBER" info "$MODEL"
   expect_rc 0 "tokenize" "$EMBER" tokenize -m "$MODEL" --pieces "Hello world"
   expect_rc 0 "bench" "$EMBER" bench -m "$MODEL" -p 16 -n 4 -r 1 --no-bandwidth
+  expect_rc 0 "bench throughput" "$EMBER" bench throughput -m "$MODEL" --num-prompts 3 --input-len 8 --output-len 4
+  expect_rc 2 "bench throughput bad count" "$EMBER" bench throughput -m "$MODEL" --num-prompts 0
 else
   echo "default model not installed: model checks skipped"
 fi
