@@ -25,5 +25,7 @@ int cmd_quantize(int argc, char** argv, int first);
 int cmd_tokenize(int argc, char** argv, int first);
 int cmd_detokenize(int argc, char** argv, int first);
 int cmd_template(int argc, char** argv, int first);
+int cmd_perplexity(int argc, char** argv, int first);
+int cmd_gen_model(int argc, char** argv, int first);
 
 }  // namespace ember::cli

@@ -21,6 +21,8 @@ constexpr Command kCommands[] = {
     {"tokenize", ember::cli::cmd_tokenize, "print the token ids of a text"},
     {"detokenize", ember::cli::cmd_detokenize, "print the text of token ids"},
     {"template", ember::cli::cmd_template, "render a chat with the model's template"},
+    {"perplexity", ember::cli::cmd_perplexity, "perplexity of a text, KL divergence against saved logits"},
+    {"gen-model", ember::cli::cmd_gen_model, "write a random-weight model of a real architecture and shape"},
 };
 
 void print_usage(FILE* f) {

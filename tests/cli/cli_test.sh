@@ -29,6 +29,8 @@ expect_rc 2 "bad number" "$EMBER" run -m "$tmp/none.gguf" -p hi --temp abc
 expect_rc 2 "unknown option" "$EMBER" run --bogus
 expect_rc 2 "missing prompt" "$EMBER" run -m "$tmp/none.gguf"
 expect_rc 2 "bad quantize type" "$EMBER" quantize a b --type q9_9
+expect_rc 2 "perplexity without -f" "$EMBER" perplexity
+expect_rc 2 "gen-model bad shape" "$EMBER" gen-model --shape nope -o "$tmp/x.gguf"
 printf 'GGUF\x03\x00\x00\x00garbage' > "$tmp/bad.gguf"
 expect_rc 2 "corrupt gguf (run)" "$EMBER" run -m "$tmp/bad.gguf" -p hi
 expect_rc 2 "corrupt gguf (info)" "$EMBER" info "$tmp/bad.gguf"
