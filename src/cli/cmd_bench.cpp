@@ -4,11 +4,16 @@
 // repetitions after one warm-up; decode also reports the bytes of weights
 // read per token against the measured memory bandwidth.
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/common.h"
 #include "core/cpu_features.h"
@@ -126,87 +131,151 @@ int bench_throughput(int argc, char** argv, int first) {
 
 }  // namespace
 
+namespace {
+
+// "512" or "128,256,512" -> {128, 256, 512}.
+Status parse_list(const std::string& name, const std::string& text, int lo, int hi, std::vector<int>* out) {
+  out->clear();
+  size_t b = 0;
+  while (b <= text.size()) {
+    size_t e = text.find(',', b);
+    if (e == std::string::npos) e = text.size();
+    const std::string item = text.substr(b, e - b);
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end || errno || v < lo || v > hi)
+      return Status::errorf("{} expects integers in [{}, {}] separated by commas, got '{}'", name, lo, hi, text);
+    out->push_back(static_cast<int>(v));
+    b = e + 1;
+  }
+  return Status::ok();
+}
+
+struct BenchRow {
+  std::string test;
+  int threads, n_prompt, n_gen;
+  std::vector<double> tps;
+};
+
+}  // namespace
+
 int cmd_bench(int argc, char** argv, int first) {
   if (first < argc && std::string(argv[first]) == "throughput") return bench_throughput(argc, argv, first + 1);
-  ArgParser p("bench", "ember bench [throughput] [-m MODEL] [-p 512] [-n 128] [-r 3] [-t THREADS]");
-  std::string model_path;
-  int n_prompt = 512, n_gen = 128, reps = 3, threads = default_thread_count();
+  ArgParser p("bench", "ember bench [throughput] [-m MODEL] [-p 512[,1024..]] [-n 128[,..]] [-r 3] [-t T[,..]] "
+                       "[--json FILE]");
+  std::string model_path, p_arg = "512", n_arg = "128", t_arg = std::to_string(default_thread_count()), json_path;
+  int reps = 3;
   bool no_bw = false;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
-  p.option("-p,--n-prompt", &n_prompt, "N", "prompt tokens for the pp test (0: skip)");
-  p.option("-n,--n-gen", &n_gen, "N", "generated tokens for the tg test (0: skip)");
-  p.option("-r,--repetitions", &reps, "N", "repetitions of each test");
-  p.option("-t,--threads", &threads, "N", "threads");
+  p.option("-p,--n-prompt", &p_arg, "N[,N..]", "prompt tokens for the pp tests (0: skip)");
+  p.option("-n,--n-gen", &n_arg, "N[,N..]", "generated tokens for the tg tests (0: skip)");
+  p.option("-r,--repetitions", &reps, "N", "repetitions of each test (after one warm-up)");
+  p.option("-t,--threads", &t_arg, "N[,N..]", "thread counts");
+  p.option("--json", &json_path, "FILE", "also write the results as JSON");
   p.flag("--no-bandwidth", &no_bw, "skip the memory-bandwidth measurement");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
     return kExitOk;
   }
-  if (n_prompt < 0 || n_gen < 0 || (n_prompt == 0 && n_gen == 0)) return usage_error(p, "nothing to measure");
+  std::vector<int> prompts, gens, thread_counts;
+  if (Status st = parse_list("-p", p_arg, 0, 1 << 20, &prompts); !st) return usage_error(p, st.message());
+  if (Status st = parse_list("-n", n_arg, 0, 1 << 20, &gens); !st) return usage_error(p, st.message());
+  if (Status st = parse_list("-t", t_arg, 1, 512, &thread_counts); !st) return usage_error(p, st.message());
+  const int max_p = *std::max_element(prompts.begin(), prompts.end());
+  const int max_n = *std::max_element(gens.begin(), gens.end());
+  if (max_p == 0 && max_n == 0) return usage_error(p, "nothing to measure");
   if (reps < 1 || reps > 1000) return usage_error(p, "-r must be in [1, 1000]");
-  if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
   std::string path = resolve_model_path(p, model_path);
   if (path.empty()) return kExitUsage;
   auto model = Model::load(path);
   if (!model) return usage_error(p, model.status().message());
   const Model& m = **model;
   const ModelConfig& c = m.config();
+  if (std::max(max_p, max_n) >= c.n_ctx_train)
+    return usage_error(p, fmt::format("tests longer than the model's context ({})", c.n_ctx_train));
 
-  ThreadPool pool(threads);
-  const int64_t n_ctx = std::max(n_prompt, n_gen) + 1;
-  Generator gen(m, pool, n_ctx, std::max(1, std::min(n_prompt, 512)));
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> tok(0, c.n_vocab - 1);
-
   std::printf("model: %s (%s, %.1f MiB, %.1f M params)\n", path.c_str(), c.arch.c_str(),
               m.weight_bytes() / 1048576.0, m.n_params() / 1e6);
-  std::printf("cpu: %s; kernels: %s; threads: %d\n", cpu_features().brand.c_str(), isa_name(active_isa()), threads);
-  std::printf("%-8s %8s %14s %10s %s\n", "test", "tokens", "tok/s median", "spread", "(min - max)");
+  std::printf("cpu: %s; kernels: %s\n", cpu_features().brand.c_str(), isa_name(active_isa()));
+  std::printf("%-8s %8s %14s %10s %-18s %s\n", "test", "tokens", "tok/s median", "spread", "(min - max)", "threads");
 
-  if (n_prompt > 0) {
-    std::vector<int32_t> prompt(n_prompt);
-    std::vector<double> tps;
-    for (int r = 0; r <= reps; ++r) {  // r == 0: warm-up
-      for (auto& t : prompt) t = tok(rng);
-      double t0 = now_s();
-      if (Status st = gen.prefill(prompt, 0, nullptr); !st) {
-        std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
-        return kExitFailure;
-      }
-      if (r > 0) tps.push_back(n_prompt / (now_s() - t0));
-    }
-    Summary s = summarize(tps);
-    std::printf("pp%-6d %8d %14.2f %9.2f%% (%.2f - %.2f)\n", n_prompt, n_prompt, s.median,
-                100.0 * s.stdev / s.median, s.lo, s.hi);
-  }
-  if (n_gen > 0) {
-    std::vector<double> tps;
-    std::vector<float> logits(c.n_vocab);
-    for (int r = 0; r <= reps; ++r) {
-      int32_t t = tok(rng);
-      double t0 = now_s();
-      for (int i = 0; i < n_gen; ++i) {
-        if (Status st = gen.decode_one(t, i, logits.data()); !st) {
+  std::vector<BenchRow> rows;
+  const double bytes = static_cast<double>(decode_weight_bytes(m));
+  auto report = [&](const BenchRow& r) {
+    Summary s = summarize(r.tps);
+    std::printf("%-8s %8d %14.2f %9.2f%% (%.2f - %.2f) %d\n", r.test.c_str(), r.n_prompt + r.n_gen, s.median,
+                100.0 * s.stdev / s.median, s.lo, s.hi, r.threads);
+    std::fflush(stdout);
+  };
+  for (int threads : thread_counts) {
+    ThreadPool pool(threads);
+    Generator gen(m, pool, std::max(max_p, max_n) + 1, std::max(1, std::min(max_p, 512)));
+    for (int np : prompts) {
+      if (np <= 0) continue;
+      BenchRow row{"pp" + std::to_string(np), threads, np, 0, {}};
+      std::vector<int32_t> prompt(np);
+      for (int r = 0; r <= reps; ++r) {  // r == 0: warm-up
+        for (auto& t : prompt) t = tok(rng);
+        const double t0 = now_s();
+        if (Status st = gen.prefill(prompt, 0, nullptr); !st) {
           std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
           return kExitFailure;
         }
-        t = tok(rng);
+        if (r > 0) row.tps.push_back(np / (now_s() - t0));
       }
-      if (r > 0) tps.push_back(n_gen / (now_s() - t0));
+      report(row);
+      rows.push_back(std::move(row));
     }
-    Summary s = summarize(tps);
-    std::printf("tg%-6d %8d %14.2f %9.2f%% (%.2f - %.2f)\n", n_gen, n_gen, s.median, 100.0 * s.stdev / s.median,
-                s.lo, s.hi);
-    const double bytes = static_cast<double>(decode_weight_bytes(m));
-    std::printf("decode reads %.1f MiB of weights per token: %.2f GB/s at the median", bytes / 1048576.0,
-                bytes * s.median / 1e9);
-    if (!no_bw) {
-      const double bw = measure_read_bandwidth(pool);
-      std::printf(" = %.0f%% of the measured read bandwidth (%.2f GB/s, %d threads)", 100.0 * bytes * s.median / 1e9 / bw,
-                  bw, threads);
+    for (int ng : gens) {
+      if (ng <= 0) continue;
+      BenchRow row{"tg" + std::to_string(ng), threads, 0, ng, {}};
+      std::vector<float> logits(c.n_vocab);
+      for (int r = 0; r <= reps; ++r) {
+        int32_t t = tok(rng);
+        const double t0 = now_s();
+        for (int i = 0; i < ng; ++i) {
+          if (Status st = gen.decode_one(t, i, logits.data()); !st) {
+            std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
+            return kExitFailure;
+          }
+          t = tok(rng);
+        }
+        if (r > 0) row.tps.push_back(ng / (now_s() - t0));
+      }
+      report(row);
+      const double med = summarize(row.tps).median;
+      std::printf("  decode reads %.1f MiB of weights per token: %.2f GB/s at the median", bytes / 1048576.0,
+                  bytes * med / 1e9);
+      if (!no_bw) {
+        const double bw = measure_read_bandwidth(pool);
+        std::printf(" = %.0f%% of the measured read bandwidth (%.2f GB/s, %d threads)", 100.0 * bytes * med / 1e9 / bw,
+                    bw, threads);
+      }
+      std::printf("\n");
+      rows.push_back(std::move(row));
     }
-    std::printf("\n");
+  }
+  if (!json_path.empty()) {
+    nlohmann::json out = {{"model", path}, {"arch", c.arch}, {"weight_bytes", m.weight_bytes()},
+                          {"cpu", cpu_features().brand}, {"kernels", isa_name(active_isa())}, {"engine", "ember"}};
+    nlohmann::json results = nlohmann::json::array();
+    for (const BenchRow& r : rows) {
+      const Summary s = summarize(r.tps);
+      results.push_back({{"test", r.test}, {"threads", r.threads}, {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen},
+                         {"median_tps", s.median}, {"stdev_tps", s.stdev}, {"min_tps", s.lo}, {"max_tps", s.hi},
+                         {"samples_tps", r.tps}});
+    }
+    out["results"] = results;
+    std::ofstream f(json_path);
+    f << out.dump(1) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "ember bench: cannot write '%s'\n", json_path.c_str());
+      return kExitFailure;
+    }
   }
   return kExitOk;
 }

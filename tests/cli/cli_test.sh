@@ -51,6 +51,9 @@ if [ -f "$MODEL" ]; then
   expect_rc 0 "info" "$EMBER" info "$MODEL"
   expect_rc 0 "tokenize" "$EMBER" tokenize -m "$MODEL" --pieces "Hello world"
   expect_rc 0 "bench" "$EMBER" bench -m "$MODEL" -p 16 -n 4 -r 1 --no-bandwidth
+  expect_rc 0 "bench sweep + json" "$EMBER" bench -m "$MODEL" -p 8,16 -n 2 -t 1,2 -r 1 --no-bandwidth --json "$tmp/b.json"
+  if ! grep -q "\"test\": \"pp16\"" "$tmp/b.json"; then echo "FAIL: bench json lacks pp16"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+  expect_rc 2 "bench bad list" "$EMBER" bench -m "$MODEL" -p 8,x
   expect_rc 0 "bench throughput" "$EMBER" bench throughput -m "$MODEL" --num-prompts 3 --input-len 8 --output-len 4
   expect_rc 2 "bench throughput bad count" "$EMBER" bench throughput -m "$MODEL" --num-prompts 0
 else
