@@ -10,7 +10,13 @@
 namespace ember {
 
 namespace {
-constexpr int kSpinIterations = 20000;  // ~ tens of microseconds before sleeping
+// Workers poll this many times (PAUSE, ~40-140 cycles each) for the next job
+// before sleeping on the futex: long enough to bridge the gaps between the
+// ops of one forward pass, short enough not to steal a shared core.
+constexpr int kSpinIterations = 4000;
+// The caller polls this many times for workers to finish, then yields its
+// core (a preempted worker needs it to finish).
+constexpr int kWaitSpins = 1000;
 
 // Direct futex calls: libstdc++ 12's atomic::wait can miss wake-ups.
 void futex_wait(std::atomic<uint32_t>* addr, uint32_t expected) {
@@ -46,7 +52,7 @@ void ThreadPool::run_impl(Call call, void* ctx) {
   call(ctx, 0, n_threads_);
   int spins = 0;
   while (pending_.load(std::memory_order_acquire) != 0) {
-    if (++spins < kSpinIterations) _mm_pause();
+    if (++spins < kWaitSpins) _mm_pause();
     else sched_yield();
   }
 }
