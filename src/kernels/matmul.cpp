@@ -72,6 +72,17 @@ void matmul_rows(const TensorView& w, int64_t row_begin, int64_t row_end, const 
   // the split and the token count never change results.
   const int64_t n_rows = row_end - row_begin;
   const uint8_t* wrows = wdata + static_cast<size_t>(row_begin) * w_row_bytes;
+  if (n_tokens == 1 && wk.vec_dot_rows) {
+    // Long runs of rows per call: the kernel prefetches the rows ahead within
+    // its call (hardware prefetchers miss its access pattern).
+    auto rows_fn = wk.vec_dot_rows;
+    const int64_t per_thread = n_rows / (4 * static_cast<int64_t>(pool.size()));
+    const int64_t grain = std::max<int64_t>(kDecodeRows, per_thread / 8 * 8);
+    pool.parallel_for(n_rows, grain, [&](int64_t rb, int64_t re, int) {
+      rows_fn(n_in, y + rb, wrows + static_cast<size_t>(rb) * w_row_bytes, w_row_bytes, xq, re - rb);
+    });
+    return;
+  }
   if (wk.vec_dot_tile) {
     const int64_t grain = n_tokens == 1 ? kDecodeRows : kPanelRows;
     pool.parallel_for(n_rows, grain, [&](int64_t rb, int64_t re, int) {

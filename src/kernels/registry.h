@@ -31,6 +31,11 @@ using VecDotFn = void (*)(int64_t n, float* s, const void* w, const void* x);
 using VecDotTileFn = void (*)(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                               size_t x_row_bytes, int nr, int nc);
 
+// Decode over many rows: s[r] = dot(w row r, x) for 0 <= r < nr (any nr >= 1),
+// rows `w_row_bytes` apart, x one row of vec_dot_type. Bit-identical to
+// vec_dot of the same KernelSet for every row (batch invariance).
+using VecDotRowsFn = void (*)(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+
 struct KernelSet {
   DequantizeRowFn dequantize_row = nullptr;
   QuantizeRowFn quantize_row = nullptr;  // fast activation quantizer (may differ from the
@@ -39,6 +44,7 @@ struct KernelSet {
   VecDotTileFn vec_dot_tile = nullptr;   // tiled vec_dot (null: loop over vec_dot)
   int tile_rows = 0;                     // largest nr vec_dot_tile accepts
   int tile_cols = 0;                     // largest nc vec_dot_tile accepts
+  VecDotRowsFn vec_dot_rows = nullptr;   // one-token multi-row kernel (null: use the tile / vec_dot)
 };
 
 // The activation type a weight type is multiplied with.

@@ -1,0 +1,132 @@
+// Multi-row decode kernels (KernelSet::vec_dot_rows): every output must be
+// bit-identical to vec_dot of the same ISA level for that row, for any row
+// count (partial groups, groups spanning calls) and row length (pairs of
+// blocks plus 1..3 tail blocks), including raw random quant bytes; and the
+// matmul driver's one-token path (which uses it) must equal the batched path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/registry.h"
+#include "quant/blocks.h"
+#include "quant/quantize.h"
+
+namespace ember {
+namespace {
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+// Weights [rows, n] of type t (Q4_0 / Q8_0: f16 d first in each block): even
+// rows quantized from gaussians of varying magnitude (every 5th all zero), odd
+// rows raw random bytes with small scales.
+std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const size_t rb = dtype_row_size(t, n);
+  const size_t block_bytes = dtype_row_size(t, kQK);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+  std::vector<float> f(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = w.data() + rb * static_cast<size_t>(r);
+    if (r % 2 == 0) {
+      const float mag = r % 5 == 4 ? 0.0f : std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
+      for (auto& v : f) v = gauss(rng) * mag;
+      quantize_row_ref(t, f.data(), row, n);
+      continue;
+    }
+    for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(rng());
+    for (int64_t b = 0; b < n / kQK; ++b) {
+      const uint16_t d = f32_to_f16(uni(rng) * 0.05f);
+      std::memcpy(row + block_bytes * static_cast<size_t>(b), &d, sizeof(d));
+    }
+  }
+  return w;
+}
+
+std::vector<float> make_x(int64_t tokens, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(tokens * n));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t i = 0; i < n; ++i)
+      x[static_cast<size_t>(t * n + i)] = gauss(rng) * std::ldexp(1.0f, static_cast<int>(t % 5) - 2);
+  return x;
+}
+
+const DType kTypes[] = {DType::kQ4_0};
+
+TEST(DecodeRows, RowsKernelsOnAvx512) {
+  if (cpu_max_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  for (DType t : kTypes) EXPECT_NE(kernels(t, Isa::kAvx512).vec_dot_rows, nullptr) << dtype_name(t);
+}
+
+TEST(DecodeRows, MatchesVecDotBitForBit) {
+  bool any = false;
+  for (DType t : kTypes)
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (isa > cpu_max_isa()) continue;
+      const KernelSet& k = kernels(t, isa);
+      if (!k.vec_dot_rows) continue;
+      any = true;
+      const KernelSet& xk = kernels(DType::kQ8_0, isa);
+      for (int64_t n : {32, 64, 96, 128, 160, 192, 224, 480, 640, 1056, 2144}) {
+        const int64_t rows = 37;  // several groups of 8 plus a partial one
+        const auto w = make_weights(t, rows, n, static_cast<uint32_t>(n));
+        const auto xf = make_x(1, n, static_cast<uint32_t>(n) + 7);
+        std::vector<uint8_t> xq(dtype_row_size(DType::kQ8_0, n));
+        xk.quantize_row(xf.data(), xq.data(), n);
+        const size_t rb = dtype_row_size(t, n);
+        std::vector<float> want(rows);
+        for (int64_t r = 0; r < rows; ++r) k.vec_dot(n, &want[r], w.data() + rb * r, xq.data());
+        // Every start row and count, so partial groups land everywhere.
+        for (int64_t r0 = 0; r0 < rows; r0 += 3) {
+          for (int64_t nr = 1; r0 + nr <= rows; nr += (nr < 10 ? 1 : 7)) {
+            std::vector<float> got(nr, std::nanf(""));
+            k.vec_dot_rows(n, got.data(), w.data() + rb * r0, rb, xq.data(), nr);
+            for (int64_t r = 0; r < nr; ++r)
+              ASSERT_TRUE(same_bits(got[r], want[r0 + r]))
+                  << dtype_name(t) << " n=" << n << " r0=" << r0 << " nr=" << nr << " r=" << r << " got " << got[r]
+                  << " want " << want[r0 + r];
+          }
+        }
+      }
+    }
+  if (!any) GTEST_SKIP() << "no vec_dot_rows kernel at this CPU's levels";
+}
+
+// One token at a time through the driver (the vec_dot_rows path) equals the
+// batched product (tile kernels) bit for bit, for 1-3 threads.
+TEST(DecodeRows, MatmulDecodeEqualsBatch) {
+  const int64_t n = 640, rows = 203, tokens = 5;
+  for (DType t : kTypes) {
+    const auto wbytes = make_weights(t, rows, n, 11);
+    TensorView w;
+    w.type = t;
+    w.n_dims = 2;
+    w.ne[0] = n;
+    w.ne[1] = rows;
+    w.data = wbytes.data();
+    w.nbytes = wbytes.size();
+    const auto x = make_x(tokens, n, 5);
+    for (int nt : {1, 2, 3}) {
+      ThreadPool pool(nt);
+      MatmulScratch scratch;
+      std::vector<float> batch(static_cast<size_t>(rows * tokens)), single(batch.size());
+      matmul(w, x.data(), n, batch.data(), rows, tokens, pool, scratch);
+      for (int64_t t = 0; t < tokens; ++t)
+        matmul(w, x.data() + t * n, n, single.data() + t * rows, rows, 1, pool, scratch);
+      for (size_t i = 0; i < batch.size(); ++i)
+        ASSERT_TRUE(same_bits(batch[i], single[i])) << dtype_name(t) << " threads=" << nt << " i=" << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ember
