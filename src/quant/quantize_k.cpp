@@ -435,14 +435,15 @@ void quantize_row_q4_K_ref(const float* x, void* dst, int64_t n) {
   }
 }
 
-void dequantize_row_q4_K_ref(const void* src, float* dst, int64_t n) {
-  const auto* x = static_cast<const BlockQ4_K*>(src);
-  const int64_t nb = n / kQK_K;
+// Q4_K / Q5_K share the layout of scales and mins: x = d*sc*q - dmin*m per
+// 32-element group; `unpack` gives the quants q of one block.
+template <typename Block>
+void dequantize_k4_blocks(const Block* x, int64_t nb, float* dst, void (*unpack)(const Block&, int8_t*)) {
   int8_t q[kQK_K];
   for (int64_t i = 0; i < nb; ++i) {
     const float d = f16_to_f32(x[i].d);
     const float dmin = f16_to_f32(x[i].dmin);
-    quant::unpack_q4_K(x[i], q);
+    unpack(x[i], q);
     for (int e = 0; e < kQK_K; ++e) {
       uint8_t sc, m;
       get_scale_min_k4(e / 32, x[i].scales, &sc, &m);
@@ -451,6 +452,10 @@ void dequantize_row_q4_K_ref(const void* src, float* dst, int64_t n) {
       *dst++ = dl * static_cast<float>(q[e]) - ml;
     }
   }
+}
+
+void dequantize_row_q4_K_ref(const void* src, float* dst, int64_t n) {
+  dequantize_k4_blocks(static_cast<const BlockQ4_K*>(src), n / kQK_K, dst, quant::unpack_q4_K);
 }
 
 // ---------------------------------------------------------------- Q5_K
@@ -472,21 +477,7 @@ void quantize_row_q5_K_ref(const float* x, void* dst, int64_t n) {
 }
 
 void dequantize_row_q5_K_ref(const void* src, float* dst, int64_t n) {
-  const auto* x = static_cast<const BlockQ5_K*>(src);
-  const int64_t nb = n / kQK_K;
-  int8_t q[kQK_K];
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = f16_to_f32(x[i].d);
-    const float dmin = f16_to_f32(x[i].dmin);
-    quant::unpack_q5_K(x[i], q);
-    for (int e = 0; e < kQK_K; ++e) {
-      uint8_t sc, m;
-      get_scale_min_k4(e / 32, x[i].scales, &sc, &m);
-      const float dl = d * static_cast<float>(sc);
-      const float ml = dmin * static_cast<float>(m);
-      *dst++ = dl * static_cast<float>(q[e]) - ml;
-    }
-  }
+  dequantize_k4_blocks(static_cast<const BlockQ5_K*>(src), n / kQK_K, dst, quant::unpack_q5_K);
 }
 
 // ---------------------------------------------------------------- Q6_K
