@@ -11,9 +11,10 @@ namespace ember {
 std::string ThroughputResult::summary() const {
   return fmt::format(
       "{:.2f} s, {:.2f} requests/s, {:.1f} tokens/s ({:.1f} output tokens/s, decode steps {:.1f} tokens/s), "
-      "{} steps, {:.1f} tokens/step, {} preemptions",
+      "{} steps, {:.1f} tokens/step, {} preemptions, KV waste {:.1f}% (mean over decode steps)",
       seconds, requests_per_s, tokens_per_s, output_tokens_per_s, decode_tokens_per_s, stats.n_steps,
-      stats.n_steps > 0 ? static_cast<double>(stats.n_computed_tokens) / stats.n_steps : 0.0, stats.n_preemptions);
+      stats.n_steps > 0 ? static_cast<double>(stats.n_computed_tokens) / stats.n_steps : 0.0, stats.n_preemptions,
+      100.0 * mean_kv_waste);
 }
 
 Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& pool, const ThroughputOptions& opt) {
@@ -38,6 +39,8 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
   ThroughputResult res;
   double decode_s = 0;
   int64_t decode_tokens = 0;
+  double waste_sum = 0;
+  int64_t waste_steps = 0;
   auto drain = [&]() -> Status {
     while (e.has_unfinished()) {
       auto out = e.step();
@@ -46,6 +49,8 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
       if (out->n_seqs > 0 && out->n_batched_tokens == out->n_seqs) {
         decode_s += out->seconds;
         decode_tokens += out->n_batched_tokens;
+        waste_sum += e.stats().kv_waste();
+        ++waste_steps;
       }
     }
     return Status::ok();
@@ -62,6 +67,7 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
   res.tokens_per_s = (res.prompt_tokens + res.output_tokens) / res.seconds;
   res.output_tokens_per_s = res.output_tokens / res.seconds;
   res.decode_tokens_per_s = decode_s > 0 ? decode_tokens / decode_s : 0;
+  res.mean_kv_waste = waste_steps > 0 ? waste_sum / waste_steps : 0;
   res.stats = e.stats();
   return res;
 }

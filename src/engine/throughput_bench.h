@@ -29,6 +29,7 @@ struct ThroughputResult {
   double tokens_per_s = 0;         // prompt + output
   double output_tokens_per_s = 0;
   double decode_tokens_per_s = 0;  // over pure-decode steps only
+  double mean_kv_waste = 0;        // allocated-but-unfilled KV slots / allocated, mean over decode steps
   EngineStats stats;
   // One-line summary.
   std::string summary() const;
