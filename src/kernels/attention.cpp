@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/cpu/simd_util.h"
 
 namespace ember {
 
@@ -38,16 +39,6 @@ struct RowState {
 
 constexpr int kMaxGroup = 8;  // query heads reduced together (share each K/V row load)
 
-inline float hsum256(__m256 v) {  // same reduction as dot_f32 in ops.cpp
-  __m128 lo = _mm256_castps256_ps128(v);
-  __m128 hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  __m128 sh = _mm_movehdup_ps(lo);
-  lo = _mm_add_ps(lo, sh);
-  sh = _mm_movehl_ps(sh, lo);
-  lo = _mm_add_ss(lo, sh);
-  return _mm_cvtss_f32(lo);
-}
 
 // out[r] = dot_f32(q + r * dk, k, dk) for r < M, bit for bit (same two
 // accumulators and reduction), loading each K vector once for M rows.
@@ -63,7 +54,7 @@ void dot_rows(const float* q, int dk, const float* k, float* out) {
       a1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * dk + i + 8), k1, a1[r]);
     }
   }
-  for (int r = 0; r < M; ++r) out[r] = hsum256(_mm256_add_ps(a0[r], a1[r]));
+  for (int r = 0; r < M; ++r) out[r] = simd::hsum_f32x8(_mm256_add_ps(a0[r], a1[r]));
 }
 
 void dot_group(const float* q, int nr, int dk, const float* k, float* out) {

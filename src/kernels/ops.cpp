@@ -1,5 +1,6 @@
 // Row-wise float ops; see ops.h.
 #include "kernels/ops.h"
+#include "kernels/cpu/simd_util.h"
 
 #include <immintrin.h>
 
@@ -7,18 +8,6 @@
 
 namespace ember {
 
-namespace {
-inline float hsum256(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v);
-  __m128 hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  __m128 sh = _mm_movehdup_ps(lo);
-  lo = _mm_add_ps(lo, sh);
-  sh = _mm_movehl_ps(sh, lo);
-  lo = _mm_add_ss(lo, sh);
-  return _mm_cvtss_f32(lo);
-}
-}  // namespace
 
 float dot_f32(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -28,7 +17,7 @@ float dot_f32(const float* a, const float* b, int64_t n) {
     acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
   }
   for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  float s = hsum256(_mm256_add_ps(acc0, acc1));
+  float s = simd::hsum_f32x8(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
