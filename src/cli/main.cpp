@@ -15,6 +15,7 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"run", ember::cli::cmd_run, "generate text from a prompt"},
+    {"serve", ember::cli::cmd_serve, "OpenAI-compatible HTTP server with a chat page"},
     {"info", ember::cli::cmd_info, "describe a model file"},
     {"bench", ember::cli::cmd_bench, "measure prompt-processing and generation speed"},
     {"quantize", ember::cli::cmd_quantize, "write a model in another tensor type"},

@@ -16,6 +16,7 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::start(const Model& model, Thre
 
 AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
   stats_ = engine_->stats();
+  max_seq_len_ = engine_->max_seq_len();
 }
 
 AsyncEngine::~AsyncEngine() { shutdown(); }
@@ -57,6 +58,19 @@ void AsyncEngine::abort(const std::string& id) {
   cv_.notify_all();
 }
 
+void AsyncEngine::stop_sample(const std::string& id, int index) {
+  auto cmd = std::make_unique<Command>();
+  cmd->kind = Command::kStopSample;
+  cmd->id = id;
+  cmd->index = index;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) return;
+    commands_.push_back(std::move(cmd));
+  }
+  cv_.notify_all();
+}
+
 EngineStats AsyncEngine::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   return stats_;
@@ -76,6 +90,7 @@ void AsyncEngine::deliver(const StepOutput& out) {
     u.index = t.index;
     u.tokens.push_back(t.token);
     u.logprobs.push_back(t.logprob);
+    u.top_logprobs.push_back(t.top);
   }
   for (const FinishedRequest& f : out.finished) {
     RequestUpdate& u = updates[{f.id, f.index}];
@@ -101,6 +116,9 @@ void AsyncEngine::deliver(const StepOutput& out) {
     bool any_lp = false;
     for (float lp : u.logprobs) any_lp |= lp == lp;
     if (!any_lp) u.logprobs.clear();
+    bool any_top = false;
+    for (const auto& t : u.top_logprobs) any_top |= !t.empty();
+    if (!any_top) u.top_logprobs.clear();
     Callback cb = it->second.cb;  // the entry may be erased below
     if (u.finished && --it->second.remaining == 0) callbacks_.erase(it);
     cb(u);
@@ -132,8 +150,10 @@ void AsyncEngine::loop() {
           ++n_active_;
         }
         c->accepted.set_value(std::move(st));
-      } else {
+      } else if (c->kind == Command::kAbort) {
         engine_->abort(c->id);
+      } else {
+        engine_->stop_sample(c->id, c->index);
       }
     }
     if (stop) {

@@ -27,6 +27,7 @@ struct RequestUpdate {
   int index = 0;                 // sample index (a request with n samples has n streams)
   std::vector<int32_t> tokens;   // new tokens since the last update
   std::vector<float> logprobs;   // matching log-probabilities (if requested)
+  std::vector<TopLogprobs> top_logprobs;  // matching top alternatives (if requested)
   bool finished = false;          // this sample ended
   FinishedRequest result;         // valid when finished
 };
@@ -44,6 +45,10 @@ class AsyncEngine {
   Status submit(const std::string& id, RequestParams params, Callback cb);
   // Aborts a request if it is still running (its callback gets kAbort).
   void abort(const std::string& id);
+  // Ends one sample of a request early as kStop (queued like abort()).
+  void stop_sample(const std::string& id, int index);
+  // Longest sequence (prompt + output) the engine can hold.
+  int64_t max_seq_len() const { return max_seq_len_; }
   // Snapshot of the engine's counters after its latest step.
   EngineStats stats() const;
   // Requests accepted and not yet finished.
@@ -53,8 +58,9 @@ class AsyncEngine {
 
  private:
   struct Command {
-    enum Kind { kAdd, kAbort } kind;
+    enum Kind { kAdd, kAbort, kStopSample } kind;
     std::string id;
+    int index = 0;
     RequestParams params;
     Callback cb;
     std::promise<Status> accepted;
@@ -64,6 +70,7 @@ class AsyncEngine {
   void deliver(const StepOutput& out);
 
   std::unique_ptr<Engine> engine_;
+  int64_t max_seq_len_ = 0;
   struct Active {
     Callback cb;
     int remaining;  // samples not yet finished

@@ -27,6 +27,25 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 std::string seq_key(const std::string& id, int index) { return fmt::format("{}\x1f{}", id, index); }
+// The k largest raw logits as (token, logit - lse), largest first (lowest
+// id first on ties): one pass with a small sorted buffer.
+TopLogprobs top_k_logprobs(const float* lg, int n, int k, double lse) {
+  TopLogprobs top;  // ascending by (logit, -id) while scanning
+  top.reserve(k + 1);
+  auto less = [](const std::pair<int32_t, float>& a, const std::pair<int32_t, float>& b) {
+    return a.second < b.second || (a.second == b.second && a.first > b.first);
+  };
+  for (int j = 0; j < n; ++j) {
+    if (static_cast<int>(top.size()) == k && !(lg[j] > top.front().second)) continue;
+    std::pair<int32_t, float> e{j, lg[j]};
+    top.insert(std::upper_bound(top.begin(), top.end(), e, less), e);
+    if (static_cast<int>(top.size()) > k) top.erase(top.begin());
+  }
+  std::reverse(top.begin(), top.end());
+  for (auto& e : top) e.second = static_cast<float>(e.second - lse);
+  return top;
+}
+
 }  // namespace
 
 struct Engine::Sequence {
@@ -48,11 +67,14 @@ struct Engine::Sequence {
   int max_tokens = 0;
   std::vector<int32_t> stop;
   bool want_logprobs = false;
+  int top_logprobs = 0;
   std::vector<float> logprobs;
   int priority = 0;
   uint64_t arrival = 0;
   int n_preemptions = 0;
   int64_t n_cached_prompt = -1;  // set at first admission
+  double t_arrival = 0;          // add_request time (steady clock, seconds)
+  double queue_seconds = -1;     // arrival to first admission
   bool running = false;
   int64_t n_output() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
 };
@@ -108,6 +130,9 @@ Status Engine::add_request(const std::string& id, RequestParams p) {
     if (t < 0 || t >= V) return Status::errorf("request '{}': token id {} out of range [0, {})", id, t, V);
   for (int32_t t : p.stop_token_ids)
     if (t < 0 || t >= V) return Status::errorf("request '{}': stop token id {} out of range [0, {})", id, t, V);
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs)
+    return Status::errorf("request '{}': top_logprobs must be in [0, {}] (got {})", id, kMaxTopLogprobs,
+                          p.top_logprobs);
   if (p.max_tokens < 1) return Status::errorf("request '{}': max_tokens must be >= 1 (got {})", id, p.max_tokens);
   EMBER_RETURN_IF_ERROR(p.sampling.validate().with_context(fmt::format("request '{}'", id)));
   const int64_t n = static_cast<int64_t>(p.prompt.size());
@@ -130,8 +155,10 @@ Status Engine::add_request(const std::string& id, RequestParams p) {
   s->max_tokens = p.max_tokens;
   s->stop = std::move(p.stop_token_ids);
   s->priority = p.priority;
-  s->want_logprobs = p.logprobs;
+  s->want_logprobs = p.logprobs || p.top_logprobs > 0;
+  s->top_logprobs = p.top_logprobs;
   s->arrival = next_arrival_++;
+  s->t_arrival = now_seconds();
   insert_sorted(waiting_, s.get());
   seqs_.emplace(seq_key(id, 0), std::move(s));
   groups_[id] = Group{p.n, 1};
@@ -147,6 +174,7 @@ void Engine::finish(Sequence* s, FinishReason r, StepOutput* out) {
   f.logprobs = std::move(s->logprobs);
   f.n_prompt = s->n_prompt;
   f.n_cached_prompt = std::max<int64_t>(0, s->n_cached_prompt);
+  f.queue_seconds = s->queue_seconds;
   f.n_preemptions = s->n_preemptions;
   free_tables(s);
   auto& q = s->running ? running_ : waiting_;
@@ -169,6 +197,15 @@ bool Engine::abort(const std::string& id) {
     finish(it->second.get(), FinishReason::kAbort, nullptr);
   }
   groups_.erase(id);
+  return true;
+}
+
+bool Engine::stop_sample(const std::string& id, int index) {
+  auto it = seqs_.find(seq_key(id, index));
+  if (it == seqs_.end()) return false;
+  Sequence* s = it->second.get();
+  if (s->n_fork > 0) return false;  // its samples are not forked yet: nothing was generated
+  finish(s, FinishReason::kStop, nullptr);
   return true;
 }
 
@@ -296,7 +333,9 @@ void Engine::sample_into(Sequence* s, float* lg, StepOutput* out) {
     lp = static_cast<float>(raw_[tok] - lse);
     s->logprobs.push_back(lp);
   }
-  out->tokens.push_back({s->id, s->index, tok, lp});
+  TopLogprobs top;
+  if (s->top_logprobs > 0) top = top_k_logprobs(raw_.data(), V, s->top_logprobs, lse);
+  out->tokens.push_back({s->id, s->index, tok, lp, std::move(top)});
   if (std::find(s->stop.begin(), s->stop.end(), tok) != s->stop.end())
     finish(s, FinishReason::kStop, out);
   else if (s->n_output() >= s->max_tokens || static_cast<int64_t>(s->tokens.size()) >= max_seq_len_)
@@ -328,9 +367,12 @@ void Engine::fork_samples(Sequence* p, const float* logits, StepOutput* out) {
     c->max_tokens = p->max_tokens;
     c->stop = p->stop;
     c->want_logprobs = p->want_logprobs;
+    c->top_logprobs = p->top_logprobs;
     c->priority = p->priority;
     c->arrival = p->arrival;
     c->n_cached_prompt = p->n_cached_prompt;
+    c->t_arrival = p->t_arrival;
+    c->queue_seconds = p->queue_seconds;
     c->running = true;
     Sequence* cs = c.get();
     seqs_.emplace(seq_key(c->id, k), std::move(c));
@@ -411,7 +453,10 @@ Result<StepOutput> Engine::step() {
       break;
     }
     if (blocks_->prefix_caching()) blocks_->record_query(n_tokens - 1, s->n_computed);
-    if (s->n_cached_prompt < 0) s->n_cached_prompt = s->n_computed;
+    if (s->n_cached_prompt < 0) {
+      s->n_cached_prompt = s->n_computed;
+      s->queue_seconds = now_seconds() - s->t_arrival;
+    }
     waiting_.erase(waiting_.begin());
     s->running = true;
     insert_sorted(running_, s);

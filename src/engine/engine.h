@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -45,6 +46,8 @@ struct EngineConfig {
   bool sliding_window_release = true;
 };
 
+constexpr int kMaxTopLogprobs = 20;  // OpenAI's limit
+
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
 const char* finish_reason_name(FinishReason r);
 
@@ -55,14 +58,18 @@ struct RequestParams {
   std::vector<int32_t> stop_token_ids;  // generation ends after emitting one of these
   int priority = 0;                    // lower runs first (FCFS within a priority)
   bool logprobs = false;               // report log p(token) of each sampled token (raw logits)
+  int top_logprobs = 0;                // with logprobs: also the k most likely tokens per step (k <= 20)
   int n = 1;  // parallel samples; sample k uses seed + k and shares the prompt's KV blocks
 };
+
+using TopLogprobs = std::vector<std::pair<int32_t, float>>;  // (token, logprob), most likely first
 
 struct TokenEvent {
   std::string id;
   int index;      // sample index (0 .. n-1)
   int32_t token;
   float logprob;  // log-softmax of the raw logits at `token`; NaN unless requested
+  TopLogprobs top;  // the top_logprobs most likely tokens (empty unless requested)
 };
 
 struct FinishedRequest {
@@ -74,6 +81,7 @@ struct FinishedRequest {
   int64_t n_prompt = 0;
   int64_t n_cached_prompt = 0;   // prompt tokens served by the prefix cache at first admission
   int n_preemptions = 0;
+  double queue_seconds = -1;     // waiting time before first scheduled (-1: never scheduled)
 };
 
 struct StepOutput {
@@ -122,6 +130,9 @@ class Engine {
   // blocks; it is reported as finished (kAbort) by the next step(). False if
   // the id is unknown.
   bool abort(const std::string& id);
+  // Ends one sample of a request (e.g. a stop string matched) as kStop,
+  // freeing its blocks; reported by the next step(). False if unknown.
+  bool stop_sample(const std::string& id, int index);
   // One scheduling + forward + sampling iteration. Does nothing (and returns
   // only pending abort reports) when there is no work.
   Result<StepOutput> step();

@@ -598,3 +598,57 @@ TEST(Engine, RandomizedStress) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// top_logprobs: the k most likely tokens of each step's raw distribution,
+// checked against a log-softmax computed here from the plain generator's
+// logits (double precision, full sort).
+TEST(Engine, TopLogprobsMatchForwardLogits) {
+  auto m = load(kTinyQwen);
+  ThreadPool pool(1);
+  std::mt19937 rng(11);
+  const int V = m->config().n_vocab;
+  RequestParams p;
+  p.prompt = random_prompt(rng, 9, V);
+  p.sampling = greedy();
+  p.max_tokens = 3;
+  p.logprobs = true;
+  p.top_logprobs = 5;
+  auto e = make_engine(*m, pool, {});
+  ASSERT_TRUE(e->add_request("r", p).is_ok());
+  std::vector<TokenEvent> events;
+  while (e->has_unfinished()) {
+    auto out = e->step();
+    ASSERT_TRUE(out.is_ok());
+    for (auto& t : out->tokens) events.push_back(t);
+  }
+  ASSERT_EQ(events.size(), 3u);
+  Generator g(*m, pool, 64);
+  std::vector<float> logits(V);
+  ASSERT_TRUE(g.prefill(p.prompt, 0, logits.data()).is_ok());
+  for (size_t i = 0; i < events.size(); ++i) {
+    double mx = *std::max_element(logits.begin(), logits.end()), sum = 0;
+    for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+    const double lse = mx + std::log(sum);
+    std::vector<int32_t> order(V);
+    for (int j = 0; j < V; ++j) order[j] = j;
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    const TokenEvent& ev = events[i];
+    ASSERT_EQ(ev.top.size(), 5u);
+    EXPECT_EQ(ev.token, order[0]);
+    EXPECT_FLOAT_EQ(ev.logprob, ev.top[0].second);
+    for (int k = 0; k < 5; ++k) {
+      EXPECT_EQ(ev.top[k].first, order[k]) << "step " << i << " rank " << k;
+      EXPECT_NEAR(ev.top[k].second, logits[order[k]] - lse, 1e-5) << "step " << i << " rank " << k;
+    }
+    ASSERT_TRUE(g.decode_one(ev.token, static_cast<int64_t>(p.prompt.size() + i), logits.data()).is_ok());
+  }
+  RequestParams bad = p;
+  bad.top_logprobs = 21;
+  EXPECT_FALSE(e->add_request("bad", bad).is_ok());
+}
+
+}  // namespace
+}  // namespace ember

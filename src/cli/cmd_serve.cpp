@@ -1,0 +1,186 @@
+// `ember serve`: the OpenAI-compatible HTTP server. Loads the model, prints
+// the memory budget (weights, KV cache in tokens), starts the engine thread,
+// the HTTP event loop and its handler threads, then waits for SIGINT or
+// SIGTERM: on either it stops accepting, lets in-flight requests finish
+// (up to --shutdown-timeout seconds), aborts the rest and exits 0.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/common.h"
+#include "engine/async_engine.h"
+#include "engine/kv/kv_pool.h"
+#include "server/http_server.h"
+#include "server/openai_service.h"
+
+namespace ember::cli {
+
+namespace {
+
+// "1073741824", "512M", "2G", "1.5GiB" -> bytes.
+bool parse_bytes(const std::string& s, size_t* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || !(v >= 0)) return false;
+  std::string unit(end);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mul = 1;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") mul = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") mul = 1024.0 * 1024 * 1024;
+  else return false;
+  const double b = v * mul;
+  if (b > 1e15) return false;
+  *out = static_cast<size_t>(b);
+  return true;
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+  return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv, int first) {
+  ArgParser p("serve",
+              "ember serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--served-model-name NAME] "
+              "[--max-num-seqs N] [--max-model-len L] [--kv-cache-memory BYTES] [--enable-prefix-caching] [-t THREADS]");
+  std::string model_path, host = "127.0.0.1", api_key, served_name, kv_mem;
+  int port = 8080, threads = default_thread_count(), max_num_seqs = 64, max_batched = 512, block_size = 16;
+  int max_n = 16, handler_threads = 4, shutdown_timeout = 30;
+  int64_t max_model_len = 0, max_body = int64_t{8} << 20;
+  bool prefix = false, no_prefix = false;
+  p.option("-m,--model", &model_path, "MODEL", "model file or Hugging Face folder (default: the bundled Gemma 3 270M)");
+  p.option("--host", &host, "HOST", "address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)");
+  p.option("--port", &port, "PORT", "port (default 8080; 0 picks a free one)");
+  p.option("--api-key", &api_key, "KEY", "require 'Authorization: Bearer KEY' on /v1/* (or set EMBER_API_KEY)");
+  p.option("--served-model-name", &served_name, "NAME", "model id reported by the API (default: the file name)");
+  p.option("--max-num-seqs", &max_num_seqs, "N", "sequences per engine step (default 64)");
+  p.option("--max-num-batched-tokens", &max_batched, "N", "tokens per engine step (default 512)");
+  p.option("--max-model-len", &max_model_len, "L", "prompt + output tokens per sequence (default: the model's context)");
+  p.option("--kv-cache-memory", &kv_mem, "BYTES", "KV cache size, e.g. 2G, 512M (default: 15% of free memory, <= 4G)");
+  p.option("--block-size", &block_size, "N", "tokens per KV block (default 16)");
+  p.flag("--enable-prefix-caching", &prefix, "reuse the KV blocks of shared prompt prefixes (default: on)");
+  p.flag("--no-enable-prefix-caching", &no_prefix, "turn prefix caching off");
+  p.option("--max-n", &max_n, "N", "largest 'n' (samples per prompt) a request may ask for (default 16)");
+  p.option("--max-body-bytes", &max_body, "BYTES", "largest request body (default 8 MiB)");
+  p.option("--handler-threads", &handler_threads, "N", "HTTP handler threads (default 4)");
+  p.option("--shutdown-timeout", &shutdown_timeout, "S", "seconds in-flight requests get to finish on SIGTERM (default 30)");
+  p.option("-t,--threads", &threads, "N", "compute threads (default: all cores)");
+  if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
+  if (p.help_requested()) {
+    std::fputs(p.help_text().c_str(), stdout);
+    return kExitOk;
+  }
+  if (prefix && no_prefix) return usage_error(p, "--enable-prefix-caching and --no-enable-prefix-caching conflict");
+  if (port < 0 || port > 65535) return usage_error(p, "--port must be in [0, 65535]");
+  if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
+  if (max_num_seqs < 1 || max_num_seqs > 4096) return usage_error(p, "--max-num-seqs must be in [1, 4096]");
+  if (max_batched < 1 || max_batched > 65536) return usage_error(p, "--max-num-batched-tokens must be in [1, 65536]");
+  if (block_size < 1 || block_size > 1024) return usage_error(p, "--block-size must be in [1, 1024]");
+  if (max_model_len < 0) return usage_error(p, "--max-model-len must be >= 0");
+  if (max_n < 1 || max_n > 256) return usage_error(p, "--max-n must be in [1, 256]");
+  if (max_body < 1024 || max_body > (int64_t{1} << 32)) return usage_error(p, "--max-body-bytes must be in [1024, 4G]");
+  if (handler_threads < 1 || handler_threads > 256) return usage_error(p, "--handler-threads must be in [1, 256]");
+  if (shutdown_timeout < 0) return usage_error(p, "--shutdown-timeout must be >= 0");
+  if (api_key.empty())
+    if (const char* k = std::getenv("EMBER_API_KEY")) api_key = k;
+  EngineConfig ec;
+  ec.max_num_seqs = max_num_seqs;
+  ec.max_num_batched_tokens = max_batched;
+  ec.max_model_len = max_model_len;
+  ec.block_size = block_size;
+  ec.enable_prefix_caching = !no_prefix;
+  if (!kv_mem.empty()) {
+    if (!parse_bytes(kv_mem, &ec.kv_cache_bytes) || ec.kv_cache_bytes == 0)
+      return usage_error(p, fmt::format("--kv-cache-memory expects a size such as 2G or 536870912, got '{}'", kv_mem));
+  } else {
+    auto free_budget = kv_budget_from_free_memory(0.15);
+    ec.kv_cache_bytes = free_budget ? std::min<size_t>(*free_budget, size_t{4} << 30) : size_t{1} << 30;
+  }
+
+  std::string path = resolve_model_path(p, model_path);
+  if (path.empty()) return kExitUsage;
+  auto model = Model::load(path);
+  if (!model) return usage_error(p, model.status().message());
+  const Model& m = **model;
+  auto tok = Tokenizer::from_metadata(m.file().metadata);
+  if (!tok) return usage_error(p, fmt::format("{}: tokenizer: {}", path, tok.status().message()));
+  if (served_name.empty()) {
+    served_name = path;
+    const size_t slash = served_name.find_last_of('/');
+    if (slash != std::string::npos) served_name = served_name.substr(slash + 1);
+    if (served_name.empty()) served_name = "ember";
+  }
+
+  // Signals are taken by this thread only (sigwait below): block them before
+  // any other thread starts so they all inherit the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  ThreadPool pool(threads);
+  auto engine = AsyncEngine::start(m, pool, ec);
+  if (!engine) return usage_error(p, fmt::format("engine: {}", engine.status().message()));
+  ServiceConfig sc;
+  sc.served_model_name = served_name;
+  sc.api_key = api_key;
+  sc.arch = m.config().arch;
+  sc.limits.max_n = max_n;
+  OpenAiService service(**tok, **engine, sc);
+  HttpServerConfig hc;
+  hc.host = host;
+  hc.port = port;
+  hc.max_body_bytes = static_cast<size_t>(max_body);
+  hc.n_handler_threads = handler_threads;
+  auto server = HttpServer::start(hc, [&service](const HttpRequest& r, std::shared_ptr<HttpResponse> resp) {
+    service.handle(r, std::move(resp));
+  });
+  if (!server) {
+    std::fprintf(stderr, "ember serve: %s\n", server.status().message().c_str());
+    return kExitFailure;
+  }
+  const EngineStats st = (*engine)->stats();
+  std::fprintf(stderr,
+               "ember serve: model %s (%s), weights %s, %d compute threads\n"
+               "ember serve: KV cache %s in %d blocks of %d tokens: %lld tokens per sequence at most, "
+               "max %d sequences per step, prefix caching %s\n",
+               path.c_str(), m.config().arch.c_str(), human_bytes(static_cast<double>(m.weight_bytes())).c_str(),
+               threads, human_bytes(static_cast<double>(ec.kv_cache_bytes)).c_str(), st.blocks_total, block_size,
+               static_cast<long long>((*engine)->max_seq_len()), max_num_seqs, ec.enable_prefix_caching ? "on" : "off");
+  if (api_key.empty() && host != "127.0.0.1" && host != "localhost" && host != "::1")
+    std::fprintf(stderr, "ember serve: warning: listening on %s without an API key\n", host.c_str());
+  std::printf("ember serve: listening on http://%s:%d (model '%s')\n", host.c_str(), (*server)->port(),
+              served_name.c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "ember serve: %s received: no new requests; finishing %d in flight (up to %d s)\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", service.n_jobs(), shutdown_timeout);
+  service.set_draining(true);
+  (*server)->stop_accepting();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(shutdown_timeout);
+  timespec poll{0, 50 * 1000 * 1000};
+  while (service.n_jobs() > 0 && std::chrono::steady_clock::now() < deadline) {
+    // A second signal cuts the wait short.
+    if (sigtimedwait(&sigs, nullptr, &poll) > 0) break;
+  }
+  if (service.n_jobs() > 0) std::fprintf(stderr, "ember serve: aborting %d requests\n", service.n_jobs());
+  (*engine)->shutdown();  // aborts what is left; their responses end
+  for (int i = 0; i < 20 && (*server)->n_in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  (*server)->shutdown();
+  std::fprintf(stderr, "ember serve: stopped\n");
+  return kExitOk;
+}
+
+}  // namespace ember::cli

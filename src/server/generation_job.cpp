@@ -1,0 +1,307 @@
+// One generation request in flight; see generation_job.h.
+#include "server/generation_job.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <ctime>
+
+namespace ember {
+
+using nlohmann::json;
+
+double steady_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+// Model text may hold invalid UTF-8 (a token can be part of a character):
+// replace it instead of failing.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json byte_list(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+const char* reason_text(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    default: return "error";
+  }
+}
+
+}  // namespace
+
+GenerationJob::GenerationJob(const GenerationRequest& req, std::vector<JobPrompt> prompts, const Tokenizer& tok,
+                             AsyncEngine& engine, ServerMetrics& metrics, std::string id, std::string model_name,
+                             std::shared_ptr<HttpResponse> resp, double t_arrival)
+    : req_(req),
+      prompts_(std::move(prompts)),
+      tok_(tok),
+      engine_(engine),
+      metrics_(metrics),
+      id_(std::move(id)),
+      model_name_(std::move(model_name)),
+      resp_(std::move(resp)),
+      t_arrival_(t_arrival),
+      created_(static_cast<int64_t>(std::time(nullptr))),
+      n_(req.n) {
+  choices_.resize(prompts_.size() * static_cast<size_t>(n_));
+  for (size_t p = 0; p < prompts_.size(); ++p)
+    for (int k = 0; k < n_; ++k) {
+      Choice& c = choice(static_cast<int>(p), k);
+      c.prompt = static_cast<int>(p);
+      c.sample = k;
+      c.dec = std::make_unique<StreamDecoder>(tok_, !req_.skip_special_tokens);
+      c.stop = std::make_unique<StopMatcher>(req_.stop);
+      if (req_.echo) {
+        c.text = prompts_[p].echo_text;
+        c.text_len = c.text.size();
+      }
+      if (req_.logprobs) {
+        if (req_.endpoint == Endpoint::kChat)
+          c.lp = json{{"content", json::array()}};
+        else
+          c.lp = json{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+                      {"text_offset", json::array()}};
+      }
+    }
+  queue_seconds_.assign(prompts_.size(), -1.0);
+}
+
+std::string GenerationJob::engine_id(int p) const { return fmt::format("{}-{}", id_, p); }
+
+json GenerationJob::chunk_base() const {
+  const bool chat = req_.endpoint == Endpoint::kChat;
+  json j = {{"id", id_},
+            {"object", chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", model_name_},
+            {"system_fingerprint", nullptr},
+            {"choices", json::array()}};
+  if (req_.include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+json GenerationJob::usage() const {
+  int64_t prompt = 0, completion = 0;
+  for (const auto& p : prompts_) prompt += static_cast<int64_t>(p.tokens.size());
+  for (const auto& c : choices_) completion += c.n_tokens;
+  return json{{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+void GenerationJob::send_chunk(json chunk) { resp_->write("data: " + dump(chunk) + "\n\n"); }
+
+void GenerationJob::start(std::vector<RequestParams> params) {
+  auto self = shared_from_this();
+  if (req_.stream) {
+    resp_->start_stream(200, "text/event-stream");
+    metrics_.observe_http(200);
+    std::lock_guard<std::mutex> lk(mu_);
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& c = choices_[i];
+      // The first chunk of every choice: the role (chat) or the echoed prompt.
+      if (req_.endpoint == Endpoint::kChat) {
+        json ch = chunk_base();
+        ch["choices"].push_back(json{{"index", i},
+                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}});
+        send_chunk(std::move(ch));
+        c.sent_role = true;
+      } else if (req_.echo && !c.text.empty()) {
+        json ch = chunk_base();
+        ch["choices"].push_back(json{{"index", i}, {"text", c.text}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+        send_chunk(std::move(ch));
+      }
+    }
+  }
+  for (size_t p = 0; p < params.size(); ++p) {
+    const int pi = static_cast<int>(p);
+    Status st = engine_.submit(engine_id(pi), std::move(params[p]),
+                               [self, pi](const RequestUpdate& u) { self->on_update(pi, u); });
+    if (!st) {
+      for (int q = 0; q < pi; ++q) engine_.abort(engine_id(q));
+      std::lock_guard<std::mutex> lk(mu_);
+      failed_ = true;
+      for (int q = pi; q < static_cast<int>(prompts_.size()); ++q)
+        for (int k = 0; k < n_; ++k) finish_choice(choice(q, k), "error");
+      if (n_done_ == static_cast<int>(choices_.size())) complete(st.message().c_str());
+      return;
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    ++n_submitted_;
+  }
+  // Registered after submission: a client already gone aborts at once.
+  resp_->on_close([self] { self->on_client_closed(); });
+}
+
+void GenerationJob::on_client_closed() {
+  client_gone_ = true;
+  for (size_t p = 0; p < prompts_.size(); ++p) engine_.abort(engine_id(static_cast<int>(p)));
+}
+
+void GenerationJob::append_logprobs(Choice& c, const RequestUpdate& u, size_t i, const std::string& piece,
+                                    json* chunk_lp) {
+  const int32_t t = u.tokens[i];
+  const float lp = i < u.logprobs.size() ? u.logprobs[i] : 0.f;
+  static const TopLogprobs kNone;
+  const TopLogprobs& top = i < u.top_logprobs.size() ? u.top_logprobs[i] : kNone;
+  const std::string raw = tok_.token_to_piece(t, true);
+  if (req_.endpoint == Endpoint::kChat) {
+    json alts = json::array();
+    for (const auto& [id, v] : top) {
+      const std::string s = tok_.token_to_piece(id, true);
+      alts.push_back(json{{"token", s}, {"logprob", v}, {"bytes", byte_list(s)}});
+    }
+    json e = {{"token", raw}, {"logprob", lp}, {"bytes", byte_list(raw)}, {"top_logprobs", std::move(alts)}};
+    (*chunk_lp)["content"].push_back(e);
+    if (!req_.stream) c.lp["content"].push_back(std::move(e));
+  } else {
+    json alts = json::object();
+    for (const auto& [id, v] : top) alts[tok_.token_to_piece(id, true)] = v;
+    const size_t offset = c.text_len;
+    c.text_len += piece.size();
+    for (json* dst : {chunk_lp, req_.stream ? nullptr : &c.lp}) {
+      if (!dst) continue;
+      (*dst)["tokens"].push_back(raw);
+      (*dst)["token_logprobs"].push_back(lp);
+      (*dst)["top_logprobs"].push_back(req_.top_logprobs > 0 ? alts : json(nullptr));
+      (*dst)["text_offset"].push_back(offset);
+    }
+  }
+}
+
+void GenerationJob::emit_stream(Choice& c, int idx, const std::string& text, json lp, bool finished) {
+  if (!req_.stream) return;
+  json ch = chunk_base();
+  json choice_j = {{"index", idx}, {"logprobs", req_.logprobs ? std::move(lp) : json(nullptr)}};
+  if (req_.endpoint == Endpoint::kChat)
+    choice_j["delta"] = text.empty() && finished ? json::object() : json{{"content", text}};
+  else
+    choice_j["text"] = text;
+  choice_j["finish_reason"] = finished ? json(c.finish_reason) : json(nullptr);
+  ch["choices"].push_back(std::move(choice_j));
+  send_chunk(std::move(ch));
+}
+
+void GenerationJob::finish_choice(Choice& c, const std::string& reason) {
+  if (c.done) return;
+  c.done = true;
+  c.finish_reason = reason;
+  ++n_done_;
+}
+
+void GenerationJob::on_update(int p, const RequestUpdate& u) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (completed_ || u.index < 0 || u.index >= n_) return;
+  Choice& c = choice(p, u.index);
+  const int idx = p * n_ + u.index;
+  if (u.finished && queue_seconds_[p] < 0) queue_seconds_[p] = u.result.queue_seconds;
+  if (c.done) return;
+  if (!u.tokens.empty() && t_first_token_ < 0) t_first_token_ = steady_now();
+  std::string out;
+  json lp = req_.endpoint == Endpoint::kChat
+                ? json{{"content", json::array()}}
+                : json{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+                       {"text_offset", json::array()}};
+  for (size_t i = 0; i < u.tokens.size() && !c.done; ++i) {
+    const std::string piece = c.dec->push(u.tokens[i]);
+    ++c.n_tokens;
+    if (req_.logprobs) append_logprobs(c, u, i, piece, &lp);
+    out += c.stop->push(piece);
+    if (c.stop->stopped()) {
+      finish_choice(c, "stop");
+      engine_.stop_sample(engine_id(p), u.index);
+    }
+  }
+  if (!c.done && u.finished) {
+    out += c.stop->push(c.dec->flush());
+    if (!c.stop->stopped()) out += c.stop->flush();
+    finish_choice(c, c.stop->stopped() ? "stop" : reason_text(u.result.reason));
+  }
+  c.text += out;
+  if (req_.stream && !client_gone_ && (!out.empty() || c.done || (req_.logprobs && !u.tokens.empty())))
+    emit_stream(c, idx, out, std::move(lp), c.done);
+  if (n_done_ == static_cast<int>(choices_.size())) complete();
+}
+
+json GenerationJob::final_body() const {
+  const bool chat = req_.endpoint == Endpoint::kChat;
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    json j = {{"index", i}, {"logprobs", req_.logprobs ? c.lp : json(nullptr)}, {"finish_reason", c.finish_reason}};
+    if (chat)
+      j["message"] = json{{"role", "assistant"}, {"content", c.text}, {"tool_calls", json::array()}};
+    else
+      j["text"] = c.text;
+    choices.push_back(std::move(j));
+  }
+  return json{{"id", id_},
+              {"object", chat ? "chat.completion" : "text_completion"},
+              {"created", created_},
+              {"model", model_name_},
+              {"system_fingerprint", nullptr},
+              {"choices", std::move(choices)},
+              {"usage", usage()}};
+}
+
+// All choices ended: write the response (or the stream's end) and record metrics.
+void GenerationJob::complete(const char* error) {
+  if (completed_) return;
+  completed_ = true;
+  bool any_error = failed_ || error;
+  bool all_abort = true;
+  for (const Choice& c : choices_) {
+    any_error |= c.finish_reason == "error";
+    all_abort &= c.finish_reason == "abort";
+  }
+  if (!client_gone_) {
+    if (req_.stream) {
+      if (any_error) {
+        ApiError e;
+        e.status = 500;
+        e.type = "server_error";
+        e.message = error ? error : "generation failed";
+        resp_->write("data: " + dump(error_body(e)) + "\n\n");
+      } else if (req_.include_usage) {
+        json ch = chunk_base();
+        ch["usage"] = usage();
+        send_chunk(std::move(ch));
+      }
+      resp_->write("data: [DONE]\n\n");
+      resp_->end_stream();
+    } else if (any_error || all_abort) {
+      ApiError e;
+      e.status = any_error ? 500 : 503;
+      e.type = any_error ? "server_error" : "service_unavailable";
+      e.message = error ? error : any_error ? "generation failed" : "the request was aborted (server shutting down)";
+      resp_->send(e.status, "application/json", dump(error_body(e)));
+      metrics_.observe_http(e.status);
+    } else {
+      resp_->send(200, "application/json", dump(final_body()));
+      metrics_.observe_http(200);
+    }
+  }
+  // One record per choice, like one engine request per sample.
+  const double now = steady_now();
+  for (const Choice& c : choices_) {
+    RequestRecord r;
+    r.finish_reason = client_gone_ && c.finish_reason != "stop" && c.finish_reason != "length" ? "abort" : c.finish_reason;
+    r.prompt_tokens = c.sample == 0 ? static_cast<int64_t>(prompts_[c.prompt].tokens.size()) : 0;
+    r.generation_tokens = c.n_tokens;
+    r.ttft = t_first_token_ >= 0 ? t_first_token_ - t_arrival_ : -1;
+    r.e2e = now - t_arrival_;
+    r.queue = c.sample == 0 ? queue_seconds_[c.prompt] : -1;
+    metrics_.observe_request(r);
+  }
+  if (on_done_) on_done_();
+}
+
+}  // namespace ember

@@ -1,0 +1,101 @@
+// One /v1/completions or /v1/chat/completions request in flight: owns its
+// choices (prompt x sample), turns the engine's token updates into text
+// (streaming detokenizer, stop strings held back until they cannot match,
+// log-probabilities), and writes either SSE chunks as tokens arrive or one
+// JSON response at the end, in OpenAI's shapes. Token updates arrive on the
+// engine thread; writing only queues bytes on the HTTP connection, so the
+// engine never waits for a client.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/async_engine.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/openai_protocol.h"
+#include "server/stop_matcher.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ember {
+
+struct JobPrompt {
+  std::vector<int32_t> tokens;
+  std::string echo_text;  // completions with echo: the prompt's text
+};
+
+class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+ public:
+  // `req` is validated; prompts are tokenized and fit the context.
+  GenerationJob(const GenerationRequest& req, std::vector<JobPrompt> prompts, const Tokenizer& tok,
+                AsyncEngine& engine, ServerMetrics& metrics, std::string id, std::string model_name,
+                std::shared_ptr<HttpResponse> resp, double t_arrival);
+
+  // Submits every prompt to the engine (parameters per prompt in `params`)
+  // and, for streaming, starts the SSE response. Runs on a handler thread.
+  void start(std::vector<RequestParams> params);
+  // Engine-thread callback for one engine request (prompt index `p`).
+  void on_update(int p, const RequestUpdate& u);
+  // The client went away: aborts every engine request of this job.
+  void on_client_closed();
+  // Called once when the job has ended (response complete or client gone).
+  void set_on_done(std::function<void()> fn) { on_done_ = std::move(fn); }
+
+ private:
+  struct Choice {
+    int prompt = 0;
+    int sample = 0;
+    std::unique_ptr<StreamDecoder> dec;
+    std::unique_ptr<StopMatcher> stop;
+    std::string text;           // emitted text (non-streaming: the whole answer)
+    int64_t n_tokens = 0;
+    size_t text_len = 0;        // bytes produced by the decoder so far (for text_offset)
+    nlohmann::json lp;          // accumulated logprobs (non-streaming)
+    std::string finish_reason;  // set when done
+    bool done = false;
+    bool sent_role = false;
+  };
+  std::string engine_id(int p) const;
+  Choice& choice(int p, int sample) { return choices_[static_cast<size_t>(p) * n_ + sample]; }
+  // Log-probability entries of `tokens` in the endpoint's shape (appended to *out).
+  void append_logprobs(Choice& c, const RequestUpdate& u, size_t i, const std::string& piece, nlohmann::json* chunk_lp);
+  nlohmann::json chunk_base() const;
+  nlohmann::json usage() const;
+  void send_chunk(nlohmann::json chunk);
+  void emit_stream(Choice& c, int idx, const std::string& text, nlohmann::json lp, bool finished);
+  void finish_choice(Choice& c, const std::string& reason);
+  void complete(const char* error = nullptr);
+  nlohmann::json final_body() const;
+
+  GenerationRequest req_;
+  std::vector<JobPrompt> prompts_;
+  const Tokenizer& tok_;
+  AsyncEngine& engine_;
+  ServerMetrics& metrics_;
+  std::string id_;
+  std::string model_name_;
+  std::shared_ptr<HttpResponse> resp_;
+  double t_arrival_;
+  int64_t created_;
+  int n_ = 1;
+  std::mutex mu_;
+  std::vector<Choice> choices_;
+  std::vector<double> queue_seconds_;  // per prompt, from the engine
+  int n_done_ = 0;
+  int n_submitted_ = 0;
+  double t_first_token_ = -1;
+  bool completed_ = false;
+  bool failed_ = false;
+  std::atomic<bool> client_gone_{false};
+  std::function<void()> on_done_;
+};
+
+double steady_now();
+
+}  // namespace ember

@@ -1,0 +1,326 @@
+// OpenAI request parsing and validation; see openai_protocol.h.
+#include "server/openai_protocol.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace ember {
+
+using nlohmann::json;
+
+json error_body(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return json{{"error", err}};
+}
+
+ApiError bad_request(std::string message, std::string param, std::string code) {
+  ApiError e;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+std::optional<json> parse_json_object(const std::string& body, ApiError* err) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    *err = bad_request("request body is not valid JSON", "", "invalid_json");
+    return std::nullopt;
+  }
+  if (!j.is_object()) {
+    *err = bad_request(fmt::format("request body must be a JSON object, not {}", j.type_name()), "", "invalid_json");
+    return std::nullopt;
+  }
+  return j;
+}
+
+namespace {
+
+const char* type_of(const json& v) { return v.type_name(); }
+
+// Typed, range-checked access to optional fields of a JSON object. The first
+// failure is kept; later reads are no-ops.
+class Fields {
+ public:
+  Fields(const json& obj, ApiError* err) : obj_(obj), err_(err) {}
+  bool ok() const { return ok_; }
+  void fail(std::string message, const std::string& param) {
+    if (!ok_) return;
+    ok_ = false;
+    *err_ = bad_request(std::move(message), param);
+  }
+  // Present and not null.
+  const json* get(const std::string& name) const {
+    auto it = obj_.find(name);
+    return it == obj_.end() || it->is_null() ? nullptr : &*it;
+  }
+  void boolean(const std::string& name, bool* out) {
+    const json* v = get(name);
+    if (!v || !ok_) return;
+    if (!v->is_boolean()) return fail(fmt::format("'{}' must be a boolean, not {}", name, type_of(*v)), name);
+    *out = v->get<bool>();
+  }
+  void number(const std::string& name, double* out, double lo, double hi) {
+    const json* v = get(name);
+    if (!v || !ok_) return;
+    if (!v->is_number()) return fail(fmt::format("'{}' must be a number, not {}", name, type_of(*v)), name);
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi)
+      return fail(fmt::format("'{}' must be in [{}, {}] (got {})", name, lo, hi, v->dump()), name);
+    *out = x;
+  }
+  void integer(const std::string& name, int64_t* out, int64_t lo, int64_t hi) {
+    const json* v = get(name);
+    if (!v || !ok_) return;
+    int64_t x = 0;
+    if (v->is_number_unsigned()) {
+      const uint64_t u = v->get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return fail(fmt::format("'{}' must be in [{}, {}] (got {})", name, lo, hi, v->dump()), name);
+      x = static_cast<int64_t>(u);
+    } else if (v->is_number_integer()) {
+      x = v->get<int64_t>();
+    } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
+               std::fabs(v->get<double>()) < 9e15) {
+      x = static_cast<int64_t>(v->get<double>());  // 16.0 is accepted as 16
+    } else {
+      return fail(fmt::format("'{}' must be an integer, not {}", name, v->is_number() ? v->dump() : type_of(*v)),
+                  name);
+    }
+    if (x < lo || x > hi) return fail(fmt::format("'{}' must be in [{}, {}] (got {})", name, lo, hi, x), name);
+    *out = x;
+  }
+  void string(const std::string& name, std::string* out) {
+    const json* v = get(name);
+    if (!v || !ok_) return;
+    if (!v->is_string()) return fail(fmt::format("'{}' must be a string, not {}", name, type_of(*v)), name);
+    *out = v->get<std::string>();
+  }
+
+ private:
+  const json& obj_;
+  ApiError* err_;
+  bool ok_ = true;
+};
+
+constexpr int kMaxStops = 16;
+constexpr size_t kMaxStopBytes = 256;
+
+void parse_stop(Fields& f, GenerationRequest* r) {
+  const json* v = f.get("stop");
+  if (!v || !f.ok()) return;
+  if (v->is_string()) {
+    r->stop.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > kMaxStops) return f.fail(fmt::format("'stop' may hold at most {} strings", kMaxStops), "stop");
+    for (const json& s : *v) {
+      if (!s.is_string()) return f.fail("'stop' must be a string or an array of strings", "stop");
+      r->stop.push_back(s.get<std::string>());
+    }
+  } else {
+    return f.fail(fmt::format("'stop' must be a string or an array of strings, not {}", type_of(*v)), "stop");
+  }
+  for (const auto& s : r->stop)
+    if (s.size() > kMaxStopBytes) return f.fail(fmt::format("stop strings are limited to {} bytes", kMaxStopBytes), "stop");
+}
+
+void parse_stop_token_ids(Fields& f, GenerationRequest* r) {
+  const json* v = f.get("stop_token_ids");
+  if (!v || !f.ok()) return;
+  if (!v->is_array() || v->size() > 256) return f.fail("'stop_token_ids' must be an array of token ids", "stop_token_ids");
+  for (const json& t : *v) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      return f.fail("'stop_token_ids' must be an array of token ids", "stop_token_ids");
+    r->stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+}
+
+bool is_token_array(const json& v) {
+  if (!v.is_array() || v.empty()) return false;
+  for (const json& t : v)
+    if (!t.is_number_integer()) return false;
+  return true;
+}
+
+void parse_prompt(Fields& f, const json& body, const ProtocolLimits& lim, GenerationRequest* r) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) return f.fail("'prompt' is required", "prompt");
+  const json& p = *it;
+  auto add_tokens = [&](const json& arr) {
+    std::vector<int32_t> ids;
+    ids.reserve(arr.size());
+    for (const json& t : arr) {
+      const int64_t x = t.get<int64_t>();
+      if (x < 0 || x > std::numeric_limits<int32_t>::max())
+        return f.fail(fmt::format("token id {} in 'prompt' is out of range", x), "prompt");
+      ids.push_back(static_cast<int32_t>(x));
+    }
+    r->token_prompts.push_back(std::move(ids));
+  };
+  if (p.is_string()) {
+    r->text_prompts.push_back(p.get<std::string>());
+  } else if (is_token_array(p)) {
+    r->prompt_is_tokens = true;
+    add_tokens(p);
+  } else if (p.is_array() && !p.empty() && p[0].is_string()) {
+    for (const json& s : p) {
+      if (!s.is_string()) return f.fail("'prompt' arrays must hold only strings", "prompt");
+      r->text_prompts.push_back(s.get<std::string>());
+    }
+  } else if (p.is_array() && !p.empty() && p[0].is_array()) {
+    r->prompt_is_tokens = true;
+    for (const json& s : p) {
+      if (!is_token_array(s)) return f.fail("'prompt' arrays of token arrays must hold non-empty integer arrays", "prompt");
+      add_tokens(s);
+      if (!f.ok()) return;
+    }
+  } else {
+    return f.fail("'prompt' must be a string, an array of strings, an array of token ids or an array of token-id "
+                  "arrays (non-empty)",
+                  "prompt");
+  }
+  const size_t n = r->prompt_is_tokens ? r->token_prompts.size() : r->text_prompts.size();
+  if (n > static_cast<size_t>(lim.max_prompts))
+    return f.fail(fmt::format("at most {} prompts per request (got {})", lim.max_prompts, n), "prompt");
+}
+
+// Normalizes chat messages to [{role, content: string}, ...] for templates.
+void parse_messages(Fields& f, const json& body, GenerationRequest* r) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) return f.fail("'messages' is required", "messages");
+  if (!it->is_array() || it->empty()) return f.fail("'messages' must be a non-empty array", "messages");
+  json out = json::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) return f.fail(fmt::format("'{}' must be an object", where), where);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return f.fail(fmt::format("'{}.role' must be a string", where), where + ".role");
+    std::string rs = role->get<std::string>();
+    if (rs == "developer") rs = "system";
+    if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool")
+      return f.fail(fmt::format("'{}.role' must be one of system, developer, user, assistant, tool (got '{}')", where,
+                                role->get<std::string>()),
+                    where + ".role");
+    std::string text;
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      if (rs != "assistant") return f.fail(fmt::format("'{}.content' is required", where), where + ".content");
+    } else if (content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (size_t k = 0; k < content->size(); ++k) {
+        const json& part = (*content)[k];
+        const std::string pw = fmt::format("{}.content[{}]", where, k);
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+          return f.fail(fmt::format("'{}' must be an object with a 'type'", pw), pw);
+        const std::string type = part["type"].get<std::string>();
+        if (type != "text")
+          return f.fail(fmt::format("'{}': content parts of type '{}' are not supported (text only)", pw, type), pw);
+        if (!part.contains("text") || !part["text"].is_string())
+          return f.fail(fmt::format("'{}.text' must be a string", pw), pw + ".text");
+        text += part["text"].get<std::string>();
+      }
+    } else {
+      return f.fail(fmt::format("'{}.content' must be a string or an array of content parts", where), where + ".content");
+    }
+    json msg = {{"role", rs}, {"content", text}};
+    if (auto name = m.find("name"); name != m.end() && name->is_string()) msg["name"] = *name;
+    out.push_back(std::move(msg));
+  }
+  r->messages = std::move(out);
+}
+
+}  // namespace
+
+std::optional<GenerationRequest> parse_generation_request(const json& body, Endpoint ep, const ProtocolLimits& lim,
+                                                          ApiError* err) {
+  GenerationRequest r;
+  r.endpoint = ep;
+  Fields f(body, err);
+  f.string("model", &r.model);
+  if (ep == Endpoint::kChat) {
+    parse_messages(f, body, &r);
+    f.boolean("add_generation_prompt", &r.add_generation_prompt);
+    f.boolean("continue_final_message", &r.continue_final_message);
+    if (f.ok() && r.continue_final_message && r.add_generation_prompt && body.contains("add_generation_prompt") &&
+        body["add_generation_prompt"].is_boolean() && body["add_generation_prompt"].get<bool>())
+      f.fail("'continue_final_message' and 'add_generation_prompt' cannot both be true", "continue_final_message");
+    if (r.continue_final_message) r.add_generation_prompt = false;
+  } else {
+    parse_prompt(f, body, lim, &r);
+  }
+  const int64_t max_len = lim.max_model_len > 0 ? lim.max_model_len : (int64_t{1} << 31) - 1;
+  int64_t v = -1;
+  f.integer("max_tokens", &v, 1, max_len);
+  if (f.ok() && v > 0) r.max_tokens = v;
+  v = -1;
+  f.integer("max_completion_tokens", &v, 1, max_len);
+  if (f.ok() && v > 0) r.max_tokens = v;
+  f.number("temperature", &r.temperature, 0.0, 10.0);
+  f.number("top_p", &r.top_p, 0.0, 1.0);
+  if (f.ok() && r.top_p <= 0.0) f.fail("'top_p' must be in (0, 1]", "top_p");
+  int64_t top_k = 0;
+  f.integer("top_k", &top_k, -1, 1 << 20);
+  r.top_k = top_k < 0 ? 0 : static_cast<int>(top_k);
+  f.number("min_p", &r.min_p, 0.0, 1.0);
+  int64_t n = 1;
+  f.integer("n", &n, 1, lim.max_n);
+  r.n = static_cast<int>(n);
+  parse_stop(f, &r);
+  parse_stop_token_ids(f, &r);
+  if (const json* s = f.get("seed"); s && f.ok()) {
+    if (!s->is_number_integer()) {
+      f.fail(fmt::format("'seed' must be an integer, not {}", s->is_number() ? s->dump() : type_of(*s)), "seed");
+    } else {
+      r.seed = s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
+    }
+  }
+  f.number("presence_penalty", &r.presence_penalty, -2.0, 2.0);
+  f.number("frequency_penalty", &r.frequency_penalty, -2.0, 2.0);
+  f.number("repetition_penalty", &r.repetition_penalty, 0.0, 10.0);
+  if (f.ok() && r.repetition_penalty <= 0.0) f.fail("'repetition_penalty' must be in (0, 10]", "repetition_penalty");
+  if (ep == Endpoint::kChat) {
+    f.boolean("logprobs", &r.logprobs);
+    int64_t k = 0;
+    f.integer("top_logprobs", &k, 0, 20);
+    r.top_logprobs = static_cast<int>(k);
+    if (f.ok() && f.get("top_logprobs") && !r.logprobs)
+      f.fail("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+  } else {
+    // Legacy completions: 'logprobs' is the number of alternatives (0..20).
+    if (const json* lp = f.get("logprobs"); lp && f.ok()) {
+      if (lp->is_boolean()) {
+        f.fail("'logprobs' must be an integer in [0, 20] for completions", "logprobs");
+      } else {
+        int64_t k = 0;
+        f.integer("logprobs", &k, 0, 20);
+        r.logprobs = true;
+        r.top_logprobs = static_cast<int>(k);
+      }
+    }
+    f.boolean("echo", &r.echo);
+  }
+  f.boolean("stream", &r.stream);
+  if (const json* so = f.get("stream_options"); so && f.ok()) {
+    if (!so->is_object()) {
+      f.fail("'stream_options' must be an object", "stream_options");
+    } else if (!r.stream) {
+      f.fail("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    } else if (auto iu = so->find("include_usage"); iu != so->end() && !iu->is_null()) {
+      if (!iu->is_boolean()) f.fail("'stream_options.include_usage' must be a boolean", "stream_options.include_usage");
+      else r.include_usage = iu->get<bool>();
+    }
+  }
+  f.boolean("ignore_eos", &r.ignore_eos);
+  f.boolean("skip_special_tokens", &r.skip_special_tokens);
+  f.string("user", &r.user);
+  if (!f.ok()) return std::nullopt;
+  return r;
+}
+
+}  // namespace ember

@@ -1,0 +1,75 @@
+// OpenAI API request parsing and validation for `ember serve`: turns the
+// JSON body of /v1/completions and /v1/chat/completions into a checked
+// GenerationRequest, or an ApiError naming the offending field (OpenAI's
+// error shape: {"error": {"message", "type", "param", "code"}}).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ember {
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // offending field ("" -> null)
+  std::string code;   // "" -> null
+};
+
+// {"error": {...}} as OpenAI sends it.
+nlohmann::json error_body(const ApiError& e);
+ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
+
+// Server-side limits applied while parsing.
+struct ProtocolLimits {
+  int max_n = 16;               // most samples per prompt
+  int max_prompts = 64;         // most prompts in one /v1/completions request
+  int64_t max_model_len = 0;    // context of a sequence (prompt + output)
+};
+
+enum class Endpoint { kCompletions, kChat };
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  // Completions: one entry per prompt, either text or token ids.
+  std::vector<std::string> text_prompts;
+  std::vector<std::vector<int32_t>> token_prompts;
+  bool prompt_is_tokens = false;
+  nlohmann::json messages;  // chat
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  int64_t max_tokens = -1;  // -1: up to the context
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int top_k = 0;            // 0: off
+  double min_p = 0.0;
+  int n = 1;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  std::optional<uint64_t> seed;
+  double presence_penalty = 0, frequency_penalty = 0, repetition_penalty = 1;
+  bool logprobs = false;    // report log-probabilities of the sampled tokens
+  int top_logprobs = 0;     // and the k most likely alternatives
+  bool echo = false;        // completions: prepend the prompt to the text
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool ignore_eos = false;        // vLLM extension: do not stop at end-of-generation tokens
+  bool skip_special_tokens = true;
+  std::string user;
+};
+
+// Parses and validates a request body. `ep` selects the schema.
+// Returns std::nullopt and sets `err` on failure.
+std::optional<GenerationRequest> parse_generation_request(const nlohmann::json& body, Endpoint ep,
+                                                          const ProtocolLimits& lim, ApiError* err);
+
+// Parses a body as a JSON object; errors name the problem (400).
+std::optional<nlohmann::json> parse_json_object(const std::string& body, ApiError* err);
+
+}  // namespace ember
