@@ -652,3 +652,52 @@ TEST(Engine, TopLogprobsMatchForwardLogits) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// stop_sample ends one of n samples early (a stop string matched in the
+// server); the others run on unchanged and every block comes back.
+TEST(Engine, StopSampleEndsOneSampleOnly) {
+  auto m = load(kTinyGemma);
+  ThreadPool pool(1);
+  std::mt19937 rng(5);
+  RequestParams p;
+  p.prompt = random_prompt(rng, 20, m->config().n_vocab);
+  p.sampling = seeded(3);
+  p.max_tokens = 10;
+  p.n = 3;
+  auto ref = make_engine(*m, pool, {});
+  ASSERT_TRUE(ref->add_request("r", p).is_ok());
+  std::map<int, std::vector<int32_t>> want;
+  while (ref->has_unfinished()) {
+    auto out = ref->step();
+    ASSERT_TRUE(out.is_ok());
+    for (auto& f : out->finished) want[f.index] = f.output;
+  }
+  auto e = make_engine(*m, pool, {});
+  ASSERT_TRUE(e->add_request("r", p).is_ok());
+  EXPECT_FALSE(e->stop_sample("r", 1));  // not forked yet
+  std::map<int, FinishedRequest> got;
+  bool stopped = false;
+  while (e->has_unfinished()) {
+    auto out = e->step();
+    ASSERT_TRUE(out.is_ok());
+    for (auto& f : out->finished) got[f.index] = f;
+    if (!stopped && !out->tokens.empty()) {
+      stopped = true;
+      EXPECT_TRUE(e->stop_sample("r", 1));
+    }
+    ASSERT_TRUE(e->check_invariants().is_ok());
+  }
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[1].reason, FinishReason::kStop);
+  EXPECT_EQ(got[1].output.size(), 1u);
+  EXPECT_EQ(got[0].output, want[0]);
+  EXPECT_EQ(got[2].output, want[2]);
+  EXPECT_EQ(e->stats().blocks_used, 0);
+  EXPECT_FALSE(e->stop_sample("r", 0));
+}
+
+}  // namespace
+}  // namespace ember
