@@ -92,6 +92,14 @@ void AsyncEngine::deliver(const StepOutput& out) {
     u.logprobs.push_back(t.logprob);
     u.top_logprobs.push_back(t.top);
   }
+  for (const PromptLogprobEvent& e : out.prompt_logprobs) {
+    RequestUpdate& u = updates[{e.id, 0}];
+    u.id = e.id;
+    u.index = 0;
+    if (u.prompt_logprobs.empty()) u.prompt_lp_first = e.first;
+    u.prompt_logprobs.insert(u.prompt_logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    u.prompt_top_logprobs.insert(u.prompt_top_logprobs.end(), e.top.begin(), e.top.end());
+  }
   for (const FinishedRequest& f : out.finished) {
     RequestUpdate& u = updates[{f.id, f.index}];
     u.id = f.id;

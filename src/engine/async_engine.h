@@ -28,6 +28,11 @@ struct RequestUpdate {
   std::vector<int32_t> tokens;   // new tokens since the last update
   std::vector<float> logprobs;   // matching log-probabilities (if requested)
   std::vector<TopLogprobs> top_logprobs;  // matching top alternatives (if requested)
+  // Prompt log-probabilities (RequestParams::prompt_logprobs), sample 0 only:
+  // prompt tokens [prompt_lp_first, prompt_lp_first + prompt_logprobs.size()).
+  int64_t prompt_lp_first = 1;
+  std::vector<float> prompt_logprobs;
+  std::vector<TopLogprobs> prompt_top_logprobs;
   bool finished = false;          // this sample ended
   FinishedRequest result;         // valid when finished
 };

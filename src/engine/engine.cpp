@@ -46,6 +46,14 @@ TopLogprobs top_k_logprobs(const float* lg, int n, int k, double lse) {
   return top;
 }
 
+double log_sum_exp(const float* lg, int n) {
+  float mx = lg[0];
+  for (int j = 1; j < n; ++j) mx = std::max(mx, lg[j]);
+  double sum = 0;
+  for (int j = 0; j < n; ++j) sum += std::exp(static_cast<double>(lg[j]) - mx);
+  return mx + std::log(sum);
+}
+
 }  // namespace
 
 struct Engine::Sequence {
@@ -68,6 +76,9 @@ struct Engine::Sequence {
   std::vector<int32_t> stop;
   bool want_logprobs = false;
   int top_logprobs = 0;
+  int prompt_logprobs = -1;      // see RequestParams
+  int64_t n_prompt_lp_done = 1;  // prompt positions whose log p was reported (position 0 has none)
+  bool needs_prompt_rows() const { return prompt_logprobs >= 0 && n_prompt_lp_done < n_prompt; }
   std::vector<float> logprobs;
   int priority = 0;
   uint64_t arrival = 0;
@@ -133,6 +144,9 @@ Status Engine::add_request(const std::string& id, RequestParams p) {
   if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs)
     return Status::errorf("request '{}': top_logprobs must be in [0, {}] (got {})", id, kMaxTopLogprobs,
                           p.top_logprobs);
+  if (p.prompt_logprobs < -1 || p.prompt_logprobs > kMaxTopLogprobs)
+    return Status::errorf("request '{}': prompt_logprobs must be in [-1, {}] (got {})", id, kMaxTopLogprobs,
+                          p.prompt_logprobs);
   if (p.max_tokens < 1) return Status::errorf("request '{}': max_tokens must be >= 1 (got {})", id, p.max_tokens);
   EMBER_RETURN_IF_ERROR(p.sampling.validate().with_context(fmt::format("request '{}'", id)));
   const int64_t n = static_cast<int64_t>(p.prompt.size());
@@ -157,6 +171,7 @@ Status Engine::add_request(const std::string& id, RequestParams p) {
   s->priority = p.priority;
   s->want_logprobs = p.logprobs || p.top_logprobs > 0;
   s->top_logprobs = p.top_logprobs;
+  s->prompt_logprobs = p.prompt_logprobs;
   s->arrival = next_arrival_++;
   s->t_arrival = now_seconds();
   insert_sorted(waiting_, s.get());
@@ -312,16 +327,16 @@ int Engine::match_cached_prefix(Sequence* s) {
   return k;
 }
 
+int64_t Engine::chunk_cap(const Sequence* s, int64_t budget) const {
+  return s->needs_prompt_rows() ? std::min<int64_t>(budget, kPromptLogprobChunk) : budget;
+}
+
 void Engine::sample_into(Sequence* s, float* lg, StepOutput* out) {
   const int V = model_.config().n_vocab;
   double lse = 0;
   if (s->want_logprobs) {
     // log-sum-exp of the raw logits, before sampling modifies them in place.
-    float mx = lg[0];
-    for (int j = 1; j < V; ++j) mx = std::max(mx, lg[j]);
-    double sum = 0;
-    for (int j = 0; j < V; ++j) sum += std::exp(static_cast<double>(lg[j]) - mx);
-    lse = mx + std::log(sum);
+    lse = log_sum_exp(lg, V);
     raw_.assign(lg, lg + V);
   }
   const int32_t tok = s->sampler->sample(lg, V);
@@ -417,7 +432,7 @@ Result<StepOutput> Engine::step() {
   // 1. Running sequences, in order; preempt from the back when blocks run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()) - s->n_computed, budget);
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()) - s->n_computed, chunk_cap(s, budget));
     bool self_preempted = false;
     while (!grow_blocks(s, s->n_computed + n)) {
       Sequence* victim = running_.back();
@@ -443,9 +458,9 @@ Result<StepOutput> Engine::step() {
         static_cast<int>(running_.size()) + 1 + s->n_fork > cfg_.max_num_seqs)
       break;
     const int64_t n_tokens = static_cast<int64_t>(s->tokens.size());
-    if (!s->holds_blocks() && blocks_->prefix_caching())
+    if (!s->holds_blocks() && blocks_->prefix_caching() && !s->needs_prompt_rows())
       s->n_computed = static_cast<int64_t>(match_cached_prefix(s)) * cfg_.block_size;
-    const int64_t n = std::min<int64_t>(n_tokens - s->n_computed, budget);
+    const int64_t n = std::min<int64_t>(n_tokens - s->n_computed, chunk_cap(s, budget));
     if (!grow_blocks(s, s->n_computed + n)) {
       free_tables(s);  // hits go back to the cache; retry next step
       s->hashes.clear();
@@ -481,7 +496,8 @@ Result<StepOutput> Engine::step() {
     b.pos0 = s->n_computed;
     b.cache = s->cache.get();
     b.want_logits = s->n_computed + sc.n == static_cast<int64_t>(s->tokens.size());
-    n_logits += b.want_logits;
+    b.all_logits = s->needs_prompt_rows();
+    n_logits += b.all_logits ? static_cast<int>(sc.n) : b.want_logits;
     batch.push_back(b);
     out.n_batched_tokens += sc.n;
   }
@@ -493,10 +509,33 @@ Result<StepOutput> Engine::step() {
   int row = 0;
   for (size_t i = 0; i < sched.size(); ++i) {
     Sequence* s = sched[i].s;
+    const int64_t pos0 = s->n_computed;
     s->n_computed += sched[i].n;
     register_full_blocks(s);
     release_out_of_window(s);
-    if (!batch[i].want_logits) continue;
+    if (batch[i].all_logits) {
+      // Row j (position pos0 + j) predicts the token at pos0 + j + 1.
+      PromptLogprobEvent ev;
+      ev.id = s->id;
+      ev.first = s->n_prompt_lp_done;
+      for (int64_t j = 0; j < sched[i].n; ++j) {
+        const int64_t q = pos0 + j + 1;
+        if (q != s->n_prompt_lp_done || q >= s->n_prompt) continue;
+        const float* lg = logits_.data() + static_cast<size_t>(row + j) * V;
+        const double lse = log_sum_exp(lg, V);
+        ev.logprobs.push_back(static_cast<float>(lg[s->tokens[q]] - lse));
+        ev.top.push_back(s->prompt_logprobs > 0 ? top_k_logprobs(lg, V, s->prompt_logprobs, lse) : TopLogprobs{});
+        ++s->n_prompt_lp_done;
+      }
+      if (!ev.logprobs.empty()) out.prompt_logprobs.push_back(std::move(ev));
+      row += static_cast<int>(sched[i].n) - 1;  // the last row is this slice's sampling row
+      if (!batch[i].want_logits) {
+        ++row;
+        continue;
+      }
+    } else if (!batch[i].want_logits) {
+      continue;
+    }
     float* lg = logits_.data() + static_cast<size_t>(row++) * V;
     if (s->n_fork > 0) fork_samples(s, lg, &out);
     sample_into(s, lg, &out);

@@ -47,6 +47,7 @@ struct EngineConfig {
 };
 
 constexpr int kMaxTopLogprobs = 20;  // OpenAI's limit
+constexpr int kPromptLogprobChunk = 32;  // prompt tokens per step when their logits are all needed
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
 const char* finish_reason_name(FinishReason r);
@@ -59,6 +60,10 @@ struct RequestParams {
   int priority = 0;                    // lower runs first (FCFS within a priority)
   bool logprobs = false;               // report log p(token) of each sampled token (raw logits)
   int top_logprobs = 0;                // with logprobs: also the k most likely tokens per step (k <= 20)
+  // >= 0: report log p of every prompt token after the first (and this many
+  // alternatives each). Such prompts skip the prefix cache (every row must be
+  // computed) and are prefilled in chunks of at most kPromptLogprobChunk.
+  int prompt_logprobs = -1;
   int n = 1;  // parallel samples; sample k uses seed + k and shares the prompt's KV blocks
 };
 
@@ -70,6 +75,14 @@ struct TokenEvent {
   int32_t token;
   float logprob;  // log-softmax of the raw logits at `token`; NaN unless requested
   TopLogprobs top;  // the top_logprobs most likely tokens (empty unless requested)
+};
+
+// Log-probabilities of prompt tokens [first, first + logprobs.size()).
+struct PromptLogprobEvent {
+  std::string id;
+  int64_t first = 1;
+  std::vector<float> logprobs;
+  std::vector<TopLogprobs> top;
 };
 
 struct FinishedRequest {
@@ -86,6 +99,7 @@ struct FinishedRequest {
 
 struct StepOutput {
   std::vector<TokenEvent> tokens;
+  std::vector<PromptLogprobEvent> prompt_logprobs;
   std::vector<FinishedRequest> finished;
   int64_t n_batched_tokens = 0;  // tokens in this step's forward pass
   int n_seqs = 0;                // sequences in it
@@ -159,6 +173,7 @@ class Engine {
   void free_tables(Sequence* s);
   void release_out_of_window(Sequence* s);
   int match_cached_prefix(Sequence* s);
+  int64_t chunk_cap(const Sequence* s, int64_t budget) const;
   void fork_samples(Sequence* parent, const float* logits, StepOutput* out);
   void sample_into(Sequence* s, float* logits, StepOutput* out);
   struct Group {

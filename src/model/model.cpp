@@ -130,7 +130,10 @@ Status ForwardContext::forward_ragged(const SeqBatch* seqs, int n_seqs, float* l
       pos_[t] = static_cast<int32_t>(sb.pos0 + j);
       seg_[t] = i;
     }
-    if (sb.want_logits) logit_rows_.push_back(t - 1);
+    if (sb.all_logits)
+      for (int64_t j = t - sb.n; j < t; ++j) logit_rows_.push_back(j);
+    else if (sb.want_logits)
+      logit_rows_.push_back(t - 1);
   }
   run_tokens(tok_.data(), total);
 

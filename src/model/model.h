@@ -48,6 +48,7 @@ struct SeqBatch {
   int64_t pos0 = 0;
   KvCache* cache = nullptr;
   bool want_logits = false;  // logits of the last token of this slice
+  bool all_logits = false;   // logits of every token of this slice (overrides want_logits)
 };
 
 class ForwardContext {
@@ -65,7 +66,8 @@ class ForwardContext {
   // Ragged batch: one pass over the tokens of all sequences together (each
   // weight matrix read once for all of them); every token attends only to its
   // own sequence. The total token count must be <= max_batch. For each
-  // sequence with want_logits, in order, one row [n_vocab] goes to `logits`.
+  // sequence with want_logits, in order, one row [n_vocab] goes to `logits`
+  // (n rows, one per token, for a slice with all_logits).
   // Each sequence gets the same bits it would get alone (batch invariance).
   Status forward_ragged(const SeqBatch* seqs, int n_seqs, float* logits);
 

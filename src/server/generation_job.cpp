@@ -114,6 +114,8 @@ void GenerationJob::start(std::vector<RequestParams> params) {
                                      {"finish_reason", nullptr}});
         send_chunk(std::move(ch));
         c.sent_role = true;
+      } else if (req_.echo && req_.logprobs) {
+        c.echo_pending = true;  // sent with the prompt's log-probabilities
       } else if (req_.echo && !c.text.empty()) {
         json ch = chunk_base();
         ch["choices"].push_back(json{{"index", i}, {"text", c.text}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
@@ -203,7 +205,25 @@ void GenerationJob::on_update(int p, const RequestUpdate& u) {
   Choice& c = choice(p, u.index);
   const int idx = p * n_ + u.index;
   if (u.finished && queue_seconds_[p] < 0) queue_seconds_[p] = u.result.queue_seconds;
+  JobPrompt& jp = prompts_[p];
+  if (!u.prompt_logprobs.empty() && static_cast<int64_t>(jp.lp.size()) + 1 == u.prompt_lp_first) {
+    jp.lp.insert(jp.lp.end(), u.prompt_logprobs.begin(), u.prompt_logprobs.end());
+    jp.top.insert(jp.top.end(), u.prompt_top_logprobs.begin(), u.prompt_top_logprobs.end());
+  }
   if (c.done) return;
+  if (c.echo_pending && jp.lp_complete() && req_.stream && !client_gone_) {
+    c.echo_pending = false;
+    json ch = chunk_base();
+    ch["choices"].push_back(
+        json{{"index", idx}, {"text", jp.echo_text}, {"logprobs", prompt_logprobs_json(p)}, {"finish_reason", nullptr}});
+    send_chunk(std::move(ch));
+  }
+  if (req_.max_tokens == 0) {  // echo only: the engine's one token is not part of the answer
+    if (u.finished) finish_choice(c, "length");
+    if (req_.stream && !client_gone_ && c.done) emit_stream(c, idx, "", json(nullptr), true);
+    if (n_done_ == static_cast<int>(choices_.size())) complete();
+    return;
+  }
   if (!u.tokens.empty() && t_first_token_ < 0) t_first_token_ = steady_now();
   std::string out;
   json lp = req_.endpoint == Endpoint::kChat
@@ -231,12 +251,47 @@ void GenerationJob::on_update(int p, const RequestUpdate& u) {
   if (n_done_ == static_cast<int>(choices_.size())) complete();
 }
 
+json GenerationJob::prompt_logprobs_json(int p) const {
+  const JobPrompt& jp = prompts_[p];
+  json j = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+            {"text_offset", json::array()}};
+  size_t offset = 0;
+  for (size_t i = 0; i < jp.tokens.size(); ++i) {
+    const std::string raw = tok_.token_to_piece(jp.tokens[i], true);
+    j["tokens"].push_back(raw);
+    j["text_offset"].push_back(offset);
+    offset += tok_.token_to_piece(jp.tokens[i], !req_.skip_special_tokens).size();
+    if (i == 0 || i - 1 >= jp.lp.size()) {
+      j["token_logprobs"].push_back(nullptr);
+      j["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    j["token_logprobs"].push_back(jp.lp[i - 1]);
+    if (req_.top_logprobs > 0 && i - 1 < jp.top.size()) {
+      json alts = json::object();
+      for (const auto& [id, v] : jp.top[i - 1]) alts[tok_.token_to_piece(id, true)] = v;
+      j["top_logprobs"].push_back(std::move(alts));
+    } else {
+      j["top_logprobs"].push_back(nullptr);
+    }
+  }
+  return j;
+}
+
 json GenerationJob::final_body() const {
   const bool chat = req_.endpoint == Endpoint::kChat;
   json choices = json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
-    json j = {{"index", i}, {"logprobs", req_.logprobs ? c.lp : json(nullptr)}, {"finish_reason", c.finish_reason}};
+    json lp = req_.logprobs ? c.lp : json(nullptr);
+    if (req_.logprobs && req_.echo) {
+      // The prompt's entries first, then the generated ones.
+      json all = prompt_logprobs_json(c.prompt);
+      for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+        for (const auto& x : lp[k]) all[k].push_back(x);
+      lp = std::move(all);
+    }
+    json j = {{"index", i}, {"logprobs", std::move(lp)}, {"finish_reason", c.finish_reason}};
     if (chat)
       j["message"] = json{{"role", "assistant"}, {"content", c.text}, {"tool_calls", json::array()}};
     else

@@ -28,6 +28,10 @@ namespace ember {
 struct JobPrompt {
   std::vector<int32_t> tokens;
   std::string echo_text;  // completions with echo: the prompt's text
+  // echo + logprobs: log p of prompt tokens 1.. (filled from the engine)
+  std::vector<float> lp;
+  std::vector<TopLogprobs> top;
+  bool lp_complete() const { return lp.size() + 1 >= tokens.size(); }
 };
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
@@ -60,7 +64,10 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::string finish_reason;  // set when done
     bool done = false;
     bool sent_role = false;
+    bool echo_pending = false;  // streaming echo waits for the prompt's log-probabilities
   };
+  // The prompt's tokens as completions logprobs ({tokens, token_logprobs, ...}).
+  nlohmann::json prompt_logprobs_json(int p) const;
   std::string engine_id(int p) const;
   Choice& choice(int p, int sample) { return choices_[static_cast<size_t>(p) * n_ + sample]; }
   // Log-probability entries of `tokens` in the endpoint's shape (appended to *out).

@@ -256,8 +256,8 @@ std::optional<GenerationRequest> parse_generation_request(const json& body, Endp
   }
   const int64_t max_len = lim.max_model_len > 0 ? lim.max_model_len : (int64_t{1} << 31) - 1;
   int64_t v = -1;
-  f.integer("max_tokens", &v, 1, max_len);
-  if (f.ok() && v > 0) r.max_tokens = v;
+  f.integer("max_tokens", &v, ep == Endpoint::kCompletions ? 0 : 1, max_len);  // 0: echo only
+  if (f.ok() && v >= 0) r.max_tokens = v;
   v = -1;
   f.integer("max_completion_tokens", &v, 1, max_len);
   if (f.ok() && v > 0) r.max_tokens = v;

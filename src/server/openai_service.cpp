@@ -165,10 +165,8 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
   auto parsed = parse_generation_request(*body, ep, cfg_.limits, &err);
   if (!parsed) return send_error(*resp, err);
   GenerationRequest& r = *parsed;
-  if (r.echo && r.logprobs)
-    return send_error(*resp, bad_request("'echo' together with 'logprobs' is not supported (prompt log-probabilities "
-                                         "are not computed)",
-                                         "echo"));
+  if (r.max_tokens == 0 && !r.echo)
+    return send_error(*resp, bad_request("'max_tokens' may be 0 only with 'echo'", "max_tokens"));
   // Tokenize every prompt.
   std::vector<JobPrompt> prompts;
   const int32_t V = tok_.n_vocab();
@@ -206,7 +204,8 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
     RequestParams rp;
     rp.prompt = prompts[p].tokens;
     // max_tokens is capped by what is left of the context.
-    rp.max_tokens = static_cast<int>(std::min<int64_t>(r.max_tokens > 0 ? r.max_tokens : ctx, ctx - n_prompt));
+    rp.max_tokens = static_cast<int>(std::min<int64_t>(r.max_tokens >= 0 ? r.max_tokens : ctx, ctx - n_prompt));
+    if (rp.max_tokens == 0) rp.max_tokens = 1;  // echo only: one token is computed and dropped
     SamplingParams& sp = rp.sampling;
     sp.temperature = static_cast<float>(r.temperature);
     sp.top_k = r.top_k;
@@ -227,6 +226,7 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
     }
     rp.logprobs = r.logprobs;
     rp.top_logprobs = r.top_logprobs;
+    if (r.echo && r.logprobs) rp.prompt_logprobs = r.top_logprobs;
     rp.n = r.n;
     params.push_back(std::move(rp));
   }

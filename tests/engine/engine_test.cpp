@@ -701,3 +701,63 @@ TEST(Engine, StopSampleEndsOneSampleOnly) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// prompt_logprobs: log p of every prompt token after the first, against the
+// plain forward's logits of all rows; generation is unchanged, and a second
+// identical request (whose prefix is cached) still reports every token.
+TEST(Engine, PromptLogprobsMatchForward) {
+  auto m = load(kTinyQwen);
+  ThreadPool pool(1);
+  std::mt19937 rng(13);
+  const int V = m->config().n_vocab;
+  RequestParams p;
+  p.prompt = random_prompt(rng, 70, V);  // three chunks of kPromptLogprobChunk
+  p.sampling = greedy();
+  p.max_tokens = 4;
+  const Out plain = run_alone(*m, pool, p);
+  p.prompt_logprobs = 2;
+  auto e = make_engine(*m, pool, {});
+  ASSERT_TRUE(e->add_request("a", p).is_ok());
+  std::map<std::string, std::vector<float>> lps;
+  std::map<std::string, std::vector<TopLogprobs>> tops;
+  std::map<std::string, std::vector<int32_t>> outs;
+  auto run = [&] {
+    while (e->has_unfinished()) {
+      auto out = e->step();
+      ASSERT_TRUE(out.is_ok());
+      for (auto& ev : out->prompt_logprobs) {
+        EXPECT_EQ(ev.first, static_cast<int64_t>(lps[ev.id].size()) + 1);
+        lps[ev.id].insert(lps[ev.id].end(), ev.logprobs.begin(), ev.logprobs.end());
+        tops[ev.id].insert(tops[ev.id].end(), ev.top.begin(), ev.top.end());
+      }
+      for (auto& f : out->finished) outs[f.id] = f.output;
+    }
+  };
+  run();
+  ASSERT_TRUE(e->add_request("b", p).is_ok());
+  run();
+  ForwardContext ctx(*m, pool, 128);
+  ContiguousKvCache cache(m->config(), 128);
+  std::vector<float> all(static_cast<size_t>(p.prompt.size()) * V);
+  ASSERT_TRUE(ctx.forward(p.prompt.data(), static_cast<int64_t>(p.prompt.size()), 0, cache, nullptr, all.data()).is_ok());
+  for (const char* id : {"a", "b"}) {
+    EXPECT_EQ(outs[id], plain.tokens) << id;
+    ASSERT_EQ(lps[id].size(), p.prompt.size() - 1) << id;
+    for (size_t q = 1; q < p.prompt.size(); ++q) {
+      const float* row = all.data() + (q - 1) * V;
+      double mx = row[0], sum = 0;
+      for (int j = 0; j < V; ++j) mx = std::max<double>(mx, row[j]);
+      for (int j = 0; j < V; ++j) sum += std::exp(row[j] - mx);
+      const double lse = mx + std::log(sum);
+      EXPECT_NEAR(lps[id][q - 1], row[p.prompt[q]] - lse, 1e-5) << id << " position " << q;
+      ASSERT_EQ(tops[id][q - 1].size(), 2u);
+      EXPECT_EQ(tops[id][q - 1][0].first, argmax(row, V));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ember

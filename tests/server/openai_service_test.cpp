@@ -309,6 +309,43 @@ TEST_F(ServiceTest, StreamEqualsPlainAndStopCutsExactly) {
   EXPECT_EQ(stream_text(cut_stream->body(), nullptr), want);
 }
 
+// echo + logprobs (what evaluation harnesses send): the prompt's tokens with
+// their log-probabilities; the last one must equal the log-probability the
+// same token gets as an alternative when generated after the shorter prompt.
+TEST_F(ServiceTest, EchoLogprobsScorePrompt) {
+  const std::vector<int32_t> ids = tok_->encode("The quick brown fox jumps");
+  ASSERT_GE(ids.size(), 4u);
+  auto echo = call("POST", "/v1/completions",
+                   json{{"prompt", ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 5}}.dump());
+  ASSERT_TRUE(echo->wait());
+  ASSERT_EQ(echo->status(), 200) << echo->body();
+  json ej = json::parse(echo->body());
+  const json& lp = ej["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), ids.size());
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_EQ(ej["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(ej["choices"][0]["text"], tok_->decode(ids));
+  std::vector<int32_t> shorter(ids.begin(), ids.end() - 1);
+  auto gen = call("POST", "/v1/completions",
+                  json{{"prompt", shorter}, {"max_tokens", 1}, {"logprobs", 20}, {"temperature", 0}}.dump());
+  ASSERT_TRUE(gen->wait());
+  json gj = json::parse(gen->body());
+  const json& alts = gj["choices"][0]["logprobs"]["top_logprobs"][0];
+  const std::string last = lp["tokens"].back();
+  ASSERT_TRUE(alts.contains(last)) << alts.dump() << " lacks " << last;
+  EXPECT_NEAR(alts[last].get<double>(), lp["token_logprobs"].back().get<double>(), 1e-4);
+  for (size_t i = 1; i < ids.size(); ++i) EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+  // Streaming: the echo chunk carries the prompt's entries.
+  auto st = call("POST", "/v1/completions",
+                 json{{"prompt", ids}, {"max_tokens", 2}, {"echo", true}, {"logprobs", 1}, {"stream", true}}.dump());
+  ASSERT_TRUE(st->wait());
+  const std::string body = st->body();
+  const size_t first = body.find("data: ");
+  json c0 = json::parse(body.substr(first + 6, body.find("\n\n", first) - first - 6));
+  EXPECT_EQ(c0["choices"][0]["logprobs"]["tokens"].size(), ids.size());
+  EXPECT_EQ(c0["choices"][0]["logprobs"]["token_logprobs"].back(), lp["token_logprobs"].back());
+}
+
 TEST_F(ServiceTest, ClientGoneAbortsAndFreesBlocks) {
   auto resp = call("POST", "/v1/completions",
                    R"({"prompt": "Once upon a time", "max_tokens": 1000, "ignore_eos": true, "stream": true})");
