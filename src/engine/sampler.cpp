@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/ops.h"
+
 namespace ember {
 
 Status SamplingParams::validate() const {
@@ -59,6 +61,7 @@ int32_t Sampler::sample(float* logits, int n_vocab) {
   apply_penalties(logits, n_vocab);
   if (p_.temperature <= 0.f) return argmax(logits, n_vocab);
   const float inv_t = 1.0f / p_.temperature;
+  if (p_.top_k <= 0 && p_.top_p >= 1.f) return sample_unsorted(logits, n_vocab, inv_t);
   auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   size_t n_cand;
   if (p_.top_k > 0) {
@@ -134,6 +137,32 @@ int32_t Sampler::sample(float* logits, int n_vocab) {
     if (r < cum) return idx_[i];
   }
   return idx_[keep - 1];
+}
+
+// No top-k / top-p: nothing needs an order, so sample straight from the
+// softmax over the whole vocabulary (min-p is a threshold on it): O(V), no
+// sort. The draw walks the vocabulary in id order.
+int32_t Sampler::sample_unsorted(const float* logits, int n_vocab, float inv_t) {
+  probs_.resize(n_vocab);
+  for (int i = 0; i < n_vocab; ++i) probs_[i] = logits[i] * inv_t;
+  softmax_row(probs_.data(), n_vocab);
+  float pmax = 0.f;
+  for (int i = 0; i < n_vocab; ++i) pmax = std::max(pmax, probs_[i]);
+  const float thresh = p_.min_p > 0.f ? pmax * p_.min_p : 0.f;
+  double kept = 0.0;
+  for (int i = 0; i < n_vocab; ++i)
+    if (probs_[i] >= thresh) kept += probs_[i];
+  std::uniform_real_distribution<double> uni(0.0, kept);
+  const double r = uni(rng_);
+  double cum = 0.0;
+  int32_t last = 0;
+  for (int i = 0; i < n_vocab; ++i) {
+    if (probs_[i] < thresh || probs_[i] <= 0.f) continue;
+    cum += probs_[i];
+    last = i;
+    if (r < cum) return i;
+  }
+  return last;
 }
 
 }  // namespace ember

@@ -38,6 +38,7 @@ class Sampler {
 
  private:
   void apply_penalties(float* logits, int n_vocab);
+  int32_t sample_unsorted(const float* logits, int n_vocab, float inv_t);
 
   SamplingParams p_;
   std::mt19937_64 rng_;

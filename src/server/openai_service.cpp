@@ -165,6 +165,13 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
   auto parsed = parse_generation_request(*body, ep, cfg_.limits, &err);
   if (!parsed) return send_error(*resp, err);
   GenerationRequest& r = *parsed;
+  if (!r.model.empty() && r.model != cfg_.served_model_name) {
+    ApiError e = make_error(404, fmt::format("The model '{}' does not exist; this server serves '{}'.", r.model,
+                                             cfg_.served_model_name),
+                            "invalid_request_error", "model_not_found");
+    e.param = "model";
+    return send_error(*resp, e);
+  }
   if (r.max_tokens == 0 && !r.echo)
     return send_error(*resp, bad_request("'max_tokens' may be 0 only with 'echo'", "max_tokens"));
   // Tokenize every prompt.

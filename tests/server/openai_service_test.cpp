@@ -368,6 +368,9 @@ TEST_F(ServiceTest, RoutesAuthAndErrors) {
   EXPECT_EQ(json::parse(models->body())["data"][0]["id"], "test-model");
   EXPECT_EQ(call("GET", "/v1/completions", "")->status(), 405);
   EXPECT_EQ(call("GET", "/nope", "")->status(), 404);
+  auto wrong_model = call("POST", "/v1/completions", R"({"model": "gpt-4", "prompt": "x"})");
+  EXPECT_EQ(wrong_model->status(), 404);
+  EXPECT_EQ(json::parse(wrong_model->body())["error"]["code"], "model_not_found");
   EXPECT_EQ(call("GET", "/health", "", false)->status(), 200);
   auto bad = call("POST", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 99})");
   EXPECT_EQ(bad->status(), 400);
