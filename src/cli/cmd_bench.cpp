@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/progress.h"
 #include "core/cpu_features.h"
 #include "engine/generator.h"
 #include "engine/throughput_bench.h"
@@ -162,7 +163,8 @@ struct BenchRow {
 
 int cmd_bench(int argc, char** argv, int first) {
   if (first < argc && std::string(argv[first]) == "throughput") return bench_throughput(argc, argv, first + 1);
-  ArgParser p("bench", "ember bench [throughput] [-m MODEL] [-p 512[,1024..]] [-n 128[,..]] [-r 3] [-t T[,..]] "
+  if (first < argc && std::string(argv[first]) == "serve") return cmd_bench_serve(argc, argv, first + 1);
+  ArgParser p("bench", "ember bench [throughput|serve] [-m MODEL] [-p 512[,1024..]] [-n 128[,..]] [-r 3] [-t T[,..]] "
                        "[--json FILE]");
   std::string model_path, p_arg = "512", n_arg = "128", t_arg = std::to_string(default_thread_count()), json_path;
   int reps = 3;
@@ -205,7 +207,21 @@ int cmd_bench(int argc, char** argv, int first) {
 
   std::vector<BenchRow> rows;
   const double bytes = static_cast<double>(decode_weight_bytes(m));
+  // Progress: one unit per repetition (warm-ups included).
+  long n_tests = 0;
+  for (int np : prompts) n_tests += np > 0;
+  for (int ng : gens) n_tests += ng > 0;
+  const long units = n_tests * static_cast<long>(thread_counts.size()) * (reps + 1);
+  long units_done = 0;
+  const double t_start = now_s();
+  ProgressLine progress;
+  auto tick = [&](const std::string& test, int threads, int r) {
+    ++units_done;
+    progress.update(units_done, units, now_s() - t_start,
+                    fmt::format("{} t={} {}", test, threads, r == 0 ? std::string("warm-up") : fmt::format("rep {}/{}", r, reps)));
+  };
   auto report = [&](const BenchRow& r) {
+    progress.clear();
     Summary s = summarize(r.tps);
     std::printf("%-8s %8d %14.2f %9.2f%% (%.2f - %.2f) %d\n", r.test.c_str(), r.n_prompt + r.n_gen, s.median,
                 100.0 * s.stdev / s.median, s.lo, s.hi, r.threads);
@@ -226,6 +242,7 @@ int cmd_bench(int argc, char** argv, int first) {
           return kExitFailure;
         }
         if (r > 0) row.tps.push_back(np / (now_s() - t0));
+        tick(row.test, threads, r);
       }
       report(row);
       rows.push_back(std::move(row));
@@ -245,6 +262,7 @@ int cmd_bench(int argc, char** argv, int first) {
           t = tok(rng);
         }
         if (r > 0) row.tps.push_back(ng / (now_s() - t0));
+        tick(row.test, threads, r);
       }
       report(row);
       const double med = summarize(row.tps).median;

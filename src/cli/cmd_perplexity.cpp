@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "cli/common.h"
+#include "cli/progress.h"
 #include "engine/perplexity.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,12 +20,6 @@ namespace ember::cli {
 
 namespace {
 
-std::string format_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const long t = static_cast<long>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60);
-  return fmt::format("{}:{:02}", t / 60, t % 60);
-}
 
 // A live status line on a terminal; otherwise a plain line every 10% of the
 // windows or every 30 seconds.

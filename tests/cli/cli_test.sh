@@ -28,6 +28,12 @@ expect_rc 2 "missing model file" "$EMBER" run -m "$tmp/none.gguf" -p hi
 expect_rc 2 "bad number" "$EMBER" run -m "$tmp/none.gguf" -p hi --temp abc
 expect_rc 2 "unknown option" "$EMBER" run --bogus
 expect_rc 2 "missing prompt" "$EMBER" run -m "$tmp/none.gguf"
+expect_rc 2 "serve: bad port" "$EMBER" serve --port 99999
+expect_rc 2 "serve: bad kv size" "$EMBER" serve --kv-cache-memory lots
+expect_rc 2 "serve: missing model" "$EMBER" serve -m "$tmp/none.gguf"
+expect_rc 2 "serve: unknown option" "$EMBER" serve --bogus
+expect_rc 0 "serve: help" "$EMBER" serve --help
+expect_rc 2 "bench serve: bad rate" "$EMBER" bench serve --request-rate -3
 expect_rc 2 "bad quantize type" "$EMBER" quantize a b --type q9_9
 expect_rc 2 "perplexity without -f" "$EMBER" perplexity
 expect_rc 2 "gen-model bad shape" "$EMBER" gen-model --shape nope -o "$tmp/x.gguf"
