@@ -55,7 +55,7 @@ int cmd_serve(int argc, char** argv, int first) {
   int port = 8080, threads = default_thread_count(), max_num_seqs = 64, max_batched = 512, block_size = 16;
   int max_n = 16, handler_threads = 4, shutdown_timeout = 30;
   int64_t max_model_len = 0, max_body = int64_t{8} << 20;
-  bool prefix = false, no_prefix = false;
+  bool prefix = false, no_prefix = false, no_log = false;
   p.option("-m,--model", &model_path, "MODEL", "model file or Hugging Face folder (default: the bundled Gemma 3 270M)");
   p.option("--host", &host, "HOST", "address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)");
   p.option("--port", &port, "PORT", "port (default 8080; 0 picks a free one)");
@@ -72,6 +72,7 @@ int cmd_serve(int argc, char** argv, int first) {
   p.option("--max-body-bytes", &max_body, "BYTES", "largest request body (default 8 MiB)");
   p.option("--handler-threads", &handler_threads, "N", "HTTP handler threads (default 4)");
   p.option("--shutdown-timeout", &shutdown_timeout, "S", "seconds in-flight requests get to finish on SIGTERM (default 30)");
+  p.flag("--disable-log-requests", &no_log, "do not log one line per finished request");
   p.option("-t,--threads", &threads, "N", "compute threads (default: all cores)");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
@@ -136,6 +137,7 @@ int cmd_serve(int argc, char** argv, int first) {
   sc.api_key = api_key;
   sc.arch = m.config().arch;
   sc.limits.max_n = max_n;
+  sc.log_requests = !no_log;
   OpenAiService service(**tok, **engine, sc);
   HttpServerConfig hc;
   hc.host = host;

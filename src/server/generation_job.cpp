@@ -346,6 +346,15 @@ void GenerationJob::complete(const char* error) {
   }
   // One record per choice, like one engine request per sample.
   const double now = steady_now();
+  {
+    const json u = usage();
+    std::string reasons;
+    for (const Choice& c : choices_) reasons += (reasons.empty() ? "" : ",") + c.finish_reason;
+    summary_ = fmt::format("{} {}: {} prompt + {} output tokens, first token {:.3f} s, total {:.3f} s, finish {}{}", id_,
+                           req_.stream ? "stream" : "plain", u["prompt_tokens"].get<int64_t>(),
+                           u["completion_tokens"].get<int64_t>(), t_first_token_ >= 0 ? t_first_token_ - t_arrival_ : -1.0,
+                           now - t_arrival_, reasons, client_gone_ ? " (client gone)" : "");
+  }
   for (const Choice& c : choices_) {
     RequestRecord r;
     r.finish_reason = client_gone_ && c.finish_reason != "stop" && c.finish_reason != "length" ? "abort" : c.finish_reason;

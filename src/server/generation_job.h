@@ -50,6 +50,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void on_client_closed();
   // Called once when the job has ended (response complete or client gone).
   void set_on_done(std::function<void()> fn) { on_done_ = std::move(fn); }
+  // One line about the finished job (for the request log), set before on_done.
+  const std::string& summary() const { return summary_; }
 
  private:
   struct Choice {
@@ -101,6 +103,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   bool failed_ = false;
   std::atomic<bool> client_gone_{false};
   std::function<void()> on_done_;
+  std::string summary_;
 };
 
 double steady_now();

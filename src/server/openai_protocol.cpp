@@ -316,6 +316,25 @@ std::optional<GenerationRequest> parse_generation_request(const json& body, Endp
       else r.include_usage = iu->get<bool>();
     }
   }
+  // Features that would change the answer's meaning if silently ignored.
+  if (const json* rf = f.get("response_format"); rf && f.ok()) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      f.fail("'response_format' must be an object with a 'type'", "response_format");
+    else if ((*rf)["type"] != "text")
+      f.fail(fmt::format("'response_format' of type '{}' is not supported (structured output is not implemented); "
+                         "use type 'text'",
+                         (*rf)["type"].get<std::string>()),
+             "response_format");
+  }
+  if (const json* tools = f.get("tools"); tools && f.ok() && !(tools->is_array() && tools->empty())) {
+    const json* choice = f.get("tool_choice");
+    if (!(choice && choice->is_string() && *choice == "none"))
+      f.fail("'tools' are not supported yet (no tool-call parsing); omit them or set tool_choice to 'none'", "tools");
+  }
+  if (const json* lb = f.get("logit_bias"); lb && f.ok() && !(lb->is_object() && lb->empty()))
+    f.fail("'logit_bias' is not supported", "logit_bias");
+  if (const json* bo = f.get("best_of"); bo && f.ok() && !(bo->is_number_integer() && bo->get<int64_t>() == r.n))
+    f.fail("'best_of' other than n is not supported", "best_of");
   f.boolean("ignore_eos", &r.ignore_eos);
   f.boolean("skip_special_tokens", &r.skip_special_tokens);
   f.string("user", &r.user);

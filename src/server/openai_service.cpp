@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <ctime>
 
 #include "engine/chat_prompt.h"
@@ -241,7 +242,11 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
                                              new_id(ep == Endpoint::kChat ? "chatcmpl" : "cmpl"),
                                              cfg_.served_model_name, resp, t0);
   ++n_jobs_;
-  job->set_on_done([this] { --n_jobs_; });
+  GenerationJob* jp = job.get();  // on_done runs inside the job: the raw pointer is valid there
+  job->set_on_done([this, jp] {
+    if (cfg_.log_requests) std::fprintf(stderr, "ember serve: %s\n", jp->summary().c_str());
+    --n_jobs_;
+  });
   job->start(std::move(params));
 }
 

@@ -25,6 +25,7 @@ struct ServiceConfig {
   std::string api_key;       // empty: no authentication
   std::string arch;          // model architecture (chooses a built-in chat template if the model has none)
   ProtocolLimits limits;     // max_model_len is filled from the engine if 0
+  bool log_requests = true;  // one line per finished generation request on stderr
 };
 
 class OpenAiService {

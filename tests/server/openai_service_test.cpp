@@ -78,6 +78,11 @@ TEST(Protocol, ErrorsNameTheField) {
        "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", Endpoint::kChat, "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "seed": 1.5})", Endpoint::kChat, "seed"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+       Endpoint::kChat, "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", Endpoint::kChat,
+       "tools"},
+      {R"({"prompt": "x", "logit_bias": {"50256": -100}})", Endpoint::kCompletions, "logit_bias"},
   };
   for (const Case& c : cases) {
     ApiError err;
