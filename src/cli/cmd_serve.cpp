@@ -51,7 +51,7 @@ int cmd_serve(int argc, char** argv, int first) {
   ArgParser p("serve",
               "ember serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--served-model-name NAME] "
               "[--max-num-seqs N] [--max-model-len L] [--kv-cache-memory BYTES] [--enable-prefix-caching] [-t THREADS]");
-  std::string model_path, host = "127.0.0.1", api_key, served_name, kv_mem;
+  std::string model_path, host = "127.0.0.1", api_key, served_name, kv_mem, preempt_mode = "recompute", swap_mem = "1G";
   int port = 8080, threads = default_thread_count(), max_num_seqs = 64, max_batched = 512, block_size = 16;
   int max_n = 16, handler_threads = 4, shutdown_timeout = 30;
   int64_t max_model_len = 0, max_body = int64_t{8} << 20;
@@ -68,6 +68,9 @@ int cmd_serve(int argc, char** argv, int first) {
   p.option("--block-size", &block_size, "N", "tokens per KV block (default 16)");
   p.flag("--enable-prefix-caching", &prefix, "reuse the KV blocks of shared prompt prefixes (default: on)");
   p.flag("--no-enable-prefix-caching", &no_prefix, "turn prefix caching off");
+  p.option("--preemption-mode", &preempt_mode, "MODE",
+           "recompute (default) or swap: where a preempted sequence's KV goes when blocks run out");
+  p.option("--swap-space", &swap_mem, "BYTES", "host memory for swapped-out KV pages (default 1G)");
   p.option("--max-n", &max_n, "N", "largest 'n' (samples per prompt) a request may ask for (default 16)");
   p.option("--max-body-bytes", &max_body, "BYTES", "largest request body (default 8 MiB)");
   p.option("--handler-threads", &handler_threads, "N", "HTTP handler threads (default 4)");
@@ -98,6 +101,11 @@ int cmd_serve(int argc, char** argv, int first) {
   ec.max_model_len = max_model_len;
   ec.block_size = block_size;
   ec.enable_prefix_caching = !no_prefix;
+  if (preempt_mode != "recompute" && preempt_mode != "swap")
+    return usage_error(p, fmt::format("--preemption-mode must be recompute or swap, got '{}'", preempt_mode));
+  ec.preempt_swap = preempt_mode == "swap";
+  if (!parse_bytes(swap_mem, &ec.swap_space_bytes))
+    return usage_error(p, fmt::format("--swap-space expects a size such as 1G, got '{}'", swap_mem));
   if (!kv_mem.empty()) {
     if (!parse_bytes(kv_mem, &ec.kv_cache_bytes) || ec.kv_cache_bytes == 0)
       return usage_error(p, fmt::format("--kv-cache-memory expects a size such as 2G or 536870912, got '{}'", kv_mem));
@@ -155,10 +163,12 @@ int cmd_serve(int argc, char** argv, int first) {
   std::fprintf(stderr,
                "ember serve: model %s (%s), weights %s, %d compute threads\n"
                "ember serve: KV cache %s in %d blocks of %d tokens: %lld tokens per sequence at most, "
-               "max %d sequences per step, prefix caching %s\n",
+               "max %d sequences per step, prefix caching %s, preemption by %s\n",
                path.c_str(), m.config().arch.c_str(), human_bytes(static_cast<double>(m.weight_bytes())).c_str(),
                threads, human_bytes(static_cast<double>(ec.kv_cache_bytes)).c_str(), st.blocks_total, block_size,
-               static_cast<long long>((*engine)->max_seq_len()), max_num_seqs, ec.enable_prefix_caching ? "on" : "off");
+               static_cast<long long>((*engine)->max_seq_len()), max_num_seqs, ec.enable_prefix_caching ? "on" : "off",
+               ec.preempt_swap ? fmt::format("swap ({} of host memory)", human_bytes(static_cast<double>(ec.swap_space_bytes))).c_str()
+                               : "recomputation");
   if (api_key.empty() && host != "127.0.0.1" && host != "localhost" && host != "::1")
     std::fprintf(stderr, "ember serve: warning: listening on %s without an API key\n", host.c_str());
   std::printf("ember serve: listening on http://%s:%d (model '%s')\n", host.c_str(), (*server)->port(),

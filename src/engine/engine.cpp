@@ -84,6 +84,12 @@ struct Engine::Sequence {
   uint64_t arrival = 0;
   int n_preemptions = 0;
   int64_t n_cached_prompt = -1;  // set at first admission
+  // Swapped out (preempt_swap): the KV pages present at preemption, in table
+  // order per group, each [layers_per_group x (K block, V block)].
+  bool swapped = false;
+  std::vector<float> swap;
+  std::vector<std::vector<char>> swap_present;  // per group, per table entry
+  std::vector<size_t> swap_released;
   double t_arrival = 0;          // add_request time (steady clock, seconds)
   double queue_seconds = -1;     // arrival to first admission
   bool running = false;
@@ -243,10 +249,87 @@ void Engine::release_out_of_window(Sequence* s) {
   }
 }
 
+size_t Engine::page_floats() const {
+  return static_cast<size_t>(kv_->layout().layers_per_group) * cfg_.block_size * (kv_->k_dim() + kv_->v_dim());
+}
+
+void Engine::swap_out(Sequence* s) {
+  const int bs = cfg_.block_size;
+  const int L = kv_->layout().layers_per_group;
+  size_t n_pages = 0;
+  for (const auto& t : s->tables)
+    for (int32_t b : t) n_pages += b >= 0;
+  s->swap.resize(n_pages * page_floats());
+  s->swap_present.assign(n_groups_, {});
+  float* dst = s->swap.data();
+  const size_t kn = static_cast<size_t>(bs) * kv_->k_dim(), vn = static_cast<size_t>(bs) * kv_->v_dim();
+  for (int g = 0; g < n_groups_; ++g)
+    for (int32_t b : s->tables[g]) {
+      s->swap_present[g].push_back(b >= 0);
+      if (b < 0) continue;
+      for (int slot = 0; slot < L; ++slot) {
+        std::copy(kv_->k_block(slot, b), kv_->k_block(slot, b) + kn, dst);
+        dst += kn;
+        std::copy(kv_->v_block(slot, b), kv_->v_block(slot, b) + vn, dst);
+        dst += vn;
+      }
+    }
+  s->swap_released = s->released;
+  swap_used_ += s->swap.size() * sizeof(float);
+  s->swapped = true;
+  ++stats_.n_swap_outs;
+}
+
+// Restores a swapped-out sequence's pages (and room for n_new more tokens);
+// false (nothing changed) if the free pages do not suffice.
+bool Engine::swap_in(Sequence* s, int64_t n_new) {
+  const int bs = cfg_.block_size;
+  const int L = kv_->layout().layers_per_group;
+  int64_t need = 0;
+  for (const auto& pr : s->swap_present)
+    for (char p : pr) need += p;
+  const int64_t entries = static_cast<int64_t>(s->swap_present[0].size());
+  need += std::max<int64_t>(0, (s->n_computed + n_new + bs - 1) / bs - entries) * n_groups_;
+  if (need > blocks_->n_free()) return false;
+  const float* src = s->swap.data();
+  const size_t kn = static_cast<size_t>(bs) * kv_->k_dim(), vn = static_cast<size_t>(bs) * kv_->v_dim();
+  for (int g = 0; g < n_groups_; ++g) {
+    auto& t = s->tables[g];
+    t.clear();
+    for (char present : s->swap_present[g]) {
+      if (!present) {
+        t.push_back(-1);
+        continue;
+      }
+      blocks_->allocate(t, 1);
+      const int32_t b = t.back();
+      for (int slot = 0; slot < L; ++slot) {
+        std::copy(src, src + kn, kv_->k_block(slot, b));
+        src += kn;
+        std::copy(src, src + vn, kv_->v_block(slot, b));
+        src += vn;
+      }
+    }
+  }
+  s->released = s->swap_released;
+  swap_used_ -= s->swap.size() * sizeof(float);
+  std::vector<float>().swap(s->swap);
+  s->swap_present.clear();
+  s->swapped = false;
+  ++stats_.n_swap_ins;
+  return true;
+}
+
 void Engine::preempt(Sequence* s) {
+  if (cfg_.preempt_swap && s->holds_blocks() && s->n_computed > 0) {
+    size_t n_pages = 0;
+    for (const auto& t : s->tables)
+      for (int32_t b : t) n_pages += b >= 0;
+    if (swap_used_ + n_pages * page_floats() * sizeof(float) <= cfg_.swap_space_bytes) swap_out(s);
+  }
   free_tables(s);
   s->hashes.clear();
-  s->n_computed = 0;
+  if (!s->swapped) s->n_computed = 0;
   s->running = false;
   running_.erase(std::find(running_.begin(), running_.end(), s));
   insert_sorted(waiting_, s);
@@ -458,8 +541,11 @@ Result<StepOutput> Engine::step() {
         static_cast<int>(running_.size()) + 1 + s->n_fork > cfg_.max_num_seqs)
       break;
     const int64_t n_tokens = static_cast<int64_t>(s->tokens.size());
-    if (!s->holds_blocks() && blocks_->prefix_caching() && !s->needs_prompt_rows())
+    if (s->swapped) {
+      if (!swap_in(s, std::min<int64_t>(n_tokens - s->n_computed, chunk_cap(s, budget)))) break;
+    } else if (!s->holds_blocks() && blocks_->prefix_caching() && !s->needs_prompt_rows()) {
       s->n_computed = static_cast<int64_t>(match_cached_prefix(s)) * cfg_.block_size;
+    }
     const int64_t n = std::min<int64_t>(n_tokens - s->n_computed, chunk_cap(s, budget));
     if (!grow_blocks(s, s->n_computed + n)) {
       free_tables(s);  // hits go back to the cache; retry next step
@@ -554,6 +640,9 @@ EngineStats Engine::stats() const {
   EngineStats st = stats_;
   st.n_running = static_cast<int>(running_.size());
   st.n_waiting = static_cast<int>(waiting_.size());
+  st.n_swapped = 0;
+  for (const Sequence* s : waiting_) st.n_swapped += s->swapped;
+  st.swap_bytes_used = static_cast<int64_t>(swap_used_);
   st.blocks_used = blocks_->n_used();
   st.blocks_free = blocks_->n_free();
   st.blocks_cached_free = blocks_->n_cached_free();
@@ -579,6 +668,10 @@ Status Engine::check_invariants() const {
       tables.push_back(&t);
       if (t.size() != s->tables[0].size()) return Status::errorf("sequence '{}': group tables differ in length", id);
     }
+    if (s->swapped) {
+      if (s->running || s->holds_blocks()) return Status::errorf("swapped sequence '{}' is running or holds blocks", id);
+      continue;
+    }
     const int64_t covered = static_cast<int64_t>(s->tables[0].size()) * cfg_.block_size;
     if (s->n_computed > covered)
       return Status::errorf("sequence '{}': {} computed tokens but blocks for {}", id, s->n_computed, covered);
@@ -588,6 +681,9 @@ Status Engine::check_invariants() const {
       return Status::errorf("sequence '{}': computed past its tokens", id);
   }
   if (seqs_.size() != running_.size() + waiting_.size()) return Status::error("sequence queues out of sync");
+  size_t swap_bytes = 0;
+  for (const auto& [id, s] : seqs_) swap_bytes += s->swap.size() * sizeof(float);
+  if (swap_bytes != swap_used_) return Status::errorf("swap space accounting: {} held, {} counted", swap_bytes, swap_used_);
   int live = 0;
   for (const auto& [id, g] : groups_) {
     if (g.live < 1 || g.live > g.n) return Status::errorf("request '{}': {} live samples of {}", id, g.live, g.n);

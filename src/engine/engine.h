@@ -44,6 +44,11 @@ struct EngineConfig {
   // Sliding-window layers (Gemma 3) in their own KV groups, releasing blocks
   // that left the window; false: one group, every layer keeps every block.
   bool sliding_window_release = true;
+  // Preemption: false recomputes a preempted sequence later (its prefix may
+  // come back from the prefix cache); true first copies its KV pages to host
+  // memory (up to swap_space_bytes in all) and copies them back on resume.
+  bool preempt_swap = false;
+  size_t swap_space_bytes = size_t{1} << 30;
 };
 
 constexpr int kMaxTopLogprobs = 20;  // OpenAI's limit
@@ -109,7 +114,9 @@ struct StepOutput {
 struct EngineStats {
   int n_running = 0;
   int n_waiting = 0;
-  int n_swapped = 0;  // always 0: preemption recomputes
+  int n_swapped = 0;  // waiting sequences whose KV pages are held in swap space
+  int64_t swap_bytes_used = 0;
+  int64_t n_swap_outs = 0, n_swap_ins = 0;
   int32_t blocks_total = 0;  // KV pages (one layer group x block_size positions)
   int32_t blocks_used = 0;
   int32_t blocks_free = 0;
@@ -167,6 +174,9 @@ class Engine {
   bool before(const Sequence* a, const Sequence* b) const;
   void insert_sorted(std::vector<Sequence*>& q, Sequence* s);
   void preempt(Sequence* s);
+  void swap_out(Sequence* s);
+  bool swap_in(Sequence* s, int64_t n_new);
+  size_t page_floats() const;
   void finish(Sequence* s, FinishReason r, StepOutput* out);
   void register_full_blocks(Sequence* s);
   bool grow_blocks(Sequence* s, int64_t n_tokens);
@@ -197,6 +207,7 @@ class Engine {
   std::vector<float> logits_;  // [n sampled rows, n_vocab]
   std::vector<float> raw_;     // one raw logits row (logprobs)
   EngineStats stats_;
+  size_t swap_used_ = 0;  // bytes held by swapped-out sequences
 };
 
 }  // namespace ember

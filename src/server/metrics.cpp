@@ -72,6 +72,10 @@ std::string ServerMetrics::render(const EngineStats& e, const std::string& model
   gauge(&out, "ember:num_requests_running", "Requests in the running batch.", e.n_running);
   gauge(&out, "ember:num_requests_waiting", "Requests waiting to be scheduled.", e.n_waiting);
   gauge(&out, "ember:num_requests_swapped", "Requests swapped to host memory.", e.n_swapped);
+  gauge(&out, "ember:swap_space_used_bytes", "Host memory holding swapped-out KV pages.",
+        static_cast<double>(e.swap_bytes_used));
+  counter(&out, "ember:num_swap_outs_total", "Sequences whose KV pages were swapped out.",
+          static_cast<double>(e.n_swap_outs));
   gauge(&out, "ember:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0..1).",
         e.blocks_total > 0 ? static_cast<double>(e.blocks_used) / e.blocks_total : 0.0);
   gauge(&out, "ember:kv_cache_blocks_total", "KV-cache blocks in the pool.", e.blocks_total);
