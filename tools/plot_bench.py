@@ -4,9 +4,19 @@
 Inputs (any number of files, kind detected from their content):
   * `ember bench ... --json FILE`               {"engine": "ember", "results": [...]}
   * `tools/bench_llama_cpp.py ... --json FILE`  {"engine": "llama.cpp ...", "pp": {...}, "tg": {...}}
+  * `ember bench serve ... --json FILE`         {"kind": "ember_bench_serve", "label": ..., "summary": ...,
+                                                 "requests": {per-request arrays}}
 Charts:
   docs/img/speed_vs_llama_cpp.png   pp and tg tok/s per model file, ember vs llama.cpp (median, min-max bars)
   docs/img/thread_scaling.png       ember tok/s per thread count, when a sweep over -t is present
+  docs/img/serve_throughput_vs_concurrency.png
+                                    bench-serve output tok/s and req/s per --max-concurrency, one line per
+                                    server label (runs at request rate inf; needs >= 2 concurrency levels)
+  docs/img/serve_latency_cdf.png    bench-serve TTFT and TPOT distributions (CDF per label and concurrency)
+  docs/img/serve_latency_box.png    the same as box plots
+
+Label bench-serve runs with `--label NAME` (e.g. ember, llama.cpp, vllm); unlabeled runs are
+named after their base URL.
 
   python3 tools/plot_bench.py bench_results/*.json [--out docs/img]
 (tools/bench_compare.sh writes bench_results/ and calls this.)
@@ -27,6 +37,8 @@ def load(paths):
     for p in paths:
         with open(p) as f:
             d = json.load(f)
+        if d.get("kind") == "ember_bench_serve":
+            continue  # see load_serve()
         model = os.path.basename(d.get("model", "?"))
         if "results" in d:
             for r in d["results"]:
@@ -64,6 +76,103 @@ def bars(ax, rows, kind, threads):
     ax.legend()
 
 
+def load_serve(paths):
+    """bench-serve results: list of dicts with label, concurrency, summary, per-request arrays."""
+    runs = []
+    for p in paths:
+        with open(p) as f:
+            d = json.load(f)
+        if d.get("kind") != "ember_bench_serve":
+            continue
+        cfg = d.get("config", {})
+        req = d.get("requests", {})
+        runs.append({
+            "file": p,
+            "label": d.get("label") or cfg.get("base_url", "?"),
+            "concurrency": cfg.get("max_concurrency", 0) or None,  # None: unlimited
+            "rate": cfg.get("request_rate", "inf"),
+            "summary": d.get("summary", {}),
+            "ttft": [x for x in req.get("ttft_ms", []) if x is not None],
+            "tpot": [x for x in req.get("tpot_ms", []) if x is not None],
+        })
+    return runs
+
+
+def serve_charts(runs, out):
+    written = []
+    # Throughput vs concurrency: closed-loop runs (rate inf) with a concurrency limit.
+    by_label = defaultdict(dict)
+    for r in runs:
+        if r["concurrency"] and r["rate"] == "inf":
+            by_label[r["label"]][r["concurrency"]] = r["summary"]  # the last file for a level wins
+    by_label = {k: v for k, v in by_label.items() if len(v) >= 2}
+    if by_label:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for label, levels in sorted(by_label.items()):
+            cs = sorted(levels)
+            axes[0].plot(cs, [levels[c].get("output_throughput", 0) for c in cs], marker="o", label=label)
+            axes[1].plot(cs, [levels[c].get("request_throughput", 0) for c in cs], marker="o", label=label)
+        for ax, what in zip(axes, ("output tokens/s", "requests/s")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("max concurrency")
+            ax.set_ylabel(what)
+            ax.set_title(f"serving throughput: {what}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = os.path.join(out, "serve_throughput_vs_concurrency.png")
+        fig.savefig(path, dpi=110)
+        written.append(path)
+    dist = [r for r in runs if r["ttft"] or r["tpot"]]
+    if dist:
+        def name(r):
+            return f"{r['label']} c={r['concurrency'] or 'inf'}" + ("" if r["rate"] == "inf" else f" r={r['rate']}")
+
+        dist.sort(key=lambda r: (r["label"], r["concurrency"] or 1 << 30))
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for ax, key, title in ((axes[0], "ttft", "time to first token"), (axes[1], "tpot", "time per output token")):
+            lo, hi = float("inf"), 0.0
+            for r in dist:
+                v = sorted(r[key])
+                if v:
+                    ax.step(v, [(i + 1) / len(v) for i in range(len(v))], where="post", label=name(r))
+                    lo, hi = min(lo, v[0]), max(hi, v[-1])
+            if lo > 0 and hi / lo > 50:
+                ax.set_xscale("log")  # e.g. queueing: TTFT from ms to many seconds
+            ax.set_xlabel(f"{key.upper()} (ms)")
+            ax.set_ylabel("fraction of requests")
+            ax.set_title(f"{title} (CDF)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out, "serve_latency_cdf.png")
+        fig.savefig(path, dpi=110)
+        written.append(path)
+
+        fig, axes = plt.subplots(1, 2, figsize=(11, max(3.5, 0.35 * len(dist) + 1.5)))
+        for ax, key, title in ((axes[0], "ttft", "TTFT (ms)"), (axes[1], "tpot", "TPOT (ms)")):
+            sel = [r for r in dist if r[key]]
+            if sel:
+                data = [r[key] for r in sel]
+                try:
+                    ax.boxplot(data, orientation="horizontal")  # matplotlib >= 3.10
+                except TypeError:
+                    ax.boxplot(data, vert=False)
+                ax.set_yticks(range(1, len(sel) + 1))
+                ax.set_yticklabels([name(r) for r in sel], fontsize=7)
+            if sel and min(min(r[key]) for r in sel) > 0 and \
+                    max(max(r[key]) for r in sel) / min(min(r[key]) for r in sel) > 50:
+                ax.set_xscale("log")
+            ax.set_xlabel(title)
+            ax.grid(alpha=0.3, axis="x")
+        fig.tight_layout()
+        path = os.path.join(out, "serve_latency_box.png")
+        fig.savefig(path, dpi=110)
+        written.append(path)
+    for p in written:
+        print("wrote", p)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
@@ -71,6 +180,7 @@ def main():
     a = ap.parse_args()
     rows = load(a.files)
     os.makedirs(a.out, exist_ok=True)
+    serve_charts(load_serve(a.files), a.out)
     threads = max((r[3] for r in rows if r[0] == "llama.cpp"), default=None)
     if threads:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))

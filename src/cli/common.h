@@ -20,7 +20,9 @@ std::string resolve_model_path(const ArgParser& p, const std::string& m);
 // Subcommand entry points (argv[first] is the first argument after the name).
 int cmd_info(int argc, char** argv, int first);
 int cmd_run(int argc, char** argv, int first);
+int cmd_serve(int argc, char** argv, int first);
 int cmd_bench(int argc, char** argv, int first);
+int cmd_bench_serve(int argc, char** argv, int first);  // `ember bench serve`
 int cmd_quantize(int argc, char** argv, int first);
 int cmd_tokenize(int argc, char** argv, int first);
 int cmd_detokenize(int argc, char** argv, int first);
