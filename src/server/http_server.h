@@ -58,6 +58,8 @@ class HttpResponse {
   virtual void on_close(std::function<void()> fn) = 0;
 };
 
+// Runs on a handler thread; should hand long work off and return. HEAD
+// requests reach the handler like GET; the transport sends the headers only.
 using HttpHandler = std::function<void(const HttpRequest&, std::shared_ptr<HttpResponse>)>;
 
 struct HttpServerConfig {
@@ -92,7 +94,8 @@ class HttpServer {
   // Open connections with a request whose response has not ended.
   virtual int n_in_flight() const = 0;
   // Closes every connection (in-flight responses see on_close) and joins all
-  // threads. Idempotent; the destructor calls it.
+  // threads. Idempotent; the destructor calls it. Must not be called from a
+  // handler or an on_close callback (it joins those threads).
   virtual void shutdown() = 0;
 };
 

@@ -155,6 +155,13 @@ std::optional<std::vector<int32_t>> chat_tokens(const Tokenizer& tok, const std:
   return tokenize_rendered_chat(tok, text, messages);
 }
 
+JobPrompt make_prompt(std::vector<int32_t> tokens, std::string echo_text) {
+  JobPrompt p;
+  p.tokens = std::move(tokens);
+  p.echo_text = std::move(echo_text);
+  return p;
+}
+
 }  // namespace
 
 void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<HttpResponse> resp, Endpoint ep) {
@@ -181,7 +188,7 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
   if (ep == Endpoint::kChat) {
     auto ids = chat_tokens(tok_, cfg_.arch, r.messages, r.add_generation_prompt, r.continue_final_message, &err);
     if (!ids) return send_error(*resp, err);
-    prompts.push_back({std::move(*ids), {}});
+    prompts.push_back(make_prompt(std::move(*ids), {}));
   } else if (r.prompt_is_tokens) {
     for (auto& ids : r.token_prompts) {
       for (int32_t t : ids)
@@ -189,13 +196,13 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
           return send_error(*resp, bad_request(fmt::format("token id {} in 'prompt' is out of range [0, {})", t, V),
                                                "prompt"));
       std::string echo = r.echo ? tok_.decode(ids) : std::string();
-      prompts.push_back({std::move(ids), std::move(echo)});
+      prompts.push_back(make_prompt(std::move(ids), std::move(echo)));
     }
   } else {
     for (auto& text : r.text_prompts) {
       EncodeOptions eo;
       eo.add_bos = true;
-      prompts.push_back({tok_.encode(text, eo), r.echo ? text : std::string()});
+      prompts.push_back(make_prompt(tok_.encode(text, eo), r.echo ? text : std::string()));
     }
   }
   const int64_t ctx = cfg_.limits.max_model_len;

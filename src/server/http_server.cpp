@@ -1,0 +1,962 @@
+// HTTP/1.1 server transport (see http_server.h): an epoll event loop on one
+// thread owns every socket, parses requests (http_parser.h) under size
+// limits and deadlines, and hands complete requests to a pool of handler
+// threads. Responses append to a per-connection output queue under a mutex
+// and wake the loop through an eventfd; the loop alone writes to sockets.
+//
+// Notes on behaviour:
+// - One request in flight per connection; pipelined requests are parsed
+//   only after the previous response has ended, so they run in order.
+// - A client half-close (EOF), EPOLLRDHUP, EPOLLHUP or a write error closes
+//   the connection at once and fires the pending on_close callback; this is
+//   how a disconnected streaming client aborts its request. (So a client
+//   that sends a request and then shuts down its write side gets no answer.)
+// - HEAD is passed to the handler like any method; the transport drops the
+//   response body (Content-Length is kept) and any stream chunks.
+// - Errors raised by the transport (400, 408, 413, 431, 503, ...) are JSON in
+//   OpenAI's error shape and close the connection after a lingering close
+//   (write side shut down, input drained for a short while) so the client
+//   reads the error instead of a reset.
+// - HTTP/1.0 clients get streams without chunked framing, ended by close.
+// - A response dropped by every owner before it ended is completed by the
+//   transport: 500 if nothing was sent, connection closed mid-stream.
+#include "server/http_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "server/http_parser.h"
+
+namespace ember {
+
+const std::string* HttpRequest::header(const std::string& lower_name) const {
+  for (const auto& [name, value] : headers) {
+    if (name == lower_name) return &value;
+  }
+  return nullptr;
+}
+
+const char* http_reason_phrase(int status) {
+  switch (status) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 206: return "Partial Content";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+  }
+}
+
+std::string http_error_json(const std::string& message, const std::string& type) {
+  nlohmann::json j = {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}};
+  return j.dump();
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kListenId = 0;
+constexpr uint64_t kWakeId = 1;
+constexpr int kLingerMs = 1000;        // lingering close after an error / Connection: close
+constexpr int kTickMs = 25;            // deadline sweep granularity
+constexpr size_t kReadChunk = 64 << 10;
+
+bool valid_header_text(const std::string& s) {
+  return s.find_first_of("\r\n") == std::string::npos && s.find('\0') == std::string::npos;
+}
+
+// Framing headers are the transport's business; handlers cannot override them.
+bool reserved_header(const std::string& name) {
+  std::string l = name;
+  for (char& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return l == "content-length" || l == "transfer-encoding" || l == "connection";
+}
+
+// Builds a status line plus headers (ending with the blank line).
+std::string build_head(int status, const std::string& content_type,
+                       const std::vector<std::pair<std::string, std::string>>& extra, bool keep_alive,
+                       const std::string& framing) {
+  std::string h = fmt::format("HTTP/1.1 {} {}\r\n", status, http_reason_phrase(status));
+  if (!content_type.empty() && valid_header_text(content_type)) h += "Content-Type: " + content_type + "\r\n";
+  h += framing;
+  for (const auto& [k, v] : extra) {
+    if (k.empty() || !valid_header_text(k) || !valid_header_text(v) || k.find(':') != std::string::npos ||
+        reserved_header(k)) {
+      continue;
+    }
+    h += k;
+    h += ": ";
+    h += v;
+    h += "\r\n";
+  }
+  h += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  return h;
+}
+
+std::string error_response(int status, const std::string& message) {
+  std::string body = http_error_json(message, status >= 500 ? "server_error" : "invalid_request_error");
+  return build_head(status, "application/json", {}, false, fmt::format("Content-Length: {}\r\n", body.size())) +
+         body;
+}
+
+// Shared with responses; outlives the server if responses are still held.
+struct Waker {
+  int efd = -1;
+  std::mutex mu;
+  std::vector<uint64_t> pending;  // connection ids with news for the loop
+  std::atomic<bool> alive{true};
+  std::atomic<bool> stopping{false};  // stop_accepting() was called
+
+  ~Waker() {
+    if (efd >= 0) ::close(efd);
+  }
+  void kick() {
+    uint64_t one = 1;
+    ssize_t r = ::write(efd, &one, sizeof(one));
+    (void)r;
+  }
+  void notify(uint64_t id) {
+    if (!alive.load(std::memory_order_acquire)) return;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      pending.push_back(id);
+    }
+    kick();
+  }
+};
+
+// State shared between the loop and the responses of one connection.
+struct ConnShared {
+  uint64_t id = 0;
+  std::shared_ptr<Waker> waker;
+  size_t max_backlog = 0;
+  std::atomic<bool> wake_queued{false};
+
+  std::mutex mu;
+  // Guarded by mu:
+  std::string out;          // bytes queued by responses, not yet taken by the loop
+  size_t loop_unsent = 0;   // bytes the loop holds but has not written yet
+  bool closed = false;      // connection gone (or being dropped)
+  bool drop = false;        // a response asks the loop to drop the connection
+  bool ended = false;       // the active response ended (loop resets)
+  bool close_after = false; // ... and the connection must close after it
+  std::function<void()> on_close;  // of the active response
+
+  void wake() {
+    if (!wake_queued.exchange(true)) waker->notify(id);
+  }
+};
+
+class ResponseImpl final : public HttpResponse {
+ public:
+  ResponseImpl(std::shared_ptr<ConnShared> c, bool head, bool http11, bool keep_alive)
+      : c_(std::move(c)), head_(head), http11_(http11), keep_alive_(keep_alive) {}
+
+  ~ResponseImpl() override {
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lk(c_->mu);
+      if (phase_ == Phase::kDone || c_->closed) {
+        if (phase_ != Phase::kDone) c_->on_close = nullptr;
+      } else if (phase_ == Phase::kNew) {
+        std::string r = error_response(500, "the request handler produced no response");
+        c_->out += r;
+        c_->ended = true;
+        c_->close_after = true;
+        c_->on_close = nullptr;
+        wake = true;
+      } else {  // streaming, never ended: abort the connection
+        c_->on_close = nullptr;
+        c_->closed = true;
+        c_->drop = true;
+        wake = true;
+      }
+      phase_ = Phase::kDone;
+    }
+    if (wake) c_->wake();
+  }
+
+  void send(int status, const std::string& content_type, std::string body,
+            const std::vector<std::pair<std::string, std::string>>& extra_headers) override {
+    bool keep = keep_alive_ && !c_->waker->stopping.load();
+    bool no_body = status == 204 || status == 304 || (status >= 100 && status < 200);
+    std::string framing = no_body ? std::string() : fmt::format("Content-Length: {}\r\n", body.size());
+    std::string data = build_head(status, content_type, extra_headers, keep, framing);
+    if (!head_ && !no_body) data += body;
+    {
+      std::lock_guard<std::mutex> lk(c_->mu);
+      if (phase_ != Phase::kNew) return;
+      phase_ = Phase::kDone;
+      if (c_->closed) return;
+      if (append_locked(data)) {
+        c_->ended = true;
+        c_->close_after = !keep;
+        c_->on_close = nullptr;
+      }
+    }
+    c_->wake();
+  }
+
+  void start_stream(int status, const std::string& content_type,
+                    const std::vector<std::pair<std::string, std::string>>& extra_headers) override {
+    bool keep = keep_alive_ && http11_ && !c_->waker->stopping.load();
+    chunked_ = http11_;
+    std::string framing = chunked_ ? "Transfer-Encoding: chunked\r\n" : "";
+    framing += "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n";
+    std::string data = build_head(status, content_type, extra_headers, keep, framing);
+    {
+      std::lock_guard<std::mutex> lk(c_->mu);
+      if (phase_ != Phase::kNew) return;
+      phase_ = Phase::kStreaming;
+      close_after_ = !keep;
+      if (c_->closed) return;
+      append_locked(data);
+    }
+    c_->wake();
+  }
+
+  bool write(std::string data) override {
+    bool ok;
+    {
+      std::lock_guard<std::mutex> lk(c_->mu);
+      if (phase_ != Phase::kStreaming || c_->closed) return false;
+      if (data.empty() || head_) return true;
+      if (chunked_) {
+        std::string framed = fmt::format("{:x}\r\n", data.size());
+        framed += data;
+        framed += "\r\n";
+        ok = append_locked(framed);
+      } else {
+        ok = append_locked(data);
+      }
+    }
+    c_->wake();
+    return ok;
+  }
+
+  void end_stream() override {
+    {
+      std::lock_guard<std::mutex> lk(c_->mu);
+      if (phase_ != Phase::kStreaming) return;
+      phase_ = Phase::kDone;
+      if (c_->closed) return;
+      if (!chunked_ || head_ || append_locked("0\r\n\r\n")) {
+        c_->ended = true;
+        c_->close_after = close_after_;
+        c_->on_close = nullptr;
+      }
+    }
+    c_->wake();
+  }
+
+  bool closed() const override {
+    std::lock_guard<std::mutex> lk(c_->mu);
+    return c_->closed;
+  }
+
+  void on_close(std::function<void()> fn) override {
+    if (!fn) return;
+    {
+      std::lock_guard<std::mutex> lk(c_->mu);
+      if (phase_ == Phase::kDone && !c_->closed) return;  // ended normally: never fires
+      if (!c_->closed) {
+        c_->on_close = std::move(fn);
+        return;
+      }
+      if (fired_) return;
+      fired_ = true;
+    }
+    fn();
+  }
+
+ private:
+  enum class Phase { kNew, kStreaming, kDone };
+
+  // Appends to the connection's queue, or marks it for dropping when the
+  // unsent backlog would exceed the limit. Caller holds c_->mu.
+  bool append_locked(const std::string& data) {
+    if (c_->out.size() + c_->loop_unsent + data.size() > c_->max_backlog) {
+      c_->closed = true;
+      c_->drop = true;
+      c_->out.clear();
+      return false;
+    }
+    c_->out += data;
+    return true;
+  }
+
+  std::shared_ptr<ConnShared> c_;
+  const bool head_;
+  const bool http11_;
+  const bool keep_alive_;
+  // Guarded by c_->mu:
+  Phase phase_ = Phase::kNew;
+  bool chunked_ = false;
+  bool close_after_ = false;
+  bool fired_ = false;
+};
+
+// Loop-thread state of one connection.
+struct Conn {
+  uint64_t id = 0;
+  int fd = -1;
+  std::string peer;
+  std::shared_ptr<ConnShared> shared;
+  HttpRequestParser parser;
+  std::string in;
+  size_t in_off = 0;
+  std::string wbuf;
+  size_t woff = 0;
+  uint32_t events = 0;        // currently registered epoll events
+  bool counted = false;       // counts towards max_connections
+  bool in_flight = false;
+  bool req_active = false;    // bytes of a not yet complete request have arrived
+  bool continue_sent = false;
+  bool closing = false;       // no more requests: close once output is flushed
+  bool lingering = false;     // write side shut down, draining input until EOF/deadline
+  Clock::time_point req_start;
+  Clock::time_point last_activity;
+  Clock::time_point linger_deadline;
+
+  Conn(size_t max_header, size_t max_body) : parser(max_header, max_body) {}
+};
+
+struct Task {
+  HttpRequest req;
+  std::shared_ptr<HttpResponse> resp;
+};
+
+class HttpServerImpl final : public HttpServer {
+ public:
+  HttpServerImpl(const HttpServerConfig& cfg, HttpHandler handler) : cfg_(cfg), handler_(std::move(handler)) {}
+  ~HttpServerImpl() override {
+    shutdown();
+    if (ep_ >= 0) ::close(ep_);
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+  }
+
+  Status init();
+  int port() const override { return port_; }
+  void stop_accepting() override;
+  int n_in_flight() const override { return n_in_flight_.load(); }
+  void shutdown() override;
+
+ private:
+  void loop();
+  void handler_worker();
+  void accept_all();
+  void on_event(Conn& c, uint32_t ev);
+  void on_wake(Conn& c);
+  void read_input(Conn& c);
+  void process_input(Conn& c);
+  void dispatch(Conn& c);
+  void send_error(Conn& c, int status, const std::string& msg);
+  bool flush(Conn& c);         // false if the connection was closed
+  void after_flush(Conn& c);
+  void update_events(Conn& c);
+  void close_conn(uint64_t id);
+  void sweep();
+  void close_listener();
+
+  HttpServerConfig cfg_;
+  HttpHandler handler_;
+  int listen_fd_ = -1;
+  int ep_ = -1;
+  int port_ = 0;
+  std::shared_ptr<Waker> waker_;
+  std::thread loop_thread_;
+  std::vector<std::thread> workers_;
+
+  // Loop-thread only.
+  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
+  uint64_t next_id_ = 2;
+  int n_counted_ = 0;
+  bool listen_paused_ = false;
+  Clock::time_point listen_resume_;
+  std::vector<char> rbuf_ = std::vector<char>(kReadChunk);
+
+  std::atomic<int> n_in_flight_{0};
+  std::atomic<bool> stop_loop_{false};
+
+  std::mutex listen_mu_;
+  std::condition_variable listen_cv_;
+  bool listen_close_requested_ = false;
+  bool listen_closed_ = false;
+
+  std::mutex shutdown_mu_;
+  bool shut_down_ = false;
+
+  std::mutex q_mu_;
+  std::condition_variable q_cv_;
+  std::deque<Task> queue_;
+  bool q_stop_ = false;
+};
+
+Status HttpServerImpl::init() {
+  if (cfg_.port < 0 || cfg_.port > 65535) return Status::errorf("invalid port {}", cfg_.port);
+  if (cfg_.n_handler_threads < 1) return Status::error("n_handler_threads must be at least 1");
+  if (cfg_.max_connections < 1) return Status::error("max_connections must be at least 1");
+  if (cfg_.request_timeout_ms < 1 || cfg_.idle_timeout_ms < 1) return Status::error("timeouts must be positive");
+  if (cfg_.max_header_bytes < 64) return Status::error("max_header_bytes must be at least 64");
+
+  std::string host = cfg_.host.empty() ? "0.0.0.0" : cfg_.host;
+  std::string lookup = host;
+  if (lookup.size() > 2 && lookup.front() == '[' && lookup.back() == ']') lookup = lookup.substr(1, lookup.size() - 2);
+  const std::string where = fmt::format("{}:{}", host, cfg_.port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port_str = std::to_string(cfg_.port);
+  int gai = ::getaddrinfo(lookup.c_str(), port_str.c_str(), &hints, &res);
+  if (gai != 0) return Status::errorf("cannot bind {}: {}", where, gai_strerror(gai));
+  // Prefer IPv4 (predictable for "localhost"), then IPv6.
+  std::vector<addrinfo*> cands;
+  for (addrinfo* a = res; a; a = a->ai_next) if (a->ai_family == AF_INET) cands.push_back(a);
+  for (addrinfo* a = res; a; a = a->ai_next) if (a->ai_family != AF_INET) cands.push_back(a);
+  std::string last_err = "no usable address";
+  for (addrinfo* a : cands) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last_err = std::strerror(errno);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+      int err = errno;
+      last_err = std::strerror(err);
+      ::close(fd);
+      // A taken or forbidden port is final: do not silently fall back to
+      // another address family of the same name.
+      if (err == EADDRINUSE || err == EACCES) break;
+      continue;
+    }
+    listen_fd_ = fd;
+    break;
+  }
+  ::freeaddrinfo(res);
+  if (listen_fd_ < 0) return Status::errorf("cannot bind {}: {}", where, last_err);
+
+  sockaddr_storage ss{};
+  socklen_t sl = sizeof(ss);
+  if (::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &sl) == 0) {
+    port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                     : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  }
+
+  waker_ = std::make_shared<Waker>();
+  waker_->efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ep_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (waker_->efd < 0 || ep_ < 0) return Status::errorf("cannot create event loop: {}", std::strerror(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenId;
+  if (::epoll_ctl(ep_, EPOLL_CTL_ADD, listen_fd_, &ev) != 0) return Status::errorf("epoll_ctl: {}", std::strerror(errno));
+  ev.data.u64 = kWakeId;
+  if (::epoll_ctl(ep_, EPOLL_CTL_ADD, waker_->efd, &ev) != 0) return Status::errorf("epoll_ctl: {}", std::strerror(errno));
+
+  for (int i = 0; i < cfg_.n_handler_threads; ++i) workers_.emplace_back([this] { handler_worker(); });
+  loop_thread_ = std::thread([this] { loop(); });
+  return Status::ok();
+}
+
+void HttpServerImpl::stop_accepting() {
+  waker_->stopping.store(true);
+  std::unique_lock<std::mutex> lk(listen_mu_);
+  if (listen_closed_) return;
+  if (!loop_thread_.joinable() || std::this_thread::get_id() == loop_thread_.get_id()) {
+    lk.unlock();
+    close_listener();
+    return;
+  }
+  listen_close_requested_ = true;
+  waker_->kick();
+  listen_cv_.wait(lk, [this] { return listen_closed_; });
+}
+
+void HttpServerImpl::close_listener() {
+  std::lock_guard<std::mutex> lk(listen_mu_);
+  if (listen_closed_) return;
+  if (listen_fd_ >= 0) {
+    ::epoll_ctl(ep_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+  }
+  listen_closed_ = true;
+  listen_cv_.notify_all();
+}
+
+void HttpServerImpl::shutdown() {
+  {
+    std::lock_guard<std::mutex> lk(shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  if (!waker_) return;  // init() failed before anything started
+  waker_->stopping.store(true);
+  stop_loop_.store(true);
+  waker_->kick();
+  if (loop_thread_.joinable()) loop_thread_.join();
+  std::deque<Task> dropped;
+  {
+    std::lock_guard<std::mutex> lk(q_mu_);
+    q_stop_ = true;
+    dropped.swap(queue_);
+  }
+  q_cv_.notify_all();
+  dropped.clear();  // their connections are closed: the responses are no-ops
+  for (std::thread& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void HttpServerImpl::handler_worker() {
+  for (;;) {
+    Task t;
+    {
+      std::unique_lock<std::mutex> lk(q_mu_);
+      q_cv_.wait(lk, [this] { return q_stop_ || !queue_.empty(); });
+      if (q_stop_) return;
+      t = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    try {
+      handler_(t.req, t.resp);
+    } catch (const std::exception& e) {
+      t.resp->send(500, "application/json", http_error_json(fmt::format("internal error: {}", e.what()), "server_error"));
+    } catch (...) {
+      t.resp->send(500, "application/json", http_error_json("internal error", "server_error"));
+    }
+  }
+}
+
+void HttpServerImpl::loop() {
+  std::vector<epoll_event> evs(256);
+  auto next_sweep = Clock::now();
+  while (!stop_loop_.load()) {
+    int n = ::epoll_wait(ep_, evs.data(), static_cast<int>(evs.size()), kTickMs);
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < n; ++i) {
+      uint64_t id = evs[i].data.u64;
+      if (id == kListenId) {
+        accept_all();
+      } else if (id == kWakeId) {
+        uint64_t v;
+        while (::read(waker_->efd, &v, sizeof(v)) > 0) {
+        }
+        std::vector<uint64_t> ids;
+        {
+          std::lock_guard<std::mutex> lk(waker_->mu);
+          ids.swap(waker_->pending);
+        }
+        for (uint64_t cid : ids) {
+          auto it = conns_.find(cid);
+          if (it != conns_.end()) on_wake(*it->second);
+        }
+      } else {
+        auto it = conns_.find(id);
+        if (it != conns_.end()) on_event(*it->second, evs[i].events);
+      }
+    }
+    {
+      std::unique_lock<std::mutex> lk(listen_mu_);
+      if (listen_close_requested_ && !listen_closed_) {
+        lk.unlock();
+        close_listener();
+      }
+    }
+    auto now = Clock::now();
+    if (now >= next_sweep) {
+      sweep();
+      next_sweep = now + std::chrono::milliseconds(kTickMs);
+    }
+  }
+  // Shutting down: close every connection (firing on_close), then the listener.
+  std::vector<uint64_t> ids;
+  for (auto& [cid, c] : conns_) ids.push_back(cid);
+  for (uint64_t cid : ids) close_conn(cid);
+  close_listener();
+  waker_->alive.store(false);
+}
+
+void HttpServerImpl::accept_all() {
+  if (listen_fd_ < 0) return;
+  for (int k = 0; k < 64; ++k) {
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof(ss);
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors: stop polling the listener briefly instead of spinning.
+        epoll_event ev{};
+        ev.data.u64 = kListenId;
+        ::epoll_ctl(ep_, EPOLL_CTL_MOD, listen_fd_, &ev);
+        listen_paused_ = true;
+        listen_resume_ = Clock::now() + std::chrono::milliseconds(100);
+      }
+      return;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int pport = 0;
+    std::string peer;
+    if (ss.ss_family == AF_INET6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+      ::inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
+      pport = ntohs(a->sin6_port);
+      peer = fmt::format("[{}]:{}", ip, pport);
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+      ::inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+      pport = ntohs(a->sin_port);
+      peer = fmt::format("{}:{}", ip, pport);
+    }
+
+    auto c = std::make_unique<Conn>(cfg_.max_header_bytes, cfg_.max_body_bytes);
+    c->id = next_id_++;
+    c->fd = fd;
+    c->peer = std::move(peer);
+    c->shared = std::make_shared<ConnShared>();
+    c->shared->id = c->id;
+    c->shared->waker = waker_;
+    c->shared->max_backlog = cfg_.max_output_backlog;
+    c->last_activity = Clock::now();
+    c->events = EPOLLIN | EPOLLRDHUP;
+    epoll_event ev{};
+    ev.events = c->events;
+    ev.data.u64 = c->id;
+    if (::epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      ::close(fd);
+      continue;
+    }
+    Conn& ref = *c;
+    conns_.emplace(c->id, std::move(c));
+    if (n_counted_ >= cfg_.max_connections) {
+      send_error(ref, 503, "server is at its connection limit; retry later");
+    } else {
+      ref.counted = true;
+      ++n_counted_;
+    }
+  }
+}
+
+void HttpServerImpl::on_event(Conn& c, uint32_t ev) {
+  if (ev & (EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
+    close_conn(c.id);
+    return;
+  }
+  if (ev & EPOLLOUT) {
+    if (!flush(c)) return;
+    after_flush(c);
+    if (conns_.find(c.id) == conns_.end()) return;
+  }
+  if (ev & EPOLLIN) read_input(c);
+}
+
+void HttpServerImpl::read_input(Conn& c) {
+  const uint64_t id = c.id;
+  for (int k = 0; k < 8; ++k) {
+    ssize_t n = ::recv(c.fd, rbuf_.data(), rbuf_.size(), 0);
+    if (n > 0) {
+      if (c.closing || c.lingering) continue;  // discard input of a connection on its way out
+      c.in.append(rbuf_.data(), static_cast<size_t>(n));
+      c.last_activity = Clock::now();
+      if (static_cast<size_t>(n) < rbuf_.size()) break;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0 && errno == EINTR) continue;
+    close_conn(id);  // EOF or error
+    return;
+  }
+  if (c.closing || c.lingering) return;
+  if (!c.in_flight) {
+    process_input(c);
+  } else if (c.in.size() - c.in_off > cfg_.max_header_bytes + cfg_.max_body_bytes + kReadChunk) {
+    // Pipelined input piling up behind a long response: stop reading for now
+    // (EPOLLRDHUP still reports a disconnect).
+    update_events(c);
+  }
+}
+
+void HttpServerImpl::process_input(Conn& c) {
+  const uint64_t id = c.id;
+  while (!c.in_flight && !c.closing) {
+    size_t avail = c.in.size() - c.in_off;
+    if (avail == 0) break;
+    if (!c.req_active) {
+      c.req_active = true;
+      c.req_start = Clock::now();
+    }
+    size_t used = 0;
+    auto st = c.parser.feed(c.in.data() + c.in_off, avail, &used);
+    c.in_off += used;
+    if (st == HttpRequestParser::State::kError) {
+      send_error(c, c.parser.error_status(), c.parser.error_message());
+      return;
+    }
+    if (st == HttpRequestParser::State::kNeedMore) {
+      if (c.parser.wants_continue() && !c.continue_sent) {
+        c.continue_sent = true;
+        c.wbuf += "HTTP/1.1 100 Continue\r\n\r\n";
+        if (!flush(c)) return;
+      }
+      break;
+    }
+    if (waker_->stopping.load()) {
+      send_error(c, 503, "server is shutting down");
+      return;
+    }
+    dispatch(c);
+  }
+  if (conns_.find(id) == conns_.end()) return;
+  if (c.in_off == c.in.size()) {
+    c.in.clear();
+    c.in_off = 0;
+  } else if (c.in_off > (64u << 10) && c.in_off > c.in.size() / 2) {
+    c.in.erase(0, c.in_off);
+    c.in_off = 0;
+  }
+  update_events(c);
+}
+
+void HttpServerImpl::dispatch(Conn& c) {
+  HttpRequest req = std::move(c.parser.request());
+  req.peer = c.peer;
+  bool head = req.method == "HEAD";
+  auto resp = std::make_shared<ResponseImpl>(c.shared, head, c.parser.http11(), c.parser.keep_alive());
+  c.parser.reset();
+  c.req_active = false;
+  c.continue_sent = false;
+  c.in_flight = true;
+  n_in_flight_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lk(q_mu_);
+    queue_.push_back(Task{std::move(req), std::move(resp)});
+  }
+  q_cv_.notify_one();
+}
+
+void HttpServerImpl::send_error(Conn& c, int status, const std::string& msg) {
+  c.closing = true;
+  c.req_active = false;
+  c.in.clear();
+  c.in_off = 0;
+  c.wbuf += error_response(status, msg);
+  if (!flush(c)) return;
+  after_flush(c);
+}
+
+void HttpServerImpl::on_wake(Conn& c) {
+  c.shared->wake_queued.store(false);
+  bool drop = false, ended = false, close_after = false;
+  {
+    std::lock_guard<std::mutex> lk(c.shared->mu);
+    drop = c.shared->drop;
+    if (!c.shared->out.empty()) {
+      if (c.woff == c.wbuf.size()) {
+        c.wbuf.clear();
+        c.woff = 0;
+        c.wbuf.swap(c.shared->out);
+      } else {
+        c.wbuf += c.shared->out;
+        c.shared->out.clear();
+      }
+    }
+    ended = c.shared->ended;
+    close_after = c.shared->close_after;
+    c.shared->ended = false;
+    c.shared->loop_unsent = c.wbuf.size() - c.woff;
+  }
+  if (drop) {
+    close_conn(c.id);
+    return;
+  }
+  if (ended && c.in_flight) {
+    c.in_flight = false;
+    n_in_flight_.fetch_sub(1);
+    c.last_activity = Clock::now();
+    if (close_after) c.closing = true;
+  }
+  if (!flush(c)) return;
+  after_flush(c);
+  if (conns_.find(c.id) == conns_.end()) return;
+  if (ended && !c.in_flight && !c.closing && !c.lingering) process_input(c);
+}
+
+bool HttpServerImpl::flush(Conn& c) {
+  size_t before = c.woff;
+  while (c.woff < c.wbuf.size()) {
+    ssize_t n = ::send(c.fd, c.wbuf.data() + c.woff, c.wbuf.size() - c.woff, MSG_NOSIGNAL);
+    if (n > 0) {
+      c.woff += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    close_conn(c.id);
+    return false;
+  }
+  if (c.woff != before) {
+    c.last_activity = Clock::now();
+    if (c.woff == c.wbuf.size()) {
+      c.wbuf.clear();
+      c.woff = 0;
+    } else if (c.woff > (1u << 20) && c.woff > c.wbuf.size() / 2) {
+      c.wbuf.erase(0, c.woff);
+      c.woff = 0;
+    }
+    std::lock_guard<std::mutex> lk(c.shared->mu);
+    c.shared->loop_unsent = c.wbuf.size() - c.woff;
+  }
+  update_events(c);
+  return true;
+}
+
+// Starts the lingering close once a closing connection's output is written.
+void HttpServerImpl::after_flush(Conn& c) {
+  if (c.closing && !c.lingering && !c.in_flight && c.woff == c.wbuf.size()) {
+    c.lingering = true;
+    c.linger_deadline = Clock::now() + std::chrono::milliseconds(kLingerMs);
+    ::shutdown(c.fd, SHUT_WR);
+    if (c.counted) {
+      c.counted = false;
+      --n_counted_;
+    }
+    update_events(c);
+  }
+}
+
+void HttpServerImpl::update_events(Conn& c) {
+  uint32_t want = EPOLLRDHUP;
+  bool backlog_in = c.in_flight && c.in.size() - c.in_off > cfg_.max_header_bytes + cfg_.max_body_bytes + kReadChunk;
+  if (!backlog_in) want |= EPOLLIN;
+  if (c.woff < c.wbuf.size()) want |= EPOLLOUT;
+  if (want == c.events) return;
+  c.events = want;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = c.id;
+  ::epoll_ctl(ep_, EPOLL_CTL_MOD, c.fd, &ev);
+}
+
+void HttpServerImpl::close_conn(uint64_t id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  std::unique_ptr<Conn> c = std::move(it->second);
+  conns_.erase(it);
+  std::function<void()> fn;
+  {
+    std::lock_guard<std::mutex> lk(c->shared->mu);
+    c->shared->closed = true;
+    fn = std::move(c->shared->on_close);
+    c->shared->on_close = nullptr;
+    c->shared->out.clear();
+  }
+  ::epoll_ctl(ep_, EPOLL_CTL_DEL, c->fd, nullptr);
+  ::close(c->fd);
+  if (c->counted) --n_counted_;
+  if (c->in_flight) n_in_flight_.fetch_sub(1);
+  if (fn) {
+    try {
+      fn();
+    } catch (...) {
+    }
+  }
+}
+
+void HttpServerImpl::sweep() {
+  auto now = Clock::now();
+  if (listen_paused_ && now >= listen_resume_ && listen_fd_ >= 0) {
+    listen_paused_ = false;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenId;
+    ::epoll_ctl(ep_, EPOLL_CTL_MOD, listen_fd_, &ev);
+  }
+  const auto req_to = std::chrono::milliseconds(cfg_.request_timeout_ms);
+  const auto idle_to = std::chrono::milliseconds(cfg_.idle_timeout_ms);
+  std::vector<uint64_t> expired, timed_out;
+  for (auto& [id, c] : conns_) {
+    if (c->lingering) {
+      if (now >= c->linger_deadline) expired.push_back(id);
+    } else if (c->in_flight) {
+      continue;
+    } else if (c->req_active && !c->closing) {
+      if (now - c->req_start >= req_to) timed_out.push_back(id);
+    } else if (now - c->last_activity >= idle_to) {
+      expired.push_back(id);
+    }
+  }
+  for (uint64_t id : expired) close_conn(id);
+  for (uint64_t id : timed_out) {
+    auto it = conns_.find(id);
+    if (it != conns_.end()) send_error(*it->second, 408, "request not received in time");
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerConfig& cfg, HttpHandler handler) {
+  if (!handler) return Status::error("HttpServer::start: no handler");
+  auto srv = std::make_unique<HttpServerImpl>(cfg, std::move(handler));
+  Status st = srv->init();
+  if (!st.is_ok()) return st;
+  return std::unique_ptr<HttpServer>(std::move(srv));
+}
+
+}  // namespace ember
