@@ -317,6 +317,28 @@ void GenerationJob::complete(const char* error) {
     any_error |= c.finish_reason == "error";
     all_abort &= c.finish_reason == "abort";
   }
+  // Metrics first: a client that has its answer sees them counted.
+  // One record per choice, like one engine request per sample.
+  const double now = steady_now();
+  {
+    const json u = usage();
+    std::string reasons;
+    for (const Choice& c : choices_) reasons += (reasons.empty() ? "" : ",") + c.finish_reason;
+    summary_ = fmt::format("{} {}: {} prompt + {} output tokens, first token {:.3f} s, total {:.3f} s, finish {}{}", id_,
+                           req_.stream ? "stream" : "plain", u["prompt_tokens"].get<int64_t>(),
+                           u["completion_tokens"].get<int64_t>(), t_first_token_ >= 0 ? t_first_token_ - t_arrival_ : -1.0,
+                           now - t_arrival_, reasons, client_gone_ ? " (client gone)" : "");
+  }
+  for (const Choice& c : choices_) {
+    RequestRecord r;
+    r.finish_reason = client_gone_ && c.finish_reason != "stop" && c.finish_reason != "length" ? "abort" : c.finish_reason;
+    r.prompt_tokens = c.sample == 0 ? static_cast<int64_t>(prompts_[c.prompt].tokens.size()) : 0;
+    r.generation_tokens = c.n_tokens;
+    r.ttft = t_first_token_ >= 0 ? t_first_token_ - t_arrival_ : -1;
+    r.e2e = now - t_arrival_;
+    r.queue = c.sample == 0 ? queue_seconds_[c.prompt] : -1;
+    metrics_.observe_request(r);
+  }
   if (!client_gone_) {
     if (req_.stream) {
       if (any_error) {
@@ -343,27 +365,6 @@ void GenerationJob::complete(const char* error) {
       resp_->send(200, "application/json", dump(final_body()));
       metrics_.observe_http(200);
     }
-  }
-  // One record per choice, like one engine request per sample.
-  const double now = steady_now();
-  {
-    const json u = usage();
-    std::string reasons;
-    for (const Choice& c : choices_) reasons += (reasons.empty() ? "" : ",") + c.finish_reason;
-    summary_ = fmt::format("{} {}: {} prompt + {} output tokens, first token {:.3f} s, total {:.3f} s, finish {}{}", id_,
-                           req_.stream ? "stream" : "plain", u["prompt_tokens"].get<int64_t>(),
-                           u["completion_tokens"].get<int64_t>(), t_first_token_ >= 0 ? t_first_token_ - t_arrival_ : -1.0,
-                           now - t_arrival_, reasons, client_gone_ ? " (client gone)" : "");
-  }
-  for (const Choice& c : choices_) {
-    RequestRecord r;
-    r.finish_reason = client_gone_ && c.finish_reason != "stop" && c.finish_reason != "length" ? "abort" : c.finish_reason;
-    r.prompt_tokens = c.sample == 0 ? static_cast<int64_t>(prompts_[c.prompt].tokens.size()) : 0;
-    r.generation_tokens = c.n_tokens;
-    r.ttft = t_first_token_ >= 0 ? t_first_token_ - t_arrival_ : -1;
-    r.e2e = now - t_arrival_;
-    r.queue = c.sample == 0 ? queue_seconds_[c.prompt] : -1;
-    metrics_.observe_request(r);
   }
   if (on_done_) on_done_();
 }
