@@ -114,6 +114,16 @@ int cmd_serve(int argc, char** argv, int first) {
     ec.kv_cache_bytes = free_budget ? std::min<size_t>(*free_budget, size_t{4} << 30) : size_t{1} << 30;
   }
 
+  // Signals are taken by this thread only (sigwait below): block them before
+  // any other thread starts so they all inherit the mask (a signal during
+  // loading waits and then shuts the server down at once).
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
   std::string path = resolve_model_path(p, model_path);
   if (path.empty()) return kExitUsage;
   auto model = Model::load(path);
@@ -127,15 +137,6 @@ int cmd_serve(int argc, char** argv, int first) {
     if (slash != std::string::npos) served_name = served_name.substr(slash + 1);
     if (served_name.empty()) served_name = "ember";
   }
-
-  // Signals are taken by this thread only (sigwait below): block them before
-  // any other thread starts so they all inherit the mask.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
 
   ThreadPool pool(threads);
   auto engine = AsyncEngine::start(m, pool, ec);

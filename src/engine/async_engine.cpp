@@ -46,6 +46,27 @@ Status AsyncEngine::submit(const std::string& id, RequestParams params, Callback
   return fut.get();
 }
 
+std::vector<Status> AsyncEngine::submit_many(std::vector<Submission> subs) {
+  std::vector<std::future<Status>> futs;
+  std::vector<Status> out;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) return std::vector<Status>(subs.size(), Status::error("engine is shut down"));
+    for (Submission& sub : subs) {
+      auto cmd = std::make_unique<Command>();
+      cmd->kind = Command::kAdd;
+      cmd->id = std::move(sub.id);
+      cmd->params = std::move(sub.params);
+      cmd->cb = std::move(sub.cb);
+      futs.push_back(cmd->accepted.get_future());
+      commands_.push_back(std::move(cmd));
+    }
+  }
+  cv_.notify_all();
+  for (auto& f : futs) out.push_back(f.get());
+  return out;
+}
+
 void AsyncEngine::abort(const std::string& id) {
   auto cmd = std::make_unique<Command>();
   cmd->kind = Command::kAbort;

@@ -48,6 +48,14 @@ class AsyncEngine {
   // Queues a request; returns once the engine accepted or rejected it (at
   // most one step later). On success `cb` will see every token and the end.
   Status submit(const std::string& id, RequestParams params, Callback cb);
+  // Queues several requests at once (all accepted within the same engine
+  // iteration); returns one Status per request, in order.
+  struct Submission {
+    std::string id;
+    RequestParams params;
+    Callback cb;
+  };
+  std::vector<Status> submit_many(std::vector<Submission> subs);
   // Aborts a request if it is still running (its callback gets kAbort).
   void abort(const std::string& id);
   // Ends one sample of a request early as kStop (queued like abort()).

@@ -211,6 +211,18 @@ bool Engine::abort(const std::string& id) {
   auto g = groups_.find(id);
   if (g == groups_.end()) return false;
   const int n = g->second.n;
+  // Samples not forked yet (the prompt is still being computed) end too:
+  // every sample of a request is reported exactly once.
+  if (auto p = seqs_.find(seq_key(id, 0)); p != seqs_.end()) {
+    for (int k = 1; k <= p->second->n_fork; ++k) {
+      FinishedRequest f;
+      f.id = id;
+      f.index = k;
+      f.reason = FinishReason::kAbort;
+      f.n_prompt = p->second->n_prompt;
+      pending_finished_.push_back(std::move(f));
+    }
+  }
   for (int k = 0; k < n; ++k) {
     auto it = seqs_.find(seq_key(id, k));
     if (it == seqs_.end()) continue;

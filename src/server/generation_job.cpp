@@ -123,21 +123,26 @@ void GenerationJob::start(std::vector<RequestParams> params) {
       }
     }
   }
+  // All prompts enter the engine in the same iteration.
+  std::vector<AsyncEngine::Submission> subs;
   for (size_t p = 0; p < params.size(); ++p) {
     const int pi = static_cast<int>(p);
-    Status st = engine_.submit(engine_id(pi), std::move(params[p]),
-                               [self, pi](const RequestUpdate& u) { self->on_update(pi, u); });
-    if (!st) {
-      for (int q = 0; q < pi; ++q) engine_.abort(engine_id(q));
-      std::lock_guard<std::mutex> lk(mu_);
-      failed_ = true;
-      for (int q = pi; q < static_cast<int>(prompts_.size()); ++q)
-        for (int k = 0; k < n_; ++k) finish_choice(choice(q, k), "error");
-      if (n_done_ == static_cast<int>(choices_.size())) complete(st.message().c_str());
-      return;
-    }
+    subs.push_back({engine_id(pi), std::move(params[p]), [self, pi](const RequestUpdate& u) { self->on_update(pi, u); }});
+  }
+  std::vector<Status> st = engine_.submit_many(std::move(subs));
+  std::string first_error;
+  for (const Status& x : st)
+    if (!x && first_error.empty()) first_error = x.message();
+  if (!first_error.empty()) {
+    for (size_t p = 0; p < st.size(); ++p)
+      if (st[p]) engine_.abort(engine_id(static_cast<int>(p)));
     std::lock_guard<std::mutex> lk(mu_);
-    ++n_submitted_;
+    failed_ = true;
+    for (size_t p = 0; p < st.size(); ++p)
+      if (!st[p])
+        for (int k = 0; k < n_; ++k) finish_choice(choice(static_cast<int>(p), k), "error");
+    if (n_done_ == static_cast<int>(choices_.size())) complete(first_error.c_str());
+    return;
   }
   // Registered after submission: a client already gone aborts at once.
   resp_->on_close([self] { self->on_client_closed(); });

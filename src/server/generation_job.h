@@ -97,7 +97,6 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::vector<Choice> choices_;
   std::vector<double> queue_seconds_;  // per prompt, from the engine
   int n_done_ = 0;
-  int n_submitted_ = 0;
   double t_first_token_ = -1;
   bool completed_ = false;
   bool failed_ = false;

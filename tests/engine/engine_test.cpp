@@ -844,3 +844,42 @@ TEST(Engine, SwapSpaceExhaustedFallsBackToRecompute) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// Aborting a request with n samples before they were forked reports every
+// sample once (a server waiting for all n would otherwise wait forever).
+TEST(Engine, AbortBeforeForkReportsEverySample) {
+  auto m = load(kTinyQwen);
+  ThreadPool pool(1);
+  std::mt19937 rng(8);
+  EngineConfig cfg;
+  cfg.max_num_batched_tokens = 16;  // the 64-token prompt needs several steps
+  auto e = make_engine(*m, pool, cfg);
+  RequestParams p;
+  p.prompt = random_prompt(rng, 64, m->config().n_vocab);
+  p.sampling = greedy();
+  p.max_tokens = 5;
+  p.n = 4;
+  ASSERT_TRUE(e->add_request("r", p).is_ok());
+  ASSERT_TRUE(e->step().is_ok());  // part of the prompt
+  ASSERT_TRUE(e->abort("r"));
+  Drained r;
+  std::map<int, int> seen;
+  while (e->has_unfinished()) {
+    auto out = e->step();
+    ASSERT_TRUE(out.is_ok());
+    for (auto& f : out->finished) {
+      ++seen[f.index];
+      EXPECT_EQ(f.reason, FinishReason::kAbort);
+    }
+  }
+  ASSERT_EQ(seen.size(), 4u);
+  for (auto& [k, c] : seen) EXPECT_EQ(c, 1) << "sample " << k;
+  EXPECT_EQ(e->stats().blocks_used, 0);
+  EXPECT_TRUE(e->check_invariants().is_ok());
+}
+
+}  // namespace
+}  // namespace ember
