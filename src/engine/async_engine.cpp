@@ -67,6 +67,42 @@ std::vector<Status> AsyncEngine::submit_many(std::vector<Submission> subs) {
   return out;
 }
 
+void AsyncEngine::submit_async(std::vector<Submission> subs, std::function<void(std::vector<Status>)> done) {
+  struct Gather {
+    std::vector<Status> st;
+    size_t left;
+    std::function<void(std::vector<Status>)> done;
+  };
+  auto g = std::make_shared<Gather>();
+  g->st.resize(subs.size());
+  g->left = subs.size();
+  g->done = std::move(done);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!stop_) {
+      for (size_t i = 0; i < subs.size(); ++i) {
+        auto cmd = std::make_unique<Command>();
+        cmd->kind = Command::kAdd;
+        cmd->id = std::move(subs[i].id);
+        cmd->params = std::move(subs[i].params);
+        cmd->cb = std::move(subs[i].cb);
+        cmd->on_accepted = [g, i](Status st) {
+          g->st[i] = std::move(st);
+          if (--g->left == 0) g->done(std::move(g->st));
+        };
+        commands_.push_back(std::move(cmd));
+      }
+      subs.clear();
+    }
+  }
+  if (!subs.empty()) {  // shut down: reject here
+    g->done(std::vector<Status>(subs.size(), Status::error("engine is shut down")));
+    return;
+  }
+  if (g->left == 0) g->done({});
+  cv_.notify_all();
+}
+
 void AsyncEngine::abort(const std::string& id) {
   auto cmd = std::make_unique<Command>();
   cmd->kind = Command::kAbort;
@@ -167,7 +203,8 @@ void AsyncEngine::loop() {
     for (auto& c : cmds) {
       if (c->kind == Command::kAdd) {
         if (stop) {
-          c->accepted.set_value(Status::error("engine is shut down"));
+          if (c->on_accepted) c->on_accepted(Status::error("engine is shut down"));
+          else c->accepted.set_value(Status::error("engine is shut down"));
           continue;
         }
         const int n = c->params.n;
@@ -178,7 +215,8 @@ void AsyncEngine::loop() {
           std::lock_guard<std::mutex> lk(mu_);
           ++n_active_;
         }
-        c->accepted.set_value(std::move(st));
+        if (c->on_accepted) c->on_accepted(std::move(st));
+        else c->accepted.set_value(std::move(st));
       } else if (c->kind == Command::kAbort) {
         engine_->abort(c->id);
       } else {

@@ -56,6 +56,10 @@ class AsyncEngine {
     Callback cb;
   };
   std::vector<Status> submit_many(std::vector<Submission> subs);
+  // Same without waiting: `done` receives the statuses on the engine thread
+  // (quick, like callbacks; it may call abort()). Used by the server so that
+  // no HTTP thread ever waits for an engine step.
+  void submit_async(std::vector<Submission> subs, std::function<void(std::vector<Status>)> done);
   // Aborts a request if it is still running (its callback gets kAbort).
   void abort(const std::string& id);
   // Ends one sample of a request early as kStop (queued like abort()).
@@ -77,6 +81,7 @@ class AsyncEngine {
     RequestParams params;
     Callback cb;
     std::promise<Status> accepted;
+    std::function<void(Status)> on_accepted;  // instead of the promise when set
   };
   explicit AsyncEngine(std::unique_ptr<Engine> engine);
   void loop();

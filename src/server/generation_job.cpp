@@ -123,13 +123,17 @@ void GenerationJob::start(std::vector<RequestParams> params) {
       }
     }
   }
-  // All prompts enter the engine in the same iteration.
+  // All prompts enter the engine in the same iteration; this thread does not
+  // wait for it (the answer comes on the engine thread).
   std::vector<AsyncEngine::Submission> subs;
   for (size_t p = 0; p < params.size(); ++p) {
     const int pi = static_cast<int>(p);
     subs.push_back({engine_id(pi), std::move(params[p]), [self, pi](const RequestUpdate& u) { self->on_update(pi, u); }});
   }
-  std::vector<Status> st = engine_.submit_many(std::move(subs));
+  engine_.submit_async(std::move(subs), [self](std::vector<Status> st) { self->on_accepted(st); });
+}
+
+void GenerationJob::on_accepted(const std::vector<Status>& st) {
   std::string first_error;
   for (const Status& x : st)
     if (!x && first_error.empty()) first_error = x.message();
@@ -144,7 +148,8 @@ void GenerationJob::start(std::vector<RequestParams> params) {
     if (n_done_ == static_cast<int>(choices_.size())) complete(first_error.c_str());
     return;
   }
-  // Registered after submission: a client already gone aborts at once.
+  // Registered once accepted: a client already gone aborts at once.
+  auto self = shared_from_this();
   resp_->on_close([self] { self->on_client_closed(); });
 }
 

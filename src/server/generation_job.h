@@ -44,6 +44,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   // Submits every prompt to the engine (parameters per prompt in `params`)
   // and, for streaming, starts the SSE response. Runs on a handler thread.
   void start(std::vector<RequestParams> params);
+  // Engine thread: the prompts were accepted or rejected.
+  void on_accepted(const std::vector<Status>& st);
   // Engine-thread callback for one engine request (prompt index `p`).
   void on_update(int p, const RequestUpdate& u);
   // The client went away: aborts every engine request of this job.

@@ -151,3 +151,44 @@ TEST(AsyncEngine, AbortAndShutdown) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// submit_async: statuses arrive once, in order, on the engine thread; the
+// accepted requests run to completion, the rejected one never starts.
+TEST(AsyncEngine, SubmitAsyncReportsEachStatus) {
+  auto m = Model::load(kTinyQwen);
+  ASSERT_TRUE(m.is_ok());
+  ThreadPool pool(1);
+  auto e = AsyncEngine::start(**m, pool, {});
+  ASSERT_TRUE(e.is_ok());
+  std::mt19937 rng(2);
+  Collector c;
+  std::vector<AsyncEngine::Submission> subs;
+  subs.push_back({"a", make_request(rng, (*m)->config().n_vocab, 4), c.cb()});
+  subs.push_back({"bad", RequestParams{}, c.cb()});  // empty prompt
+  subs.push_back({"b", make_request(rng, (*m)->config().n_vocab, 4), c.cb()});
+  std::promise<std::vector<Status>> got;
+  std::atomic<int> calls{0};
+  (*e)->submit_async(std::move(subs), [&](std::vector<Status> st) {
+    ++calls;
+    got.set_value(std::move(st));
+  });
+  auto st = got.get_future().get();
+  ASSERT_EQ(st.size(), 3u);
+  EXPECT_TRUE(st[0].is_ok());
+  EXPECT_FALSE(st[1].is_ok());
+  EXPECT_TRUE(st[2].is_ok());
+  c.wait_for(2);
+  EXPECT_EQ(c.done.count("bad"), 0u);
+  EXPECT_EQ(calls.load(), 1);
+  (*e)->shutdown();
+  bool rejected = false;
+  (*e)->submit_async({{"late", make_request(rng, (*m)->config().n_vocab, 4), c.cb()}},
+                     [&](std::vector<Status> s) { rejected = s.size() == 1 && !s[0].is_ok(); });
+  EXPECT_TRUE(rejected);
+}
+
+}  // namespace
+}  // namespace ember
