@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# End-to-end test of `ember serve`: starts the server on a free port with an
+# API key and a small KV cache, runs the Python suites against it
+# (openai_client_test.py, hostile_test.py, load_test.py), then stops it with
+# SIGTERM and checks that it exits 0 within a few seconds.
+# Usage: server_test.sh path/to/ember [SUITE...]   (SUITE: openai_client hostile load)
+# Env: EMBER_TEST_MODEL (default models/gemma-3-270m-q4_k_m.gguf),
+#      EMBER_TEST_THREADS (compute threads, default 2).
+# Exit: 0 passed, 1 failed, 77 skipped (model file or the openai package missing).
+set -u
+EMBER="${1:?usage: server_test.sh path/to/ember [SUITE...]}"
+shift
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+MODEL="${EMBER_TEST_MODEL:-$ROOT/models/gemma-3-270m-q4_k_m.gguf}"
+THREADS="${EMBER_TEST_THREADS:-2}"
+SUITES=("$@")
+[ ${#SUITES[@]} -eq 0 ] && SUITES=(openai_client hostile load)
+
+if [ ! -f "$MODEL" ]; then echo "SKIP: model $MODEL not found"; exit 77; fi
+if ! python3 -c "import openai" 2>/dev/null; then echo "SKIP: python3 'openai' package not installed"; exit 77; fi
+if [ ! -x "$EMBER" ]; then echo "FAIL: $EMBER is not an executable"; exit 1; fi
+
+tmp=$(mktemp -d)
+pid=""
+cleanup() {
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+KEY="test-key-$$-$RANDOM"
+# --max-model-len keeps the context-length checks (which prefill a full
+# context) cheap on small CI machines.
+"$EMBER" serve -m "$MODEL" --port 0 --api-key "$KEY" --kv-cache-memory 256M --max-model-len 512 \
+  -t "$THREADS" >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+
+url=""
+for _ in $(seq 1 600); do
+  url=$(grep -o 'listening on http://[^ ]*' "$tmp/out" 2>/dev/null | sed 's/listening on //')
+  [ -n "$url" ] && break
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "FAIL: ember serve exited before listening"; sed 's/^/   | /' "$tmp/err" | tail -20; exit 1
+  fi
+  sleep 0.1
+done
+if [ -z "$url" ]; then echo "FAIL: ember serve did not print its listening line within 60 s"; exit 1; fi
+echo "ember serve (pid $pid) at $url"
+
+fail=0
+start=$(date +%s)
+for s in "${SUITES[@]}"; do
+  t0=$(date +%s)
+  python3 "$HERE/${s}_test.py" --base-url "$url" --api-key "$KEY" --pid "$pid"
+  rc=$?
+  echo "suite $s: exit $rc in $(( $(date +%s) - t0 )) s"
+  if [ $rc -ne 0 ]; then fail=1; fi
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "FAIL: ember serve died during suite $s"; sed 's/^/   | /' "$tmp/err" | tail -20; pid=""; exit 1
+  fi
+done
+
+# Graceful shutdown: SIGTERM while a streaming request is in flight. The
+# stream must still end properly ([DONE]) and the server exit 0 within a few
+# seconds.
+python3 - "$url" "$KEY" >"$tmp/inflight" 2>&1 <<'PYEOF' &
+import http.client, json, sys, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+c.request("POST", "/v1/completions", json.dumps({"prompt": "Count: one, two,", "max_tokens": 24,
+          "ignore_eos": True, "temperature": 0, "stream": True}),
+          {"Authorization": "Bearer " + sys.argv[2], "Content-Type": "application/json"})
+r = c.getresponse()
+print("started", r.status, flush=True)
+lines = [l.decode().strip() for l in r]
+print("events", sum(1 for l in lines if l.startswith("data: {")), "done", "data: [DONE]" in lines, flush=True)
+PYEOF
+client=$!
+for _ in $(seq 1 100); do grep -q started "$tmp/inflight" 2>/dev/null && break; sleep 0.05; done
+kill -TERM "$pid"
+rc=""
+for _ in $(seq 1 100); do
+  if ! kill -0 "$pid" 2>/dev/null; then wait "$pid"; rc=$?; break; fi
+  sleep 0.1
+done
+if [ -z "$rc" ]; then
+  echo "FAIL: ember serve still running 10 s after SIGTERM (killing it)"; sed 's/^/   | /' "$tmp/err" | tail -5
+  fail=1; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+elif [ "$rc" -ne 0 ]; then
+  echo "FAIL: ember serve exited $rc after SIGTERM"; sed 's/^/   | /' "$tmp/err" | tail -10; fail=1
+else
+  echo "ember serve exited 0 after SIGTERM"
+fi
+pid=""
+wait "$client"
+if ! grep -q "started 200" "$tmp/inflight" || ! grep -q "events 24 done True" "$tmp/inflight"; then
+  echo "FAIL: the stream in flight at SIGTERM did not finish:"; sed 's/^/   | /' "$tmp/inflight"; fail=1
+else
+  echo "stream in flight at SIGTERM finished (24 tokens, [DONE])"
+fi
+echo "server_test: $([ $fail -eq 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - start )) s"
+exit $fail
