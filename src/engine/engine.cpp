@@ -171,6 +171,7 @@ Status Engine::add_request(const std::string& id, RequestParams p) {
   s->released.assign(n_groups_, 0);
   s->cache = std::make_unique<PagedKvCache>(*kv_, s->tables);
   s->sampler = std::make_unique<Sampler>(p.sampling);
+  s->sampler->use_scratch(&sampler_scratch_);
   for (int32_t t : s->tokens) s->sampler->accept(t);
   s->max_tokens = p.max_tokens;
   s->stop = std::move(p.stop_token_ids);
@@ -473,6 +474,7 @@ void Engine::fork_samples(Sequence* p, const float* logits, StepOutput* out) {
     c->hashes = p->hashes;
     c->cache = std::make_unique<PagedKvCache>(*kv_, c->tables);
     c->sampler = std::make_unique<Sampler>(c->sampling);
+    c->sampler->use_scratch(&sampler_scratch_);
     for (int32_t t : c->tokens) c->sampler->accept(t);
     c->max_tokens = p->max_tokens;
     c->stop = p->stop;

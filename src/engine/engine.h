@@ -206,6 +206,7 @@ class Engine {
   std::vector<FinishedRequest> pending_finished_;
   std::vector<float> logits_;  // [n sampled rows, n_vocab]
   std::vector<float> raw_;     // one raw logits row (logprobs)
+  SamplerScratch sampler_scratch_;  // shared by every sequence's sampler (engine thread only)
   EngineStats stats_;
   size_t swap_used_ = 0;  // bytes held by swapped-out sequences
 };

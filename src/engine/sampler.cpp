@@ -67,46 +67,46 @@ int32_t Sampler::sample(float* logits, int n_vocab) {
   if (p_.top_k > 0) {
     // Top-k in one pass with a heap whose front is the worst kept candidate.
     const size_t k = std::min<size_t>(p_.top_k, n_vocab);
-    idx_.clear();
+    sc_->idx.clear();
     for (int32_t i = 0; i < n_vocab; ++i) {
-      if (idx_.size() < k) {
-        idx_.push_back(i);
-        std::push_heap(idx_.begin(), idx_.end(), better);
-      } else if (better(i, idx_.front())) {
-        std::pop_heap(idx_.begin(), idx_.end(), better);
-        idx_.back() = i;
-        std::push_heap(idx_.begin(), idx_.end(), better);
+      if (sc_->idx.size() < k) {
+        sc_->idx.push_back(i);
+        std::push_heap(sc_->idx.begin(), sc_->idx.end(), better);
+      } else if (better(i, sc_->idx.front())) {
+        std::pop_heap(sc_->idx.begin(), sc_->idx.end(), better);
+        sc_->idx.back() = i;
+        std::push_heap(sc_->idx.begin(), sc_->idx.end(), better);
       }
     }
-    std::sort(idx_.begin(), idx_.end(), better);
+    std::sort(sc_->idx.begin(), sc_->idx.end(), better);
     n_cand = k;
   } else {
     // No top-k: a sorted prefix that grows until it covers top_p of the
     // full distribution (or everything when top-p and min-p are off).
-    idx_.resize(n_vocab);
-    std::iota(idx_.begin(), idx_.end(), 0);
+    sc_->idx.resize(n_vocab);
+    std::iota(sc_->idx.begin(), sc_->idx.end(), 0);
     const float max_l = logits[argmax(logits, n_vocab)];
     double denom = 0.0;
     for (int i = 0; i < n_vocab; ++i) denom += std::exp(static_cast<double>((logits[i] - max_l) * inv_t));
     n_cand = (p_.top_p >= 1.f && p_.min_p <= 0.f) ? static_cast<size_t>(n_vocab) : std::min<size_t>(1024, n_vocab);
     for (;;) {
-      std::partial_sort(idx_.begin(), idx_.begin() + n_cand, idx_.end(), better);
+      std::partial_sort(sc_->idx.begin(), sc_->idx.begin() + n_cand, sc_->idx.end(), better);
       if (n_cand == static_cast<size_t>(n_vocab)) break;
       double mass = 0.0;
-      for (size_t i = 0; i < n_cand; ++i) mass += std::exp(static_cast<double>((logits[idx_[i]] - max_l) * inv_t));
+      for (size_t i = 0; i < n_cand; ++i) mass += std::exp(static_cast<double>((logits[sc_->idx[i]] - max_l) * inv_t));
       if (mass / denom >= p_.top_p) break;
       n_cand = std::min<size_t>(n_cand * 4, n_vocab);
     }
     top_p_total_ = denom;
   }
-  const float max_l = logits[idx_[0]];
+  const float max_l = logits[sc_->idx[0]];
 
   // Probabilities over candidates (renormalised after each filter).
-  probs_.resize(n_cand);
+  sc_->probs.resize(n_cand);
   double sum = 0.0;
   for (size_t i = 0; i < n_cand; ++i) {
-    probs_[i] = static_cast<float>(std::exp(static_cast<double>((logits[idx_[i]] - max_l) * inv_t)));
-    sum += probs_[i];
+    sc_->probs[i] = static_cast<float>(std::exp(static_cast<double>((logits[sc_->idx[i]] - max_l) * inv_t)));
+    sum += sc_->probs[i];
   }
   size_t keep = n_cand;
   if (p_.top_p < 1.f) {
@@ -114,7 +114,7 @@ int32_t Sampler::sample(float* logits, int n_vocab) {
     const double total = p_.top_k > 0 ? sum : top_p_total_;
     double cum = 0.0;
     for (size_t i = 0; i < n_cand; ++i) {
-      cum += probs_[i];
+      cum += sc_->probs[i];
       if (cum / total >= p_.top_p) {
         keep = i + 1;
         break;
@@ -122,43 +122,43 @@ int32_t Sampler::sample(float* logits, int n_vocab) {
     }
   }
   if (p_.min_p > 0.f) {
-    const float thresh = probs_[0] * p_.min_p;
+    const float thresh = sc_->probs[0] * p_.min_p;
     size_t k = 1;
-    while (k < keep && probs_[k] >= thresh) ++k;
+    while (k < keep && sc_->probs[k] >= thresh) ++k;
     keep = k;
   }
   double kept = 0.0;
-  for (size_t i = 0; i < keep; ++i) kept += probs_[i];
+  for (size_t i = 0; i < keep; ++i) kept += sc_->probs[i];
   std::uniform_real_distribution<double> uni(0.0, kept);
   const double r = uni(rng_);
   double cum = 0.0;
   for (size_t i = 0; i < keep; ++i) {
-    cum += probs_[i];
-    if (r < cum) return idx_[i];
+    cum += sc_->probs[i];
+    if (r < cum) return sc_->idx[i];
   }
-  return idx_[keep - 1];
+  return sc_->idx[keep - 1];
 }
 
 // No top-k / top-p: nothing needs an order, so sample straight from the
 // softmax over the whole vocabulary (min-p is a threshold on it): O(V), no
 // sort. The draw walks the vocabulary in id order.
 int32_t Sampler::sample_unsorted(const float* logits, int n_vocab, float inv_t) {
-  probs_.resize(n_vocab);
-  for (int i = 0; i < n_vocab; ++i) probs_[i] = logits[i] * inv_t;
-  softmax_row(probs_.data(), n_vocab);
+  sc_->probs.resize(n_vocab);
+  for (int i = 0; i < n_vocab; ++i) sc_->probs[i] = logits[i] * inv_t;
+  softmax_row(sc_->probs.data(), n_vocab);
   float pmax = 0.f;
-  for (int i = 0; i < n_vocab; ++i) pmax = std::max(pmax, probs_[i]);
+  for (int i = 0; i < n_vocab; ++i) pmax = std::max(pmax, sc_->probs[i]);
   const float thresh = p_.min_p > 0.f ? pmax * p_.min_p : 0.f;
   double kept = 0.0;
   for (int i = 0; i < n_vocab; ++i)
-    if (probs_[i] >= thresh) kept += probs_[i];
+    if (sc_->probs[i] >= thresh) kept += sc_->probs[i];
   std::uniform_real_distribution<double> uni(0.0, kept);
   const double r = uni(rng_);
   double cum = 0.0;
   int32_t last = 0;
   for (int i = 0; i < n_vocab; ++i) {
-    if (probs_[i] < thresh || probs_[i] <= 0.f) continue;
-    cum += probs_[i];
+    if (sc_->probs[i] < thresh || sc_->probs[i] <= 0.f) continue;
+    cum += sc_->probs[i];
     last = i;
     if (r < cum) return i;
   }

@@ -26,9 +26,21 @@ struct SamplingParams {
   Status validate() const;
 };
 
+// Per-call working memory of sampling (two vocabulary-sized arrays). A
+// sampler owns one; many samplers used from one thread (the serving engine)
+// can share one instead, so a sequence costs no vocabulary-sized memory.
+struct SamplerScratch {
+  std::vector<int32_t> idx;  // candidate indices
+  std::vector<float> probs;  // candidate probabilities
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+  // Uses `s` (outliving this sampler, not used concurrently) instead of its own.
+  void use_scratch(SamplerScratch* s) { sc_ = s; }
 
   // Samples a token from logits [n_vocab] (modified in place).
   int32_t sample(float* logits, int n_vocab);
@@ -43,8 +55,8 @@ class Sampler {
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<int32_t> history_;
-  std::vector<int32_t> idx_;    // candidate indices (reused)
-  std::vector<float> probs_;    // candidate probabilities (reused)
+  SamplerScratch own_;
+  SamplerScratch* sc_ = &own_;
   double top_p_total_ = 0.0;    // softmax denominator over the whole vocabulary (no top-k)
   std::unordered_map<int32_t, int> counts_;  // reused
 };

@@ -20,6 +20,28 @@ namespace {
 // replace it instead of failing.
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (int k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
+    i += n;
+  }
+  return true;
+}
+
+// A token's text for logprobs: itself, or "bytes:\xe2\x80" (vLLM's form)
+// when it is not valid UTF-8 on its own (part of a multi-byte character).
+std::string token_display(const std::string& raw) {
+  if (valid_utf8(raw)) return raw;
+  std::string out = "bytes:";
+  for (unsigned char c : raw) out += fmt::format("\\x{:02x}", c);
+  return out;
+}
+
 json byte_list(const std::string& s) {
   json b = json::array();
   for (unsigned char c : s) b.push_back(static_cast<int>(c));
@@ -169,19 +191,22 @@ void GenerationJob::append_logprobs(Choice& c, const RequestUpdate& u, size_t i,
     json alts = json::array();
     for (const auto& [id, v] : top) {
       const std::string s = tok_.token_to_piece(id, true);
-      alts.push_back(json{{"token", s}, {"logprob", v}, {"bytes", byte_list(s)}});
+      alts.push_back(json{{"token", token_display(s)}, {"logprob", v}, {"bytes", byte_list(s)}});
     }
-    json e = {{"token", raw}, {"logprob", lp}, {"bytes", byte_list(raw)}, {"top_logprobs", std::move(alts)}};
+    json e = {{"token", token_display(raw)}, {"logprob", lp}, {"bytes", byte_list(raw)},
+              {"top_logprobs", std::move(alts)}};
     (*chunk_lp)["content"].push_back(e);
     if (!req_.stream) c.lp["content"].push_back(std::move(e));
   } else {
+    // Like vLLM: the alternatives plus the sampled token itself.
     json alts = json::object();
-    for (const auto& [id, v] : top) alts[tok_.token_to_piece(id, true)] = v;
+    for (const auto& [id, v] : top) alts[token_display(tok_.token_to_piece(id, true))] = v;
+    alts[token_display(raw)] = lp;
     const size_t offset = c.text_len;
     c.text_len += piece.size();
     for (json* dst : {chunk_lp, req_.stream ? nullptr : &c.lp}) {
       if (!dst) continue;
-      (*dst)["tokens"].push_back(raw);
+      (*dst)["tokens"].push_back(token_display(raw));
       (*dst)["token_logprobs"].push_back(lp);
       (*dst)["top_logprobs"].push_back(req_.top_logprobs > 0 ? alts : json(nullptr));
       (*dst)["text_offset"].push_back(offset);
@@ -268,7 +293,7 @@ json GenerationJob::prompt_logprobs_json(int p) const {
   size_t offset = 0;
   for (size_t i = 0; i < jp.tokens.size(); ++i) {
     const std::string raw = tok_.token_to_piece(jp.tokens[i], true);
-    j["tokens"].push_back(raw);
+    j["tokens"].push_back(token_display(raw));
     j["text_offset"].push_back(offset);
     offset += tok_.token_to_piece(jp.tokens[i], !req_.skip_special_tokens).size();
     if (i == 0 || i - 1 >= jp.lp.size()) {
@@ -279,7 +304,8 @@ json GenerationJob::prompt_logprobs_json(int p) const {
     j["token_logprobs"].push_back(jp.lp[i - 1]);
     if (req_.top_logprobs > 0 && i - 1 < jp.top.size()) {
       json alts = json::object();
-      for (const auto& [id, v] : jp.top[i - 1]) alts[tok_.token_to_piece(id, true)] = v;
+      for (const auto& [id, v] : jp.top[i - 1]) alts[token_display(tok_.token_to_piece(id, true))] = v;
+      alts[token_display(raw)] = jp.lp[i - 1];  // the prompt's own token, like vLLM
       j["top_logprobs"].push_back(std::move(alts));
     } else {
       j["top_logprobs"].push_back(nullptr);
