@@ -627,7 +627,10 @@ TEST(ServeBench, EndToEndWithConcurrencyLimitAndModelDiscovery) {
   EXPECT_TRUE(s.usage_reported);
   EXPECT_LE(s.peak_concurrency, 2);
   EXPECT_EQ(s.peak_concurrency, 2);
-  EXPECT_LE(srv.max_active(), 2);
+  // The server counts a connection down only after writing its last byte, so
+  // the client's next request may be seen one early: allow one more. The
+  // duration check below is what proves the limit (6 at once would take one round).
+  EXPECT_LE(srv.max_active(), 3);
   // 6 requests, 2 at a time, each >= 40 + 4*10 ms: at least 3 rounds.
   EXPECT_GE(s.duration_s, 3 * 0.080);
   EXPECT_NEAR(s.request_throughput, 6 / s.duration_s, 1e-9);
