@@ -107,13 +107,11 @@ int cmd_perplexity(int argc, char** argv, int first) {
   if (!in) return usage_error(p, fmt::format("cannot read '{}'", text_path));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 
-  std::string path = resolve_model_path(p, model_path);
-  if (path.empty()) return kExitUsage;
-  auto model = Model::load(path);
-  if (!model) return usage_error(p, model.status().message());
-  const Model& m = **model;
-  auto tok = Tokenizer::from_metadata(m.file().metadata);
-  if (!tok) return usage_error(p, fmt::format("{}: tokenizer: {}", path, tok.status().message()));
+  LoadedModel lm;
+  if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  const std::string& path = lm.path;
+  const Model& m = *lm.model;
+  const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;
   const std::vector<int32_t> tokens = (*tok)->encode(text, {.add_bos = false});
   const int64_t V = m.config().n_vocab;
 

@@ -78,13 +78,11 @@ int cmd_run(int argc, char** argv, int first) {
   sp.seed = seed;
   if (Status st = sp.validate(); !st) return usage_error(p, st.message());
 
-  std::string path = resolve_model_path(p, model_path);
-  if (path.empty()) return kExitUsage;
-  auto model = Model::load(path);
-  if (!model) return usage_error(p, model.status().message());
-  const Model& m = **model;
-  auto tok = Tokenizer::from_metadata(m.file().metadata);
-  if (!tok) return usage_error(p, fmt::format("{}: tokenizer: {}", path, tok.status().message()));
+  LoadedModel lm;
+  if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  const std::string& path = lm.path;
+  const Model& m = *lm.model;
+  const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;
   const Tokenizer& tk = **tok;
 
   std::vector<int32_t> ids;

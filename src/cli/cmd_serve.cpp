@@ -124,13 +124,11 @@ int cmd_serve(int argc, char** argv, int first) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  std::string path = resolve_model_path(p, model_path);
-  if (path.empty()) return kExitUsage;
-  auto model = Model::load(path);
-  if (!model) return usage_error(p, model.status().message());
-  const Model& m = **model;
-  auto tok = Tokenizer::from_metadata(m.file().metadata);
-  if (!tok) return usage_error(p, fmt::format("{}: tokenizer: {}", path, tok.status().message()));
+  LoadedModel lm;
+  if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  const std::string& path = lm.path;
+  const Model& m = *lm.model;
+  const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;
   if (served_name.empty()) {
     served_name = path;
     const size_t slash = served_name.find_last_of('/');

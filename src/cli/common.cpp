@@ -44,4 +44,22 @@ std::string resolve_model_path(const ArgParser& p, const std::string& m) {
   return path;
 }
 
+bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out) {
+  out->path = resolve_model_path(p, m);
+  if (out->path.empty()) return false;
+  auto model = Model::load(out->path);
+  if (!model) {
+    usage_error(p, model.status().message());
+    return false;
+  }
+  auto tok = Tokenizer::from_metadata((*model)->file().metadata);
+  if (!tok) {
+    usage_error(p, fmt::format("{}: tokenizer: {}", out->path, tok.status().message()));
+    return false;
+  }
+  out->model = std::move(model.value());
+  out->tokenizer = std::move(tok.value());
+  return true;
+}
+
 }  // namespace ember::cli

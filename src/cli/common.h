@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ember::cli {
 
@@ -16,6 +17,15 @@ std::string default_model_path();
 // Resolves `-m` (empty: default) and checks the file exists; on failure
 // prints a clear message and returns an empty string.
 std::string resolve_model_path(const ArgParser& p, const std::string& m);
+
+// A model and its tokenizer, loaded from `-m` (empty: the default model).
+struct LoadedModel {
+  std::string path;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+// On failure prints a clear message (usage error) and returns false.
+bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out);
 
 // Subcommand entry points (argv[first] is the first argument after the name).
 int cmd_info(int argc, char** argv, int first);
