@@ -233,6 +233,7 @@ class ResponseImpl final : public HttpResponse {
     std::string framing = no_body ? std::string() : fmt::format("Content-Length: {}\r\n", body.size());
     std::string data = build_head(status, content_type, extra_headers, keep, framing);
     if (!head_ && !no_body) data += body;
+    std::function<void()> dead;  // destroyed after the lock: it may own the last reference to its owner
     {
       std::lock_guard<std::mutex> lk(c_->mu);
       if (phase_ != Phase::kNew) return;
@@ -241,6 +242,7 @@ class ResponseImpl final : public HttpResponse {
       if (append_locked(data)) {
         c_->ended = true;
         c_->close_after = !keep;
+        dead = std::move(c_->on_close);
         c_->on_close = nullptr;
       }
     }
@@ -285,6 +287,7 @@ class ResponseImpl final : public HttpResponse {
   }
 
   void end_stream() override {
+    std::function<void()> dead;  // destroyed after the lock (see send())
     {
       std::lock_guard<std::mutex> lk(c_->mu);
       if (phase_ != Phase::kStreaming) return;
@@ -293,6 +296,7 @@ class ResponseImpl final : public HttpResponse {
       if (!chunked_ || head_ || append_locked("0\r\n\r\n")) {
         c_->ended = true;
         c_->close_after = close_after_;
+        dead = std::move(c_->on_close);
         c_->on_close = nullptr;
       }
     }
