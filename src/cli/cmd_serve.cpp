@@ -51,6 +51,7 @@ int cmd_serve(int argc, char** argv, int first) {
   ArgParser p("serve",
               "ember serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--served-model-name NAME] "
               "[--max-num-seqs N] [--max-model-len L] [--kv-cache-memory BYTES] [--enable-prefix-caching] [-t THREADS]");
+  std::string origins;
   std::string model_path, host = "127.0.0.1", api_key, served_name, kv_mem, preempt_mode = "recompute", swap_mem = "1G";
   int port = 8080, threads = default_thread_count(), max_num_seqs = 64, max_batched = 512, block_size = 16;
   int max_n = 16, handler_threads = 4, shutdown_timeout = 30;
@@ -75,6 +76,8 @@ int cmd_serve(int argc, char** argv, int first) {
   p.option("--max-body-bytes", &max_body, "BYTES", "largest request body (default 8 MiB)");
   p.option("--handler-threads", &handler_threads, "N", "HTTP handler threads (default 4)");
   p.option("--shutdown-timeout", &shutdown_timeout, "S", "seconds in-flight requests get to finish on SIGTERM (default 30)");
+  p.option("--allowed-origins", &origins, "LIST",
+           "comma-separated browser origins allowed to call the API (CORS), or * for any (default: none)");
   p.flag("--disable-log-requests", &no_log, "do not log one line per finished request");
   p.option("-t,--threads", &threads, "N", "compute threads (default: all cores)");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
@@ -145,6 +148,15 @@ int cmd_serve(int argc, char** argv, int first) {
   sc.arch = m.config().arch;
   sc.limits.max_n = max_n;
   sc.log_requests = !no_log;
+  for (size_t b = 0; b < origins.size();) {
+    size_t e = origins.find(',', b);
+    if (e == std::string::npos) e = origins.size();
+    std::string o = origins.substr(b, e - b);
+    while (!o.empty() && o.back() == ' ') o.pop_back();
+    while (!o.empty() && o.front() == ' ') o.erase(0, 1);
+    if (!o.empty()) sc.allowed_origins.push_back(o);
+    b = e + 1;
+  }
   OpenAiService service(**tok, **engine, sc);
   HttpServerConfig hc;
   hc.host = host;

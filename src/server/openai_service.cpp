@@ -27,6 +27,34 @@ ApiError make_error(int status, std::string message, std::string type, std::stri
   return e;
 }
 
+// Adds fixed headers (CORS) to whatever response the handlers produce.
+class HeaderResponse final : public HttpResponse {
+ public:
+  HeaderResponse(std::shared_ptr<HttpResponse> inner, std::vector<std::pair<std::string, std::string>> headers)
+      : inner_(std::move(inner)), headers_(std::move(headers)) {}
+  void send(int status, const std::string& ct, std::string body,
+            const std::vector<std::pair<std::string, std::string>>& extra) override {
+    inner_->send(status, ct, std::move(body), merged(extra));
+  }
+  void start_stream(int status, const std::string& ct,
+                    const std::vector<std::pair<std::string, std::string>>& extra) override {
+    inner_->start_stream(status, ct, merged(extra));
+  }
+  bool write(std::string data) override { return inner_->write(std::move(data)); }
+  void end_stream() override { inner_->end_stream(); }
+  bool closed() const override { return inner_->closed(); }
+  void on_close(std::function<void()> fn) override { inner_->on_close(std::move(fn)); }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> merged(const std::vector<std::pair<std::string, std::string>>& e) {
+    auto h = headers_;
+    h.insert(h.end(), e.begin(), e.end());
+    return h;
+  }
+  std::shared_ptr<HttpResponse> inner_;
+  std::vector<std::pair<std::string, std::string>> headers_;
+};
+
 }  // namespace
 
 OpenAiService::OpenAiService(const Tokenizer& tok, AsyncEngine& engine, ServiceConfig cfg)
@@ -70,6 +98,24 @@ void OpenAiService::send_error(HttpResponse& resp, const ApiError& e) { send_jso
 
 void OpenAiService::handle(const HttpRequest& req, std::shared_ptr<HttpResponse> resp) {
   const std::string& path = req.path;
+  // CORS: an allowed Origin gets the headers on every response, and its
+  // preflight (OPTIONS) is answered here, before authentication.
+  if (const std::string* origin = req.header("origin"); origin && !cfg_.allowed_origins.empty()) {
+    bool ok = false;
+    for (const auto& o : cfg_.allowed_origins) ok |= o == "*" || o == *origin;
+    if (ok) {
+      std::vector<std::pair<std::string, std::string>> h = {{"Access-Control-Allow-Origin", *origin},
+                                                            {"Vary", "Origin"}};
+      if (req.method == "OPTIONS") {
+        h.push_back({"Access-Control-Allow-Methods", "GET, POST, OPTIONS"});
+        h.push_back({"Access-Control-Allow-Headers", "Authorization, Content-Type"});
+        h.push_back({"Access-Control-Max-Age", "600"});
+        metrics_.observe_http(204);
+        return resp->send(204, "", "", h);
+      }
+      resp = std::make_shared<HeaderResponse>(std::move(resp), std::move(h));
+    }
+  }
   const bool get = req.method == "GET" || req.method == "HEAD";
   const bool post = req.method == "POST";
   const bool needs_key = path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "engine/async_engine.h"
 #include "server/http_server.h"
@@ -26,6 +27,9 @@ struct ServiceConfig {
   std::string arch;          // model architecture (chooses a built-in chat template if the model has none)
   ProtocolLimits limits;     // max_model_len is filled from the engine if 0
   bool log_requests = true;  // one line per finished generation request on stderr
+  // Browser origins allowed to call the API from other pages (CORS); "*" is
+  // any origin. Empty: no CORS headers (same-origin pages like / only).
+  std::vector<std::string> allowed_origins;
 };
 
 class OpenAiService {

@@ -367,6 +367,61 @@ TEST_F(ServiceTest, ClientGoneAbortsAndFreesBlocks) {
       << metrics;
 }
 
+// CORS: only configured origins get the headers; preflight answers 204
+// without a key. MemResponse ignores headers, so check through a recorder.
+TEST(ServiceCors, AllowedOriginsOnly) {
+  struct Recorder : HttpResponse {
+    int status = 0;
+    std::vector<std::pair<std::string, std::string>> headers;
+    void send(int s, const std::string&, std::string, const std::vector<std::pair<std::string, std::string>>& h) override {
+      status = s;
+      headers = h;
+    }
+    void start_stream(int, const std::string&, const std::vector<std::pair<std::string, std::string>>&) override {}
+    bool write(std::string) override { return true; }
+    void end_stream() override {}
+    bool closed() const override { return false; }
+    void on_close(std::function<void()>) override {}
+    bool has(const std::string& k) const {
+      for (const auto& [a, b] : headers)
+        if (a == k) return true;
+      return false;
+    }
+  };
+  if (!std::filesystem::exists(kModel)) GTEST_SKIP() << "default model not installed";
+  auto m = Model::load(kModel);
+  ASSERT_TRUE(m.is_ok());
+  auto tok = Tokenizer::from_metadata((*m)->file().metadata);
+  ASSERT_TRUE(tok.is_ok());
+  ThreadPool pool(1);
+  EngineConfig ec;
+  ec.kv_cache_bytes = size_t{16} << 20;
+  auto e = AsyncEngine::start(**m, pool, ec);
+  ASSERT_TRUE(e.is_ok());
+  ServiceConfig sc;
+  sc.api_key = "k";
+  sc.allowed_origins = {"http://app.example"};
+  OpenAiService svc(**tok, **e, sc);
+  auto call = [&](const std::string& method, const std::string& origin) {
+    HttpRequest r;
+    r.method = method;
+    r.path = r.target = "/v1/models";
+    r.headers.push_back({"origin", origin});
+    auto rec = std::make_shared<Recorder>();
+    svc.handle(r, rec);
+    return rec;
+  };
+  auto pre = call("OPTIONS", "http://app.example");
+  EXPECT_EQ(pre->status, 204);
+  EXPECT_TRUE(pre->has("Access-Control-Allow-Methods"));
+  auto other = call("OPTIONS", "http://evil.example");
+  EXPECT_EQ(other->status, 401);  // not a preflight we answer: the key check applies
+  EXPECT_FALSE(other->has("Access-Control-Allow-Origin"));
+  auto get = call("GET", "http://app.example");
+  EXPECT_EQ(get->status, 401);  // still needs the key, but the browser may read the error
+  EXPECT_TRUE(get->has("Access-Control-Allow-Origin"));
+}
+
 TEST_F(ServiceTest, RoutesAuthAndErrors) {
   EXPECT_EQ(call("GET", "/v1/models", "", false)->status(), 401);
   auto models = call("GET", "/v1/models", "");
