@@ -84,7 +84,11 @@ void matmul_rows(const TensorView& w, int64_t row_begin, int64_t row_end, const 
     return;
   }
   if (wk.vec_dot_tile) {
-    const int64_t grain = n_tokens == 1 ? kDecodeRows : kPanelRows;
+    // Panels of consecutive tiles per task (several per thread for balance):
+    // tile kernels prefetch the rows that follow them.
+    const int64_t tr = wk.tile_rows;
+    const int64_t panel = std::max<int64_t>(kPanelRows, n_rows / (8 * static_cast<int64_t>(pool.size())) / tr * tr);
+    const int64_t grain = n_tokens == 1 ? kDecodeRows : panel;
     pool.parallel_for(n_rows, grain, [&](int64_t rb, int64_t re, int) {
       tile_rows_range(wk, n_in, rb, re, wrows, w_row_bytes, xq, x_row_bytes, n_tokens, y, ldy);
     });

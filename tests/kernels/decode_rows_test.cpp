@@ -22,7 +22,7 @@ namespace {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
-// Weights [rows, n] of type t (Q4_0 / Q8_0: f16 d first in each block): even
+// Weights [rows, n] of type t (Q4_0 / Q5_0 / Q8_0: f16 d first in each block): even
 // rows quantized from gaussians of varying magnitude (every 5th all zero), odd
 // rows raw random bytes with small scales.
 std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
@@ -60,7 +60,7 @@ std::vector<float> make_x(int64_t tokens, int64_t n, uint32_t seed) {
   return x;
 }
 
-const DType kTypes[] = {DType::kQ4_0};
+const DType kTypes[] = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0};
 
 TEST(DecodeRows, RowsKernelsOnAvx512) {
   if (cpu_max_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";

@@ -1,8 +1,8 @@
 // AVX-512 (F/BW/VL + VNNI) tile kernels for the legacy 32-element weight
-// types Q4_0 / Q5_0 / Q8_0 x Q8_0 activations (kernels/registry.h,
-// VecDotTileFn): 4 weight rows x up to kWideTileCols tokens per call. Wide
-// calls unpack the 4 weight rows once and stream the tokens 4 at a time;
-// nc == 2 loads both operands per block pair; nc == 1 (decode) is vec_dot.
+// type Q4_0 x Q8_0 activations (kernels/registry.h, VecDotTileFn; Q8_0 and
+// Q5_0 weights have their own kernels in gemm_lanes_avx512.cpp): 4 weight
+// rows x up to kWideTileCols tokens per call. Wide calls unpack the 4 weight
+// rows once and stream the tokens 4 at a time; nc == 2 loads both operands per block pair; nc == 1 (decode) is vec_dot.
 //
 // Batch invariance: every output is bit-identical to the single-pair vec_dot
 // of this level (simd::legacy_blocks_dot in legacy_{avx2,avx512}.cpp). That
@@ -59,40 +59,11 @@ inline __m512i nibbles2(const uint8_t* a, const uint8_t* b) {
 // Weight formats: unsigned quants u (0..255) such that the signed weight is
 // u - kOffset (unpack*), or the signed weights themselves (signed*), for one
 // block (ymm) or two consecutive blocks (zmm).
-struct WeightQ8_0 {
-  using Block = BlockQ8_0;
-  static constexpr int kOffset = 128;
-  static __m256i unpack1(const Block& b) { return _mm256_xor_si256(loadu(b.qs), _mm256_set1_epi8(-128)); }
-  static __m512i unpack2(const Block& b0, const Block& b1) {
-    return _mm512_xor_si512(load2(b0.qs, b1.qs), _mm512_set1_epi8(-128));
-  }
-  static __m256i signed1(const Block& b) { return loadu(b.qs); }
-  static __m512i signed2(const Block& b0, const Block& b1) { return load2(b0.qs, b1.qs); }
-};
-
 struct WeightQ4_0 {
   using Block = BlockQ4_0;
   static constexpr int kOffset = 8;
   static __m256i unpack1(const Block& b) { return simd::unpack_nibbles_16(b.qs); }
   static __m512i unpack2(const Block& b0, const Block& b1) { return nibbles2(b0.qs, b1.qs); }
-  static __m256i signed1(const Block& b) { return _mm256_sub_epi8(unpack1(b), _mm256_set1_epi8(kOffset)); }
-  static __m512i signed2(const Block& b0, const Block& b1) {
-    return _mm512_sub_epi8(unpack2(b0, b1), _mm512_set1_epi8(kOffset));
-  }
-};
-
-struct WeightQ5_0 {
-  using Block = BlockQ5_0;
-  static constexpr int kOffset = 16;
-  static __m256i unpack1(const Block& b) {
-    const __m256i nib = simd::unpack_nibbles_16(b.qs);
-    return _mm256_mask_add_epi8(nib, simd::load_u32(b.qh), nib, _mm256_set1_epi8(16));
-  }
-  static __m512i unpack2(const Block& b0, const Block& b1) {
-    const __m512i lo = nibbles2(b0.qs, b1.qs);
-    const __mmask64 hb = simd::load_u32(b0.qh) | (static_cast<uint64_t>(simd::load_u32(b1.qh)) << 32);
-    return _mm512_mask_add_epi8(lo, hb, lo, _mm512_set1_epi8(16));
-  }
   static __m256i signed1(const Block& b) { return _mm256_sub_epi8(unpack1(b), _mm256_set1_epi8(kOffset)); }
   static __m512i signed2(const Block& b0, const Block& b1) {
     return _mm512_sub_epi8(unpack2(b0, b1), _mm512_set1_epi8(kOffset));
@@ -315,19 +286,9 @@ void legacy_tile_dispatch(int64_t n, float* s, int64_t lds, const void* w, size_
 
 }  // namespace
 
-void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
-  legacy_tile_dispatch<WeightQ8_0, vec_dot_q8_0_q8_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
-}
-
 void vec_dot_tile_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
   legacy_tile_dispatch<WeightQ4_0, vec_dot_q4_0_q8_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
-}
-
-void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
-  legacy_tile_dispatch<WeightQ5_0, vec_dot_q5_0_q8_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
 }  // namespace ember::avx512

@@ -1,10 +1,10 @@
 // AVX-512 (F/BW/VL + VNNI) vec_dot kernels for the legacy 32-element block
-// types: Q4_0/Q5_0/Q8_0 x Q8_0 and Q4_1/Q5_1 x Q8_1. Compiled with -mavx512*
+// types: Q4_0 x Q8_0 and Q4_1/Q5_1 x Q8_1 (Q8_0 / Q5_0 x Q8_0 live in
+// gemm_lanes_avx512.cpp with their tile kernels). Compiled with -mavx512*
 // flags; only reached through the registry when the CPU has AVX-512 VNNI.
 //
 // vpdpbusd multiplies u8 x s8 in groups of 4 into i32, replacing AVX2's
-// maddubs + madd pair. Signed Q8_0 weights use the sign trick (|w| x
-// sign(w)*y); offset types (Q4_0 = q - 8, Q5_0 = q - 16) multiply the
+// maddubs + madd pair. Offset types (Q4_0 = q - 8) multiply the
 // unsigned quants and subtract offset * sum(y), computed by a second
 // vpdpbusd. 256-bit vectors: one block per vector (blocks are 34/18/22 bytes
 // apart, so 512-bit loads would need extra shuffles; on Zen 4 512-bit ops
@@ -19,10 +19,6 @@ namespace ember::avx512 {
 namespace {
 
 inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
-inline __m256i dot_s8s8(__m256i w, __m256i y) {
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
-}
 
 // (u - offset) . y for unsigned quants u.
 inline __m256i dot_offset(__m256i u, __m256i y, __m256i offset) {
@@ -40,28 +36,12 @@ inline __m256i q5_quants(const uint8_t* qs, const uint8_t* qh) {
 
 }  // namespace
 
-void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ8_0*>(vw);
-  const auto* x = static_cast<const BlockQ8_0*>(vx);
-  *s = simd::legacy_blocks_dot(n / kQK, w, sizeof(*w), x, sizeof(*x),
-                               [&](int64_t i) { return dot_s8s8(loadu(w[i].qs), loadu(x[i].qs)); });
-}
-
 void vec_dot_q4_0_q8_0(int64_t n, float* s, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   const __m256i off = _mm256_set1_epi8(8);
   *s = simd::legacy_blocks_dot(n / kQK, w, sizeof(*w), x, sizeof(*x), [&](int64_t i) {
     return dot_offset(simd::unpack_nibbles_16(w[i].qs), loadu(x[i].qs), off);
-  });
-}
-
-void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ5_0*>(vw);
-  const auto* x = static_cast<const BlockQ8_0*>(vx);
-  const __m256i off = _mm256_set1_epi8(16);
-  *s = simd::legacy_blocks_dot(n / kQK, w, sizeof(*w), x, sizeof(*x), [&](int64_t i) {
-    return dot_offset(q5_quants(w[i].qs, w[i].qh), loadu(x[i].qs), off);
   });
 }
 

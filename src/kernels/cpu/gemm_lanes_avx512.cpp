@@ -1,0 +1,393 @@
+// AVX-512 VNNI "row lanes" kernels for the legacy weight types Q8_0 and
+// Q5_0 x Q8_0 activations: vec_dot, vec_dot_rows (decode) and the tile
+// kernel (16 weight rows x up to kLaneTileCols tokens). Q8_0 is the tied
+// token embedding / output head (the largest matrix of small models) and
+// Q5_0 most of the Gemma 3 body in Q4_K_M files, so these kernels set the
+// batched decode speed.
+//
+// Arithmetic (the contract of all three for these two types at this level,
+// hence batch-invariant):
+//   acc = 0;  for each block b in order:
+//     acc = fma(float(isum_b), d_w[b] * d_x[b], acc)
+// where isum_b = sum of the 32 products w_i * x_i of the signed weights
+// (Q8_0 quants; Q5_0 quants - 16) and activation quants: exact int32, so
+// float(isum_b) is exact (|isum_b| <= 32 * 128 * 127 < 2^24). This differs
+// from the AVX2 / scalar levels (8-lane partial sums per block) only by float
+// rounding; every kernel here reproduces it bit for bit
+// (tests/kernels/gemm_lanes_test.cpp checks them against a scalar model of
+// exactly these steps).
+//
+// Why this form: one output per zmm lane. A tile unpacks and transposes its
+// 16 weight rows block by block so that dword k of row r sits in lane r of
+// vector k; one vpdpbusd per 4 bytes then advances 16 rows at once for a
+// token, with no horizontal sums, and the per-block float work (convert,
+// scale, fma) is one instruction each for 16 outputs. vpdpbusd multiplies
+// u8 x s8: the activation bytes are made unsigned (x ^ 0x80 = x + 128) and
+// the weights stay signed, so each lane gets sum(w * x) + 128 * sum(w); the
+// second term is computed once per row block (at transpose time) and seeds
+// the sum. Decode (one token) instead walks the rows sequentially, two at a
+// time: weights then stream from memory, and sequential rows keep the
+// hardware prefetchers effective (a transposed 16-row group, even with
+// software prefetch, measured ~1.5x slower there).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/decode_rows.h"
+#include "kernels/cpu/simd_util.h"
+#include "quant/blocks.h"
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace ember::avx512 {
+namespace {
+
+constexpr int kR = kLaneTileRows;  // weight rows per tile (one per zmm lane)
+constexpr int kChunk = 32;         // blocks transposed at a time (20 KB, stays in L1)
+constexpr int kGroup = 8;          // tokens per register group
+
+// One block of 16 weight rows, transposed.
+struct alignas(64) PackedBlock {
+  __m512i w[8];  // w[k] lane r = signed quants 4k .. 4k+3 of row r
+  __m512i seed;  // -128 * sum(quants of row r) per lane
+  __m512 d;      // row scales
+};
+
+inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Weight formats: the 32 signed weights of a block (quants - offset) as
+// bytes, and the same plus kOffset (unsigned) for vec_dot.
+struct LanesQ8_0 {
+  using Block = BlockQ8_0;
+  static constexpr int kOffset = 128;
+  static __m256i signed_q(const Block& b) { return loadu(b.qs); }
+  static __m256i unsigned_q(const Block& b) { return _mm256_xor_si256(loadu(b.qs), _mm256_set1_epi8(-128)); }
+};
+
+struct LanesQ5_0 {
+  using Block = BlockQ5_0;
+  static constexpr int kOffset = 16;
+  static __m256i unsigned_q(const Block& b) {
+    const __m256i nib = simd::unpack_nibbles_16(b.qs);
+    return _mm256_mask_add_epi8(nib, simd::load_u32(b.qh), nib, _mm256_set1_epi8(16));
+  }
+  static __m256i signed_q(const Block& b) { return _mm256_sub_epi8(unsigned_q(b), _mm256_set1_epi8(16)); }
+};
+
+template <class W>
+inline const typename W::Block& block_at(const uint8_t* row, int64_t b) {
+  return reinterpret_cast<const typename W::Block*>(row)[b];
+}
+
+// Signed weights of block b of rows a and c in the lower / upper 256 bits.
+template <class W>
+inline __m512i rows2(const uint8_t* a, const uint8_t* c, int64_t b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(W::signed_q(block_at<W>(a, b))), W::signed_q(block_at<W>(c, b)), 1);
+}
+
+// Transposes block b of the 16 rows (row r starts at rows[r]) into pb.
+template <class W>
+inline void pack_block(const uint8_t* const rows[kR], int64_t b, PackedBlock& pb) {
+  __m512i xa[4], xb[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    // z = [row i | row i+4], v = [row i+8 | row i+12] (128-bit lanes A = dwords
+    // 0..3, B = dwords 4..7 of each row).
+    const __m512i z = rows2<W>(rows[i], rows[i + 4], b);
+    const __m512i v = rows2<W>(rows[i + 8], rows[i + 12], b);
+    xa[i] = _mm512_shuffle_i32x4(z, v, _MM_SHUFFLE(2, 0, 2, 0));  // [iA, (i+4)A, (i+8)A, (i+12)A]
+    xb[i] = _mm512_shuffle_i32x4(z, v, _MM_SHUFFLE(3, 1, 3, 1));  // same for B
+  }
+  // 4 x 4 dword transposes inside each 128-bit lane: lane L, element e of
+  // output k is dword k of row 4L + e, i.e. zmm dword index = row.
+  const __m512i t0 = _mm512_unpacklo_epi32(xa[0], xa[1]), t1 = _mm512_unpackhi_epi32(xa[0], xa[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(xa[2], xa[3]), t3 = _mm512_unpackhi_epi32(xa[2], xa[3]);
+  const __m512i u0 = _mm512_unpacklo_epi32(xb[0], xb[1]), u1 = _mm512_unpackhi_epi32(xb[0], xb[1]);
+  const __m512i u2 = _mm512_unpacklo_epi32(xb[2], xb[3]), u3 = _mm512_unpackhi_epi32(xb[2], xb[3]);
+  pb.w[0] = _mm512_unpacklo_epi64(t0, t2);
+  pb.w[1] = _mm512_unpackhi_epi64(t0, t2);
+  pb.w[2] = _mm512_unpacklo_epi64(t1, t3);
+  pb.w[3] = _mm512_unpackhi_epi64(t1, t3);
+  pb.w[4] = _mm512_unpacklo_epi64(u0, u2);
+  pb.w[5] = _mm512_unpackhi_epi64(u0, u2);
+  pb.w[6] = _mm512_unpacklo_epi64(u1, u3);
+  pb.w[7] = _mm512_unpackhi_epi64(u1, u3);
+  const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i c0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, pb.w[0]);
+  __m512i c1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, pb.w[1]);
+#pragma GCC unroll 3
+  for (int k = 2; k < 8; k += 2) {
+    c0 = _mm512_dpbusd_epi32(c0, k128, pb.w[k]);
+    c1 = _mm512_dpbusd_epi32(c1, k128, pb.w[k + 1]);
+  }
+  pb.seed = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_add_epi32(c0, c1));
+  // Scales: the 16 rows' f16 d of block b (scalar loads: vpgatherdd measured
+  // slower).
+  alignas(32) uint16_t d[kR];
+  for (int r = 0; r < kR; ++r) d[r] = block_at<W>(rows[r], b).d;
+  const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(d));
+  pb.d = _mm512_cvtph_ps(h);
+}
+
+// Activations of one token group for one chunk: unsigned quants (x ^ 0x80)
+// and float scales.
+struct TokenChunk {
+  alignas(64) uint8_t xu[kGroup][kChunk][32];
+  float dx[kGroup][kChunk];
+};
+
+// acc[t] += blocks [0, nblk) of the packed chunk x token t (t < NT).
+template <int NT>
+inline void group_chunk(const PackedBlock* pk, int nblk, const TokenChunk& tc, __m512 acc[NT]) {
+  for (int b = 0; b < nblk; ++b) {
+    const PackedBlock& pb = pk[b];
+    __m512i p[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) p[t] = pb.seed;
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m512i wk = pb.w[k];
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        int32_t xv;
+        std::memcpy(&xv, &tc.xu[t][b][4 * k], sizeof(xv));
+        p[t] = _mm512_dpbusd_epi32(p[t], _mm512_set1_epi32(xv), wk);
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[t]), _mm512_mul_ps(pb.d, _mm512_set1_ps(tc.dx[t][b])), acc[t]);
+  }
+}
+
+inline void prepare_tokens(const BlockQ8_0* const xt[kGroup], int nt, int64_t b0, int nblk, TokenChunk& tc) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int t = 0; t < nt; ++t) {
+    const BlockQ8_0* x = xt[t] + b0;
+    for (int b = 0; b < nblk; ++b) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tc.xu[t][b]), _mm256_xor_si256(loadu(x[b].qs), flip));
+      tc.dx[t][b] = simd::load_f16(x[b].d);
+    }
+  }
+}
+
+// Runs one token group (nt tokens, computed as NT) over a chunk.
+inline void run_group(int nt, const PackedBlock* pk, int nblk, const TokenChunk& tc, __m512 acc[kGroup]) {
+  if (nt > 4) {
+    group_chunk<8>(pk, nblk, tc, acc);
+  } else if (nt > 2) {
+    group_chunk<4>(pk, nblk, tc, acc);
+  } else if (nt == 2) {
+    group_chunk<2>(pk, nblk, tc, acc);
+  } else {
+    group_chunk<1>(pk, nblk, tc, acc);
+  }
+}
+
+// s[c * lds + r] for r < nr (<= 16), c < nc (<= kLaneTileCols). pf / pf_bytes:
+// memory to prefetch while computing (may be null).
+template <class W>
+void tile16(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
+            size_t x_row_bytes, int nr, int nc, const uint8_t* pf, size_t pf_bytes) {
+  const uint8_t* rows[kR];
+  for (int r = 0; r < kR; ++r) rows[r] = w + static_cast<size_t>(std::min(r, nr - 1)) * w_row_bytes;
+  const int64_t nb = n / kQK;
+  const int ngroups = (nc + kGroup - 1) / kGroup;
+  const int64_t nchunks = (nb + kChunk - 1) / kChunk;
+  const int64_t pf_lines = static_cast<int64_t>((pf_bytes + 63) / 64);
+  int64_t pf_done = 0;
+  PackedBlock pk[kChunk];
+  TokenChunk tc;
+  __m512 saved[kLaneTileCols];
+  const __mmask16 row_mask = static_cast<__mmask16>((1u << nr) - 1);
+
+  for (int64_t ch = 0; ch < std::max<int64_t>(nchunks, 1); ++ch) {
+    const int64_t b0 = ch * kChunk;
+    const int nblk = static_cast<int>(std::min<int64_t>(kChunk, nb - b0));
+    for (int b = 0; b < nblk; ++b) {
+      pack_block<W>(rows, b0 + b, pk[b]);
+      if (pf) {
+        const int64_t end = std::min(pf_lines, pf_lines * (b0 + b + 1) / nb);
+        // Into L2: an L1 prefetch of a whole tile would evict this tile's
+        // packed blocks (measured 20% slower).
+        for (; pf_done < end; ++pf_done) _mm_prefetch(reinterpret_cast<const char*>(pf + pf_done * 64), _MM_HINT_T1);
+      }
+    }
+    const bool first = ch == 0, last = ch + 1 >= nchunks;
+    for (int g = 0; g < ngroups; ++g) {
+      const int nt = std::min(kGroup, nc - kGroup * g);
+      const BlockQ8_0* xt[kGroup];
+      for (int t = 0; t < kGroup; ++t)
+        xt[t] =
+            reinterpret_cast<const BlockQ8_0*>(x + static_cast<size_t>(kGroup * g + std::min(t, nt - 1)) * x_row_bytes);
+      __m512 acc[kGroup];
+      for (int t = 0; t < kGroup; ++t) acc[t] = first ? _mm512_setzero_ps() : saved[kGroup * g + t];
+      if (nblk > 0) {
+        prepare_tokens(xt, nt > 4 ? 8 : nt > 2 ? 4 : nt, b0, nblk, tc);  // as many as run_group computes
+        run_group(nt, pk, nblk, tc, acc);
+      }
+      if (last) {
+        for (int t = 0; t < nt; ++t) _mm512_mask_storeu_ps(s + (kGroup * g + t) * lds, row_mask, acc[t]);
+      } else {
+        for (int t = 0; t < kGroup; ++t) saved[kGroup * g + t] = acc[t];
+      }
+    }
+  }
+}
+
+// ---- vec_dot and decode ----
+//
+// 8 blocks at a time: their lane sums reduced together (exact integer adds,
+// any order), then the fma chain in block order. The activation side (the
+// -offset * sum4(x) seeds and the f32 scales) is prepared once per call for
+// all rows, in chunks of kPrep blocks; decode runs two rows at a time so two
+// independent fma chains overlap.
+
+constexpr int kPrep = 256;
+
+struct XPrep {
+  __m256i seed[kPrep];          // -kOffset * sum4(x) per i32 lane, block b0 + i
+  alignas(32) float dx[kPrep];  // activation scales
+};
+
+template <class W>
+inline void prep_x(const BlockQ8_0* x, int64_t b0, int64_t cn, XPrep& xp) {
+  const __m256i off = _mm256_set1_epi8(static_cast<char>(W::kOffset));
+  for (int64_t i = 0; i < cn; ++i) {
+    const __m256i c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), off, loadu(x[b0 + i].qs));
+    xp.seed[i] = _mm256_sub_epi32(_mm256_setzero_si256(), c);
+    xp.dx[i] = simd::load_f16(x[b0 + i].d);
+  }
+}
+
+// acc[r] over blocks [b0, b0 + cn) of rows wr[r] (r < R).
+template <class W, int R>
+inline void dot_chunk(const uint8_t* const wr[R], const BlockQ8_0* x, int64_t b0, int64_t cn, const XPrep& xp,
+                      float acc[R]) {
+  using WB = typename W::Block;
+  int64_t i = 0;
+  for (; i + 8 <= cn; i += 8) {
+    alignas(32) float pf[R][8], sc[R][8];
+    const __m256 dx = _mm256_load_ps(xp.dx + i);
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      const WB* w = reinterpret_cast<const WB*>(wr[r]) + b0 + i;
+      __m256i p[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k)
+        p[k] = _mm256_dpbusd_epi32(xp.seed[i + k], W::unsigned_q(w[k]), loadu(x[b0 + i + k].qs));
+      __m256i q[4];  // q[j] = [sums4(2j) | sums4(2j + 1)]
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j)
+        q[j] = _mm256_add_epi32(_mm256_permute2x128_si256(p[2 * j], p[2 * j + 1], 0x20),
+                                _mm256_permute2x128_si256(p[2 * j], p[2 * j + 1], 0x31));
+      // hadd twice: lanes hold blocks [0, 2, 4, 6, 1, 3, 5, 7]; back to order.
+      const __m256i f = _mm256_hadd_epi32(_mm256_hadd_epi32(q[0], q[1]), _mm256_hadd_epi32(q[2], q[3]));
+      _mm256_store_ps(pf[r],
+                      _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(f, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))));
+      _mm256_store_ps(sc[r],
+                      _mm256_mul_ps(simd::load_f16_scales8(reinterpret_cast<const uint8_t*>(w), sizeof(WB)), dx));
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k)
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) acc[r] = std::fma(pf[r][k], sc[r][k], acc[r]);
+  }
+  for (; i < cn; ++i) {
+    const __m256i xs = loadu(x[b0 + i].qs);
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      const WB& w = reinterpret_cast<const WB*>(wr[r])[b0 + i];
+      const int isum = simd::hsum_i32x8(_mm256_dpbusd_epi32(xp.seed[i], W::unsigned_q(w), xs));
+      acc[r] = std::fma(static_cast<float>(isum), simd::load_f16(w.d) * xp.dx[i], acc[r]);
+    }
+  }
+}
+
+template <class W>
+float lanes_dot(int64_t n, const void* w, const void* vx) {
+  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  const int64_t nb = n / kQK;
+  const uint8_t* wr[1] = {static_cast<const uint8_t*>(w)};
+  XPrep xp;
+  float acc[1] = {0.0f};
+  for (int64_t b0 = 0; b0 < nb; b0 += kPrep) {
+    const int64_t cn = std::min<int64_t>(kPrep, nb - b0);
+    prep_x<W>(x, b0, cn, xp);
+    dot_chunk<W, 1>(wr, x, b0, cn, xp, acc);
+  }
+  return acc[0];
+}
+
+// s[r] = vec_dot(row r, x) for r < nr.
+template <class W>
+void lanes_decode(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const void* vx, int64_t nr) {
+  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  const int64_t nb = n / kQK;
+  if (nb > kPrep) {
+    for (int64_t r = 0; r < nr; ++r) s[r] = lanes_dot<W>(n, w + static_cast<size_t>(r) * w_row_bytes, x);
+    return;
+  }
+  XPrep xp;
+  prep_x<W>(x, 0, nb, xp);
+  int64_t r = 0;
+  for (; r + 2 <= nr; r += 2) {
+    const uint8_t* wr[2] = {w + static_cast<size_t>(r) * w_row_bytes, w + static_cast<size_t>(r + 1) * w_row_bytes};
+    float acc[2] = {0.0f, 0.0f};
+    dot_chunk<W, 2>(wr, x, 0, nb, xp, acc);
+    s[r] = acc[0];
+    s[r + 1] = acc[1];
+  }
+  if (r < nr) {
+    const uint8_t* wr[1] = {w + static_cast<size_t>(r) * w_row_bytes};
+    float acc[1] = {0.0f};
+    dot_chunk<W, 1>(wr, x, 0, nb, xp, acc);
+    s[r] = acc[0];
+  }
+}
+
+template <class W>
+void lanes_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x, size_t x_row_bytes,
+                int nr, int nc) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  if (nc == 1) {  // decode: row by row (see the top of the file)
+    lanes_decode<W>(n, s, wb, w_row_bytes, x, nr);
+    return;
+  }
+  // A full tile prefetches the next 16 rows (usually the caller's next tile;
+  // prefetches never fault, so running past the matrix end is harmless):
+  // 16 row streams at once defeat the hardware prefetchers.
+  const size_t tile_bytes = static_cast<size_t>(kR) * w_row_bytes;
+  tile16<W>(n, s, lds, wb, w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr, nc,
+            nr == kR ? wb + tile_bytes : nullptr, tile_bytes);
+}
+
+}  // namespace
+
+void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ8_0>(n, w, x); }
+
+void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ5_0>(n, w, x); }
+
+void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+  lanes_decode<LanesQ8_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, x, nr);
+}
+
+void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+  lanes_decode<LanesQ5_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, x, nr);
+}
+
+void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc) {
+  lanes_tile<LanesQ8_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+}
+
+void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc) {
+  lanes_tile<LanesQ5_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+}
+
+}  // namespace ember::avx512

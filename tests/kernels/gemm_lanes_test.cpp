@@ -1,0 +1,246 @@
+// Q8_0 / Q5_0 x Q8_0 kernels of the AVX-512 level
+// (kernels/cpu/gemm_lanes_avx512.cpp). That level defines its own arithmetic
+// for these types: per block an exact integer dot of the signed weights and
+// activation quants, then acc = fma(float(isum), d_w * d_x, acc) in block
+// order.
+// The scalar model below performs exactly those steps, so vec_dot, every
+// tile shape and the matmul driver (any token count, thread count, row
+// slice) must match it bit for bit; it must also stay within rounding of the
+// scalar reference vec_dot (the AVX2 / scalar levels' arithmetic).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/registry.h"
+#include "quant/blocks.h"
+#include "quant/quantize.h"
+
+namespace ember {
+namespace {
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+const DType kTypes[] = {DType::kQ8_0, DType::kQ5_0};
+
+// Signed weight i of a block and its scale.
+int weight_q(DType t, const uint8_t* block, int i) {
+  if (t == DType::kQ8_0) return reinterpret_cast<const BlockQ8_0*>(block)->qs[i];
+  const auto* b = reinterpret_cast<const BlockQ5_0*>(block);
+  uint32_t qh;
+  std::memcpy(&qh, b->qh, 4);
+  const int nib = i < 16 ? (b->qs[i] & 0x0F) : (b->qs[i - 16] >> 4);
+  return (nib | static_cast<int>(((qh >> i) & 1u) << 4)) - 16;
+}
+
+float weight_d(const uint8_t* block) {
+  uint16_t d;
+  std::memcpy(&d, block, 2);  // f16 d first in both block types
+  return f16_to_f32(d);
+}
+
+// The AVX-512 arithmetic of these types, one block at a time.
+float model_dot(DType t, int64_t n, const uint8_t* w, const BlockQ8_0* x) {
+  const size_t bb = dtype_row_size(t, kQK);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const uint8_t* wb = w + bb * static_cast<size_t>(b);
+    int32_t isum = 0;
+    for (int i = 0; i < kQK; ++i) isum += weight_q(t, wb, i) * static_cast<int32_t>(x[b].qs[i]);
+    const float scale = weight_d(wb) * f16_to_f32(x[b].d);
+    acc = std::fma(static_cast<float>(isum), scale, acc);
+  }
+  return acc;
+}
+
+// Rows [rows, n] of type t: even rows quantized gaussians of varying
+// magnitude (every 5th all zero), odd rows raw random bytes (Q8_0 quant -128
+// included) with small scales.
+std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const size_t rb = dtype_row_size(t, n);
+  const size_t bb = dtype_row_size(t, kQK);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+  std::vector<float> f(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = w.data() + rb * static_cast<size_t>(r);
+    if (r % 2 == 0) {
+      const float mag = r % 5 == 4 ? 0.0f : std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
+      for (auto& v : f) v = gauss(rng) * mag;
+      quantize_row_ref(t, f.data(), row, n);
+      continue;
+    }
+    for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(rng());
+    for (int64_t b = 0; b < n / kQK; ++b) {
+      const uint16_t d = f32_to_f16(uni(rng) * 0.05f);
+      std::memcpy(row + bb * static_cast<size_t>(b), &d, sizeof(d));
+    }
+  }
+  return w;
+}
+
+std::vector<float> make_x(int64_t tokens, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(tokens * n));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float mag = t == 2 ? 0.0f : std::ldexp(1.0f, static_cast<int>(t % 7) - 3);
+    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(t * n + i)] = gauss(rng) * mag;
+  }
+  return x;
+}
+
+std::vector<uint8_t> quantize_x(const std::vector<float>& x, int64_t tokens, int64_t n) {
+  const size_t rb = dtype_row_size(DType::kQ8_0, n);
+  std::vector<uint8_t> out(rb * static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t)
+    kernels(DType::kQ8_0, Isa::kAvx512).quantize_row(x.data() + t * n, out.data() + rb * t, n);
+  return out;
+}
+
+class GemmLanes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cpu_max_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  }
+  static const KernelSet& k(DType t) { return kernels(t, Isa::kAvx512); }
+};
+
+TEST_F(GemmLanes, SixteenRowTiles) {
+  for (DType t : kTypes) {
+    EXPECT_EQ(k(t).tile_rows, 16) << dtype_name(t);
+    EXPECT_GE(k(t).tile_cols, 16) << dtype_name(t);
+    EXPECT_NE(k(t).vec_dot, kernels(t, Isa::kAvx2).vec_dot) << dtype_name(t);
+  }
+}
+
+// vec_dot equals the model bit for bit and the scalar reference within
+// rounding, for 1 .. 67 blocks (several transpose chunks of 32).
+TEST_F(GemmLanes, VecDotMatchesModel) {
+  for (DType ty : kTypes) {
+    const size_t bb = dtype_row_size(ty, kQK);
+    // 1 .. 67 blocks: the 8-block steps of vec_dot with 0..7 tail blocks.
+    for (int64_t n : {32, 64, 96, 256, 288, 480, 640, 1024, 1056, 2144}) {
+      const int64_t rows = 10, tokens = 4;
+      const auto w = make_weights(ty, rows, n, static_cast<uint32_t>(n));
+      const auto xq = quantize_x(make_x(tokens, n, static_cast<uint32_t>(n) + 1), tokens, n);
+      const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(DType::kQ8_0, n);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t t = 0; t < tokens; ++t) {
+          const uint8_t* wr = w.data() + rb * r;
+          const auto* xt = reinterpret_cast<const BlockQ8_0*>(xq.data() + xrb * t);
+          float got = 0, ref = 0;
+          k(ty).vec_dot(n, &got, wr, xt);
+          kernels(ty, Isa::kScalar).vec_dot(n, &ref, wr, xt);
+          const float want = model_dot(ty, n, wr, xt);
+          ASSERT_TRUE(same_bits(got, want))
+              << dtype_name(ty) << " n=" << n << " r=" << r << " t=" << t << " " << got << " vs " << want;
+          double scale = 0;
+          for (int64_t b = 0; b < n / kQK; ++b)
+            for (int i = 0; i < kQK; ++i)
+              scale += std::fabs(static_cast<double>(weight_d(wr + bb * b)) * weight_q(ty, wr + bb * b, i) *
+                                 f16_to_f32(xt[b].d) * xt[b].qs[i]);
+          ASSERT_NEAR(got, ref, 1e-5 * scale + 1e-30) << dtype_name(ty) << " n=" << n << " r=" << r << " t=" << t;
+        }
+      }
+    }
+  }
+}
+
+// Every tile shape (rows 1..16, tokens 1..kQ8TileCols incl. partial register
+// groups) at offsets inside a larger output: model bits, nothing written
+// outside the tile.
+TEST_F(GemmLanes, TilesMatchModel) {
+  const int64_t rows = 19, tokens = 70;
+  for (DType ty : kTypes)
+    for (int64_t n : {32, 640, 1056}) {  // 1056 = 33 blocks: two transpose chunks
+      const auto w = make_weights(ty, rows, n, 3 + static_cast<uint32_t>(n));
+      const auto xq = quantize_x(make_x(tokens, n, 5 + static_cast<uint32_t>(n)), tokens, n);
+      const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(DType::kQ8_0, n);
+      std::vector<float> want(static_cast<size_t>(rows * tokens));
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t r = 0; r < rows; ++r)
+          want[t * rows + r] =
+              model_dot(ty, n, w.data() + rb * r, reinterpret_cast<const BlockQ8_0*>(xq.data() + xrb * t));
+      const int64_t lds = rows + 2;
+      const KernelSet& kt = k(ty);
+      for (int nr = 1; nr <= kt.tile_rows; ++nr) {
+        for (int nc = 1; nc <= kt.tile_cols; nc += (nc < 18 ? 1 : 7)) {
+          const int64_t r0 = (nr * 7) % (rows - nr + 1), c0 = (nc * 5) % (tokens - nc + 1);
+          std::vector<float> s(static_cast<size_t>(lds * tokens), std::numeric_limits<float>::quiet_NaN());
+          kt.vec_dot_tile(n, s.data() + c0 * lds + r0, lds, w.data() + rb * r0, rb, xq.data() + xrb * c0, xrb, nr, nc);
+          for (int64_t c = 0; c < tokens; ++c) {
+            for (int64_t r = 0; r < lds; ++r) {
+              const float got = s[static_cast<size_t>(c * lds + r)];
+              if (r < r0 || r >= r0 + nr || c < c0 || c >= c0 + nc) {
+                ASSERT_TRUE(std::isnan(got))
+                    << dtype_name(ty) << " wrote outside the tile: n=" << n << " tile " << nr << "x" << nc;
+                continue;
+              }
+              ASSERT_TRUE(same_bits(got, want[c * rows + r]))
+                  << dtype_name(ty) << " n=" << n << " tile " << nr << "x" << nc << " r=" << r << " c=" << c << " got "
+                  << got << " want " << want[c * rows + r];
+            }
+          }
+        }
+      }
+    }
+}
+
+// The driver at the AVX-512 level: any token count (1 = decode path), thread
+// count and row slice gives the model's bits.
+TEST_F(GemmLanes, MatmulMatchesModel) {
+  const Isa saved = active_isa();
+  set_active_isa(Isa::kAvx512);
+  for (DType ty : kTypes) {
+    const int64_t n = 640, rows = 301, tokens = 21;
+    const auto wbytes = make_weights(ty, rows, n, 17);
+    TensorView w;
+    w.type = ty;
+    w.n_dims = 2;
+    w.ne[0] = n;
+    w.ne[1] = rows;
+    w.data = wbytes.data();
+    w.nbytes = wbytes.size();
+    const auto x = make_x(tokens, n, 19);
+    const auto xq = quantize_x(x, tokens, n);
+    const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(DType::kQ8_0, n);
+    std::vector<float> want(static_cast<size_t>(rows * tokens));
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t r = 0; r < rows; ++r)
+        want[t * rows + r] =
+            model_dot(ty, n, wbytes.data() + rb * r, reinterpret_cast<const BlockQ8_0*>(xq.data() + xrb * t));
+    MatmulScratch scratch;
+    for (int nt : {1, 2, 3}) {
+      ThreadPool pool(nt);
+      for (int64_t batch : {int64_t{1}, int64_t{5}, int64_t{16}, tokens}) {
+        std::vector<float> y(want.size(), std::nanf(""));
+        for (int64_t t0 = 0; t0 < tokens; t0 += batch) {
+          const int64_t bt = std::min(batch, tokens - t0);
+          matmul(w, x.data() + t0 * n, n, y.data() + t0 * rows, rows, bt, pool, scratch);
+        }
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_TRUE(same_bits(y[i], want[i]))
+              << dtype_name(ty) << " threads=" << nt << " batch=" << batch << " i=" << i;
+      }
+      std::vector<float> slice(static_cast<size_t>(100 * tokens));
+      matmul_rows(w, 37, 137, x.data(), n, slice.data(), 100, tokens, pool, scratch);
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t r = 37; r < 137; ++r)
+          ASSERT_TRUE(same_bits(slice[t * 100 + r - 37], want[t * rows + r]))
+              << dtype_name(ty) << " slice r=" << r << " t=" << t;
+    }
+  }
+  set_active_isa(saved);
+}
+
+}  // namespace
+}  // namespace ember
