@@ -29,10 +29,13 @@ wait_ready() {  # wait_ready URL SECONDS
   return 1
 }
 
+# Each concurrency level uses its own prompts (seed = level): a server that
+# saw the previous level's prompts would otherwise answer from its prefix
+# cache. Both servers get the same prompts at the same level.
 run_server_bench() {  # run_server_bench LABEL URL
   for c in $CONC; do
     build/ember bench serve --base-url "$2" --num-prompts "$N" --max-concurrency "$c" --request-rate inf \
-      --random-input-len "$IN" --random-output-len "$OUT" --ignore-eos --seed 1 --label "$1" -q \
+      --random-input-len "$IN" --random-output-len "$OUT" --ignore-eos --seed "$c" --label "$1" -q \
       --json "bench_results/serve-$1-c$c.json" | sed -n '/Serving Benchmark Result/,/^=*$/p' |
       grep -E "Server|Successful|Failed|Request throughput|Output token throughput|Median TTFT|P99 TTFT|Median TPOT|P99 TPOT" |
       sed "s/^/[$1 c=$c] /"
