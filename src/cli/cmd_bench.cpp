@@ -88,19 +88,62 @@ size_t decode_weight_bytes(const Model& m) {
 
 namespace {
 
+// JSONL dataset for `bench throughput`: one request per line,
+// {"prompt": "text", "output_len": N} (prompt tokenized with the model's
+// tokenizer, BOS as the model wants) or {"prompt_token_ids": [...], "output_len": N}.
+Result<std::vector<RequestParams>> load_dataset(const std::string& path, const Tokenizer& tok, int default_out) {
+  std::ifstream f(path);
+  if (!f) return Status::errorf("cannot read dataset '{}'", path);
+  std::vector<RequestParams> out;
+  std::string line;
+  for (int ln = 1; std::getline(f, line); ++ln) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return Status::errorf("{}:{}: not a JSON object", path, ln);
+    RequestParams r;
+    if (auto p = j.find("prompt"); p != j.end() && p->is_string()) {
+      r.prompt = tok.encode(p->get<std::string>());
+    } else if (auto ids = j.find("prompt_token_ids"); ids != j.end() && ids->is_array()) {
+      for (const auto& t : *ids) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab())
+          return Status::errorf("{}:{}: 'prompt_token_ids' must hold token ids in [0, {})", path, ln, tok.n_vocab());
+        r.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
+      }
+    } else {
+      return Status::errorf("{}:{}: needs a string 'prompt' or a 'prompt_token_ids' array", path, ln);
+    }
+    if (r.prompt.empty()) return Status::errorf("{}:{}: empty prompt", path, ln);
+    r.max_tokens = default_out;
+    if (auto o = j.find("output_len"); o != j.end()) {
+      if (!o->is_number_integer() || o->get<int64_t>() < 1 || o->get<int64_t>() > 1000000)
+        return Status::errorf("{}:{}: 'output_len' must be an integer in [1, 1000000]", path, ln);
+      r.max_tokens = static_cast<int>(o->get<int64_t>());
+    }
+    r.sampling.temperature = 0.f;
+    out.push_back(std::move(r));
+  }
+  if (out.empty()) return Status::errorf("dataset '{}' holds no requests", path);
+  return out;
+}
+
 // `ember bench throughput`: N requests through the serving engine at once.
 int bench_throughput(int argc, char** argv, int first) {
   ArgParser p("bench throughput",
               "ember bench throughput [-m MODEL] [--num-prompts 16] [--input-len 64] [--output-len 64] "
-              "[--max-num-seqs 64] [--max-num-batched-tokens 512] [--kv-cache-memory BYTES] [--sequential] [-t T]");
-  std::string model_path;
+              "[--random-range-ratio R] [--dataset FILE.jsonl] [--max-num-seqs 64] [--max-num-batched-tokens 512] "
+              "[--kv-cache-memory BYTES] [--sequential] [-t T]");
+  std::string model_path, dataset;
   ThroughputOptions o;
   int threads = default_thread_count();
   int64_t kv_bytes = 0;
+  float ratio = 0.f;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("--num-prompts", &o.num_prompts, "N", "requests");
   p.option("--input-len", &o.input_len, "N", "prompt tokens per request (random ids)");
-  p.option("--output-len", &o.output_len, "N", "generated tokens per request");
+  p.option("--output-len", &o.output_len, "N", "generated tokens per request (default for dataset lines too)");
+  p.option("--random-range-ratio", &ratio, "R", "lengths uniform in [L*(1-R), L*(1+R)] (default 0: fixed)");
+  p.option("--seed", &o.seed, "N", "seed of the random prompts and lengths (default 1)");
+  p.option("--dataset", &dataset, "FILE", "JSONL requests: {\"prompt\" or \"prompt_token_ids\", \"output_len\"}");
   p.option("--max-num-seqs", &o.engine.max_num_seqs, "N", "sequences per engine step");
   p.option("--max-num-batched-tokens", &o.engine.max_num_batched_tokens, "N", "tokens per engine step");
   p.option("--kv-cache-memory", &kv_bytes, "BYTES", "KV cache budget (default 256 MiB)");
@@ -112,21 +155,29 @@ int bench_throughput(int argc, char** argv, int first) {
     return kExitOk;
   }
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1) return usage_error(p, "counts must be >= 1");
+  if (!(ratio >= 0.f && ratio < 1.f)) return usage_error(p, "--random-range-ratio must be in [0, 1)");
+  o.range_ratio = ratio;
   if (o.engine.max_num_seqs < 1 || o.engine.max_num_batched_tokens < 1) return usage_error(p, "limits must be >= 1");
   if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
   if (kv_bytes < 0) return usage_error(p, "--kv-cache-memory must be >= 0");
   if (kv_bytes > 0) o.engine.kv_cache_bytes = static_cast<size_t>(kv_bytes);
-  std::string path = resolve_model_path(p, model_path);
-  if (path.empty()) return kExitUsage;
-  auto model = Model::load(path);
-  if (!model) return usage_error(p, model.status().message());
+  LoadedModel lm;
+  if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  if (!dataset.empty()) {
+    auto reqs = load_dataset(dataset, *lm.tokenizer, o.output_len);
+    if (!reqs) return usage_error(p, reqs.status().message());
+    o.requests = std::move(reqs.value());
+  }
   ThreadPool pool(threads);
-  auto r = run_throughput_bench(**model, pool, o);
+  auto r = run_throughput_bench(*lm.model, pool, o);
   if (!r) {
     std::fprintf(stderr, "ember bench throughput: %s\n", r.status().message().c_str());
     return kExitFailure;
   }
   std::printf("%s\n", r->summary().c_str());
+  std::printf("%d requests, %lld prompt + %lld output tokens; every request had its first token after %.2f s\n",
+              r->num_requests, static_cast<long long>(r->prompt_tokens), static_cast<long long>(r->output_tokens),
+              r->first_tokens_seconds);
   return kExitOk;
 }
 
@@ -155,18 +206,40 @@ Status parse_list(const std::string& name, const std::string& text, int lo, int 
 
 struct BenchRow {
   std::string test;
-  int threads, n_prompt, n_gen;
+  int threads, n_prompt, n_gen, batch;
   std::vector<double> tps;
 };
+
+// Batched latency rows run through the serving engine: `batch` sequences
+// together, prefill (n_gen == 0: tokens/s until every prompt is computed) or
+// decode (n_prompt == 0: tokens/s of the pure decode steps).
+Result<double> engine_row_tps(const Model& m, ThreadPool& pool, int batch, int n_prompt, int n_gen, uint64_t seed) {
+  const ModelConfig& c = m.config();
+  ThroughputOptions o;
+  o.num_prompts = batch;
+  o.input_len = std::max(1, n_prompt);
+  o.output_len = std::max(1, n_gen);
+  o.seed = seed;
+  o.engine.max_num_seqs = batch;
+  const size_t per_token = static_cast<size_t>(c.n_layer) * (c.n_kv_dim() + c.n_v_dim()) * sizeof(float);
+  o.engine.kv_cache_bytes = per_token * static_cast<size_t>(batch) * (o.input_len + o.output_len + 32) * 5 / 4 +
+                            (size_t{16} << 20);
+  auto r = run_throughput_bench(m, pool, o);
+  if (!r) return r.status();
+  if (n_gen == 0) return static_cast<double>(batch) * n_prompt / r->first_tokens_seconds;
+  return r->decode_tokens_per_s;
+}
 
 }  // namespace
 
 int cmd_bench(int argc, char** argv, int first) {
+  if (first < argc && std::string(argv[first]) == "latency") ++first;  // the default mode's explicit name
   if (first < argc && std::string(argv[first]) == "throughput") return bench_throughput(argc, argv, first + 1);
   if (first < argc && std::string(argv[first]) == "serve") return cmd_bench_serve(argc, argv, first + 1);
-  ArgParser p("bench", "ember bench [throughput|serve] [-m MODEL] [-p 512[,1024..]] [-n 128[,..]] [-r 3] [-t T[,..]] "
-                       "[--json FILE]");
+  ArgParser p("bench", "ember bench [latency|throughput|serve] [-m MODEL] [-p 512[,1024..]] [-n 128[,..]] "
+                       "[-b 1[,8..]] [-r 3] [-t T[,..]] [--json FILE]");
   std::string model_path, p_arg = "512", n_arg = "128", t_arg = std::to_string(default_thread_count()), json_path;
+  std::string b_arg = "1";
   int reps = 3;
   bool no_bw = false;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
@@ -174,6 +247,8 @@ int cmd_bench(int argc, char** argv, int first) {
   p.option("-n,--n-gen", &n_arg, "N[,N..]", "generated tokens for the tg tests (0: skip)");
   p.option("-r,--repetitions", &reps, "N", "repetitions of each test (after one warm-up)");
   p.option("-t,--threads", &t_arg, "N[,N..]", "thread counts");
+  p.option("-b,--batch-size", &b_arg, "N[,N..]",
+           "sequences run together (> 1: through the serving engine, aggregate tokens/s)");
   p.option("--json", &json_path, "FILE", "also write the results as JSON");
   p.flag("--no-bandwidth", &no_bw, "skip the memory-bandwidth measurement");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
@@ -185,6 +260,8 @@ int cmd_bench(int argc, char** argv, int first) {
   if (Status st = parse_list("-p", p_arg, 0, 1 << 20, &prompts); !st) return usage_error(p, st.message());
   if (Status st = parse_list("-n", n_arg, 0, 1 << 20, &gens); !st) return usage_error(p, st.message());
   if (Status st = parse_list("-t", t_arg, 1, 512, &thread_counts); !st) return usage_error(p, st.message());
+  std::vector<int> batches;
+  if (Status st = parse_list("-b", b_arg, 1, 4096, &batches); !st) return usage_error(p, st.message());
   const int max_p = *std::max_element(prompts.begin(), prompts.end());
   const int max_n = *std::max_element(gens.begin(), gens.end());
   if (max_p == 0 && max_n == 0) return usage_error(p, "nothing to measure");
@@ -211,28 +288,52 @@ int cmd_bench(int argc, char** argv, int first) {
   long n_tests = 0;
   for (int np : prompts) n_tests += np > 0;
   for (int ng : gens) n_tests += ng > 0;
-  const long units = n_tests * static_cast<long>(thread_counts.size()) * (reps + 1);
+  const long units = n_tests * static_cast<long>(thread_counts.size() * batches.size()) * (reps + 1);
   long units_done = 0;
   const double t_start = now_s();
   ProgressLine progress;
   auto tick = [&](const std::string& test, int threads, int r) {
     ++units_done;
     progress.update(units_done, units, now_s() - t_start,
-                    fmt::format("{} t={} {}", test, threads, r == 0 ? std::string("warm-up") : fmt::format("rep {}/{}", r, reps)));
+                    fmt::format("{} t={} {}", test, threads,
+                                r == 0 ? std::string("warm-up") : fmt::format("rep {}/{}", r, reps)));
   };
   auto report = [&](const BenchRow& r) {
     progress.clear();
     Summary s = summarize(r.tps);
-    std::printf("%-8s %8d %14.2f %9.2f%% (%.2f - %.2f) %d\n", r.test.c_str(), r.n_prompt + r.n_gen, s.median,
-                100.0 * s.stdev / s.median, s.lo, s.hi, r.threads);
+    std::printf("%-8s %8d %14.2f %9.2f%% (%.2f - %.2f) %d%s\n", r.test.c_str(), r.n_prompt + r.n_gen, s.median,
+                100.0 * s.stdev / s.median, s.lo, s.hi, r.threads,
+                r.batch > 1 ? fmt::format("   batch {} (aggregate)", r.batch).c_str() : "");
     std::fflush(stdout);
   };
   for (int threads : thread_counts) {
     ThreadPool pool(threads);
     Generator gen(m, pool, std::max(max_p, max_n) + 1, std::max(1, std::min(max_p, 512)));
+    // Batches > 1: through the serving engine.
+    for (int b : batches) {
+      if (b == 1) continue;
+      for (int pass = 0; pass < 2; ++pass)
+        for (int len : pass == 0 ? prompts : gens) {
+          if (len <= 0) continue;
+          const int np = pass == 0 ? len : 0, ng = pass == 0 ? 0 : len;
+          BenchRow row{(pass == 0 ? "pp" : "tg") + std::to_string(len), threads, np, ng, b, {}};
+          for (int r = 0; r <= reps; ++r) {
+            auto tps = engine_row_tps(m, pool, b, np, ng, 1000 + r);
+            if (!tps) {
+              std::fprintf(stderr, "ember bench: %s\n", tps.status().message().c_str());
+              return kExitFailure;
+            }
+            if (r > 0) row.tps.push_back(*tps);
+            tick(row.test + " b" + std::to_string(b), threads, r);
+          }
+          report(row);
+          rows.push_back(std::move(row));
+        }
+    }
+    if (std::find(batches.begin(), batches.end(), 1) == batches.end()) continue;
     for (int np : prompts) {
       if (np <= 0) continue;
-      BenchRow row{"pp" + std::to_string(np), threads, np, 0, {}};
+      BenchRow row{"pp" + std::to_string(np), threads, np, 0, 1, {}};
       std::vector<int32_t> prompt(np);
       for (int r = 0; r <= reps; ++r) {  // r == 0: warm-up
         for (auto& t : prompt) t = tok(rng);
@@ -249,7 +350,7 @@ int cmd_bench(int argc, char** argv, int first) {
     }
     for (int ng : gens) {
       if (ng <= 0) continue;
-      BenchRow row{"tg" + std::to_string(ng), threads, 0, ng, {}};
+      BenchRow row{"tg" + std::to_string(ng), threads, 0, ng, 1, {}};
       std::vector<float> logits(c.n_vocab);
       for (int r = 0; r <= reps; ++r) {
         int32_t t = tok(rng);
@@ -284,6 +385,7 @@ int cmd_bench(int argc, char** argv, int first) {
     for (const BenchRow& r : rows) {
       const Summary s = summarize(r.tps);
       results.push_back({{"test", r.test}, {"threads", r.threads}, {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen},
+                         {"batch", r.batch},
                          {"median_tps", s.median}, {"stdev_tps", s.stdev}, {"min_tps", s.lo}, {"max_tps", s.hi},
                          {"samples_tps", r.tps}});
     }

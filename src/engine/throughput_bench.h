@@ -1,11 +1,13 @@
 // Offline throughput benchmark (like `vllm bench throughput`): N random
-// prompts of input_len tokens submitted at once, each generating exactly
-// output_len tokens (no stop tokens), run to completion on an Engine.
+// prompts of input_len tokens (or lengths uniform in [L(1-R), L(1+R)], or
+// given requests) submitted at once, each generating exactly its output
+// length (no stop tokens), run to completion on an Engine.
 // `ember bench throughput` prints the result; the engine tests use it too.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/engine.h"
@@ -16,7 +18,11 @@ struct ThroughputOptions {
   int num_prompts = 16;
   int input_len = 64;
   int output_len = 64;
-  uint64_t seed = 1;        // prompt tokens
+  double range_ratio = 0;   // input/output lengths uniform in [L*(1-R), L*(1+R)]
+  uint64_t seed = 1;        // prompt tokens and lengths
+  // Explicit requests (e.g. tokenized prompts from a dataset); when set,
+  // num_prompts / input_len / output_len / range_ratio are not used.
+  std::vector<RequestParams> requests;
   EngineConfig engine;      // block size, KV budget, batch limits
   bool sequential = false;  // one request at a time (baseline)
 };
@@ -30,6 +36,8 @@ struct ThroughputResult {
   double output_tokens_per_s = 0;
   double decode_tokens_per_s = 0;  // over pure-decode steps only
   double mean_kv_waste = 0;        // allocated-but-unfilled KV slots / allocated, mean over decode steps
+  double first_tokens_seconds = 0; // until every request had its first token (all prompts computed)
+  int num_requests = 0;
   EngineStats stats;
   // One-line summary.
   std::string summary() const;

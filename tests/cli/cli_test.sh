@@ -62,6 +62,13 @@ if [ -f "$MODEL" ]; then
   expect_rc 2 "bench bad list" "$EMBER" bench -m "$MODEL" -p 8,x
   expect_rc 0 "bench throughput" "$EMBER" bench throughput -m "$MODEL" --num-prompts 3 --input-len 8 --output-len 4
   expect_rc 2 "bench throughput bad count" "$EMBER" bench throughput -m "$MODEL" --num-prompts 0
+  expect_rc 0 "bench latency batches" "$EMBER" bench latency -m "$MODEL" -p 8 -n 2 -b 1,3 -r 1 --no-bandwidth --json "$tmp/l.json"
+  if ! grep -q "\"batch\": 3" "$tmp/l.json"; then echo "FAIL: bench json lacks batch 3"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+  printf '{"prompt": "Hello there", "output_len": 3}\n{"prompt_token_ids": [2, 100], "output_len": 2}\n' >"$tmp/ds.jsonl"
+  expect_rc 0 "bench throughput dataset" "$EMBER" bench throughput -m "$MODEL" --dataset "$tmp/ds.jsonl"
+  printf '{"prompt": 5}\n' >"$tmp/bad.jsonl"
+  expect_rc 2 "bench throughput bad dataset" "$EMBER" bench throughput -m "$MODEL" --dataset "$tmp/bad.jsonl"
+  expect_rc 2 "bench throughput bad ratio" "$EMBER" bench throughput -m "$MODEL" --random-range-ratio 1.5
 else
   echo "default model not installed: model checks skipped"
 fi

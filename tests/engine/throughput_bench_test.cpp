@@ -37,3 +37,47 @@ TEST(ThroughputBench, CountsAndModes) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// Random lengths stay within [L(1-R), L(1+R)] and vary; explicit requests
+// are run as given.
+TEST(ThroughputBench, RandomLengthsAndGivenRequests) {
+  auto m = Model::load(EMBER_SOURCE_DIR "/tests/data/model/hf_qwen2");
+  ASSERT_TRUE(m.is_ok());
+  ThreadPool pool(1);
+  ThroughputOptions opt;
+  opt.num_prompts = 12;
+  opt.input_len = 20;
+  opt.output_len = 10;
+  opt.range_ratio = 0.5;
+  opt.seed = 7;
+  auto r = run_throughput_bench(*m.value(), pool, opt);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_GE(r->prompt_tokens, 12 * 10);
+  EXPECT_LE(r->prompt_tokens, 12 * 30);
+  EXPECT_NE(r->prompt_tokens, 12 * 20);  // lengths do vary (seed 7: the sum differs from fixed lengths)
+  EXPECT_GE(r->output_tokens, 12 * 5);
+  EXPECT_LE(r->output_tokens, 12 * 15);
+  EXPECT_GT(r->first_tokens_seconds, 0);
+  EXPECT_LE(r->first_tokens_seconds, r->seconds);
+  ThroughputOptions given;
+  for (int i = 0; i < 3; ++i) {
+    RequestParams p;
+    p.prompt = {5, 6, 7 + i};
+    p.max_tokens = 2 + i;
+    p.sampling.temperature = 0.f;
+    given.requests.push_back(p);
+  }
+  auto g = run_throughput_bench(*m.value(), pool, given);
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  EXPECT_EQ(g->num_requests, 3);
+  EXPECT_EQ(g->prompt_tokens, 9);
+  EXPECT_EQ(g->output_tokens, 2 + 3 + 4);
+  opt.range_ratio = 1.0;
+  EXPECT_FALSE(run_throughput_bench(*m.value(), pool, opt).is_ok());
+}
+
+}  // namespace
+}  // namespace ember
