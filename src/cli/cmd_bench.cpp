@@ -169,7 +169,15 @@ int bench_throughput(int argc, char** argv, int first) {
     o.requests = std::move(reqs.value());
   }
   ThreadPool pool(threads);
+  ProgressLine progress;
+  int last_done = -1;
+  o.progress = [&](int done, int total, double elapsed) {
+    if (done == last_done && !progress.is_tty()) return;  // plain logs: only when a request finished
+    last_done = done;
+    progress.update(done, total, elapsed, "requests finished");
+  };
   auto r = run_throughput_bench(*lm.model, pool, o);
+  progress.clear();
   if (!r) {
     std::fprintf(stderr, "ember bench throughput: %s\n", r.status().message().c_str());
     return kExitFailure;

@@ -56,12 +56,17 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
   int64_t waste_steps = 0;
   std::vector<char> started(reqs.size(), 0);
   size_t n_started = 0;
+  int n_finished = 0;
   const auto t0 = std::chrono::steady_clock::now();
   auto drain = [&]() -> Status {
     while (e.has_unfinished()) {
       auto out = e.step();
       if (!out) return out.status();
       res.output_tokens += static_cast<int64_t>(out->tokens.size());
+      n_finished += static_cast<int>(out->finished.size());
+      if (opt.progress)
+        opt.progress(n_finished, static_cast<int>(reqs.size()),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       for (const TokenEvent& t : out->tokens) {
         const size_t i = std::stoul(t.id.substr(6));  // "bench-<i>"
         if (i < started.size() && !started[i]) {

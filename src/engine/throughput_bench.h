@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct ThroughputOptions {
   // num_prompts / input_len / output_len / range_ratio are not used.
   std::vector<RequestParams> requests;
   EngineConfig engine;      // block size, KV budget, batch limits
+  // Called after every engine step: requests finished, total, seconds so far.
+  std::function<void(int, int, double)> progress;
   bool sequential = false;  // one request at a time (baseline)
 };
 
