@@ -1,6 +1,5 @@
 // Engine benchmarks (not run in CI: disabled tests). Run with
-//   EMBER_BENCH_THREADS=2 build/test_engine --gtest_also_run_disabled_tests \
-//     --gtest_filter='EngineBench.*'
+//   EMBER_BENCH_THREADS=2 build/test_engine --gtest_also_run_disabled_tests --gtest_filter='EngineBench.*'
 // Environment: EMBER_BENCH_MODEL (default: the default model),
 // EMBER_BENCH_N (16), EMBER_BENCH_IN (64), EMBER_BENCH_OUT (64),
 // EMBER_BENCH_PREFIX (2000).

@@ -26,7 +26,9 @@ TEST(ThroughputBench, CountsAndModes) {
     EXPECT_GT(r->tokens_per_s, 0);
     EXPECT_EQ(r->stats.blocks_used, 0);
     EXPECT_FALSE(r->summary().empty());
-    if (sequential) EXPECT_EQ(r->stats.n_computed_tokens, 6 * (20 + 7 - 1));  // no prefix sharing (random prompts)
+    if (sequential) {
+      EXPECT_EQ(r->stats.n_computed_tokens, 6 * (20 + 7 - 1));  // no prefix sharing (random prompts)
+    }
   }
   opt.input_len = 0;
   EXPECT_FALSE(run_throughput_bench(*m.value(), pool, opt).is_ok());
