@@ -1,8 +1,11 @@
 // Token sampling; see sampler.h.
 #include "engine/sampler.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "kernels/ops.h"
@@ -26,10 +29,23 @@ Status SamplingParams::validate() const {
 }
 
 int32_t argmax(const float* logits, int n) {
-  int32_t best = 0;
-  for (int i = 1; i < n; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return best;
+  if (n <= 0) return 0;
+  // Pass 1: the maximum, 8 lanes at a time (AVX2 is the baseline ISA); NaNs
+  // are skipped as the scalar rule below skips them.
+  float mx = logits[0];
+  int i = 0;
+  if (n >= 8) {
+    __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(logits + i), m);  // NaN in x: keeps m
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    for (float v : lanes) mx = v > mx ? v : mx;
+  }
+  for (; i < n; ++i) mx = logits[i] > mx ? logits[i] : mx;
+  // Pass 2: the lowest index holding it (the scalar rule: first strict maximum).
+  for (int j = 0; j < n; ++j)
+    if (logits[j] == mx) return j;
+  return 0;  // every logit is NaN
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}

@@ -60,7 +60,9 @@ TEST(PerplexityWindows, EveryTokenAfterTheFirstScoredOnce) {
             EXPECT_LE(win.end, n);
             // Each scored token has a predecessor inside the window (or BOS).
             EXPECT_GE(win.score_begin, win.begin + (bos ? 0 : 1));
-            if (k > 0) EXPECT_GE(win.score_begin - win.begin, w - stride) << "context of window " << k;
+            if (k > 0) {
+              EXPECT_GE(win.score_begin - win.begin, w - stride) << "context of window " << k;
+            }
             for (int64_t j = win.score_begin; j < win.end; ++j) count[j]++;
           }
           EXPECT_EQ(count[0], 0);
@@ -244,8 +246,9 @@ TEST(Perplexity, LogitsFileAndKl) {
       EMBER_RETURN_IF_ERROR((*r)->next(&bi, &bt, base.data()));
       EXPECT_EQ(bi, i);
       EXPECT_EQ(bt, t);
-      if (type == DType::kF32)  // f16 rounding of log-probabilities only
+      if (type == DType::kF32) {  // f16 rounding of log-probabilities only
         for (int k = 0; k < 64; ++k) EXPECT_NEAR(base[k], lp[k], 1e-3 * std::abs(lp[k]) + 1e-6);
+      }
       kl.add(base.data(), lp);
       return Status::ok();
     });

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <random>
+
 #include <cmath>
 #include <vector>
 
@@ -22,6 +25,24 @@ TEST(Sampler, GreedyIsArgmax) {
   p.temperature = 0;
   Sampler s(p);
   EXPECT_EQ(draw(s, {0.1f, 3.f, 2.f, 3.f}), 1);
+}
+
+// The vectorized argmax returns what the plain scalar rule (first strict
+// maximum) returns: random rows of every length mod 8, ties, -inf.
+TEST(Sampler, ArgmaxMatchesScalarRule) {
+  std::mt19937 rng(9);
+  for (int n : {1, 2, 7, 8, 9, 15, 16, 17, 100, 262144}) {
+    for (int rep = 0; rep < 4; ++rep) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 50)) - 25.f;  // many ties
+      if (rep == 1) x.assign(n, -std::numeric_limits<float>::infinity());
+      if (rep == 2) x[rng() % n] = 1e9f;
+      int32_t want = 0;
+      for (int i = 1; i < n; ++i)
+        if (x[i] > x[want]) want = i;
+      EXPECT_EQ(argmax(x.data(), n), want) << "n " << n << " rep " << rep;
+    }
+  }
 }
 
 TEST(Sampler, SameSeedSameSequence) {

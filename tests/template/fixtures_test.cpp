@@ -110,7 +110,9 @@ TEST(TemplateFixtures, FeatureCasesMatchJinja2) {
     Result<std::string> out = t.is_ok() ? t.value()->render(Value(s["context"]), opts) : Result<std::string>(t.status());
     if (rec.contains("output")) {
       EXPECT_TRUE(out.is_ok()) << label << ": " << out.status().message();
-      if (out.is_ok()) EXPECT_EQ(out.value(), rec["output"].get<std::string>()) << label;
+      if (out.is_ok()) {
+        EXPECT_EQ(out.value(), rec["output"].get<std::string>()) << label;
+      }
     } else {
       EXPECT_FALSE(out.is_ok()) << label << " should fail with " << rec["error"] << " but rendered: " << out.value();
       if (!out.is_ok()) {
