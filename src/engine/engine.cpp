@@ -547,13 +547,13 @@ Result<StepOutput> Engine::step() {
   }
 
   // 2. Waiting sequences (FCFS within priority), unless we just had to preempt.
-  while (!preempted && budget > 0 && !waiting_.empty() &&
-         static_cast<int>(running_.size()) < cfg_.max_num_seqs) {
+  // Slots: running sequences plus the samples their unforked prompts will
+  // fork (a request with n samples occupies n slots after its prompt).
+  int slots = 0;
+  for (const Sequence* r : running_) slots += 1 + r->n_fork;
+  while (!preempted && budget > 0 && !waiting_.empty() && slots < cfg_.max_num_seqs) {
     Sequence* s = waiting_.front();
-    // A request with n samples will occupy n sequence slots after its prompt.
-    if (s->n_fork > 0 && !running_.empty() &&
-        static_cast<int>(running_.size()) + 1 + s->n_fork > cfg_.max_num_seqs)
-      break;
+    if (slots > 0 && slots + 1 + s->n_fork > cfg_.max_num_seqs) break;  // a lone request may exceed it
     const int64_t n_tokens = static_cast<int64_t>(s->tokens.size());
     if (s->swapped) {
       if (!swap_in(s, std::min<int64_t>(n_tokens - s->n_computed, chunk_cap(s, budget)))) break;
@@ -575,6 +575,7 @@ Result<StepOutput> Engine::step() {
     waiting_.erase(waiting_.begin());
     s->running = true;
     insert_sorted(running_, s);
+    slots += 1 + s->n_fork;
     sched.push_back({s, n});
     budget -= n;
   }

@@ -533,6 +533,7 @@ TEST(Engine, RandomizedStress) {
     for (auto& f : out->finished) done[f.id + "/" + std::to_string(f.index)] = f;
     Status st = e->check_invariants();
     ASSERT_TRUE(st.is_ok()) << "step " << step << ": " << st.message();
+    ASSERT_LE(e->stats().n_running, cfg.max_num_seqs) << "step " << step;
   }
   EngineStats st = e->stats();
   EXPECT_EQ(st.blocks_used, 0);
@@ -852,6 +853,40 @@ TEST(Engine, AbortBeforeForkReportsEverySample) {
   for (auto& [k, c] : seen) EXPECT_EQ(c, 1) << "sample " << k;
   EXPECT_EQ(e->stats().blocks_used, 0);
   EXPECT_TRUE(e->check_invariants().is_ok());
+}
+
+}  // namespace
+}  // namespace ember
+
+namespace ember {
+namespace {
+
+// max_num_seqs counts the samples a request will fork: prompts admitted in
+// one step must not fork past the limit.
+TEST(Engine, ParallelSamplesRespectMaxNumSeqs) {
+  auto m = load(kTinyQwen);
+  ThreadPool pool(1);
+  std::mt19937 rng(12);
+  EngineConfig cfg;
+  cfg.max_num_seqs = 8;
+  auto e = make_engine(*m, pool, cfg);
+  for (int i = 0; i < 8; ++i) {
+    RequestParams p;
+    p.prompt = random_prompt(rng, 6, m->config().n_vocab);
+    p.sampling = seeded(i);
+    p.max_tokens = 4;
+    p.n = 4;
+    ASSERT_TRUE(e->add_request("r" + std::to_string(i), p).is_ok());
+  }
+  int peak = 0, finished = 0;
+  while (e->has_unfinished()) {
+    auto out = e->step();
+    ASSERT_TRUE(out.is_ok());
+    finished += static_cast<int>(out->finished.size());
+    peak = std::max(peak, e->stats().n_running);
+  }
+  EXPECT_EQ(finished, 32);
+  EXPECT_EQ(peak, 8);
 }
 
 }  // namespace
