@@ -446,7 +446,7 @@ void Engine::sample_into(Sequence* s, float* lg, StepOutput* out) {
   }
   TopLogprobs top;
   if (s->top_logprobs > 0) top = top_k_logprobs(raw_.data(), V, s->top_logprobs, lse);
-  out->tokens.push_back({s->id, s->index, tok, lp, std::move(top)});
+  out->tokens.push_back({s->id, s->index, tok, lp, std::move(top), s->n_output() == 1 ? s->queue_seconds : -1.0});
   if (std::find(s->stop.begin(), s->stop.end(), tok) != s->stop.end())
     finish(s, FinishReason::kStop, out);
   else if (s->n_output() >= s->max_tokens || static_cast<int64_t>(s->tokens.size()) >= max_seq_len_)

@@ -80,6 +80,7 @@ struct TokenEvent {
   int32_t token;
   float logprob;  // log-softmax of the raw logits at `token`; NaN unless requested
   TopLogprobs top;  // the top_logprobs most likely tokens (empty unless requested)
+  double queue_seconds = -1;  // with a sequence's first token: its wait before first scheduled
 };
 
 // Log-probabilities of prompt tokens [first, first + logprobs.size()).

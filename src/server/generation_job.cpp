@@ -239,7 +239,8 @@ void GenerationJob::on_update(int p, const RequestUpdate& u) {
   if (completed_ || u.index < 0 || u.index >= n_) return;
   Choice& c = choice(p, u.index);
   const int idx = p * n_ + u.index;
-  if (u.finished && queue_seconds_[p] < 0) queue_seconds_[p] = u.result.queue_seconds;
+  if (u.index == 0 && queue_seconds_[p] < 0) queue_seconds_[p] = u.queue_seconds >= 0 ? u.queue_seconds
+                                                             : u.finished ? u.result.queue_seconds : -1.0;
   JobPrompt& jp = prompts_[p];
   if (!u.prompt_logprobs.empty() && static_cast<int64_t>(jp.lp.size()) + 1 == u.prompt_lp_first) {
     jp.lp.insert(jp.lp.end(), u.prompt_logprobs.begin(), u.prompt_logprobs.end());

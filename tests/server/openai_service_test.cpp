@@ -312,6 +312,9 @@ TEST_F(ServiceTest, StreamEqualsPlainAndStopCutsExactly) {
   auto cut_stream = call("POST", "/v1/completions", with_stop + ", \"stream\": true}");
   ASSERT_TRUE(cut_stream->wait());
   EXPECT_EQ(stream_text(cut_stream->body(), nullptr), want);
+  // Every request, also those a stop string ended, has its queue time recorded.
+  const std::string metrics = call("GET", "/metrics", "")->body();
+  EXPECT_NE(metrics.find("ember:request_queue_time_seconds_count 4\n"), std::string::npos) << metrics;
 }
 
 // echo + logprobs (what evaluation harnesses send): the prompt's tokens with
