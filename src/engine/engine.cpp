@@ -1,6 +1,8 @@
 // Serving engine: scheduling, ragged forward, sampling; see engine.h.
 #include "engine/engine.h"
 
+#include "kernels/ops.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -46,13 +48,7 @@ TopLogprobs top_k_logprobs(const float* lg, int n, int k, double lse) {
   return top;
 }
 
-double log_sum_exp(const float* lg, int n) {
-  float mx = lg[0];
-  for (int j = 1; j < n; ++j) mx = std::max(mx, lg[j]);
-  double sum = 0;
-  for (int j = 0; j < n; ++j) sum += std::exp(static_cast<double>(lg[j]) - mx);
-  return mx + std::log(sum);
-}
+double log_sum_exp(const float* lg, int n) { return log_sum_exp_row(lg, n); }
 
 }  // namespace
 

@@ -84,19 +84,6 @@ void rope_head(float* x, int n_rot, RopeStyle style, const float* cos_t, const f
   }
 }
 
-float softmax_row(float* x, int64_t n) {
-  float mx = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - mx);
-    sum += x[i];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-  return mx;
-}
-
 namespace {
 
 // exp(x) for 8 lanes: range reduction to r in [-ln2/2, ln2/2] and a degree-6
@@ -130,6 +117,45 @@ inline __m256 x_sigmoid(__m256 x, __m256 kx) {
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), kx));
   return _mm256_div_ps(x, _mm256_add_ps(one, e));
+}
+
+float max_row(const float* x, int64_t n) {
+  float mx = -INFINITY;
+  int64_t i = 0;
+  if (n >= 8) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    for (float v : lanes) mx = v > mx ? v : mx;
+  }
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  return mx;
+}
+
+// sum_i exp(x[i] - mx), accumulated in double; writes the terms to out when
+// out is non-null. Terms below exp(-87) (and -inf, NaN) count as 0.
+double sum_exp_shifted(const float* x, int64_t n, float mx, float* out) {
+  const __m256 vmx = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.0f);
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vmx);
+    const __m256 e = _mm256_and_ps(exp256(d), _mm256_cmp_ps(d, lo, _CMP_GE_OQ));
+    if (out) _mm256_storeu_ps(out + i, e);
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(s0, s1));
+  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) {
+    const float d = x[i] - mx;
+    const float e = d >= -87.0f ? std::exp(d) : 0.0f;
+    if (out) out[i] = e;
+    sum += e;
+  }
+  return sum;
 }
 
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;
@@ -187,6 +213,19 @@ void add_row(float* y, const float* x, int64_t n) {
 
 void scale_row(float* y, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+float softmax_row(float* x, int64_t n) {
+  const float mx = max_row(x, n);
+  const double sum = sum_exp_shifted(x, n, mx, x);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+  return mx;
+}
+
+double log_sum_exp_row(const float* x, int64_t n) {
+  const float mx = max_row(x, n);
+  return mx + std::log(sum_exp_shifted(x, n, mx, nullptr));
 }
 
 }  // namespace ember

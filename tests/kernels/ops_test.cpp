@@ -79,3 +79,40 @@ TEST(Ops, RmsNormSoftmaxRope) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// Vectorized softmax / log-sum-exp against float64 on a vocabulary-sized row
+// with a wide range and masked (-inf) entries, every length mod 8.
+TEST(Ops, SoftmaxAndLogSumExpMatchDouble) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 6.f);
+  for (int n : {1, 7, 8, 13, 262144}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = nd(rng);
+    if (n > 8) x[3] = x[n - 1] = -INFINITY;
+    double mx = -INFINITY;
+    for (float v : x) mx = std::max<double>(mx, v);
+    double sum = 0;
+    for (float v : x) sum += std::exp(static_cast<double>(v) - mx);
+    const double lse = mx + std::log(sum);
+    EXPECT_NEAR(log_sum_exp_row(x.data(), n), lse, 1e-5 * std::max(1.0, std::abs(lse))) << n;
+    std::vector<float> p = x;
+    softmax_row(p.data(), n);
+    double total = 0;
+    for (int i = 0; i < n; ++i) {
+      const double want = std::exp(static_cast<double>(x[i]) - lse);
+      ASSERT_NEAR(p[i], want, 1e-6 * want + 1e-12) << n << " " << i;
+      total += p[i];
+    }
+    EXPECT_NEAR(total, 1.0, 1e-5);
+    if (n > 8) {
+      EXPECT_EQ(p[3], 0.f);
+      EXPECT_EQ(p[n - 1], 0.f);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ember
