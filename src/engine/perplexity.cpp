@@ -2,6 +2,8 @@
 // perplexity.h for the window rules and the file format.
 #include "engine/perplexity.h"
 
+#include "kernels/ops.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,13 +27,9 @@ double now_s() {
 // Text tokens per window.
 int64_t window_tokens(const PerplexityOptions& o) { return o.bos_id >= 0 ? o.n_ctx - 1 : o.n_ctx; }
 
-// In place: row[i] -= logsumexp(row). Accumulates in double.
+// In place: row[i] -= logsumexp(row) (vectorized, accumulated in double).
 void log_softmax_row(float* row, int64_t n) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, row[i]);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
-  const float lse = mx + static_cast<float>(std::log(sum));
+  const float lse = static_cast<float>(log_sum_exp_row(row, n));
   for (int64_t i = 0; i < n; ++i) row[i] -= lse;
 }
 
