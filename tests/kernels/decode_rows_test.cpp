@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/fp16.h"
+#include "kernels/legacy_weights.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
 #include "kernels/registry.h"
@@ -22,33 +23,6 @@ namespace {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
-// Weights [rows, n] of type t (Q4_0 / Q5_0 / Q8_0: f16 d first in each block): even
-// rows quantized from gaussians of varying magnitude (every 5th all zero), odd
-// rows raw random bytes with small scales.
-std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> gauss(0.0f, 1.0f);
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  const size_t rb = dtype_row_size(t, n);
-  const size_t block_bytes = dtype_row_size(t, kQK);
-  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
-  std::vector<float> f(static_cast<size_t>(n));
-  for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* row = w.data() + rb * static_cast<size_t>(r);
-    if (r % 2 == 0) {
-      const float mag = r % 5 == 4 ? 0.0f : std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
-      for (auto& v : f) v = gauss(rng) * mag;
-      quantize_row_ref(t, f.data(), row, n);
-      continue;
-    }
-    for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(rng());
-    for (int64_t b = 0; b < n / kQK; ++b) {
-      const uint16_t d = f32_to_f16(uni(rng) * 0.05f);
-      std::memcpy(row + block_bytes * static_cast<size_t>(b), &d, sizeof(d));
-    }
-  }
-  return w;
-}
 
 std::vector<float> make_x(int64_t tokens, int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -78,7 +52,7 @@ TEST(DecodeRows, MatchesVecDotBitForBit) {
       const KernelSet& xk = kernels(DType::kQ8_0, isa);
       for (int64_t n : {32, 64, 96, 128, 160, 192, 224, 480, 640, 1056, 2144}) {
         const int64_t rows = 37;  // several groups of 8 plus a partial one
-        const auto w = make_weights(t, rows, n, static_cast<uint32_t>(n));
+        const auto w = make_legacy_weights(t, rows, n, static_cast<uint32_t>(n));
         const auto xf = make_x(1, n, static_cast<uint32_t>(n) + 7);
         std::vector<uint8_t> xq(dtype_row_size(DType::kQ8_0, n));
         xk.quantize_row(xf.data(), xq.data(), n);
@@ -106,7 +80,7 @@ TEST(DecodeRows, MatchesVecDotBitForBit) {
 TEST(DecodeRows, MatmulDecodeEqualsBatch) {
   const int64_t n = 640, rows = 203, tokens = 5;
   for (DType t : kTypes) {
-    const auto wbytes = make_weights(t, rows, n, 11);
+    const auto wbytes = make_legacy_weights(t, rows, n, 11);
     TensorView w;
     w.type = t;
     w.n_dims = 2;

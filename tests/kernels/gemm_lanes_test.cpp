@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/fp16.h"
+#include "kernels/legacy_weights.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
 #include "kernels/registry.h"
@@ -59,33 +60,6 @@ float model_dot(DType t, int64_t n, const uint8_t* w, const BlockQ8_0* x) {
   return acc;
 }
 
-// Rows [rows, n] of type t: even rows quantized gaussians of varying
-// magnitude (every 5th all zero), odd rows raw random bytes (Q8_0 quant -128
-// included) with small scales.
-std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> gauss(0.0f, 1.0f);
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  const size_t rb = dtype_row_size(t, n);
-  const size_t bb = dtype_row_size(t, kQK);
-  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
-  std::vector<float> f(static_cast<size_t>(n));
-  for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* row = w.data() + rb * static_cast<size_t>(r);
-    if (r % 2 == 0) {
-      const float mag = r % 5 == 4 ? 0.0f : std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
-      for (auto& v : f) v = gauss(rng) * mag;
-      quantize_row_ref(t, f.data(), row, n);
-      continue;
-    }
-    for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(rng());
-    for (int64_t b = 0; b < n / kQK; ++b) {
-      const uint16_t d = f32_to_f16(uni(rng) * 0.05f);
-      std::memcpy(row + bb * static_cast<size_t>(b), &d, sizeof(d));
-    }
-  }
-  return w;
-}
 
 std::vector<float> make_x(int64_t tokens, int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -130,7 +104,7 @@ TEST_F(GemmLanes, VecDotMatchesModel) {
     // 1 .. 67 blocks: the 8-block steps of vec_dot with 0..7 tail blocks.
     for (int64_t n : {32, 64, 96, 256, 288, 480, 640, 1024, 1056, 2144}) {
       const int64_t rows = 10, tokens = 4;
-      const auto w = make_weights(ty, rows, n, static_cast<uint32_t>(n));
+      const auto w = make_legacy_weights(ty, rows, n, static_cast<uint32_t>(n));
       const auto xq = quantize_x(make_x(tokens, n, static_cast<uint32_t>(n) + 1), tokens, n);
       const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(DType::kQ8_0, n);
       for (int64_t r = 0; r < rows; ++r) {
@@ -162,7 +136,7 @@ TEST_F(GemmLanes, TilesMatchModel) {
   const int64_t rows = 19, tokens = 70;
   for (DType ty : kTypes)
     for (int64_t n : {32, 640, 1056}) {  // 1056 = 33 blocks: two transpose chunks
-      const auto w = make_weights(ty, rows, n, 3 + static_cast<uint32_t>(n));
+      const auto w = make_legacy_weights(ty, rows, n, 3 + static_cast<uint32_t>(n));
       const auto xq = quantize_x(make_x(tokens, n, 5 + static_cast<uint32_t>(n)), tokens, n);
       const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(DType::kQ8_0, n);
       std::vector<float> want(static_cast<size_t>(rows * tokens));
@@ -202,7 +176,7 @@ TEST_F(GemmLanes, MatmulMatchesModel) {
   set_active_isa(Isa::kAvx512);
   for (DType ty : kTypes) {
     const int64_t n = 640, rows = 301, tokens = 21;
-    const auto wbytes = make_weights(ty, rows, n, 17);
+    const auto wbytes = make_legacy_weights(ty, rows, n, 17);
     TensorView w;
     w.type = ty;
     w.n_dims = 2;
