@@ -135,7 +135,7 @@ int bench_throughput(int argc, char** argv, int first) {
   std::string model_path, dataset;
   ThroughputOptions o;
   int threads = default_thread_count();
-  int64_t kv_bytes = 0;
+  std::string kv_mem;
   float ratio = 0.f;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("--num-prompts", &o.num_prompts, "N", "requests");
@@ -146,7 +146,7 @@ int bench_throughput(int argc, char** argv, int first) {
   p.option("--dataset", &dataset, "FILE", "JSONL requests: {\"prompt\" or \"prompt_token_ids\", \"output_len\"}");
   p.option("--max-num-seqs", &o.engine.max_num_seqs, "N", "sequences per engine step");
   p.option("--max-num-batched-tokens", &o.engine.max_num_batched_tokens, "N", "tokens per engine step");
-  p.option("--kv-cache-memory", &kv_bytes, "BYTES", "KV cache budget (default 256 MiB)");
+  p.option("--kv-cache-memory", &kv_mem, "BYTES", "KV cache budget, e.g. 512M, 2G (default 256M)");
   p.flag("--sequential", &o.sequential, "one request at a time (baseline)");
   p.option("-t,--threads", &threads, "N", "threads");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
@@ -159,8 +159,8 @@ int bench_throughput(int argc, char** argv, int first) {
   o.range_ratio = ratio;
   if (o.engine.max_num_seqs < 1 || o.engine.max_num_batched_tokens < 1) return usage_error(p, "limits must be >= 1");
   if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
-  if (kv_bytes < 0) return usage_error(p, "--kv-cache-memory must be >= 0");
-  if (kv_bytes > 0) o.engine.kv_cache_bytes = static_cast<size_t>(kv_bytes);
+  if (!kv_mem.empty() && (!parse_bytes(kv_mem, &o.engine.kv_cache_bytes) || o.engine.kv_cache_bytes == 0))
+    return usage_error(p, fmt::format("--kv-cache-memory expects a size such as 512M or 2G, got '{}'", kv_mem));
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
   if (!dataset.empty()) {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -60,6 +61,31 @@ bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedMo
   out->model = std::move(model.value());
   out->tokenizer = std::move(tok.value());
   return true;
+}
+
+// "1073741824", "512M", "2G", "1.5GiB" -> bytes.
+bool parse_bytes(const std::string& s, size_t* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || !(v >= 0)) return false;
+  std::string unit(end);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mul = 1;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") mul = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") mul = 1024.0 * 1024 * 1024;
+  else return false;
+  const double b = v * mul;
+  if (b > 1e15) return false;
+  *out = static_cast<size_t>(b);
+  return true;
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+  return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
 }
 
 }  // namespace ember::cli

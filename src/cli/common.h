@@ -18,6 +18,11 @@ std::string default_model_path();
 // prints a clear message and returns an empty string.
 std::string resolve_model_path(const ArgParser& p, const std::string& m);
 
+// A size such as "1073741824", "512M", "2G", "1.5GiB" in bytes; false if malformed.
+bool parse_bytes(const std::string& s, size_t* out);
+// "235.2 MiB" / "1.25 GiB".
+std::string human_bytes(double bytes);
+
 // A model and its tokenizer, loaded from `-m` (empty: the default model).
 struct LoadedModel {
   std::string path;

@@ -48,7 +48,6 @@ TopLogprobs top_k_logprobs(const float* lg, int n, int k, double lse) {
   return top;
 }
 
-double log_sum_exp(const float* lg, int n) { return log_sum_exp_row(lg, n); }
 
 }  // namespace
 
@@ -428,7 +427,7 @@ void Engine::sample_into(Sequence* s, float* lg, StepOutput* out) {
   double lse = 0;
   if (s->want_logprobs) {
     // log-sum-exp of the raw logits, before sampling modifies them in place.
-    lse = log_sum_exp(lg, V);
+    lse = log_sum_exp_row(lg, V);
     raw_.assign(lg, lg + V);
   }
   const int32_t tok = s->sampler->sample(lg, V);
@@ -619,7 +618,7 @@ Result<StepOutput> Engine::step() {
         const int64_t q = pos0 + j + 1;
         if (q != s->n_prompt_lp_done || q >= s->n_prompt) continue;
         const float* lg = logits_.data() + static_cast<size_t>(row + j) * V;
-        const double lse = log_sum_exp(lg, V);
+        const double lse = log_sum_exp_row(lg, V);
         ev.logprobs.push_back(static_cast<float>(lg[s->tokens[q]] - lse));
         ev.top.push_back(s->prompt_logprobs > 0 ? top_k_logprobs(lg, V, s->prompt_logprobs, lse) : TopLogprobs{});
         ++s->n_prompt_lp_done;

@@ -1,8 +1,6 @@
 // Token sampling; see sampler.h.
 #include "engine/sampler.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -30,19 +28,9 @@ Status SamplingParams::validate() const {
 
 int32_t argmax(const float* logits, int n) {
   if (n <= 0) return 0;
-  // Pass 1: the maximum, 8 lanes at a time (AVX2 is the baseline ISA); NaNs
-  // are skipped as the scalar rule below skips them.
-  float mx = logits[0];
-  int i = 0;
-  if (n >= 8) {
-    __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(logits + i), m);  // NaN in x: keeps m
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, m);
-    for (float v : lanes) mx = v > mx ? v : mx;
-  }
-  for (; i < n; ++i) mx = logits[i] > mx ? logits[i] : mx;
-  // Pass 2: the lowest index holding it (the scalar rule: first strict maximum).
+  // The maximum (vectorized), then the lowest index holding it: the scalar
+  // rule "first strict maximum".
+  const float mx = max_row(logits, n);
   for (int j = 0; j < n; ++j)
     if (logits[j] == mx) return j;
   return 0;  // every logit is NaN

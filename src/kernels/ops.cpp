@@ -119,20 +119,6 @@ inline __m256 x_sigmoid(__m256 x, __m256 kx) {
   return _mm256_div_ps(x, _mm256_add_ps(one, e));
 }
 
-float max_row(const float* x, int64_t n) {
-  float mx = -INFINITY;
-  int64_t i = 0;
-  if (n >= 8) {
-    __m256 m = _mm256_set1_ps(-INFINITY);
-    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, m);
-    for (float v : lanes) mx = v > mx ? v : mx;
-  }
-  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-  return mx;
-}
-
 // sum_i exp(x[i] - mx), accumulated in double; writes the terms to out when
 // out is non-null. Terms below exp(-87) (and -inf, NaN) count as 0.
 double sum_exp_shifted(const float* x, int64_t n, float mx, float* out) {
@@ -226,6 +212,20 @@ float softmax_row(float* x, int64_t n) {
 double log_sum_exp_row(const float* x, int64_t n) {
   const float mx = max_row(x, n);
   return mx + std::log(sum_exp_shifted(x, n, mx, nullptr));
+}
+
+float max_row(const float* x, int64_t n) {
+  float mx = -INFINITY;
+  int64_t i = 0;
+  if (n >= 8) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    for (float v : lanes) mx = v > mx ? v : mx;
+  }
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  return mx;
 }
 
 }  // namespace ember

@@ -23,6 +23,8 @@ void rope_angles(float pos, const float* inv_freq, int n_rot, float* cos_t, floa
 
 // In-place numerically stable softmax over one row. Returns the max.
 float softmax_row(float* x, int64_t n);
+// Largest element (NaNs ignored unless all are NaN; -inf for n == 0).
+float max_row(const float* x, int64_t n);
 // log(sum_i exp(x[i])), stable (max-shifted, vectorized, accumulated in double).
 double log_sum_exp_row(const float* x, int64_t n);
 

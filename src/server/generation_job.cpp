@@ -1,6 +1,8 @@
 // One generation request in flight; see generation_job.h.
 #include "server/generation_job.h"
 
+#include "tokenizer/unicode_util.h"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -16,27 +18,10 @@ double steady_now() {
 
 namespace {
 
-// Model text may hold invalid UTF-8 (a token can be part of a character):
-// replace it instead of failing.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (int k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
-    i += n;
-  }
-  return true;
-}
-
 // A token's text for logprobs: itself, or "bytes:\xe2\x80" (vLLM's form)
 // when it is not valid UTF-8 on its own (part of a multi-byte character).
 std::string token_display(const std::string& raw) {
-  if (valid_utf8(raw)) return raw;
+  if (tok::utf8_is_valid(raw)) return raw;
   std::string out = "bytes:";
   for (unsigned char c : raw) out += fmt::format("\\x{:02x}", c);
   return out;
@@ -117,7 +102,7 @@ json GenerationJob::usage() const {
   return json{{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
 }
 
-void GenerationJob::send_chunk(json chunk) { resp_->write("data: " + dump(chunk) + "\n\n"); }
+void GenerationJob::send_chunk(json chunk) { resp_->write("data: " + json_text(chunk) + "\n\n"); }
 
 void GenerationJob::start(std::vector<RequestParams> params) {
   auto self = shared_from_this();
@@ -262,10 +247,12 @@ void GenerationJob::on_update(int p, const RequestUpdate& u) {
   }
   if (!u.tokens.empty() && t_first_token_ < 0) t_first_token_ = steady_now();
   std::string out;
-  json lp = req_.endpoint == Endpoint::kChat
-                ? json{{"content", json::array()}}
-                : json{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
-                       {"text_offset", json::array()}};
+  json lp;  // this update's logprobs (only built when asked for)
+  if (req_.logprobs)
+    lp = req_.endpoint == Endpoint::kChat
+             ? json{{"content", json::array()}}
+             : json{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+                    {"text_offset", json::array()}};
   for (size_t i = 0; i < u.tokens.size() && !c.done; ++i) {
     const std::string piece = c.dec->push(u.tokens[i]);
     ++c.n_tokens;
@@ -383,7 +370,7 @@ void GenerationJob::complete(const char* error) {
         e.status = 500;
         e.type = "server_error";
         e.message = error ? error : "generation failed";
-        resp_->write("data: " + dump(error_body(e)) + "\n\n");
+        resp_->write("data: " + json_text(error_body(e)) + "\n\n");
       } else if (req_.include_usage) {
         json ch = chunk_base();
         ch["usage"] = usage();
@@ -396,10 +383,10 @@ void GenerationJob::complete(const char* error) {
       e.status = any_error ? 500 : 503;
       e.type = any_error ? "server_error" : "service_unavailable";
       e.message = error ? error : any_error ? "generation failed" : "the request was aborted (server shutting down)";
-      resp_->send(e.status, "application/json", dump(error_body(e)));
+      resp_->send(e.status, "application/json", json_text(error_body(e)));
       metrics_.observe_http(e.status);
     } else {
-      resp_->send(200, "application/json", dump(final_body()));
+      resp_->send(200, "application/json", json_text(final_body()));
       metrics_.observe_http(200);
     }
   }

@@ -10,6 +10,8 @@ namespace ember {
 
 using nlohmann::json;
 
+std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 json error_body(const ApiError& e) {
   json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;

@@ -21,6 +21,10 @@ struct ApiError {
   std::string code;   // "" -> null
 };
 
+// JSON text of a response body. Model text may hold invalid UTF-8 (a token
+// can be part of a character): it is replaced instead of failing.
+std::string json_text(const nlohmann::json& j);
+
 // {"error": {...}} as OpenAI sends it.
 nlohmann::json error_body(const ApiError& e);
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});

@@ -16,8 +16,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 ApiError make_error(int status, std::string message, std::string type, std::string code = {}) {
   ApiError e;
   e.status = status;
@@ -91,7 +89,7 @@ uint64_t OpenAiService::random_seed() {
 
 void OpenAiService::send_json(HttpResponse& resp, int status, const json& body) {
   metrics_.observe_http(status);
-  resp.send(status, "application/json", dump(body));
+  resp.send(status, "application/json", json_text(body));
 }
 
 void OpenAiService::send_error(HttpResponse& resp, const ApiError& e) { send_json(resp, e.status, error_body(e)); }
@@ -125,7 +123,7 @@ void OpenAiService::handle(const HttpRequest& req, std::shared_ptr<HttpResponse>
   auto method_not_allowed = [&](const char* allowed) {
     metrics_.observe_http(405);
     resp->send(405, "application/json",
-               dump(error_body(make_error(405, fmt::format("method {} is not allowed on {}", req.method, path),
+               json_text(error_body(make_error(405, fmt::format("method {} is not allowed on {}", req.method, path),
                                           "invalid_request_error"))),
                {{"Allow", allowed}});
   };

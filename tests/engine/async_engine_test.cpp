@@ -149,11 +149,6 @@ TEST(AsyncEngine, AbortAndShutdown) {
   EXPECT_FALSE(a.value()->submit("late", make_request(rng, 64, 2), col.cb()).is_ok());
 }
 
-}  // namespace
-}  // namespace ember
-
-namespace ember {
-namespace {
 
 // submit_async: statuses arrive once, in order, on the engine thread; the
 // accepted requests run to completion, the rejected one never starts.

@@ -566,11 +566,6 @@ TEST(Engine, RandomizedStress) {
   EXPECT_GT(st.prefix.hits, 0);
 }
 
-}  // namespace
-}  // namespace ember
-
-namespace ember {
-namespace {
 
 // top_logprobs: the k most likely tokens of each step's raw distribution,
 // checked against a log-softmax computed here from the plain generator's
@@ -620,11 +615,6 @@ TEST(Engine, TopLogprobsMatchForwardLogits) {
   EXPECT_FALSE(e->add_request("bad", bad).is_ok());
 }
 
-}  // namespace
-}  // namespace ember
-
-namespace ember {
-namespace {
 
 // stop_sample ends one of n samples early (a stop string matched in the
 // server); the others run on unchanged and every block comes back.
@@ -669,11 +659,6 @@ TEST(Engine, StopSampleEndsOneSampleOnly) {
   EXPECT_FALSE(e->stop_sample("r", 0));
 }
 
-}  // namespace
-}  // namespace ember
-
-namespace ember {
-namespace {
 
 // prompt_logprobs: log p of every prompt token after the first, against the
 // plain forward's logits of all rows; generation is unchanged, and a second
@@ -729,11 +714,6 @@ TEST(Engine, PromptLogprobsMatchForward) {
   }
 }
 
-}  // namespace
-}  // namespace ember
-
-namespace ember {
-namespace {
 
 // Memory pressure: a pool for ~4 sequences, 24 requests. With recomputation
 // and with swap preemption (KV pages copied to host memory and back) every
@@ -816,11 +796,6 @@ TEST(Engine, SwapSpaceExhaustedFallsBackToRecompute) {
   EXPECT_EQ(r.finished.size(), 8u);
 }
 
-}  // namespace
-}  // namespace ember
-
-namespace ember {
-namespace {
 
 // Aborting a request with n samples before they were forked reports every
 // sample once (a server waiting for all n would otherwise wait forever).
@@ -855,11 +830,6 @@ TEST(Engine, AbortBeforeForkReportsEverySample) {
   EXPECT_TRUE(e->check_invariants().is_ok());
 }
 
-}  // namespace
-}  // namespace ember
-
-namespace ember {
-namespace {
 
 // max_num_seqs counts the samples a request will fork: prompts admitted in
 // one step must not fork past the limit.

@@ -37,11 +37,6 @@ TEST(ThroughputBench, CountsAndModes) {
   EXPECT_FALSE(run_throughput_bench(*m.value(), pool, opt).is_ok());
 }
 
-}  // namespace
-}  // namespace ember
-
-namespace ember {
-namespace {
 
 // Random lengths stay within [L(1-R), L(1+R)] and vary; explicit requests
 // are run as given.

@@ -77,11 +77,6 @@ TEST(Ops, RmsNormSoftmaxRope) {
   EXPECT_NEAR(b[1], std::cos(0.03) * 2 - std::sin(0.03) * 4, 1e-6);
 }
 
-}  // namespace
-}  // namespace ember
-
-namespace ember {
-namespace {
 
 // Vectorized softmax / log-sum-exp against float64 on a vocabulary-sized row
 // with a wide range and masked (-inf) entries, every length mod 8.
