@@ -126,6 +126,25 @@ def main():
     print(f"{len(toks)} tokens; relative L2 distance per position")
     for name, r in rows:
         print(f"{name:48s} " + " ".join(f"{v:8.2g}" for v in r))
+    self_consistency(ref)
+
+
+def self_consistency(ref):
+    """Each engine against itself when only float summation order changes:
+    ember's AVX2 and scalar kernels against its AVX-512 ones, llama.cpp's
+    token-by-token evaluation against its batched one. Prints, per prompt,
+    the per-position distance and the first position where it exceeds 1e-3
+    (the first activation-rounding flip that cascades)."""
+    print("\nself-consistency, first 16 positions of 4 prompts (x = distance > 1e-3)")
+    for i, case in enumerate(ref["cases"][:4]):
+        toks = case["tokens"][:16]
+        base, lb = ember(toks, False, "avx512"), llama(MODEL, toks, False)
+        for name, r in [("ember AVX2 vs AVX-512", rel(ember(toks, False, "avx2"), base)),
+                        ("ember scalar vs AVX-512", rel(ember(toks, False, "scalar"), base)),
+                        ("llama.cpp token-by-token vs batched", rel(llama(MODEL, toks, True), lb))]:
+            first = next((p for p, v in enumerate(r) if v > 1e-3), None)
+            print(f"prompt {i} {name:36s} first > 1e-3 at {first!s:4s} max {max(r):.3f}  "
+                  + " ".join("x" if v > 1e-3 else "." for v in r))
 
 
 if __name__ == "__main__":
