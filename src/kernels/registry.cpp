@@ -81,6 +81,12 @@ void fill_avx512(Table& t) {
   at(t, DType::kF32, v).vec_dot = avx512::vec_dot_f32;
   at(t, DType::kF16, v).vec_dot = avx512::vec_dot_f16;
   at(t, DType::kBF16, v).vec_dot = avx512::vec_dot_bf16;
+  set_tile(at(t, DType::kF32, v), avx512::vec_dot_tile_f32, avx512::kFloatTileRows, avx512::kFloatTileCols);
+  set_tile(at(t, DType::kF16, v), avx512::vec_dot_tile_f16, avx512::kFloatTileRows, avx512::kFloatTileCols);
+  set_tile(at(t, DType::kBF16, v), avx512::vec_dot_tile_bf16, avx512::kFloatTileRows, avx512::kFloatTileCols);
+  at(t, DType::kF32, v).vec_dot_rows = avx512::vec_dot_rows_f32;
+  at(t, DType::kF16, v).vec_dot_rows = avx512::vec_dot_rows_f16;
+  at(t, DType::kBF16, v).vec_dot_rows = avx512::vec_dot_rows_bf16;
   at(t, DType::kQ4_0, v).vec_dot = avx512::vec_dot_q4_0_q8_0;
   at(t, DType::kQ4_1, v).vec_dot = avx512::vec_dot_q4_1_q8_1;
   at(t, DType::kQ5_0, v).vec_dot = avx512::vec_dot_q5_0_q8_0;

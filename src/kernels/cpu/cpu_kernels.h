@@ -52,6 +52,20 @@ namespace avx512 {
 void vec_dot_f32(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_f16(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x);
+// Float weights (float_avx512.cpp): one fma chain per output; decode walks
+// rows sequentially, the tile is kFloatTileRows rows x up to kFloatTileCols
+// tokens.
+constexpr int kFloatTileRows = 4;
+constexpr int kFloatTileCols = 60;
+void vec_dot_rows_f32(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_rows_f16(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_rows_bf16(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_tile_f32(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                      size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_f16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                      size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                       size_t x_row_bytes, int nr, int nc);
 void vec_dot_q4_0_q8_0(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* w, const void* x);
