@@ -103,7 +103,10 @@ void fill_avx512(Table& t) {
   set_tile(at(t, DType::kQ8_0, v), avx512::vec_dot_tile_q8_0_q8_0, avx512::kLaneTileRows, avx512::kLaneTileCols);
   at(t, DType::kQ5_0, v).vec_dot_rows = avx512::vec_dot_rows_q5_0_q8_0;
   at(t, DType::kQ8_0, v).vec_dot_rows = avx512::vec_dot_rows_q8_0_q8_0;
+  set_tile(at(t, DType::kQ2_K, v), avx512::vec_dot_tile_q2_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
+  set_tile(at(t, DType::kQ3_K, v), avx512::vec_dot_tile_q3_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
   set_tile(at(t, DType::kQ4_K, v), avx512::vec_dot_tile_q4_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
+  set_tile(at(t, DType::kQ5_K, v), avx512::vec_dot_tile_q5_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
   set_tile(at(t, DType::kQ6_K, v), avx512::vec_dot_tile_q6_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
 }
 

@@ -184,7 +184,8 @@ TEST(GemmTile, TileShapesAreDeclared) {
 // The hot model types get tile kernels on AVX-512 machines.
 TEST(GemmTile, PriorityTypesHaveTilesOnAvx512) {
   if (cpu_max_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
-  for (DType t : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ2_K,
+                  DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
     EXPECT_NE(kernels(t, Isa::kAvx512).vec_dot_tile, nullptr) << dtype_name(t);
 }
 

@@ -1,5 +1,6 @@
-// AVX-512 (F/BW/VL + VNNI) tile kernels for the k-quant weight types Q4_K
-// and Q6_K x Q8_K activations (kernels/registry.h, VecDotTileFn): 4 weight
+// AVX-512 (F/BW/VL + VNNI) tile kernels for the k-quant weight types Q2_K,
+// Q3_K, Q4_K, Q5_K and Q6_K x Q8_K activations (kernels/registry.h,
+// VecDotTileFn): 4 weight
 // rows x up to kWideTileCols tokens per call, in register blocks of 4 x 4.
 // nc == 1 (decode) runs vec_dot row by row: with one token there is no reuse
 // to gain.
@@ -13,10 +14,13 @@
 //   Q4_K: acc   = fma(float(sumi), f16(d) * x.d,    acc)
 //         acc_m = fma(float(pm),   f16(dmin) * x.d, acc_m),  pm = bsums . mins
 //         result = hsum_f32x8(acc) - hsum_f32x8(acc_m)
+//   Q5_K, Q2_K: as Q4_K (Q2_K's mins pair with bsums one to one)
 //   Q6_K: acc = fma(float(sumi - 32 * bsums . sc), f16(d) * x.d, acc)
+//   Q3_K: acc = fma(float(sumi -  4 * bsums . sc), f16(d) * x.d, acc)
 //         result = hsum_f32x8(acc)
 // Here two 32-byte chunks share one zmm (their scales side by side), one
-// maddubs + vpdpwssd per pair of chunks; Q4_K packs acc | acc_m in one zmm.
+// maddubs + vpdpwssd per pair of chunks; Q4_K, Q5_K and Q2_K pack
+// acc | acc_m in one zmm.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -110,6 +114,84 @@ struct TraitsQ4K {
   }
 };
 
+// ---- Q5_K: Q4_K plus a fifth bit per element ----
+
+// Bit 4 of element 32k + l is bit k of qh[l]; chunk j's halves are
+// sub-blocks 2j and 2j + 1.
+inline void unpack_row_q5_K(const BlockQ5_K& b, RowQ4K& o) {
+  alignas(16) uint8_t sc[8], m[8];
+  simd::unpack_k4_scales(b.scales, sc, m);
+  const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  o.mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
+  const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+  const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+  const __m512i qh = _mm512_broadcast_i64x4(loadu(b.qh));
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512i q = _mm512_broadcast_i64x4(loadu(b.qs + 32 * j));
+    const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), m4);
+    const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * j))),
+                                           _mm256_set1_epi8(static_cast<char>(2 << (2 * j))), 1);
+    o.u[j] = _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(qh, sel), nib, b4);
+    o.sc[j] = _mm512_permutexvar_epi16(pick_halves(2 * j, 2 * j + 1), sc16);
+  }
+  o.dmul = _mm512_insertf32x8(_mm512_set1_ps(simd::load_f16(b.d)), _mm256_set1_ps(simd::load_f16(b.dmin)), 1);
+}
+
+struct TraitsQ5K : TraitsQ4K {
+  using Block = BlockQ5_K;
+  static void unpack(const Block& b, Row& o) { unpack_row_q5_K(b, o); }
+};
+
+// ---- Q2_K: 2-bit quants, 16 sub-blocks with 4-bit scales and mins ----
+
+struct RowQ2K {
+  __m512i u[4];    // pairs of 32-element chunks, as Q6_K
+  __m512i sc[4];   // matching scales: [sc[b] sc[b+1] sc[b+2] sc[b+3]] x 8 each
+  __m256i mins;    // the 16 mins as i16 (pair with bsums)
+  __m512 dmul;     // [f16(d) x 8 | f16(dmin) x 8]
+};
+
+inline void unpack_row_q2_K(const BlockQ2_K& b, RowQ2K& o) {
+  const __m128i sb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+  const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0F))));
+  o.mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F)));
+  const __m512i m2 = _mm512_set1_epi8(3);
+  // Chunk k of the 32-byte group h is bits 2k..2k+1 of each byte.
+  const __m512i s01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  const __m512i s23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(6), 1);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512i q = _mm512_broadcast_i64x4(loadu(b.qs + 32 * h));
+    o.u[2 * h] = _mm512_and_si512(_mm512_srlv_epi16(q, s01), m2);
+    o.u[2 * h + 1] = _mm512_and_si512(_mm512_srlv_epi16(q, s23), m2);
+    o.sc[2 * h] = _mm512_permutexvar_epi16(pick_quarters(8 * h), sc);
+    o.sc[2 * h + 1] = _mm512_permutexvar_epi16(pick_quarters(8 * h + 4), sc);
+  }
+  o.dmul = _mm512_insertf32x8(_mm512_set1_ps(simd::load_f16(b.d)), _mm256_set1_ps(simd::load_f16(b.dmin)), 1);
+}
+
+struct TraitsQ2K {
+  using Block = BlockQ2_K;
+  using Row = RowQ2K;
+  using Acc = __m512;  // [acc | acc_m]
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static void unpack(const Block& b, Row& o) { unpack_row_q2_K(b, o); }
+  static void pair(const Row& row, const BlockQ8_K& xb, Acc& acc) {
+    __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+      sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(row.u[k], loadu512(xb.qs + 64 * k)), row.sc[k]);
+    const __m256i pm = _mm256_madd_epi16(loadu(xb.bsums), row.mins);
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(fold_halves(sum)), pm, 1);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(both), _mm512_mul_ps(row.dmul, _mm512_set1_ps(xb.d)), acc);
+  }
+  static void store(const Acc acc[kTileRows][4], float* s, int64_t lds, int nr, int nc) {
+    TraitsQ4K::store(acc, s, lds, nr, nc);
+  }
+};
+
 // ---- Q6_K ----
 
 struct RowQ6K {
@@ -165,6 +247,59 @@ struct TraitsQ6K {
   }
 };
 
+// ---- Q3_K: 2 low bits + a high bit (hmask), offset 4, 16 signed 6-bit scales ----
+
+struct RowQ3K {
+  __m512i u[4];   // pairs of 32-element chunks (lo2 + 4 * hbit), as Q6_K
+  __m512i sc[4];  // matching scales
+  __m256i sc16;   // the 16 scales - 32 as i16 (pair with bsums)
+  float d;
+};
+
+inline void unpack_row_q3_K(const BlockQ3_K& b, RowQ3K& o) {
+  o.sc16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(simd::unpack_q3_K_scales(b.scales)), _mm256_set1_epi16(32));
+  const __m512i sc = _mm512_castsi256_si512(o.sc16);
+  const __m512i m2 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
+  const __m512i hm = _mm512_broadcast_i64x4(loadu(b.hmask));
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512i q = _mm512_broadcast_i64x4(loadu(b.qs + 32 * h));
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p) {  // chunks j = 2p, 2p + 1 of group h
+      const int j = 2 * p;
+      const __m512i shifts = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<short>(2 * j))),
+                                                _mm256_set1_epi16(static_cast<short>(2 * j + 2)), 1);
+      const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (4 * h + j))),
+                                             _mm256_set1_epi8(static_cast<char>(1 << (4 * h + j + 1))), 1);
+      const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), m2);
+      o.u[2 * h + p] = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hm, sel), lo, b2);
+    }
+    o.sc[2 * h] = _mm512_permutexvar_epi16(pick_quarters(8 * h), sc);
+    o.sc[2 * h + 1] = _mm512_permutexvar_epi16(pick_quarters(8 * h + 4), sc);
+  }
+  o.d = simd::load_f16(b.d);
+}
+
+struct TraitsQ3K {
+  using Block = BlockQ3_K;
+  using Row = RowQ3K;
+  using Acc = __m256;
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static void unpack(const Block& b, Row& o) { unpack_row_q3_K(b, o); }
+  static void pair(const Row& row, const BlockQ8_K& xb, Acc& acc) {
+    __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+      sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(row.u[k], loadu512(xb.qs + 64 * k)), row.sc[k]);
+    const __m256i corr = _mm256_madd_epi16(loadu(xb.bsums), row.sc16);
+    const __m256i sumi = _mm256_sub_epi32(fold_halves(sum), _mm256_slli_epi32(corr, 2));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(row.d * xb.d), acc);
+  }
+  static void store(const Acc acc[kTileRows][4], float* s, int64_t lds, int nr, int nc) {
+    TraitsQ6K::store(acc, s, lds, nr, nc);
+  }
+};
+
 // ---- shared driver ----
 //
 // Groups of 4 tokens; within a group each super-block of the 4 rows is
@@ -202,30 +337,40 @@ void kquant_tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_ro
   }
 }
 
-}  // namespace
-
-void vec_dot_tile_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+// One token: nothing to share between rows; the streaming vec_dot is faster.
+template <class T>
+void tile_or_rows(void (*vec_dot)(int64_t, float*, const void*, const void*), int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                  const void* x, size_t x_row_bytes, int nr, int nc) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const uint8_t*>(x);
   if (nc == 1) {
-    // One token: nothing to share between rows; the streaming vec_dot is faster.
-    for (int r = 0; r < nr; ++r) vec_dot_q4_K_q8_K(n, s + r, wb + static_cast<size_t>(r) * w_row_bytes, xb);
+    for (int r = 0; r < nr; ++r) vec_dot(n, s + r, wb + static_cast<size_t>(r) * w_row_bytes, xb);
     return;
   }
-  kquant_tile<TraitsQ4K>(n, s, lds, wb, w_row_bytes, xb, x_row_bytes, nr, nc);
+  kquant_tile<T>(n, s, lds, wb, w_row_bytes, xb, x_row_bytes, nr, nc);
 }
 
+}  // namespace
+
+void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc) {
+  tile_or_rows<TraitsQ2K>(vec_dot_q2_K_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+}
+void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc) {
+  tile_or_rows<TraitsQ3K>(vec_dot_q3_K_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+}
+void vec_dot_tile_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc) {
+  tile_or_rows<TraitsQ4K>(vec_dot_q4_K_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+}
+void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc) {
+  tile_or_rows<TraitsQ5K>(vec_dot_q5_K_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+}
 void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
-  const auto* wb = static_cast<const uint8_t*>(w);
-  const auto* xb = static_cast<const uint8_t*>(x);
-  if (nc == 1) {
-    // One token: nothing to share between rows; the streaming vec_dot is faster.
-    for (int r = 0; r < nr; ++r) vec_dot_q6_K_q8_K(n, s + r, wb + static_cast<size_t>(r) * w_row_bytes, xb);
-    return;
-  }
-  kquant_tile<TraitsQ6K>(n, s, lds, wb, w_row_bytes, xb, x_row_bytes, nr, nc);
+  tile_or_rows<TraitsQ6K>(vec_dot_q6_K_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
 }  // namespace ember::avx512
