@@ -117,8 +117,9 @@ Reference reference_nll(const Model& m, const std::vector<int32_t>& toks, int64_
   for (int64_t begin = 0; done < N; begin += stride) {
     const int64_t end = std::min(begin + w, N);
     std::vector<int32_t> seq;
+    seq.reserve(static_cast<size_t>(end - begin + 1));
     if (bos >= 0) seq.push_back(bos);
-    seq.insert(seq.end(), toks.begin() + begin, toks.begin() + end);
+    for (int64_t i = begin; i < end; ++i) seq.push_back(toks[static_cast<size_t>(i)]);
     const int64_t L = static_cast<int64_t>(seq.size());
     ContiguousKvCache cache(m.config(), L);
     std::vector<float> all(L * V);
