@@ -10,6 +10,8 @@ ember's C++ code:
                            model.safetensors.index.json, llama3 RoPE scaling.
   * hf_qwen2/            - tiny Qwen2ForCausalLM (BF16), q/k/v biases, tied
                            embeddings (no lm_head.weight).
+  * hf_qwen3/            - tiny Qwen3ForCausalLM (BF16), QK-norm, explicit
+                           head_dim, untied output
   * hf_gemma3/           - tiny Gemma3ForCausalLM (BF16 + one F32 norm),
                            q/k norms, layer_types, per-layer-type RoPE.
 Configs are written by transformers' config classes (save_pretrained);
@@ -30,7 +32,7 @@ import numpy as np
 
 import gguf
 from safetensors import TensorSpec, serialize_file
-from transformers import Gemma3TextConfig, LlamaConfig, Qwen2Config
+from transformers import Gemma3TextConfig, LlamaConfig, Qwen2Config, Qwen3Config
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "model")
 
@@ -303,6 +305,21 @@ def gen_qwen2():
     write_folder("hf_qwen2", cfg, gguf.MODEL_ARCH.QWEN2, tensors, True, False, meta)
 
 
+def gen_qwen3():
+    # Explicit head_dim (16) unlike hidden_size / heads (8), as in Qwen3
+    # releases; QK-norm applied directly (no +1), untied output.
+    cfg = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                      rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                      tie_word_embeddings=False, eos_token_id=3, architectures=["Qwen3ForCausalLM"])
+    rng = np.random.default_rng(4)
+    tensors = make_weights(cfg, rng, "BF16", qk_norm=True)
+    meta = common_meta("qwen3", cfg)
+    meta["qwen3.rope.freq_base"] = rope_params(cfg)["rope_theta"]
+    meta["tokenizer.ggml.eos_token_id"] = cfg.eos_token_id
+    write_folder("hf_qwen3", cfg, gguf.MODEL_ARCH.QWEN3, tensors, False, False, meta)
+
+
 def gen_gemma3():
     cfg = Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
                            num_attention_heads=2, num_key_value_heads=1, head_dim=16,
@@ -339,6 +356,7 @@ def main():
     print("ref_types.gguf:", os.path.getsize(os.path.join(ROOT, "ref_types.gguf")), "bytes")
     gen_llama()
     gen_qwen2()
+    gen_qwen3()
     gen_gemma3()
 
 

@@ -14,13 +14,14 @@ Rerun: python3 tools/gen_hf_reference.py
 """
 import json
 import os
+import zlib
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "model")
-FOLDERS = ["hf_llama_sharded", "hf_qwen2", "hf_gemma3"]
+FOLDERS = ["hf_llama_sharded", "hf_qwen2", "hf_qwen3", "hf_gemma3"]
 
 
 def main():
@@ -31,7 +32,7 @@ def main():
         model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
         model.eval()
         vocab = model.config.vocab_size if hasattr(model.config, "vocab_size") else model.config.text_config.vocab_size
-        rng = np.random.default_rng(abs(hash(name)) % 2**32)
+        rng = np.random.default_rng(zlib.crc32(name.encode()))  # stable across runs
         cases = []
         for n in (1, 7, 40):
             toks = [int(t) for t in rng.integers(0, vocab, size=n)]

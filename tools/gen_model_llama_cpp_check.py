@@ -2,7 +2,7 @@
 """Checks that models written by `ember gen-model` load and run in llama.cpp
 (pip package llama-cpp-python) and that ember and llama.cpp agree on them.
 
-For each architecture (llama, qwen2, gemma3 with the default model's Gemma
+For each architecture (llama, qwen2, qwen3, gemma3 with the default model's Gemma
 vocabulary and with a synthetic one) and tensor type it:
   1. writes a small random model with `ember gen-model`,
   2. loads it in llama.cpp, tokenizes a text with both llama.cpp and
@@ -120,6 +120,7 @@ def main():
     cases = [
         ("llama", ["--arch", "llama", "--n-vocab", "2000"] + small),
         ("qwen2", ["--arch", "qwen2", "--n-vocab", "2000"] + small),
+        ("qwen3", ["--arch", "qwen3", "--n-vocab", "2000", "--head-dim", "96"] + small),
         ("gemma3-synthetic-vocab", ["--arch", "gemma3", "--synthetic-vocab", "--n-vocab", "2000", "--head-dim", "128"]
          + small),
     ]

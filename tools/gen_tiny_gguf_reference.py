@@ -25,7 +25,7 @@ OUT = os.path.join(ROOT, "tests", "data", "model")
 
 SHAPE = {"n_layer": 2, "n_embd": 256, "n_ff": 512, "n_head": 4, "n_head_kv": 2, "n_vocab": 512}
 CASES = [("llama", "q8_0"), ("llama", "q4_0"), ("llama", "q4_k"), ("qwen2", "q8_0"), ("qwen2", "q6_k"),
-         ("qwen2", "q5_0"), ("gemma3", "q8_0"), ("gemma3", "q4_k")]
+         ("qwen2", "q5_0"), ("qwen3", "q8_0"), ("qwen3", "q4_k"), ("gemma3", "q8_0"), ("gemma3", "q4_k")]
 SEED = 3
 N_TOKENS = 16
 
@@ -38,14 +38,16 @@ def main():
     cases, blobs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for arch, typ in CASES:
-            shape = dict(SHAPE, head_dim=128 if arch == "gemma3" else 0)
+            shape = dict(SHAPE, head_dim={"gemma3": 128, "qwen3": 96}.get(arch, 0))
             path = os.path.join(tmp, f"{arch}-{typ}.gguf")
             cmd = [args.ember, "gen-model", "--arch", arch, "--type", typ, "--seed", str(SEED), "-o", path,
                    "--n-layer", str(shape["n_layer"]), "--n-embd", str(shape["n_embd"]), "--n-ff", str(shape["n_ff"]),
                    "--n-head", str(shape["n_head"]), "--n-head-kv", str(shape["n_head_kv"]),
                    "--n-vocab", str(shape["n_vocab"])]
+            if shape["head_dim"]:
+                cmd += ["--head-dim", str(shape["head_dim"])]
             if arch == "gemma3":
-                cmd += ["--synthetic-vocab", "--head-dim", str(shape["head_dim"])]
+                cmd += ["--synthetic-vocab"]
             subprocess.run(cmd, check=True, capture_output=True)
             toks = [int(t) for t in rng.integers(3, shape["n_vocab"] - 8, size=N_TOKENS)]
             llm = llama_cpp.Llama(path, logits_all=True, n_ctx=64, n_batch=64, n_threads=2, verbose=False,

@@ -16,7 +16,7 @@ namespace ember::cli {
 
 int cmd_gen_model(int argc, char** argv, int first) {
   ArgParser p("gen-model",
-              "ember gen-model (--shape NAME | --arch llama|qwen2|gemma3 --n-layer N --n-embd N --n-ff N --n-head N "
+              "ember gen-model (--shape NAME | --arch llama|qwen2|qwen3|gemma3 --n-layer N --n-embd N --n-ff N --n-head N "
               "[--n-head-kv N] [--head-dim N] [--n-vocab N]) [--type T] [--seed S] [--vocab-from MODEL | "
               "--synthetic-vocab] -o OUT.gguf");
   std::string shape_name, arch, type_name = "q8_0", out, vocab_from;
@@ -25,8 +25,9 @@ int cmd_gen_model(int argc, char** argv, int first) {
   int threads = default_thread_count();
   uint64_t seed = 0;
   bool synthetic = false, list = false;
-  p.option("--shape", &shape_name, "NAME", "llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, gemma-3-270m, mixtral-tiny");
-  p.option("--arch", &arch, "A", "architecture for explicit sizes: llama, qwen2, gemma3");
+  p.option("--shape", &shape_name, "NAME",
+           "llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, gemma-3-270m, mixtral-tiny");
+  p.option("--arch", &arch, "A", "architecture for explicit sizes: llama, qwen2, qwen3, gemma3");
   p.option("--n-layer", &n_layer, "N", "layers (overrides the shape's)");
   p.option("--n-embd", &n_embd, "N", "embedding size");
   p.option("--n-ff", &n_ff, "N", "feed-forward size");
@@ -43,7 +44,7 @@ int cmd_gen_model(int argc, char** argv, int first) {
   p.option("--seed", &seed, "S", "random seed (default 0); same seed, same file");
   p.option("--vocab-from", &vocab_from, "MODEL", "copy the tokenizer of this model (default for gemma3: the "
                                                  "default model's)");
-  p.flag("--synthetic-vocab", &synthetic, "use a synthetic byte-level BPE vocabulary (default for llama, qwen2)");
+  p.flag("--synthetic-vocab", &synthetic, "use a synthetic byte-level BPE vocabulary (default for llama, qwen2, qwen3)");
   p.option("-t,--threads", &threads, "N", "threads");
   p.option("-o,--output", &out, "OUT", "output .gguf file");
   p.flag("--list-shapes", &list, "print the known shapes and exit");

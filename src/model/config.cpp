@@ -12,6 +12,7 @@ namespace {
 constexpr ArchFiller kArchs[] = {
     {"llama", fill_llama},
     {"qwen2", fill_qwen2},
+    {"qwen3", fill_qwen3},
     {"gemma3", fill_gemma3},
 };
 

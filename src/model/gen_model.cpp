@@ -56,6 +56,15 @@ Result<GenModelShape> known_shape(const std::string& name) {
     s.name = name;
     return s;
   }
+  if (name == "qwen3-0.6b") {
+    GenModelShape s;
+    s.arch = "qwen3";
+    s.n_layer = 28, s.n_embd = 1024, s.n_ff = 3072, s.n_head = 16, s.n_head_kv = 8, s.head_dim = 128;
+    s.n_vocab = 151936, s.n_ctx = 40960, s.rope_base = 1000000, s.norm_eps = 1e-6;
+    s.tied_embeddings = true;
+    s.name = name;
+    return s;
+  }
   if (name == "gemma-3-270m") {
     GenModelShape s;
     s.arch = "gemma3";
@@ -210,11 +219,11 @@ std::vector<TensorPlan> plan_tensors(const GenModelShape& s, DType type, GenMode
       add(n("attn_v.bias"), {K}, Fill::kBias);
     }
     add(n("attn_output.weight"), {Q, E}, Fill::kMatrix);
-    if (s.arch == "gemma3") {
+    if (s.arch == "gemma3" || s.arch == "qwen3") {
       add(n("attn_q_norm.weight"), {D}, Fill::kNorm);
       add(n("attn_k_norm.weight"), {D}, Fill::kNorm);
-      add(n("post_attention_norm.weight"), {E}, Fill::kNorm);
     }
+    if (s.arch == "gemma3") add(n("post_attention_norm.weight"), {E}, Fill::kNorm);
     add(n("ffn_norm.weight"), {E}, Fill::kNorm);
     if (s.n_expert > 0) {
       const int64_t X = s.n_expert;
@@ -312,7 +321,7 @@ Status generate_tensor(const TensorPlan& t, const GenModelShape& s, const GenMod
 }  // namespace
 
 std::vector<std::string> gen_model_shape_names() {
-  return {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-0.5b", "gemma-3-270m", "mixtral-tiny"};
+  return {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-3-270m", "mixtral-tiny"};
 }
 
 Result<GenModelShape> gen_model_shape(const std::string& name) { return known_shape(name); }
@@ -325,10 +334,12 @@ Result<GenModelShape> gen_model_arch_defaults(const std::string& arch) {
     s.n_ctx = 8192;
   } else if (arch == "qwen2") {
     s = *known_shape("qwen2.5-0.5b");
+  } else if (arch == "qwen3") {
+    s = *known_shape("qwen3-0.6b");
   } else if (arch == "gemma3") {
     s = *known_shape("gemma-3-270m");
   } else {
-    return Status::errorf("unsupported architecture '{}' (supported: llama, qwen2, gemma3)", arch);
+    return Status::errorf("unsupported architecture '{}' (supported: llama, qwen2, qwen3, gemma3)", arch);
   }
   s.name = "custom-" + arch;
   s.n_layer = s.n_embd = s.n_ff = s.n_head = s.n_head_kv = s.head_dim = 0;
@@ -336,8 +347,8 @@ Result<GenModelShape> gen_model_arch_defaults(const std::string& arch) {
 }
 
 Status validate_gen_model_shape(const GenModelShape& s) {
-  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "gemma3")
-    return Status::errorf("unsupported architecture '{}' (supported: llama, qwen2, gemma3)", s.arch);
+  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3")
+    return Status::errorf("unsupported architecture '{}' (supported: llama, qwen2, qwen3, gemma3)", s.arch);
   auto in = [](const char* what, int64_t v, int64_t lo, int64_t hi) -> Status {
     if (v < lo || v > hi) return Status::errorf("{} = {} must be in [{}, {}]", what, v, lo, hi);
     return Status::ok();
@@ -381,7 +392,7 @@ DType gen_model_row_type(DType type, int64_t n) {
 }
 
 Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out) {
-  const bool qwen = arch == "qwen2";
+  const bool qwen = arch == "qwen2" || arch == "qwen3";
   const std::vector<std::string> specials =
       qwen ? std::vector<std::string>{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
            : std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",

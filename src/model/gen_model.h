@@ -40,7 +40,7 @@ namespace ember {
 
 struct GenModelShape {
   std::string name = "custom";  // shape name, written as general.name
-  std::string arch;             // "llama", "qwen2" or "gemma3"
+  std::string arch;             // "llama", "qwen2", "qwen3" or "gemma3"
   int n_layer = 0;
   int n_embd = 0;
   int n_ff = 0;
@@ -68,7 +68,7 @@ struct GenModelShape {
   int64_t head_size() const { return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0); }
 };
 
-// The built-in shapes: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b,
+// The built-in shapes: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b,
 // gemma-3-270m, and mixtral-tiny (8 layers of 8 experts, 2 used, at a small
 // size; loads in llama.cpp, not yet in ember, which has no MoE support).
 std::vector<std::string> gen_model_shape_names();
@@ -103,7 +103,7 @@ Result<GenModelStats> write_random_model(const GenModelShape& shape, const GenMo
 
 // Synthetic byte-level BPE vocabulary of exactly n_vocab tokens as GGUF
 // tokenizer keys: Llama 3 special tokens and pre = "llama-bpe" (BOS added),
-// or for qwen2 the Qwen special tokens and pre = "qwen2" (no BOS).
+// or for qwen2 / qwen3 the Qwen special tokens and pre = "qwen2" (no BOS).
 Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out);
 
 // The type a matrix with rows of n_per_row elements gets when `type` does

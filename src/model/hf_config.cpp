@@ -1,6 +1,6 @@
 // Translation of Hugging Face config.json files and tensor names into the
 // GGUF vocabulary; see hf_config.h. Defaults for keys a config may omit follow
-// the transformers config classes (LlamaConfig, Qwen2Config,
+// the transformers config classes (LlamaConfig, Qwen2Config, Qwen3Config,
 // Gemma3TextConfig).
 #include "model/hf_config.h"
 
@@ -25,12 +25,12 @@ struct ArchName {
 
 constexpr ArchName kArchitectures[] = {
     {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "llama"},
-    {"Qwen2ForCausalLM", "qwen2"},   {"Gemma3ForCausalLM", "gemma3"},
+    {"Qwen2ForCausalLM", "qwen2"},   {"Qwen3ForCausalLM", "qwen3"},   {"Gemma3ForCausalLM", "gemma3"},
     {"Gemma3ForConditionalGeneration", "gemma3"},
 };
 
 constexpr ArchName kModelTypes[] = {
-    {"llama", "llama"}, {"mistral", "llama"}, {"qwen2", "qwen2"}, {"gemma3", "gemma3"}, {"gemma3_text", "gemma3"},
+    {"llama", "llama"}, {"mistral", "llama"}, {"qwen2", "qwen2"}, {"qwen3", "qwen3"}, {"gemma3", "gemma3"}, {"gemma3_text", "gemma3"},
 };
 
 // Looks keys up in text_config first (multimodal configs), then at the top.
@@ -255,7 +255,7 @@ Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::st
   if (info.arch.empty())
     return Status::errorf(
         "{}: unsupported architecture '{}' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-        "Gemma3ForCausalLM)",
+        "Qwen3ForCausalLM, Gemma3ForCausalLM)",
         name, hf_arch.empty() ? "unknown" : hf_arch);
   const std::string& a = info.arch;
   const bool gemma = a == "gemma3";
@@ -270,9 +270,9 @@ Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::st
   EMBER_RETURN_IF_ERROR(cv.get_count("vocab_size", &n_vocab, def(262208)));
   EMBER_RETURN_IF_ERROR(cv.get_count("num_key_value_heads", &n_head_kv, gemma ? 4 : n_head));
   EMBER_RETURN_IF_ERROR(
-      cv.get_count("max_position_embeddings", &n_ctx, a == "llama" ? 2048 : a == "qwen2" ? 32768 : 131072));
-  if (gemma) {
-    EMBER_RETURN_IF_ERROR(cv.get_count("head_dim", &head_dim, 256));
+      cv.get_count("max_position_embeddings", &n_ctx, a == "llama" ? 2048 : (a == "qwen2" || a == "qwen3") ? 32768 : 131072));
+  if (gemma || a == "qwen3") {  // their config classes default head_dim to 256 / 128
+    EMBER_RETURN_IF_ERROR(cv.get_count("head_dim", &head_dim, gemma ? 256 : 128));
   } else {
     if (n_embd % n_head != 0 && !cv.get("head_dim"))
       return Status::errorf("{}: hidden_size {} is not a multiple of num_attention_heads {}", name, n_embd, n_head);

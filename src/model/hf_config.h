@@ -1,7 +1,8 @@
 // Hugging Face config.json -> GGUF-style metadata, and HF tensor names ->
 // GGUF tensor names, for the architectures ember runs from safetensors:
-// llama (LlamaForCausalLM, MistralForCausalLM), qwen2 (Qwen2ForCausalLM) and
-// gemma3 (Gemma3ForCausalLM, Gemma3ForConditionalGeneration's text model).
+// llama (LlamaForCausalLM, MistralForCausalLM), qwen2 (Qwen2ForCausalLM),
+// qwen3 (Qwen3ForCausalLM) and gemma3 (Gemma3ForCausalLM,
+// Gemma3ForConditionalGeneration's text model).
 // Both the legacy config layout (rope_theta / rope_scaling) and the newer
 // one (rope_parameters, per layer type for gemma3) are understood.
 #pragma once
@@ -17,7 +18,7 @@ namespace ember {
 
 // What the loader needs besides the metadata.
 struct HfModelInfo {
-  std::string arch;  // "llama", "qwen2" or "gemma3"
+  std::string arch;  // "llama", "qwen2", "qwen3" or "gemma3"
   int64_t n_layer = 0;
   int64_t n_embd = 0;
   int64_t n_vocab = 0;

@@ -44,7 +44,7 @@ GenModelShape tiny(const std::string& arch) {
   t.n_ff = 96;
   t.n_head = 4;
   t.n_head_kv = 2;
-  t.head_dim = arch == "gemma3" ? 32 : 0;  // gemma3: head size != n_embd / n_head
+  t.head_dim = arch == "gemma3" || arch == "qwen3" ? 32 : 0;  // head size != n_embd / n_head
   t.n_vocab = 300;
   t.n_ctx = 256;
   if (arch == "llama") t.rope_scale_factor = 8;  // rope_freqs.weight
@@ -78,7 +78,7 @@ void check_forward(const Model& m) {
 
 TEST_F(GenModelTest, EveryArchitectureLoadsAndRuns) {
   ThreadPool pool(2);
-  for (const std::string arch : {"llama", "qwen2", "gemma3"}) {
+  for (const std::string arch : {"llama", "qwen2", "qwen3", "gemma3"}) {
     for (DType type : {DType::kF32, DType::kQ8_0}) {
       SCOPED_TRACE(arch + " " + dtype_name(type));
       const GenModelShape s = tiny(arch);
@@ -100,7 +100,7 @@ TEST_F(GenModelTest, EveryArchitectureLoadsAndRuns) {
       EXPECT_EQ(c.n_ff, 96);
       EXPECT_EQ(c.n_head, 4);
       EXPECT_EQ(c.n_head_kv, 2);
-      EXPECT_EQ(c.head_dim, arch == "gemma3" ? 32 : 16);
+      EXPECT_EQ(c.head_dim, arch == "gemma3" || arch == "qwen3" ? 32 : 16);
       EXPECT_EQ(c.n_vocab, 300);
       EXPECT_EQ(c.n_ctx_train, 256);
       EXPECT_EQ(m.n_params(), stats->n_params);
@@ -110,8 +110,9 @@ TEST_F(GenModelTest, EveryArchitectureLoadsAndRuns) {
       EXPECT_EQ(w.output == w.tok_embd, s.tied_embeddings);
       EXPECT_EQ(w.rope_freqs != nullptr, arch == "llama");
       EXPECT_EQ(w.layers[0].bq != nullptr, arch == "qwen2");
+      EXPECT_EQ(c.qk_norm, arch == "gemma3" || arch == "qwen3");
+      EXPECT_EQ(w.layers[0].q_norm != nullptr, c.qk_norm);
       if (arch == "gemma3") {
-        EXPECT_TRUE(c.qk_norm);
         EXPECT_EQ(c.layers[0].sliding_window, 8);
         EXPECT_EQ(c.layers[2].sliding_window, 8);
         EXPECT_NEAR(c.layers[0].rope_base, 10000, 1e-3);

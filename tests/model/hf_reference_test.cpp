@@ -1,8 +1,9 @@
 // Tiny random-weight Hugging Face models (llama sharded F16, qwen2 BF16 with
-// biases, gemma3 with sliding window + linear RoPE scaling) against
-// transformers in float32 (reference: tools/gen_hf_reference.py): relative
-// L2 error of the logits < 1e-4, same top-1 at every position, identical
-// greedy continuations. Also: converting to GGUF q8_0 keeps top-1.
+// biases, qwen3 BF16 with QK-norm and an explicit head size, gemma3 with
+// sliding window + linear RoPE scaling) against transformers in float32
+// (reference: tools/gen_hf_reference.py): relative L2 error of the logits
+// < 1e-4, same top-1 at every position, identical greedy continuations.
+// Also: converting to GGUF q8_0 keeps top-1.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,6 +61,7 @@ void check_folder(const std::string& name, const nlohmann::json& ref) {
 
 TEST(HfReference, Llama) { check_folder("hf_llama_sharded", load_reference()["hf_llama_sharded"]); }
 TEST(HfReference, Qwen2) { check_folder("hf_qwen2", load_reference()["hf_qwen2"]); }
+TEST(HfReference, Qwen3) { check_folder("hf_qwen3", load_reference()["hf_qwen3"]); }
 TEST(HfReference, Gemma3) { check_folder("hf_gemma3", load_reference()["hf_gemma3"]); }
 
 TEST(HfReference, ConvertedToGgufTypesStayClose) {

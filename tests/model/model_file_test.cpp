@@ -134,6 +134,30 @@ TEST(ModelFileHf, Qwen2TiedBf16WithBiases) {
   EXPECT_EQ(mf->metadata.find("qwen2.rope.scaling.type"), nullptr);
 }
 
+TEST(ModelFileHf, Qwen3QkNormHeadDim) {
+  auto mf = open_ok(kData + "/hf_qwen3");
+  ASSERT_TRUE(mf);
+  const json exp = load_expected("hf_qwen3");
+  EXPECT_EQ(*mf->architecture(), "qwen3");
+  check_metadata(mf->metadata, exp["metadata"]);
+  check_tensors(*mf, exp["tensors"]);
+  EXPECT_NE(mf->tensor("output.weight"), nullptr);  // untied
+  EXPECT_EQ(mf->tensor("blk.0.attn_q.bias"), nullptr);
+  EXPECT_EQ(*mf->metadata.get_int("qwen3.attention.key_length"), 16);  // not hidden_size / heads = 8
+  // QK-norm weights are used as stored (no Gemma-style +1).
+  auto st = SafetensorsFile::open(kData + "/hf_qwen3/model.safetensors");
+  ASSERT_TRUE(st.is_ok());
+  const SafetensorsTensor* raw = st.value()->find("model.layers.1.self_attn.k_norm.weight");
+  ASSERT_TRUE(raw);
+  const TensorView* v = mf->tensor("blk.1.attn_k_norm.weight");
+  ASSERT_TRUE(v);
+  for (int i = 0; i < 16; ++i) {
+    uint16_t h;
+    std::memcpy(&h, raw->data + 2 * i, 2);
+    EXPECT_EQ(value_at(*v, i), bf16_to_f32(h));
+  }
+}
+
 TEST(ModelFileHf, Gemma3NormsPlusOne) {
   auto mf = open_ok(kData + "/hf_gemma3");
   ASSERT_TRUE(mf);

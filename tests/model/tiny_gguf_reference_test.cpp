@@ -125,7 +125,7 @@ TEST(TinyGgufReference, QuantizedModelsMatchLlamaCpp) {
   // positions agree to 1e-5 (a systematic difference, such as another
   // rounding rule in the activation quantizer, would leave none).
   EXPECT_GE(3 * n_exact, n_positions) << n_exact << " of " << n_positions
-                                      << " llama / qwen2 positions within 1e-5 of llama.cpp";
+                                      << " llama / qwen positions within 1e-5 of llama.cpp";
   std::filesystem::remove_all(dir);
 }
 

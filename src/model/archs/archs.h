@@ -17,6 +17,7 @@ struct ArchFiller {
 
 Status fill_llama(const Metadata& meta, ModelConfig* cfg);
 Status fill_qwen2(const Metadata& meta, ModelConfig* cfg);
+Status fill_qwen3(const Metadata& meta, ModelConfig* cfg);
 Status fill_gemma3(const Metadata& meta, ModelConfig* cfg);
 
 // Fills per-layer RoPE settings shared by most architectures from
