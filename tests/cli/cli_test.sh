@@ -37,6 +37,16 @@ expect_rc 2 "bench serve: bad rate" "$EMBER" bench serve --request-rate -3
 expect_rc 2 "bad quantize type" "$EMBER" quantize a b --type q9_9
 expect_rc 2 "perplexity without -f" "$EMBER" perplexity
 expect_rc 2 "gen-model bad shape" "$EMBER" gen-model --shape nope -o "$tmp/x.gguf"
+# quantize: the quality check against the source model.
+"$EMBER" gen-model --arch llama --n-layer 2 --n-embd 64 --n-ff 128 --n-head 4 --n-vocab 300 --type f32 \
+  -o "$tmp/tiny.gguf" >/dev/null 2>&1
+out=$("$EMBER" quantize "$tmp/tiny.gguf" "$tmp/tiny-q8.gguf" --type q8_0 -t 2 2>&1)
+if ! grep -Eq "quality vs .* over [0-9]+ tokens: KL divergence mean [0-9.]+, max [0-9.]+; top-1 agreement [0-9.]+%; perplexity [0-9.]+ -> [0-9.]+" <<<"$out"; then
+  echo "FAIL: quantize quality line missing: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+out=$("$EMBER" quantize "$tmp/tiny.gguf" "$tmp/tiny-q4.gguf" --type q4_0 --no-check 2>&1)
+if grep -q "quality vs" <<<"$out" || [ ! -s "$tmp/tiny-q4.gguf" ]; then
+  echo "FAIL: quantize --no-check: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+expect_rc 2 "quantize: missing --check-file" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q8_0 --check-file "$tmp/none.txt"
 printf 'GGUF\x03\x00\x00\x00garbage' > "$tmp/bad.gguf"
 expect_rc 2 "corrupt gguf (run)" "$EMBER" run -m "$tmp/bad.gguf" -p hi
 expect_rc 2 "corrupt gguf (info)" "$EMBER" info "$tmp/bad.gguf"

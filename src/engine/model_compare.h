@@ -1,0 +1,40 @@
+// How far a model (e.g. a quantized copy) is from a reference model on a
+// token sequence: KL divergence of its next-token distributions from the
+// reference's, top-1 agreement and the perplexity of both. `ember quantize`
+// prints this for every file it writes, so a quantization that damages a
+// model is visible at once instead of silently degrading its output.
+//
+// Per position p (predicting token p + 1), with P the reference's softmax
+// and Q the model's, both computed in double from the f32 logits:
+//   KL_p = sum_i P_i (log P_i - log Q_i)   (>= 0; 0 iff P == Q)
+//   top-1 agreement: argmax P == argmax Q
+//   perplexity = exp(mean_p -log softmax(logits_p)[token p + 1])
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+
+namespace ember {
+
+struct ModelComparison {
+  int64_t n_positions = 0;  // scored positions (tokens - 1)
+  double kl_mean = 0, kl_max = 0;
+  double top1_agreement = 0;  // fraction in [0, 1]
+  double ppl_reference = 0, ppl_model = 0;
+};
+
+// From logits rows [n, n_vocab] of both models for the same tokens[0..n):
+// positions 0..n-2 are scored (row p predicts tokens[p + 1]). n >= 2.
+ModelComparison compare_logits(const float* reference, const float* model, const int32_t* tokens, int64_t n,
+                               int n_vocab);
+
+// Runs both models over tokens (one window from an empty cache) and compares
+// them. The vocabularies must match; 2 <= tokens.size() <= 4096.
+Result<ModelComparison> compare_models(const Model& reference, const Model& model, const std::vector<int32_t>& tokens,
+                                       ThreadPool& pool);
+
+}  // namespace ember
