@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "cli/common.h"
 #include "engine/model_compare.h"
@@ -65,11 +66,14 @@ int cmd_quantize(int argc, char** argv, int first) {
   std::string type_name;
   int threads = default_thread_count();
   bool strict = false, no_check = false;
-  std::string check_file;
+  std::string check_file, output_type_name, embd_type_name;
   std::vector<std::string> pos;
   p.option("--type", &type_name, "T", "target tensor type");
   p.option("-t,--threads", &threads, "N", "threads");
   p.flag("--no-fallback", &strict, "fail instead of falling back when rows do not fit the block size");
+  p.option("--output-type", &output_type_name, "T",
+           "type of the output head (token_embd when tied), e.g. q8_0 or q6_k (default: --type)");
+  p.option("--token-embedding-type", &embd_type_name, "T", "type of the token embedding (default: --type)");
   p.flag("--no-check", &no_check, "skip the quality check (KL divergence, top-1, perplexity against IN)");
   p.option("--check-file", &check_file, "FILE", "text of the quality check (default: a built-in paragraph)");
   p.positionals(&pos, "IN OUT");
@@ -84,6 +88,17 @@ int cmd_quantize(int argc, char** argv, int first) {
   if (!dtype_from_name(type_name, &type) || !convertible_to(type))
     return usage_error(p, fmt::format("unsupported --type '{}'", type_name));
   if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
+  ConvertOptions opts;
+  opts.type = type;
+  opts.allow_fallback = !strict;
+  for (auto [name, flag, dst] : {std::tuple{&output_type_name, "--output-type", &opts.output_type},
+                                 std::tuple{&embd_type_name, "--token-embedding-type", &opts.token_embd_type}}) {
+    if (name->empty()) continue;
+    DType t;
+    if (!dtype_from_name(*name, &t) || !convertible_to(t))
+      return usage_error(p, fmt::format("unsupported {} '{}'", flag, *name));
+    *dst = t;
+  }
   std::string in = resolve_model_path(p, pos[0]);
   if (in.empty()) return kExitUsage;
   std::string check_text = kCheckText;
@@ -110,9 +125,6 @@ int cmd_quantize(int argc, char** argv, int first) {
     return usage_error(p, fmt::format("{}: {}", in, cfg.status().message()));
 
   ThreadPool pool(threads);
-  ConvertOptions opts;
-  opts.type = type;
-  opts.allow_fallback = !strict;
   auto conv = convert_model(std::move(file.value()), opts, pool);
   if (!conv) return usage_error(p, conv.status().message());
   const ModelFile& out = **conv;

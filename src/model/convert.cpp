@@ -86,10 +86,16 @@ Result<std::unique_ptr<ModelFile>> convert_model(std::unique_ptr<ModelFile> src,
     }
   }
 
+  for (DType t : {opts.output_type.value_or(opts.type), opts.token_embd_type.value_or(opts.type)})
+    if (!convertible_to(t)) return Status::errorf("cannot convert to type {}", dtype_name(t));
+  const bool tied = src->tensors.find("output.weight") == src->tensors.end();
   for (const auto& [name, t] : src->tensors) {
     DType target = DType::kF32;
     if (is_weight_matrix(t)) {
       target = opts.type;
+      const bool head = name == "output.weight" || (tied && name == "token_embd.weight");
+      if (head && opts.output_type) target = *opts.output_type;
+      else if (name == "token_embd.weight" && opts.token_embd_type) target = *opts.token_embd_type;
       if (t.ne[0] % dtype_block_size(target) != 0) {
         if (!opts.allow_fallback)
           return Status::errorf("tensor '{}': row length {} is not a multiple of {}'s block size {}", name, t.ne[0],

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "core/dtype.h"
 #include "core/status.h"
@@ -19,6 +20,11 @@ struct ConvertOptions {
   // compatible type (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, q2_K/q3_K ->
   // q4_0, legacy -> f16), as llama.cpp does.
   bool allow_fallback = true;
+  // Per-tensor overrides, as llama-quantize's --output-tensor-type and
+  // --token-embedding-type: the output head (output.weight, or
+  // token_embd.weight when the model ties them) and the token embedding.
+  std::optional<DType> output_type;
+  std::optional<DType> token_embd_type;
 };
 
 // True if t can be the target of a conversion (f32, f16, bf16 and the

@@ -46,6 +46,7 @@ if ! grep -Eq "quality vs .* over [0-9]+ tokens: KL divergence mean [0-9.]+, max
 out=$("$EMBER" quantize "$tmp/tiny.gguf" "$tmp/tiny-q4.gguf" --type q4_0 --no-check 2>&1)
 if grep -q "quality vs" <<<"$out" || [ ! -s "$tmp/tiny-q4.gguf" ]; then
   echo "FAIL: quantize --no-check: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+expect_rc 2 "quantize: bad --output-type" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q8_0 --output-type q8_k
 expect_rc 2 "quantize: missing --check-file" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q8_0 --check-file "$tmp/none.txt"
 printf 'GGUF\x03\x00\x00\x00garbage' > "$tmp/bad.gguf"
 expect_rc 2 "corrupt gguf (run)" "$EMBER" run -m "$tmp/bad.gguf" -p hi
