@@ -46,14 +46,17 @@ constexpr int kMaxGroup = 8;  // query heads reduced together (share each K/V ro
 template <int M>
 void dot_rows(const float* q, int dk, const float* k, float* out) {
   __m256 a0[M], a1[M];
+  #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
   for (int i = 0; i < dk; i += 16) {
     const __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
+    #pragma GCC unroll 8
     for (int r = 0; r < M; ++r) {
       a0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * dk + i), k0, a0[r]);
       a1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * dk + i + 8), k1, a1[r]);
     }
   }
+  #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) out[r] = simd::hsum_f32x8(_mm256_add_ps(a0[r], a1[r]));
 }
 
@@ -79,18 +82,21 @@ template <int M>
 void pv_rows(float* const* acc, const float (*p)[kTile], const float* const* vrows, int n, int dv) {
   for (int i = 0; i < dv; i += 16) {
     __m256 a0[M], a1[M];
+    #pragma GCC unroll 8
     for (int r = 0; r < M; ++r) {
       a0[r] = _mm256_loadu_ps(acc[r] + i);
       a1[r] = _mm256_loadu_ps(acc[r] + i + 8);
     }
     for (int j = 0; j < n; ++j) {
       const __m256 v0 = _mm256_loadu_ps(vrows[j] + i), v1 = _mm256_loadu_ps(vrows[j] + i + 8);
+      #pragma GCC unroll 8
       for (int r = 0; r < M; ++r) {
         const __m256 pj = _mm256_set1_ps(p[r][j]);
         a0[r] = _mm256_fmadd_ps(pj, v0, a0[r]);
         a1[r] = _mm256_fmadd_ps(pj, v1, a1[r]);
       }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < M; ++r) {
       _mm256_storeu_ps(acc[r] + i, a0[r]);
       _mm256_storeu_ps(acc[r] + i + 8, a1[r]);
@@ -149,7 +155,7 @@ void reduce_chunk(const AttentionShape& s, const float* q, int nr, int hkv, cons
         scale_row(st[r].acc, corr, dv);
         st[r].l *= corr;
       }
-      for (int j = 0; j < n; ++j) sc[r][j] = std::exp(sc[r][j] - mn[r]);
+      exp_shifted_row(sc[r], n, mn[r]);
     }
     const float* vrows[kTile];
     float* accs[kMaxGroup];

@@ -144,6 +144,22 @@ double sum_exp_shifted(const float* x, int64_t n, float mx, float* out) {
   return sum;
 }
 
+}  // namespace
+
+void exp_shifted_row(float* x, int64_t n, float mx) {
+  const __m256 vmx = _mm256_set1_ps(mx);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx)));
+  if (i < n) {
+    alignas(32) float t[8];
+    for (int j = 0; j < 8; ++j) t[j] = i + j < n ? x[i + j] : mx;
+    _mm256_store_ps(t, exp256(_mm256_sub_ps(_mm256_load_ps(t), vmx)));
+    for (int64_t j = 0; i + j < n; ++j) x[i + j] = t[j];
+  }
+}
+
+namespace {
+
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 constexpr float kGeluCoef = 0.044715f;
 

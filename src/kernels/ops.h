@@ -27,6 +27,10 @@ float softmax_row(float* x, int64_t n);
 float max_row(const float* x, int64_t n);
 // log(sum_i exp(x[i])), stable (max-shifted, vectorized, accumulated in double).
 double log_sum_exp_row(const float* x, int64_t n);
+// x[i] = exp(x[i] - mx) for finite x[i] <= mx (about 1 ulp; results below
+// exp(-87.3) are not flushed to 0). Every element goes through the same
+// 8-lane code, so a value's result does not depend on where it sits.
+void exp_shifted_row(float* x, int64_t n, float mx);
 
 void silu_row(float* x, int64_t n);
 void gelu_tanh_row(float* x, int64_t n);
