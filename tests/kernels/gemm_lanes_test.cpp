@@ -1,10 +1,11 @@
-// Q8_0 / Q5_0 x Q8_0 kernels of the AVX-512 level
-// (kernels/cpu/gemm_lanes_avx512.cpp). That level defines its own arithmetic
-// for these types: per block an exact integer dot of the signed weights and
-// activation quants, then acc = fma(float(isum), d_w * d_x, acc) in block
-// order.
-// The scalar model below performs exactly those steps, so vec_dot, every
-// tile shape and the matmul driver (any token count, thread count, row
+// Q8_0 / Q5_0 / Q4_0 x Q8_0 and Q4_1 / Q5_1 x Q8_1 kernels of the AVX-512
+// level (kernels/cpu/gemm_lanes_avx512.cpp, decode_legacy_avx512.cpp). That
+// level defines its own arithmetic for these types: per block an exact
+// integer dot of the weight quants (minus the offset) and activation quants,
+// then acc = fma(float(isum), d_w * d_x, acc) and, for Q4_1 / Q5_1,
+// acc = fma(m_w, s_x, acc), in block order.
+// The scalar model below performs exactly those steps, so vec_dot,
+// vec_dot_rows, every tile shape and the matmul driver (any token count, thread count, row
 // slice) must match it bit for bit; it must also stay within rounding of the
 // scalar reference vec_dot (the AVX2 / scalar levels' arithmetic).
 #include <gtest/gtest.h>
@@ -28,34 +29,64 @@ namespace {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
-const DType kTypes[] = {DType::kQ8_0, DType::kQ5_0};
+const DType kTypes[] = {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_1};
 
 // Signed weight i of a block and its scale.
 int weight_q(DType t, const uint8_t* block, int i) {
   if (t == DType::kQ8_0) return reinterpret_cast<const BlockQ8_0*>(block)->qs[i];
-  const auto* b = reinterpret_cast<const BlockQ5_0*>(block);
+  if (t == DType::kQ4_0 || t == DType::kQ4_1) {
+    const uint8_t* qs = t == DType::kQ4_0 ? reinterpret_cast<const BlockQ4_0*>(block)->qs
+                                          : reinterpret_cast<const BlockQ4_1*>(block)->qs;
+    return (i < 16 ? (qs[i] & 0x0F) : (qs[i - 16] >> 4)) - (t == DType::kQ4_0 ? 8 : 0);
+  }
+  const uint8_t* qs = t == DType::kQ5_0 ? reinterpret_cast<const BlockQ5_0*>(block)->qs
+                                        : reinterpret_cast<const BlockQ5_1*>(block)->qs;
+  const uint8_t* qhb = t == DType::kQ5_0 ? reinterpret_cast<const BlockQ5_0*>(block)->qh
+                                         : reinterpret_cast<const BlockQ5_1*>(block)->qh;
   uint32_t qh;
-  std::memcpy(&qh, b->qh, 4);
-  const int nib = i < 16 ? (b->qs[i] & 0x0F) : (b->qs[i - 16] >> 4);
-  return (nib | static_cast<int>(((qh >> i) & 1u) << 4)) - 16;
+  std::memcpy(&qh, qhb, 4);
+  const int nib = i < 16 ? (qs[i] & 0x0F) : (qs[i - 16] >> 4);
+  return (nib | static_cast<int>(((qh >> i) & 1u) << 4)) - (t == DType::kQ5_0 ? 16 : 0);
 }
 
-float weight_d(const uint8_t* block) {
+bool has_min(DType t) { return t == DType::kQ4_1 || t == DType::kQ5_1; }
+
+// f16 field at byte offset off of a block: d at 0 in every weight and
+// activation block type; the weight min m / the Q8_1 s at 2.
+float f16_field(const uint8_t* block, size_t off) {
   uint16_t d;
-  std::memcpy(&d, block, 2);  // f16 d first in both block types
+  std::memcpy(&d, block + off, 2);
   return f16_to_f32(d);
 }
+float weight_d(const uint8_t* block) { return f16_field(block, 0); }
 
-// The AVX-512 arithmetic of these types, one block at a time.
-float model_dot(DType t, int64_t n, const uint8_t* w, const BlockQ8_0* x) {
+// Activation block b of a row of vec_dot_type(t): its quant i and fields.
+struct XView {
+  DType t;
+  const uint8_t* row;
+  size_t bytes() const { return dtype_row_size(vec_dot_type(t), kQK); }
+  const uint8_t* block(int64_t b) const { return row + bytes() * static_cast<size_t>(b); }
+  int q(int64_t b, int i) const {
+    return has_min(t) ? reinterpret_cast<const BlockQ8_1*>(block(b))->qs[i]
+                      : reinterpret_cast<const BlockQ8_0*>(block(b))->qs[i];
+  }
+  float d(int64_t b) const { return f16_field(block(b), 0); }
+  float s(int64_t b) const { return f16_field(block(b), 2); }
+};
+
+// The AVX-512 arithmetic of these types, one block at a time (x: a row of
+// vec_dot_type(t)).
+float model_dot(DType t, int64_t n, const uint8_t* w, const void* x) {
   const size_t bb = dtype_row_size(t, kQK);
+  const XView xv{t, static_cast<const uint8_t*>(x)};
   float acc = 0.0f;
   for (int64_t b = 0; b < n / kQK; ++b) {
     const uint8_t* wb = w + bb * static_cast<size_t>(b);
     int32_t isum = 0;
-    for (int i = 0; i < kQK; ++i) isum += weight_q(t, wb, i) * static_cast<int32_t>(x[b].qs[i]);
-    const float scale = weight_d(wb) * f16_to_f32(x[b].d);
+    for (int i = 0; i < kQK; ++i) isum += weight_q(t, wb, i) * xv.q(b, i);
+    const float scale = weight_d(wb) * xv.d(b);
     acc = std::fma(static_cast<float>(isum), scale, acc);
+    if (has_min(t)) acc = std::fma(f16_field(wb, 2), xv.s(b), acc);
   }
   return acc;
 }
@@ -72,11 +103,12 @@ std::vector<float> make_x(int64_t tokens, int64_t n, uint32_t seed) {
   return x;
 }
 
-std::vector<uint8_t> quantize_x(const std::vector<float>& x, int64_t tokens, int64_t n) {
-  const size_t rb = dtype_row_size(DType::kQ8_0, n);
+// Activation rows of weight type wt's vec_dot_type, quantized as the driver does.
+std::vector<uint8_t> quantize_x(DType wt, const std::vector<float>& x, int64_t tokens, int64_t n) {
+  const DType xt = vec_dot_type(wt);
+  const size_t rb = dtype_row_size(xt, n);
   std::vector<uint8_t> out(rb * static_cast<size_t>(tokens));
-  for (int64_t t = 0; t < tokens; ++t)
-    kernels(DType::kQ8_0, Isa::kAvx512).quantize_row(x.data() + t * n, out.data() + rb * t, n);
+  for (int64_t t = 0; t < tokens; ++t) kernels(xt, Isa::kAvx512).quantize_row(x.data() + t * n, out.data() + rb * t, n);
   return out;
 }
 
@@ -88,9 +120,9 @@ class GemmLanes : public ::testing::Test {
   static const KernelSet& k(DType t) { return kernels(t, Isa::kAvx512); }
 };
 
-TEST_F(GemmLanes, SixteenRowTiles) {
+TEST_F(GemmLanes, ThirtyTwoRowTiles) {
   for (DType t : kTypes) {
-    EXPECT_EQ(k(t).tile_rows, 16) << dtype_name(t);
+    EXPECT_EQ(k(t).tile_rows, 32) << dtype_name(t);
     EXPECT_GE(k(t).tile_cols, 16) << dtype_name(t);
     EXPECT_NE(k(t).vec_dot, kernels(t, Isa::kAvx2).vec_dot) << dtype_name(t);
   }
@@ -105,23 +137,26 @@ TEST_F(GemmLanes, VecDotMatchesModel) {
     for (int64_t n : {32, 64, 96, 256, 288, 480, 640, 1024, 1056, 2144}) {
       const int64_t rows = 10, tokens = 4;
       const auto w = make_legacy_weights(ty, rows, n, static_cast<uint32_t>(n));
-      const auto xq = quantize_x(make_x(tokens, n, static_cast<uint32_t>(n) + 1), tokens, n);
-      const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(DType::kQ8_0, n);
+      const auto xq = quantize_x(ty, make_x(tokens, n, static_cast<uint32_t>(n) + 1), tokens, n);
+      const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(vec_dot_type(ty), n);
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t t = 0; t < tokens; ++t) {
           const uint8_t* wr = w.data() + rb * r;
-          const auto* xt = reinterpret_cast<const BlockQ8_0*>(xq.data() + xrb * t);
+          const auto* xt = xq.data() + xrb * t;
           float got = 0, ref = 0;
           k(ty).vec_dot(n, &got, wr, xt);
           kernels(ty, Isa::kScalar).vec_dot(n, &ref, wr, xt);
           const float want = model_dot(ty, n, wr, xt);
           ASSERT_TRUE(same_bits(got, want))
               << dtype_name(ty) << " n=" << n << " r=" << r << " t=" << t << " " << got << " vs " << want;
+          const XView xv{ty, xt};
           double scale = 0;
-          for (int64_t b = 0; b < n / kQK; ++b)
+          for (int64_t b = 0; b < n / kQK; ++b) {
             for (int i = 0; i < kQK; ++i)
-              scale += std::fabs(static_cast<double>(weight_d(wr + bb * b)) * weight_q(ty, wr + bb * b, i) *
-                                 f16_to_f32(xt[b].d) * xt[b].qs[i]);
+              scale += std::fabs(static_cast<double>(weight_d(wr + bb * b)) * weight_q(ty, wr + bb * b, i) * xv.d(b) *
+                                 xv.q(b, i));
+            if (has_min(ty)) scale += std::fabs(static_cast<double>(f16_field(wr + bb * b, 2)) * xv.s(b));
+          }
           ASSERT_NEAR(got, ref, 1e-5 * scale + 1e-30) << dtype_name(ty) << " n=" << n << " r=" << r << " t=" << t;
         }
       }
@@ -129,21 +164,53 @@ TEST_F(GemmLanes, VecDotMatchesModel) {
   }
 }
 
-// Every tile shape (rows 1..16, tokens 1..kQ8TileCols incl. partial register
-// groups) at offsets inside a larger output: model bits, nothing written
-// outside the tile.
+// vec_dot_rows (the decode kernels) gives the model's bits for every start
+// row and row count (partial 16-row groups anywhere, odd block counts, rows
+// longer than one activation preparation chunk of 256 blocks) and writes
+// nothing past s[nr - 1].
+TEST_F(GemmLanes, RowsMatchModel) {
+  for (DType ty : kTypes) {
+    ASSERT_NE(k(ty).vec_dot_rows, nullptr) << dtype_name(ty);
+    for (int64_t n : {32, 64, 96, 160, 640, 1056, 2144, 8224}) {
+      const int64_t rows = 37;
+      const auto w = make_legacy_weights(ty, rows, n, 23 + static_cast<uint32_t>(n));
+      const auto xq = quantize_x(ty, make_x(3, n, 29 + static_cast<uint32_t>(n)), 3, n);
+      const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(vec_dot_type(ty), n);
+      for (int64_t t = 0; t < 3; ++t) {
+        const auto* xt = xq.data() + xrb * t;
+        std::vector<float> want(rows);
+        for (int64_t r = 0; r < rows; ++r) want[r] = model_dot(ty, n, w.data() + rb * r, xt);
+        for (int64_t r0 = 0; r0 < rows; r0 += (n > 2144 ? 11 : 4)) {
+          for (int64_t nr = 1; r0 + nr <= rows; nr += (nr < 17 ? 1 : 5)) {
+            std::vector<float> got(static_cast<size_t>(nr + 1), std::numeric_limits<float>::quiet_NaN());
+            k(ty).vec_dot_rows(n, got.data(), w.data() + rb * r0, rb, xt, nr);
+            ASSERT_TRUE(std::isnan(got[nr])) << dtype_name(ty) << " wrote past the rows: n=" << n << " nr=" << nr;
+            for (int64_t r = 0; r < nr; ++r)
+              ASSERT_TRUE(same_bits(got[r], want[r0 + r]))
+                  << dtype_name(ty) << " n=" << n << " t=" << t << " r0=" << r0 << " nr=" << nr << " r=" << r
+                  << " got " << got[r] << " want " << want[r0 + r];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every tile shape (rows 1..32: one or two sets of 16 lanes, tokens
+// 1..tile_cols incl. partial register groups) at offsets inside a larger
+// output: model bits, nothing written outside the tile.
 TEST_F(GemmLanes, TilesMatchModel) {
-  const int64_t rows = 19, tokens = 70;
+  const int64_t rows = 35, tokens = 70;
   for (DType ty : kTypes)
-    for (int64_t n : {32, 640, 1056}) {  // 1056 = 33 blocks: two transpose chunks
+    for (int64_t n : {32, 640, 1056}) {  // 1056 = 33 blocks: several transpose chunks
       const auto w = make_legacy_weights(ty, rows, n, 3 + static_cast<uint32_t>(n));
-      const auto xq = quantize_x(make_x(tokens, n, 5 + static_cast<uint32_t>(n)), tokens, n);
-      const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(DType::kQ8_0, n);
+      const auto xq = quantize_x(ty, make_x(tokens, n, 5 + static_cast<uint32_t>(n)), tokens, n);
+      const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(vec_dot_type(ty), n);
       std::vector<float> want(static_cast<size_t>(rows * tokens));
       for (int64_t t = 0; t < tokens; ++t)
         for (int64_t r = 0; r < rows; ++r)
           want[t * rows + r] =
-              model_dot(ty, n, w.data() + rb * r, reinterpret_cast<const BlockQ8_0*>(xq.data() + xrb * t));
+              model_dot(ty, n, w.data() + rb * r, xq.data() + xrb * t);
       const int64_t lds = rows + 2;
       const KernelSet& kt = k(ty);
       for (int nr = 1; nr <= kt.tile_rows; ++nr) {
@@ -185,13 +252,13 @@ TEST_F(GemmLanes, MatmulMatchesModel) {
     w.data = wbytes.data();
     w.nbytes = wbytes.size();
     const auto x = make_x(tokens, n, 19);
-    const auto xq = quantize_x(x, tokens, n);
-    const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(DType::kQ8_0, n);
+    const auto xq = quantize_x(ty, x, tokens, n);
+    const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(vec_dot_type(ty), n);
     std::vector<float> want(static_cast<size_t>(rows * tokens));
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t r = 0; r < rows; ++r)
         want[t * rows + r] =
-            model_dot(ty, n, wbytes.data() + rb * r, reinterpret_cast<const BlockQ8_0*>(xq.data() + xrb * t));
+            model_dot(ty, n, wbytes.data() + rb * r, xq.data() + xrb * t);
     MatmulScratch scratch;
     for (int nt : {1, 2, 3}) {
       ThreadPool pool(nt);

@@ -175,7 +175,7 @@ TEST(GemmTile, TileShapesAreDeclared) {
       }
       EXPECT_GE(k.tile_rows, 1) << label(t, isa, 0);
       EXPECT_GE(k.tile_cols, 1) << label(t, isa, 0);
-      EXPECT_LE(k.tile_rows, 16) << label(t, isa, 0);
+      EXPECT_LE(k.tile_rows, 32) << label(t, isa, 0);
       EXPECT_LE(k.tile_cols, 256) << label(t, isa, 0);
     }
   }
@@ -202,7 +202,7 @@ std::vector<int> col_counts(int tile_cols) {
 // bit-identical to vec_dot, nothing written outside the tile, and within
 // rounding of the scalar reference.
 TEST(GemmTile, TilesMatchVecDotBitForBit) {
-  constexpr int64_t kRows = 17, kTokens = 69;  // kRows > the largest tile_rows (16)
+  constexpr int64_t kRows = 33, kTokens = 69;  // kRows > the largest tile_rows (32)
   constexpr int64_t kRefTokens = 8;            // tokens also checked against the scalar reference
   int tested = 0;
   for (DType t : kWeightTypes) {

@@ -1,5 +1,6 @@
 // Test helper for the legacy-block kernel tests: weight rows of a
-// Q4_0 / Q5_0 / Q8_0 type (f16 d first in each 32-element block). Even rows
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 type (f16 d first in each 32-element
+// block, then f16 m for Q4_1 / Q5_1). Even rows
 // are quantized gaussians of varying magnitude (every 5th all zero); odd rows
 // are raw random bytes (so Q8_0's -128 occurs) with small scales.
 #pragma once
@@ -34,9 +35,14 @@ inline std::vector<uint8_t> make_legacy_weights(DType t, int64_t rows, int64_t n
       continue;
     }
     for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(rng());
+    const bool has_min = t == DType::kQ4_1 || t == DType::kQ5_1;  // f16 m right after d
     for (int64_t b = 0; b < n / kQK; ++b) {
       const uint16_t d = f32_to_f16(uni(rng) * 0.05f);
       std::memcpy(row + block_bytes * static_cast<size_t>(b), &d, sizeof(d));
+      if (has_min) {
+        const uint16_t m = f32_to_f16(uni(rng) * 0.5f);
+        std::memcpy(row + block_bytes * static_cast<size_t>(b) + 2, &m, sizeof(m));
+      }
     }
   }
   return w;

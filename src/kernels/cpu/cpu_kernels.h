@@ -77,13 +77,12 @@ void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
-// Tile kernels (VecDotTileFn), bit-identical to the vec_dot above for every
-// (row, token) pair: up to kTileRows weight rows x kWideTileCols tokens
-// (weight-stationary: each call unpacks its rows once for all its tokens).
+// K-quant tile kernels (VecDotTileFn, gemm_kquants_avx512.cpp), bit-identical
+// to the vec_dot above for every (row, token) pair: up to kTileRows weight
+// rows x kWideTileCols tokens (weight-stationary: each call unpacks its rows
+// once for all its tokens).
 constexpr int kTileRows = 4;
 constexpr int kWideTileCols = 64;
-void vec_dot_tile_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
@@ -95,10 +94,22 @@ void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
 void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 
-// Q8_0 / Q5_0 (gemm_lanes_avx512.cpp): 16 rows (one per zmm lane) x up to
-// kLaneTileCols tokens, with their own arithmetic (see that file).
-constexpr int kLaneTileRows = 16;
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (gemm_lanes_avx512.cpp): 32 rows (two
+// sets of 16, one row per zmm lane) x up to kLaneTileCols tokens, with their
+// own arithmetic (see that file; the vec_dot of these types above follows it
+// too).
+constexpr int kLaneTileRows = 32;
 constexpr int kLaneTileCols = 64;
+void vec_dot_tile_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_q4_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_q5_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+// Q4_1 / Q5_1 decode (KernelSet::vec_dot_rows, decode_legacy_avx512.cpp;
+// the Q4_0 / Q5_0 / Q8_0 ones are declared in decode_rows.h).
+void vec_dot_rows_q4_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_rows_q5_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,

@@ -1,18 +1,23 @@
-// AVX-512 VNNI "row lanes" kernels for the legacy weight types Q8_0 and
-// Q5_0 x Q8_0 activations: vec_dot, vec_dot_rows (decode) and the tile
-// kernel (16 weight rows x up to kLaneTileCols tokens). Q8_0 is the tied
-// token embedding / output head (the largest matrix of small models) and
-// Q5_0 most of the Gemma 3 body in Q4_K_M files, so these kernels set the
-// batched decode speed.
+// AVX-512 VNNI "row lanes" kernels for the legacy weight types Q4_0, Q5_0,
+// Q8_0 x Q8_0 activations and Q4_1, Q5_1 x Q8_1 activations: vec_dot,
+// vec_dot_rows (decode; Q4_0 / Q4_1 / Q5_1 ones are in
+// decode_legacy_avx512.cpp) and the tile kernel (kLaneTileRows = 32 weight
+// rows x up to kLaneTileCols tokens). Q8_0 is the tied
+// token embedding / output head (the largest matrix of small models), Q5_0
+// most of the Gemma 3 body in Q4_K_M files and Q4_0 the whole of Q4_0 files,
+// so these kernels set the batched speed of those models.
 //
-// Arithmetic (the contract of all three for these two types at this level,
+// Arithmetic (the contract of all kernels for these types at this level,
 // hence batch-invariant):
 //   acc = 0;  for each block b in order:
 //     acc = fma(float(isum_b), d_w[b] * d_x[b], acc)
-// where isum_b = sum of the 32 products w_i * x_i of the signed weights
-// (Q8_0 quants; Q5_0 quants - 16) and activation quants: exact int32, so
-// float(isum_b) is exact (|isum_b| <= 32 * 128 * 127 < 2^24). This differs
-// from the AVX2 / scalar levels (8-lane partial sums per block) only by float
+//     acc = fma(m_w[b], s_x[b], acc)          (Q4_1 / Q5_1 only)
+// where isum_b = sum of the 32 products w_i * x_i of the integer weights
+// (Q8_0 quants; Q5_0 quants - 16; Q4_0 nibbles - 8; Q4_1 / Q5_1 quants as
+// stored) and activation quants: exact int32, so float(isum_b) is exact
+// (|isum_b| <= 32 * 128 * 127 < 2^24); m_w is the weight block's min and
+// s_x the Q8_1 block's s (= d * sum of its quants). This differs from the
+// AVX2 / scalar levels (8-lane partial sums per block) only by float
 // rounding; every kernel here reproduces it bit for bit
 // (tests/kernels/gemm_lanes_test.cpp checks them against a scalar model of
 // exactly these steps).
@@ -25,15 +30,27 @@
 // u8 x s8: the activation bytes are made unsigned (x ^ 0x80 = x + 128) and
 // the weights stay signed, so each lane gets sum(w * x) + 128 * sum(w); the
 // second term is computed once per row block (at transpose time) and seeds
-// the sum. Decode (one token) instead walks the rows sequentially, two at a
-// time: weights then stream from memory, and sequential rows keep the
-// hardware prefetchers effective (a transposed 16-row group, even with
-// software prefetch, measured ~1.5x slower there).
+// the sum. (For Q4_0 the other assignment, nibbles unsigned and activations
+// signed with a -8 * sum(x) seed per token and block, needs the same work per
+// token: a seed per token instead of one per row block.) Q4_1 / Q5_1 add
+// one fma per block and token with the 16 rows' mins. A tile call holds two
+// such sets of 16 rows: preparing a token group's activations (x ^ 0x80,
+// scales) is then shared by 32 rows (measured 10-18% faster than 16-row
+// tiles at 512 tokens). vec_dot and decode
+// use that other assignment (unsigned weights, seed -offset * sum4(x)
+// prepared once per call). Decode (one token) walks the rows sequentially,
+// two at a time: weights then stream from memory, and sequential rows keep
+// the hardware prefetchers effective (for Q8_0 a transposed 16-row group,
+// even with software prefetch, measured ~1.5x slower there). Q4_0, Q4_1 and
+// Q5_1 decode use a 16-row group kernel instead (decode_legacy_avx512.cpp,
+// same arithmetic): with their short blocks the per-row work of this two-row
+// walk dominates (Q4_0: measured 30-45% slower than the group kernel).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/decode_rows.h"
@@ -46,11 +63,14 @@
 namespace ember::avx512 {
 namespace {
 
-constexpr int kR = kLaneTileRows;  // weight rows per tile (one per zmm lane)
-constexpr int kChunk = 32;         // blocks transposed at a time (20 KB, stays in L1)
-constexpr int kGroup = 8;          // tokens per register group
+constexpr int kR = 16;                      // weight rows per set (one per zmm lane)
+constexpr int kSets = kLaneTileRows / kR;   // row sets per tile
+constexpr int kChunk = 32 / kSets;          // blocks transposed at a time per set (~20 KB, stays in L1)
+constexpr int kGroup = 8;                   // tokens per register group
+static_assert(kSets * kR == kLaneTileRows, "tile rows: whole sets of 16");
 
-// One block of 16 weight rows, transposed.
+// One block of 16 weight rows, transposed (the rows' mins, for types with
+// one, are kept apart so the other types' packed chunk stays small).
 struct alignas(64) PackedBlock {
   __m512i w[8];  // w[k] lane r = signed quants 4k .. 4k+3 of row r
   __m512i seed;  // -128 * sum(quants of row r) per lane
@@ -60,9 +80,13 @@ struct alignas(64) PackedBlock {
 inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // Weight formats: the 32 signed weights of a block (quants - offset) as
-// bytes, and the same plus kOffset (unsigned) for vec_dot.
+// bytes, and the same plus kOffset (unsigned) for vec_dot. XBlock: the
+// activation block type; kMin: blocks carry a min m (weight = d * q + m) and
+// the activations their s = d * sum(quants).
 struct LanesQ8_0 {
   using Block = BlockQ8_0;
+  using XBlock = BlockQ8_0;
+  static constexpr bool kMin = false;
   static constexpr int kOffset = 128;
   static __m256i signed_q(const Block& b) { return loadu(b.qs); }
   static __m256i unsigned_q(const Block& b) { return _mm256_xor_si256(loadu(b.qs), _mm256_set1_epi8(-128)); }
@@ -70,6 +94,8 @@ struct LanesQ8_0 {
 
 struct LanesQ5_0 {
   using Block = BlockQ5_0;
+  using XBlock = BlockQ8_0;
+  static constexpr bool kMin = false;
   static constexpr int kOffset = 16;
   static __m256i unsigned_q(const Block& b) {
     const __m256i nib = simd::unpack_nibbles_16(b.qs);
@@ -77,6 +103,45 @@ struct LanesQ5_0 {
   }
   static __m256i signed_q(const Block& b) { return _mm256_sub_epi8(unsigned_q(b), _mm256_set1_epi8(16)); }
 };
+
+// Q4_0: the nibbles are the unsigned quants (weight = nibble - 8).
+struct LanesQ4_0 {
+  using Block = BlockQ4_0;
+  using XBlock = BlockQ8_0;
+  static constexpr bool kMin = false;
+  static constexpr int kOffset = 8;
+  static __m256i unsigned_q(const Block& b) { return simd::unpack_nibbles_16(b.qs); }
+  static __m256i signed_q(const Block& b) { return _mm256_sub_epi8(unsigned_q(b), _mm256_set1_epi8(8)); }
+};
+
+// Q4_1 / Q5_1: unsigned quants 0..15 / 0..31 are the weights (no offset).
+struct LanesQ4_1 {
+  using Block = BlockQ4_1;
+  using XBlock = BlockQ8_1;
+  static constexpr bool kMin = true;
+  static constexpr int kOffset = 0;
+  static __m256i unsigned_q(const Block& b) { return simd::unpack_nibbles_16(b.qs); }
+  static __m256i signed_q(const Block& b) { return unsigned_q(b); }
+};
+
+struct LanesQ5_1 {
+  using Block = BlockQ5_1;
+  using XBlock = BlockQ8_1;
+  static constexpr bool kMin = true;
+  static constexpr int kOffset = 0;
+  static __m256i unsigned_q(const Block& b) {
+    const __m256i nib = simd::unpack_nibbles_16(b.qs);
+    return _mm256_mask_add_epi8(nib, simd::load_u32(b.qh), nib, _mm256_set1_epi8(16));
+  }
+  static __m256i signed_q(const Block& b) { return unsigned_q(b); }
+};
+
+// f16 field at byte offset `off` of a block (d at 0; m / s at 2).
+inline uint16_t f16_at(const void* block, size_t off) {
+  uint16_t h;
+  std::memcpy(&h, static_cast<const uint8_t*>(block) + off, sizeof(h));
+  return h;
+}
 
 template <class W>
 inline const typename W::Block& block_at(const uint8_t* row, int64_t b) {
@@ -91,7 +156,7 @@ inline __m512i rows2(const uint8_t* a, const uint8_t* c, int64_t b) {
 
 // Transposes block b of the 16 rows (row r starts at rows[r]) into pb.
 template <class W>
-inline void pack_block(const uint8_t* const rows[kR], int64_t b, PackedBlock& pb) {
+inline void pack_block(const uint8_t* const rows[kR], int64_t b, PackedBlock& pb, __m512& mins) {
   __m512i xa[4], xb[4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
@@ -131,18 +196,24 @@ inline void pack_block(const uint8_t* const rows[kR], int64_t b, PackedBlock& pb
   for (int r = 0; r < kR; ++r) d[r] = block_at<W>(rows[r], b).d;
   const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(d));
   pb.d = _mm512_cvtph_ps(h);
+  if constexpr (W::kMin) {
+    alignas(32) uint16_t m[kR];
+    for (int r = 0; r < kR; ++r) m[r] = block_at<W>(rows[r], b).m;
+    mins = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m)));
+  }
 }
 
-// Activations of one token group for one chunk: unsigned quants (x ^ 0x80)
-// and float scales.
+// Activations of one token group for one chunk: unsigned quants (x ^ 0x80),
+// float scales and (Q8_1) float s.
 struct TokenChunk {
   alignas(64) uint8_t xu[kGroup][kChunk][32];
   float dx[kGroup][kChunk];
+  float sx[kGroup][kChunk];
 };
 
 // acc[t] += blocks [0, nblk) of the packed chunk x token t (t < NT).
-template <int NT>
-inline void group_chunk(const PackedBlock* pk, int nblk, const TokenChunk& tc, __m512 acc[NT]) {
+template <bool kMin, int NT>
+inline void group_chunk(const PackedBlock* pk, const __m512* pm, int nblk, const TokenChunk& tc, __m512 acc[NT]) {
   for (int b = 0; b < nblk; ++b) {
     const PackedBlock& pb = pk[b];
     __m512i p[NT];
@@ -161,79 +232,99 @@ inline void group_chunk(const PackedBlock* pk, int nblk, const TokenChunk& tc, _
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[t]), _mm512_mul_ps(pb.d, _mm512_set1_ps(tc.dx[t][b])), acc[t]);
+    if constexpr (kMin) {
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) acc[t] = _mm512_fmadd_ps(pm[b], _mm512_set1_ps(tc.sx[t][b]), acc[t]);
+    }
   }
 }
 
-inline void prepare_tokens(const BlockQ8_0* const xt[kGroup], int nt, int64_t b0, int nblk, TokenChunk& tc) {
+template <class XB>
+inline void prepare_tokens(const XB* const xt[kGroup], int nt, int64_t b0, int nblk, TokenChunk& tc) {
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int t = 0; t < nt; ++t) {
-    const BlockQ8_0* x = xt[t] + b0;
+    const XB* x = xt[t] + b0;
     for (int b = 0; b < nblk; ++b) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(tc.xu[t][b]), _mm256_xor_si256(loadu(x[b].qs), flip));
       tc.dx[t][b] = simd::load_f16(x[b].d);
+      if constexpr (std::is_same_v<XB, BlockQ8_1>) tc.sx[t][b] = simd::load_f16(f16_at(&x[b], 2));
     }
   }
 }
 
 // Runs one token group (nt tokens, computed as NT) over a chunk.
-inline void run_group(int nt, const PackedBlock* pk, int nblk, const TokenChunk& tc, __m512 acc[kGroup]) {
+template <bool kMin>
+inline void run_group(int nt, const PackedBlock* pk, const __m512* pm, int nblk, const TokenChunk& tc,
+                      __m512 acc[kGroup]) {
   if (nt > 4) {
-    group_chunk<8>(pk, nblk, tc, acc);
+    group_chunk<kMin, 8>(pk, pm, nblk, tc, acc);
   } else if (nt > 2) {
-    group_chunk<4>(pk, nblk, tc, acc);
+    group_chunk<kMin, 4>(pk, pm, nblk, tc, acc);
   } else if (nt == 2) {
-    group_chunk<2>(pk, nblk, tc, acc);
+    group_chunk<kMin, 2>(pk, pm, nblk, tc, acc);
   } else {
-    group_chunk<1>(pk, nblk, tc, acc);
+    group_chunk<kMin, 1>(pk, pm, nblk, tc, acc);
   }
 }
 
-// s[c * lds + r] for r < nr (<= 16), c < nc (<= kLaneTileCols). pf / pf_bytes:
+// s[c * lds + r] for r < nr (<= kLaneTileRows), c < nc (<= kLaneTileCols):
+// the rows in sets of 16 (one row per zmm lane); each token group's
+// activations are prepared once per chunk for all sets. pf / pf_bytes:
 // memory to prefetch while computing (may be null).
 template <class W>
-void tile16(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
-            size_t x_row_bytes, int nr, int nc, const uint8_t* pf, size_t pf_bytes) {
-  const uint8_t* rows[kR];
-  for (int r = 0; r < kR; ++r) rows[r] = w + static_cast<size_t>(std::min(r, nr - 1)) * w_row_bytes;
+void tile_lanes(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
+                size_t x_row_bytes, int nr, int nc, const uint8_t* pf, size_t pf_bytes) {
+  const int nsets = (nr + kR - 1) / kR;
+  const uint8_t* rows[kSets][kR];
+  __mmask16 row_mask[kSets];
+  for (int st = 0; st < kSets; ++st) {
+    for (int r = 0; r < kR; ++r) rows[st][r] = w + static_cast<size_t>(std::min(kR * st + r, nr - 1)) * w_row_bytes;
+    const int cnt = std::clamp(nr - kR * st, 0, kR);
+    row_mask[st] = static_cast<__mmask16>((1u << cnt) - 1);
+  }
   const int64_t nb = n / kQK;
   const int ngroups = (nc + kGroup - 1) / kGroup;
   const int64_t nchunks = (nb + kChunk - 1) / kChunk;
   const int64_t pf_lines = static_cast<int64_t>((pf_bytes + 63) / 64);
+  const int64_t packs = nb * nsets;  // pack_block calls in all
   int64_t pf_done = 0;
-  PackedBlock pk[kChunk];
+  PackedBlock pk[kSets][kChunk];
+  __m512 pm[kSets][kChunk];  // row mins (types with a min)
   TokenChunk tc;
-  __m512 saved[kLaneTileCols];
-  const __mmask16 row_mask = static_cast<__mmask16>((1u << nr) - 1);
+  __m512 saved[kSets][kLaneTileCols];
 
   for (int64_t ch = 0; ch < std::max<int64_t>(nchunks, 1); ++ch) {
     const int64_t b0 = ch * kChunk;
     const int nblk = static_cast<int>(std::min<int64_t>(kChunk, nb - b0));
-    for (int b = 0; b < nblk; ++b) {
-      pack_block<W>(rows, b0 + b, pk[b]);
-      if (pf) {
-        const int64_t end = std::min(pf_lines, pf_lines * (b0 + b + 1) / nb);
-        // Into L2: an L1 prefetch of a whole tile would evict this tile's
-        // packed blocks (measured 20% slower).
-        for (; pf_done < end; ++pf_done) _mm_prefetch(reinterpret_cast<const char*>(pf + pf_done * 64), _MM_HINT_T1);
+    for (int st = 0; st < nsets; ++st) {
+      for (int b = 0; b < nblk; ++b) {
+        pack_block<W>(rows[st], b0 + b, pk[st][b], pm[st][b]);
+        if (pf) {
+          const int64_t end = std::min(pf_lines, pf_lines * (b0 * nsets + st * nblk + b + 1) / packs);
+          // Into L2: an L1 prefetch of a whole tile would evict this tile's
+          // packed blocks (measured 20% slower).
+          for (; pf_done < end; ++pf_done) _mm_prefetch(reinterpret_cast<const char*>(pf + pf_done * 64), _MM_HINT_T1);
+        }
       }
     }
     const bool first = ch == 0, last = ch + 1 >= nchunks;
     for (int g = 0; g < ngroups; ++g) {
       const int nt = std::min(kGroup, nc - kGroup * g);
-      const BlockQ8_0* xt[kGroup];
+      using XB = typename W::XBlock;
+      const XB* xt[kGroup];
       for (int t = 0; t < kGroup; ++t)
-        xt[t] =
-            reinterpret_cast<const BlockQ8_0*>(x + static_cast<size_t>(kGroup * g + std::min(t, nt - 1)) * x_row_bytes);
-      __m512 acc[kGroup];
-      for (int t = 0; t < kGroup; ++t) acc[t] = first ? _mm512_setzero_ps() : saved[kGroup * g + t];
-      if (nblk > 0) {
-        prepare_tokens(xt, nt > 4 ? 8 : nt > 2 ? 4 : nt, b0, nblk, tc);  // as many as run_group computes
-        run_group(nt, pk, nblk, tc, acc);
-      }
-      if (last) {
-        for (int t = 0; t < nt; ++t) _mm512_mask_storeu_ps(s + (kGroup * g + t) * lds, row_mask, acc[t]);
-      } else {
-        for (int t = 0; t < kGroup; ++t) saved[kGroup * g + t] = acc[t];
+        xt[t] = reinterpret_cast<const XB*>(x + static_cast<size_t>(kGroup * g + std::min(t, nt - 1)) * x_row_bytes);
+      if (nblk > 0) prepare_tokens(xt, nt > 4 ? 8 : nt > 2 ? 4 : nt, b0, nblk, tc);  // as many as run_group computes
+      for (int st = 0; st < nsets; ++st) {
+        __m512 acc[kGroup];
+        for (int t = 0; t < kGroup; ++t) acc[t] = first ? _mm512_setzero_ps() : saved[st][kGroup * g + t];
+        if (nblk > 0) run_group<W::kMin>(nt, pk[st], pm[st], nblk, tc, acc);
+        if (last) {
+          for (int t = 0; t < nt; ++t)
+            _mm512_mask_storeu_ps(s + (kGroup * g + t) * lds + kR * st, row_mask[st], acc[t]);
+        } else {
+          for (int t = 0; t < kGroup; ++t) saved[st][kGroup * g + t] = acc[t];
+        }
       }
     }
   }
@@ -252,26 +343,28 @@ constexpr int kPrep = 256;
 struct XPrep {
   __m256i seed[kPrep];          // -kOffset * sum4(x) per i32 lane, block b0 + i
   alignas(32) float dx[kPrep];  // activation scales
+  alignas(32) float sx[kPrep];  // Q8_1 s (types with a min)
 };
 
 template <class W>
-inline void prep_x(const BlockQ8_0* x, int64_t b0, int64_t cn, XPrep& xp) {
+inline void prep_x(const typename W::XBlock* x, int64_t b0, int64_t cn, XPrep& xp) {
   const __m256i off = _mm256_set1_epi8(static_cast<char>(W::kOffset));
   for (int64_t i = 0; i < cn; ++i) {
     const __m256i c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), off, loadu(x[b0 + i].qs));
     xp.seed[i] = _mm256_sub_epi32(_mm256_setzero_si256(), c);
     xp.dx[i] = simd::load_f16(x[b0 + i].d);
+    if constexpr (W::kMin) xp.sx[i] = simd::load_f16(f16_at(&x[b0 + i], 2));
   }
 }
 
 // acc[r] over blocks [b0, b0 + cn) of rows wr[r] (r < R).
 template <class W, int R>
-inline void dot_chunk(const uint8_t* const wr[R], const BlockQ8_0* x, int64_t b0, int64_t cn, const XPrep& xp,
-                      float acc[R]) {
+inline void dot_chunk(const uint8_t* const wr[R], const typename W::XBlock* x, int64_t b0, int64_t cn,
+                      const XPrep& xp, float acc[R]) {
   using WB = typename W::Block;
   int64_t i = 0;
   for (; i + 8 <= cn; i += 8) {
-    alignas(32) float pf[R][8], sc[R][8];
+    alignas(32) float pf[R][8], sc[R][8], mw[R][8];
     const __m256 dx = _mm256_load_ps(xp.dx + i);
 #pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
@@ -291,11 +384,17 @@ inline void dot_chunk(const uint8_t* const wr[R], const BlockQ8_0* x, int64_t b0
                       _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(f, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))));
       _mm256_store_ps(sc[r],
                       _mm256_mul_ps(simd::load_f16_scales8(reinterpret_cast<const uint8_t*>(w), sizeof(WB)), dx));
+      if constexpr (W::kMin)
+        _mm256_store_ps(mw[r], simd::load_f16_scales8(reinterpret_cast<const uint8_t*>(w) + 2, sizeof(WB)));
     }
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k)
+    for (int k = 0; k < 8; ++k) {
 #pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) acc[r] = std::fma(pf[r][k], sc[r][k], acc[r]);
+      for (int r = 0; r < R; ++r) {
+        acc[r] = std::fma(pf[r][k], sc[r][k], acc[r]);
+        if constexpr (W::kMin) acc[r] = std::fma(mw[r][k], xp.sx[i + k], acc[r]);
+      }
+    }
   }
   for (; i < cn; ++i) {
     const __m256i xs = loadu(x[b0 + i].qs);
@@ -304,13 +403,14 @@ inline void dot_chunk(const uint8_t* const wr[R], const BlockQ8_0* x, int64_t b0
       const WB& w = reinterpret_cast<const WB*>(wr[r])[b0 + i];
       const int isum = simd::hsum_i32x8(_mm256_dpbusd_epi32(xp.seed[i], W::unsigned_q(w), xs));
       acc[r] = std::fma(static_cast<float>(isum), simd::load_f16(w.d) * xp.dx[i], acc[r]);
+      if constexpr (W::kMin) acc[r] = std::fma(simd::load_f16(w.m), xp.sx[i], acc[r]);
     }
   }
 }
 
 template <class W>
 float lanes_dot(int64_t n, const void* w, const void* vx) {
-  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  const auto* x = static_cast<const typename W::XBlock*>(vx);
   const int64_t nb = n / kQK;
   const uint8_t* wr[1] = {static_cast<const uint8_t*>(w)};
   XPrep xp;
@@ -326,7 +426,7 @@ float lanes_dot(int64_t n, const void* w, const void* vx) {
 // s[r] = vec_dot(row r, x) for r < nr.
 template <class W>
 void lanes_decode(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const void* vx, int64_t nr) {
-  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  const auto* x = static_cast<const typename W::XBlock*>(vx);
   const int64_t nb = n / kQK;
   if (nb > kPrep) {
     for (int64_t r = 0; r < nr; ++r) s[r] = lanes_dot<W>(n, w + static_cast<size_t>(r) * w_row_bytes, x);
@@ -361,14 +461,30 @@ void lanes_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_by
   // A full tile prefetches the next 16 rows (usually the caller's next tile;
   // prefetches never fault, so running past the matrix end is harmless):
   // 16 row streams at once defeat the hardware prefetchers.
-  const size_t tile_bytes = static_cast<size_t>(kR) * w_row_bytes;
-  tile16<W>(n, s, lds, wb, w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr, nc,
-            nr == kR ? wb + tile_bytes : nullptr, tile_bytes);
+  const size_t tile_bytes = static_cast<size_t>(kLaneTileRows) * w_row_bytes;
+  tile_lanes<W>(n, s, lds, wb, w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr, nc,
+                nr == kLaneTileRows ? wb + tile_bytes : nullptr, tile_bytes);
 }
 
 }  // namespace
 
+void vec_dot_q4_0_q8_0(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ4_0>(n, w, x); }
+
 void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ8_0>(n, w, x); }
+
+void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ4_1>(n, w, x); }
+
+void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ5_1>(n, w, x); }
+
+void vec_dot_tile_q4_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc) {
+  lanes_tile<LanesQ4_1>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+}
+
+void vec_dot_tile_q5_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc) {
+  lanes_tile<LanesQ5_1>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+}
 
 void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ5_0>(n, w, x); }
 
@@ -378,6 +494,11 @@ void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_byt
 
 void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   lanes_decode<LanesQ5_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, x, nr);
+}
+
+void vec_dot_tile_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc) {
+  lanes_tile<LanesQ4_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
 void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
