@@ -31,6 +31,42 @@ void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
+// Tile kernels (VecDotTileFn), bit-identical to the vec_dot above for every
+// (row, token) pair. Legacy types (gemm_legacy_avx2.cpp): up to
+// kLegacyTileRows rows x kLegacyTileCols tokens.
+constexpr int kLegacyTileRows = 16;
+constexpr int kLegacyTileCols = 64;
+void vec_dot_tile_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+// K-quants (gemm_kquants_avx2.cpp): up to kKquantTileRows rows x
+// kKquantTileCols tokens.
+constexpr int kKquantTileRows = 4;
+constexpr int kKquantTileCols = 64;
+void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                            size_t x_row_bytes, int nr, int nc);
+// Float weights (gemm_float_avx2.cpp): up to kFloatTileRows rows x
+// kFloatTileCols tokens.
+constexpr int kFloatTileRows = 4;
+constexpr int kFloatTileCols = 60;
+void vec_dot_tile_f32(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                      size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_f16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                      size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                       size_t x_row_bytes, int nr, int nc);
+
 // Activation quantizers (bit-identical to the scalar reference).
 void quantize_row_q8_0(const float* x, void* y, int64_t n);
 void quantize_row_q8_1(const float* x, void* y, int64_t n);
