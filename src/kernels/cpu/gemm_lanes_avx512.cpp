@@ -38,13 +38,14 @@
 // scales) is then shared by 32 rows (measured 10-18% faster than 16-row
 // tiles at 512 tokens). vec_dot and decode
 // use that other assignment (unsigned weights, seed -offset * sum4(x)
-// prepared once per call). Decode (one token) walks the rows sequentially,
-// two at a time: weights then stream from memory, and sequential rows keep
-// the hardware prefetchers effective (for Q8_0 a transposed 16-row group,
-// even with software prefetch, measured ~1.5x slower there). Q4_0, Q4_1 and
-// Q5_1 decode use a 16-row group kernel instead (decode_legacy_avx512.cpp,
-// same arithmetic): with their short blocks the per-row work of this two-row
-// walk dominates (Q4_0: measured 30-45% slower than the group kernel).
+// prepared once per call). Decode (one token) walks the rows sequentially
+// (two at a time for rows of up to 20 blocks, one at a time above: see
+// lanes_decode): weights then stream from memory and the hardware
+// prefetchers keep up (for Q8_0 a transposed 16-row group, even with
+// software prefetch, measured ~1.5x slower). Q4_0, Q4_1 and Q5_1 decode use a 16-row
+// group kernel instead (decode_legacy_avx512.cpp, same arithmetic): with
+// their short blocks the per-row work of this walk dominates (Q4_0: measured
+// 30-45% slower than the group kernel).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -335,10 +336,10 @@ void tile_lanes(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row
 // 8 blocks at a time: their lane sums reduced together (exact integer adds,
 // any order), then the fma chain in block order. The activation side (the
 // -offset * sum4(x) seeds and the f32 scales) is prepared once per call for
-// all rows, in chunks of kPrep blocks; decode runs two rows at a time so two
-// independent fma chains overlap.
+// all rows, in chunks of kPrep blocks.
 
 constexpr int kPrep = 256;
+constexpr int64_t kTwoRowMaxBlocks = 20;  // decode: longest rows walked two at a time
 
 struct XPrep {
   __m256i seed[kPrep];          // -kOffset * sum4(x) per i32 lane, block b0 + i
@@ -434,15 +435,19 @@ void lanes_decode(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, con
   }
   XPrep xp;
   prep_x<W>(x, 0, nb, xp);
+  // Short rows (up to 20 blocks, e.g. Gemma 3 270M's 640): two rows at a
+  // time, so two fma chains overlap (measured ~15% faster end to end there).
+  // Longer rows: one at a time; two measured 2-3x slower on DRAM-resident
+  // matrices with rows of 24+ blocks (768+ elements).
   int64_t r = 0;
-  for (; r + 2 <= nr; r += 2) {
+  for (; nb <= kTwoRowMaxBlocks && r + 2 <= nr; r += 2) {
     const uint8_t* wr[2] = {w + static_cast<size_t>(r) * w_row_bytes, w + static_cast<size_t>(r + 1) * w_row_bytes};
     float acc[2] = {0.0f, 0.0f};
     dot_chunk<W, 2>(wr, x, 0, nb, xp, acc);
     s[r] = acc[0];
     s[r + 1] = acc[1];
   }
-  if (r < nr) {
+  for (; r < nr; ++r) {
     const uint8_t* wr[1] = {w + static_cast<size_t>(r) * w_row_bytes};
     float acc[1] = {0.0f};
     dot_chunk<W, 1>(wr, x, 0, nb, xp, acc);
