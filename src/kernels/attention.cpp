@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <vector>
 
@@ -37,14 +38,18 @@ struct RowState {
   float* acc;
 };
 
-constexpr int kMaxGroup = 8;  // query heads reduced together (share each K/V row load)
+constexpr int kMaxGroup = 8;  // query heads of one token reduced together
+// Rows one reduce_chunk call takes: the heads of a group for every token of a
+// prefill task that has the same key range in a chunk (they share each K/V
+// row load).
+constexpr int kMaxRows = kTokenTile * kMaxGroup;
 
 
-// out[r] = dot_f32(q + r * dk, k, dk) for r < M, bit for bit (same two
+// out[r] = dot_f32(q[r], k, dk) for r < M, bit for bit (same two
 // accumulators and reduction), loading each K vector once for M rows.
 // Requires dk % 16 == 0.
 template <int M>
-void dot_rows(const float* q, int dk, const float* k, float* out) {
+void dot_rows(const float* const* q, int dk, const float* k, float* out) {
   __m256 a0[M], a1[M];
   #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
@@ -52,25 +57,25 @@ void dot_rows(const float* q, int dk, const float* k, float* out) {
     const __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
     #pragma GCC unroll 8
     for (int r = 0; r < M; ++r) {
-      a0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * dk + i), k0, a0[r]);
-      a1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * dk + i + 8), k1, a1[r]);
+      a0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, a0[r]);
+      a1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i + 8), k1, a1[r]);
     }
   }
   #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) out[r] = simd::hsum_f32x8(_mm256_add_ps(a0[r], a1[r]));
 }
 
-void dot_group(const float* q, int nr, int dk, const float* k, float* out) {
+void dot_group(const float* const* q, int nr, int dk, const float* k, float* out) {
   if (dk % 16 != 0) {
-    for (int r = 0; r < nr; ++r) out[r] = dot_f32(q + static_cast<int64_t>(r) * dk, k, dk);
+    for (int r = 0; r < nr; ++r) out[r] = dot_f32(q[r], k, dk);
     return;
   }
   int r = 0;
-  for (; r + 4 <= nr; r += 4) dot_rows<4>(q + static_cast<int64_t>(r) * dk, dk, k, out + r);
+  for (; r + 4 <= nr; r += 4) dot_rows<4>(q + r, dk, k, out + r);
   switch (nr - r) {
-    case 3: dot_rows<3>(q + static_cast<int64_t>(r) * dk, dk, k, out + r); break;
-    case 2: dot_rows<2>(q + static_cast<int64_t>(r) * dk, dk, k, out + r); break;
-    case 1: dot_rows<1>(q + static_cast<int64_t>(r) * dk, dk, k, out + r); break;
+    case 3: dot_rows<3>(q + r, dk, k, out + r); break;
+    case 2: dot_rows<2>(q + r, dk, k, out + r); break;
+    case 1: dot_rows<1>(q + r, dk, k, out + r); break;
     default: break;
   }
 }
@@ -121,24 +126,25 @@ void pv_group(float* const* acc, int nr, const float (*p)[kTile], const float* c
 }
 
 // Reduces keys [kb, ke) (already clipped to the rows' visible range) into
-// fresh states for nr <= kMaxGroup query rows q + r * head_dim that attend to
-// the same kv head and positions (the heads of one token in a GQA group),
-// in 64-key tiles aligned to kb. Each row's arithmetic is independent of nr.
-void reduce_chunk(const AttentionShape& s, const float* q, int nr, int hkv, const KvView& kv, int64_t kb,
-                  int64_t ke, RowState* st) {
+// fresh states for nr <= kMaxRows query rows q[r] that attend to the same kv
+// head and positions (heads of a GQA group, of one or several tokens), in
+// 64-key tiles aligned to kb. Each row's arithmetic is independent of which
+// other rows share the call.
+void reduce_chunk(const AttentionShape& s, const float* const* q, int nr, int hkv, const KvView& kv, int64_t kb,
+                  int64_t ke, RowState* const* st) {
   const int dk = s.head_dim, dv = s.head_dim_v;
   for (int r = 0; r < nr; ++r) {
-    st[r].m = -INFINITY;
-    st[r].l = 0.f;
-    std::fill(st[r].acc, st[r].acc + dv, 0.f);
+    st[r]->m = -INFINITY;
+    st[r]->l = 0.f;
+    std::fill(st[r]->acc, st[r]->acc + dv, 0.f);
   }
-  float sc[kMaxGroup][kTile];
-  float mt[kMaxGroup], mn[kMaxGroup];
+  float sc[kMaxRows][kTile];
+  float mt[kMaxRows], mn[kMaxRows];
   for (int64_t t0 = kb; t0 < ke; t0 += kTile) {
     const int64_t t1 = std::min(ke, t0 + kTile);
     const int n = static_cast<int>(t1 - t0);
     for (int r = 0; r < nr; ++r) mt[r] = -INFINITY;
-    float dots[kMaxGroup];
+    float dots[kMaxRows];
     for (int j = 0; j < n; ++j) {
       dot_group(q, nr, dk, key_row(kv, t0 + j, hkv, dk), dots);
       for (int r = 0; r < nr; ++r) {
@@ -149,23 +155,23 @@ void reduce_chunk(const AttentionShape& s, const float* q, int nr, int hkv, cons
       }
     }
     for (int r = 0; r < nr; ++r) {
-      mn[r] = std::max(st[r].m, mt[r]);
-      const float corr = std::exp(st[r].m - mn[r]);
+      mn[r] = std::max(st[r]->m, mt[r]);
+      const float corr = std::exp(st[r]->m - mn[r]);
       if (corr != 1.f) {
-        scale_row(st[r].acc, corr, dv);
-        st[r].l *= corr;
+        scale_row(st[r]->acc, corr, dv);
+        st[r]->l *= corr;
       }
       exp_shifted_row(sc[r], n, mn[r]);
     }
     const float* vrows[kTile];
-    float* accs[kMaxGroup];
+    float* accs[kMaxRows];
     for (int j = 0; j < n; ++j) vrows[j] = val_row(kv, t0 + j, hkv, dv);
     for (int r = 0; r < nr; ++r) {
-      accs[r] = st[r].acc;
-      for (int j = 0; j < n; ++j) st[r].l += sc[r][j];
+      accs[r] = st[r]->acc;
+      for (int j = 0; j < n; ++j) st[r]->l += sc[r][j];
     }
     pv_group(accs, nr, sc, vrows, n, dv);
-    for (int r = 0; r < nr; ++r) st[r].m = mn[r];
+    for (int r = 0; r < nr; ++r) st[r]->m = mn[r];
   }
 }
 
@@ -200,7 +206,7 @@ int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int 
   // Decode path: one partial (dv + 2) per (row, chunk).
   const int64_t decode = n_tokens <= kTokenTile ? n_tokens * s.n_head * n_chunks * (dv + 2) : 0;
   // Prefill path: per thread, running + part accumulators for a head group.
-  const int64_t prefill = static_cast<int64_t>(n_threads) * 2 * kMaxGroup * dv;
+  const int64_t prefill = static_cast<int64_t>(n_threads) * 2 * kMaxRows * dv;
   return decode + prefill + 64;
 }
 
@@ -227,6 +233,8 @@ void attention_ragged(const AttentionShape& s, const float* q, const int32_t* po
     const int64_t n_items = n_tokens * s.n_head_kv * n_chunks;
     pool.parallel_for(n_items, 1, [&](int64_t b, int64_t e, int) {
       RowState st[kMaxGroup];
+      RowState* sp[kMaxGroup];
+      const float* qr[kMaxGroup];
       for (int64_t it = b; it < e; ++it) {
         const int64_t c = it % n_chunks;
         const int64_t t = it / n_chunks / s.n_head_kv;
@@ -244,8 +252,12 @@ void attention_ragged(const AttentionShape& s, const float* q, const int32_t* po
             }
             continue;
           }
-          for (int r = 0; r < nr; ++r) st[r] = RowState{0, 0, part(r) + 2};
-          reduce_chunk(s, q + t * q_stride + static_cast<int64_t>(h0) * dk, nr, hkv, kv_of(t), kb, ke, st);
+          for (int r = 0; r < nr; ++r) {
+            st[r] = RowState{0, 0, part(r) + 2};
+            sp[r] = &st[r];
+            qr[r] = q + t * q_stride + static_cast<int64_t>(h0 + r) * dk;
+          }
+          reduce_chunk(s, qr, nr, hkv, kv_of(t), kb, ke, sp);
           for (int r = 0; r < nr; ++r) {
             part(r)[0] = st[r].m;
             part(r)[1] = st[r].l;
@@ -271,40 +283,68 @@ void attention_ragged(const AttentionShape& s, const float* q, const int32_t* po
     return;
   }
 
-  // Prefill: tasks of (kv head, token tile); chunks reduced in order per row.
+  // Prefill: tasks of (kv head, token tile). Every row reduces its chunks in
+  // increasing order (the first into its running state, later ones into a
+  // fresh part state merged after it), exactly as alone; chunk by chunk, the
+  // rows of the task's tokens whose key range in that chunk is the same go
+  // through one reduce_chunk call, so each K/V row is loaded once for all
+  // of them.
   const int64_t n_tiles = (n_tokens + kTokenTile - 1) / kTokenTile;
   pool.parallel_for(s.n_head_kv * n_tiles, 1, [&](int64_t b, int64_t e, int ith) {
-    float* run_acc = scratch + static_cast<int64_t>(ith) * 2 * kMaxGroup * dv;
-    float* part_acc = run_acc + kMaxGroup * dv;
-    RowState run[kMaxGroup], part[kMaxGroup];
+    float* run_acc = scratch + static_cast<int64_t>(ith) * 2 * kMaxRows * dv;
+    float* part_acc = run_acc + kMaxRows * dv;
+    RowState run[kMaxRows], part[kMaxRows];
+    RowState* sp[kMaxRows];
+    const float* qr[kMaxRows];
+    int merge_rows[kMaxRows];
     for (int64_t task = b; task < e; ++task) {
       const int hkv = static_cast<int>(task / n_tiles);
       const int64_t t0 = (task % n_tiles) * kTokenTile;
-      const int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
-      for (int64_t t = t0; t < t1; ++t) {
-        int64_t lo, hi, c0, c1;
-        visible_range(s, pos[t], &lo, &hi);
-        chunk_range(s, pos[t], &c0, &c1);
-        for (int h0 = hkv * rep; h0 < (hkv + 1) * rep; h0 += kMaxGroup) {
-          const int nr = std::min(kMaxGroup, (hkv + 1) * rep - h0);
-          const float* qr = q + t * q_stride + static_cast<int64_t>(h0) * dk;
-          for (int r = 0; r < nr; ++r) {
-            run[r] = RowState{0, 0, run_acc + r * dv};
-            part[r] = RowState{0, 0, part_acc + r * dv};
-          }
-          const KvView& kv = kv_of(t);
-          for (int64_t c = c0; c < c1; ++c) {
-            const int64_t kb = std::max(lo, c * kAttnChunk), ke = std::min(hi, (c + 1) * kAttnChunk);
-            if (c == c0) {
-              reduce_chunk(s, qr, nr, hkv, kv, kb, ke, run);
-            } else {
-              reduce_chunk(s, qr, nr, hkv, kv, kb, ke, part);
-              for (int r = 0; r < nr; ++r) merge_state(&run[r], part[r], dv);
-            }
-          }
-          for (int r = 0; r < nr; ++r)
-            finish_row(run[r], out + t * o_stride + static_cast<int64_t>(h0 + r) * dv, dv);
+      const int nt = static_cast<int>(std::min<int64_t>(n_tokens, t0 + kTokenTile) - t0);
+      int64_t lo[kTokenTile], hi[kTokenTile], c0[kTokenTile], c1[kTokenTile];
+      int64_t c_first = INT64_MAX, c_last = 0;
+      for (int i = 0; i < nt; ++i) {
+        visible_range(s, pos[t0 + i], &lo[i], &hi[i]);
+        chunk_range(s, pos[t0 + i], &c0[i], &c1[i]);
+        c_first = std::min(c_first, c0[i]);
+        c_last = std::max(c_last, c1[i]);
+      }
+      for (int h0 = hkv * rep; h0 < (hkv + 1) * rep; h0 += kMaxGroup) {
+        const int nr = std::min(kMaxGroup, (hkv + 1) * rep - h0);
+        for (int i = 0; i < nt * nr; ++i) {
+          run[i] = RowState{0, 0, run_acc + i * dv};
+          part[i] = RowState{0, 0, part_acc + i * dv};
         }
+        for (int64_t c = c_first; c < c_last; ++c) {
+          bool done[kTokenTile] = {};
+          for (int i = 0; i < nt; ++i) {
+            if (done[i] || c < c0[i] || c >= c1[i]) continue;
+            const int64_t kb = std::max(lo[i], c * kAttnChunk), ke = std::min(hi[i], (c + 1) * kAttnChunk);
+            const KvView& kv = kv_of(t0 + i);
+            // Rows of token i and of every later token with the same keys.
+            int n = 0, n_merge = 0;
+            for (int j = i; j < nt; ++j) {
+              if (done[j] || c < c0[j] || c >= c1[j] || &kv_of(t0 + j) != &kv) continue;
+              if (std::max(lo[j], c * kAttnChunk) != kb || std::min(hi[j], (c + 1) * kAttnChunk) != ke) continue;
+              done[j] = true;
+              for (int r = 0; r < nr; ++r, ++n) {
+                const int row = j * nr + r;
+                qr[n] = q + (t0 + j) * q_stride + static_cast<int64_t>(h0 + r) * dk;
+                if (c == c0[j]) {
+                  sp[n] = &run[row];
+                } else {
+                  sp[n] = &part[row];
+                  merge_rows[n_merge++] = row;
+                }
+              }
+            }
+            reduce_chunk(s, qr, n, hkv, kv, kb, ke, sp);
+            for (int k = 0; k < n_merge; ++k) merge_state(&run[merge_rows[k]], part[merge_rows[k]], dv);
+          }
+        }
+        for (int i = 0; i < nt; ++i)
+          for (int r = 0; r < nr; ++r)
+            finish_row(run[i * nr + r], out + (t0 + i) * o_stride + static_cast<int64_t>(h0 + r) * dv, dv);
       }
     }
   });
