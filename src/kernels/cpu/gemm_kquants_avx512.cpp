@@ -150,14 +150,9 @@ struct TraitsQ5K : TraitsQ4K {
 
 // ---- Q2_K: 2-bit quants, 16 sub-blocks with 4-bit scales and mins ----
 
-struct RowQ2K {
-  __m512i u[4];    // pairs of 32-element chunks, as Q6_K
-  __m512i sc[2];  // scales for dot_row: lane k of u[m] is sub-block 4m + k / 4
-  __m256i mins;    // the 16 mins as i16 (pair with bsums)
-  __m512 dmul;     // [f16(d) x 8 | f16(dmin) x 8]
-};
-
-inline void unpack_row_q2_K(const BlockQ2_K& b, RowQ2K& o) {
+// Q2_K fills the Q4_K row layout: its chunks pair like Q6_K's (lane k of
+// u[m] is sub-block 4m + k / 4) and its 16 mins pair with bsums one to one.
+inline void unpack_row_q2_K(const BlockQ2_K& b, RowQ4K& o) {
   const __m128i sb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
   const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0F))));
   o.mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F)));
@@ -176,19 +171,9 @@ inline void unpack_row_q2_K(const BlockQ2_K& b, RowQ2K& o) {
   o.dmul = _mm512_insertf32x8(_mm512_set1_ps(simd::load_f16(b.d)), _mm256_set1_ps(simd::load_f16(b.dmin)), 1);
 }
 
-struct TraitsQ2K {
+struct TraitsQ2K : TraitsQ4K {
   using Block = BlockQ2_K;
-  using Row = RowQ2K;
-  using Acc = __m512;  // [acc | acc_m]
-  static Acc zero() { return _mm512_setzero_ps(); }
   static void unpack(const Block& b, Row& o) { unpack_row_q2_K(b, o); }
-  static void pair(const Row& row, const BlockQ8_K& xb, Acc& acc) {
-    const __m512i sum = dot_row(row.u, row.sc, xb.qs);
-    const __m256i pm = _mm256_madd_epi16(loadu(xb.bsums), row.mins);
-    const __m512i t = _mm512_shuffle_i64x2(sum, _mm512_castsi256_si512(pm), _MM_SHUFFLE(1, 0, 3, 2));
-    const __m512i both = _mm512_mask_add_epi32(t, 0x00FF, t, sum);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(both), _mm512_mul_ps(row.dmul, _mm512_set1_ps(xb.d)), acc);
-  }
 };
 
 // ---- Q6_K ----
@@ -220,30 +205,30 @@ inline void unpack_row_q6_K(const BlockQ6_K& b, RowQ6K& o) {
   o.d = simd::load_f16(b.d);
 }
 
-struct TraitsQ6K {
-  using Block = BlockQ6_K;
+// Types with a constant offset (Q6_K: 32 = 1 << 5, Q3_K: 4 = 1 << 2):
+// sumi - offset * (bsums . scales).
+template <int kOffsetShift>
+struct TraitsOffsetK {
   using Row = RowQ6K;
   using Acc = __m256;
   static Acc zero() { return _mm256_setzero_ps(); }
-  static void unpack(const Block& b, Row& o) { unpack_row_q6_K(b, o); }
   static void pair(const Row& row, const BlockQ8_K& xb, Acc& acc) {
     const __m512i sum = dot_row(row.u, row.sc, xb.qs);
     const __m256i corr = _mm256_madd_epi16(loadu(xb.bsums), row.sc16);
-    const __m256i sumi = _mm256_sub_epi32(fold_halves(sum), _mm256_slli_epi32(corr, 5));
+    const __m256i sumi = _mm256_sub_epi32(fold_halves(sum), _mm256_slli_epi32(corr, kOffsetShift));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(row.d * xb.d), acc);
   }
 };
 
-// ---- Q3_K: 2 low bits + a high bit (hmask), offset 4, 16 signed 6-bit scales ----
-
-struct RowQ3K {
-  __m512i u[4];   // pairs of 32-element chunks (lo2 + 4 * hbit), as Q6_K
-  __m512i sc[2];  // scales for dot_row: lane k of u[m] is sub-block 4m + k / 4
-  __m256i sc16;   // the 16 scales - 32 as i16 (pair with bsums)
-  float d;
+struct TraitsQ6K : TraitsOffsetK<5> {
+  using Block = BlockQ6_K;
+  static void unpack(const Block& b, Row& o) { unpack_row_q6_K(b, o); }
 };
 
-inline void unpack_row_q3_K(const BlockQ3_K& b, RowQ3K& o) {
+// ---- Q3_K: 2 low bits + a high bit (hmask), offset 4, 16 signed 6-bit scales ----
+
+// Q3_K fills the Q6_K row layout (u = lo2 + 4 * hbit; sc16 = scales - 32).
+inline void unpack_row_q3_K(const BlockQ3_K& b, RowQ6K& o) {
   o.sc16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(simd::unpack_q3_K_scales(b.scales)), _mm256_set1_epi16(32));
   const __m512i sc = _mm512_castsi256_si512(o.sc16);
   const __m512i m2 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
@@ -267,18 +252,9 @@ inline void unpack_row_q3_K(const BlockQ3_K& b, RowQ3K& o) {
   o.d = simd::load_f16(b.d);
 }
 
-struct TraitsQ3K {
+struct TraitsQ3K : TraitsOffsetK<2> {
   using Block = BlockQ3_K;
-  using Row = RowQ3K;
-  using Acc = __m256;
-  static Acc zero() { return _mm256_setzero_ps(); }
   static void unpack(const Block& b, Row& o) { unpack_row_q3_K(b, o); }
-  static void pair(const Row& row, const BlockQ8_K& xb, Acc& acc) {
-    const __m512i sum = dot_row(row.u, row.sc, xb.qs);
-    const __m256i corr = _mm256_madd_epi16(loadu(xb.bsums), row.sc16);
-    const __m256i sumi = _mm256_sub_epi32(fold_halves(sum), _mm256_slli_epi32(corr, 2));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(row.d * xb.d), acc);
-  }
 };
 
 // ---- shared driver ----
