@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/fp16.h"
+#include "kernels/decode_batch_check.h"
 #include "kernels/legacy_weights.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
@@ -79,27 +80,8 @@ TEST(DecodeRows, MatchesVecDotBitForBit) {
 // batched product (tile kernels) bit for bit, for 1-3 threads.
 TEST(DecodeRows, MatmulDecodeEqualsBatch) {
   const int64_t n = 640, rows = 203, tokens = 5;
-  for (DType t : kTypes) {
-    const auto wbytes = make_legacy_weights(t, rows, n, 11);
-    TensorView w;
-    w.type = t;
-    w.n_dims = 2;
-    w.ne[0] = n;
-    w.ne[1] = rows;
-    w.data = wbytes.data();
-    w.nbytes = wbytes.size();
-    const auto x = make_x(tokens, n, 5);
-    for (int nt : {1, 2, 3}) {
-      ThreadPool pool(nt);
-      MatmulScratch scratch;
-      std::vector<float> batch(static_cast<size_t>(rows * tokens)), single(batch.size());
-      matmul(w, x.data(), n, batch.data(), rows, tokens, pool, scratch);
-      for (int64_t t = 0; t < tokens; ++t)
-        matmul(w, x.data() + t * n, n, single.data() + t * rows, rows, 1, pool, scratch);
-      for (size_t i = 0; i < batch.size(); ++i)
-        ASSERT_TRUE(same_bits(batch[i], single[i])) << dtype_name(t) << " threads=" << nt << " i=" << i;
-    }
-  }
+  for (DType t : kTypes)
+    expect_decode_equals_batch(t, make_legacy_weights(t, rows, n, 11), rows, n, make_x(tokens, n, 5), tokens);
 }
 
 }  // namespace

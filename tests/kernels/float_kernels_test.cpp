@@ -13,6 +13,7 @@
 
 #include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "kernels/decode_batch_check.h"
 #include "kernels/matmul.h"
 #include "kernels/registry.h"
 
@@ -100,27 +101,8 @@ TEST(FloatKernels, RowsMatchVecDotBitForBit) {
 
 TEST(FloatKernels, MatmulDecodeEqualsBatch) {
   const int64_t n = 200, rows = 77, tokens = 13;
-  for (DType t : kFloatTypes) {
-    const auto wbytes = make_weights(t, rows, n, 9);
-    TensorView w;
-    w.type = t;
-    w.n_dims = 2;
-    w.ne[0] = n;
-    w.ne[1] = rows;
-    w.data = wbytes.data();
-    w.nbytes = wbytes.size();
-    const auto x = make_x(tokens, n, 4);
-    for (int nt : {1, 2, 3}) {
-      ThreadPool pool(nt);
-      MatmulScratch scratch;
-      std::vector<float> batch(static_cast<size_t>(rows * tokens)), single(batch.size());
-      matmul(w, x.data(), n, batch.data(), rows, tokens, pool, scratch);
-      for (int64_t tk = 0; tk < tokens; ++tk)
-        matmul(w, x.data() + tk * n, n, single.data() + tk * rows, rows, 1, pool, scratch);
-      for (size_t i = 0; i < batch.size(); ++i)
-        ASSERT_TRUE(same_bits(batch[i], single[i])) << dtype_name(t) << " threads=" << nt << " i=" << i;
-    }
-  }
+  for (DType t : kFloatTypes)
+    expect_decode_equals_batch(t, make_weights(t, rows, n, 9), rows, n, make_x(tokens, n, 4), tokens);
 }
 
 }  // namespace
