@@ -53,11 +53,41 @@ inline __m256i scale_pair_i16(__m256i s16, int p) {
   return _mm256_shuffle_epi8(t, ctrl);
 }
 
-// ---- Q4_K ----
+// ---- the float steps of the vec_dot contract, per token of a group ----
 
 struct AccQ4K {
   __m256 a, m;  // acc, acc_m of the vec_dot contract
 };
+
+// Types with mins (Q4_K, Q5_K, Q2_K): acc_m += (bsums . mins) * f16(dmin) * x.d,
+// acc += sumi * f16(d) * x.d.
+template <int NT>
+inline void finish_with_mins(const __m256i sumi[], __m256i mins, f16_t d16, f16_t dmin16,
+                             const BlockQ8_K* const xb[kGroup], AccQ4K acc[kGroup]) {
+  const float d = load_f16(d16), dmin = load_f16(dmin16);
+#pragma GCC unroll 8
+  for (int c = 0; c < NT; ++c) {
+    const __m256i pm = _mm256_madd_epi16(loadu(xb[c]->bsums), mins);
+    acc[c].m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm), _mm256_set1_ps(dmin * xb[c]->d), acc[c].m);
+    acc[c].a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_set1_ps(d * xb[c]->d), acc[c].a);
+  }
+}
+
+// Types with a constant offset 1 << kShift (Q6_K: 32, Q3_K: 4):
+// acc += (sumi - offset * (bsums . scales)) * f16(d) * x.d.
+template <int NT, int kShift>
+inline void finish_with_offset(const __m256i sumi[], __m256i sc16, f16_t d16, const BlockQ8_K* const xb[kGroup],
+                               __m256 acc[kGroup]) {
+  const float d = load_f16(d16);
+#pragma GCC unroll 8
+  for (int c = 0; c < NT; ++c) {
+    const __m256i corr = _mm256_madd_epi16(loadu(xb[c]->bsums), sc16);
+    const __m256i si = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(corr, kShift));
+    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * xb[c]->d), acc[c]);
+  }
+}
+
+// ---- Q4_K ----
 
 struct TraitsQ4K {
   using Block = BlockQ4_K;
@@ -91,13 +121,7 @@ struct TraitsQ4K {
         sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p_lo, p_hi));
       }
     }
-    const float d = load_f16(b.d), dmin = load_f16(b.dmin);
-#pragma GCC unroll 8
-    for (int c = 0; c < NT; ++c) {
-      const __m256i pm = _mm256_madd_epi16(loadu(xb[c]->bsums), mins);
-      acc[c].m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm), _mm256_set1_ps(dmin * xb[c]->d), acc[c].m);
-      acc[c].a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_set1_ps(d * xb[c]->d), acc[c].a);
-    }
+    finish_with_mins<NT>(sumi, mins, b.d, b.dmin, xb, acc);
   }
   static float result(const Acc& a) { return simd::hsum_f32x8(a.a) - simd::hsum_f32x8(a.m); }
 };
@@ -139,13 +163,7 @@ struct TraitsQ5K {
         sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p_lo, p_hi));
       }
     }
-    const float d = load_f16(b.d), dmin = load_f16(b.dmin);
-#pragma GCC unroll 8
-    for (int c = 0; c < NT; ++c) {
-      const __m256i pm = _mm256_madd_epi16(loadu(xb[c]->bsums), mins);
-      acc[c].m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm), _mm256_set1_ps(dmin * xb[c]->d), acc[c].m);
-      acc[c].a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_set1_ps(d * xb[c]->d), acc[c].a);
-    }
+    finish_with_mins<NT>(sumi, mins, b.d, b.dmin, xb, acc);
   }
   static float result(const Acc& a) { return TraitsQ4K::result(a); }
 };
@@ -180,13 +198,7 @@ struct TraitsQ2K {
         }
       }
     }
-    const float d = load_f16(b.d), dmin = load_f16(b.dmin);
-#pragma GCC unroll 8
-    for (int c = 0; c < NT; ++c) {
-      const __m256i pm = _mm256_madd_epi16(loadu(xb[c]->bsums), m16);
-      acc[c].m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm), _mm256_set1_ps(dmin * xb[c]->d), acc[c].m);
-      acc[c].a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_set1_ps(d * xb[c]->d), acc[c].a);
-    }
+    finish_with_mins<NT>(sumi, m16, b.d, b.dmin, xb, acc);
   }
   static float result(const Acc& a) { return TraitsQ4K::result(a); }
 };
@@ -224,13 +236,7 @@ struct TraitsQ3K {
         }
       }
     }
-    const float d = load_f16(b.d);
-#pragma GCC unroll 8
-    for (int c = 0; c < NT; ++c) {
-      const __m256i corr = _mm256_madd_epi16(loadu(xb[c]->bsums), sc16);
-      const __m256i si = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(corr, 2));
-      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * xb[c]->d), acc[c]);
-    }
+    finish_with_offset<NT, 2>(sumi, sc16, b.d, xb, acc);
   }
   static float result(const Acc& a) { return simd::hsum_f32x8(a); }
 };
@@ -270,13 +276,7 @@ struct TraitsQ6K {
         }
       }
     }
-    const float d = load_f16(b.d);
-#pragma GCC unroll 8
-    for (int c = 0; c < NT; ++c) {
-      const __m256i corr = _mm256_madd_epi16(loadu(xb[c]->bsums), sc16);
-      const __m256i si = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(corr, 5));
-      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * xb[c]->d), acc[c]);
-    }
+    finish_with_offset<NT, 5>(sumi, sc16, b.d, xb, acc);
   }
   static float result(const Acc& a) { return simd::hsum_f32x8(a); }
 };
