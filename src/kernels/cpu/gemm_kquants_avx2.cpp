@@ -87,85 +87,64 @@ inline void finish_with_offset(const __m256i sumi[], __m256i sc16, f16_t d16, co
   }
 }
 
-// ---- Q4_K ----
+// ---- Q4_K and Q5_K (Q4_K plus a fifth bit per element) ----
+
+// One super-block of one row x NT tokens (xb[c] = token c's super-block).
+// qh: Q5_K's high bits (bit 4 of element 32k + l is bit k of qh[l]), or null
+// for Q4_K (kHigh = false).
+template <int NT, bool kHigh>
+inline void pass_q45_K(const uint8_t* scales, const uint8_t* qs, const uint8_t* qh, f16_t d, f16_t dmin,
+                       const BlockQ8_K* const xb[kGroup], AccQ4K acc[kGroup]) {
+  alignas(16) uint8_t sc[8], m[8];
+  simd::unpack_k4_scales(scales, sc, m);
+  const __m256i sc16 =
+      _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m256i mins =
+      _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
+  const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+  __m256i hb = kHigh ? loadu(qh) : _mm256_setzero_si256();  // walked down 2 bits per chunk
+  __m256i sumi[NT];
+#pragma GCC unroll 8
+  for (int c = 0; c < NT; ++c) sumi[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256i qv = loadu(qs + 32 * j);
+    __m256i lo = _mm256_and_si256(qv, m4);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
+    if constexpr (kHigh) {
+      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
+      hb = _mm256_srli_epi16(hb, 2);
+    }
+    const __m256i s_lo = splat_i16(sc16, 2 * j), s_hi = splat_i16(sc16, 2 * j + 1);
+#pragma GCC unroll 8
+    for (int c = 0; c < NT; ++c) {
+      const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, loadu(xb[c]->qs + 64 * j)), s_lo);
+      const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, loadu(xb[c]->qs + 64 * j + 32)), s_hi);
+      sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p_lo, p_hi));
+    }
+  }
+  finish_with_mins<NT>(sumi, mins, d, dmin, xb, acc);
+}
 
 struct TraitsQ4K {
   using Block = BlockQ4_K;
   using Acc = AccQ4K;
   static Acc zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-
-  // One super-block of one row x NT tokens (xb[c] = token c's super-block).
   template <int NT>
   static void pass(const Block& b, const BlockQ8_K* const xb[kGroup], Acc acc[kGroup]) {
-    alignas(16) uint8_t sc[8], m[8];
-    simd::unpack_k4_scales(b.scales, sc, m);
-    const __m256i sc16 =
-        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
-    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    const __m256i mins =
-        _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i sumi[NT];
-#pragma GCC unroll 8
-    for (int c = 0; c < NT; ++c) sumi[c] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __m256i qv = loadu(b.qs + 32 * j);
-      const __m256i lo = _mm256_and_si256(qv, m4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
-      const __m256i s_lo = splat_i16(sc16, 2 * j), s_hi = splat_i16(sc16, 2 * j + 1);
-#pragma GCC unroll 8
-      for (int c = 0; c < NT; ++c) {
-        const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, loadu(xb[c]->qs + 64 * j)), s_lo);
-        const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, loadu(xb[c]->qs + 64 * j + 32)), s_hi);
-        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p_lo, p_hi));
-      }
-    }
-    finish_with_mins<NT>(sumi, mins, b.d, b.dmin, xb, acc);
+    pass_q45_K<NT, false>(b.scales, b.qs, nullptr, b.d, b.dmin, xb, acc);
   }
   static float result(const Acc& a) { return simd::hsum_f32x8(a.a) - simd::hsum_f32x8(a.m); }
 };
 
-// ---- Q5_K: Q4_K plus a fifth bit per element ----
-
-struct TraitsQ5K {
+struct TraitsQ5K : TraitsQ4K {
   using Block = BlockQ5_K;
-  using Acc = AccQ4K;
-  static Acc zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-
   template <int NT>
   static void pass(const Block& b, const BlockQ8_K* const xb[kGroup], Acc acc[kGroup]) {
-    alignas(16) uint8_t sc[8], m[8];
-    simd::unpack_k4_scales(b.scales, sc, m);
-    const __m256i sc16 =
-        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
-    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    const __m256i mins =
-        _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
-    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
-    // Bit 4 of element 32k + l is bit k of qh[l]; `hb` walks that bit down.
-    __m256i hb = loadu(b.qh);
-    __m256i sumi[NT];
-#pragma GCC unroll 8
-    for (int c = 0; c < NT; ++c) sumi[c] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __m256i qv = loadu(b.qs + 32 * j);
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(qv, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 4), m4),
-                                         _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
-      hb = _mm256_srli_epi16(hb, 2);
-      const __m256i s_lo = splat_i16(sc16, 2 * j), s_hi = splat_i16(sc16, 2 * j + 1);
-#pragma GCC unroll 8
-      for (int c = 0; c < NT; ++c) {
-        const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, loadu(xb[c]->qs + 64 * j)), s_lo);
-        const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, loadu(xb[c]->qs + 64 * j + 32)), s_hi);
-        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p_lo, p_hi));
-      }
-    }
-    finish_with_mins<NT>(sumi, mins, b.d, b.dmin, xb, acc);
+    pass_q45_K<NT, true>(b.scales, b.qs, b.qh, b.d, b.dmin, xb, acc);
   }
-  static float result(const Acc& a) { return TraitsQ4K::result(a); }
 };
 
 // ---- Q2_K: 16 sub-blocks of 16, 2-bit quants, 4-bit scales and mins ----
