@@ -19,7 +19,8 @@ constexpr size_t kTokenBlockBytes = 192 * 1024;
 
 // Rows [rb, re) x all tokens with the tile kernel: for each token block (L2
 // sized), each tile of tile_rows weight rows (L1) sweeps the block's tokens
-// tile_cols at a time.
+// tile_cols at a time. A single token goes to the row kernels instead (the
+// one-token rule lives here, not in every tile kernel).
 void tile_rows_range(const KernelSet& wk, int64_t n_in, int64_t rb, int64_t re, const uint8_t* wrows,
                      size_t w_row_bytes, const uint8_t* xq, size_t x_row_bytes, int64_t n_tokens, float* y,
                      int64_t ldy) {
@@ -33,8 +34,16 @@ void tile_rows_range(const KernelSet& wk, int64_t n_in, int64_t rb, int64_t re, 
       const uint8_t* wr = wrows + static_cast<size_t>(r) * w_row_bytes;
       for (int64_t t = t0; t < t1; t += tc) {
         const int nc = static_cast<int>(std::min(tc, t1 - t));
-        wk.vec_dot_tile(n_in, y + t * ldy + r, ldy, wr, w_row_bytes, xq + static_cast<size_t>(t) * x_row_bytes,
-                        x_row_bytes, nr, nc);
+        const uint8_t* xt = xq + static_cast<size_t>(t) * x_row_bytes;
+        if (nc == 1) {  // one token: nothing to share between rows; the row kernels are faster
+          if (wk.vec_dot_rows) {
+            wk.vec_dot_rows(n_in, y + t * ldy + r, wr, w_row_bytes, xt, nr);
+          } else {
+            for (int i = 0; i < nr; ++i) wk.vec_dot(n_in, y + t * ldy + r + i, wr + i * w_row_bytes, xt);
+          }
+          continue;
+        }
+        wk.vec_dot_tile(n_in, y + t * ldy + r, ldy, wr, w_row_bytes, xt, x_row_bytes, nr, nc);
       }
     }
   }

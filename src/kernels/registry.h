@@ -25,7 +25,8 @@ using VecDotFn = void (*)(int64_t n, float* s, const void* w, const void* x);
 // Register-blocked vec_dot over a tile of nr weight rows x nc activation rows:
 //   s[c * lds + r] = dot(w row r, x row c)   for r < nr, c < nc,
 // rows `w_row_bytes` / `x_row_bytes` apart. 1 <= nr <= KernelSet::tile_rows,
-// 1 <= nc <= KernelSet::tile_cols; nc == 1 is the decode (one token) case.
+// 1 <= nc <= KernelSet::tile_cols (the matmul driver sends single tokens to
+// vec_dot_rows / vec_dot instead, but nc == 1 must still be correct).
 // Every output is bit-identical to what vec_dot of the same KernelSet returns
 // for that (row, token) pair, whatever the tile shape (batch invariance).
 using VecDotTileFn = void (*)(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,

@@ -1,7 +1,7 @@
 // AVX2 tile kernels (VecDotTileFn, kernels/registry.h) for the float weight
 // types F32, F16 and BF16 x f32 activations: up to kFloatTileRows weight
 // rows x kFloatTileCols tokens per call, in register blocks of one row x 3
-// tokens. nc == 1 (decode) runs vec_dot row by row.
+// tokens. (Single tokens go to the row kernels: kernels/matmul.cpp.)
 //
 // Batch invariance: every output is bit-identical to this level's vec_dot
 // (float_avx2.cpp), whose arithmetic we replicate step by step: four
@@ -77,14 +77,10 @@ inline void row_group(int64_t n, const typename W::T* w, const float* const xc[k
 }
 
 template <class W>
-void float_tile(VecDotFn vec_dot, int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+void float_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
                 const void* x, size_t x_row_bytes, int nr, int nc) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const uint8_t*>(x);
-  if (nc == 1) {
-    for (int r = 0; r < nr; ++r) vec_dot(n, s + r, wb + static_cast<size_t>(r) * w_row_bytes, xb);
-    return;
-  }
   for (int g = 0; g < nc; g += kGroup) {
     const int nt = std::min(kGroup, nc - g);
     const float* xc[kGroup];
@@ -105,15 +101,15 @@ void float_tile(VecDotFn vec_dot, int64_t n, float* s, int64_t lds, const void* 
 
 void vec_dot_tile_f32(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                       size_t x_row_bytes, int nr, int nc) {
-  float_tile<F32W>(vec_dot_f32, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+  float_tile<F32W>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 void vec_dot_tile_f16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                       size_t x_row_bytes, int nr, int nc) {
-  float_tile<F16W>(vec_dot_f16, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+  float_tile<F16W>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                        size_t x_row_bytes, int nr, int nc) {
-  float_tile<BF16W>(vec_dot_bf16, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+  float_tile<BF16W>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
 }  // namespace ember::avx2

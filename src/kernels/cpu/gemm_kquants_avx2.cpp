@@ -1,8 +1,8 @@
 // AVX2 tile kernels (VecDotTileFn, kernels/registry.h) for the k-quant
 // weight types Q2_K, Q3_K, Q4_K, Q5_K and Q6_K x Q8_K activations: up to
 // kKquantTileRows weight rows x kKquantTileCols tokens per call, in register
-// blocks of one row x kGroup (8) tokens. nc == 1 (decode) runs vec_dot row
-// by row: with one token there is nothing to share.
+// blocks of one row x kGroup (8) tokens. (Single tokens go to the row
+// kernels: kernels/matmul.cpp.)
 //
 // Batch invariance: every output is bit-identical to this level's vec_dot
 // (kquants_avx2.cpp). Per super-block that kernel forms exact 8 x i32 lane
@@ -304,39 +304,32 @@ void kquant_tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_ro
   }
 }
 
-template <class T>
-void tile_or_rows(VecDotFn vec_dot, int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                  const void* x, size_t x_row_bytes, int nr, int nc) {
-  const auto* wb = static_cast<const uint8_t*>(w);
-  const auto* xb = static_cast<const uint8_t*>(x);
-  if (nc == 1) {
-    for (int r = 0; r < nr; ++r) vec_dot(n, s + r, wb + static_cast<size_t>(r) * w_row_bytes, xb);
-    return;
-  }
-  kquant_tile<T>(n, s, lds, wb, w_row_bytes, xb, x_row_bytes, nr, nc);
-}
-
 }  // namespace
 
 void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
-  tile_or_rows<TraitsQ2K>(vec_dot_q2_K_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+  kquant_tile<TraitsQ2K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
+                         x_row_bytes, nr, nc);
 }
 void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
-  tile_or_rows<TraitsQ3K>(vec_dot_q3_K_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+  kquant_tile<TraitsQ3K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
+                         x_row_bytes, nr, nc);
 }
 void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
-  tile_or_rows<TraitsQ5K>(vec_dot_q5_K_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+  kquant_tile<TraitsQ5K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
+                         x_row_bytes, nr, nc);
 }
 void vec_dot_tile_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
-  tile_or_rows<TraitsQ4K>(vec_dot_q4_K_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+  kquant_tile<TraitsQ4K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
+                         x_row_bytes, nr, nc);
 }
 void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
-  tile_or_rows<TraitsQ6K>(vec_dot_q6_K_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+  kquant_tile<TraitsQ6K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
+                         x_row_bytes, nr, nc);
 }
 
 }  // namespace ember::avx2

@@ -459,10 +459,6 @@ template <class W>
 void lanes_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x, size_t x_row_bytes,
                 int nr, int nc) {
   const auto* wb = static_cast<const uint8_t*>(w);
-  if (nc == 1) {  // decode: row by row (see the top of the file)
-    lanes_decode<W>(n, s, wb, w_row_bytes, x, nr);
-    return;
-  }
   // A full tile prefetches the next 16 rows (usually the caller's next tile;
   // prefetches never fault, so running past the matrix end is harmless):
   // 16 row streams at once defeat the hardware prefetchers.

@@ -1,8 +1,7 @@
 // AVX2 tile kernels (VecDotTileFn, kernels/registry.h) for the legacy weight
 // types Q4_0, Q5_0 and Q8_0 x Q8_0 activations: up to kLegacyTileRows weight
 // rows x kLegacyTileCols tokens per call, in register blocks of 1 row x 4
-// tokens. nc == 1 (decode) runs vec_dot row by row: with one token there is
-// nothing to share.
+// tokens. (Single tokens go to the row kernels: kernels/matmul.cpp.)
 //
 // Batch invariance: every output is bit-identical to this level's vec_dot
 // (legacy_avx2.cpp, driver simd::legacy_blocks_dot). Per block that kernel
@@ -242,31 +241,22 @@ void legacy_tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_ro
   }
 }
 
-template <class W>
-void tile_or_rows(VecDotFn vec_dot, int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                  const void* x, size_t x_row_bytes, int nr, int nc) {
-  const auto* wb = static_cast<const uint8_t*>(w);
-  const auto* xb = static_cast<const uint8_t*>(x);
-  if (nc == 1) {
-    for (int r = 0; r < nr; ++r) vec_dot(n, s + r, wb + static_cast<size_t>(r) * w_row_bytes, xb);
-    return;
-  }
-  legacy_tile<W>(n, s, lds, wb, w_row_bytes, xb, x_row_bytes, nr, nc);
-}
-
 }  // namespace
 
 void vec_dot_tile_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
-  tile_or_rows<WeightsQ4_0>(vec_dot_q4_0_q8_0, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+  legacy_tile<WeightsQ4_0>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
+                           x_row_bytes, nr, nc);
 }
 void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
-  tile_or_rows<WeightsQ5_0>(vec_dot_q5_0_q8_0, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+  legacy_tile<WeightsQ5_0>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
+                           x_row_bytes, nr, nc);
 }
 void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
-  tile_or_rows<WeightsQ8_0>(vec_dot_q8_0_q8_0, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
+  legacy_tile<WeightsQ8_0>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
+                           x_row_bytes, nr, nc);
 }
 
 }  // namespace ember::avx2
