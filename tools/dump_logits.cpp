@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "model/convert.h"
 #include "model/model.h"
+#include "transform/convert.h"
 
 int main(int argc, char** argv) {
   using namespace ember;

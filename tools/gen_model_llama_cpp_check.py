@@ -43,7 +43,7 @@ def run(cmd):
 
 
 def read_logits_file(path):
-    """Parses an ember logits file (format in src/engine/perplexity.h)."""
+    """Parses an ember logits file (format in src/eval/perplexity.h)."""
     with open(path, "rb") as f:
         head = f.read(64)
         assert head[:8] == b"EMBERLP1", "bad magic"

@@ -4,7 +4,7 @@ on the same model, text and windows.
 
 It tokenizes the text with llama.cpp, requires the same ids from
 `ember tokenize`, evaluates the first K windows of the sliding-window scheme
-of src/engine/perplexity.h in llama.cpp (each from an empty cache, BOS at
+of src/eval/perplexity.h in llama.cpp (each from an empty cache, BOS at
 position 0 when the model adds one), and compares the mean negative
 log-likelihood with the one `ember perplexity --chunks K` prints. Both use
 the same quantized weights, so they should agree to a few parts in 1e3.
@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def windows(n, ctx, stride, bos, chunks):
-    """(begin, end, score_begin) of each window, as in src/engine/perplexity.h."""
+    """(begin, end, score_begin) of each window, as in src/eval/perplexity.h."""
     w = ctx - 1 if bos else ctx
     out, done, begin = [], 1, 0
     while done < n and len(out) < chunks:

@@ -19,7 +19,7 @@
 #include "cli/progress.h"
 #include "core/cpu_features.h"
 #include "engine/generator.h"
-#include "engine/throughput_bench.h"
+#include "bench/throughput_bench.h"
 
 namespace ember::cli {
 

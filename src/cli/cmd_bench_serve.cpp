@@ -14,7 +14,7 @@
 
 #include "cli/common.h"
 #include "cli/progress.h"
-#include "server/serve_bench.h"
+#include "bench/serve_bench.h"
 
 namespace ember::cli {
 

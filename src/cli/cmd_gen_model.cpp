@@ -1,5 +1,5 @@
 // `ember gen-model`: writes a random-weight GGUF model of a real
-// architecture and shape (model/gen_model.h), for speed tests at realistic
+// architecture and shape (transform/gen_model.h), for speed tests at realistic
 // sizes without downloads. Both ember and llama.cpp load the result.
 #include <unistd.h>
 
@@ -8,8 +8,8 @@
 #include <cstdio>
 
 #include "cli/common.h"
-#include "model/convert.h"
-#include "model/gen_model.h"
+#include "transform/convert.h"
+#include "transform/gen_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember::cli {

@@ -1,5 +1,5 @@
 // `ember perplexity`: perplexity of a model over a text file with sliding
-// windows (engine/perplexity.h explains the window rules and the logits file
+// windows (eval/perplexity.h explains the window rules and the logits file
 // format), optionally saving every scored position's log-probabilities
 // (--save-logits) or comparing against such a file from a reference model
 // (--kl-base: KL divergence and top-1 agreement).
@@ -13,7 +13,7 @@
 
 #include "cli/common.h"
 #include "cli/progress.h"
-#include "engine/perplexity.h"
+#include "eval/perplexity.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember::cli {

@@ -10,8 +10,9 @@
 #include <tuple>
 
 #include "cli/common.h"
-#include "engine/model_compare.h"
-#include "model/convert.h"
+#include "eval/model_compare.h"
+#include "model/io/gguf.h"
+#include "transform/convert.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember::cli {

@@ -8,7 +8,7 @@
 #include <iterator>
 #include <random>
 
-#include "engine/chat_prompt.h"
+#include "server/chat_prompt.h"
 #include "cli/common.h"
 #include "engine/generator.h"
 

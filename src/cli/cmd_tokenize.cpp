@@ -8,7 +8,7 @@
 #include <iostream>
 #include <iterator>
 
-#include "engine/chat_prompt.h"
+#include "server/chat_prompt.h"
 #include "cli/common.h"
 
 namespace ember::cli {

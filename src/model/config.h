@@ -8,7 +8,7 @@
 
 #include "core/status.h"
 #include "kernels/ops.h"
-#include "model/gguf.h"
+#include "core/metadata.h"
 
 namespace ember {
 

@@ -13,7 +13,7 @@
 #include "kernels/matmul.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
-#include "model/model_file.h"
+#include "model/io/model_file.h"
 #include "model/weights.h"
 
 namespace ember {

@@ -9,7 +9,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
-#include "model/model_file.h"
+#include "model/io/model_file.h"
 
 namespace ember {
 

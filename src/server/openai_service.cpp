@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <ctime>
 
-#include "engine/chat_prompt.h"
+#include "server/chat_prompt.h"
 #include "server/chat_page.h"
 #include "server/generation_job.h"
 

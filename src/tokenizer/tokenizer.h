@@ -57,7 +57,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/gguf.h"
+#include "core/metadata.h"
 
 namespace ember {
 

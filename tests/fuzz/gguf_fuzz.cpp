@@ -1,11 +1,10 @@
-// libFuzzer target for the GGUF parser (not part of the default build).
+// libFuzzer target for the GGUF parser (built with -DEMBER_BUILD_FUZZ=ON).
 //
 // Build and run (from the repo root):
-//   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -mavx2 -mfma -mf16c -Isrc \
-//     tests/fuzz/gguf_fuzz.cpp src/model/gguf.cpp src/core/dtype.cpp src/core/tensor.cpp \
-//     src/core/mmap_file.cpp -lfmt -o /tmp/gguf_fuzz
+//   cmake -S . -B build-fuzz -G Ninja -DEMBER_BUILD_FUZZ=ON -DEMBER_BUILD_TESTS=OFF \
+//     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang && ninja -C build-fuzz gguf_fuzz
 //   mkdir -p /tmp/gguf_corpus && cp tests/data/model/ref_types.gguf /tmp/gguf_corpus/
-//   /tmp/gguf_fuzz /tmp/gguf_corpus -max_total_time=60 -rss_limit_mb=1024 -max_len=65536
+//   build-fuzz/gguf_fuzz /tmp/gguf_corpus -max_total_time=60 -rss_limit_mb=1024 -max_len=65536
 //
 // Every input must give an error or a file whose tensor views lie inside the
 // input; anything else (crash, ASan report, huge allocation) is a bug.
@@ -14,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "model/gguf.h"
+#include "model/io/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // An exactly sized copy so ASan sees reads past the end.

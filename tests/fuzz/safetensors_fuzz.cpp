@@ -1,17 +1,16 @@
-// libFuzzer target for the safetensors header parser (not part of the default
-// build).
+// libFuzzer target for the safetensors header parser (built with
+// -DEMBER_BUILD_FUZZ=ON).
 //
 // Build and run (from the repo root):
-//   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -mavx2 -mfma -mf16c -Isrc \
-//     tests/fuzz/safetensors_fuzz.cpp src/model/safetensors.cpp src/core/dtype.cpp src/core/tensor.cpp \
-//     src/core/mmap_file.cpp -lfmt -o /tmp/st_fuzz
+//   cmake -S . -B build-fuzz -G Ninja -DEMBER_BUILD_FUZZ=ON -DEMBER_BUILD_TESTS=OFF \
+//     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang && ninja -C build-fuzz safetensors_fuzz
 //   mkdir -p /tmp/st_corpus && cp tests/data/model/hf_qwen2/model.safetensors /tmp/st_corpus/
-//   /tmp/st_fuzz /tmp/st_corpus -max_total_time=60 -rss_limit_mb=1024 -max_len=65536
+//   build-fuzz/safetensors_fuzz /tmp/st_corpus -max_total_time=60 -rss_limit_mb=1024 -max_len=65536
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
 
-#include "model/safetensors.h"
+#include "model/io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> buf(data, data + size);

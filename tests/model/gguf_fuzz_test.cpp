@@ -10,7 +10,7 @@
 #include <cstring>
 #include <random>
 
-#include "model/gguf.h"
+#include "model/io/gguf.h"
 
 namespace ember {
 namespace {

@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "format_test_util.h"
-#include "model/gguf.h"
+#include "model/io/gguf.h"
 
 namespace ember {
 namespace {

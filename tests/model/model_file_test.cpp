@@ -9,8 +9,9 @@
 
 #include "core/fp16.h"
 #include "format_test_util.h"
-#include "model/model_file.h"
-#include "model/safetensors.h"
+#include "model/io/gguf.h"
+#include "model/io/model_file.h"
+#include "model/io/safetensors.h"
 
 namespace ember {
 namespace {

@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine_free_greedy.h"
-#include "model/convert.h"
+#include "transform/convert.h"
 #include "model/model.h"
 
 namespace ember {

@@ -7,7 +7,7 @@
 
 #include "core/fp16.h"
 #include "format_test_util.h"
-#include "model/safetensors.h"
+#include "model/io/safetensors.h"
 
 namespace ember {
 namespace {

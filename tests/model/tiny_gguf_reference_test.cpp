@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/gen_model.h"
+#include "transform/gen_model.h"
 #include "model/model.h"
 
 namespace ember {

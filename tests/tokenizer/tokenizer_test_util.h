@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/gguf.h"
+#include "model/io/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember::testing_tok {

@@ -1,0 +1,119 @@
+// Prefill / decode matmul throughput: the matmul driver on a rows x n weight
+// matrix of each type times `tokens` activation rows, with the tile kernel
+// (when the type has one) and with the plain vec_dot loop, at the active ISA
+// level. Prints GMAC/s (multiply-accumulates of the weight matrix per second
+// of process CPU time, so divide by the thread count for per-core figures).
+//
+// Built with -DEMBER_BUILD_BENCH=ON:
+//   cmake -S . -B build-bench -G Ninja -DEMBER_BUILD_BENCH=ON && ninja -C build-bench bench_gemm
+//   build-bench/bench_gemm [rows] [n] [tokens] [threads] [type]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/registry.h"
+#include "quant/quantize.h"
+
+namespace {
+
+using namespace ember;
+
+// Process CPU time: on a shared machine wall time counts other jobs' slices.
+// With several threads this sums their CPU time (spinning included).
+double seconds_now() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// Median of `reps` timings of f().
+template <typename F>
+double time_median(int reps, F&& f) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = seconds_now();
+    f();
+    t.push_back(seconds_now() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 2048;
+  const int64_t n = argc > 2 ? std::atoll(argv[2]) : 640;
+  const int64_t tokens = argc > 3 ? std::atoll(argv[3]) : 512;
+  const int threads = argc > 4 ? std::atoi(argv[4]) : 1;
+  const char* only = argc > 5 ? argv[5] : nullptr;
+  std::printf("cpu: %s [%s], level %s\nrows=%lld n=%lld tokens=%lld threads=%d\n", cpu_features().brand.c_str(),
+              cpu_features_string().c_str(), isa_name(active_isa()), static_cast<long long>(rows),
+              static_cast<long long>(n), static_cast<long long>(tokens), threads);
+  const DType types[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1, DType::kQ2_K,
+                         DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16,  DType::kF32};
+  ThreadPool pool(threads);
+  MatmulScratch scratch;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(tokens * n));
+  for (auto& v : x) v = gauss(rng);
+  std::vector<float> y(static_cast<size_t>(tokens * rows));
+  std::vector<float> wf(static_cast<size_t>(n));
+  for (DType t : types) {
+    if (only && std::strcmp(only, dtype_name(t)) != 0) continue;
+    if (n % dtype_block_size(t) != 0) continue;
+    const size_t rb = dtype_row_size(t, n);
+    std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (auto& v : wf) v = gauss(rng);
+      if (t == DType::kF32) {
+        std::memcpy(w.data() + rb * r, wf.data(), rb);
+      } else {
+        quantize_row_ref(t, wf.data(), w.data() + rb * r, n);
+      }
+    }
+    TensorView tv;
+    tv.type = t;
+    tv.n_dims = 2;
+    tv.ne[0] = n;
+    tv.ne[1] = rows;
+    tv.data = w.data();
+    tv.nbytes = w.size();
+    const double macs = static_cast<double>(rows) * n * tokens;
+    const int reps = std::max(3, static_cast<int>(2e9 / (macs * 20)));
+    auto run = [&]() { matmul(tv, x.data(), n, y.data(), rows, tokens, pool, scratch); };
+    run();
+    const double sec = time_median(reps, run);
+    // Reference point: the plain per-pair vec_dot loop (single thread,
+    // activations quantized outside the timing).
+    const KernelSet& k = kernels(t);
+    const DType xt = vec_dot_type(t);
+    const size_t xrb = xt == DType::kF32 ? n * sizeof(float) : dtype_row_size(xt, n);
+    std::vector<uint8_t> xq(xrb * tokens);
+    for (int64_t i = 0; i < tokens; ++i) {
+      if (xt == DType::kF32) {
+        std::memcpy(xq.data() + xrb * i, x.data() + n * i, xrb);
+      } else {
+        kernels(xt).quantize_row(x.data() + n * i, xq.data() + xrb * i, n);
+      }
+    }
+    auto loop = [&]() {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < tokens; ++i) k.vec_dot(n, &y[i * rows + r], w.data() + rb * r, xq.data() + xrb * i);
+    };
+    const double sec_loop = time_median(reps, loop);
+    std::printf("%-5s tile=%s  matmul %8.2f GMAC/s %8.3f ms   vec_dot loop %8.2f GMAC/s\n", dtype_name(t),
+                k.vec_dot_tile ? "yes" : "no ", macs / sec * 1e-9, sec * 1e3, macs / sec_loop * 1e-9);
+  }
+  return 0;
+}

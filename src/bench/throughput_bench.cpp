@@ -1,0 +1,104 @@
+// Offline throughput benchmark; see throughput_bench.h.
+#include "bench/throughput_bench.h"
+
+#include <chrono>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace ember {
+
+std::string ThroughputResult::summary() const {
+  return fmt::format(
+      "{:.2f} s, {:.2f} requests/s, {:.1f} tokens/s ({:.1f} output tokens/s, decode steps {:.1f} tokens/s), "
+      "{} steps, {:.1f} tokens/step, {} preemptions, KV waste {:.1f}% (mean over decode steps)",
+      seconds, requests_per_s, tokens_per_s, output_tokens_per_s, decode_tokens_per_s, stats.n_steps,
+      stats.n_steps > 0 ? static_cast<double>(stats.n_computed_tokens) / stats.n_steps : 0.0, stats.n_preemptions,
+      100.0 * mean_kv_waste);
+}
+
+Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& pool, const ThroughputOptions& opt) {
+  const bool given = !opt.requests.empty();
+  if (!given && (opt.num_prompts < 1 || opt.input_len < 1 || opt.output_len < 1))
+    return Status::error("throughput bench: num_prompts, input_len and output_len must be >= 1");
+  if (!(opt.range_ratio >= 0 && opt.range_ratio < 1))
+    return Status::errorf("throughput bench: range ratio must be in [0, 1), got {}", opt.range_ratio);
+  auto er = Engine::create(model, pool, opt.engine);
+  if (!er) return er.status();
+  Engine& e = *er.value();
+  const int V = model.config().n_vocab;
+  std::mt19937_64 rng(opt.seed);
+  auto length = [&](int l) {
+    const int lo = std::max(1, static_cast<int>(l * (1 - opt.range_ratio)));
+    const int hi = std::max(lo, static_cast<int>(l * (1 + opt.range_ratio)));
+    return lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  std::vector<RequestParams> reqs = opt.requests;
+  if (!given) {
+    reqs.resize(opt.num_prompts);
+    for (auto& r : reqs) {
+      // Random ids, avoiding the first few (usually control tokens).
+      const int lo = std::min(V - 1, 4);
+      const int n_in = length(opt.input_len);
+      for (int i = 0; i < n_in; ++i) r.prompt.push_back(lo + static_cast<int32_t>(rng() % (V - lo)));
+      r.sampling.temperature = 0.f;
+      r.max_tokens = length(opt.output_len);
+    }
+  }
+  for (const auto& r : reqs)
+    if (static_cast<int64_t>(r.prompt.size()) + r.max_tokens > e.max_seq_len())
+      return Status::errorf("throughput bench: input + output of {} tokens exceed the maximum sequence length {}",
+                            static_cast<int64_t>(r.prompt.size()) + r.max_tokens, e.max_seq_len());
+  ThroughputResult res;
+  double decode_s = 0;
+  int64_t decode_tokens = 0;
+  double waste_sum = 0;
+  int64_t waste_steps = 0;
+  std::vector<char> started(reqs.size(), 0);
+  size_t n_started = 0;
+  int n_finished = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto drain = [&]() -> Status {
+    while (e.has_unfinished()) {
+      auto out = e.step();
+      if (!out) return out.status();
+      res.output_tokens += static_cast<int64_t>(out->tokens.size());
+      n_finished += static_cast<int>(out->finished.size());
+      if (opt.progress)
+        opt.progress(n_finished, static_cast<int>(reqs.size()),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      for (const TokenEvent& t : out->tokens) {
+        const size_t i = std::stoul(t.id.substr(6));  // "bench-<i>"
+        if (i < started.size() && !started[i]) {
+          started[i] = 1;
+          if (++n_started == started.size())
+            res.first_tokens_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+      }
+      if (out->n_seqs > 0 && out->n_batched_tokens == out->n_seqs) {
+        decode_s += out->seconds;
+        decode_tokens += out->n_batched_tokens;
+        waste_sum += e.stats().kv_waste();
+        ++waste_steps;
+      }
+    }
+    return Status::ok();
+  };
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EMBER_RETURN_IF_ERROR(e.add_request(fmt::format("bench-{}", i), reqs[i]));
+    if (opt.sequential) EMBER_RETURN_IF_ERROR(drain());
+  }
+  EMBER_RETURN_IF_ERROR(drain());
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.num_requests = static_cast<int>(reqs.size());
+  for (const auto& r : reqs) res.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  res.requests_per_s = res.num_requests / res.seconds;
+  res.tokens_per_s = (res.prompt_tokens + res.output_tokens) / res.seconds;
+  res.output_tokens_per_s = res.output_tokens / res.seconds;
+  res.decode_tokens_per_s = decode_s > 0 ? decode_tokens / decode_s : 0;
+  res.mean_kv_waste = waste_steps > 0 ? waste_sum / waste_steps : 0;
+  res.stats = e.stats();
+  return res;
+}
+
+}  // namespace ember

@@ -1,0 +1,70 @@
+// ModelFile: one weight map + metadata, whatever the on-disk format.
+// GGUF files are used as they are; a Hugging Face folder (config.json +
+// *.safetensors, optionally sharded) is translated on load into GGUF-style
+// metadata keys ("llama.block_count", "tokenizer.ggml.tokens", ...) and GGUF
+// tensor names ("blk.0.attn_q.weight"), so the rest of ember reads one form.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/metadata.h"
+
+namespace ember {
+
+struct ModelFile {
+  std::string path;
+  std::string format;  // "gguf" or "safetensors"
+  Metadata metadata;
+  std::map<std::string, TensorView> tensors;  // by GGUF-style name
+
+  // Keeps mapped files and any converted/owned tensor buffers alive.
+  std::vector<std::shared_ptr<void>> owners;
+
+  const TensorView* tensor(const std::string& name) const {
+    auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : &it->second;
+  }
+  const std::string* architecture() const { return metadata.get_string("general.architecture"); }
+};
+
+// Opens a .gguf file (recognised by its magic), a .safetensors file
+// (config.json beside it; only that file's tensors), a Hugging Face model
+// folder, or its config.json / model.safetensors.index.json.
+//
+// GGUF: metadata and tensor views as in the file. One key is added when the
+// file lacks it: "<arch>.rope.type" ("normal" for llama, whose converter
+// permutes Q/K for interleaved RoPE; "neox" for qwen2, gemma3).
+//
+// Hugging Face (format "safetensors"), keys written from config.json
+// (<arch> = llama for LlamaForCausalLM/MistralForCausalLM, qwen2, gemma3):
+//   general.architecture, general.name (folder name), ember.hf.dir (absolute
+//   folder path, for the tokenizer files), <arch>.vocab_size,
+//   .context_length, .embedding_length, .block_count, .feed_forward_length,
+//   .attention.head_count, .attention.head_count_kv, .attention.key_length,
+//   .attention.value_length (head_dim), .attention.layer_norm_rms_epsilon,
+//   .rope.freq_base, .rope.dimension_count (head_dim),
+//   .rope.type = "neox" (HF's rotate_half on unpermuted Q/K weights),
+//   rope scaling: .rope.scaling.type ("linear", "llama3" or "yarn") and
+//   .rope.scaling.factor; llama3 adds .rope.scaling.low_freq_factor,
+//   .high_freq_factor, .original_context_length and the tensor
+//   rope_freqs.weight (F32 [head_dim/2] frequency divisors, as GGUF
+//   converters write it); yarn adds .original_context_length.
+//   gemma3 only: .attention.sliding_window, .attention.sliding_window_pattern
+//   (every N-th layer is global; from layer_types or sliding_window_pattern),
+//   .attention.query_pre_attn_scalar, .rope.local_freq_base (sliding layers),
+//   .attn_logit_softcapping / .final_logit_softcapping when set.
+//   tokenizer.ggml.bos_token_id / eos_token_id (first of a list) /
+//   padding_token_id when config.json has them.
+// Tensors get GGUF names (token_embd, output_norm, output, blk.N.attn_q, ...);
+// tensors ember does not use (vision tower, rotary buffers) are skipped. With
+// tie_word_embeddings there is no output.weight. 1-D tensors (norms, biases)
+// become owned F32 copies; Gemma norm weights get +1 (HF applies (1 + w),
+// GGUF files store w + 1). Matrices stay F16/BF16/F32 views into the map.
+Result<std::unique_ptr<ModelFile>> open_model_file(const std::string& path);
+
+}  // namespace ember

@@ -1,0 +1,528 @@
+// Random-weight GGUF models of real shapes; see gen_model.h.
+#include "transform/gen_model.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "transform/convert.h"
+#include "model/io/hf_config.h"
+#include "quant/quantize.h"
+
+namespace ember {
+
+namespace {
+
+// ---- shapes ----
+
+GenModelShape llama_base() {
+  GenModelShape s;
+  s.arch = "llama";
+  s.rope_base = 500000;
+  s.norm_eps = 1e-5;
+  s.n_vocab = 128256;
+  s.n_ctx = 131072;
+  s.rope_scale_factor = 8;
+  return s;
+}
+
+Result<GenModelShape> known_shape(const std::string& name) {
+  if (name == "llama-3.2-1b") {
+    GenModelShape s = llama_base();
+    s.n_layer = 16, s.n_embd = 2048, s.n_ff = 8192, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 64;
+    s.tied_embeddings = true;
+    s.rope_scale_factor = 32;
+    s.name = name;
+    return s;
+  }
+  if (name == "llama-3.1-8b") {
+    GenModelShape s = llama_base();
+    s.n_layer = 32, s.n_embd = 4096, s.n_ff = 14336, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128;
+    s.name = name;
+    return s;
+  }
+  if (name == "qwen2.5-0.5b") {
+    GenModelShape s;
+    s.arch = "qwen2";
+    s.n_layer = 24, s.n_embd = 896, s.n_ff = 4864, s.n_head = 14, s.n_head_kv = 2, s.head_dim = 64;
+    s.n_vocab = 151936, s.n_ctx = 32768, s.rope_base = 1000000, s.norm_eps = 1e-6;
+    s.tied_embeddings = true, s.qkv_bias = true;
+    s.name = name;
+    return s;
+  }
+  if (name == "qwen3-0.6b") {
+    GenModelShape s;
+    s.arch = "qwen3";
+    s.n_layer = 28, s.n_embd = 1024, s.n_ff = 3072, s.n_head = 16, s.n_head_kv = 8, s.head_dim = 128;
+    s.n_vocab = 151936, s.n_ctx = 40960, s.rope_base = 1000000, s.norm_eps = 1e-6;
+    s.tied_embeddings = true;
+    s.name = name;
+    return s;
+  }
+  if (name == "gemma-3-270m") {
+    GenModelShape s;
+    s.arch = "gemma3";
+    s.n_layer = 18, s.n_embd = 640, s.n_ff = 2048, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 256;
+    s.n_vocab = 262144, s.n_ctx = 32768, s.rope_base = 1000000, s.norm_eps = 1e-6;
+    s.tied_embeddings = true, s.sliding_window = 512;
+    s.name = name;
+    return s;
+  }
+  if (name == "mixtral-tiny") {  // Mixtral's layout and RoPE at a small size
+    GenModelShape s = llama_base();
+    s.n_layer = 8, s.n_embd = 1024, s.n_ff = 2816, s.n_head = 16, s.n_head_kv = 4, s.head_dim = 64;
+    s.n_vocab = 32000, s.n_ctx = 32768, s.rope_base = 1000000, s.rope_scale_factor = 0;
+    s.n_expert = 8, s.n_expert_used = 2;
+    s.name = name;
+    return s;
+  }
+  std::string names;
+  for (const std::string& n : gen_model_shape_names()) names += (names.empty() ? "" : ", ") + n;
+  return Status::errorf("unknown shape '{}' (known: {})", name, names);
+}
+
+// ---- random numbers ----
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// wyrand: one multiply per 64-bit output.
+struct Wyrand {
+  uint64_t s;
+  uint64_t next() {
+    s += 0xa0761d6478bd642full;
+    const __uint128_t t = static_cast<__uint128_t>(s) * (s ^ 0xe7037ed1a0b428dbull);
+    return static_cast<uint64_t>(t >> 64) ^ static_cast<uint64_t>(t);
+  }
+};
+
+// dst[i] = mean + std * z_i, z approximately standard normal (Irwin-Hall of
+// four 16-bit uniforms: bounded at +-3.46, variance 1).
+void fill_normal(Wyrand& rng, float* dst, int64_t n, float mean, float std) {
+  const float scale = std * 1.7320508f / 65536.0f;  // sqrt(3) / 2^16
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t r = rng.next();
+    const uint32_t sum = static_cast<uint32_t>(r & 0xFFFF) + static_cast<uint32_t>((r >> 16) & 0xFFFF) +
+                         static_cast<uint32_t>((r >> 32) & 0xFFFF) + static_cast<uint32_t>(r >> 48);
+    // Each part is uniform on {0..65535} + 0.5: the sum has mean 2 * 65536.
+    dst[i] = mean + scale * (static_cast<float>(sum) + 2.0f - 131072.0f);
+  }
+}
+
+// ---- synthetic vocabulary ----
+
+// GPT-2's printable stand-in for each byte, as UTF-8.
+std::vector<std::string> byte_symbols() {
+  std::vector<int> bs, cs;
+  auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+  for (int b = 0; b < 256; ++b)
+    if (printable(b)) bs.push_back(b), cs.push_back(b);
+  int extra = 0;
+  for (int b = 0; b < 256; ++b)
+    if (!printable(b)) bs.push_back(b), cs.push_back(256 + extra++);
+  std::vector<std::string> out(256);
+  for (size_t i = 0; i < bs.size(); ++i) {
+    const int cp = cs[i];
+    std::string u;
+    if (cp < 0x80) {
+      u += static_cast<char>(cp);
+    } else {
+      u += static_cast<char>(0xC0 | (cp >> 6));
+      u += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    out[bs[i]] = u;
+  }
+  return out;
+}
+
+GgufValue string_array(std::vector<std::string> v) {
+  GgufValue a;
+  a.type = GgufType::kArray;
+  a.elem_type = GgufType::kString;
+  a.count = v.size();
+  a.strings = std::move(v);
+  return a;
+}
+
+GgufValue int_array(const std::vector<int32_t>& v) {
+  GgufValue a;
+  a.type = GgufType::kArray;
+  a.elem_type = GgufType::kInt32;
+  a.count = v.size();
+  a.ints.assign(v.begin(), v.end());
+  return a;
+}
+
+// ---- tensors ----
+
+enum class Fill { kMatrix, kRouter, kNorm, kBias, kRopeFreqs };  // kRouter: matrix values kept in f32
+
+struct TensorPlan {
+  std::string name;
+  std::vector<int64_t> ne;  // GGML order
+  DType type;
+  Fill fill;
+  size_t nbytes = 0;
+};
+
+std::vector<TensorPlan> plan_tensors(const GenModelShape& s, DType type, GenModelStats* stats) {
+  const int64_t E = s.n_embd, F = s.n_ff, V = s.n_vocab, D = s.head_size();
+  const int64_t Q = s.n_head * D, K = s.n_head_kv * D;
+  std::vector<TensorPlan> out;
+  auto add = [&](std::string name, std::vector<int64_t> ne, Fill fill) {
+    TensorPlan t;
+    t.name = std::move(name);
+    t.ne = std::move(ne);
+    t.fill = fill;
+    t.type = DType::kF32;
+    if (fill == Fill::kMatrix) {
+      t.type = gen_model_row_type(type, t.ne[0]);
+      if (t.type != type)
+        stats->fallbacks.push_back(fmt::format("{}: {} -> {}", t.name, dtype_name(type), dtype_name(t.type)));
+    }
+    int64_t n = 1;
+    for (int64_t d : t.ne) n *= d;
+    t.nbytes = dtype_row_size(t.type, t.ne[0]) * static_cast<size_t>(n / t.ne[0]);
+    stats->n_params += n;
+    out.push_back(std::move(t));
+  };
+  add("token_embd.weight", {E, V}, Fill::kMatrix);
+  if (s.rope_scale_factor > 0) add("rope_freqs.weight", {D / 2}, Fill::kRopeFreqs);
+  for (int il = 0; il < s.n_layer; ++il) {
+    auto n = [il](const char* suffix) { return fmt::format("blk.{}.{}", il, suffix); };
+    add(n("attn_norm.weight"), {E}, Fill::kNorm);
+    add(n("attn_q.weight"), {E, Q}, Fill::kMatrix);
+    add(n("attn_k.weight"), {E, K}, Fill::kMatrix);
+    add(n("attn_v.weight"), {E, K}, Fill::kMatrix);
+    if (s.qkv_bias) {
+      add(n("attn_q.bias"), {Q}, Fill::kBias);
+      add(n("attn_k.bias"), {K}, Fill::kBias);
+      add(n("attn_v.bias"), {K}, Fill::kBias);
+    }
+    add(n("attn_output.weight"), {Q, E}, Fill::kMatrix);
+    if (s.arch == "gemma3" || s.arch == "qwen3") {
+      add(n("attn_q_norm.weight"), {D}, Fill::kNorm);
+      add(n("attn_k_norm.weight"), {D}, Fill::kNorm);
+    }
+    if (s.arch == "gemma3") add(n("post_attention_norm.weight"), {E}, Fill::kNorm);
+    add(n("ffn_norm.weight"), {E}, Fill::kNorm);
+    if (s.n_expert > 0) {
+      const int64_t X = s.n_expert;
+      add(n("ffn_gate_inp.weight"), {E, X}, Fill::kRouter);
+      add(n("ffn_gate_exps.weight"), {E, F, X}, Fill::kMatrix);
+      add(n("ffn_up_exps.weight"), {E, F, X}, Fill::kMatrix);
+      add(n("ffn_down_exps.weight"), {F, E, X}, Fill::kMatrix);
+    } else {
+      add(n("ffn_gate.weight"), {E, F}, Fill::kMatrix);
+      add(n("ffn_up.weight"), {E, F}, Fill::kMatrix);
+      add(n("ffn_down.weight"), {F, E}, Fill::kMatrix);
+    }
+    if (s.arch == "gemma3") add(n("post_ffw_norm.weight"), {E}, Fill::kNorm);
+  }
+  add("output_norm.weight", {E}, Fill::kNorm);
+  if (!s.tied_embeddings) add("output.weight", {E, V}, Fill::kMatrix);
+  return out;
+}
+
+void write_metadata(const GenModelShape& s, const GenModelOptions& o, const Metadata& vocab, GgufWriter* w) {
+  const std::string& a = s.arch;
+  w->add_string("general.architecture", a);
+  w->add_string("general.name", s.name + " (random weights, ember gen-model)");
+  w->add_uint32("general.file_type", static_cast<uint32_t>(llama_file_type(o.type)));
+  w->add_uint32("general.quantization_version", 2);
+  w->add_uint64("ember.gen_model.seed", o.seed);
+  w->add_uint32(a + ".vocab_size", static_cast<uint32_t>(s.n_vocab));
+  w->add_uint32(a + ".context_length", static_cast<uint32_t>(s.n_ctx));
+  w->add_uint32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
+  w->add_uint32(a + ".block_count", static_cast<uint32_t>(s.n_layer));
+  w->add_uint32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w->add_uint32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
+  w->add_uint32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  w->add_uint32(a + ".attention.key_length", static_cast<uint32_t>(s.head_size()));
+  w->add_uint32(a + ".attention.value_length", static_cast<uint32_t>(s.head_size()));
+  w->add_float32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(s.norm_eps));
+  w->add_float32(a + ".rope.freq_base", static_cast<float>(s.rope_base));
+  w->add_uint32(a + ".rope.dimension_count", static_cast<uint32_t>(s.head_size()));
+  if (s.sliding_window > 0) w->add_uint32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  if (s.n_expert > 0) {
+    w->add_uint32(a + ".expert_count", static_cast<uint32_t>(s.n_expert));
+    w->add_uint32(a + ".expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+  }
+  for (const auto& [k, v] : vocab.entries())
+    if (k.rfind("tokenizer.", 0) == 0 || k.rfind("ember.tokenizer.", 0) == 0) w->add(k, v);
+}
+
+Status pwrite_all(int fd, const void* p, size_t n, uint64_t off) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  while (n > 0) {
+    const ssize_t k = ::pwrite(fd, b, n, static_cast<off_t>(off));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return Status::errorf("write failed: {}", std::strerror(errno));
+    b += k;
+    n -= static_cast<size_t>(k);
+    off += static_cast<uint64_t>(k);
+  }
+  return Status::ok();
+}
+
+// Generates one tensor in chunks of rows and writes it at `file_off`.
+Status generate_tensor(const TensorPlan& t, const GenModelShape& s, const GenModelOptions& o, int fd,
+                       uint64_t file_off, ThreadPool& pool) {
+  const int64_t row_len = t.ne[0];
+  int64_t rows = 1;
+  for (size_t i = 1; i < t.ne.size(); ++i) rows *= t.ne[i];
+  if (t.fill == Fill::kRopeFreqs) {
+    const std::vector<float> f =
+        llama3_rope_freq_factors(s.head_size(), s.rope_base, s.rope_scale_factor, s.rope_low_freq_factor,
+                                 s.rope_high_freq_factor, s.rope_original_ctx);
+    if (static_cast<int64_t>(f.size()) != row_len) return Status::errorf("{}: rope factor count", t.name);
+    return pwrite_all(fd, f.data(), f.size() * sizeof(float), file_off);
+  }
+  const size_t row_bytes = dtype_row_size(t.type, row_len);
+  const int64_t chunk_rows = std::max<int64_t>(1, std::min<int64_t>(rows, (8 << 20) / (row_len * 4)));
+  std::vector<uint8_t> out(row_bytes * chunk_rows);
+  std::vector<std::vector<float>> scratch(pool.size(), std::vector<float>(row_len));
+  const uint64_t tensor_seed = splitmix64(o.seed ^ splitmix64(fnv1a(t.name)));
+  const float mean = t.fill == Fill::kNorm ? 1.0f : 0.0f;
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t nr = std::min(chunk_rows, rows - r0);
+    pool.parallel_for(nr, 4, [&](int64_t b, int64_t e, int ith) {
+      float* f = scratch[ith].data();
+      for (int64_t r = b; r < e; ++r) {
+        Wyrand rng{splitmix64(tensor_seed + static_cast<uint64_t>(r0 + r))};
+        fill_normal(rng, f, row_len, mean, o.weight_std);
+        quantize_row_ref(t.type, f, out.data() + r * row_bytes, row_len);
+      }
+    });
+    EMBER_RETURN_IF_ERROR(pwrite_all(fd, out.data(), row_bytes * nr, file_off + r0 * row_bytes));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::vector<std::string> gen_model_shape_names() {
+  return {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-3-270m", "mixtral-tiny"};
+}
+
+Result<GenModelShape> gen_model_shape(const std::string& name) { return known_shape(name); }
+
+Result<GenModelShape> gen_model_arch_defaults(const std::string& arch) {
+  GenModelShape s;
+  if (arch == "llama") {
+    s = llama_base();
+    s.rope_scale_factor = 0;
+    s.n_ctx = 8192;
+  } else if (arch == "qwen2") {
+    s = *known_shape("qwen2.5-0.5b");
+  } else if (arch == "qwen3") {
+    s = *known_shape("qwen3-0.6b");
+  } else if (arch == "gemma3") {
+    s = *known_shape("gemma-3-270m");
+  } else {
+    return Status::errorf("unsupported architecture '{}' (supported: llama, qwen2, qwen3, gemma3)", arch);
+  }
+  s.name = "custom-" + arch;
+  s.n_layer = s.n_embd = s.n_ff = s.n_head = s.n_head_kv = s.head_dim = 0;
+  return s;
+}
+
+Status validate_gen_model_shape(const GenModelShape& s) {
+  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3")
+    return Status::errorf("unsupported architecture '{}' (supported: llama, qwen2, qwen3, gemma3)", s.arch);
+  auto in = [](const char* what, int64_t v, int64_t lo, int64_t hi) -> Status {
+    if (v < lo || v > hi) return Status::errorf("{} = {} must be in [{}, {}]", what, v, lo, hi);
+    return Status::ok();
+  };
+  EMBER_RETURN_IF_ERROR(in("n_layer", s.n_layer, 1, 1024));
+  EMBER_RETURN_IF_ERROR(in("n_embd", s.n_embd, 1, 1 << 16));
+  EMBER_RETURN_IF_ERROR(in("n_ff", s.n_ff, 1, 1 << 18));
+  EMBER_RETURN_IF_ERROR(in("n_head", s.n_head, 1, 1024));
+  EMBER_RETURN_IF_ERROR(in("n_head_kv", s.n_head_kv, 1, s.n_head));
+  EMBER_RETURN_IF_ERROR(in("n_vocab", s.n_vocab, 1, 1 << 22));
+  EMBER_RETURN_IF_ERROR(in("context", s.n_ctx, 1, 1 << 24));
+  if (s.head_dim == 0 && s.n_embd % s.n_head != 0)
+    return Status::errorf("n_embd {} is not a multiple of n_head {} (give head_dim)", s.n_embd, s.n_head);
+  EMBER_RETURN_IF_ERROR(in("head_dim", s.head_size(), 2, 1024));
+  if (s.n_head % s.n_head_kv != 0)
+    return Status::errorf("n_head {} is not a multiple of n_head_kv {}", s.n_head, s.n_head_kv);
+  if (s.head_size() % 2 != 0) return Status::errorf("head size {} is odd", s.head_size());
+  if (s.sliding_window < 0) return Status::error("negative sliding window");
+  if (s.n_expert != 0) {
+    if (s.arch != "llama") return Status::errorf("experts are supported for llama (Mixtral layout) only, not {}", s.arch);
+    EMBER_RETURN_IF_ERROR(in("n_expert", s.n_expert, 2, 256));
+    EMBER_RETURN_IF_ERROR(in("n_expert_used", s.n_expert_used, 1, s.n_expert));
+  } else if (s.n_expert_used != 0) {
+    return Status::error("n_expert_used needs n_expert");
+  }
+  if (!(s.rope_base > 0) || !(s.norm_eps > 0)) return Status::error("rope base and norm epsilon must be positive");
+  return Status::ok();
+}
+
+DType gen_model_row_type(DType type, int64_t n) {
+  if (n % dtype_block_size(type) == 0) return type;
+  DType fb;
+  switch (type) {
+    case DType::kQ4_K: fb = DType::kQ5_0; break;
+    case DType::kQ5_K: fb = DType::kQ5_1; break;
+    case DType::kQ6_K: fb = DType::kQ8_0; break;
+    case DType::kQ2_K: case DType::kQ3_K: fb = DType::kQ4_0; break;
+    default: fb = DType::kF16; break;
+  }
+  return n % dtype_block_size(fb) == 0 ? fb : DType::kF16;
+}
+
+Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out) {
+  const bool qwen = arch == "qwen2" || arch == "qwen3";
+  const std::vector<std::string> specials =
+      qwen ? std::vector<std::string>{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
+           : std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                      "<|end_header_id|>", "<|eot_id|>",      "<|eom_id|>"};
+  const int n_special = static_cast<int>(specials.size());
+  if (n_vocab < 256 + n_special)
+    return Status::errorf("a synthetic byte-level vocabulary needs at least {} tokens, got {}", 256 + n_special,
+                          n_vocab);
+  const int n_merges = n_vocab - 256 - n_special;
+  std::vector<std::string> tokens = byte_symbols();
+  std::vector<std::string> merges;
+  merges.reserve(n_merges);
+  // Merges grow words one letter at a time: level 2 is (space or letter) +
+  // lowercase letter, level L+1 extends each level-L token by a letter, in
+  // creation order. Every merge joins two existing tokens into a new one.
+  const std::string lower = "etaoinshrdlcumwfgypbvkjxqz";
+  const std::string upper = "TAISOWHBCMFPDRLEGNYUKVJQXZ";
+  const std::string space = "\xC4\xA0";  // GPT-2's stand-in for ' ' (U+0120)
+  std::vector<std::string> level = {space};
+  for (char c : lower) level.emplace_back(1, c);
+  for (char c : upper) level.emplace_back(1, c);
+  while (static_cast<int>(merges.size()) < n_merges) {
+    std::vector<std::string> next;
+    for (const std::string& x : level) {
+      for (char c : lower) {
+        if (static_cast<int>(merges.size()) >= n_merges) break;
+        merges.push_back(x + " " + c);
+        tokens.push_back(x + c);
+        next.push_back(x + c);
+      }
+    }
+    level = std::move(next);
+  }
+  std::vector<int32_t> types(tokens.size(), static_cast<int32_t>(1));  // normal
+  for (const std::string& sp : specials) {
+    tokens.push_back(sp);
+    types.push_back(3);  // control
+  }
+  const int32_t first_special = n_vocab - n_special;
+  out->set("tokenizer.ggml.model", Metadata::make_string("gpt2"));
+  out->set("tokenizer.ggml.pre", Metadata::make_string(qwen ? "qwen2" : "llama-bpe"));
+  out->set("tokenizer.ggml.tokens", string_array(std::move(tokens)));
+  out->set("tokenizer.ggml.token_type", int_array(types));
+  out->set("tokenizer.ggml.merges", string_array(std::move(merges)));
+  const auto u32 = [](int64_t v) { return Metadata::make_int(v, GgufType::kUint32); };
+  if (qwen) {
+    out->set("tokenizer.ggml.bos_token_id", u32(first_special));  // <|endoftext|>, not added
+    out->set("tokenizer.ggml.eos_token_id", u32(first_special));
+    out->set("tokenizer.ggml.padding_token_id", u32(first_special));
+    out->set("tokenizer.ggml.add_bos_token", Metadata::make_bool(false));
+  } else {
+    out->set("tokenizer.ggml.bos_token_id", u32(first_special));      // <|begin_of_text|>
+    out->set("tokenizer.ggml.eos_token_id", u32(first_special + 1));  // <|end_of_text|>
+    out->set("tokenizer.ggml.eot_token_id", u32(first_special + 4));  // <|eot_id|>
+    out->set("tokenizer.ggml.add_bos_token", Metadata::make_bool(true));
+  }
+  return Status::ok();
+}
+
+Result<GenModelStats> write_random_model(const GenModelShape& shape_in, const GenModelOptions& opts,
+                                         const std::string& path, ThreadPool& pool) {
+  GenModelShape shape = shape_in;
+  if (!convertible_to(opts.type)) return Status::errorf("unsupported tensor type {}", dtype_name(opts.type));
+  if (!(opts.weight_std > 0) || !std::isfinite(opts.weight_std)) return Status::error("invalid weight scale");
+  Metadata vocab;
+  if (opts.vocab) {
+    const GgufValue* toks = opts.vocab->find("tokenizer.ggml.tokens");
+    if (!toks || toks->elem_type != GgufType::kString || toks->count == 0)
+      return Status::error("the vocabulary source has no tokenizer.ggml.tokens");
+    shape.n_vocab = static_cast<int>(toks->count);
+    vocab = *opts.vocab;
+  }
+  EMBER_RETURN_IF_ERROR(validate_gen_model_shape(shape));
+  if (!opts.vocab) EMBER_RETURN_IF_ERROR(synthetic_bpe_vocab(shape.arch, shape.n_vocab, &vocab));
+
+  GenModelStats stats;
+  stats.n_vocab = shape.n_vocab;
+  const std::vector<TensorPlan> tensors = plan_tensors(shape, opts.type, &stats);
+  stats.n_tensors = static_cast<int64_t>(tensors.size());
+
+  // Pass 1: the file layout, with every payload read from a zero mapping.
+  size_t max_bytes = 0;
+  for (const TensorPlan& t : tensors) max_bytes = std::max(max_bytes, t.nbytes);
+  void* zeros = ::mmap(nullptr, max_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (zeros == MAP_FAILED) return Status::errorf("cannot map {} bytes: {}", max_bytes, std::strerror(errno));
+  GgufWriter w;
+  write_metadata(shape, opts, vocab, &w);
+  Status st;
+  for (const TensorPlan& t : tensors) {
+    st = w.add_tensor_ref(t.name, t.type, t.ne, zeros, t.nbytes);
+    if (!st) break;
+  }
+  if (st) st = w.write(path);
+  ::munmap(zeros, max_bytes);
+  EMBER_RETURN_IF_ERROR(st);
+
+  // Where each payload landed.
+  std::map<std::string, uint64_t> offsets;
+  {
+    auto f = GgufFile::open(path);
+    if (!f) {
+      std::remove(path.c_str());
+      return f.status();
+    }
+    for (const GgufTensorInfo& ti : (*f)->tensors()) offsets[ti.view.name] = (*f)->data_offset() + ti.offset;
+    stats.file_bytes = (*f)->size();
+  }
+
+  // Pass 2: generate and write each tensor in place.
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  if (fd < 0) {
+    std::remove(path.c_str());
+    return Status::errorf("{}: cannot open for writing: {}", path, std::strerror(errno));
+  }
+  uint64_t total = 0, done = 0;
+  for (const TensorPlan& t : tensors) total += t.nbytes;
+  for (const TensorPlan& t : tensors) {
+    auto it = offsets.find(t.name);
+    st = it == offsets.end() ? Status::errorf("tensor '{}' missing from the written file", t.name)
+                             : generate_tensor(t, shape, opts, fd, it->second, pool);
+    if (!st) break;
+    done += t.nbytes;
+    if (opts.progress) opts.progress(done, total);
+  }
+  if (::close(fd) != 0 && st) st = Status::errorf("close failed: {}", std::strerror(errno));
+  if (!st) {
+    std::remove(path.c_str());
+    return st.with_context(path);
+  }
+  return stats;
+}
+
+}  // namespace ember
