@@ -78,7 +78,7 @@ size_t decode_weight_bytes(const Model& m) {
   size_t bytes = 0;
   const ModelWeights& w = m.weights();
   for (const auto& [name, t] : m.file().tensors) {
-    if (&t == w.tok_embd && w.output != w.tok_embd) continue;
+    if (&t == w.tok_embd && w.output.weight != w.tok_embd) continue;
     bytes += t.nbytes;
   }
   return bytes;

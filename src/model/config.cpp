@@ -1,6 +1,7 @@
 // Hyper-parameters from metadata; see config.h.
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/archs/archs.h"
@@ -109,7 +110,31 @@ Result<ModelConfig> config_from_metadata(const Metadata& meta) {
   if (auto v = meta.get_int(a + ".vocab_size")) cfg.n_vocab = static_cast<int>(*v);
 
   EMBER_RETURN_IF_ERROR(filler->fill(meta, &cfg));
+  if (static_cast<int>(cfg.layers.size()) != cfg.n_layer) cfg.layers.resize(cfg.n_layer);
+  for (LayerConfig& l : cfg.layers) {
+    if (l.n_head == 0) l.n_head = cfg.n_head;
+    if (l.n_head_kv == 0) l.n_head_kv = cfg.n_head_kv;
+    if (l.n_ff == 0) l.n_ff = cfg.n_ff;
+  }
   return cfg;
+}
+
+int ModelConfig::max_n_head() const {
+  int m = n_head;
+  for (const LayerConfig& l : layers) m = std::max(m, l.n_head);
+  return m;
+}
+
+int ModelConfig::max_n_head_kv() const {
+  int m = n_head_kv;
+  for (const LayerConfig& l : layers) m = std::max(m, l.n_head_kv);
+  return m;
+}
+
+int ModelConfig::max_n_ff() const {
+  int m = n_ff;
+  for (const LayerConfig& l : layers) m = std::max(m, l.n_ff);
+  return m;
 }
 
 }  // namespace ember

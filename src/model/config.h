@@ -14,11 +14,26 @@ namespace ember {
 
 enum class Activation { kSilu, kGeluTanh };
 
+// What a layer's feed-forward sub-block is: today the dense gated FFN
+// (down(act(gate x) * up x)); Mixture-of-Experts follows.
+enum class FfnKind { kDenseGated };
+
+// Per-layer settings. Head counts and the FFN width are per layer because
+// structured pruning (and some architectures) make layers differ; a model
+// whose file gives single values has the same values in every layer.
 struct LayerConfig {
+  int n_head = 0;
+  int n_head_kv = 0;
+  int n_ff = 0;
+  FfnKind ffn_kind = FfnKind::kDenseGated;
   int sliding_window = 0;     // 0: global attention; else keys with q_pos - k_pos >= window are masked
   float rope_base = 10000.f;  // theta base for this layer
   float rope_freq_scale = 1.f;  // linear RoPE scaling: positions multiplied by this
   bool use_rope_freq_factors = false;  // divide frequencies by rope_freqs.weight (Llama 3.1)
+
+  int n_q_dim(int head_dim) const { return n_head * head_dim; }
+  int n_kv_dim(int head_dim) const { return n_head_kv * head_dim; }
+  int n_v_dim(int head_dim_v) const { return n_head_kv * head_dim_v; }
 };
 
 struct ModelConfig {
@@ -26,6 +41,8 @@ struct ModelConfig {
   std::string name;
   int n_layer = 0;
   int n_embd = 0;
+  // Model-wide sizes as the file states them; each layer's own are in
+  // layers[il] (equal unless the file gives per-layer values).
   int n_head = 0;
   int n_head_kv = 0;
   int head_dim = 0;     // K/Q head size
@@ -52,6 +69,10 @@ struct ModelConfig {
   int n_kv_dim() const { return n_head_kv * head_dim; }
   int n_q_dim() const { return n_head * head_dim; }
   int n_v_dim() const { return n_head_kv * head_dim_v; }
+  // Largest per-layer sizes (buffer sizes).
+  int max_n_head() const;
+  int max_n_head_kv() const;
+  int max_n_ff() const;
 };
 
 // Reads the common hyper-parameters ("<arch>.block_count", ...) and then lets

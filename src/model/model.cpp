@@ -145,7 +145,7 @@ Status ForwardContext::forward_ragged(const SeqBatch* seqs, int n_seqs, float* l
     for (int64_t r = b; r < e; ++r)
       rms_norm_row(x_.data() + logit_rows_[r] * E, w.output_norm, xn_.data() + r * E, E, cfg_.norm_eps);
   });
-  matmul(*w.output, xn_.data(), E, logits, V, rows, pool_, mm_scratch_);
+  matmul(*w.output.weight, xn_.data(), E, logits, V, rows, pool_, mm_scratch_);
   if (cfg_.final_logit_softcap > 0.f) {
     const float c = cfg_.final_logit_softcap;
     for (int64_t i = 0; i < rows * V; ++i) logits[i] = c * std::tanh(logits[i] / c);
@@ -171,7 +171,7 @@ void ForwardContext::forward_batch(const int32_t* tokens, int64_t n, int64_t pos
   if (!all_logits && !logits) return;
   rows_rms_norm(x_.data() + first * E, xn_.data(), rows, w.output_norm);
   float* out = all_logits ? all_logits : logits;
-  matmul(*w.output, xn_.data(), E, out, V, rows, pool_, mm_scratch_);
+  matmul(*w.output.weight, xn_.data(), E, out, V, rows, pool_, mm_scratch_);
   if (cfg_.final_logit_softcap > 0.f) {
     const float c = cfg_.final_logit_softcap;
     for (int64_t i = 0; i < rows * V; ++i) out[i] = c * std::tanh(out[i] / c);
@@ -211,9 +211,9 @@ void ForwardContext::attention_block(int il, int64_t n) {
   const int64_t E = cfg_.n_embd, Q = cfg_.n_q_dim(), K = cfg_.n_kv_dim(), Vd = cfg_.n_v_dim();
   const int hd = cfg_.head_dim, half = cfg_.n_rot / 2;
 
-  matmul(*l.wq, xn_.data(), E, q_.data(), Q, n, pool_, mm_scratch_);
-  matmul(*l.wk, xn_.data(), E, k_.data(), K, n, pool_, mm_scratch_);
-  matmul(*l.wv, xn_.data(), E, v_.data(), Vd, n, pool_, mm_scratch_);
+  matmul(*l.q.weight, xn_.data(), E, q_.data(), Q, n, pool_, mm_scratch_);
+  matmul(*l.k.weight, xn_.data(), E, k_.data(), K, n, pool_, mm_scratch_);
+  matmul(*l.v.weight, xn_.data(), E, v_.data(), Vd, n, pool_, mm_scratch_);
 
   const float* inv_freq = model_.inv_freq(il);
   pool_.parallel_for(n, 4, [&](int64_t b, int64_t e, int) {
@@ -221,9 +221,9 @@ void ForwardContext::attention_block(int il, int64_t n) {
       float* q = q_.data() + t * Q;
       float* k = k_.data() + t * K;
       float* v = v_.data() + t * Vd;
-      if (l.bq) add_row(q, l.bq, Q);
-      if (l.bk) add_row(k, l.bk, K);
-      if (l.bv) add_row(v, l.bv, Vd);
+      if (l.q.bias) add_row(q, l.q.bias, Q);
+      if (l.k.bias) add_row(k, l.k.bias, K);
+      if (l.v.bias) add_row(v, l.v.bias, Vd);
       float* cs = rope_cos_.data() + t * half;
       float* sn = rope_sin_.data() + t * half;
       rope_angles(static_cast<float>(pos_[t]), inv_freq, cfg_.n_rot, cs, sn);
@@ -261,16 +261,16 @@ void ForwardContext::attention_block(int il, int64_t n) {
                    pool_);
 
   const int64_t O = static_cast<int64_t>(cfg_.n_head) * cfg_.head_dim_v;
-  matmul(*l.wo, attn_.data(), O, tmp_.data(), E, n, pool_, mm_scratch_);
-  if (l.bo)
-    for (int64_t t = 0; t < n; ++t) add_row(tmp_.data() + t * E, l.bo, E);
+  matmul(*l.o.weight, attn_.data(), O, tmp_.data(), E, n, pool_, mm_scratch_);
+  if (l.o.bias)
+    for (int64_t t = 0; t < n; ++t) add_row(tmp_.data() + t * E, l.o.bias, E);
 }
 
 void ForwardContext::ffn_block(int il, int64_t n) {
   const LayerWeights& l = model_.weights().layers[il];
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
-  matmul(*l.w_gate, xn_.data(), E, gate_.data(), F, n, pool_, mm_scratch_);
-  matmul(*l.w_up, xn_.data(), E, up_.data(), F, n, pool_, mm_scratch_);
+  matmul(*l.gate.weight, xn_.data(), E, gate_.data(), F, n, pool_, mm_scratch_);
+  matmul(*l.up.weight, xn_.data(), E, up_.data(), F, n, pool_, mm_scratch_);
   const bool gelu = cfg_.activation == Activation::kGeluTanh;
   pool_.parallel_for(n, 8, [&](int64_t b, int64_t e, int) {
     for (int64_t t = b; t < e; ++t) {
@@ -278,7 +278,7 @@ void ForwardContext::ffn_block(int il, int64_t n) {
       else swiglu_row(gate_.data() + t * F, up_.data() + t * F, F);
     }
   });
-  matmul(*l.w_down, gate_.data(), F, tmp_.data(), E, n, pool_, mm_scratch_);
+  matmul(*l.down.weight, gate_.data(), F, tmp_.data(), E, n, pool_, mm_scratch_);
 }
 
 }  // namespace ember

@@ -70,34 +70,35 @@ Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelC
   const int64_t E = cfg->n_embd, V = cfg->n_vocab;
   EMBER_RETURN_IF_ERROR(b.matrix("token_embd.weight", V, E, &w->tok_embd));
   EMBER_RETURN_IF_ERROR(b.vector("output_norm.weight", E, &w->output_norm));
-  EMBER_RETURN_IF_ERROR(b.matrix("output.weight", V, E, &w->output, /*optional=*/true));
-  if (!w->output) w->output = w->tok_embd;  // tied
+  EMBER_RETURN_IF_ERROR(b.matrix("output.weight", V, E, &w->output.weight, /*optional=*/true));
+  if (!w->output.weight) w->output.weight = w->tok_embd;  // tied
   EMBER_RETURN_IF_ERROR(b.vector("rope_freqs.weight", cfg->n_rot / 2, &w->rope_freqs, true));
 
-  const int64_t Q = cfg->n_q_dim(), K = cfg->n_kv_dim(), Vd = cfg->n_v_dim(), F = cfg->n_ff;
-  const int64_t O = static_cast<int64_t>(cfg->n_head) * cfg->head_dim_v;
   w->layers.resize(cfg->n_layer);
   for (int il = 0; il < cfg->n_layer; ++il) {
+    const LayerConfig& lc = cfg->layers[il];
+    const int64_t Q = lc.n_q_dim(cfg->head_dim), K = lc.n_kv_dim(cfg->head_dim), Vd = lc.n_v_dim(cfg->head_dim_v);
+    const int64_t O = static_cast<int64_t>(lc.n_head) * cfg->head_dim_v, F = lc.n_ff;
     LayerWeights& l = w->layers[il];
     auto n = [il](const char* suffix) { return fmt::format("blk.{}.{}", il, suffix); };
     EMBER_RETURN_IF_ERROR(b.vector(n("attn_norm.weight"), E, &l.attn_norm));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_q.weight"), Q, E, &l.wq));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_k.weight"), K, E, &l.wk));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_v.weight"), Vd, E, &l.wv));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_output.weight"), E, O, &l.wo));
-    EMBER_RETURN_IF_ERROR(b.vector(n("attn_q.bias"), Q, &l.bq, true));
-    EMBER_RETURN_IF_ERROR(b.vector(n("attn_k.bias"), K, &l.bk, true));
-    EMBER_RETURN_IF_ERROR(b.vector(n("attn_v.bias"), Vd, &l.bv, true));
-    EMBER_RETURN_IF_ERROR(b.vector(n("attn_output.bias"), E, &l.bo, true));
+    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_q.weight"), Q, E, &l.q.weight));
+    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_k.weight"), K, E, &l.k.weight));
+    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_v.weight"), Vd, E, &l.v.weight));
+    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_output.weight"), E, O, &l.o.weight));
+    EMBER_RETURN_IF_ERROR(b.vector(n("attn_q.bias"), Q, &l.q.bias, true));
+    EMBER_RETURN_IF_ERROR(b.vector(n("attn_k.bias"), K, &l.k.bias, true));
+    EMBER_RETURN_IF_ERROR(b.vector(n("attn_v.bias"), Vd, &l.v.bias, true));
+    EMBER_RETURN_IF_ERROR(b.vector(n("attn_output.bias"), E, &l.o.bias, true));
     if (cfg->qk_norm) {
       EMBER_RETURN_IF_ERROR(b.vector(n("attn_q_norm.weight"), cfg->head_dim, &l.q_norm));
       EMBER_RETURN_IF_ERROR(b.vector(n("attn_k_norm.weight"), cfg->head_dim, &l.k_norm));
     }
     if (cfg->post_attn_norm) EMBER_RETURN_IF_ERROR(b.vector(n("post_attention_norm.weight"), E, &l.post_attn_norm));
     EMBER_RETURN_IF_ERROR(b.vector(n("ffn_norm.weight"), E, &l.ffn_norm));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("ffn_gate.weight"), F, E, &l.w_gate));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("ffn_up.weight"), F, E, &l.w_up));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("ffn_down.weight"), E, F, &l.w_down));
+    EMBER_RETURN_IF_ERROR(b.matrix(n("ffn_gate.weight"), F, E, &l.gate.weight));
+    EMBER_RETURN_IF_ERROR(b.matrix(n("ffn_up.weight"), F, E, &l.up.weight));
+    EMBER_RETURN_IF_ERROR(b.matrix(n("ffn_down.weight"), E, F, &l.down.weight));
     if (cfg->post_ffn_norm) EMBER_RETURN_IF_ERROR(b.vector(n("post_ffw_norm.weight"), E, &l.post_ffn_norm));
   }
   return w;

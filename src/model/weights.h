@@ -9,34 +9,33 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/linear.h"
 #include "model/io/model_file.h"
 
 namespace ember {
 
+// Shapes use the layer's own head and FFN sizes (LayerConfig): structured
+// pruning makes layers differ.
 struct LayerWeights {
   const float* attn_norm = nullptr;       // [n_embd]
-  const TensorView* wq = nullptr;         // [n_head*head_dim, n_embd]
-  const TensorView* wk = nullptr;         // [n_head_kv*head_dim, n_embd]
-  const TensorView* wv = nullptr;         // [n_head_kv*head_dim_v, n_embd]
-  const TensorView* wo = nullptr;         // [n_embd, n_head*head_dim_v]
-  const float* bq = nullptr;              // [n_head*head_dim] (optional)
-  const float* bk = nullptr;              // [n_head_kv*head_dim] (optional)
-  const float* bv = nullptr;              // [n_head_kv*head_dim_v] (optional)
-  const float* bo = nullptr;              // [n_embd] (optional)
+  Linear q;                               // [n_head*head_dim, n_embd], bias optional
+  Linear k;                               // [n_head_kv*head_dim, n_embd], bias optional
+  Linear v;                               // [n_head_kv*head_dim_v, n_embd], bias optional
+  Linear o;                               // [n_embd, n_head*head_dim_v], bias optional
   const float* q_norm = nullptr;          // [head_dim] (qk_norm)
   const float* k_norm = nullptr;          // [head_dim] (qk_norm)
   const float* post_attn_norm = nullptr;  // [n_embd] (post_attn_norm)
   const float* ffn_norm = nullptr;        // [n_embd]
-  const TensorView* w_gate = nullptr;     // [n_ff, n_embd]
-  const TensorView* w_up = nullptr;       // [n_ff, n_embd]
-  const TensorView* w_down = nullptr;     // [n_embd, n_ff]
+  Linear gate;                            // [n_ff, n_embd]
+  Linear up;                              // [n_ff, n_embd]
+  Linear down;                            // [n_embd, n_ff]
   const float* post_ffn_norm = nullptr;   // [n_embd] (post_ffn_norm)
 };
 
 struct ModelWeights {
   const TensorView* tok_embd = nullptr;  // [n_vocab, n_embd]
   const float* output_norm = nullptr;    // [n_embd]
-  const TensorView* output = nullptr;    // [n_vocab, n_embd] (tok_embd when tied)
+  Linear output;                         // [n_vocab, n_embd] (tok_embd when tied)
   const float* rope_freqs = nullptr;     // [n_rot/2] (optional, Llama 3.1)
   std::vector<LayerWeights> layers;
 

@@ -105,11 +105,11 @@ TEST_F(GenModelTest, EveryArchitectureLoadsAndRuns) {
       EXPECT_EQ(c.n_ctx_train, 256);
       EXPECT_EQ(m.n_params(), stats->n_params);
       const ModelWeights& w = m.weights();
-      EXPECT_EQ(w.layers[0].wq->type, type);
+      EXPECT_EQ(w.layers[0].q.weight->type, type);
       EXPECT_EQ(w.tok_embd->type, type);
-      EXPECT_EQ(w.output == w.tok_embd, s.tied_embeddings);
+      EXPECT_EQ(w.output.weight == w.tok_embd, s.tied_embeddings);
       EXPECT_EQ(w.rope_freqs != nullptr, arch == "llama");
-      EXPECT_EQ(w.layers[0].bq != nullptr, arch == "qwen2");
+      EXPECT_EQ(w.layers[0].q.bias != nullptr, arch == "qwen2");
       EXPECT_EQ(c.qk_norm, arch == "gemma3" || arch == "qwen3");
       EXPECT_EQ(w.layers[0].q_norm != nullptr, c.qk_norm);
       if (arch == "gemma3") {
@@ -189,7 +189,7 @@ TEST_F(GenModelTest, KQuantFallbackForShortRows) {
   EXPECT_FALSE(stats->fallbacks.empty());
   auto model = Model::load(path("k.gguf"));
   ASSERT_TRUE(model.is_ok()) << model.status().message();
-  EXPECT_EQ((*model)->weights().layers[0].wq->type, DType::kQ5_0);
+  EXPECT_EQ((*model)->weights().layers[0].q.weight->type, DType::kQ5_0);
   check_forward(**model);
   EXPECT_EQ(gen_model_row_type(DType::kQ4_K, 512), DType::kQ4_K);
   EXPECT_EQ(gen_model_row_type(DType::kQ6_K, 64), DType::kQ8_0);

@@ -1,0 +1,98 @@
+// The CPU backend: the Backend ops over the kernel registry (dtype x ISA),
+// the matmul driver and the row ops, threaded over a ThreadPool; see
+// kernels/backend.h.
+#include <cmath>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/matmul.h"
+
+namespace ember {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(ThreadPool& pool) : pool_(pool) {}
+  const char* name() const override { return "cpu"; }
+
+  void matmul(const float* x, int64_t ldx, int64_t n_tokens, const MatmulTarget* targets, int n_targets) override {
+    for (int i = 0; i < n_targets; ++i)
+      ember::matmul(*targets[i].w, x, ldx, targets[i].y, targets[i].ldy, n_tokens, pool_, scratch_);
+  }
+
+  void embed(const TensorView& table, const int32_t* ids, int64_t n, float scale, float* out) override {
+    const int64_t E = table.ne[0];
+    pool_.parallel_for(n, 8, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) {
+        dequantize_row(table, ids[t], out + t * E);
+        if (scale != 1.f) scale_row(out + t * E, scale, E);
+      }
+    });
+  }
+
+  void rms_norm(const float* x, int64_t ld_x, const float* w, float* out, int64_t ld_out, int64_t n_rows, int64_t dim,
+                float eps) override {
+    pool_.parallel_for(n_rows, 16, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) rms_norm_row(x + t * ld_x, w, out + t * ld_out, dim, eps);
+    });
+  }
+
+  void rope_angles(const int32_t* pos, int64_t n, const float* inv_freq, int n_rot, float* cos_t,
+                   float* sin_t) override {
+    const int64_t half = n_rot / 2;
+    pool_.parallel_for(n, 16, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t)
+        ember::rope_angles(static_cast<float>(pos[t]), inv_freq, n_rot, cos_t + t * half, sin_t + t * half);
+    });
+  }
+
+  void rope(float* x, int64_t ld, int64_t n, int n_heads, int head_dim, int n_rot, RopeStyle style,
+            const float* cos_t, const float* sin_t) override {
+    const int64_t half = n_rot / 2;
+    pool_.parallel_for(n, 16, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t)
+        for (int h = 0; h < n_heads; ++h)
+          rope_head(x + t * ld + static_cast<int64_t>(h) * head_dim, n_rot, style, cos_t + t * half, sin_t + t * half);
+    });
+  }
+
+  void add_bias(float* x, int64_t ld, int64_t n, int64_t dim, const float* b) override {
+    for (int64_t t = 0; t < n; ++t) add_row(x + t * ld, b, dim);
+  }
+
+  void add(float* y, const float* x, int64_t n) override { add_row(y, x, n); }
+
+  void gated_activation(GatedActivation a, float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t n,
+                        int64_t dim) override {
+    pool_.parallel_for(n, 8, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) {
+        if (a == GatedActivation::kGeGluTanh) geglu_tanh_row(gate + t * ld_gate, up + t * ld_up, dim);
+        else swiglu_row(gate + t * ld_gate, up + t * ld_up, dim);
+      }
+    });
+  }
+
+  void softcap(float* x, int64_t n, float cap) override {
+    for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+  }
+
+  void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n, const KvView* views,
+                 const int32_t* view_of_token, float* out) override {
+    int32_t max_pos = 0;
+    for (int64_t t = 0; t < n; ++t) max_pos = std::max(max_pos, pos[t]);
+    const int64_t need = attention_scratch_floats(s, n, pool_.size(), max_pos);
+    if (static_cast<int64_t>(attn_scratch_.size()) < need) attn_scratch_.resize(need);
+    attention_ragged(s, q, pos, n, views, view_of_token, out, attn_scratch_.data(), pool_);
+  }
+
+ private:
+  ThreadPool& pool_;
+  MatmulScratch scratch_;
+  std::vector<float> attn_scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }
+
+}  // namespace ember
