@@ -3,6 +3,8 @@
 // limits and deadlines, and hands complete requests to a pool of handler
 // threads. Responses append to a per-connection output queue under a mutex
 // and wake the loop through an eventfd; the loop alone writes to sockets.
+// The responses themselves are in http_connection.cpp, socket set-up in
+// tcp_socket.cpp.
 //
 // Notes on behaviour:
 // - One request in flight per connection; pipelined requests are parsed
@@ -22,9 +24,6 @@
 //   transport: 500 if nothing was sent, connection closed mid-stream.
 #include "server/http_server.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -33,7 +32,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -44,9 +42,10 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
+#include "server/http_connection.h"
 #include "server/http_parser.h"
+#include "server/tcp_socket.h"
 
 namespace ember {
 
@@ -57,52 +56,12 @@ const std::string* HttpRequest::header(const std::string& lower_name) const {
   return nullptr;
 }
 
-const char* http_reason_phrase(int status) {
-  switch (status) {
-    case 100: return "Continue";
-    case 101: return "Switching Protocols";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 206: return "Partial Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 307: return "Temporary Redirect";
-    case 308: return "Permanent Redirect";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 417: return "Expectation Failed";
-    case 422: return "Unprocessable Content";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
-  }
-}
-
-std::string http_error_json(const std::string& message, const std::string& type) {
-  nlohmann::json j = {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}};
-  return j.dump();
-}
-
 namespace {
 
+using transport::ConnShared;
+using transport::http_error_response;
+using transport::make_http_response;
+using transport::Waker;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kListenId = 0;
@@ -110,245 +69,6 @@ constexpr uint64_t kWakeId = 1;
 constexpr int kLingerMs = 1000;        // lingering close after an error / Connection: close
 constexpr int kTickMs = 25;            // deadline sweep granularity
 constexpr size_t kReadChunk = 64 << 10;
-
-bool valid_header_text(const std::string& s) {
-  return s.find_first_of("\r\n") == std::string::npos && s.find('\0') == std::string::npos;
-}
-
-// Framing headers are the transport's business; handlers cannot override them.
-bool reserved_header(const std::string& name) {
-  std::string l = name;
-  for (char& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return l == "content-length" || l == "transfer-encoding" || l == "connection";
-}
-
-// Builds a status line plus headers (ending with the blank line).
-std::string build_head(int status, const std::string& content_type,
-                       const std::vector<std::pair<std::string, std::string>>& extra, bool keep_alive,
-                       const std::string& framing) {
-  std::string h = fmt::format("HTTP/1.1 {} {}\r\n", status, http_reason_phrase(status));
-  if (!content_type.empty() && valid_header_text(content_type)) h += "Content-Type: " + content_type + "\r\n";
-  h += framing;
-  for (const auto& [k, v] : extra) {
-    if (k.empty() || !valid_header_text(k) || !valid_header_text(v) || k.find(':') != std::string::npos ||
-        reserved_header(k)) {
-      continue;
-    }
-    h += k;
-    h += ": ";
-    h += v;
-    h += "\r\n";
-  }
-  h += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-  return h;
-}
-
-std::string error_response(int status, const std::string& message) {
-  std::string body = http_error_json(message, status >= 500 ? "server_error" : "invalid_request_error");
-  return build_head(status, "application/json", {}, false, fmt::format("Content-Length: {}\r\n", body.size())) +
-         body;
-}
-
-// Shared with responses; outlives the server if responses are still held.
-struct Waker {
-  int efd = -1;
-  std::mutex mu;
-  std::vector<uint64_t> pending;  // connection ids with news for the loop
-  std::atomic<bool> alive{true};
-  std::atomic<bool> stopping{false};  // stop_accepting() was called
-
-  ~Waker() {
-    if (efd >= 0) ::close(efd);
-  }
-  void kick() {
-    uint64_t one = 1;
-    ssize_t r = ::write(efd, &one, sizeof(one));
-    (void)r;
-  }
-  void notify(uint64_t id) {
-    if (!alive.load(std::memory_order_acquire)) return;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      pending.push_back(id);
-    }
-    kick();
-  }
-};
-
-// State shared between the loop and the responses of one connection.
-struct ConnShared {
-  uint64_t id = 0;
-  std::shared_ptr<Waker> waker;
-  size_t max_backlog = 0;
-  std::atomic<bool> wake_queued{false};
-
-  std::mutex mu;
-  // Guarded by mu:
-  std::string out;          // bytes queued by responses, not yet taken by the loop
-  size_t loop_unsent = 0;   // bytes the loop holds but has not written yet
-  bool closed = false;      // connection gone (or being dropped)
-  bool drop = false;        // a response asks the loop to drop the connection
-  bool ended = false;       // the active response ended (loop resets)
-  bool close_after = false; // ... and the connection must close after it
-  std::function<void()> on_close;  // of the active response
-
-  void wake() {
-    if (!wake_queued.exchange(true)) waker->notify(id);
-  }
-};
-
-class ResponseImpl final : public HttpResponse {
- public:
-  ResponseImpl(std::shared_ptr<ConnShared> c, bool head, bool http11, bool keep_alive)
-      : c_(std::move(c)), head_(head), http11_(http11), keep_alive_(keep_alive) {}
-
-  ~ResponseImpl() override {
-    bool wake = false;
-    {
-      std::lock_guard<std::mutex> lk(c_->mu);
-      if (phase_ == Phase::kDone || c_->closed) {
-        if (phase_ != Phase::kDone) c_->on_close = nullptr;
-      } else if (phase_ == Phase::kNew) {
-        std::string r = error_response(500, "the request handler produced no response");
-        c_->out += r;
-        c_->ended = true;
-        c_->close_after = true;
-        c_->on_close = nullptr;
-        wake = true;
-      } else {  // streaming, never ended: abort the connection
-        c_->on_close = nullptr;
-        c_->closed = true;
-        c_->drop = true;
-        wake = true;
-      }
-      phase_ = Phase::kDone;
-    }
-    if (wake) c_->wake();
-  }
-
-  void send(int status, const std::string& content_type, std::string body,
-            const std::vector<std::pair<std::string, std::string>>& extra_headers) override {
-    bool keep = keep_alive_ && !c_->waker->stopping.load();
-    bool no_body = status == 204 || status == 304 || (status >= 100 && status < 200);
-    std::string framing = no_body ? std::string() : fmt::format("Content-Length: {}\r\n", body.size());
-    std::string data = build_head(status, content_type, extra_headers, keep, framing);
-    if (!head_ && !no_body) data += body;
-    std::function<void()> dead;  // destroyed after the lock: it may own the last reference to its owner
-    {
-      std::lock_guard<std::mutex> lk(c_->mu);
-      if (phase_ != Phase::kNew) return;
-      phase_ = Phase::kDone;
-      if (c_->closed) return;
-      if (append_locked(data)) {
-        c_->ended = true;
-        c_->close_after = !keep;
-        dead = std::move(c_->on_close);
-        c_->on_close = nullptr;
-      }
-    }
-    c_->wake();
-  }
-
-  void start_stream(int status, const std::string& content_type,
-                    const std::vector<std::pair<std::string, std::string>>& extra_headers) override {
-    bool keep = keep_alive_ && http11_ && !c_->waker->stopping.load();
-    chunked_ = http11_;
-    std::string framing = chunked_ ? "Transfer-Encoding: chunked\r\n" : "";
-    framing += "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n";
-    std::string data = build_head(status, content_type, extra_headers, keep, framing);
-    {
-      std::lock_guard<std::mutex> lk(c_->mu);
-      if (phase_ != Phase::kNew) return;
-      phase_ = Phase::kStreaming;
-      close_after_ = !keep;
-      if (c_->closed) return;
-      append_locked(data);
-    }
-    c_->wake();
-  }
-
-  bool write(std::string data) override {
-    bool ok;
-    {
-      std::lock_guard<std::mutex> lk(c_->mu);
-      if (phase_ != Phase::kStreaming || c_->closed) return false;
-      if (data.empty() || head_) return true;
-      if (chunked_) {
-        std::string framed = fmt::format("{:x}\r\n", data.size());
-        framed += data;
-        framed += "\r\n";
-        ok = append_locked(framed);
-      } else {
-        ok = append_locked(data);
-      }
-    }
-    c_->wake();
-    return ok;
-  }
-
-  void end_stream() override {
-    std::function<void()> dead;  // destroyed after the lock (see send())
-    {
-      std::lock_guard<std::mutex> lk(c_->mu);
-      if (phase_ != Phase::kStreaming) return;
-      phase_ = Phase::kDone;
-      if (c_->closed) return;
-      if (!chunked_ || head_ || append_locked("0\r\n\r\n")) {
-        c_->ended = true;
-        c_->close_after = close_after_;
-        dead = std::move(c_->on_close);
-        c_->on_close = nullptr;
-      }
-    }
-    c_->wake();
-  }
-
-  bool closed() const override {
-    std::lock_guard<std::mutex> lk(c_->mu);
-    return c_->closed;
-  }
-
-  void on_close(std::function<void()> fn) override {
-    if (!fn) return;
-    {
-      std::lock_guard<std::mutex> lk(c_->mu);
-      if (phase_ == Phase::kDone && !c_->closed) return;  // ended normally: never fires
-      if (!c_->closed) {
-        c_->on_close = std::move(fn);
-        return;
-      }
-      if (fired_) return;
-      fired_ = true;
-    }
-    fn();
-  }
-
- private:
-  enum class Phase { kNew, kStreaming, kDone };
-
-  // Appends to the connection's queue, or marks it for dropping when the
-  // unsent backlog would exceed the limit. Caller holds c_->mu.
-  bool append_locked(const std::string& data) {
-    if (c_->out.size() + c_->loop_unsent + data.size() > c_->max_backlog) {
-      c_->closed = true;
-      c_->drop = true;
-      c_->out.clear();
-      return false;
-    }
-    c_->out += data;
-    return true;
-  }
-
-  std::shared_ptr<ConnShared> c_;
-  const bool head_;
-  const bool http11_;
-  const bool keep_alive_;
-  // Guarded by c_->mu:
-  Phase phase_ = Phase::kNew;
-  bool chunked_ = false;
-  bool close_after_ = false;
-  bool fired_ = false;
-};
 
 // Loop-thread state of one connection.
 struct Conn {
@@ -453,52 +173,10 @@ Status HttpServerImpl::init() {
   if (cfg_.request_timeout_ms < 1 || cfg_.idle_timeout_ms < 1) return Status::error("timeouts must be positive");
   if (cfg_.max_header_bytes < 64) return Status::error("max_header_bytes must be at least 64");
 
-  std::string host = cfg_.host.empty() ? "0.0.0.0" : cfg_.host;
-  std::string lookup = host;
-  if (lookup.size() > 2 && lookup.front() == '[' && lookup.back() == ']') lookup = lookup.substr(1, lookup.size() - 2);
-  const std::string where = fmt::format("{}:{}", host, cfg_.port);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  std::string port_str = std::to_string(cfg_.port);
-  int gai = ::getaddrinfo(lookup.c_str(), port_str.c_str(), &hints, &res);
-  if (gai != 0) return Status::errorf("cannot bind {}: {}", where, gai_strerror(gai));
-  // Prefer IPv4 (predictable for "localhost"), then IPv6.
-  std::vector<addrinfo*> cands;
-  for (addrinfo* a = res; a; a = a->ai_next) if (a->ai_family == AF_INET) cands.push_back(a);
-  for (addrinfo* a = res; a; a = a->ai_next) if (a->ai_family != AF_INET) cands.push_back(a);
-  std::string last_err = "no usable address";
-  for (addrinfo* a : cands) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      last_err = std::strerror(errno);
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
-      int err = errno;
-      last_err = std::strerror(err);
-      ::close(fd);
-      // A taken or forbidden port is final: do not silently fall back to
-      // another address family of the same name.
-      if (err == EADDRINUSE || err == EACCES) break;
-      continue;
-    }
-    listen_fd_ = fd;
-    break;
-  }
-  ::freeaddrinfo(res);
-  if (listen_fd_ < 0) return Status::errorf("cannot bind {}: {}", where, last_err);
-
-  sockaddr_storage ss{};
-  socklen_t sl = sizeof(ss);
-  if (::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &sl) == 0) {
-    port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
-                                     : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  }
+  auto listener = tcp_listen(cfg_.host, cfg_.port);
+  if (!listener.is_ok()) return listener.status();
+  listen_fd_ = listener->fd;
+  port_ = listener->port;
 
   waker_ = std::make_shared<Waker>();
   waker_->efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -655,25 +333,10 @@ void HttpServerImpl::accept_all() {
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int pport = 0;
-    std::string peer;
-    if (ss.ss_family == AF_INET6) {
-      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-      ::inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
-      pport = ntohs(a->sin6_port);
-      peer = fmt::format("[{}]:{}", ip, pport);
-    } else {
-      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-      ::inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
-      pport = ntohs(a->sin_port);
-      peer = fmt::format("{}:{}", ip, pport);
-    }
-
     auto c = std::make_unique<Conn>(cfg_.max_header_bytes, cfg_.max_body_bytes);
     c->id = next_id_++;
     c->fd = fd;
-    c->peer = std::move(peer);
+    c->peer = tcp_peer_name(ss);
     c->shared = std::make_shared<ConnShared>();
     c->shared->id = c->id;
     c->shared->waker = waker_;
@@ -782,7 +445,7 @@ void HttpServerImpl::dispatch(Conn& c) {
   HttpRequest req = std::move(c.parser.request());
   req.peer = c.peer;
   bool head = req.method == "HEAD";
-  auto resp = std::make_shared<ResponseImpl>(c.shared, head, c.parser.http11(), c.parser.keep_alive());
+  auto resp = make_http_response(c.shared, head, c.parser.http11(), c.parser.keep_alive());
   c.parser.reset();
   c.req_active = false;
   c.continue_sent = false;
@@ -800,7 +463,7 @@ void HttpServerImpl::send_error(Conn& c, int status, const std::string& msg) {
   c.req_active = false;
   c.in.clear();
   c.in_off = 0;
-  c.wbuf += error_response(status, msg);
+  c.wbuf += http_error_response(status, msg);
   if (!flush(c)) return;
   after_flush(c);
 }
