@@ -1,6 +1,7 @@
-// Online serving benchmark: workload generation, arrival schedule, worker
-// threads, per-request streaming measurement and statistics; see
-// serve_bench.h for the metric definitions.
+// Online serving benchmark: configuration checks, the request body, worker
+// threads and per-request streaming measurement; see serve_bench.h for the
+// metric definitions. Workloads and arrival schedules are in
+// serve_bench_workload.cpp, statistics and reports in serve_bench_report.cpp.
 #include "bench/serve_bench.h"
 
 #include <sys/resource.h>
@@ -8,10 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
-#include <ctime>
-#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -28,62 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// splitmix64: small, fast and identical on every platform (unlike the
-// standard distributions), so a seed means the same workload everywhere.
-uint64_t next_u64(uint64_t* s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-double next_unit(uint64_t* s) {  // [0, 1)
-  return static_cast<double>(next_u64(s) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-int uniform_int(uint64_t* s, int lo, int hi) {  // inclusive
-  if (hi <= lo) return lo;
-  return lo + static_cast<int>(next_u64(s) % static_cast<uint64_t>(hi - lo + 1));
-}
-
-// Common English words that are single tokens in typical BPE/SentencePiece
-// vocabularies (when preceded by a space).
-constexpr const char* kWords[] = {
-    "the",    "of",     "and",    "to",     "in",     "is",     "was",    "for",    "on",     "that",   "with",
-    "as",     "by",     "at",     "from",   "his",    "her",    "an",     "were",   "are",    "which",  "this",
-    "be",     "or",     "had",    "not",    "but",    "first",  "one",    "their",  "also",   "its",    "new",
-    "after",  "who",    "they",   "have",   "two",    "has",    "been",   "she",    "other",  "when",   "time",
-    "all",    "during", "into",   "there",  "would",  "more",   "school", "may",    "years",  "over",   "only",
-    "year",   "most",   "later",  "city",   "about",  "three",  "world",  "some",   "where",  "made",   "out",
-    "state",  "up",     "between","many",   "such",   "then",   "film",   "these",  "work",   "used",   "while",
-    "under",  "known",  "part",   "being",  "both",   "several","team",   "game",   "second", "war",    "early",
-    "through","well",   "became", "each",   "before", "until",  "music",  "life",   "name",   "own",    "last",
-    "family", "high",   "since",  "south",  "north",  "season", "house",  "same",   "people", "great",  "long",
-    "could",  "place",  "number", "small",  "back",   "around", "home",   "area",   "book",   "day",    "water",
-    "church", "local",  "end",    "four",   "line",   "group",  "called", "common", "main",   "river",  "against",
-    "large",  "public", "named",  "old",    "general","won",    "down",   "left",   "took",   "did",    "near",
-    "body",   "village","like",   "power",  "band",   "party",  "good",   "light",  "right",  "land",   "side",
-    "found",  "set",    "point",  "game",   "open",   "road",   "green",  "water",  "field",  "story",  "order",
-    "table",  "tree",   "king",   "road",   "ship",   "stone",  "paper",  "money",  "bird",   "horse",  "window",
-};
-constexpr int kNumWords = sizeof(kWords) / sizeof(kWords[0]);
-
-std::string fmt_num(double v, int prec) { return fmt::format("{:.{}f}", v, prec); }
-
-nlohmann::json stats_json(const ServeBenchStats& s) {
-  return {{"count", s.count}, {"mean", s.mean},   {"median", s.median}, {"p90", s.p90},
-          {"p99", s.p99},     {"min", s.min},     {"max", s.max},       {"stdev", s.stdev}};
-}
-
-std::string utc_now_iso() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // Pulls generated text out of one streamed (or complete) response object.
@@ -141,70 +83,7 @@ std::string snippet(const std::string& s, size_t n = 200) {
   return out;
 }
 
-int count_words(const std::string& s) {
-  int n = 0;
-  bool in = false;
-  for (char c : s) {
-    const bool sp = c == ' ' || c == '\n' || c == '\t' || c == '\r';
-    if (!sp && !in) ++n;
-    in = !sp;
-  }
-  return n;
-}
-
 }  // namespace
-
-double percentile_sorted(const std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  p = std::clamp(p, 0.0, 100.0);
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  const double frac = rank - static_cast<double>(lo);
-  return v[lo] + (v[hi] - v[lo]) * frac;
-}
-
-ServeBenchStats compute_stats(std::vector<double> v) {
-  ServeBenchStats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.count = static_cast<int>(v.size());
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / v.size();
-  double ss = 0;
-  for (double x : v) ss += (x - s.mean) * (x - s.mean);
-  s.stdev = v.size() > 1 ? std::sqrt(ss / (v.size() - 1)) : 0;
-  s.median = percentile_sorted(v, 50);
-  s.p90 = percentile_sorted(v, 90);
-  s.p99 = percentile_sorted(v, 99);
-  s.min = v.front();
-  s.max = v.back();
-  return s;
-}
-
-std::vector<double> poisson_schedule(int n, double rate, uint64_t seed) {
-  std::vector<double> t(std::max(0, n), 0.0);
-  if (!(rate > 0) || std::isinf(rate)) return t;
-  uint64_t s = seed ^ 0x5EEDF00Dull;
-  double acc = 0;
-  for (int i = 0; i < n; ++i) {
-    // The first request goes out at once; then exponential gaps.
-    if (i > 0) acc += -std::log1p(-next_unit(&s)) / rate;
-    t[i] = acc;
-  }
-  return t;
-}
-
-std::string random_words_prompt(int n_words, uint64_t* rng) {
-  std::string out;
-  out.reserve(static_cast<size_t>(std::max(0, n_words)) * 6);
-  for (int i = 0; i < n_words; ++i) {
-    if (i) out += ' ';
-    out += kWords[next_u64(rng) % kNumWords];
-  }
-  return out;
-}
 
 Status validate_config(const ServeBenchConfig& c) {
   if (c.num_prompts < 1 || c.num_prompts > 10000000) return Status::error("--num-prompts must be in [1, 10000000]");
@@ -224,67 +103,6 @@ Status validate_config(const ServeBenchConfig& c) {
   auto u = parse_http_url(c.base_url);
   if (!u) return u.status();
   return Status::ok();
-}
-
-Result<std::vector<ServeBenchRequest>> make_random_workload(const ServeBenchConfig& cfg) {
-  EMBER_RETURN_IF_ERROR(validate_config(cfg));
-  uint64_t s = cfg.seed;
-  const double r = cfg.random_range_ratio;
-  const int in_lo = std::max(1, static_cast<int>(cfg.random_input_len * (1 - r)));
-  const int in_hi = std::max(in_lo, static_cast<int>(cfg.random_input_len * (1 + r)));
-  const int out_lo = std::max(1, static_cast<int>(cfg.random_output_len * (1 - r)));
-  const int out_hi = std::max(out_lo, static_cast<int>(cfg.random_output_len * (1 + r)));
-  const bool chat = cfg.endpoint.find("chat") != std::string::npos;
-  std::vector<ServeBenchRequest> w(cfg.num_prompts);
-  for (auto& q : w) {
-    const int in = uniform_int(&s, in_lo, in_hi);
-    q.output_len = uniform_int(&s, out_lo, out_hi);
-    q.prompt = random_words_prompt(in, &s);
-    q.approx_prompt_tokens = in;
-    if (chat) q.messages = nlohmann::json::array({{{"role", "user"}, {"content", q.prompt}}});
-  }
-  return w;
-}
-
-Result<std::vector<ServeBenchRequest>> load_jsonl_workload(const std::string& path, int limit) {
-  std::ifstream f(path);
-  if (!f) return Status::errorf("cannot open dataset '{}'", path);
-  std::vector<ServeBenchRequest> all;
-  std::string line;
-  int lineno = 0;
-  while (std::getline(f, line)) {
-    ++lineno;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return Status::errorf("{}:{}: not a JSON object", path, lineno);
-    ServeBenchRequest q;
-    auto ol = j.find("output_len");
-    if (ol == j.end() || !ol->is_number_integer() || ol->get<int64_t>() < 1 || ol->get<int64_t>() > (1 << 20))
-      return Status::errorf("{}:{}: \"output_len\" must be an integer in [1, 1048576]", path, lineno);
-    q.output_len = static_cast<int>(ol->get<int64_t>());
-    auto p = j.find("prompt");
-    auto m = j.find("messages");
-    if (p != j.end() && p->is_string()) {
-      q.prompt = p->get<std::string>();
-      q.approx_prompt_tokens = count_words(q.prompt);
-    } else if (m != j.end() && m->is_array() && !m->empty()) {
-      for (const auto& msg : *m) {
-        if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
-          return Status::errorf("{}:{}: each message needs a string \"role\"", path, lineno);
-        auto c = msg.find("content");
-        if (c != msg.end() && c->is_string()) q.approx_prompt_tokens += count_words(c->get<std::string>());
-      }
-      q.messages = *m;
-    } else {
-      return Status::errorf("{}:{}: needs a string \"prompt\" or a non-empty \"messages\" array", path, lineno);
-    }
-    all.push_back(std::move(q));
-  }
-  if (all.empty()) return Status::errorf("dataset '{}' has no requests", path);
-  std::vector<ServeBenchRequest> w;
-  w.reserve(limit);
-  for (int i = 0; i < limit; ++i) w.push_back(all[i % all.size()]);
-  return w;
 }
 
 nlohmann::json make_request_body(const ServeBenchConfig& cfg, const std::string& model, const ServeBenchRequest& r) {
@@ -438,36 +256,6 @@ ServeBenchRecord run_one_request(const ServeBenchConfig& cfg, const std::string&
   return rec;
 }
 
-ServeBenchSummary summarize_records(const std::vector<ServeBenchRecord>& records, double duration_s) {
-  ServeBenchSummary s;
-  s.duration_s = duration_s;
-  std::vector<double> ttft, tpot, itl, e2e;
-  for (const auto& r : records) {
-    if (!r.ok) {
-      ++s.failed;
-      continue;
-    }
-    ++s.completed;
-    s.total_input_tokens += r.prompt_tokens;
-    s.total_output_tokens += r.output_tokens;
-    if (!r.usage_from_server) s.usage_reported = false;
-    if (r.content_chunks > 0) ttft.push_back(r.ttft_s * 1e3);
-    if (r.content_chunks > 0 && r.output_tokens > 1) tpot.push_back((r.e2e_s - r.ttft_s) / (r.output_tokens - 1) * 1e3);
-    for (double x : r.itl_s) itl.push_back(x * 1e3);
-    e2e.push_back(r.e2e_s * 1e3);
-  }
-  if (duration_s > 0) {
-    s.request_throughput = s.completed / duration_s;
-    s.output_throughput = s.total_output_tokens / duration_s;
-    s.total_token_throughput = (s.total_input_tokens + s.total_output_tokens) / duration_s;
-  }
-  s.ttft_ms = compute_stats(std::move(ttft));
-  s.tpot_ms = compute_stats(std::move(tpot));
-  s.itl_ms = compute_stats(std::move(itl));
-  s.e2e_ms = compute_stats(std::move(e2e));
-  return s;
-}
-
 Result<std::string> discover_model(const ServeBenchConfig& cfg) {
   auto url = parse_http_url(cfg.base_url);
   if (!url) return url.status();
@@ -596,137 +384,6 @@ Result<ServeBenchResult> run_serve_bench(const ServeBenchConfig& cfg, const Serv
     if (!rec.ok && i == 0) return Status::errorf("warm-up request failed: {}", rec.error);
   }
   return run_serve_bench_workload(cfg, model, *w, progress);
-}
-
-std::string format_progress(const ServeBenchProgress& p) {
-  const double rate = p.elapsed_s > 0 ? p.done / p.elapsed_s : 0;
-  std::string s = fmt::format("{}/{} done", p.done, p.total);
-  if (p.failed) s += fmt::format(" ({} failed)", p.failed);
-  s += fmt::format(", {} in flight, {:.2f} req/s, {:.0f} s elapsed", p.in_flight, rate, p.elapsed_s);
-  if (p.done >= p.total) {
-    s += ", finished";
-  } else if (rate > 0) {
-    s += fmt::format(", ETA {:.0f} s", (p.total - p.done) / rate);
-  } else {
-    s += ", ETA ?";
-  }
-  return s;
-}
-
-std::string format_report(const ServeBenchResult& r, int max_errors_shown) {
-  const ServeBenchSummary& s = r.summary;
-  const ServeBenchConfig& c = r.config;
-  std::string o;
-  auto line = [&](const std::string& k, const std::string& v) { o += fmt::format("{:<40} {}\n", k, v); };
-  auto title = [&](const std::string& t, char fill) {
-    const int w = 50, pad = std::max(0, w - static_cast<int>(t.size()));
-    o += std::string(pad / 2, fill) + t + std::string(pad - pad / 2, fill) + "\n";
-  };
-  title(" Serving Benchmark Result ", '=');
-  if (!c.label.empty()) line("Server:", c.label);
-  line("Model:", r.model);
-  line("Endpoint:", c.endpoint);
-  line("Successful requests:", std::to_string(s.completed));
-  line("Failed requests:", std::to_string(s.failed));
-  line("Request rate (req/s):", std::isinf(c.request_rate) ? "inf" : fmt_num(c.request_rate, 2));
-  line("Maximum request concurrency:", c.max_concurrency > 0 ? std::to_string(c.max_concurrency) : "unlimited");
-  line("Peak concurrent requests:", std::to_string(s.peak_concurrency));
-  if (c.max_concurrency > r.workers || (c.max_concurrency == 0 && r.workers < c.num_prompts))
-    line("Client worker threads (cap):", std::to_string(r.workers));
-  line("Benchmark duration (s):", fmt_num(s.duration_s, 2));
-  line(s.usage_reported ? "Total input tokens:" : "Total input tokens (estimated):", std::to_string(s.total_input_tokens));
-  line(s.usage_reported ? "Total generated tokens:" : "Total generated tokens (chunks):",
-       std::to_string(s.total_output_tokens));
-  line("Request throughput (req/s):", fmt_num(s.request_throughput, 2));
-  line("Output token throughput (tok/s):", fmt_num(s.output_throughput, 2));
-  line("Total token throughput (tok/s):", fmt_num(s.total_token_throughput, 2));
-  auto block = [&](const std::string& head, const std::string& name, const ServeBenchStats& st) {
-    title(head, '-');
-    line("Mean " + name + " (ms):", fmt_num(st.mean, 2));
-    line("Median " + name + " (ms):", fmt_num(st.median, 2));
-    line("P90 " + name + " (ms):", fmt_num(st.p90, 2));
-    line("P99 " + name + " (ms):", fmt_num(st.p99, 2));
-  };
-  block("Time to First Token", "TTFT", s.ttft_ms);
-  block("Time per Output Token (excl. 1st token)", "TPOT", s.tpot_ms);
-  block("Inter-token Latency", "ITL", s.itl_ms);
-  block("End-to-end Latency", "E2EL", s.e2e_ms);
-  title("", '=');
-  o += "(percentiles: linear interpolation between order statistics)\n";
-  if (!s.usage_reported && s.completed > 0)
-    o += "note: the server sent no usage; input tokens are client-side word counts and output tokens are content "
-         "chunks\n";
-  int shown = 0;
-  for (size_t i = 0; i < r.records.size() && shown < max_errors_shown; ++i) {
-    if (r.records[i].ok) continue;
-    if (shown == 0) o += "First errors:\n";
-    o += fmt::format("  request {}: {}\n", i, r.records[i].error);
-    ++shown;
-  }
-  return o;
-}
-
-nlohmann::json result_to_json(const ServeBenchResult& r) {
-  const ServeBenchConfig& c = r.config;
-  const ServeBenchSummary& s = r.summary;
-  nlohmann::json cfg = {{"base_url", c.base_url},
-                        {"endpoint", c.endpoint},
-                        {"num_prompts", c.num_prompts},
-                        {"request_rate", std::isinf(c.request_rate) ? nlohmann::json("inf") : nlohmann::json(c.request_rate)},
-                        {"max_concurrency", c.max_concurrency},
-                        {"random_input_len", c.random_input_len},
-                        {"random_output_len", c.random_output_len},
-                        {"random_range_ratio", c.random_range_ratio},
-                        {"seed", c.seed},
-                        {"dataset", c.dataset_path},
-                        {"ignore_eos", c.ignore_eos},
-                        {"temperature", c.temperature},
-                        {"timeout_s", c.timeout_s},
-                        {"num_warmups", c.num_warmups}};
-  nlohmann::json sum = {{"completed", s.completed},
-                        {"failed", s.failed},
-                        {"duration_s", s.duration_s},
-                        {"total_input_tokens", s.total_input_tokens},
-                        {"total_output_tokens", s.total_output_tokens},
-                        {"request_throughput", s.request_throughput},
-                        {"output_throughput", s.output_throughput},
-                        {"total_token_throughput", s.total_token_throughput},
-                        {"peak_concurrency", s.peak_concurrency},
-                        {"client_workers", r.workers},
-                        {"usage_reported", s.usage_reported},
-                        {"ttft_ms", stats_json(s.ttft_ms)},
-                        {"tpot_ms", stats_json(s.tpot_ms)},
-                        {"itl_ms", stats_json(s.itl_ms)},
-                        {"e2e_ms", stats_json(s.e2e_ms)}};
-  nlohmann::json ok = nlohmann::json::array(), err = nlohmann::json::array(), start = nlohmann::json::array(),
-                 ttft = nlohmann::json::array(), tpot = nlohmann::json::array(), e2e = nlohmann::json::array(),
-                 itl = nlohmann::json::array(), pt = nlohmann::json::array(), ot = nlohmann::json::array();
-  for (const auto& rec : r.records) {
-    ok.push_back(rec.ok);
-    err.push_back(rec.error);
-    start.push_back(rec.start_s * 1e3);
-    const bool has_tok = rec.ok && rec.content_chunks > 0;
-    ttft.push_back(has_tok ? nlohmann::json(rec.ttft_s * 1e3) : nlohmann::json());
-    tpot.push_back(has_tok && rec.output_tokens > 1
-                       ? nlohmann::json((rec.e2e_s - rec.ttft_s) / (rec.output_tokens - 1) * 1e3)
-                       : nlohmann::json());
-    e2e.push_back(rec.ok ? nlohmann::json(rec.e2e_s * 1e3) : nlohmann::json());
-    nlohmann::json gaps = nlohmann::json::array();
-    for (double g : rec.itl_s) gaps.push_back(g * 1e3);
-    itl.push_back(std::move(gaps));
-    pt.push_back(rec.prompt_tokens);
-    ot.push_back(rec.output_tokens);
-  }
-  return {{"kind", "ember_bench_serve"},
-          {"version", 1},
-          {"label", c.label},
-          {"date", utc_now_iso()},
-          {"model", r.model},
-          {"config", std::move(cfg)},
-          {"summary", std::move(sum)},
-          {"requests",
-           {{"ok", ok}, {"error", err}, {"start_ms", start}, {"ttft_ms", ttft}, {"tpot_ms", tpot},
-            {"e2e_ms", e2e}, {"itl_ms", itl}, {"prompt_tokens", pt}, {"output_tokens", ot}}}};
 }
 
 }  // namespace ember
