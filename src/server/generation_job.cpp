@@ -1,6 +1,7 @@
 // One generation request in flight; see generation_job.h.
 #include "server/generation_job.h"
 
+#include "core/check.h"
 #include "tokenizer/unicode_util.h"
 
 #include <fmt/format.h>
@@ -221,7 +222,8 @@ void GenerationJob::finish_choice(Choice& c, const std::string& reason) {
 
 void GenerationJob::on_update(int p, const RequestUpdate& u) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (completed_ || u.index < 0 || u.index >= n_) return;
+  if (completed_) return;
+  EMBER_CHECK_MSG(u.index >= 0 && u.index < n_, "GenerationJob: the engine sent a sample index outside [0, n)");
   Choice& c = choice(p, u.index);
   const int idx = p * n_ + u.index;
   if (u.index == 0 && queue_seconds_[p] < 0) queue_seconds_[p] = u.queue_seconds >= 0 ? u.queue_seconds

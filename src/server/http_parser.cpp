@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/check.h"
+
 namespace ember {
 
 namespace {
@@ -166,8 +168,12 @@ HttpRequestParser::State HttpRequestParser::feed(const char* data, size_t len, s
           return fail(400, "malformed trailer field");
         }
         break;  // trailer fields are validated loosely and dropped
-      default:
-        return fail(400, "internal parser state error");
+      case Phase::kBody:
+      case Phase::kChunkData:
+      case Phase::kDone:
+        // Handled before a line is read (the checks at the top of the loop).
+        EMBER_CHECK_MSG(false, "HttpRequestParser: a body phase in the line switch");
+        break;
     }
   }
 }
