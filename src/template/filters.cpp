@@ -260,6 +260,16 @@ Result<Value> min_max(const Value& v, CallArgs& a, bool want_max) {
 Result<Value> f_min(Interpreter&, const Value& v, CallArgs& a) { return min_max(v, a, false); }
 Result<Value> f_max(Interpreter&, const Value& v, CallArgs& a) { return min_max(v, a, true); }
 
+// The text int() / float() convert: surrounding white space stripped and
+// '_' digit separators dropped (Python accepts "1_000").
+std::string number_text(const std::string& s) {
+  std::string digits;
+  for (char c : pystr::strip(s, std::nullopt, true, true)) {
+    if (c != '_') digits += c;
+  }
+  return digits;
+}
+
 Result<Value> f_int(Interpreter&, const Value& v, CallArgs& a) {
   std::vector<Value> p;
   EMBER_RETURN_IF_ERROR(bind_args("int", a, {"default", "base"}, p));
@@ -272,11 +282,7 @@ Result<Value> f_int(Interpreter&, const Value& v, CallArgs& a) {
     return Value(static_cast<int64_t>(d));
   }
   if (v.is_string()) {
-    std::string s = pystr::strip(v.str(), std::nullopt, true, true);
-    std::string digits;
-    for (char c : s) {
-      if (c != '_') digits += c;
-    }
+    const std::string digits = number_text(v.str());
     if (!digits.empty()) {
       errno = 0;
       char* end = nullptr;
@@ -296,11 +302,7 @@ Result<Value> f_float(Interpreter&, const Value& v, CallArgs& a) {
   Value dflt = p[0].is_undefined() ? Value(0.0) : p[0];
   if (v.is_number()) return Value(v.as_double());
   if (v.is_string()) {
-    std::string s = pystr::strip(v.str(), std::nullopt, true, true);
-    std::string digits;
-    for (char c : s) {
-      if (c != '_') digits += c;
-    }
+    const std::string digits = number_text(v.str());
     if (!digits.empty()) {
       char* end = nullptr;
       double d = std::strtod(digits.c_str(), &end);

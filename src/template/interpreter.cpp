@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "template/builtins.h"
 
 namespace ember::tmpl {
@@ -125,18 +126,9 @@ Status Interpreter::exec(const Stmt& s, const std::shared_ptr<Scope>& scope) {
     case StmtKind::kFilterBlock: {
       auto text = capture(s.bodies[0], scope);
       if (!text.is_ok()) return text.status();
-      Value v(std::move(text.value()));
-      // The chain is nested with the outermost filter first: apply innermost-first.
-      std::vector<const Expr*> chain;
-      for (const Expr* e = s.filter.get(); e; e = e->args[0].get()) chain.push_back(e);
-      for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-        CallArgs args;
-        EMBER_RETURN_IF_ERROR(at_line(eval_call_args(**it, 1, scope, args), s.line));
-        auto r = apply_filter(*this, (*it)->name, v, args);
-        if (!r.is_ok()) return at_line(r.status(), s.line);
-        v = std::move(r.value());
-      }
-      return write(v.to_str());
+      auto v = apply_filter_chain(s.filter.get(), Value(std::move(text.value())), scope, s.line);
+      if (!v.is_ok()) return v.status();
+      return write(v->to_str());
     }
     case StmtKind::kWith: {
       auto inner = std::make_shared<Scope>();
@@ -151,6 +143,7 @@ Status Interpreter::exec(const Stmt& s, const std::shared_ptr<Scope>& scope) {
     case StmtKind::kBreak: flow_ = Flow::kBreak; return Status::ok();
     case StmtKind::kContinue: flow_ = Flow::kContinue; return Status::ok();
   }
+  EMBER_CHECK_MSG(false, "Interpreter::exec: not a statement kind");
   return Status::ok();
 }
 
@@ -185,6 +178,7 @@ Status Interpreter::assign(const Target& t, Value v, Scope& scope, int line) {
       return Status::ok();
     }
   }
+  EMBER_CHECK_MSG(false, "Interpreter::assign: not a target kind");
   return Status::ok();
 }
 
@@ -197,20 +191,26 @@ Status Interpreter::exec_set(const Stmt& s, const std::shared_ptr<Scope>& scope)
   } else {
     auto text = capture(s.bodies[0], scope);
     if (!text.is_ok()) return text.status();
-    v = Value(std::move(text.value()));
-    if (s.filter) {
-      std::vector<const Expr*> chain;
-      for (const Expr* e = s.filter.get(); e; e = e->args[0].get()) chain.push_back(e);
-      for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-        CallArgs args;
-        EMBER_RETURN_IF_ERROR(at_line(eval_call_args(**it, 1, scope, args), s.line));
-        auto r = apply_filter(*this, (*it)->name, v, args);
-        if (!r.is_ok()) return at_line(r.status(), s.line);
-        v = std::move(r.value());
-      }
-    }
+    auto filtered = apply_filter_chain(s.filter.get(), Value(std::move(text.value())), scope, s.line);
+    if (!filtered.is_ok()) return filtered.status();
+    v = std::move(filtered.value());
   }
   return assign(s.target, std::move(v), *scope, s.line);
+}
+
+Result<Value> Interpreter::apply_filter_chain(const Expr* filter, Value v, const std::shared_ptr<Scope>& scope,
+                                              int line) {
+  // The chain is nested with the outermost filter first: apply innermost-first.
+  std::vector<const Expr*> chain;
+  for (const Expr* e = filter; e; e = e->args[0].get()) chain.push_back(e);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    CallArgs args;
+    EMBER_RETURN_IF_ERROR(at_line(eval_call_args(**it, 1, scope, args), line));
+    auto r = apply_filter(*this, (*it)->name, v, args);
+    if (!r.is_ok()) return at_line(r.status(), line);
+    v = std::move(r.value());
+  }
+  return v;
 }
 
 Status Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Scope>& scope) {
@@ -639,6 +639,7 @@ Result<Value> Interpreter::eval(const Expr& e, const std::shared_ptr<Scope>& sco
                               " evaluated to false and no else section was defined.");
     }
   }
+  EMBER_CHECK_MSG(false, "Interpreter::eval: not an expression kind");
   return Value::undefined();
 }
 

@@ -49,6 +49,9 @@ class Interpreter {
   Status exec_macro_def(const Stmt& s, const std::shared_ptr<Scope>& scope);
   Status exec_call_block(const Stmt& s, const std::shared_ptr<Scope>& scope);
   Result<std::string> capture(const Body& body, const std::shared_ptr<Scope>& scope);
+  // Applies the filters of a {% filter %} block or a {% set %} block to v
+  // (filter: the outermost of the chain, args[0] nests the next; null: none).
+  Result<Value> apply_filter_chain(const Expr* filter, Value v, const std::shared_ptr<Scope>& scope, int line);
   Status assign(const Target& t, Value v, Scope& scope, int line);
   Status write(std::string_view text);
 

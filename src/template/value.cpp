@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
+
 namespace ember::tmpl {
 
 // ---------------------------------------------------------------- ObjectData
@@ -140,6 +142,7 @@ bool Value::truthy() const {
     case Kind::kObject: return obj().is_namespace || !obj().items.empty();
     case Kind::kFunction: return true;
   }
+  EMBER_CHECK_MSG(false, "Value::truthy: not a value kind");
   return false;
 }
 
@@ -155,6 +158,7 @@ const char* Value::type_name() const {
     case Kind::kObject: return obj().is_namespace ? "Namespace" : "dict";
     case Kind::kFunction: return "function";
   }
+  EMBER_CHECK_MSG(false, "Value::type_name: not a value kind");
   return "object";
 }
 
