@@ -238,6 +238,43 @@ TEST(FakeEngine, OutputsIndependentOfBatchingAndMemory) {
   }
 }
 
+// Aborting a request while its pages are in swap space gives the space back
+// (it used to stay counted, and the accounting check failed).
+TEST(FakeEngine, AbortWhileSwappedOutFreesSwapSpace) {
+  FakeModelConfig mc;
+  EngineConfig cfg;
+  cfg.block_size = 4;
+  cfg.num_kv_blocks = 12;
+  cfg.max_num_batched_tokens = 64;
+  cfg.preempt_swap = true;
+  cfg.swap_space_bytes = size_t{1} << 20;
+  auto e = fake_engine(mc, cfg);
+  ASSERT_TRUE(e);
+  std::mt19937 rng(9);
+  for (int i = 0; i < 3; ++i) {
+    RequestParams p;
+    p.prompt = random_tokens(rng, 10, mc.n_vocab);
+    p.sampling = greedy();
+    p.max_tokens = 30;
+    p.priority = i;  // request 2 is the one preempted first
+    ASSERT_TRUE(e->add_request(std::to_string(i), p).is_ok());
+  }
+  bool aborted = false;
+  for (int step = 0; step < 200 && e->has_unfinished(); ++step) {
+    ASSERT_TRUE(e->step().is_ok());
+    const EngineStats st = e->stats();
+    if (!aborted && st.n_swapped > 0) {
+      ASSERT_GT(st.swap_bytes_used, 0);
+      EXPECT_TRUE(e->abort("2"));
+      aborted = true;
+      EXPECT_EQ(e->stats().swap_bytes_used, 0);
+    }
+    ASSERT_TRUE(e->check_invariants().is_ok()) << e->check_invariants().message();
+  }
+  EXPECT_TRUE(aborted);
+  EXPECT_EQ(e->stats().swap_bytes_used, 0);
+}
+
 // ---- the scheduling policy, on the Scheduler and KvCacheManager directly ----
 
 struct Bench {
