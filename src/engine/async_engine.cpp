@@ -14,6 +14,14 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::start(const Model& model, Thre
   return a;
 }
 
+Result<std::unique_ptr<AsyncEngine>> AsyncEngine::start(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg) {
+  auto e = Engine::create(std::move(runner), cfg);
+  if (!e) return e.status();
+  auto a = std::unique_ptr<AsyncEngine>(new AsyncEngine(std::move(e.value())));
+  a->thread_ = std::thread([p = a.get()] { p->loop(); });
+  return a;
+}
+
 AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
   stats_ = engine_->stats();
   max_seq_len_ = engine_->max_seq_len();

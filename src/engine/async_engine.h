@@ -43,6 +43,8 @@ class AsyncEngine {
   using Callback = std::function<void(const RequestUpdate&)>;
 
   static Result<std::unique_ptr<AsyncEngine>> start(const Model& model, ThreadPool& pool, const EngineConfig& cfg);
+  // Over any model runner (e.g. FakeModelRunner in tests).
+  static Result<std::unique_ptr<AsyncEngine>> start(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg);
   // Stops the engine thread; unfinished requests end with kAbort.
   ~AsyncEngine();
 

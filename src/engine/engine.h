@@ -1,20 +1,23 @@
-// Engine: the serving core. Requests are added and aborted between steps;
-// each step() schedules one ragged batch (decode tokens of running sequences
-// and chunks of prompts, vLLM-style: every sequence simply advances
-// num_computed_tokens towards num_tokens), runs one forward pass for all of
-// them over the paged KV cache, samples, and reports new tokens and finished
-// requests. Single-threaded: see AsyncEngine for the thread-safe front.
+// Engine: the serving core, composed vLLM-v1 style of
+//   Scheduler       which requests run this step, how many tokens each
+//                   (scheduler.h; continuous batching, chunked prefill,
+//                   preemption),
+//   KvCacheManager  which KV pages each request holds: slots, copy-on-
+//                   write, prefix cache, sliding-window release, swap
+//                   (kv/kv_cache_manager.h),
+//   ModelRunner     KV memory and one forward pass per step over the
+//                   scheduled slices (model_runner.h; CpuModelRunner over a
+//                   Model, FakeModelRunner for tests),
+//   OutputProcessor sampling, logits processors, log-probabilities, forks
+//                   and stop decisions (output_processor.h),
+// and the Requests (request.h) they share. Requests are added and aborted
+// between steps; each step() schedules one ragged batch, runs it, samples,
+// and reports new tokens and finished requests. Single-threaded: see
+// AsyncEngine for the thread-safe front.
 //
-// Scheduling: running sequences first (in priority, then arrival order), so
-// decodes keep flowing while long prompts arrive in chunks; then waiting
-// ones (FCFS within priority) while the token budget
-// (max_num_batched_tokens), the sequence cap (max_num_seqs) and free blocks
-// allow. When a running sequence needs a block and none is free, the
-// lowest-priority, newest running sequence is preempted: its blocks are freed
-// and it is recomputed later (prefix-cache hits make that cheap). Output is
-// identical whatever the batch composition, chunking, cache hits or
-// preemptions (the kernels are batch-invariant and each sequence owns its
-// sampler state).
+// Output is identical whatever the batch composition, chunking, prefix-
+// cache hits or preemptions (the kernels are batch-invariant and each
+// request owns its sampler state).
 #pragma once
 
 #include <cstdint>
@@ -26,9 +29,12 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "engine/kv/block_manager.h"
-#include "engine/kv/kv_pool.h"
+#include "engine/kv/kv_cache_manager.h"
+#include "engine/model_runner.h"
+#include "engine/output_processor.h"
+#include "engine/request.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "model/model.h"
 
 namespace ember {
@@ -51,12 +57,6 @@ struct EngineConfig {
   size_t swap_space_bytes = size_t{1} << 30;
 };
 
-constexpr int kMaxTopLogprobs = 20;  // OpenAI's limit
-constexpr int kPromptLogprobChunk = 32;  // prompt tokens per step when their logits are all needed
-
-enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
-const char* finish_reason_name(FinishReason r);
-
 struct RequestParams {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
@@ -70,25 +70,9 @@ struct RequestParams {
   // computed) and are prefilled in chunks of at most kPromptLogprobChunk.
   int prompt_logprobs = -1;
   int n = 1;  // parallel samples; sample k uses seed + k and shares the prompt's KV blocks
-};
-
-using TopLogprobs = std::vector<std::pair<int32_t, float>>;  // (token, logprob), most likely first
-
-struct TokenEvent {
-  std::string id;
-  int index;      // sample index (0 .. n-1)
-  int32_t token;
-  float logprob;  // log-softmax of the raw logits at `token`; NaN unless requested
-  TopLogprobs top;  // the top_logprobs most likely tokens (empty unless requested)
-  double queue_seconds = -1;  // with a sequence's first token: its wait before first scheduled
-};
-
-// Log-probabilities of prompt tokens [first, first + logprobs.size()).
-struct PromptLogprobEvent {
-  std::string id;
-  int64_t first = 1;
-  std::vector<float> logprobs;
-  std::vector<TopLogprobs> top;
+  // Optional per-request logits hook (grammars, biases): a prototype each
+  // sample clones at admission (see logits_processor.h).
+  std::shared_ptr<const LogitsProcessor> logits_processor;
 };
 
 struct FinishedRequest {
@@ -141,7 +125,10 @@ struct EngineStats {
 
 class Engine {
  public:
+  // The serving engine over a loaded model on the CPU (CpuModelRunner).
   static Result<std::unique_ptr<Engine>> create(const Model& model, ThreadPool& pool, const EngineConfig& cfg);
+  // Over any model runner (e.g. FakeModelRunner in tests).
+  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg);
   ~Engine();
 
   // Queues a request. Errors (nothing queued): duplicate id, empty prompt,
@@ -159,57 +146,43 @@ class Engine {
   // only pending abort reports) when there is no work.
   Result<StepOutput> step();
 
-  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_work() const { return !scheduler_->waiting().empty() || !scheduler_->running().empty(); }
   bool has_unfinished() const { return has_work() || !pending_finished_.empty(); }
   EngineStats stats() const;
-  // Block-accounting invariants (reference counts == table entries, etc.).
+  // Block-accounting and queue invariants (reference counts == table
+  // entries, queues == live requests, etc.).
   Status check_invariants() const;
   const EngineConfig& config() const { return cfg_; }
   int64_t max_seq_len() const { return max_seq_len_; }
   // KV layer groups (pages per block of positions while all are in window).
-  int n_kv_groups() const { return n_groups_; }
+  int n_kv_groups() const { return kv_->n_groups(); }
+  const ModelRunner& runner() const { return *runner_; }
 
  private:
-  struct Sequence;
-  Engine(const Model& model, const EngineConfig& cfg);
-  bool before(const Sequence* a, const Sequence* b) const;
-  void insert_sorted(std::vector<Sequence*>& q, Sequence* s);
-  void preempt(Sequence* s);
-  void swap_out(Sequence* s);
-  bool swap_in(Sequence* s, int64_t n_new);
-  size_t page_floats() const;
-  void finish(Sequence* s, FinishReason r, StepOutput* out);
-  void register_full_blocks(Sequence* s);
-  bool grow_blocks(Sequence* s, int64_t n_tokens);
-  void free_tables(Sequence* s);
-  void release_out_of_window(Sequence* s);
-  int match_cached_prefix(Sequence* s);
-  int64_t chunk_cap(const Sequence* s, int64_t budget) const;
-  void fork_samples(Sequence* parent, const float* logits, StepOutput* out);
-  void sample_into(Sequence* s, float* logits, StepOutput* out);
   struct Group {
     int n = 1;
     int live = 0;
   };
+  explicit Engine(const EngineConfig& cfg) : cfg_(cfg) {}
+  void finish(Request* r, FinishReason reason, StepOutput* out);
+  void fork_samples(Request* parent, const float* logits, StepOutput* out);
+  void sample_into(Request* r, float* logits, StepOutput* out);
 
-  const Model& model_;
   EngineConfig cfg_;
-  std::unique_ptr<KvBlockPool> kv_;
-  std::unique_ptr<BlockManager> blocks_;
-  std::unique_ptr<ForwardContext> fwd_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<OutputProcessor> output_;
   int64_t max_seq_len_ = 0;
-  int n_groups_ = 1;
+  int n_vocab_ = 0;
+  size_t page_bytes_ = 0;
   uint64_t next_arrival_ = 0;
-  std::unordered_map<std::string, std::unique_ptr<Sequence>> seqs_;  // by sequence key (id, index)
-  std::unordered_map<std::string, Group> groups_;                    // by request id
-  std::vector<Sequence*> waiting_;  // sorted: priority, arrival
-  std::vector<Sequence*> running_;  // sorted: priority, arrival
+  uint64_t next_seq_id_ = 1;
+  std::unordered_map<std::string, std::unique_ptr<Request>> seqs_;  // by sequence key (id, index)
+  std::unordered_map<std::string, Group> groups_;                   // by request id
   std::vector<FinishedRequest> pending_finished_;
-  std::vector<float> logits_;  // [n sampled rows, n_vocab]
-  std::vector<float> raw_;     // one raw logits row (logprobs)
-  SamplerScratch sampler_scratch_;  // shared by every sequence's sampler (engine thread only)
+  std::vector<float> fork_row_;  // a copy of the parent's logits row per forked sample
   EngineStats stats_;
-  size_t swap_used_ = 0;  // bytes held by swapped-out sequences
 };
 
 }  // namespace ember

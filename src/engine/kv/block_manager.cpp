@@ -126,24 +126,6 @@ uint64_t BlockManager::chain_hash(uint64_t parent, const int32_t* tokens, int n)
   return h;
 }
 
-int BlockManager::match_prefix(const int32_t* tokens, int max_blocks, std::vector<int32_t>& table,
-                               std::vector<uint64_t>& hashes) {
-  if (!prefix_caching_) return 0;
-  uint64_t parent = 0;
-  int n = 0;
-  for (; n < max_blocks; ++n) {
-    const int32_t* tk = tokens + static_cast<int64_t>(n) * block_size_;
-    const uint64_t h = chain_hash(parent, tk, block_size_);
-    const int32_t b = lookup(h, parent, tk);
-    if (b < 0) break;
-    acquire(b);
-    table.push_back(b);
-    hashes.push_back(h);
-    parent = h;
-  }
-  return n;
-}
-
 void BlockManager::record_query(int64_t query_tokens, int64_t hit_tokens) {
   ++counters_.queries;
   counters_.query_tokens += query_tokens;

@@ -13,7 +13,8 @@
 // cached block. A cached block with reference count 0 still holds valid K/V
 // and is revived by a hit.
 //
-// The scheduler only handles opaque block id lists.
+// Group-aware prefix matching and registration over these primitives live in
+// KvCacheManager; the scheduler only handles opaque block id lists.
 #pragma once
 
 #include <cstdint>
@@ -65,12 +66,6 @@ class BlockManager {
 
   // Hash of a block given its parent's hash (0 for the first block).
   static uint64_t chain_hash(uint64_t parent, const int32_t* tokens, int n);
-  // Longest cached chain of full blocks of tokens[0 .. max_blocks*block_size):
-  // matched blocks gain a reference and are appended to table (which must be
-  // empty); their hashes to hashes. Returns blocks matched. Counts nothing:
-  // the caller records the lookup it acts on with record_query().
-  int match_prefix(const int32_t* tokens, int max_blocks, std::vector<int32_t>& table,
-                   std::vector<uint64_t>& hashes);
   void record_query(int64_t query_tokens, int64_t hit_tokens);
   // Cache key of a block hash for layer group g (g = 0: the hash itself).
   static uint64_t group_key(uint64_t hash, int g);

@@ -22,9 +22,22 @@ Result<size_t> kv_budget_from_free_memory(double fraction) {
   return Status::error("cannot read MemAvailable from /proc/meminfo");
 }
 
-KvLayout KvLayout::from_config(const ModelConfig& cfg, bool split_windows) {
+KvSpec kv_spec_from_config(const ModelConfig& cfg) {
+  KvSpec s;
+  s.layers.resize(cfg.n_layer);
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    const bool per_layer = static_cast<int>(cfg.layers.size()) == cfg.n_layer;
+    const int n_kv = per_layer && cfg.layers[il].n_head_kv > 0 ? cfg.layers[il].n_head_kv : cfg.n_head_kv;
+    s.layers[il].window = per_layer ? std::max(0, cfg.layers[il].sliding_window) : 0;
+    s.layers[il].k_dim = static_cast<int64_t>(n_kv) * cfg.head_dim;
+    s.layers[il].v_dim = static_cast<int64_t>(n_kv) * cfg.head_dim_v;
+  }
+  return s;
+}
+
+KvLayout KvLayout::from_spec(const KvSpec& spec, bool split_windows) {
   KvLayout l;
-  const int L = cfg.n_layer;
+  const int L = static_cast<int>(spec.layers.size());
   l.group_of_layer.assign(L, 0);
   l.slot_of_layer.assign(L, 0);
   if (!split_windows || L == 0) {
@@ -35,7 +48,7 @@ KvLayout KvLayout::from_config(const ModelConfig& cfg, bool split_windows) {
     return l;
   }
   std::map<int, std::vector<int>> by_window;  // window -> layers (global = 0 first)
-  for (int il = 0; il < L; ++il) by_window[std::max(0, cfg.layers[il].sliding_window)].push_back(il);
+  for (int il = 0; il < L; ++il) by_window[std::max(0, spec.layers[il].window)].push_back(il);
   int g = 0;
   for (const auto& [w, layers] : by_window) g = std::gcd(g, static_cast<int>(layers.size()));
   l.layers_per_group = g;
@@ -58,26 +71,46 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const ModelConfig& cfg,
   return create(cfg, KvLayout::from_config(cfg, false), block_size, memory_bytes, n_blocks);
 }
 
-Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const ModelConfig& cfg, const KvLayout& layout,
-                                                         int block_size, size_t memory_bytes, int64_t n_blocks) {
+KvSlotDims KvSlotDims::of(const KvSpec& spec, const KvLayout& layout) {
+  KvSlotDims d;
+  d.k_dim.assign(std::max(0, layout.layers_per_group), 0);
+  d.v_dim.assign(std::max(0, layout.layers_per_group), 0);
+  for (size_t il = 0; il < spec.layers.size() && il < layout.slot_of_layer.size(); ++il) {
+    const int s = layout.slot_of_layer[il];
+    if (s < 0 || s >= layout.layers_per_group) continue;
+    d.k_dim[s] = std::max(d.k_dim[s], spec.layers[il].k_dim);
+    d.v_dim[s] = std::max(d.v_dim[s], spec.layers[il].v_dim);
+  }
+  return d;
+}
+
+size_t KvSlotDims::page_bytes(int block_size) const {
+  size_t floats = 0;
+  for (size_t s = 0; s < k_dim.size(); ++s) floats += static_cast<size_t>(k_dim[s] + v_dim[s]);
+  return floats * static_cast<size_t>(block_size) * sizeof(float);
+}
+
+Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, const KvLayout& layout, int block_size,
+                                                         size_t memory_bytes, int64_t n_blocks) {
   if (block_size < 1 || block_size > 4096) return Status::errorf("KV block size {} out of range [1, 4096]", block_size);
-  if (cfg.n_layer < 1 || cfg.n_kv_dim() < 1 || cfg.n_v_dim() < 1) return Status::error("KV pool: invalid model shape");
-  if (layout.layers_per_group < 1 || static_cast<int>(layout.group_of_layer.size()) != cfg.n_layer)
+  if (spec.layers.empty()) return Status::error("KV pool: invalid model shape");
+  for (const KvLayerSpec& l : spec.layers)
+    if (l.k_dim < 1 || l.v_dim < 1) return Status::error("KV pool: invalid model shape");
+  if (layout.layers_per_group < 1 || layout.group_of_layer.size() != spec.layers.size())
     return Status::error("KV pool: layout does not match the model");
   auto p = std::unique_ptr<KvBlockPool>(new KvBlockPool());
   p->layout_ = layout;
   p->block_size_ = block_size;
-  p->k_dim_ = cfg.n_kv_dim();
-  p->v_dim_ = cfg.n_v_dim();
+  p->dims_ = KvSlotDims::of(spec, layout);
   const size_t per_block = p->bytes_per_block();
   if (n_blocks <= 0) n_blocks = static_cast<int64_t>(memory_bytes / per_block);
   if (n_blocks < 1)
     return Status::errorf("KV cache budget of {} bytes is below one block ({} bytes)", memory_bytes, per_block);
   if (n_blocks > (int64_t{1} << 30)) return Status::errorf("KV pool: {} blocks is too many", n_blocks);
   p->n_blocks_ = static_cast<int32_t>(n_blocks);
-  const size_t k_floats = static_cast<size_t>(n_blocks) * block_size * p->k_dim_;
-  const size_t v_floats = static_cast<size_t>(n_blocks) * block_size * p->v_dim_;
   for (int s = 0; s < layout.layers_per_group; ++s) {
+    const size_t k_floats = static_cast<size_t>(n_blocks) * block_size * p->dims_.k_dim[s];
+    const size_t v_floats = static_cast<size_t>(n_blocks) * block_size * p->dims_.v_dim[s];
     float* k = new (std::nothrow) float[k_floats];
     float* v = new (std::nothrow) float[v_floats];
     if (!k || !v) {
@@ -91,31 +124,48 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const ModelConfig& cfg,
   return p;
 }
 
-size_t KvBlockPool::bytes_per_block() const {
-  return static_cast<size_t>(block_size_) * static_cast<size_t>(k_dim_ + v_dim_) * sizeof(float) *
-         static_cast<size_t>(layout_.layers_per_group);
-}
+size_t KvBlockPool::bytes_per_block() const { return dims_.page_bytes(block_size_); }
 
 void KvBlockPool::copy_block(int32_t src, int32_t dst, int n_rows) {
   n_rows = std::clamp(n_rows, 0, block_size_);
   for (int s = 0; s < layout_.layers_per_group; ++s) {
-    std::copy(k_block(s, src), k_block(s, src) + n_rows * k_dim_, k_block(s, dst));
-    std::copy(v_block(s, src), v_block(s, src) + n_rows * v_dim_, v_block(s, dst));
+    std::copy(k_block(s, src), k_block(s, src) + n_rows * k_dim(s), k_block(s, dst));
+    std::copy(v_block(s, src), v_block(s, src) + n_rows * v_dim(s), v_block(s, dst));
+  }
+}
+
+void KvBlockPool::read_page(int32_t b, float* dst) {
+  for (int s = 0; s < layout_.layers_per_group; ++s) {
+    const size_t kn = static_cast<size_t>(block_size_) * k_dim(s), vn = static_cast<size_t>(block_size_) * v_dim(s);
+    std::copy(k_block(s, b), k_block(s, b) + kn, dst);
+    dst += kn;
+    std::copy(v_block(s, b), v_block(s, b) + vn, dst);
+    dst += vn;
+  }
+}
+
+void KvBlockPool::write_page(int32_t b, const float* src) {
+  for (int s = 0; s < layout_.layers_per_group; ++s) {
+    const size_t kn = static_cast<size_t>(block_size_) * k_dim(s), vn = static_cast<size_t>(block_size_) * v_dim(s);
+    std::copy(src, src + kn, k_block(s, b));
+    src += kn;
+    std::copy(src, src + vn, v_block(s, b));
+    src += vn;
   }
 }
 
 PagedKvCache::PagedKvCache(KvBlockPool& pool, const std::vector<std::vector<int32_t>>& tables)
-    : pool_(pool), tables_(tables) {}
+    : pool_(pool), tables_(&tables) {}
 
 void PagedKvCache::sync() {
   const KvLayout& l = pool_.layout();
-  n_synced_ = tables_.empty() ? 0 : tables_[0].size();
-  for (const auto& t : tables_) n_synced_ = std::min(n_synced_, t.size());
+  n_synced_ = tables_->empty() ? 0 : (*tables_)[0].size();
+  for (const auto& t : *tables_) n_synced_ = std::min(n_synced_, t.size());
   const size_t L = l.group_of_layer.size();
   k_ptr_.resize(L * n_synced_);
   v_ptr_.resize(L * n_synced_);
   for (size_t il = 0; il < L; ++il) {
-    const std::vector<int32_t>& t = tables_[l.group_of_layer[il]];
+    const std::vector<int32_t>& t = (*tables_)[l.group_of_layer[il]];
     const int s = l.slot_of_layer[il];
     for (size_t i = 0; i < n_synced_; ++i) {
       k_ptr_[il * n_synced_ + i] = t[i] >= 0 ? pool_.k_block(s, t[i]) : nullptr;
@@ -129,14 +179,15 @@ KvView PagedKvCache::view(int layer) const {
   v.k_blocks = k_ptr_.data() + static_cast<size_t>(layer) * n_synced_;
   v.v_blocks = v_ptr_.data() + static_cast<size_t>(layer) * n_synced_;
   v.block_size = pool_.block_size();
-  v.k_row_stride = pool_.k_dim();
-  v.v_row_stride = pool_.v_dim();
+  const int s = pool_.layout().slot_of_layer[layer];
+  v.k_row_stride = pool_.k_dim(s);
+  v.v_row_stride = pool_.v_dim(s);
   return v;
 }
 
 size_t PagedKvCache::memory_bytes() const {
   size_t pages = 0;
-  for (const auto& t : tables_)
+  for (const auto& t : *tables_)
     for (int32_t b : t) pages += b >= 0;
   return pages * pool_.bytes_per_block();
 }

@@ -11,8 +11,15 @@
 // positions left the window (table entry -1), global groups keep all. With
 // a single group (all layers) this is a plain paged cache.
 //
+// What the KV cache must hold comes from the model runner as a KvSpec (per
+// layer: attention window and K/V row sizes), so the layout and the block
+// bookkeeping never need the model itself. Layers may differ in K/V row
+// size (structured pruning): each page slot is as wide as the widest layer
+// stored in that slot.
+//
 // Block ownership (reference counts, free lists, prefix cache) lives in
-// BlockManager; this file only owns memory.
+// BlockManager and KvCacheManager; this file only owns memory. Not
+// thread-safe: used from the engine thread (and the forward pass it drives).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +36,17 @@ namespace ember {
 // available (MemAvailable in /proc/meminfo). Errors if it cannot be read.
 Result<size_t> kv_budget_from_free_memory(double fraction);
 
+// Per layer: what its K/V cache rows look like.
+struct KvLayerSpec {
+  int window = 0;      // 0: global attention; else sliding window (positions)
+  int64_t k_dim = 0;   // floats per K row (n_head_kv * head_dim)
+  int64_t v_dim = 0;   // floats per V row (n_head_kv * head_dim_v)
+};
+struct KvSpec {
+  std::vector<KvLayerSpec> layers;  // [n_layer]
+};
+KvSpec kv_spec_from_config(const ModelConfig& cfg);
+
 struct KvLayout {
   int n_groups = 1;
   int layers_per_group = 0;
@@ -39,15 +57,30 @@ struct KvLayout {
   // One group per window size, split to the gcd of the per-window layer
   // counts (Gemma 3 270M: 3 global + 15 sliding layers -> 6 groups of 3).
   // split_windows = false: a single group of all layers.
-  static KvLayout from_config(const ModelConfig& cfg, bool split_windows);
+  static KvLayout from_spec(const KvSpec& spec, bool split_windows);
+  static KvLayout from_config(const ModelConfig& cfg, bool split_windows) {
+    return from_spec(kv_spec_from_config(cfg), split_windows);
+  }
+};
+
+// Floats per position of page slot s (K and V): the widest layer in slot s.
+struct KvSlotDims {
+  std::vector<int64_t> k_dim, v_dim;  // [layers_per_group]
+  static KvSlotDims of(const KvSpec& spec, const KvLayout& layout);
+  // Bytes of one page of block_size positions (all slots, K + V, f32).
+  size_t page_bytes(int block_size) const;
 };
 
 class KvBlockPool {
  public:
   // n_blocks > 0 fixes the page count; otherwise as many pages as fit in
   // memory_bytes. Errors on a bad block size or a budget below one page.
-  static Result<std::unique_ptr<KvBlockPool>> create(const ModelConfig& cfg, const KvLayout& layout, int block_size,
+  static Result<std::unique_ptr<KvBlockPool>> create(const KvSpec& spec, const KvLayout& layout, int block_size,
                                                      size_t memory_bytes, int64_t n_blocks = 0);
+  static Result<std::unique_ptr<KvBlockPool>> create(const ModelConfig& cfg, const KvLayout& layout, int block_size,
+                                                     size_t memory_bytes, int64_t n_blocks = 0) {
+    return create(kv_spec_from_config(cfg), layout, block_size, memory_bytes, n_blocks);
+  }
   // Single-group layout (all layers in every page).
   static Result<std::unique_ptr<KvBlockPool>> create(const ModelConfig& cfg, int block_size, size_t memory_bytes,
                                                      int64_t n_blocks = 0);
@@ -59,51 +92,65 @@ class KvBlockPool {
   size_t bytes_per_block() const;
   size_t memory_bytes() const { return bytes_per_block() * static_cast<size_t>(n_blocks_); }
 
-  // Page b, layer slot s: [block_size, k_dim] (K) and [block_size, v_dim] (V).
-  float* k_block(int slot, int32_t b) { return k_[slot].get() + static_cast<int64_t>(b) * block_size_ * k_dim_; }
-  float* v_block(int slot, int32_t b) { return v_[slot].get() + static_cast<int64_t>(b) * block_size_ * v_dim_; }
-  int64_t k_dim() const { return k_dim_; }
-  int64_t v_dim() const { return v_dim_; }
+  // Page b, layer slot s: [block_size, k_dim(s)] (K) and [block_size, v_dim(s)] (V).
+  float* k_block(int slot, int32_t b) {
+    return k_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.k_dim[slot];
+  }
+  float* v_block(int slot, int32_t b) {
+    return v_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.v_dim[slot];
+  }
+  // Row strides (floats per position) of slot s.
+  int64_t k_dim(int slot) const { return dims_.k_dim[slot]; }
+  int64_t v_dim(int slot) const { return dims_.v_dim[slot]; }
 
   // Copies the first n_rows positions of page src into dst in every slot
   // (copy-on-write of a shared partial block).
   void copy_block(int32_t src, int32_t dst, int n_rows);
+  // Floats of one page (all slots, K then V per slot), and copies of a whole
+  // page to / from such a host buffer (swap space).
+  size_t page_floats() const { return bytes_per_block() / sizeof(float); }
+  void read_page(int32_t b, float* dst);
+  void write_page(int32_t b, const float* src);
 
  private:
   KvBlockPool() = default;
   KvLayout layout_;
   int block_size_ = 0;
   int32_t n_blocks_ = 0;
-  int64_t k_dim_ = 0, v_dim_ = 0;
+  KvSlotDims dims_;
   std::vector<std::unique_ptr<float[]>> k_, v_;  // per slot: [n_blocks, block_size, dim]
 };
 
 // One sequence's view of the pool through its block tables (not owned; one
 // per group, equal lengths, -1 for released pages that are never read). Call
 // sync() after the tables changed and before the forward pass; capacity() is
-// the number of positions the tables cover.
+// the number of positions the tables cover. set_tables() points the view at
+// other tables (the model runner reuses views across steps).
 class PagedKvCache final : public KvCache {
  public:
   PagedKvCache(KvBlockPool& pool, const std::vector<std::vector<int32_t>>& tables);
+  void set_tables(const std::vector<std::vector<int32_t>>& tables) { tables_ = &tables; }
   void sync();
 
   int64_t capacity() const override { return static_cast<int64_t>(n_synced_) * pool_.block_size(); }
   float* k_row(int layer, int64_t pos) override {
     const KvLayout& l = pool_.layout();
-    return pool_.k_block(l.slot_of_layer[layer], tables_[l.group_of_layer[layer]][pos / pool_.block_size()]) +
-           (pos % pool_.block_size()) * pool_.k_dim();
+    const int s = l.slot_of_layer[layer];
+    return pool_.k_block(s, (*tables_)[l.group_of_layer[layer]][pos / pool_.block_size()]) +
+           (pos % pool_.block_size()) * pool_.k_dim(s);
   }
   float* v_row(int layer, int64_t pos) override {
     const KvLayout& l = pool_.layout();
-    return pool_.v_block(l.slot_of_layer[layer], tables_[l.group_of_layer[layer]][pos / pool_.block_size()]) +
-           (pos % pool_.block_size()) * pool_.v_dim();
+    const int s = l.slot_of_layer[layer];
+    return pool_.v_block(s, (*tables_)[l.group_of_layer[layer]][pos / pool_.block_size()]) +
+           (pos % pool_.block_size()) * pool_.v_dim(s);
   }
   KvView view(int layer) const override;
   size_t memory_bytes() const override;
 
  private:
   KvBlockPool& pool_;
-  const std::vector<std::vector<int32_t>>& tables_;
+  const std::vector<std::vector<int32_t>>* tables_;
   size_t n_synced_ = 0;
   std::vector<const float*> k_ptr_, v_ptr_;  // [n_layer, n_synced] page pointers (null: released)
 };

@@ -1,0 +1,69 @@
+// The CPU model runner; see cpu_model_runner.h.
+#include "engine/cpu_model_runner.h"
+
+#include "core/check.h"
+
+namespace ember {
+
+namespace {
+const BlockTables kNoTables;
+}  // namespace
+
+CpuModelRunner::CpuModelRunner(const Model& model, ThreadPool& pool, int max_batch)
+    : model_(model), fwd_(model, pool, max_batch) {}
+
+Result<int32_t> CpuModelRunner::allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes,
+                                            int64_t n_blocks) {
+  EMBER_CHECK_MSG(!kv_, "allocate_kv called twice");
+  auto kv = KvBlockPool::create(kv_spec(), layout, block_size, memory_bytes, n_blocks);
+  if (!kv) return kv.status();
+  kv_ = std::move(kv.value());
+  return kv_->n_blocks();
+}
+
+void CpuModelRunner::apply(const KvOp& op) {
+  switch (op.kind) {
+    case KvOp::Kind::kCopy:
+      kv_->copy_block(op.src, op.dst, op.n_rows);
+      break;
+    case KvOp::Kind::kSwapOut:
+      if (swap_.size() <= static_cast<size_t>(op.dst)) swap_.resize(op.dst + 1);
+      swap_[op.dst].resize(kv_->page_floats());
+      kv_->read_page(op.src, swap_[op.dst].data());
+      break;
+    case KvOp::Kind::kSwapIn:
+      EMBER_CHECK(static_cast<size_t>(op.src) < swap_.size() && !swap_[op.src].empty());
+      kv_->write_page(op.dst, swap_[op.src].data());
+      std::vector<float>().swap(swap_[op.src]);  // host memory goes back with the slot
+      break;
+  }
+}
+
+Result<float*> CpuModelRunner::execute(const SchedulerOutput& so) {
+  EMBER_CHECK_MSG(kv_, "execute before allocate_kv");
+  for (const KvOp& op : so.kv_ops) apply(op);
+  if (so.scheduled.empty()) return logits_.data();
+  while (views_.size() < so.scheduled.size()) views_.push_back(std::make_unique<PagedKvCache>(*kv_, kNoTables));
+  batch_.clear();
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    const ScheduledRequest& sr = so.scheduled[i];
+    EMBER_CHECK(sr.pos0 + sr.n_tokens <= sr.req->num_tokens());
+    PagedKvCache& view = *views_[i];
+    view.set_tables(*sr.tables);
+    view.sync();
+    SeqBatch b;
+    b.tokens = sr.req->tokens.data() + sr.pos0;
+    b.n = sr.n_tokens;
+    b.pos0 = sr.pos0;
+    b.cache = &view;
+    b.want_logits = sr.want_logits;
+    b.all_logits = sr.all_logits;
+    batch_.push_back(b);
+  }
+  const size_t need = static_cast<size_t>(so.n_logit_rows) * n_vocab();
+  if (logits_.size() < need) logits_.resize(need);
+  EMBER_RETURN_IF_ERROR(fwd_.forward_ragged(batch_.data(), static_cast<int>(batch_.size()), logits_.data()));
+  return logits_.data();
+}
+
+}  // namespace ember

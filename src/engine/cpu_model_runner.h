@@ -1,0 +1,43 @@
+// CpuModelRunner: the ModelRunner over a loaded Model on the CPU: a paged
+// f32 KV pool (KvBlockPool), host swap pages, and ForwardContext's ragged
+// forward pass. See model_runner.h.
+//
+// Ownership: borrows the Model and the ThreadPool (both must outlive it);
+// owns the pool, the swap pages and the forward buffers. Engine thread only.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/model_runner.h"
+#include "model/model.h"
+
+namespace ember {
+
+class CpuModelRunner final : public ModelRunner {
+ public:
+  // max_batch: most tokens per forward pass.
+  CpuModelRunner(const Model& model, ThreadPool& pool, int max_batch);
+
+  int n_vocab() const override { return model_.config().n_vocab; }
+  int64_t n_ctx_train() const override { return model_.config().n_ctx_train; }
+  int max_batch_tokens() const override { return fwd_.max_batch(); }
+  KvSpec kv_spec() const override { return kv_spec_from_config(model_.config()); }
+  Result<int32_t> allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes, int64_t n_blocks) override;
+  size_t kv_page_bytes() const override { return kv_ ? kv_->bytes_per_block() : 0; }
+  Result<float*> execute(const SchedulerOutput& so) override;
+
+ private:
+  void apply(const KvOp& op);
+
+  const Model& model_;
+  ForwardContext fwd_;
+  std::unique_ptr<KvBlockPool> kv_;
+  std::vector<std::vector<float>> swap_;             // host pages by swap slot (empty: unused)
+  std::vector<std::unique_ptr<PagedKvCache>> views_;  // reused across steps, one per scheduled slice
+  std::vector<SeqBatch> batch_;
+  std::vector<float> logits_;                         // [rows, n_vocab]
+};
+
+}  // namespace ember

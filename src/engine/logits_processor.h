@@ -1,0 +1,32 @@
+// LogitsProcessor: a per-request hook that edits the logits row of each
+// sampled position before the sampler sees it (structured output grammars
+// will mask tokens here; logit_bias, banned tokens and forced tokens are
+// other uses). Log-probabilities reported to the client are those of the
+// raw logits, before any processor (vLLM's default "raw_logprobs").
+//
+// Ownership and threading: a request's samples each own one processor
+// (cloned from the prototype in RequestParams at admission, and from the
+// parent's at a fork); they are called on the engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace ember {
+
+class LogitsProcessor {
+ public:
+  virtual ~LogitsProcessor() = default;
+  // Edits logits [n_vocab] in place for the position after tokens[0 ..
+  // n_tokens) (the prompt is tokens[0 .. n_prompt)).
+  virtual void process(const int32_t* tokens, int64_t n_tokens, int64_t n_prompt, float* logits, int n_vocab) = 0;
+  // The sampled token was appended to the request (advance the state).
+  virtual void accept(int32_t token) {}
+  // The last k accepted tokens were withdrawn (speculative decoding); false
+  // if the processor cannot go back that far.
+  virtual bool rollback(int k) { return k == 0; }
+  // An independent copy in the same state (a forked sample, n > 1).
+  virtual std::unique_ptr<LogitsProcessor> clone() const = 0;
+};
+
+}  // namespace ember

@@ -1,0 +1,48 @@
+// ModelRunner: what the engine needs from a model: the shape of its KV
+// cache, KV memory (pages, swap space), and execute(SchedulerOutput) — apply
+// the step's KV memory ops, then one forward pass over every scheduled
+// slice, returning the logits rows the schedule asks for. The CPU runner
+// wraps ForwardContext over a paged f32 pool; the fake runner
+// (fake_model_runner.h) needs no model file and checks the paging itself,
+// so scheduler and KV tests run without one. A GPU or tensor-parallel
+// runner implements the same interface.
+//
+// Ownership and threading: owned by the Engine, called on the engine thread.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "engine/kv/kv_pool.h"
+#include "engine/scheduler.h"
+
+namespace ember {
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  virtual int n_vocab() const = 0;
+  // Trained context length (the default max_model_len).
+  virtual int64_t n_ctx_train() const = 0;
+  // Most tokens one execute() may carry.
+  virtual int max_batch_tokens() const = 0;
+  // What each layer's K/V rows look like.
+  virtual KvSpec kv_spec() const = 0;
+
+  // Allocates the KV pages for `layout` (n_blocks > 0: that many; else as
+  // many as fit in memory_bytes). Returns the number of pages; errors on a
+  // budget below one page or a failed allocation. Call once.
+  virtual Result<int32_t> allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes,
+                                      int64_t n_blocks) = 0;
+  // Bytes of one page (after allocate_kv), the unit of swap space.
+  virtual size_t kv_page_bytes() const = 0;
+
+  // Applies so.kv_ops in order, then runs every scheduled slice (if any) in
+  // one forward pass. Returns so.n_logit_rows rows of n_vocab logits, in
+  // schedule order (every row of an all_logits slice, else one row for a
+  // slice with want_logits), valid and writable until the next call.
+  virtual Result<float*> execute(const SchedulerOutput& so) = 0;
+};
+
+}  // namespace ember

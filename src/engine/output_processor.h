@@ -1,0 +1,87 @@
+// OutputProcessor: turns the logits rows of a step into client-visible
+// output: prompt log-probabilities, the per-request logits processor hook,
+// sampling (each request's own Sampler: seeded RNG and penalty history),
+// log-probabilities and top alternatives of the sampled token, forks of
+// parallel samples (n > 1), and the stop / length decision. It does not
+// touch the KV cache or the queues: the Engine acts on what it reports.
+//
+// Engine thread only. It owns the vocabulary-sized scratch that all
+// samplers share (a sequence costs no vocabulary-sized memory).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sampler.h"
+
+namespace ember {
+
+constexpr int kMaxTopLogprobs = 20;  // OpenAI's limit
+
+using TopLogprobs = std::vector<std::pair<int32_t, float>>;  // (token, logprob), most likely first
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);
+
+struct TokenEvent {
+  std::string id;
+  int index;      // sample index (0 .. n-1)
+  int32_t token;
+  float logprob;  // log-softmax of the raw logits at `token`; NaN unless requested
+  TopLogprobs top;  // the top_logprobs most likely tokens (empty unless requested)
+  double queue_seconds = -1;  // with a sequence's first token: its wait before first scheduled
+};
+
+// Log-probabilities of prompt tokens [first, first + logprobs.size()).
+struct PromptLogprobEvent {
+  std::string id;
+  int64_t first = 1;
+  std::vector<float> logprobs;
+  std::vector<TopLogprobs> top;
+};
+
+// The k largest logits as (token, logit - lse), largest first (lowest id
+// first on ties).
+TopLogprobs top_k_logprobs(const float* logits, int n, int k, double lse);
+
+class OutputProcessor {
+ public:
+  // max_seq_len: prompt + output cap (a sequence reaching it ends with kLength).
+  OutputProcessor(int n_vocab, int64_t max_seq_len);
+
+  int n_vocab() const { return n_vocab_; }
+
+  // A fresh sampler for r (its seed and parameters), sharing this
+  // processor's scratch, with r's tokens accepted as context.
+  void init_sampler(Request& r);
+
+  // Log-probabilities of the prompt tokens predicted by the rows of a
+  // slice [pos0, pos0 + n) (row j predicts the token at pos0 + j + 1),
+  // those not reported yet; appended to *out when any.
+  void prompt_logprobs(Request& r, int64_t pos0, int64_t n, const float* rows,
+                       std::vector<PromptLogprobEvent>* out);
+
+  // Samples r's next token from its logits row (modified in place): the
+  // logits processor, the sampler, log-probabilities of the raw row; the
+  // token is appended to r.tokens and reported in *out. Returns why r ends
+  // now (kStop: a stop token; kLength: max_tokens or max_seq_len), or kNone.
+  FinishReason sample(Request& r, float* logits, std::vector<TokenEvent>* out);
+
+  // Sample k (1 <= k <= parent.n_fork) of a request whose prompt was just
+  // computed: the same tokens and settings, seed + k, its own sampler and a
+  // clone of the parent's logits processor. The caller gives it a seq_id
+  // and KV state.
+  std::unique_ptr<Request> fork(const Request& parent, int k);
+
+ private:
+  int n_vocab_;
+  int64_t max_seq_len_;
+  std::vector<float> raw_;          // one raw logits row (logprobs)
+  SamplerScratch sampler_scratch_;  // shared by every request's sampler
+};
+
+}  // namespace ember

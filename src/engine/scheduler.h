@@ -1,0 +1,99 @@
+// Scheduler: decides, once per engine step, which requests run and how many
+// of their tokens (vLLM v1 style: every request simply advances
+// num_computed_tokens towards its number of tokens, so decode tokens and
+// prompt chunks mix freely in one ragged batch). It knows nothing of the
+// model: it talks to the KvCacheManager for slots and returns a plain
+// SchedulerOutput for the model runner.
+//
+// Policy (continuous batching with chunked prefill): running requests first
+// (priority, then arrival order), so decodes keep flowing while long prompts
+// arrive in chunks; then waiting ones (FCFS within priority) while the token
+// budget (max_num_batched_tokens), the sequence cap (max_num_seqs) and free
+// blocks allow. When a running request needs a block and none is free, the
+// lowest-priority, newest running request is preempted: its blocks are
+// freed (or its pages moved to swap space) and it is recomputed (or swapped
+// back in) later; no new request is admitted in a step that preempted.
+//
+// Ownership: Requests are owned by the Engine; the scheduler holds pointers
+// in its queues. Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/kv/kv_cache_manager.h"
+#include "engine/request.h"
+
+namespace ember {
+
+constexpr int kPromptLogprobChunk = 32;  // prompt tokens per step when their logits are all needed
+
+struct SchedulerConfig {
+  int max_num_batched_tokens = 512;  // tokens per step (forward batch)
+  int max_num_seqs = 64;             // sequences per step
+  // Preemption moves the KV pages to swap space (if they fit) instead of
+  // dropping them for recomputation.
+  bool preempt_swap = false;
+};
+
+// One request's slice of the step: tokens [pos0, pos0 + n_tokens) of
+// req->tokens, written to and read from the KV cache through `tables`.
+struct ScheduledRequest {
+  Request* req = nullptr;
+  int64_t pos0 = 0;
+  int64_t n_tokens = 0;
+  bool want_logits = false;  // the slice ends at the last known token: its row is sampled
+  bool all_logits = false;   // a logits row for every token (prompt log-probabilities)
+  const BlockTables* tables = nullptr;  // owned by the KvCacheManager, valid until the next schedule()
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> scheduled;  // in schedule order (the order of the logits rows)
+  std::vector<KvOp> kv_ops;                 // memory ops to apply, in order, before the forward pass
+  int64_t n_tokens = 0;                     // tokens in the forward pass
+  int n_logit_rows = 0;                     // rows of logits it returns
+  int n_preempted = 0;                      // requests preempted by this schedule
+  bool empty() const { return scheduled.empty() && kv_ops.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& cfg, KvCacheManager& kv);
+
+  // A new (or re-queued) request waits for admission.
+  void add_waiting(Request* r);
+  // A forked sample joins the running set directly (it shares the parent's
+  // computed prompt).
+  void add_running(Request* r);
+  // Takes a finished or aborted request out of its queue (the caller frees
+  // its KV state).
+  void remove(Request* r);
+
+  // The next step's batch. Mutates requests (num_computed_tokens on
+  // prefix-cache hits and preemption, status, admission time) and the KV
+  // manager (slots, swap).
+  SchedulerOutput schedule();
+  // After the forward pass: the slice is computed. Advances
+  // num_computed_tokens, registers the request's full final blocks in the
+  // prefix cache and releases pages that left every sliding window.
+  void on_computed(const ScheduledRequest& sr);
+
+  const std::vector<Request*>& running() const { return running_; }
+  const std::vector<Request*>& waiting() const { return waiting_; }
+  int64_t n_preemptions() const { return n_preemptions_; }
+  const SchedulerConfig& config() const { return cfg_; }
+
+ private:
+  static bool before(const Request* a, const Request* b);
+  static void insert_sorted(std::vector<Request*>& q, Request* r);
+  void preempt(Request* r, std::vector<KvOp>* ops);
+  static int64_t chunk_cap(const Request* r, int64_t budget);
+
+  SchedulerConfig cfg_;
+  KvCacheManager& kv_;
+  std::vector<Request*> waiting_;  // sorted: priority, arrival, sample index
+  std::vector<Request*> running_;  // sorted likewise
+  int64_t n_preemptions_ = 0;
+};
+
+}  // namespace ember

@@ -1,0 +1,433 @@
+// Scheduler, KV manager and engine loop without a model file: the
+// FakeModelRunner checks every KV row it reads (right page, right token,
+// right position, never a released page) and its logits are a function of
+// the token history alone, so a correct engine's outputs equal a plain
+// reference loop over FakeModelRunner::reference_logits — whatever the
+// batching, chunking, prefix hits, forks, preemptions, swaps, sliding-window
+// releases and aborts. Also: the scheduling policy (budget, caps, priority,
+// running-first, preemption order) and that the fake really catches paging
+// mistakes.
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "engine/engine.h"
+#include "engine/fake_model_runner.h"
+
+namespace ember {
+namespace {
+
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0.f;
+  return p;
+}
+
+SamplingParams seeded(uint64_t seed) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.f;
+  p.seed = seed;
+  return p;
+}
+
+std::unique_ptr<Engine> fake_engine(const FakeModelConfig& mc, const EngineConfig& cfg) {
+  auto e = Engine::create(std::make_unique<FakeModelRunner>(mc), cfg);
+  EXPECT_TRUE(e.is_ok()) << e.status().message();
+  return e.is_ok() ? std::move(e.value()) : nullptr;
+}
+
+// What one sample must produce: the plain loop over the reference logits.
+std::vector<int32_t> reference_output(const FakeModelConfig& mc, const RequestParams& p, int sample,
+                                      int64_t max_seq_len) {
+  SamplingParams sp = p.sampling;
+  sp.seed += static_cast<uint64_t>(sample);
+  Sampler s(sp);
+  std::vector<int32_t> toks = p.prompt;
+  for (int32_t t : toks) s.accept(t);
+  std::vector<float> lg(mc.n_vocab);
+  std::vector<int32_t> out;
+  for (;;) {
+    FakeModelRunner::reference_logits(mc, toks.data(), static_cast<int64_t>(toks.size()) - 1, lg.data());
+    const int32_t t = s.sample(lg.data(), mc.n_vocab);
+    s.accept(t);
+    toks.push_back(t);
+    out.push_back(t);
+    if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end()) break;
+    if (static_cast<int>(out.size()) >= p.max_tokens || static_cast<int64_t>(toks.size()) >= max_seq_len) break;
+  }
+  return out;
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int len, int vocab) {
+  std::vector<int32_t> p(len);
+  for (auto& t : p) t = static_cast<int32_t>(rng() % vocab);
+  return p;
+}
+
+struct StressCase {
+  FakeModelConfig model;
+  EngineConfig cfg;
+  int n_requests = 300;
+  uint32_t seed = 1;
+};
+
+struct StressResult {
+  EngineStats stats;
+  int n_checked = 0;
+};
+
+// Random arrivals (shared prefixes, n > 1, priorities, stop tokens, prompt
+// logprobs), random aborts and stop_sample calls, invariants after every
+// step, every finished sample compared with its reference.
+StressResult stress(const StressCase& c) {
+  StressResult res;
+  auto e = fake_engine(c.model, c.cfg);
+  if (!e) return res;
+  std::mt19937 rng(c.seed);
+  const int V = c.model.n_vocab;
+  std::map<std::string, RequestParams> reqs;
+  std::map<std::string, FinishedRequest> done;
+  std::map<std::string, std::vector<int32_t>> streamed;
+  std::set<std::string> cut;  // aborted or stopped early
+  int next = 0;
+  for (int step = 0; next < c.n_requests || e->has_unfinished(); ++step) {
+    EXPECT_LT(step, 200000);
+    if (step >= 200000) break;
+    if (next < c.n_requests && rng() % 2 == 0) {
+      RequestParams p;
+      p.prompt = random_tokens(rng, 1 + static_cast<int>(rng() % 50), V);
+      if (rng() % 2 && !reqs.empty()) {
+        const auto& other = std::next(reqs.begin(), static_cast<long>(rng() % reqs.size()))->second.prompt;
+        p.prompt.insert(p.prompt.begin(), other.begin(), other.begin() + static_cast<long>(other.size() * 3 / 4));
+        if (p.prompt.size() > 90) p.prompt.resize(90);
+      }
+      p.sampling = rng() % 2 ? greedy() : seeded(rng());
+      if (rng() % 4 == 0) p.sampling.repetition_penalty = 1.3f;
+      p.max_tokens = 1 + static_cast<int>(rng() % 24);
+      p.priority = static_cast<int>(rng() % 3);
+      p.logprobs = true;
+      p.n = 1 + static_cast<int>(rng() % 3);
+      if (rng() % 5 == 0) p.stop_token_ids = {static_cast<int32_t>(rng() % V)};
+      if (rng() % 7 == 0) p.prompt_logprobs = 1;
+      const std::string id = "r" + std::to_string(next++);
+      const Status st = e->add_request(id, p);
+      EXPECT_TRUE(st.is_ok()) << st.message();
+      reqs[id] = p;
+    }
+    if (rng() % 23 == 0 && next > 0) {
+      const std::string id = "r" + std::to_string(rng() % next);
+      if (e->abort(id)) cut.insert(id);
+    }
+    if (rng() % 29 == 0 && next > 0) {
+      const std::string id = "r" + std::to_string(rng() % next);
+      const int k = static_cast<int>(rng() % 3);
+      if (e->stop_sample(id, k)) cut.insert(id + "/" + std::to_string(k));
+    }
+    auto out = e->step();
+    EXPECT_TRUE(out.is_ok()) << "step " << step << ": " << out.status().message();
+    if (!out.is_ok()) break;
+    EXPECT_LE(out->n_batched_tokens, c.cfg.max_num_batched_tokens);
+    for (const TokenEvent& t : out->tokens) streamed[t.id + "/" + std::to_string(t.index)].push_back(t.token);
+    for (FinishedRequest& f : out->finished) done[f.id + "/" + std::to_string(f.index)] = f;
+    const Status inv = e->check_invariants();
+    EXPECT_TRUE(inv.is_ok()) << "step " << step << ": " << inv.message();
+    if (!inv.is_ok()) break;
+  }
+  res.stats = e->stats();
+  EXPECT_EQ(res.stats.blocks_used, 0);
+  EXPECT_EQ(res.stats.blocks_free, res.stats.blocks_total);
+  EXPECT_EQ(res.stats.swap_bytes_used, 0);
+  for (auto& [key, f] : done) {
+    const std::string id = f.id;
+    EXPECT_EQ(streamed[key], f.output) << key;  // nothing streamed twice or lost (preemptions)
+    if (f.reason == FinishReason::kAbort || cut.count(id) || cut.count(key)) continue;
+    const RequestParams& p = reqs[id];
+    EXPECT_EQ(f.output, reference_output(c.model, p, f.index, e->max_seq_len())) << key;
+    ++res.n_checked;
+  }
+  return res;
+}
+
+TEST(FakeEngine, StressMatchesReferencePlainCache) {
+  StressCase c;
+  c.cfg.block_size = 4;
+  c.cfg.num_kv_blocks = 48;
+  c.cfg.max_num_batched_tokens = 20;
+  c.cfg.max_num_seqs = 6;
+  const StressResult r = stress(c);
+  EXPECT_GT(r.n_checked, 300);
+  EXPECT_GT(r.stats.n_preemptions, 0);
+  EXPECT_GT(r.stats.prefix.hits, 0);
+  EXPECT_GT(r.stats.n_cow_copies, 0);
+}
+
+TEST(FakeEngine, StressMatchesReferenceSlidingWindowsAndSwap) {
+  StressCase c;
+  c.model.windows = {0, 6, 6, 0, 6, 6};  // two global layers, four sliding: 3 groups of 2
+  c.cfg.block_size = 4;
+  c.cfg.num_kv_blocks = 90;
+  c.cfg.max_num_batched_tokens = 24;
+  c.cfg.max_num_seqs = 8;
+  c.cfg.preempt_swap = true;
+  c.cfg.swap_space_bytes = size_t{1} << 20;
+  c.seed = 7;
+  auto e = fake_engine(c.model, c.cfg);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->n_kv_groups(), 3);
+  const StressResult r = stress(c);
+  EXPECT_GT(r.n_checked, 300);
+  EXPECT_GT(r.stats.n_swap_outs, 0);
+  EXPECT_GT(r.stats.n_swap_ins, 0);
+  EXPECT_GT(r.stats.prefix.hits, 0);
+}
+
+TEST(FakeEngine, StressMatchesReferenceWithoutPrefixCacheOrWindowRelease) {
+  StressCase c;
+  c.model.windows = {5, 0, 5};
+  c.cfg.block_size = 3;
+  c.cfg.num_kv_blocks = 60;
+  c.cfg.max_num_batched_tokens = 17;
+  c.cfg.max_num_seqs = 5;
+  c.cfg.enable_prefix_caching = false;
+  c.cfg.sliding_window_release = false;
+  c.seed = 11;
+  const StressResult r = stress(c);
+  EXPECT_GT(r.n_checked, 300);
+  EXPECT_EQ(r.stats.prefix.hits, 0);
+  EXPECT_GT(r.stats.n_preemptions, 0);
+}
+
+// The same requests give the same outputs whatever the budget, block size
+// and memory (batch invariance of the engine loop itself).
+TEST(FakeEngine, OutputsIndependentOfBatchingAndMemory) {
+  FakeModelConfig mc;
+  mc.windows = {0, 8};
+  std::mt19937 rng(3);
+  std::vector<RequestParams> reqs;
+  for (int i = 0; i < 12; ++i) {
+    RequestParams p;
+    p.prompt = random_tokens(rng, 5 + static_cast<int>(rng() % 40), mc.n_vocab);
+    p.sampling = i % 2 ? greedy() : seeded(100 + i);
+    p.max_tokens = 20;
+    p.n = 1 + i % 2;
+    reqs.push_back(p);
+  }
+  std::map<std::string, std::vector<int32_t>> first;
+  for (int variant = 0; variant < 4; ++variant) {
+    EngineConfig cfg;
+    cfg.block_size = variant % 2 ? 4 : 16;
+    cfg.num_kv_blocks = variant < 2 ? 1000 : 40;
+    cfg.max_num_batched_tokens = variant == 1 ? 7 : 64;
+    auto e = fake_engine(mc, cfg);
+    ASSERT_TRUE(e);
+    for (size_t i = 0; i < reqs.size(); ++i) ASSERT_TRUE(e->add_request(std::to_string(i), reqs[i]).is_ok());
+    std::map<std::string, std::vector<int32_t>> got;
+    while (e->has_unfinished()) {
+      auto out = e->step();
+      ASSERT_TRUE(out.is_ok()) << out.status().message();
+      for (auto& f : out->finished) got[f.id + "/" + std::to_string(f.index)] = f.output;
+    }
+    if (variant == 0) first = got;
+    else EXPECT_EQ(got, first) << "variant " << variant;
+  }
+}
+
+// Aborting a request while its pages are in swap space gives the space back
+// (it used to stay counted, and the accounting check failed).
+TEST(FakeEngine, AbortWhileSwappedOutFreesSwapSpace) {
+  FakeModelConfig mc;
+  EngineConfig cfg;
+  cfg.block_size = 4;
+  cfg.num_kv_blocks = 12;
+  cfg.max_num_batched_tokens = 64;
+  cfg.preempt_swap = true;
+  cfg.swap_space_bytes = size_t{1} << 20;
+  auto e = fake_engine(mc, cfg);
+  ASSERT_TRUE(e);
+  std::mt19937 rng(9);
+  for (int i = 0; i < 3; ++i) {
+    RequestParams p;
+    p.prompt = random_tokens(rng, 10, mc.n_vocab);
+    p.sampling = greedy();
+    p.max_tokens = 30;
+    p.priority = i;  // request 2 is the one preempted first
+    ASSERT_TRUE(e->add_request(std::to_string(i), p).is_ok());
+  }
+  bool aborted = false;
+  for (int step = 0; step < 200 && e->has_unfinished(); ++step) {
+    ASSERT_TRUE(e->step().is_ok());
+    const EngineStats st = e->stats();
+    if (!aborted && st.n_swapped > 0) {
+      ASSERT_GT(st.swap_bytes_used, 0);
+      EXPECT_TRUE(e->abort("2"));
+      aborted = true;
+      EXPECT_EQ(e->stats().swap_bytes_used, 0);
+    }
+    ASSERT_TRUE(e->check_invariants().is_ok()) << e->check_invariants().message();
+  }
+  EXPECT_TRUE(aborted);
+  EXPECT_EQ(e->stats().swap_bytes_used, 0);
+}
+
+// ---- the scheduling policy, on the Scheduler and KvCacheManager directly ----
+
+struct Bench {
+  KvCacheManager kv;
+  Scheduler sched;
+  std::vector<std::unique_ptr<Request>> reqs;
+  Bench(int block_size, int32_t n_blocks, SchedulerConfig sc)
+      : kv(KvLayout::from_spec(KvSpec{{{0, 2, 2}}}, true), block_size, n_blocks, true, 0), sched(sc, kv) {}
+  Request* add(int n_prompt, int priority = 0, int first_token = 0) {
+    auto r = std::make_unique<Request>();
+    r->seq_id = reqs.size() + 1;
+    r->id = "q" + std::to_string(reqs.size());
+    r->priority = priority;
+    r->arrival = reqs.size();
+    for (int i = 0; i < n_prompt; ++i) r->tokens.push_back(first_token + i);
+    r->n_prompt = n_prompt;
+    r->max_tokens = 100;
+    kv.add(*r);
+    sched.add_waiting(r.get());
+    reqs.push_back(std::move(r));
+    return reqs.back().get();
+  }
+  // Completes a step as the engine would: computed, and one new token for
+  // every request that reached its end.
+  void complete(const SchedulerOutput& so) {
+    for (const ScheduledRequest& sr : so.scheduled) {
+      sched.on_computed(sr);
+      if (sr.want_logits) sr.req->tokens.push_back(7);
+    }
+  }
+};
+
+TEST(Scheduler, RunningFirstThenWaitingWithinBudget) {
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 10;
+  sc.max_num_seqs = 4;
+  Bench b(4, 100, sc);
+  Request* a = b.add(25);
+  SchedulerOutput s1 = b.sched.schedule();
+  ASSERT_EQ(s1.scheduled.size(), 1u);
+  EXPECT_EQ(s1.scheduled[0].n_tokens, 10);  // chunked prefill: the budget
+  EXPECT_FALSE(s1.scheduled[0].want_logits);
+  b.complete(s1);
+  Request* c = b.add(3);
+  SchedulerOutput s2 = b.sched.schedule();
+  ASSERT_EQ(s2.scheduled.size(), 1u);  // the running prompt takes the whole budget first
+  EXPECT_EQ(s2.scheduled[0].req, a);
+  b.complete(s2);
+  SchedulerOutput s3 = b.sched.schedule();
+  ASSERT_EQ(s3.scheduled.size(), 2u);
+  EXPECT_EQ(s3.scheduled[0].req, a);
+  EXPECT_EQ(s3.scheduled[0].n_tokens, 5);
+  EXPECT_TRUE(s3.scheduled[0].want_logits);
+  EXPECT_EQ(s3.scheduled[1].req, c);
+  EXPECT_EQ(s3.scheduled[1].n_tokens, 3);
+  EXPECT_EQ(s3.n_tokens, 8);
+  EXPECT_EQ(s3.n_logit_rows, 2);
+  b.complete(s3);
+  SchedulerOutput s4 = b.sched.schedule();  // two decodes
+  ASSERT_EQ(s4.scheduled.size(), 2u);
+  EXPECT_EQ(s4.scheduled[0].n_tokens + s4.scheduled[1].n_tokens, 2);
+  EXPECT_TRUE(b.kv.check({a, c}).is_ok());
+}
+
+TEST(Scheduler, PriorityAndSequenceCap) {
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 100;
+  sc.max_num_seqs = 2;
+  Bench b(4, 100, sc);
+  b.add(5, 1);
+  Request* hi = b.add(5, 0);
+  Request* hi2 = b.add(5, 0);
+  SchedulerOutput s = b.sched.schedule();
+  ASSERT_EQ(s.scheduled.size(), 2u);  // the cap
+  EXPECT_EQ(s.scheduled[0].req, hi);  // lower priority value first, FCFS within
+  EXPECT_EQ(s.scheduled[1].req, hi2);
+  EXPECT_EQ(b.sched.waiting().size(), 1u);
+}
+
+TEST(Scheduler, PreemptsNewestLowestPriorityAndAdmitsNothingThatStep) {
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 64;
+  sc.max_num_seqs = 8;
+  Bench b(4, 6, sc);  // 24 positions
+  Request* a = b.add(8, 0, 0);
+  Request* c = b.add(8, 1, 100);
+  SchedulerOutput s1 = b.sched.schedule();
+  ASSERT_EQ(s1.scheduled.size(), 2u);  // 4 blocks used
+  b.complete(s1);
+  b.add(4, 0, 200);
+  // Decodes need new blocks (positions 8): a gets one, c another -> 6; the
+  // waiting request does not fit and is not admitted.
+  SchedulerOutput s2 = b.sched.schedule();
+  b.complete(s2);
+  EXPECT_EQ(s2.n_preempted, 0);
+  // Keep decoding until the pool runs out: c (priority 1) is preempted, a keeps running.
+  int preempted = 0;
+  for (int i = 0; i < 8 && !preempted; ++i) {
+    SchedulerOutput s = b.sched.schedule();
+    preempted += s.n_preempted;
+    if (s.n_preempted) {
+      for (const ScheduledRequest& sr : s.scheduled) EXPECT_NE(sr.req, c);
+      EXPECT_FALSE(c->running());
+      EXPECT_EQ(c->num_computed_tokens, 0);  // recomputed later
+      EXPECT_EQ(c->n_preemptions, 1);
+      EXPECT_FALSE(b.kv.holds_blocks(*c));
+      EXPECT_TRUE(a->running());
+    }
+    b.complete(s);
+  }
+  EXPECT_EQ(preempted, 1);
+}
+
+// The fake runner reports paging mistakes instead of computing on them.
+TEST(FakeModelRunner, DetectsWrongPagesAndReleasedPages) {
+  FakeModelConfig mc;
+  mc.windows = {0};
+  FakeModelRunner runner(mc);
+  const KvLayout layout = KvLayout::from_spec(runner.kv_spec(), true);
+  ASSERT_TRUE(runner.allocate_kv(layout, 4, 0, 8).is_ok());
+  Request r;
+  r.id = "x";
+  r.tokens = {1, 2, 3, 4, 5, 6};
+  BlockTables t = {{0, 1}};
+  SchedulerOutput so;
+  so.scheduled.push_back({&r, 0, 6, true, false, &t});
+  so.n_tokens = 6;
+  so.n_logit_rows = 1;
+  ASSERT_TRUE(runner.execute(so).is_ok());
+  std::vector<float> want(mc.n_vocab);
+  FakeModelRunner::reference_logits(mc, r.tokens.data(), 5, want.data());
+  auto got = runner.execute(so);  // rewriting the same rows is fine
+  ASSERT_TRUE(got.is_ok());
+  EXPECT_EQ(std::vector<float>(got.value(), got.value() + mc.n_vocab), want);
+  // Decode position 6 through a table whose first page is wrong.
+  r.tokens.push_back(9);
+  BlockTables wrong = {{2, 1}};
+  SchedulerOutput bad;
+  bad.scheduled.push_back({&r, 6, 1, true, false, &wrong});
+  bad.n_tokens = 1;
+  bad.n_logit_rows = 1;
+  EXPECT_FALSE(runner.execute(bad).is_ok());
+  BlockTables released = {{-1, 1}};
+  bad.scheduled[0].tables = &released;
+  EXPECT_FALSE(runner.execute(bad).is_ok());
+  // A copy-on-write copy of too few rows leaves the tail unwritten.
+  SchedulerOutput cow;
+  cow.kv_ops.push_back({KvOp::Kind::kCopy, 1, 3, 1});
+  ASSERT_TRUE(runner.execute(cow).is_ok());
+  BlockTables copied = {{0, 3}};
+  bad.scheduled[0].tables = &copied;
+  EXPECT_FALSE(runner.execute(bad).is_ok());  // position 5 was not copied
+}
+
+}  // namespace
+}  // namespace ember
