@@ -40,8 +40,9 @@ int cmd_gen_model(int argc, char** argv, int first) {
   int threads = default_thread_count();
   uint64_t seed = 0;
   bool synthetic = false, list = false;
-  p.option("--shape", &shape_name, "NAME",
-           "llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, gemma-3-270m, mixtral-tiny");
+  std::string shape_names;
+  for (const std::string& n : gen_model_shape_names()) shape_names += (shape_names.empty() ? "" : ", ") + n;
+  p.option("--shape", &shape_name, "NAME", shape_names);
   p.option("--arch", &arch, "A", "architecture for explicit sizes: " + arch_names());
   p.option("--n-layer", &n_layer, "N", "layers (overrides the shape's)");
   p.option("--n-embd", &n_embd, "N", "embedding size");

@@ -22,65 +22,39 @@ namespace {
 
 // ---- shapes ----
 
-GenModelShape llama_base() {
-  GenModelShape s;
-  s.arch = "llama";
-  s.rope_base = 500000;
-  s.norm_eps = 1e-5;
-  s.n_vocab = 128256;
-  s.n_ctx = 131072;
-  s.rope_scale_factor = 8;
-  return s;
-}
+// The built-in shapes (the released models' hyper-parameters).
+struct NamedShape {
+  const char* name;
+  const char* arch;
+  int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
+  double rope_base, norm_eps;
+  bool tied_embeddings, qkv_bias;
+  double rope_scale_factor;  // Llama 3.1 RoPE scaling
+  int sliding_window, n_expert, n_expert_used;
+};
+
+constexpr NamedShape kShapes[] = {
+    {"llama-3.2-1b", "llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000, 1e-5, true, false, 32, 0, 0, 0},
+    {"llama-3.1-8b", "llama", 32, 4096, 14336, 32, 8, 128, 128256, 131072, 500000, 1e-5, false, false, 8, 0, 0, 0},
+    {"qwen2.5-0.5b", "qwen2", 24, 896, 4864, 14, 2, 64, 151936, 32768, 1000000, 1e-6, true, true, 0, 0, 0, 0},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 3072, 16, 8, 128, 151936, 40960, 1000000, 1e-6, true, false, 0, 0, 0, 0},
+    {"gemma-3-270m", "gemma3", 18, 640, 2048, 4, 1, 256, 262144, 32768, 1000000, 1e-6, true, false, 0, 512, 0, 0},
+    // Mixtral's layout and RoPE at a small size.
+    {"mixtral-tiny", "llama", 8, 1024, 2816, 16, 4, 64, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2},
+};
 
 Result<GenModelShape> known_shape(const std::string& name) {
-  if (name == "llama-3.2-1b") {
-    GenModelShape s = llama_base();
-    s.n_layer = 16, s.n_embd = 2048, s.n_ff = 8192, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 64;
-    s.tied_embeddings = true;
-    s.rope_scale_factor = 32;
-    s.name = name;
-    return s;
-  }
-  if (name == "llama-3.1-8b") {
-    GenModelShape s = llama_base();
-    s.n_layer = 32, s.n_embd = 4096, s.n_ff = 14336, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128;
-    s.name = name;
-    return s;
-  }
-  if (name == "qwen2.5-0.5b") {
+  for (const NamedShape& n : kShapes) {
+    if (name != n.name) continue;
     GenModelShape s;
-    s.arch = "qwen2";
-    s.n_layer = 24, s.n_embd = 896, s.n_ff = 4864, s.n_head = 14, s.n_head_kv = 2, s.head_dim = 64;
-    s.n_vocab = 151936, s.n_ctx = 32768, s.rope_base = 1000000, s.norm_eps = 1e-6;
-    s.tied_embeddings = true, s.qkv_bias = true;
-    s.name = name;
-    return s;
-  }
-  if (name == "qwen3-0.6b") {
-    GenModelShape s;
-    s.arch = "qwen3";
-    s.n_layer = 28, s.n_embd = 1024, s.n_ff = 3072, s.n_head = 16, s.n_head_kv = 8, s.head_dim = 128;
-    s.n_vocab = 151936, s.n_ctx = 40960, s.rope_base = 1000000, s.norm_eps = 1e-6;
-    s.tied_embeddings = true;
-    s.name = name;
-    return s;
-  }
-  if (name == "gemma-3-270m") {
-    GenModelShape s;
-    s.arch = "gemma3";
-    s.n_layer = 18, s.n_embd = 640, s.n_ff = 2048, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 256;
-    s.n_vocab = 262144, s.n_ctx = 32768, s.rope_base = 1000000, s.norm_eps = 1e-6;
-    s.tied_embeddings = true, s.sliding_window = 512;
-    s.name = name;
-    return s;
-  }
-  if (name == "mixtral-tiny") {  // Mixtral's layout and RoPE at a small size
-    GenModelShape s = llama_base();
-    s.n_layer = 8, s.n_embd = 1024, s.n_ff = 2816, s.n_head = 16, s.n_head_kv = 4, s.head_dim = 64;
-    s.n_vocab = 32000, s.n_ctx = 32768, s.rope_base = 1000000, s.rope_scale_factor = 0;
-    s.n_expert = 8, s.n_expert_used = 2;
-    s.name = name;
+    s.name = n.name;
+    s.arch = n.arch;
+    s.n_layer = n.n_layer, s.n_embd = n.n_embd, s.n_ff = n.n_ff, s.n_head = n.n_head, s.n_head_kv = n.n_head_kv;
+    s.head_dim = n.head_dim, s.n_vocab = n.n_vocab, s.n_ctx = n.n_ctx;
+    s.rope_base = n.rope_base, s.norm_eps = n.norm_eps;
+    s.tied_embeddings = n.tied_embeddings, s.qkv_bias = n.qkv_bias;
+    s.rope_scale_factor = n.rope_scale_factor;
+    s.sliding_window = n.sliding_window, s.n_expert = n.n_expert, s.n_expert_used = n.n_expert_used;
     return s;
   }
   std::string names;
@@ -325,7 +299,9 @@ Status generate_tensor(const TensorPlan& t, const GenModelShape& s, const GenMod
 }  // namespace
 
 std::vector<std::string> gen_model_shape_names() {
-  return {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-3-270m", "mixtral-tiny"};
+  std::vector<std::string> v;
+  for (const NamedShape& n : kShapes) v.emplace_back(n.name);
+  return v;
 }
 
 Result<GenModelShape> gen_model_shape(const std::string& name) { return known_shape(name); }

@@ -182,11 +182,19 @@ Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile>
   out->metadata = src->metadata;
   for (const auto& [key, value] : plan.metadata) out->metadata.set(key, value);
 
-  for (const QuantPlanEntry& e : plan.entries) {
-    const TensorView* tp = src->tensor(e.name);
-    if (!tp || tp->type != e.source)
+  for (const QuantPlanEntry& e : plan.entries) {  // all checks before any work
+    const TensorView* t = src->tensor(e.name);
+    if (!t || t->type != e.source || std::vector<int64_t>(t->ne, t->ne + t->n_dims) != e.ne)
       return Status::errorf("tensor '{}': the plan does not match the model", e.name);
-    const TensorView& t = *tp;
+    if (e.method == QuantMethod::kCopy && e.target != e.source)
+      return Status::errorf("tensor '{}': a copy cannot change the type", e.name);
+    if (e.method == QuantMethod::kConvert && !is_float_type(e.target))
+      return Status::errorf("tensor '{}': {} is not a float type", e.name, dtype_name(e.target));
+    if (e.method != QuantMethod::kCopy && t->type != DType::kF32 && !kernels(t->type).dequantize_row)
+      return Status::errorf("tensor '{}': cannot read type {}", e.name, dtype_name(t->type));
+  }
+  for (const QuantPlanEntry& e : plan.entries) {
+    const TensorView& t = *src->tensor(e.name);
     if (e.method == QuantMethod::kCopy) {
       out->tensors[e.name] = t;
       continue;
