@@ -1,9 +1,7 @@
 // `ember info MODEL`: architecture, parameter count, tensor types and sizes,
-// context length, per-layer sizes when layers differ, tokenizer.
-#include <algorithm>
+// context length, tokenizer.
 #include <cstdio>
 #include <map>
-#include <string>
 
 #include "cli/common.h"
 
@@ -54,15 +52,6 @@ int cmd_info(int argc, char** argv, int first) {
     std::printf("context:       %d tokens (trained)\n", c.n_ctx_train);
     std::printf("layers:        %d, embedding %d, ffn %d, heads %d (kv %d), head dim %d\n", c.n_layer, c.n_embd,
                 c.n_ff, c.n_head, c.n_head_kv, c.head_dim);
-    if (c.layers_differ()) {  // per-layer sizes (pruned models, per-layer arrays in the file)
-      auto range = [&](int LayerConfig::*field) {
-        int lo = c.layers[0].*field, hi = lo;
-        for (const LayerConfig& l : c.layers) lo = std::min(lo, l.*field), hi = std::max(hi, l.*field);
-        return lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi);
-      };
-      std::printf("per layer:     heads %s (kv %s), ffn %s\n", range(&LayerConfig::n_head).c_str(),
-                  range(&LayerConfig::n_head_kv).c_str(), range(&LayerConfig::n_ff).c_str());
-    }
     int n_swa = 0;
     for (const LayerConfig& l : c.layers) n_swa += l.sliding_window > 0;
     if (n_swa)

@@ -141,10 +141,4 @@ int ModelConfig::max_n_ff() const {
   return m;
 }
 
-bool ModelConfig::layers_differ() const {
-  for (const LayerConfig& l : layers)
-    if (l.n_head != n_head || l.n_head_kv != n_head_kv || l.n_ff != n_ff) return true;
-  return false;
-}
-
 }  // namespace ember

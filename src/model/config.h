@@ -80,8 +80,6 @@ struct ModelConfig {
   int max_n_head() const;
   int max_n_head_kv() const;
   int max_n_ff() const;
-  // True if some layer's head counts or FFN width differ from the model-wide ones.
-  bool layers_differ() const;
 };
 
 // Reads the common hyper-parameters ("<arch>.block_count", ...), sets the

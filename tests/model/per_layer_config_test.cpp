@@ -75,7 +75,6 @@ TEST(PerLayerConfig, ArraysFillEachLayerAndBindItsShapes) {
   EXPECT_EQ(c.n_head_kv, 2);
   EXPECT_EQ(c.n_ff, 64);
   EXPECT_EQ(c.head_dim, kHeadDim);
-  EXPECT_TRUE(c.layers_differ());
   ASSERT_EQ(c.layers.size(), 3u);
   const int head[] = {4, 2, 4}, head_kv[] = {2, 1, 1}, ff[] = {64, 32, 48};
   for (int il = 0; il < 3; ++il) {
@@ -123,14 +122,7 @@ TEST(PerLayerConfig, AnotherLayersShapeIsRefused) {
   }
 }
 
-GgufValue int_array(std::vector<int64_t> v, GgufType t = GgufType::kUint32) {
-  GgufValue a;
-  a.type = GgufType::kArray;
-  a.elem_type = t;
-  a.count = v.size();
-  a.ints = std::move(v);
-  return a;
-}
+GgufValue int_array(std::vector<int64_t> v, GgufType t = GgufType::kUint32) { return test::int_array(t, std::move(v)); }
 
 Metadata base_metadata() {
   Metadata m;
@@ -170,8 +162,11 @@ TEST(PerLayerConfig, MixedScalarsAndArrays) {
   // Single values: every layer the same.
   auto s = config_from_metadata(base_metadata());
   ASSERT_TRUE(s.is_ok());
-  EXPECT_FALSE(s->layers_differ());
-  EXPECT_EQ(s->layers[2].n_head_kv, 4);
+  for (const LayerConfig& l : s->layers) {
+    EXPECT_EQ(l.n_head, 4);
+    EXPECT_EQ(l.n_head_kv, 4);
+    EXPECT_EQ(l.n_ff, 128);
+  }
 }
 
 TEST(PerLayerConfig, BadArraysAreRefusedWithTheKey) {

@@ -130,5 +130,8 @@ struct ArchSpec {
 Status fill_default_rope(const Metadata& meta, ModelConfig* cfg);
 // Reads "<arch>.rope.type" ("normal"/"neox") if present, else keeps `fallback`.
 RopeStyle rope_style_from_metadata(const Metadata& meta, const std::string& arch, RopeStyle fallback);
+// The filler of Llama-like architectures: RoPE style from "<arch>.rope.type"
+// (else `fallback`), SiLU-gated FFN, fill_default_rope.
+Status fill_silu_decoder(const Metadata& meta, ModelConfig* cfg, RopeStyle fallback);
 
 }  // namespace ember

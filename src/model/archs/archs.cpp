@@ -66,6 +66,12 @@ RopeStyle rope_style_from_metadata(const Metadata& meta, const std::string& arch
   return fallback;
 }
 
+Status fill_silu_decoder(const Metadata& meta, ModelConfig* cfg, RopeStyle fallback) {
+  cfg->rope_style = rope_style_from_metadata(meta, cfg->arch, fallback);
+  cfg->activation = Activation::kSilu;
+  return fill_default_rope(meta, cfg);
+}
+
 Status fill_default_rope(const Metadata& meta, ModelConfig* cfg) {
   const std::string& a = cfg->arch;
   const float base = static_cast<float>(meta.get_float(a + ".rope.freq_base").value_or(10000.0));

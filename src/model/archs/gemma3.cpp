@@ -9,45 +9,27 @@
 #include <cmath>
 #include <cstdint>
 
-#include "model/archs/archs.h"
 #include <nlohmann/json.hpp>
 
+#include "model/archs/archs.h"
+#include "model/archs/tensor_lists.h"
 #include "model/io/hf_config.h"
 
 namespace ember {
 namespace {
 
-using R = TensorRole;
-using P = Presence;
-using G = GenWhen;
+using namespace archs;
 
-constexpr TensorSpec kModelTensors[] = {
-    {R::kTokenEmbd, P::kRequired, G::kAlways},
-    {R::kRopeFreqs, P::kOptional, G::kRopeScaling},
-    {R::kOutputNorm, P::kRequired, G::kAlways},
-    {R::kOutput, P::kOptional, G::kUntied},
-};
-
-constexpr TensorSpec kBlockTensors[] = {
-    {R::kAttnNorm, P::kRequired, G::kAlways},
-    {R::kAttnQ, P::kRequired, G::kAlways},
-    {R::kAttnK, P::kRequired, G::kAlways},
-    {R::kAttnV, P::kRequired, G::kAlways},
-    {R::kAttnQBias, P::kOptional, G::kQkvBias},
-    {R::kAttnKBias, P::kOptional, G::kQkvBias},
-    {R::kAttnVBias, P::kOptional, G::kQkvBias},
-    {R::kAttnOutput, P::kRequired, G::kAlways},
-    {R::kAttnOutputBias, P::kOptional, G::kNever},
-    {R::kAttnQNorm, P::kRequired, G::kAlways},
-    {R::kAttnKNorm, P::kRequired, G::kAlways},
+// Gemma's norms around attention and FFN, with their Hugging Face names.
+constexpr std::array<TensorSpec, 2> kPreFfnNorms = {{
     {R::kPostAttnNorm, P::kRequired, G::kAlways, "post_attention_layernorm.weight"},
     {R::kFfnNorm, P::kRequired, G::kAlways, "pre_feedforward_layernorm.weight"},
-    {R::kFfnGate, P::kRequired, G::kAlways},
-    {R::kFfnUp, P::kRequired, G::kAlways},
-    {R::kFfnDown, P::kRequired, G::kAlways},
+}};
+constexpr std::array<TensorSpec, 1> kPostFfnNorm = {{
     {R::kPostFfnNorm, P::kRequired, G::kAlways, "post_feedforward_layernorm.weight"},
-};
-
+}};
+constexpr auto kBlockTensors =
+    tensor_list(kAttentionTensors, kQkNormTensors, kPreFfnNorms, kDenseFfnTensors, kPostFfnNorm);
 constexpr const char* kHfClasses[] = {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"};
 constexpr const char* kHfModelTypes[] = {"gemma3", "gemma3_text"};
 
@@ -145,7 +127,7 @@ constinit const ArchSpec kGemma3Spec = {
     .name = "gemma3",
     .fill = fill_gemma3,
     .gguf_rope_type = "neox",
-    .model_tensors = kModelTensors,
+    .model_tensors = kDecoderModelTensors,
     .block_tensors = kBlockTensors,
     .hf_classes = kHfClasses,
     .hf_model_types = kHfModelTypes,

@@ -1,45 +1,18 @@
 // qwen2: Qwen2 / Qwen2.5. Llama-like blocks with Q/K/V biases (bound when
 // present) and NeoX-style RoPE.
 #include "model/archs/archs.h"
+#include "model/archs/tensor_lists.h"
 
 namespace ember {
 namespace {
 
-using R = TensorRole;
-using P = Presence;
-using G = GenWhen;
+using namespace archs;
 
-constexpr TensorSpec kModelTensors[] = {
-    {R::kTokenEmbd, P::kRequired, G::kAlways},
-    {R::kRopeFreqs, P::kOptional, G::kRopeScaling},
-    {R::kOutputNorm, P::kRequired, G::kAlways},
-    {R::kOutput, P::kOptional, G::kUntied},
-};
-
-constexpr TensorSpec kBlockTensors[] = {
-    {R::kAttnNorm, P::kRequired, G::kAlways},
-    {R::kAttnQ, P::kRequired, G::kAlways},
-    {R::kAttnK, P::kRequired, G::kAlways},
-    {R::kAttnV, P::kRequired, G::kAlways},
-    {R::kAttnQBias, P::kOptional, G::kQkvBias},
-    {R::kAttnKBias, P::kOptional, G::kQkvBias},
-    {R::kAttnVBias, P::kOptional, G::kQkvBias},
-    {R::kAttnOutput, P::kRequired, G::kAlways},
-    {R::kAttnOutputBias, P::kOptional, G::kNever},
-    {R::kFfnNorm, P::kRequired, G::kAlways},
-    {R::kFfnGate, P::kRequired, G::kAlways},
-    {R::kFfnUp, P::kRequired, G::kAlways},
-    {R::kFfnDown, P::kRequired, G::kAlways},
-};
-
+constexpr auto kBlockTensors = tensor_list(kAttentionTensors, kFfnNormTensors, kDenseFfnTensors);
 constexpr const char* kHfClasses[] = {"Qwen2ForCausalLM"};
 constexpr const char* kHfModelTypes[] = {"qwen2"};
 
-Status fill_qwen2(const Metadata& meta, ModelConfig* cfg) {
-  cfg->rope_style = rope_style_from_metadata(meta, cfg->arch, RopeStyle::kNeox);
-  cfg->activation = Activation::kSilu;
-  return fill_default_rope(meta, cfg);
-}
+Status fill_qwen2(const Metadata& meta, ModelConfig* cfg) { return fill_silu_decoder(meta, cfg, RopeStyle::kNeox); }
 
 }  // namespace
 
@@ -47,7 +20,7 @@ constinit const ArchSpec kQwen2Spec = {
     .name = "qwen2",
     .fill = fill_qwen2,
     .gguf_rope_type = "neox",
-    .model_tensors = kModelTensors,
+    .model_tensors = kDecoderModelTensors,
     .block_tensors = kBlockTensors,
     .hf_classes = kHfClasses,
     .hf_model_types = kHfModelTypes,
