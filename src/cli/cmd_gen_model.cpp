@@ -8,26 +8,42 @@
 #include <cstdio>
 
 #include "cli/common.h"
+#include "model/archs/archs.h"
 #include "transform/convert.h"
 #include "transform/gen_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember::cli {
 
+namespace {
+
+// Names of the architectures whose gen-model vocabulary is (not) copied
+// from the default model, "a, b".
+std::string archs_copying_vocab(bool copies) {
+  std::string out;
+  for (const ArchSpec* a : arch_specs())
+    if (a->gen.copy_default_vocab == copies) out += std::string(out.empty() ? "" : ", ") + a->name;
+  return out;
+}
+
+}  // namespace
+
 int cmd_gen_model(int argc, char** argv, int first) {
   ArgParser p("gen-model",
-              "ember gen-model (--shape NAME | --arch llama|qwen2|qwen3|gemma3 --n-layer N --n-embd N --n-ff N --n-head N "
-              "[--n-head-kv N] [--head-dim N] [--n-vocab N]) [--type T] [--seed S] [--vocab-from MODEL | "
-              "--synthetic-vocab] -o OUT.gguf");
+              "ember gen-model (--shape NAME | --arch " + arch_names("|") +
+                  " --n-layer N --n-embd N --n-ff N --n-head N "
+                  "[--n-head-kv N] [--head-dim N] [--n-vocab N]) [--type T] [--seed S] [--vocab-from MODEL | "
+                  "--synthetic-vocab] -o OUT.gguf");
   std::string shape_name, arch, type_name = "q8_0", out, vocab_from;
   int n_layer = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_vocab = 0, n_ctx = 0;
   int n_expert = -1, n_expert_used = -1;
   int threads = default_thread_count();
   uint64_t seed = 0;
   bool synthetic = false, list = false;
-  p.option("--shape", &shape_name, "NAME",
-           "llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, gemma-3-270m, mixtral-tiny");
-  p.option("--arch", &arch, "A", "architecture for explicit sizes: llama, qwen2, qwen3, gemma3");
+  std::string shape_names;
+  for (const std::string& n : gen_model_shape_names()) shape_names += (shape_names.empty() ? "" : ", ") + n;
+  p.option("--shape", &shape_name, "NAME", shape_names);
+  p.option("--arch", &arch, "A", "architecture for explicit sizes: " + arch_names());
   p.option("--n-layer", &n_layer, "N", "layers (overrides the shape's)");
   p.option("--n-embd", &n_embd, "N", "embedding size");
   p.option("--n-ff", &n_ff, "N", "feed-forward size");
@@ -42,9 +58,10 @@ int cmd_gen_model(int argc, char** argv, int first) {
   p.option("--type", &type_name, "T", "type of the weight matrices (default q8_0): f32 f16 bf16 q4_0 q4_1 q5_0 "
                                       "q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k");
   p.option("--seed", &seed, "S", "random seed (default 0); same seed, same file");
-  p.option("--vocab-from", &vocab_from, "MODEL", "copy the tokenizer of this model (default for gemma3: the "
-                                                 "default model's)");
-  p.flag("--synthetic-vocab", &synthetic, "use a synthetic byte-level BPE vocabulary (default for llama, qwen2, qwen3)");
+  p.option("--vocab-from", &vocab_from, "MODEL",
+           "copy the tokenizer of this model (default for " + archs_copying_vocab(true) + ": the default model's)");
+  p.flag("--synthetic-vocab", &synthetic,
+         "use a synthetic byte-level BPE vocabulary (default for " + archs_copying_vocab(false) + ")");
   p.option("-t,--threads", &threads, "N", "threads");
   p.option("-o,--output", &out, "OUT", "output .gguf file");
   p.flag("--list-shapes", &list, "print the known shapes and exit");
@@ -100,10 +117,12 @@ int cmd_gen_model(int argc, char** argv, int first) {
   // The vocabulary: copied from a model, or synthetic.
   Metadata vocab_md;
   bool copy_vocab = !vocab_from.empty();
-  if (!copy_vocab && !synthetic && shape.arch == "gemma3") {
+  if (!copy_vocab && !synthetic && find_arch(shape.arch)->gen.copy_default_vocab) {
     vocab_from = default_model_path();
     copy_vocab = true;
-    if (n_vocab > 0) return usage_error(p, "--n-vocab needs --synthetic-vocab for gemma3 (its vocabulary is copied)");
+    if (n_vocab > 0)
+      return usage_error(p, fmt::format("--n-vocab needs --synthetic-vocab for {} (its vocabulary is copied)",
+                                        shape.arch));
   }
   if (copy_vocab) {
     if (n_vocab > 0) return usage_error(p, "--n-vocab cannot be combined with --vocab-from");

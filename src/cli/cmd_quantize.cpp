@@ -125,8 +125,12 @@ int cmd_quantize(int argc, char** argv, int first) {
   if (auto cfg = config_from_metadata((*file)->metadata); !cfg)
     return usage_error(p, fmt::format("{}: {}", in, cfg.status().message()));
 
+  auto plan = plan_quantization(**file, opts);
+  if (!plan) return usage_error(p, plan.status().message());
+  std::printf("%s\n", quant_plan_summary(*plan).c_str());
+  std::fflush(stdout);
   ThreadPool pool(threads);
-  auto conv = convert_model(std::move(file.value()), opts, pool);
+  auto conv = convert_model(std::move(file.value()), *plan, pool);
   if (!conv) return usage_error(p, conv.status().message());
   const ModelFile& out = **conv;
 

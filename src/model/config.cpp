@@ -10,18 +10,37 @@ namespace ember {
 
 namespace {
 
-constexpr ArchFiller kArchs[] = {
-    {"llama", fill_llama},
-    {"qwen2", fill_qwen2},
-    {"qwen3", fill_qwen3},
-    {"gemma3", fill_gemma3},
-};
+constexpr int64_t kMaxSize = 1 << 30;
 
 Status read_positive(const Metadata& meta, const std::string& key, int* out) {
   auto v = meta.get_int(key);
   if (!v) return Status::errorf("missing or non-integer metadata key '{}'", key);
-  if (*v <= 0 || *v > (1 << 30)) return Status::errorf("metadata key '{}' has invalid value {}", key, *v);
+  if (*v <= 0 || *v > kMaxSize) return Status::errorf("metadata key '{}' has invalid value {}", key, *v);
   *out = static_cast<int>(*v);
+  return Status::ok();
+}
+
+// A size that is one integer for the model or, as llama.cpp writes it for
+// models whose layers differ, an array of n_layer integers. *per_layer gets
+// the array (empty for a single value); *out the single value or the
+// largest entry.
+Status read_positive_per_layer(const Metadata& meta, const std::string& key, int n_layer, int* out,
+                               std::vector<int>* per_layer) {
+  per_layer->clear();
+  const GgufValue* v = meta.find(key);
+  if (!v || v->type != GgufType::kArray) return read_positive(meta, key, out);
+  if (!gguf_type_is_int(v->elem_type) || v->elem_type == GgufType::kBool)
+    return Status::errorf("metadata key '{}' is an array of {}, expected integers", key, gguf_type_name(v->elem_type));
+  if (v->ints.size() != static_cast<size_t>(n_layer))
+    return Status::errorf("metadata key '{}' has {} values, expected one per layer ({})", key, v->ints.size(), n_layer);
+  int largest = 0;
+  for (size_t il = 0; il < v->ints.size(); ++il) {
+    const int64_t x = v->ints[il];
+    if (x <= 0 || x > kMaxSize) return Status::errorf("metadata key '{}' has invalid value {} for layer {}", key, x, il);
+    per_layer->push_back(static_cast<int>(x));
+    largest = std::max(largest, static_cast<int>(x));
+  }
+  *out = largest;
   return Status::ok();
 }
 
@@ -29,39 +48,8 @@ Status read_positive(const Metadata& meta, const std::string& key, int* out) {
 
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> v;
-  for (const ArchFiller& a : kArchs) v.emplace_back(a.name);
+  for (const ArchSpec* a : arch_specs()) v.emplace_back(a->name);
   return v;
-}
-
-RopeStyle rope_style_from_metadata(const Metadata& meta, const std::string& arch, RopeStyle fallback) {
-  const std::string* s = meta.get_string(arch + ".rope.type");
-  if (!s) return fallback;
-  if (*s == "neox") return RopeStyle::kNeox;
-  if (*s == "normal" || *s == "norm") return RopeStyle::kNormal;
-  return fallback;
-}
-
-Status fill_default_rope(const Metadata& meta, ModelConfig* cfg) {
-  const std::string& a = cfg->arch;
-  const float base = static_cast<float>(meta.get_float(a + ".rope.freq_base").value_or(10000.0));
-  if (!(base > 0) || !std::isfinite(base)) return Status::errorf("metadata key '{}.rope.freq_base' is invalid", a);
-  float freq_scale = 1.0f;
-  const std::string* type = meta.get_string(a + ".rope.scaling.type");
-  if (type && *type == "linear") {
-    auto f = meta.get_float(a + ".rope.scaling.factor");
-    if (f && *f > 0) freq_scale = static_cast<float>(1.0 / *f);
-  } else if (!type) {
-    // Older files only carry the factor (implicitly linear).
-    auto f = meta.get_float(a + ".rope.scale_linear");
-    if (f && *f > 0) freq_scale = static_cast<float>(1.0 / *f);
-  }
-  cfg->layers.assign(cfg->n_layer, LayerConfig{});
-  for (LayerConfig& l : cfg->layers) {
-    l.rope_base = base;
-    l.rope_freq_scale = freq_scale;
-    l.use_rope_freq_factors = true;  // only takes effect if rope_freqs.weight exists
-  }
-  return Status::ok();
 }
 
 Result<ModelConfig> config_from_metadata(const Metadata& meta) {
@@ -69,32 +57,43 @@ Result<ModelConfig> config_from_metadata(const Metadata& meta) {
   const std::string* arch = meta.get_string("general.architecture");
   if (!arch) return Status::error("missing metadata key 'general.architecture'");
   cfg.arch = *arch;
-  const ArchFiller* filler = nullptr;
-  for (const ArchFiller& f : kArchs)
-    if (cfg.arch == f.name) filler = &f;
-  if (!filler) {
-    std::string names;
-    for (const ArchFiller& f : kArchs) names += std::string(names.empty() ? "" : ", ") + f.name;
-    return Status::errorf("unsupported architecture '{}' (supported: {})", cfg.arch, names);
-  }
+  const ArchSpec* spec = find_arch(cfg.arch);
+  if (!spec) return unsupported_arch_error(cfg.arch);
   if (const std::string* n = meta.get_string("general.name")) cfg.name = *n;
 
   const std::string& a = cfg.arch;
+  std::vector<int> ff_l, head_l, head_kv_l;  // per-layer values, when the file gives them
   EMBER_RETURN_IF_ERROR(read_positive(meta, a + ".block_count", &cfg.n_layer));
   EMBER_RETURN_IF_ERROR(read_positive(meta, a + ".embedding_length", &cfg.n_embd));
-  EMBER_RETURN_IF_ERROR(read_positive(meta, a + ".feed_forward_length", &cfg.n_ff));
-  EMBER_RETURN_IF_ERROR(read_positive(meta, a + ".attention.head_count", &cfg.n_head));
+  EMBER_RETURN_IF_ERROR(read_positive_per_layer(meta, a + ".feed_forward_length", cfg.n_layer, &cfg.n_ff, &ff_l));
+  EMBER_RETURN_IF_ERROR(
+      read_positive_per_layer(meta, a + ".attention.head_count", cfg.n_layer, &cfg.n_head, &head_l));
   cfg.n_head_kv = cfg.n_head;
+  head_kv_l = head_l;
   if (meta.find(a + ".attention.head_count_kv"))
-    EMBER_RETURN_IF_ERROR(read_positive(meta, a + ".attention.head_count_kv", &cfg.n_head_kv));
-  if (cfg.n_head % cfg.n_head_kv != 0)
-    return Status::errorf("head_count {} is not a multiple of head_count_kv {}", cfg.n_head, cfg.n_head_kv);
-  cfg.head_dim = cfg.n_embd / cfg.n_head;
+    EMBER_RETURN_IF_ERROR(
+        read_positive_per_layer(meta, a + ".attention.head_count_kv", cfg.n_layer, &cfg.n_head_kv, &head_kv_l));
+  if (head_l.empty() && head_kv_l.empty()) {
+    if (cfg.n_head % cfg.n_head_kv != 0)
+      return Status::errorf("head_count {} is not a multiple of head_count_kv {}", cfg.n_head, cfg.n_head_kv);
+  } else {
+    for (int il = 0; il < cfg.n_layer; ++il) {
+      const int h = head_l.empty() ? cfg.n_head : head_l[il];
+      const int hkv = head_kv_l.empty() ? cfg.n_head_kv : head_kv_l[il];
+      if (h % hkv != 0)
+        return Status::errorf("layer {}: head_count {} is not a multiple of head_count_kv {}", il, h, hkv);
+    }
+  }
+  // The default head size is n_embd over layer 0's head count (llama.cpp's
+  // rule; the same as the model-wide count unless the file gives per-layer
+  // counts, which come with an explicit key_length in practice).
+  cfg.head_dim = cfg.n_embd / (head_l.empty() ? cfg.n_head : head_l[0]);
   if (meta.find(a + ".attention.key_length"))
     EMBER_RETURN_IF_ERROR(read_positive(meta, a + ".attention.key_length", &cfg.head_dim));
   cfg.head_dim_v = cfg.head_dim;
   if (meta.find(a + ".attention.value_length"))
     EMBER_RETURN_IF_ERROR(read_positive(meta, a + ".attention.value_length", &cfg.head_dim_v));
+  if (cfg.head_dim <= 0) return Status::errorf("head dimension of '{}' is zero (n_embd < head_count)", a);
   if (cfg.head_dim % 2 != 0) return Status::errorf("head dimension {} is odd", cfg.head_dim);
   cfg.n_ctx_train = static_cast<int>(meta.get_int(a + ".context_length").value_or(4096));
   if (cfg.n_ctx_train <= 0) cfg.n_ctx_train = 4096;
@@ -109,12 +108,17 @@ Result<ModelConfig> config_from_metadata(const Metadata& meta) {
   if (const GgufValue* tokens = meta.find("tokenizer.ggml.tokens")) cfg.n_vocab = static_cast<int>(tokens->count);
   if (auto v = meta.get_int(a + ".vocab_size")) cfg.n_vocab = static_cast<int>(*v);
 
-  EMBER_RETURN_IF_ERROR(filler->fill(meta, &cfg));
+  // Block wiring follows the architecture's tensor list.
+  cfg.qk_norm = spec->requires_tensor(TensorRole::kAttnQNorm);
+  cfg.post_attn_norm = spec->requires_tensor(TensorRole::kPostAttnNorm);
+  cfg.post_ffn_norm = spec->requires_tensor(TensorRole::kPostFfnNorm);
+  EMBER_RETURN_IF_ERROR(spec->fill(meta, &cfg));
   if (static_cast<int>(cfg.layers.size()) != cfg.n_layer) cfg.layers.resize(cfg.n_layer);
-  for (LayerConfig& l : cfg.layers) {
-    if (l.n_head == 0) l.n_head = cfg.n_head;
-    if (l.n_head_kv == 0) l.n_head_kv = cfg.n_head_kv;
-    if (l.n_ff == 0) l.n_ff = cfg.n_ff;
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    LayerConfig& l = cfg.layers[il];
+    if (l.n_head == 0) l.n_head = head_l.empty() ? cfg.n_head : head_l[il];
+    if (l.n_head_kv == 0) l.n_head_kv = head_kv_l.empty() ? cfg.n_head_kv : head_kv_l[il];
+    if (l.n_ff == 0) l.n_ff = ff_l.empty() ? cfg.n_ff : ff_l[il];
   }
   return cfg;
 }

@@ -1,6 +1,7 @@
 // ModelConfig: everything the one transformer-block implementation needs to
-// know about an architecture. Each architecture (model/archs/*.cpp) fills it
-// from metadata; the forward pass never branches on the architecture name.
+// know about an architecture. Each architecture's spec (model/archs/*.cpp)
+// fills it from metadata; the forward pass never branches on the
+// architecture name.
 #pragma once
 
 #include <string>
@@ -20,7 +21,10 @@ enum class FfnKind { kDenseGated };
 
 // Per-layer settings. Head counts and the FFN width are per layer because
 // structured pruning (and some architectures) make layers differ; a model
-// whose file gives single values has the same values in every layer.
+// whose file gives single values has the same values in every layer. GGUF
+// files give per-layer values as arrays of n_layer integers
+// (<arch>.attention.head_count, .attention.head_count_kv,
+// .feed_forward_length), as llama.cpp writes them.
 struct LayerConfig {
   int n_head = 0;
   int n_head_kv = 0;
@@ -41,8 +45,11 @@ struct ModelConfig {
   std::string name;
   int n_layer = 0;
   int n_embd = 0;
-  // Model-wide sizes as the file states them; each layer's own are in
-  // layers[il] (equal unless the file gives per-layer values).
+  // Model-wide sizes; each layer's own are in layers[il]. When the file
+  // gives per-layer values, n_head / n_head_kv / n_ff are the largest of
+  // them (so sizes derived from them bound every layer), and the default
+  // head_dim (no key_length) is n_embd over layer 0's head count, as in
+  // llama.cpp.
   int n_head = 0;
   int n_head_kv = 0;
   int head_dim = 0;     // K/Q head size
@@ -56,7 +63,7 @@ struct ModelConfig {
   int n_rot = 0;  // rotated dims per head
   std::vector<LayerConfig> layers;
 
-  // Block wiring.
+  // Block wiring (set from the architecture's tensor list).
   bool qk_norm = false;         // RMSNorm on each Q/K head (Gemma 3, Qwen3)
   bool post_attn_norm = false;  // RMSNorm on attention output before the residual (Gemma)
   bool post_ffn_norm = false;   // RMSNorm on FFN output before the residual (Gemma)
@@ -75,12 +82,15 @@ struct ModelConfig {
   int max_n_ff() const;
 };
 
-// Reads the common hyper-parameters ("<arch>.block_count", ...) and then lets
-// the architecture's filler complete the config. Unknown architecture or a
-// missing/invalid key: an error naming it.
+// Reads the common hyper-parameters ("<arch>.block_count", ...), sets the
+// block wiring from the architecture's tensor list and lets its spec's
+// filler complete the config. Unknown architecture (the message lists the
+// supported ones), a missing/invalid key or a per-layer array of the wrong
+// length, with a non-positive entry, or with a layer whose head_count is not
+// a multiple of its head_count_kv: an error naming it.
 Result<ModelConfig> config_from_metadata(const Metadata& meta);
 
-// Names of the supported architectures.
+// Names of the supported architectures (the registry of model/archs/archs.h).
 std::vector<std::string> supported_architectures();
 
 }  // namespace ember

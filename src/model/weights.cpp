@@ -1,9 +1,12 @@
-// Weight binding and shape validation; see weights.h.
+// Weight binding and shape validation, driven by the architecture's tensor
+// list (model/archs); see weights.h.
 #include "model/weights.h"
 
 #include <fmt/format.h>
 
+#include "core/check.h"
 #include "kernels/registry.h"
+#include "model/archs/archs.h"
 
 namespace ember {
 
@@ -51,55 +54,96 @@ class Binder {
     return Status::ok();
   }
 
+  // One listed tensor into its slot, with the shape its role gives for `sizes`.
+  Status bind(const TensorSpec& spec, int il, const TensorSizes& sizes, const TensorView** matrix_slot,
+              const float** vector_slot) {
+    const RoleInfo& r = role_info(spec.role);
+    const std::string name = gguf_tensor_name(spec.role, il);
+    const bool optional = spec.presence == Presence::kOptional;
+    if (matrix_slot) return matrix(name, sizes.of(r.ne[1]), sizes.of(r.ne[0]), matrix_slot, optional);
+    return vector(name, sizes.of(r.ne[0]), vector_slot, optional);
+  }
+
  private:
   const ModelFile& file_;
   ModelWeights* w_;
 };
 
+// Where each role's tensor goes in the structs (exactly one of the two
+// pointers is set for a bound role; neither for roles ember does not run).
+struct Slot {
+  const TensorView** matrix = nullptr;
+  const float** vector = nullptr;
+};
+
+Slot model_slot(ModelWeights& w, TensorRole r) {
+  switch (r) {
+    case TensorRole::kTokenEmbd: return {&w.tok_embd, nullptr};
+    case TensorRole::kRopeFreqs: return {nullptr, &w.rope_freqs};
+    case TensorRole::kOutputNorm: return {nullptr, &w.output_norm};
+    case TensorRole::kOutput: return {&w.output.weight, nullptr};
+    default: return {};
+  }
+}
+
+Slot layer_slot(LayerWeights& l, TensorRole r) {
+  switch (r) {
+    case TensorRole::kAttnNorm: return {nullptr, &l.attn_norm};
+    case TensorRole::kAttnQ: return {&l.q.weight, nullptr};
+    case TensorRole::kAttnK: return {&l.k.weight, nullptr};
+    case TensorRole::kAttnV: return {&l.v.weight, nullptr};
+    case TensorRole::kAttnQBias: return {nullptr, &l.q.bias};
+    case TensorRole::kAttnKBias: return {nullptr, &l.k.bias};
+    case TensorRole::kAttnVBias: return {nullptr, &l.v.bias};
+    case TensorRole::kAttnOutput: return {&l.o.weight, nullptr};
+    case TensorRole::kAttnOutputBias: return {nullptr, &l.o.bias};
+    case TensorRole::kAttnQNorm: return {nullptr, &l.q_norm};
+    case TensorRole::kAttnKNorm: return {nullptr, &l.k_norm};
+    case TensorRole::kPostAttnNorm: return {nullptr, &l.post_attn_norm};
+    case TensorRole::kFfnNorm: return {nullptr, &l.ffn_norm};
+    case TensorRole::kFfnGate: return {&l.gate.weight, nullptr};
+    case TensorRole::kFfnUp: return {&l.up.weight, nullptr};
+    case TensorRole::kFfnDown: return {&l.down.weight, nullptr};
+    case TensorRole::kPostFfnNorm: return {nullptr, &l.post_ffn_norm};
+    default: return {};
+  }
+}
+
+// Binds every listed tensor of one scope (il < 0: the model-level ones).
+template <typename SlotOf>
+Status bind_list(Binder& b, std::span<const TensorSpec> list, int il, const TensorSizes& sizes, SlotOf slot_of) {
+  for (const TensorSpec& t : list) {
+    if (t.presence == Presence::kUnbound) continue;
+    const Slot s = slot_of(t.role);
+    EMBER_CHECK_MSG(s.matrix || s.vector, "a spec lists a bound tensor role that has no slot in ModelWeights");
+    EMBER_RETURN_IF_ERROR(b.bind(t, il, sizes, s.matrix, s.vector));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelConfig* cfg) {
+  const ArchSpec* spec = find_arch(cfg->arch);
+  if (!spec) return unsupported_arch_error(cfg->arch);
   auto w = std::make_unique<ModelWeights>();
   Binder b(file, w.get());
+  // The vocabulary size is the embedding's.
   const TensorView* embd = file.tensor("token_embd.weight");
   if (!embd) return Status::error("missing tensor 'token_embd.weight'");
   if (embd->n_dims != 2 || embd->ne[0] != cfg->n_embd)
     return Status::errorf("tensor 'token_embd.weight' has shape {}, expected [{}, n_vocab]", embd->shape_string(),
                           cfg->n_embd);
   cfg->n_vocab = static_cast<int>(embd->ne[1]);
-  const int64_t E = cfg->n_embd, V = cfg->n_vocab;
-  EMBER_RETURN_IF_ERROR(b.matrix("token_embd.weight", V, E, &w->tok_embd));
-  EMBER_RETURN_IF_ERROR(b.vector("output_norm.weight", E, &w->output_norm));
-  EMBER_RETURN_IF_ERROR(b.matrix("output.weight", V, E, &w->output.weight, /*optional=*/true));
-  if (!w->output.weight) w->output.weight = w->tok_embd;  // tied
-  EMBER_RETURN_IF_ERROR(b.vector("rope_freqs.weight", cfg->n_rot / 2, &w->rope_freqs, true));
 
+  EMBER_RETURN_IF_ERROR(bind_list(b, spec->model_tensors, -1, tensor_sizes(*cfg, -1),
+                                  [&](TensorRole r) { return model_slot(*w, r); }));
+  if (!w->output.weight) w->output.weight = w->tok_embd;  // tied
   w->layers.resize(cfg->n_layer);
   for (int il = 0; il < cfg->n_layer; ++il) {
-    const LayerConfig& lc = cfg->layers[il];
-    const int64_t Q = lc.n_q_dim(cfg->head_dim), K = lc.n_kv_dim(cfg->head_dim), Vd = lc.n_v_dim(cfg->head_dim_v);
-    const int64_t O = static_cast<int64_t>(lc.n_head) * cfg->head_dim_v, F = lc.n_ff;
     LayerWeights& l = w->layers[il];
-    auto n = [il](const char* suffix) { return fmt::format("blk.{}.{}", il, suffix); };
-    EMBER_RETURN_IF_ERROR(b.vector(n("attn_norm.weight"), E, &l.attn_norm));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_q.weight"), Q, E, &l.q.weight));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_k.weight"), K, E, &l.k.weight));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_v.weight"), Vd, E, &l.v.weight));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("attn_output.weight"), E, O, &l.o.weight));
-    EMBER_RETURN_IF_ERROR(b.vector(n("attn_q.bias"), Q, &l.q.bias, true));
-    EMBER_RETURN_IF_ERROR(b.vector(n("attn_k.bias"), K, &l.k.bias, true));
-    EMBER_RETURN_IF_ERROR(b.vector(n("attn_v.bias"), Vd, &l.v.bias, true));
-    EMBER_RETURN_IF_ERROR(b.vector(n("attn_output.bias"), E, &l.o.bias, true));
-    if (cfg->qk_norm) {
-      EMBER_RETURN_IF_ERROR(b.vector(n("attn_q_norm.weight"), cfg->head_dim, &l.q_norm));
-      EMBER_RETURN_IF_ERROR(b.vector(n("attn_k_norm.weight"), cfg->head_dim, &l.k_norm));
-    }
-    if (cfg->post_attn_norm) EMBER_RETURN_IF_ERROR(b.vector(n("post_attention_norm.weight"), E, &l.post_attn_norm));
-    EMBER_RETURN_IF_ERROR(b.vector(n("ffn_norm.weight"), E, &l.ffn_norm));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("ffn_gate.weight"), F, E, &l.gate.weight));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("ffn_up.weight"), F, E, &l.up.weight));
-    EMBER_RETURN_IF_ERROR(b.matrix(n("ffn_down.weight"), E, F, &l.down.weight));
-    if (cfg->post_ffn_norm) EMBER_RETURN_IF_ERROR(b.vector(n("post_ffw_norm.weight"), E, &l.post_ffn_norm));
+    EMBER_RETURN_IF_ERROR(bind_list(b, spec->block_tensors, il, tensor_sizes(*cfg, il),
+                                    [&](TensorRole r) { return layer_slot(l, r); }));
   }
   return w;
 }

@@ -44,7 +44,10 @@ struct ModelWeights {
 };
 
 // Binds and validates the weights of `file` for `cfg` (also sets
-// cfg->n_vocab from the embedding matrix).
+// cfg->n_vocab from the embedding matrix), driven by the tensor list of the
+// architecture's ArchSpec (model/archs): every required tensor must be there,
+// optional ones are bound when present, each with the shape its role has in
+// its layer. Errors name the tensor.
 Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelConfig* cfg);
 
 }  // namespace ember

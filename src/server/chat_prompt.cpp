@@ -1,13 +1,15 @@
 // Chat prompt rendering; see chat_prompt.h.
 #include "server/chat_prompt.h"
 
+#include "model/archs/archs.h"
 #include "template/chat_template.h"
 
 namespace ember {
 
 std::string chat_template_for(const Tokenizer& tok, const std::string& arch) {
   if (!tok.chat_template().empty()) return tok.chat_template();
-  const char* builtin = builtin_chat_template(arch.rfind("gemma", 0) == 0 ? "gemma" : "chatml");
+  const ArchSpec* spec = find_arch(arch);
+  const char* builtin = builtin_chat_template(spec ? spec->chat_template : "chatml");
   return builtin ? builtin : "";
 }
 

@@ -14,7 +14,8 @@
 namespace ember {
 
 // The template text for a model: tokenizer.chat_template if present, else a
-// built-in one for the architecture (gemma3 -> Gemma, otherwise ChatML).
+// built-in one named by the architecture's ArchSpec (gemma3 -> Gemma; ChatML otherwise
+// and for unknown architectures).
 std::string chat_template_for(const Tokenizer& tok, const std::string& arch);
 
 // Renders `messages` (OpenAI-style [{role, content}, ...]) with the model's

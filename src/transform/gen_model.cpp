@@ -11,9 +11,10 @@
 #include <cstring>
 #include <map>
 
-#include "transform/convert.h"
+#include "model/archs/archs.h"
 #include "model/io/hf_config.h"
 #include "quant/quantize.h"
+#include "transform/quant_plan.h"
 
 namespace ember {
 
@@ -21,65 +22,39 @@ namespace {
 
 // ---- shapes ----
 
-GenModelShape llama_base() {
-  GenModelShape s;
-  s.arch = "llama";
-  s.rope_base = 500000;
-  s.norm_eps = 1e-5;
-  s.n_vocab = 128256;
-  s.n_ctx = 131072;
-  s.rope_scale_factor = 8;
-  return s;
-}
+// The built-in shapes (the released models' hyper-parameters).
+struct NamedShape {
+  const char* name;
+  const char* arch;
+  int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
+  double rope_base, norm_eps;
+  bool tied_embeddings, qkv_bias;
+  double rope_scale_factor;  // Llama 3.1 RoPE scaling
+  int sliding_window, n_expert, n_expert_used;
+};
+
+constexpr NamedShape kShapes[] = {
+    {"llama-3.2-1b", "llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000, 1e-5, true, false, 32, 0, 0, 0},
+    {"llama-3.1-8b", "llama", 32, 4096, 14336, 32, 8, 128, 128256, 131072, 500000, 1e-5, false, false, 8, 0, 0, 0},
+    {"qwen2.5-0.5b", "qwen2", 24, 896, 4864, 14, 2, 64, 151936, 32768, 1000000, 1e-6, true, true, 0, 0, 0, 0},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 3072, 16, 8, 128, 151936, 40960, 1000000, 1e-6, true, false, 0, 0, 0, 0},
+    {"gemma-3-270m", "gemma3", 18, 640, 2048, 4, 1, 256, 262144, 32768, 1000000, 1e-6, true, false, 0, 512, 0, 0},
+    // Mixtral's layout and RoPE at a small size.
+    {"mixtral-tiny", "llama", 8, 1024, 2816, 16, 4, 64, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2},
+};
 
 Result<GenModelShape> known_shape(const std::string& name) {
-  if (name == "llama-3.2-1b") {
-    GenModelShape s = llama_base();
-    s.n_layer = 16, s.n_embd = 2048, s.n_ff = 8192, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 64;
-    s.tied_embeddings = true;
-    s.rope_scale_factor = 32;
-    s.name = name;
-    return s;
-  }
-  if (name == "llama-3.1-8b") {
-    GenModelShape s = llama_base();
-    s.n_layer = 32, s.n_embd = 4096, s.n_ff = 14336, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128;
-    s.name = name;
-    return s;
-  }
-  if (name == "qwen2.5-0.5b") {
+  for (const NamedShape& n : kShapes) {
+    if (name != n.name) continue;
     GenModelShape s;
-    s.arch = "qwen2";
-    s.n_layer = 24, s.n_embd = 896, s.n_ff = 4864, s.n_head = 14, s.n_head_kv = 2, s.head_dim = 64;
-    s.n_vocab = 151936, s.n_ctx = 32768, s.rope_base = 1000000, s.norm_eps = 1e-6;
-    s.tied_embeddings = true, s.qkv_bias = true;
-    s.name = name;
-    return s;
-  }
-  if (name == "qwen3-0.6b") {
-    GenModelShape s;
-    s.arch = "qwen3";
-    s.n_layer = 28, s.n_embd = 1024, s.n_ff = 3072, s.n_head = 16, s.n_head_kv = 8, s.head_dim = 128;
-    s.n_vocab = 151936, s.n_ctx = 40960, s.rope_base = 1000000, s.norm_eps = 1e-6;
-    s.tied_embeddings = true;
-    s.name = name;
-    return s;
-  }
-  if (name == "gemma-3-270m") {
-    GenModelShape s;
-    s.arch = "gemma3";
-    s.n_layer = 18, s.n_embd = 640, s.n_ff = 2048, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 256;
-    s.n_vocab = 262144, s.n_ctx = 32768, s.rope_base = 1000000, s.norm_eps = 1e-6;
-    s.tied_embeddings = true, s.sliding_window = 512;
-    s.name = name;
-    return s;
-  }
-  if (name == "mixtral-tiny") {  // Mixtral's layout and RoPE at a small size
-    GenModelShape s = llama_base();
-    s.n_layer = 8, s.n_embd = 1024, s.n_ff = 2816, s.n_head = 16, s.n_head_kv = 4, s.head_dim = 64;
-    s.n_vocab = 32000, s.n_ctx = 32768, s.rope_base = 1000000, s.rope_scale_factor = 0;
-    s.n_expert = 8, s.n_expert_used = 2;
-    s.name = name;
+    s.name = n.name;
+    s.arch = n.arch;
+    s.n_layer = n.n_layer, s.n_embd = n.n_embd, s.n_ff = n.n_ff, s.n_head = n.n_head, s.n_head_kv = n.n_head_kv;
+    s.head_dim = n.head_dim, s.n_vocab = n.n_vocab, s.n_ctx = n.n_ctx;
+    s.rope_base = n.rope_base, s.norm_eps = n.norm_eps;
+    s.tied_embeddings = n.tied_embeddings, s.qkv_bias = n.qkv_bias;
+    s.rope_scale_factor = n.rope_scale_factor;
+    s.sliding_window = n.sliding_window, s.n_expert = n.n_expert, s.n_expert_used = n.n_expert_used;
     return s;
   }
   std::string names;
@@ -184,18 +159,50 @@ struct TensorPlan {
   size_t nbytes = 0;
 };
 
-std::vector<TensorPlan> plan_tensors(const GenModelShape& s, DType type, GenModelStats* stats) {
-  const int64_t E = s.n_embd, F = s.n_ff, V = s.n_vocab, D = s.head_size();
-  const int64_t Q = s.n_head * D, K = s.n_head_kv * D;
+// Whether gen-model writes a listed tensor for shape s.
+bool gen_writes(GenWhen when, const GenModelShape& s) {
+  switch (when) {
+    case GenWhen::kAlways: return true;
+    case GenWhen::kNever: return false;
+    case GenWhen::kUntied: return !s.tied_embeddings;
+    case GenWhen::kRopeScaling: return s.rope_scale_factor > 0;
+    case GenWhen::kQkvBias: return s.qkv_bias;
+    case GenWhen::kDense: return s.n_expert == 0;
+    case GenWhen::kExperts: return s.n_expert > 0;
+  }
+  return false;
+}
+
+Fill fill_of(TensorKind k) {
+  switch (k) {
+    case TensorKind::kMatrix:
+    case TensorKind::kExperts: return Fill::kMatrix;
+    case TensorKind::kRouter: return Fill::kRouter;
+    case TensorKind::kNorm: return Fill::kNorm;
+    case TensorKind::kBias: return Fill::kBias;
+    case TensorKind::kRopeFreqs: return Fill::kRopeFreqs;
+  }
+  return Fill::kMatrix;
+}
+
+// The architecture's tensor list (model/archs) for shape s, in file order:
+// model-level tensors, the blocks, the head.
+std::vector<TensorPlan> plan_tensors(const ArchSpec& spec, const GenModelShape& s, DType type, GenModelStats* stats) {
+  TensorSizes sz;
+  sz.embd = s.n_embd, sz.vocab = s.n_vocab, sz.ff = s.n_ff, sz.head_dim = s.head_size();
+  sz.q = s.n_head * sz.head_dim, sz.kv = s.n_head_kv * sz.head_dim, sz.v = sz.kv, sz.o = sz.q;
+  sz.rope_half = sz.head_dim / 2, sz.experts = s.n_expert;
   std::vector<TensorPlan> out;
-  auto add = [&](std::string name, std::vector<int64_t> ne, Fill fill) {
+  auto add = [&](const TensorSpec& spec_t, int il) {
+    if (!gen_writes(spec_t.gen, s)) return;
+    const RoleInfo& r = role_info(spec_t.role);
     TensorPlan t;
-    t.name = std::move(name);
-    t.ne = std::move(ne);
-    t.fill = fill;
+    t.name = gguf_tensor_name(spec_t.role, il);
+    for (int d = 0; d < r.n_dims; ++d) t.ne.push_back(sz.of(r.ne[d]));
+    t.fill = fill_of(r.kind);
     t.type = DType::kF32;
-    if (fill == Fill::kMatrix) {
-      t.type = gen_model_row_type(type, t.ne[0]);
+    if (t.fill == Fill::kMatrix) {
+      t.type = fallback_row_type(type, t.ne[0]);
       if (t.type != type)
         stats->fallbacks.push_back(fmt::format("{}: {} -> {}", t.name, dtype_name(type), dtype_name(t.type)));
     }
@@ -205,41 +212,12 @@ std::vector<TensorPlan> plan_tensors(const GenModelShape& s, DType type, GenMode
     stats->n_params += n;
     out.push_back(std::move(t));
   };
-  add("token_embd.weight", {E, V}, Fill::kMatrix);
-  if (s.rope_scale_factor > 0) add("rope_freqs.weight", {D / 2}, Fill::kRopeFreqs);
-  for (int il = 0; il < s.n_layer; ++il) {
-    auto n = [il](const char* suffix) { return fmt::format("blk.{}.{}", il, suffix); };
-    add(n("attn_norm.weight"), {E}, Fill::kNorm);
-    add(n("attn_q.weight"), {E, Q}, Fill::kMatrix);
-    add(n("attn_k.weight"), {E, K}, Fill::kMatrix);
-    add(n("attn_v.weight"), {E, K}, Fill::kMatrix);
-    if (s.qkv_bias) {
-      add(n("attn_q.bias"), {Q}, Fill::kBias);
-      add(n("attn_k.bias"), {K}, Fill::kBias);
-      add(n("attn_v.bias"), {K}, Fill::kBias);
-    }
-    add(n("attn_output.weight"), {Q, E}, Fill::kMatrix);
-    if (s.arch == "gemma3" || s.arch == "qwen3") {
-      add(n("attn_q_norm.weight"), {D}, Fill::kNorm);
-      add(n("attn_k_norm.weight"), {D}, Fill::kNorm);
-    }
-    if (s.arch == "gemma3") add(n("post_attention_norm.weight"), {E}, Fill::kNorm);
-    add(n("ffn_norm.weight"), {E}, Fill::kNorm);
-    if (s.n_expert > 0) {
-      const int64_t X = s.n_expert;
-      add(n("ffn_gate_inp.weight"), {E, X}, Fill::kRouter);
-      add(n("ffn_gate_exps.weight"), {E, F, X}, Fill::kMatrix);
-      add(n("ffn_up_exps.weight"), {E, F, X}, Fill::kMatrix);
-      add(n("ffn_down_exps.weight"), {F, E, X}, Fill::kMatrix);
-    } else {
-      add(n("ffn_gate.weight"), {E, F}, Fill::kMatrix);
-      add(n("ffn_up.weight"), {E, F}, Fill::kMatrix);
-      add(n("ffn_down.weight"), {F, E}, Fill::kMatrix);
-    }
-    if (s.arch == "gemma3") add(n("post_ffw_norm.weight"), {E}, Fill::kNorm);
-  }
-  add("output_norm.weight", {E}, Fill::kNorm);
-  if (!s.tied_embeddings) add("output.weight", {E, V}, Fill::kMatrix);
+  for (const TensorSpec& t : spec.model_tensors)
+    if (role_info(t.role).scope == TensorScope::kModel) add(t, -1);
+  for (int il = 0; il < s.n_layer; ++il)
+    for (const TensorSpec& t : spec.block_tensors) add(t, il);
+  for (const TensorSpec& t : spec.model_tensors)
+    if (role_info(t.role).scope == TensorScope::kHead) add(t, -1);
   return out;
 }
 
@@ -321,34 +299,33 @@ Status generate_tensor(const TensorPlan& t, const GenModelShape& s, const GenMod
 }  // namespace
 
 std::vector<std::string> gen_model_shape_names() {
-  return {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen3-0.6b", "gemma-3-270m", "mixtral-tiny"};
+  std::vector<std::string> v;
+  for (const NamedShape& n : kShapes) v.emplace_back(n.name);
+  return v;
 }
 
 Result<GenModelShape> gen_model_shape(const std::string& name) { return known_shape(name); }
 
 Result<GenModelShape> gen_model_arch_defaults(const std::string& arch) {
+  const ArchSpec* spec = find_arch(arch);
+  if (!spec) return unsupported_arch_error(arch);
+  const GenModelDefaults& g = spec->gen;
   GenModelShape s;
-  if (arch == "llama") {
-    s = llama_base();
-    s.rope_scale_factor = 0;
-    s.n_ctx = 8192;
-  } else if (arch == "qwen2") {
-    s = *known_shape("qwen2.5-0.5b");
-  } else if (arch == "qwen3") {
-    s = *known_shape("qwen3-0.6b");
-  } else if (arch == "gemma3") {
-    s = *known_shape("gemma-3-270m");
-  } else {
-    return Status::errorf("unsupported architecture '{}' (supported: llama, qwen2, qwen3, gemma3)", arch);
-  }
   s.name = "custom-" + arch;
-  s.n_layer = s.n_embd = s.n_ff = s.n_head = s.n_head_kv = s.head_dim = 0;
+  s.arch = spec->name;
+  s.n_vocab = g.n_vocab;
+  s.n_ctx = g.n_ctx;
+  s.rope_base = g.rope_base;
+  s.norm_eps = g.norm_eps;
+  s.tied_embeddings = g.tied_embeddings;
+  s.qkv_bias = g.qkv_bias;
+  s.sliding_window = g.sliding_window;
   return s;
 }
 
 Status validate_gen_model_shape(const GenModelShape& s) {
-  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "gemma3")
-    return Status::errorf("unsupported architecture '{}' (supported: llama, qwen2, qwen3, gemma3)", s.arch);
+  const ArchSpec* spec = find_arch(s.arch);
+  if (!spec) return unsupported_arch_error(s.arch);
   auto in = [](const char* what, int64_t v, int64_t lo, int64_t hi) -> Status {
     if (v < lo || v > hi) return Status::errorf("{} = {} must be in [{}, {}]", what, v, lo, hi);
     return Status::ok();
@@ -368,7 +345,12 @@ Status validate_gen_model_shape(const GenModelShape& s) {
   if (s.head_size() % 2 != 0) return Status::errorf("head size {} is odd", s.head_size());
   if (s.sliding_window < 0) return Status::error("negative sliding window");
   if (s.n_expert != 0) {
-    if (s.arch != "llama") return Status::errorf("experts are supported for llama (Mixtral layout) only, not {}", s.arch);
+    if (!spec->has_experts()) {
+      std::string with;
+      for (const ArchSpec* a : arch_specs())
+        if (a->has_experts()) with += std::string(with.empty() ? "" : ", ") + a->name;
+      return Status::errorf("experts are supported for {} (Mixtral layout) only, not {}", with, s.arch);
+    }
     EMBER_RETURN_IF_ERROR(in("n_expert", s.n_expert, 2, 256));
     EMBER_RETURN_IF_ERROR(in("n_expert_used", s.n_expert_used, 1, s.n_expert));
   } else if (s.n_expert_used != 0) {
@@ -378,21 +360,10 @@ Status validate_gen_model_shape(const GenModelShape& s) {
   return Status::ok();
 }
 
-DType gen_model_row_type(DType type, int64_t n) {
-  if (n % dtype_block_size(type) == 0) return type;
-  DType fb;
-  switch (type) {
-    case DType::kQ4_K: fb = DType::kQ5_0; break;
-    case DType::kQ5_K: fb = DType::kQ5_1; break;
-    case DType::kQ6_K: fb = DType::kQ8_0; break;
-    case DType::kQ2_K: case DType::kQ3_K: fb = DType::kQ4_0; break;
-    default: fb = DType::kF16; break;
-  }
-  return n % dtype_block_size(fb) == 0 ? fb : DType::kF16;
-}
-
 Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out) {
-  const bool qwen = arch == "qwen2" || arch == "qwen3";
+  const ArchSpec* spec = find_arch(arch);
+  if (!spec) return unsupported_arch_error(arch);
+  const bool qwen = spec->gen.vocab == SyntheticVocab::kQwen2;
   const std::vector<std::string> specials =
       qwen ? std::vector<std::string>{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
            : std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
@@ -470,7 +441,7 @@ Result<GenModelStats> write_random_model(const GenModelShape& shape_in, const Ge
 
   GenModelStats stats;
   stats.n_vocab = shape.n_vocab;
-  const std::vector<TensorPlan> tensors = plan_tensors(shape, opts.type, &stats);
+  const std::vector<TensorPlan> tensors = plan_tensors(*find_arch(shape.arch), shape, opts.type, &stats);
   stats.n_tensors = static_cast<int64_t>(tensors.size());
 
   // Pass 1: the file layout, with every payload read from a zero mapping.

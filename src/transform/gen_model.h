@@ -3,11 +3,12 @@
 //
 // The output is a GGUF file that ember and llama.cpp both load: the
 // architecture's metadata keys and tensor names as llama.cpp's converter
-// writes them, every 2-D weight in the requested type (quantized with the
-// reference quantizers; a matrix whose rows do not fit the block size falls
-// back as convert_model does: q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0,
-// q2_K/q3_K -> q4_0, other types -> f16), norms, biases and RoPE factors in
-// f32, and a tokenizer: either the tokenizer.* keys of another model
+// writes them (the tensor list of its ArchSpec, model/archs), every 2-D
+// weight in the requested type (quantized with the reference quantizers; a
+// matrix whose rows do not fit the block size falls back by
+// fallback_row_type, as `ember quantize` does: q4_K -> q5_0, q5_K -> q5_1,
+// q6_K -> q8_0, q2_K/q3_K -> q4_0, other types -> f16), norms, biases and
+// RoPE factors in f32, and a tokenizer: either the tokenizer.* keys of another model
 // (e.g. the default Gemma 3 model's vocabulary) or a synthetic byte-level
 // BPE vocabulary (256 byte tokens, generated merges, the architecture's
 // special tokens; tokenizer.ggml.model = gpt2).
@@ -40,7 +41,7 @@ namespace ember {
 
 struct GenModelShape {
   std::string name = "custom";  // shape name, written as general.name
-  std::string arch;             // "llama", "qwen2", "qwen3" or "gemma3"
+  std::string arch;             // an ArchSpec name (model/archs/archs.h)
   int n_layer = 0;
   int n_embd = 0;
   int n_ff = 0;
@@ -73,7 +74,7 @@ struct GenModelShape {
 // size; loads in llama.cpp, not yet in ember, which has no MoE support).
 std::vector<std::string> gen_model_shape_names();
 Result<GenModelShape> gen_model_shape(const std::string& name);
-// Defaults for an explicit --arch (the wiring flags of that architecture).
+// Defaults for an explicit --arch (its ArchSpec's GenModelDefaults; sizes 0).
 Result<GenModelShape> gen_model_arch_defaults(const std::string& arch);
 // Checks sizes and consistency (head counts, even head size, limits).
 Status validate_gen_model_shape(const GenModelShape& s);
@@ -102,12 +103,9 @@ Result<GenModelStats> write_random_model(const GenModelShape& shape, const GenMo
                                          const std::string& path, ThreadPool& pool);
 
 // Synthetic byte-level BPE vocabulary of exactly n_vocab tokens as GGUF
-// tokenizer keys: Llama 3 special tokens and pre = "llama-bpe" (BOS added),
-// or for qwen2 / qwen3 the Qwen special tokens and pre = "qwen2" (no BOS).
+// tokenizer keys, of the kind the architecture's spec names: Llama 3 special
+// tokens and pre = "llama-bpe" (BOS added), or the Qwen special tokens and
+// pre = "qwen2" (no BOS). Unknown architecture: an error.
 Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out);
-
-// The type a matrix with rows of n_per_row elements gets when `type` does
-// not fit it (see above); `type` itself when it fits.
-DType gen_model_row_type(DType type, int64_t n_per_row);
 
 }  // namespace ember

@@ -1,5 +1,6 @@
 // Helpers shared by the model-format tests: a little-endian byte builder for
-// hand-made GGUF images, a minimal safetensors writer and temp folders.
+// hand-made GGUF images, GGUF array values, a minimal safetensors writer and
+// temp folders.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,8 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "core/metadata.h"
 
 namespace ember::test {
 
@@ -45,6 +48,16 @@ struct Bytes {
     return u32(type).u64(offset);
   }
 };
+
+// A GGUF array value of integers of element type `et`.
+inline GgufValue int_array(GgufType et, std::vector<int64_t> v) {
+  GgufValue a;
+  a.type = GgufType::kArray;
+  a.elem_type = et;
+  a.count = v.size();
+  a.ints = std::move(v);
+  return a;
+}
 
 // One tensor for make_safetensors: raw little-endian bytes.
 struct StTensor {

@@ -23,14 +23,7 @@ constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kQ4_0, DType::
                                DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K, DType::kI8,
                                DType::kI16,  DType::kI32,  DType::kI64,  DType::kF64,  DType::kBF16};
 
-GgufValue int_array(GgufType et, std::vector<int64_t> v) {
-  GgufValue a;
-  a.type = GgufType::kArray;
-  a.elem_type = et;
-  a.count = v.size();
-  a.ints = std::move(v);
-  return a;
-}
+using test::int_array;
 
 GgufValue float_array(GgufType et, std::vector<double> v) {
   GgufValue a;

@@ -18,6 +18,7 @@
 
 #include "model/model.h"
 #include "quant/quantize.h"
+#include "transform/quant_plan.h"
 
 namespace ember {
 namespace {
@@ -191,9 +192,9 @@ TEST_F(GenModelTest, KQuantFallbackForShortRows) {
   ASSERT_TRUE(model.is_ok()) << model.status().message();
   EXPECT_EQ((*model)->weights().layers[0].q.weight->type, DType::kQ5_0);
   check_forward(**model);
-  EXPECT_EQ(gen_model_row_type(DType::kQ4_K, 512), DType::kQ4_K);
-  EXPECT_EQ(gen_model_row_type(DType::kQ6_K, 64), DType::kQ8_0);
-  EXPECT_EQ(gen_model_row_type(DType::kQ8_0, 48), DType::kF16);
+  EXPECT_EQ(fallback_row_type(DType::kQ4_K, 512), DType::kQ4_K);
+  EXPECT_EQ(fallback_row_type(DType::kQ6_K, 64), DType::kQ8_0);
+  EXPECT_EQ(fallback_row_type(DType::kQ8_0, 48), DType::kF16);
 }
 
 TEST(GenModelVocab, SyntheticBpeIsConsistent) {

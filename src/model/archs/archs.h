@@ -1,29 +1,33 @@
-// Architecture registry: one small filler per architecture completes a
-// ModelConfig from metadata (block wiring flags, RoPE style, per-layer
-// attention windows and RoPE bases). Tensor names are the GGUF ones for all.
+// Architecture registry: the ArchSpec of every supported architecture
+// (model/archs/<name>.cpp), looked up by GGUF name or Hugging Face class /
+// model_type. The list is constant; thread-safe.
 #pragma once
 
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
-#include "model/config.h"
+#include "model/archs/arch_spec.h"
 
 namespace ember {
 
-struct ArchFiller {
-  const char* name;
-  Status (*fill)(const Metadata& meta, ModelConfig* cfg);
-};
+// One per architecture file.
+extern const ArchSpec kLlamaSpec;
+extern const ArchSpec kQwen2Spec;
+extern const ArchSpec kQwen3Spec;
+extern const ArchSpec kGemma3Spec;
 
-Status fill_llama(const Metadata& meta, ModelConfig* cfg);
-Status fill_qwen2(const Metadata& meta, ModelConfig* cfg);
-Status fill_qwen3(const Metadata& meta, ModelConfig* cfg);
-Status fill_gemma3(const Metadata& meta, ModelConfig* cfg);
-
-// Fills per-layer RoPE settings shared by most architectures from
-// "<arch>.rope.freq_base" and "<arch>.rope.scaling.*".
-Status fill_default_rope(const Metadata& meta, ModelConfig* cfg);
-// Reads "<arch>.rope.type" ("normal"/"neox") if present, else keeps `fallback`.
-RopeStyle rope_style_from_metadata(const Metadata& meta, const std::string& arch, RopeStyle fallback);
+// Every registered spec, in registration order.
+std::span<const ArchSpec* const> arch_specs();
+// The spec named `name` (general.architecture), or null.
+const ArchSpec* find_arch(std::string_view name);
+// The spec whose hf_classes / hf_model_types contain `name`, or null.
+const ArchSpec* find_arch_by_hf_class(std::string_view name);
+const ArchSpec* find_arch_by_hf_model_type(std::string_view name);
+// "llama, qwen2, qwen3, gemma3" (joined by `sep`).
+std::string arch_names(std::string_view sep = ", ");
+// "unsupported architecture 'X' (supported: llama, qwen2, qwen3, gemma3)".
+Status unsupported_arch_error(std::string_view name);
 
 }  // namespace ember

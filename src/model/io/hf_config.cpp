@@ -1,110 +1,87 @@
 // Translation of Hugging Face config.json files and tensor names into the
-// GGUF vocabulary; see hf_config.h. Defaults for keys a config may omit follow
-// the transformers config classes (LlamaConfig, Qwen2Config, Qwen3Config,
+// GGUF vocabulary; see hf_config.h. What differs between architectures (HF
+// class names, defaults for keys a config may omit, extra keys, tensor
+// names) comes from their ArchSpecs (model/archs), which follow the
+// transformers config classes (LlamaConfig, Qwen2Config, Qwen3Config,
 // Gemma3TextConfig).
 #include "model/io/hf_config.h"
 
 #include <cmath>
 #include <cstdint>
-#include <optional>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/archs/archs.h"
+
 namespace ember {
-namespace {
 
 using json = nlohmann::json;
 
-struct ArchName {
-  const char* hf;
-  const char* arch;
-};
+HfConfigView::HfConfigView(const json& root, const std::string& name) : root_(root), name_(name) {
+  auto tc = root.find("text_config");
+  if (tc != root.end() && tc->is_object()) text_ = &*tc;
+}
 
-constexpr ArchName kArchitectures[] = {
-    {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "llama"},
-    {"Qwen2ForCausalLM", "qwen2"},   {"Qwen3ForCausalLM", "qwen3"},   {"Gemma3ForCausalLM", "gemma3"},
-    {"Gemma3ForConditionalGeneration", "gemma3"},
-};
-
-constexpr ArchName kModelTypes[] = {
-    {"llama", "llama"}, {"mistral", "llama"}, {"qwen2", "qwen2"}, {"qwen3", "qwen3"}, {"gemma3", "gemma3"}, {"gemma3_text", "gemma3"},
-};
-
-// Looks keys up in text_config first (multimodal configs), then at the top.
-// JSON null counts as absent.
-class ConfigView {
- public:
-  ConfigView(const json& root, const std::string& name) : root_(root), name_(name) {
-    auto tc = root.find("text_config");
-    if (tc != root.end() && tc->is_object()) text_ = &*tc;
+const json* HfConfigView::get(const char* key) const {
+  if (text_) {
+    auto it = text_->find(key);
+    if (it != text_->end() && !it->is_null()) return &*it;
   }
+  auto it = root_.find(key);
+  if (it != root_.end() && !it->is_null()) return &*it;
+  return nullptr;
+}
 
-  const json* get(const char* key) const {
-    if (text_) {
-      auto it = text_->find(key);
-      if (it != text_->end() && !it->is_null()) return &*it;
-    }
-    auto it = root_.find(key);
-    if (it != root_.end() && !it->is_null()) return &*it;
-    return nullptr;
-  }
-
-  Status get_int(const char* key, int64_t* out, std::optional<int64_t> def) const {
-    const json* j = get(key);
-    if (!j) {
-      if (!def) return Status::errorf("{}: missing '{}'", name_, key);
-      *out = *def;
-      return Status::ok();
-    }
-    if (j->is_number_integer()) {
-      *out = j->get<int64_t>();
-      if (j->is_number_unsigned() && j->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-        return Status::errorf("{}: '{}' is out of range", name_, key);
-    } else if (j->is_number_float() && std::isfinite(j->get<double>()) && j->get<double>() == std::floor(j->get<double>()) &&
-               std::fabs(j->get<double>()) < 9e15) {
-      *out = static_cast<int64_t>(j->get<double>());
-    } else {
-      return Status::errorf("{}: '{}' must be an integer", name_, key);
-    }
+Status HfConfigView::get_int(const char* key, int64_t* out, std::optional<int64_t> def) const {
+  const json* j = get(key);
+  if (!j) {
+    if (!def) return Status::errorf("{}: missing '{}'", name_, key);
+    *out = *def;
     return Status::ok();
   }
+  if (j->is_number_integer()) {
+    *out = j->get<int64_t>();
+    if (j->is_number_unsigned() && j->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      return Status::errorf("{}: '{}' is out of range", name_, key);
+  } else if (j->is_number_float() && std::isfinite(j->get<double>()) && j->get<double>() == std::floor(j->get<double>()) &&
+             std::fabs(j->get<double>()) < 9e15) {
+    *out = static_cast<int64_t>(j->get<double>());
+  } else {
+    return Status::errorf("{}: '{}' must be an integer", name_, key);
+  }
+  return Status::ok();
+}
 
-  // A positive integer that fits GGUF's uint32 fields.
-  Status get_count(const char* key, int64_t* out, std::optional<int64_t> def) const {
-    EMBER_RETURN_IF_ERROR(get_int(key, out, def));
-    if (*out <= 0 || *out > INT32_MAX) return Status::errorf("{}: '{}' = {} is out of range", name_, key, *out);
+Status HfConfigView::get_count(const char* key, int64_t* out, std::optional<int64_t> def) const {
+  EMBER_RETURN_IF_ERROR(get_int(key, out, def));
+  if (*out <= 0 || *out > INT32_MAX) return Status::errorf("{}: '{}' = {} is out of range", name_, key, *out);
+  return Status::ok();
+}
+
+Status HfConfigView::get_float(const char* key, double* out, std::optional<double> def) const {
+  return number_of(get(key), key, out, def);
+}
+
+Status HfConfigView::number_of(const json* j, const char* key, double* out, std::optional<double> def) const {
+  if (!j) {
+    if (!def) return Status::errorf("{}: missing '{}'", name_, key);
+    *out = *def;
     return Status::ok();
   }
+  if (!j->is_number() || !std::isfinite(j->get<double>()))
+    return Status::errorf("{}: '{}' must be a finite number", name_, key);
+  *out = j->get<double>();
+  return Status::ok();
+}
 
-  Status get_float(const char* key, double* out, std::optional<double> def) const {
-    return number_of(get(key), key, out, def);
-  }
+GgufValue hf_u32(int64_t v) { return Metadata::make_int(v, GgufType::kUint32); }
+GgufValue hf_f32(double v) { return Metadata::make_float(v, GgufType::kFloat32); }
 
-  Status number_of(const json* j, const char* key, double* out, std::optional<double> def) const {
-    if (!j) {
-      if (!def) return Status::errorf("{}: missing '{}'", name_, key);
-      *out = *def;
-      return Status::ok();
-    }
-    if (!j->is_number() || !std::isfinite(j->get<double>()))
-      return Status::errorf("{}: '{}' must be a finite number", name_, key);
-    *out = j->get<double>();
-    return Status::ok();
-  }
-
-  const std::string& name() const { return name_; }
-
- private:
-  const json& root_;
-  const json* text_ = nullptr;
-  const std::string& name_;
-};
-
-GgufValue u32(int64_t v) { return Metadata::make_int(v, GgufType::kUint32); }
-GgufValue f32(double v) { return Metadata::make_float(v, GgufType::kFloat32); }
+namespace {
 
 struct RopeScaling {
   std::string type;  // "" (none), "linear", "llama3", "yarn"
@@ -116,7 +93,7 @@ struct RopeScaling {
 
 // Reads one rope scaling object (legacy rope_scaling, or an entry of
 // rope_parameters; both use rope_type, older files use type).
-Status read_rope_scaling(const ConfigView& cv, const json* s, RopeScaling* out) {
+Status read_rope_scaling(const HfConfigView& cv, const json* s, RopeScaling* out) {
   *out = RopeScaling{};
   if (!s) return Status::ok();
   if (!s->is_object()) return Status::errorf("{}: rope scaling must be an object", cv.name());
@@ -157,39 +134,16 @@ const json* object_field(const json* j, const char* key) {
   return it == j->end() || it->is_null() ? nullptr : &*it;
 }
 
-// Gemma 3 attends globally on every `pattern`-th layer (1-based) and with a
-// sliding window elsewhere. Returns the pattern implied by layer_types, or
-// the sliding_window_pattern field (default 6).
-Status gemma3_pattern(const ConfigView& cv, int64_t n_layer, int64_t* pattern) {
-  int64_t p = 6;
-  const json* sp = cv.get("sliding_window_pattern");
-  if (!sp) sp = cv.get("_sliding_window_pattern");
-  if (sp) {
-    if (!sp->is_number_integer() || sp->get<int64_t>() <= 0)
-      return Status::errorf("{}: sliding_window_pattern must be a positive integer", cv.name());
-    p = sp->get<int64_t>();
-  }
-  const json* lt = cv.get("layer_types");
-  if (lt) {
-    if (!lt->is_array() || static_cast<int64_t>(lt->size()) != n_layer)
-      return Status::errorf("{}: layer_types must list {} layer types", cv.name(), n_layer);
-    for (int64_t i = 0; i < n_layer; ++i) {
-      const json& e = (*lt)[static_cast<size_t>(i)];
-      if (e.is_string() && e.get<std::string>() == "full_attention") {
-        p = i + 1;
-        break;
-      }
-    }
-    for (int64_t i = 0; i < n_layer; ++i) {
-      const json& e = (*lt)[static_cast<size_t>(i)];
-      const bool full = (i + 1) % p == 0;
-      if (!e.is_string() || e.get<std::string>() != (full ? "full_attention" : "sliding_attention"))
-        return Status::errorf("{}: layer_types does not follow a fixed sliding-window pattern (layer {})", cv.name(), i);
-    }
-  }
-  *pattern = p;
-  return Status::ok();
+// "LlamaForCausalLM, MistralForCausalLM, ..." over every spec.
+std::string hf_class_names() {
+  std::string out;
+  for (const ArchSpec* s : arch_specs())
+    for (const char* c : s->hf_classes) out += std::string(out.empty() ? "" : ", ") + c;
+  return out;
 }
+
+// The default of a required-unless-defaulted count (0: required).
+std::optional<int64_t> def_or_required(int64_t v) { return v > 0 ? std::optional<int64_t>(v) : std::nullopt; }
 
 }  // namespace
 
@@ -226,53 +180,50 @@ Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::st
     return Status::errorf("{}: invalid JSON: {}", name, e.what());
   }
   if (!root.is_object()) return Status::errorf("{}: not a JSON object", name);
-  const ConfigView cv(root, name);
+  const HfConfigView cv(root, name);
   HfModelInfo info;
 
   // Architecture: the first known entry of "architectures", else model_type.
+  const ArchSpec* spec = nullptr;
   std::string hf_arch;
   if (auto it = root.find("architectures"); it != root.end() && it->is_array()) {
     for (const json& a : *it) {
       if (!a.is_string()) continue;
-      for (const ArchName& k : kArchitectures)
-        if (a.get<std::string>() == k.hf && info.arch.empty()) {
-          info.arch = k.arch;
-          hf_arch = k.hf;
-        }
+      if (!spec) {
+        spec = find_arch_by_hf_class(a.get<std::string>());
+        if (spec) hf_arch = a.get<std::string>();
+      }
       if (hf_arch.empty()) hf_arch = a.get<std::string>();
     }
   }
-  if (info.arch.empty()) {
+  if (!spec) {
     const json* mt = nullptr;  // the top-level model_type, else text_config's
     if (auto it = root.find("model_type"); it != root.end() && it->is_string()) mt = &*it;
     if (!mt) mt = cv.get("model_type");
     if (mt && mt->is_string()) {
-      for (const ArchName& k : kModelTypes)
-        if (mt->get<std::string>() == k.hf) info.arch = k.arch;
-      if (info.arch.empty() && hf_arch.empty()) hf_arch = mt->get<std::string>();
+      spec = find_arch_by_hf_model_type(mt->get<std::string>());
+      if (!spec && hf_arch.empty()) hf_arch = mt->get<std::string>();
     }
   }
-  if (info.arch.empty())
-    return Status::errorf(
-        "{}: unsupported architecture '{}' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM, Gemma3ForCausalLM)",
-        name, hf_arch.empty() ? "unknown" : hf_arch);
+  if (!spec)
+    return Status::errorf("{}: unsupported architecture '{}' (supported: {})", name,
+                          hf_arch.empty() ? "unknown" : hf_arch, hf_class_names());
+  info.arch = spec->name;
   const std::string& a = info.arch;
-  const bool gemma = a == "gemma3";
+  const HfConfigDefaults& d = spec->hf_defaults;
 
-  // Core dimensions. Gemma 3 multimodal configs omit keys that have defaults.
-  auto def = [&](int64_t v) { return gemma ? std::optional<int64_t>(v) : std::nullopt; };
+  // Core dimensions; keys the architecture's config class defaults may be omitted.
   int64_t n_embd = 0, n_layer = 0, n_head = 0, n_ff = 0, n_vocab = 0, n_head_kv = 0, n_ctx = 0, head_dim = 0;
-  EMBER_RETURN_IF_ERROR(cv.get_count("hidden_size", &n_embd, def(2304)));
-  EMBER_RETURN_IF_ERROR(cv.get_count("num_hidden_layers", &n_layer, def(26)));
-  EMBER_RETURN_IF_ERROR(cv.get_count("num_attention_heads", &n_head, def(8)));
-  EMBER_RETURN_IF_ERROR(cv.get_count("intermediate_size", &n_ff, def(9216)));
-  EMBER_RETURN_IF_ERROR(cv.get_count("vocab_size", &n_vocab, def(262208)));
-  EMBER_RETURN_IF_ERROR(cv.get_count("num_key_value_heads", &n_head_kv, gemma ? 4 : n_head));
+  EMBER_RETURN_IF_ERROR(cv.get_count("hidden_size", &n_embd, def_or_required(d.hidden_size)));
+  EMBER_RETURN_IF_ERROR(cv.get_count("num_hidden_layers", &n_layer, def_or_required(d.num_hidden_layers)));
+  EMBER_RETURN_IF_ERROR(cv.get_count("num_attention_heads", &n_head, def_or_required(d.num_attention_heads)));
+  EMBER_RETURN_IF_ERROR(cv.get_count("intermediate_size", &n_ff, def_or_required(d.intermediate_size)));
+  EMBER_RETURN_IF_ERROR(cv.get_count("vocab_size", &n_vocab, def_or_required(d.vocab_size)));
   EMBER_RETURN_IF_ERROR(
-      cv.get_count("max_position_embeddings", &n_ctx, a == "llama" ? 2048 : (a == "qwen2" || a == "qwen3") ? 32768 : 131072));
-  if (gemma || a == "qwen3") {  // their config classes default head_dim to 256 / 128
-    EMBER_RETURN_IF_ERROR(cv.get_count("head_dim", &head_dim, gemma ? 256 : 128));
+      cv.get_count("num_key_value_heads", &n_head_kv, d.num_key_value_heads > 0 ? d.num_key_value_heads : n_head));
+  EMBER_RETURN_IF_ERROR(cv.get_count("max_position_embeddings", &n_ctx, d.max_position_embeddings));
+  if (d.head_dim > 0) {
+    EMBER_RETURN_IF_ERROR(cv.get_count("head_dim", &head_dim, d.head_dim));
   } else {
     if (n_embd % n_head != 0 && !cv.get("head_dim"))
       return Status::errorf("{}: hidden_size {} is not a multiple of num_attention_heads {}", name, n_embd, n_head);
@@ -288,7 +239,7 @@ Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::st
 
   // RoPE: legacy (rope_theta, rope_scaling, rope_local_base_freq) or
   // rope_parameters (flat, or per layer type for Gemma 3).
-  double theta = gemma ? 1e6 : 10000.0;
+  double theta = d.rope_theta;
   double local_theta = 10000.0;
   RopeScaling scaling;
   if (const json* rp = cv.get("rope_parameters")) {
@@ -307,64 +258,46 @@ Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::st
   }
   if (!(theta > 0) || !(local_theta > 0)) return Status::errorf("{}: rope_theta must be positive", name);
 
-  // Tied embeddings: transformers' defaults are false for Llama/Qwen2, true for Gemma 3.
-  bool tie = gemma;
+  bool tie = d.tie_word_embeddings;
   if (const json* t = cv.get("tie_word_embeddings")) {
     if (!t->is_boolean()) return Status::errorf("{}: tie_word_embeddings must be a boolean", name);
     tie = t->get<bool>();
   }
 
   meta->set("general.architecture", Metadata::make_string(a));
-  meta->set(a + ".vocab_size", u32(n_vocab));
-  meta->set(a + ".context_length", u32(n_ctx));
-  meta->set(a + ".embedding_length", u32(n_embd));
-  meta->set(a + ".block_count", u32(n_layer));
-  meta->set(a + ".feed_forward_length", u32(n_ff));
-  meta->set(a + ".attention.head_count", u32(n_head));
-  meta->set(a + ".attention.head_count_kv", u32(n_head_kv));
-  meta->set(a + ".attention.key_length", u32(head_dim));
-  meta->set(a + ".attention.value_length", u32(head_dim));
-  meta->set(a + ".attention.layer_norm_rms_epsilon", f32(eps));
-  meta->set(a + ".rope.freq_base", f32(theta));
-  meta->set(a + ".rope.dimension_count", u32(head_dim));
+  meta->set(a + ".vocab_size", hf_u32(n_vocab));
+  meta->set(a + ".context_length", hf_u32(n_ctx));
+  meta->set(a + ".embedding_length", hf_u32(n_embd));
+  meta->set(a + ".block_count", hf_u32(n_layer));
+  meta->set(a + ".feed_forward_length", hf_u32(n_ff));
+  meta->set(a + ".attention.head_count", hf_u32(n_head));
+  meta->set(a + ".attention.head_count_kv", hf_u32(n_head_kv));
+  meta->set(a + ".attention.key_length", hf_u32(head_dim));
+  meta->set(a + ".attention.value_length", hf_u32(head_dim));
+  meta->set(a + ".attention.layer_norm_rms_epsilon", hf_f32(eps));
+  meta->set(a + ".rope.freq_base", hf_f32(theta));
+  meta->set(a + ".rope.dimension_count", hf_u32(head_dim));
   // HF checkpoints rotate halves (rotate_half), i.e. NeoX-style RoPE on the
   // unpermuted Q/K weights, for every architecture here.
   meta->set(a + ".rope.type", Metadata::make_string("neox"));
   if (!scaling.type.empty()) {
     meta->set(a + ".rope.scaling.type", Metadata::make_string(scaling.type));
-    meta->set(a + ".rope.scaling.factor", f32(scaling.factor));
+    meta->set(a + ".rope.scaling.factor", hf_f32(scaling.factor));
     if (scaling.type == "llama3") {
-      meta->set(a + ".rope.scaling.low_freq_factor", f32(scaling.low_freq_factor));
-      meta->set(a + ".rope.scaling.high_freq_factor", f32(scaling.high_freq_factor));
+      meta->set(a + ".rope.scaling.low_freq_factor", hf_f32(scaling.low_freq_factor));
+      meta->set(a + ".rope.scaling.high_freq_factor", hf_f32(scaling.high_freq_factor));
       info.rope_freq_factors = llama3_rope_freq_factors(head_dim, theta, scaling.factor, scaling.low_freq_factor,
                                                         scaling.high_freq_factor, scaling.original_context);
     }
     if (scaling.original_context > 0)
-      meta->set(a + ".rope.scaling.original_context_length", u32(static_cast<int64_t>(scaling.original_context)));
+      meta->set(a + ".rope.scaling.original_context_length", hf_u32(static_cast<int64_t>(scaling.original_context)));
   }
 
-  if (gemma) {
-    int64_t window = 0, pattern = 0;
-    double qpas = 0;
-    EMBER_RETURN_IF_ERROR(cv.get_count("sliding_window", &window, 4096));
-    EMBER_RETURN_IF_ERROR(cv.get_float("query_pre_attn_scalar", &qpas, 256.0));
-    if (!(qpas > 0)) return Status::errorf("{}: query_pre_attn_scalar must be positive", name);
-    EMBER_RETURN_IF_ERROR(gemma3_pattern(cv, n_layer, &pattern));
-    meta->set("gemma3.attention.sliding_window", u32(window));
-    meta->set("gemma3.attention.sliding_window_pattern", u32(pattern));
-    // An integer in released configs (uint32 then), a float otherwise.
-    const bool integral = qpas == std::floor(qpas) && qpas <= INT32_MAX;
-    meta->set("gemma3.attention.query_pre_attn_scalar", integral ? u32(static_cast<int64_t>(qpas)) : f32(qpas));
-    meta->set("gemma3.rope.local_freq_base", f32(local_theta));
-    double cap = 0;
-    if (cv.get("attn_logit_softcapping")) {
-      EMBER_RETURN_IF_ERROR(cv.get_float("attn_logit_softcapping", &cap, std::nullopt));
-      meta->set("gemma3.attn_logit_softcapping", f32(cap));
-    }
-    if (cv.get("final_logit_softcapping")) {
-      EMBER_RETURN_IF_ERROR(cv.get_float("final_logit_softcapping", &cap, std::nullopt));
-      meta->set("gemma3.final_logit_softcapping", f32(cap));
-    }
+  if (spec->hf_config) {
+    HfConfigContext ctx;
+    ctx.n_layer = n_layer;
+    ctx.local_rope_theta = local_theta;
+    EMBER_RETURN_IF_ERROR(spec->hf_config(cv, ctx, meta));
   }
 
   // Special token ids, when the config has them (eos may be a list: the first
@@ -373,7 +306,7 @@ Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::st
     const json* j = cv.get(key);
     if (j && j->is_array() && !j->empty()) j = &(*j)[0];
     if (j && j->is_number_integer() && j->get<int64_t>() >= 0 && j->get<int64_t>() <= INT32_MAX)
-      meta->set(gguf_key, u32(j->get<int64_t>()));
+      meta->set(gguf_key, hf_u32(j->get<int64_t>()));
   };
   token_id("bos_token_id", "tokenizer.ggml.bos_token_id");
   token_id("eos_token_id", "tokenizer.ggml.eos_token_id");
@@ -384,11 +317,13 @@ Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::st
   info.n_vocab = n_vocab;
   info.head_dim = head_dim;
   info.tie_word_embeddings = tie;
-  info.norm_plus_one = gemma;
+  info.norm_plus_one = spec->hf_norm_plus_one;
   return info;
 }
 
 std::string hf_tensor_name_to_gguf(const std::string& arch, const std::string& hf_name) {
+  const ArchSpec* spec = find_arch(arch);
+  if (!spec) return "";
   std::string n = hf_name;
   auto replace_prefix = [&](const char* from, const char* to) {
     const size_t len = std::strlen(from);
@@ -397,10 +332,10 @@ std::string hf_tensor_name_to_gguf(const std::string& arch, const std::string& h
   replace_prefix("model.language_model.", "model.");
   replace_prefix("language_model.model.", "model.");
   replace_prefix("language_model.lm_head.", "lm_head.");
+  auto hf_of = [](const TensorSpec& t) { return t.hf ? t.hf : role_info(t.role).hf; };
 
-  if (n == "model.embed_tokens.weight") return "token_embd.weight";
-  if (n == "model.norm.weight") return "output_norm.weight";
-  if (n == "lm_head.weight") return "output.weight";
+  for (const TensorSpec& t : spec->model_tensors)
+    if (const char* h = hf_of(t); h && n == h) return role_info(t.role).gguf;
 
   static const char kLayers[] = "model.layers.";
   if (n.compare(0, sizeof(kLayers) - 1, kLayers) != 0) return "";
@@ -410,44 +345,10 @@ std::string hf_tensor_name_to_gguf(const std::string& arch, const std::string& h
   if (p == digits || p - digits > 6 || p >= n.size() || n[p] != '.') return "";
   if (n[digits] == '0' && p - digits > 1) return "";  // no leading zeros
   const std::string layer = n.substr(digits, p - digits);
-  std::string rest = n.substr(p + 1);
-
-  std::string suffix;
-  for (const char* s : {".weight", ".bias"}) {
-    const size_t len = std::strlen(s);
-    if (rest.size() > len && rest.compare(rest.size() - len, len, s) == 0) {
-      suffix = s;
-      rest.resize(rest.size() - len);
-      break;
-    }
-  }
-  if (suffix.empty()) return "";
-
-  const bool gemma = arch == "gemma3";
-  struct Map {
-    const char* hf;
-    const char* gguf;
-  };
-  static const Map kMap[] = {
-      {"input_layernorm", "attn_norm"},
-      {"self_attn.q_proj", "attn_q"},
-      {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},
-      {"self_attn.o_proj", "attn_output"},
-      {"self_attn.q_norm", "attn_q_norm"},
-      {"self_attn.k_norm", "attn_k_norm"},
-      {"pre_feedforward_layernorm", "ffn_norm"},
-      {"post_feedforward_layernorm", "post_ffw_norm"},
-      {"mlp.gate_proj", "ffn_gate"},
-      {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"},
-  };
-  const char* g = nullptr;
-  if (rest == "post_attention_layernorm") g = gemma ? "post_attention_norm" : "ffn_norm";
-  for (const Map& m : kMap)
-    if (rest == m.hf) g = m.gguf;
-  if (!g) return "";
-  return "blk." + layer + "." + g + suffix;
+  const std::string rest = n.substr(p + 1);
+  for (const TensorSpec& t : spec->block_tensors)
+    if (const char* h = hf_of(t); h && rest == h) return "blk." + layer + "." + role_info(t.role).gguf;
+  return "";
 }
 
 }  // namespace ember

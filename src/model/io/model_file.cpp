@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/fp16.h"
+#include "model/archs/archs.h"
 #include "model/io/gguf.h"
 #include "model/io/hf_config.h"
 #include "model/io/safetensors.h"
@@ -18,14 +19,6 @@ namespace ember {
 namespace {
 
 namespace fs = std::filesystem;
-
-// RoPE style of GGUF files that do not say: llama.cpp's converter permutes
-// Llama Q/K for interleaved ("normal") RoPE; Qwen2 and Gemma 3 use NeoX.
-const char* default_gguf_rope_type(const std::string& arch) {
-  if (arch == "llama") return "normal";
-  if (arch == "qwen2" || arch == "gemma3" || arch == "gemma2" || arch == "qwen3") return "neox";
-  return nullptr;
-}
 
 Result<std::unique_ptr<ModelFile>> open_gguf(const std::string& path) {
   Result<std::unique_ptr<GgufFile>> g = GgufFile::open(path);
@@ -37,7 +30,9 @@ Result<std::unique_ptr<ModelFile>> open_gguf(const std::string& path) {
   mf->metadata = file->metadata();
   for (const GgufTensorInfo& t : file->tensors()) mf->tensors.emplace(t.view.name, t.view);
   if (const std::string* arch = mf->architecture()) {
-    const char* rope = default_gguf_rope_type(*arch);
+    // RoPE style of files that do not say (the architecture's spec).
+    const ArchSpec* spec = find_arch(*arch);
+    const char* rope = spec ? spec->gguf_rope_type : nullptr;
     if (rope && !mf->metadata.find(*arch + ".rope.type"))
       mf->metadata.set(*arch + ".rope.type", Metadata::make_string(rope));
   }
@@ -150,8 +145,9 @@ Result<std::unique_ptr<ModelFile>> open_hf(const std::string& dir, const std::st
     if (!view) return view.status();
     TensorView v = view.value();
     if (v.n_dims == 1) {
-      // Norm weights and biases: F32 like in GGUF files; Gemma norms get +1.
-      const bool plus_one = info.norm_plus_one && name.find("norm") != std::string::npos;
+      // Norm weights and biases: F32 like in GGUF files; (1 + w) norms get +1.
+      const bool plus_one =
+          info.norm_plus_one && role_info(role_from_gguf_name(name, nullptr)).kind == TensorKind::kNorm;
       v = to_f32(v, plus_one, &mf->owners);
     } else if (reinterpret_cast<uintptr_t>(v.data) % dtype_type_size(v.type) != 0) {
       v = aligned_copy(v, &mf->owners);

@@ -37,11 +37,13 @@ struct ModelFile {
 // folder, or its config.json / model.safetensors.index.json.
 //
 // GGUF: metadata and tensor views as in the file. One key is added when the
-// file lacks it: "<arch>.rope.type" ("normal" for llama, whose converter
-// permutes Q/K for interleaved RoPE; "neox" for qwen2, gemma3).
+// file lacks it: "<arch>.rope.type", the architecture's ArchSpec
+// gguf_rope_type ("normal" for llama, whose converter permutes Q/K for
+// interleaved RoPE; "neox" for qwen2, qwen3, gemma3).
 //
 // Hugging Face (format "safetensors"), keys written from config.json
-// (<arch> = llama for LlamaForCausalLM/MistralForCausalLM, qwen2, gemma3):
+// (<arch>: the ArchSpec whose hf_classes / hf_model_types name the config,
+// e.g. llama for LlamaForCausalLM/MistralForCausalLM):
 //   general.architecture, general.name (folder name), ember.hf.dir (absolute
 //   folder path, for the tokenizer files), <arch>.vocab_size,
 //   .context_length, .embedding_length, .block_count, .feed_forward_length,
@@ -54,17 +56,19 @@ struct ModelFile {
 //   .high_freq_factor, .original_context_length and the tensor
 //   rope_freqs.weight (F32 [head_dim/2] frequency divisors, as GGUF
 //   converters write it); yarn adds .original_context_length.
-//   gemma3 only: .attention.sliding_window, .attention.sliding_window_pattern
+//   the architecture's own keys (ArchSpec::hf_config), for gemma3:
+//   .attention.sliding_window, .attention.sliding_window_pattern
 //   (every N-th layer is global; from layer_types or sliding_window_pattern),
 //   .attention.query_pre_attn_scalar, .rope.local_freq_base (sliding layers),
 //   .attn_logit_softcapping / .final_logit_softcapping when set.
 //   tokenizer.ggml.bos_token_id / eos_token_id (first of a list) /
 //   padding_token_id when config.json has them.
-// Tensors get GGUF names (token_embd, output_norm, output, blk.N.attn_q, ...);
-// tensors ember does not use (vision tower, rotary buffers) are skipped. With
-// tie_word_embeddings there is no output.weight. 1-D tensors (norms, biases)
-// become owned F32 copies; Gemma norm weights get +1 (HF applies (1 + w),
-// GGUF files store w + 1). Matrices stay F16/BF16/F32 views into the map.
+// Tensors get GGUF names (token_embd, output_norm, output, blk.N.attn_q, ...)
+// from the spec's tensor list; tensors it does not list (vision tower,
+// rotary buffers) are skipped. With tie_word_embeddings there is no
+// output.weight. 1-D tensors (norms, biases) become owned F32 copies; norm
+// weights of specs with hf_norm_plus_one (Gemma: HF applies (1 + w), GGUF
+// files store w + 1) get +1. Matrices stay F16/BF16/F32 views into the map.
 Result<std::unique_ptr<ModelFile>> open_model_file(const std::string& path);
 
 }  // namespace ember

@@ -1,0 +1,137 @@
+// ArchSpec: everything ember knows about one architecture, as data. The
+// generic code iterates these tables: config_from_metadata (config filler,
+// block wiring flags), bind_weights (tensor list and shapes), the Hugging
+// Face loader (class names, model types, config.json defaults and extra
+// keys, tensor names, norm +1), the GGUF loader (default RoPE type), convert
+// (Q/K permutation of Hugging Face checkpoints), the chat prompt (built-in
+// template) and gen-model (tensor list, shape defaults, vocabulary). A new
+// architecture is one spec file (model/archs/<name>.cpp) registered in
+// archs.cpp, plus its fixtures.
+// Specs are constant, statically initialised objects; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/status.h"
+#include "model/archs/tensors.h"
+#include "model/config.h"
+
+namespace ember {
+
+class HfConfigView;  // model/io/hf_config.h
+
+// Whether a listed tensor must be in the file.
+enum class Presence : uint8_t {
+  kRequired,  // missing: the model does not load
+  kOptional,  // bound when present (biases, rope_freqs; output: tied when absent)
+  kUnbound,   // part of the layout (gen-model writes it) but not run by ember yet (MoE experts)
+};
+
+// When gen-model writes a listed tensor.
+enum class GenWhen : uint8_t {
+  kAlways,
+  kNever,
+  kUntied,       // output.weight, unless the shape ties it to the embedding
+  kRopeScaling,  // rope_freqs.weight, with Llama 3.1 RoPE scaling
+  kQkvBias,      // Q/K/V biases, when the shape has them
+  kDense,        // dense FFN matrices, without experts
+  kExperts,      // the Mixtral layout's router and experts
+};
+
+struct TensorSpec {
+  TensorRole role;
+  Presence presence;
+  GenWhen gen;
+  const char* hf = nullptr;  // Hugging Face name when it differs from role_info(role).hf
+};
+
+// config.json defaults for keys a config may omit, as the transformers
+// config class of the architecture has them.
+struct HfConfigDefaults {
+  // 0: the key is required.
+  int64_t hidden_size = 0, num_hidden_layers = 0, num_attention_heads = 0, intermediate_size = 0, vocab_size = 0;
+  int64_t num_key_value_heads = 0;  // 0: num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads, which must divide
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+};
+
+// What the architecture's own config.json reader gets besides the config.
+struct HfConfigContext {
+  int64_t n_layer = 0;
+  double local_rope_theta = 10000.0;  // rope_local_base_freq / rope_parameters.sliding_attention
+};
+
+// The synthetic byte-level BPE vocabularies gen-model can write.
+enum class SyntheticVocab : uint8_t {
+  kLlama3,  // Llama 3 special tokens, pre "llama-bpe", BOS added
+  kQwen2,   // Qwen special tokens, pre "qwen2", no BOS
+};
+
+// gen-model's defaults for `--arch NAME` (sizes come from the user).
+struct GenModelDefaults {
+  int n_vocab = 32000;
+  int n_ctx = 4096;
+  double rope_base = 10000;
+  double norm_eps = 1e-5;
+  bool tied_embeddings = false;
+  bool qkv_bias = false;
+  int sliding_window = 0;
+  SyntheticVocab vocab = SyntheticVocab::kLlama3;
+  // `ember gen-model` copies the default model's vocabulary unless told
+  // otherwise (Gemma 3: the default model is one).
+  bool copy_default_vocab = false;
+};
+
+struct ArchSpec {
+  const char* name;  // general.architecture
+
+  // GGUF: completes the config after the common keys are read (RoPE style,
+  // activation, per-layer windows and bases, scales). The block wiring flags
+  // (qk_norm, post_attn_norm, post_ffn_norm) are set from the tensor list
+  // before it runs.
+  Status (*fill)(const Metadata& meta, ModelConfig* cfg);
+  const char* gguf_rope_type;  // "<arch>.rope.type" of GGUF files that do not say
+
+  // Tensors, in file order (gen-model writes them in this order).
+  std::span<const TensorSpec> model_tensors;  // token_embd, rope_freqs, output_norm, output
+  std::span<const TensorSpec> block_tensors;  // blk.N.*
+
+  // Hugging Face.
+  std::span<const char* const> hf_classes;      // "architectures" entries
+  std::span<const char* const> hf_model_types;  // "model_type" values
+  HfConfigDefaults hf_defaults;
+  // Writes the architecture's own metadata keys from config.json (null: none).
+  Status (*hf_config)(const HfConfigView& cv, const HfConfigContext& ctx, Metadata* meta);
+  bool hf_norm_plus_one;  // norms are applied as (1 + w): GGUF stores w + 1
+  // HF checkpoints store Q/K rows for rotate_half (NeoX) RoPE while this
+  // architecture's GGUF files pair rows for interleaved RoPE: converting to
+  // GGUF permutes them and sets rope.type "normal".
+  bool hf_permute_qk;
+
+  const char* chat_template;  // built-in template for models without one
+
+  GenModelDefaults gen;
+
+  // The listed entry for `role`, or null.
+  const TensorSpec* find(TensorRole role) const;
+  bool requires_tensor(TensorRole role) const {
+    const TensorSpec* t = find(role);
+    return t && t->presence == Presence::kRequired;
+  }
+  bool has_experts() const;
+};
+
+// Shared parts of the specs.
+// Fills per-layer RoPE settings shared by most architectures from
+// "<arch>.rope.freq_base" and "<arch>.rope.scaling.*" (resets cfg->layers).
+Status fill_default_rope(const Metadata& meta, ModelConfig* cfg);
+// Reads "<arch>.rope.type" ("normal"/"neox") if present, else keeps `fallback`.
+RopeStyle rope_style_from_metadata(const Metadata& meta, const std::string& arch, RopeStyle fallback);
+// The filler of Llama-like architectures: RoPE style from "<arch>.rope.type"
+// (else `fallback`), SiLU-gated FFN, fill_default_rope.
+Status fill_silu_decoder(const Metadata& meta, ModelConfig* cfg, RopeStyle fallback);
+
+}  // namespace ember

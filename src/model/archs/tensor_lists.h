@@ -1,0 +1,77 @@
+// Building blocks of the specs' tensor lists: the runs of tensors that
+// several architectures share (llama.cpp's decoder layout), joined into one
+// list per spec by tensor_list(). A spec whose tensors differ lists its own
+// entries between them (see gemma3.cpp). Constant data; thread-safe.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+
+#include "model/archs/arch_spec.h"
+
+namespace ember::archs {
+
+using R = TensorRole;
+using P = Presence;
+using G = GenWhen;
+
+// The parts, joined in order, as one constant list.
+template <size_t... N>
+constexpr std::array<TensorSpec, (N + ...)> tensor_list(const std::array<TensorSpec, N>&... parts) {
+  std::array<TensorSpec, (N + ...)> out{};
+  size_t i = 0;
+  ((std::copy(parts.begin(), parts.end(), out.begin() + i), i += N), ...);
+  return out;
+}
+
+// Model-level tensors of a decoder: embedding, optional Llama 3.1 RoPE
+// factors, final norm, output head (absent: tied to the embedding).
+inline constexpr std::array<TensorSpec, 4> kDecoderModelTensors = {{
+    {R::kTokenEmbd, P::kRequired, G::kAlways},
+    {R::kRopeFreqs, P::kOptional, G::kRopeScaling},
+    {R::kOutputNorm, P::kRequired, G::kAlways},
+    {R::kOutput, P::kOptional, G::kUntied},
+}};
+
+// Pre-norm attention with optional biases (Qwen2 has Q/K/V biases).
+inline constexpr std::array<TensorSpec, 9> kAttentionTensors = {{
+    {R::kAttnNorm, P::kRequired, G::kAlways},
+    {R::kAttnQ, P::kRequired, G::kAlways},
+    {R::kAttnK, P::kRequired, G::kAlways},
+    {R::kAttnV, P::kRequired, G::kAlways},
+    {R::kAttnQBias, P::kOptional, G::kQkvBias},
+    {R::kAttnKBias, P::kOptional, G::kQkvBias},
+    {R::kAttnVBias, P::kOptional, G::kQkvBias},
+    {R::kAttnOutput, P::kRequired, G::kAlways},
+    {R::kAttnOutputBias, P::kOptional, G::kNever},
+}};
+
+// RMSNorm of each Q and K head (QK-norm).
+inline constexpr std::array<TensorSpec, 2> kQkNormTensors = {{
+    {R::kAttnQNorm, P::kRequired, G::kAlways},
+    {R::kAttnKNorm, P::kRequired, G::kAlways},
+}};
+
+// The FFN's pre-norm (Hugging Face: post_attention_layernorm).
+inline constexpr std::array<TensorSpec, 1> kFfnNormTensors = {{
+    {R::kFfnNorm, P::kRequired, G::kAlways},
+}};
+
+// Gated dense FFN.
+inline constexpr std::array<TensorSpec, 3> kDenseFfnTensors = {{
+    {R::kFfnGate, P::kRequired, G::kDense},
+    {R::kFfnUp, P::kRequired, G::kDense},
+    {R::kFfnDown, P::kRequired, G::kDense},
+}};
+
+// Mixtral's router and 3-D experts (gen-model writes them; ember does not run
+// them yet, so they are not bound and a file with them lacks the dense FFN).
+inline constexpr std::array<TensorSpec, 4> kMixtralExpertTensors = {{
+    {R::kFfnGateInp, P::kUnbound, G::kExperts},
+    {R::kFfnGateExps, P::kUnbound, G::kExperts},
+    {R::kFfnUpExps, P::kUnbound, G::kExperts},
+    {R::kFfnDownExps, P::kUnbound, G::kExperts},
+}};
+
+}  // namespace ember::archs

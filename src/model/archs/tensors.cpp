@@ -1,0 +1,118 @@
+// The tensor role table; see tensors.h.
+#include "model/archs/tensors.h"
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+
+namespace ember {
+namespace {
+
+using R = TensorRole;
+using S = TensorScope;
+using K = TensorKind;
+using D = Dim;
+
+// In TensorRole order.
+constexpr RoleInfo kRoles[] = {
+    {R::kTokenEmbd, "token_embd", "token_embd.weight", S::kModel, K::kMatrix, 2, {D::kEmbd, D::kVocab}, "model.embed_tokens.weight"},
+    {R::kRopeFreqs, "rope_freqs", "rope_freqs.weight", S::kModel, K::kRopeFreqs, 1, {D::kRopeHalf}, nullptr},
+    {R::kOutputNorm, "output_norm", "output_norm.weight", S::kHead, K::kNorm, 1, {D::kEmbd}, "model.norm.weight"},
+    {R::kOutput, "output", "output.weight", S::kHead, K::kMatrix, 2, {D::kEmbd, D::kVocab}, "lm_head.weight"},
+    {R::kAttnNorm, "attn_norm", "attn_norm.weight", S::kBlock, K::kNorm, 1, {D::kEmbd}, "input_layernorm.weight"},
+    {R::kAttnQ, "attn_q", "attn_q.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kQ}, "self_attn.q_proj.weight"},
+    {R::kAttnK, "attn_k", "attn_k.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kKv}, "self_attn.k_proj.weight"},
+    {R::kAttnV, "attn_v", "attn_v.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kV}, "self_attn.v_proj.weight"},
+    {R::kAttnQBias, "attn_q_bias", "attn_q.bias", S::kBlock, K::kBias, 1, {D::kQ}, "self_attn.q_proj.bias"},
+    {R::kAttnKBias, "attn_k_bias", "attn_k.bias", S::kBlock, K::kBias, 1, {D::kKv}, "self_attn.k_proj.bias"},
+    {R::kAttnVBias, "attn_v_bias", "attn_v.bias", S::kBlock, K::kBias, 1, {D::kV}, "self_attn.v_proj.bias"},
+    {R::kAttnOutput, "attn_output", "attn_output.weight", S::kBlock, K::kMatrix, 2, {D::kO, D::kEmbd}, "self_attn.o_proj.weight"},
+    {R::kAttnOutputBias, "attn_output_bias", "attn_output.bias", S::kBlock, K::kBias, 1, {D::kEmbd}, "self_attn.o_proj.bias"},
+    {R::kAttnQNorm, "attn_q_norm", "attn_q_norm.weight", S::kBlock, K::kNorm, 1, {D::kHeadDim}, "self_attn.q_norm.weight"},
+    {R::kAttnKNorm, "attn_k_norm", "attn_k_norm.weight", S::kBlock, K::kNorm, 1, {D::kHeadDim}, "self_attn.k_norm.weight"},
+    {R::kPostAttnNorm, "post_attention_norm", "post_attention_norm.weight", S::kBlock, K::kNorm, 1, {D::kEmbd}, nullptr},
+    {R::kFfnNorm, "ffn_norm", "ffn_norm.weight", S::kBlock, K::kNorm, 1, {D::kEmbd}, "post_attention_layernorm.weight"},
+    {R::kFfnGateInp, "ffn_gate_inp", "ffn_gate_inp.weight", S::kBlock, K::kRouter, 2, {D::kEmbd, D::kExperts}, nullptr},
+    {R::kFfnGateExps, "ffn_gate_exps", "ffn_gate_exps.weight", S::kBlock, K::kExperts, 3, {D::kEmbd, D::kFf, D::kExperts}, nullptr},
+    {R::kFfnUpExps, "ffn_up_exps", "ffn_up_exps.weight", S::kBlock, K::kExperts, 3, {D::kEmbd, D::kFf, D::kExperts}, nullptr},
+    {R::kFfnDownExps, "ffn_down_exps", "ffn_down_exps.weight", S::kBlock, K::kExperts, 3, {D::kFf, D::kEmbd, D::kExperts}, nullptr},
+    {R::kFfnGate, "ffn_gate", "ffn_gate.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kFf}, "mlp.gate_proj.weight"},
+    {R::kFfnUp, "ffn_up", "ffn_up.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kFf}, "mlp.up_proj.weight"},
+    {R::kFfnDown, "ffn_down", "ffn_down.weight", S::kBlock, K::kMatrix, 2, {D::kFf, D::kEmbd}, "mlp.down_proj.weight"},
+    {R::kPostFfnNorm, "post_ffw_norm", "post_ffw_norm.weight", S::kBlock, K::kNorm, 1, {D::kEmbd}, nullptr},
+};
+static_assert(sizeof(kRoles) / sizeof(kRoles[0]) == kNumTensorRoles);
+
+constexpr bool roles_in_order() {
+  for (int i = 0; i < kNumTensorRoles; ++i)
+    if (static_cast<int>(kRoles[i].role) != i) return false;
+  return true;
+}
+static_assert(roles_in_order(), "kRoles must follow the TensorRole order");
+
+}  // namespace
+
+const RoleInfo& role_info(TensorRole r) {
+  EMBER_CHECK(r != TensorRole::kUnknown);
+  return kRoles[static_cast<int>(r)];
+}
+
+int64_t TensorSizes::of(Dim d) const {
+  switch (d) {
+    case Dim::kEmbd: return embd;
+    case Dim::kVocab: return vocab;
+    case Dim::kQ: return q;
+    case Dim::kKv: return kv;
+    case Dim::kV: return v;
+    case Dim::kO: return o;
+    case Dim::kFf: return ff;
+    case Dim::kHeadDim: return head_dim;
+    case Dim::kRopeHalf: return rope_half;
+    case Dim::kExperts: return experts;
+  }
+  return 0;
+}
+
+TensorSizes tensor_sizes(const ModelConfig& cfg, int il) {
+  const int n_head = il < 0 ? cfg.n_head : cfg.layers[il].n_head;
+  const int n_head_kv = il < 0 ? cfg.n_head_kv : cfg.layers[il].n_head_kv;
+  TensorSizes s;
+  s.embd = cfg.n_embd;
+  s.vocab = cfg.n_vocab;
+  s.q = static_cast<int64_t>(n_head) * cfg.head_dim;
+  s.kv = static_cast<int64_t>(n_head_kv) * cfg.head_dim;
+  s.v = static_cast<int64_t>(n_head_kv) * cfg.head_dim_v;
+  s.o = static_cast<int64_t>(n_head) * cfg.head_dim_v;
+  s.ff = il < 0 ? cfg.n_ff : cfg.layers[il].n_ff;
+  s.head_dim = cfg.head_dim;
+  s.rope_half = cfg.n_rot / 2;
+  return s;
+}
+
+TensorRole role_from_gguf_name(std::string_view name, int* layer) {
+  if (layer) *layer = -1;
+  std::string_view rest = name;
+  int il = -1;
+  if (name.substr(0, 4) == "blk.") {
+    size_t p = 4;
+    int64_t v = 0;
+    while (p < name.size() && p < 4 + 7 && name[p] >= '0' && name[p] <= '9') v = v * 10 + (name[p++] - '0');
+    if (p == 4 || p >= name.size() || name[p] != '.') return TensorRole::kUnknown;
+    il = static_cast<int>(v);
+    rest = name.substr(p + 1);
+  }
+  for (const RoleInfo& r : kRoles) {
+    if ((r.scope == TensorScope::kBlock) != (il >= 0) || rest != r.gguf) continue;
+    if (layer) *layer = il;
+    return r.role;
+  }
+  return TensorRole::kUnknown;
+}
+
+std::string gguf_tensor_name(TensorRole r, int il) {
+  const RoleInfo& info = role_info(r);
+  if (info.scope != TensorScope::kBlock) return info.gguf;
+  return fmt::format("blk.{}.{}", il, info.gguf);
+}
+
+}  // namespace ember

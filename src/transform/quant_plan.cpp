@@ -1,0 +1,256 @@
+// Building, summarising and executing per-tensor quantization plans; see
+// quant_plan.h.
+#include "transform/quant_plan.h"
+
+#include <cstring>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "kernels/registry.h"
+#include "model/archs/archs.h"
+#include "quant/quantize.h"
+#include "transform/quantizer.h"
+
+namespace ember {
+
+namespace {
+
+bool is_weight_matrix(const TensorView& t) {
+  return t.n_dims == 2 && t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+}
+
+bool is_float_type(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+// Source row of output row r under kPermuteQkRows.
+int64_t permuted_source_row(int64_t r, int64_t head_dim) {
+  const int64_t h = r / head_dim, j = r % head_dim;
+  const int64_t src_j = (j % 2 == 0) ? j / 2 : j / 2 + head_dim / 2;
+  return h * head_dim + src_j;
+}
+
+// Whether Q/K rows need the HF -> GGUF permutation, and the head size.
+Status qk_permutation(const ModelFile& src, bool* permute, int64_t* head_dim) {
+  *permute = false;
+  const std::string* arch = src.architecture();
+  const ArchSpec* spec = arch ? find_arch(*arch) : nullptr;
+  if (!spec || !spec->hf_permute_qk || src.format != "safetensors") return Status::ok();
+  const std::string* rt = src.metadata.get_string(*arch + ".rope.type");
+  if (!rt || *rt != "neox") return Status::ok();
+  const int64_t n_embd = src.metadata.get_int(*arch + ".embedding_length").value_or(0);
+  const int64_t n_head = src.metadata.get_int(*arch + ".attention.head_count").value_or(1);
+  *head_dim = src.metadata.get_int(*arch + ".attention.key_length").value_or(n_head ? n_embd / n_head : 0);
+  if (*head_dim <= 0 || *head_dim % 2) return Status::error("cannot determine the head size to permute Q/K");
+  *permute = true;
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* quant_method_name(QuantMethod m) {
+  switch (m) {
+    case QuantMethod::kCopy: return "copy";
+    case QuantMethod::kConvert: return "convert";
+    case QuantMethod::kRtn: return "rtn";
+  }
+  return "?";
+}
+
+DType fallback_row_type(DType type, int64_t n_per_row) {
+  if (n_per_row % dtype_block_size(type) == 0) return type;
+  DType fb;
+  switch (type) {
+    case DType::kQ4_K: fb = DType::kQ5_0; break;
+    case DType::kQ5_K: fb = DType::kQ5_1; break;
+    case DType::kQ6_K: fb = DType::kQ8_0; break;
+    case DType::kQ2_K:
+    case DType::kQ3_K: fb = DType::kQ4_0; break;
+    default: fb = DType::kF16; break;
+  }
+  return n_per_row % dtype_block_size(fb) == 0 ? fb : DType::kF16;
+}
+
+bool convertible_to(DType t) {
+  if (t == DType::kQ8_1 || t == DType::kQ8_K) return false;
+  if (t == DType::kF32) return true;
+  return can_quantize(t);
+}
+
+int llama_file_type(DType t) {
+  switch (t) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kQ4_0: return 2;
+    case DType::kQ4_1: return 3;
+    case DType::kQ8_0: return 7;
+    case DType::kQ5_0: return 8;
+    case DType::kQ5_1: return 9;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 11;
+    case DType::kQ4_K: return 14;
+    case DType::kQ5_K: return 16;
+    case DType::kQ6_K: return 18;
+    case DType::kBF16: return 32;
+    default: return 0;
+  }
+}
+
+Result<QuantPlan> plan_quantization(const ModelFile& src, const ConvertOptions& opts) {
+  if (!convertible_to(opts.type)) return Status::errorf("cannot convert to type {}", dtype_name(opts.type));
+  QuantPlan plan;
+  plan.file_type = opts.type;
+  bool permute_qk = false;
+  int64_t head_dim = 0;
+  EMBER_RETURN_IF_ERROR(qk_permutation(src, &permute_qk, &head_dim));
+  if (permute_qk) plan.metadata.emplace_back(*src.architecture() + ".rope.type", Metadata::make_string("normal"));
+  for (DType t : {opts.output_type.value_or(opts.type), opts.token_embd_type.value_or(opts.type)})
+    if (!convertible_to(t)) return Status::errorf("cannot convert to type {}", dtype_name(t));
+
+  const bool tied = src.tensors.find("output.weight") == src.tensors.end();
+  for (const auto& [name, t] : src.tensors) {
+    QuantPlanEntry e;
+    e.name = name;
+    e.role = role_from_gguf_name(name, &e.layer);
+    e.ne.assign(t.ne, t.ne + t.n_dims);
+    e.source = t.type;
+    e.target = DType::kF32;
+    if (is_weight_matrix(t)) {
+      e.target = opts.type;
+      const bool head = e.role == TensorRole::kOutput || (tied && e.role == TensorRole::kTokenEmbd);
+      if (head && opts.output_type) e.target = *opts.output_type;
+      else if (e.role == TensorRole::kTokenEmbd && opts.token_embd_type) e.target = *opts.token_embd_type;
+      const DType fit = fallback_row_type(e.target, t.ne[0]);
+      if (fit != e.target) {
+        if (!opts.allow_fallback)
+          return Status::errorf("tensor '{}': row length {} is not a multiple of {}'s block size {}", name, t.ne[0],
+                                dtype_name(e.target), dtype_block_size(e.target));
+        e.requested = e.target;
+        e.target = fit;
+      }
+    }
+    if (permute_qk && (e.role == TensorRole::kAttnQ || e.role == TensorRole::kAttnK)) {
+      e.transform = TensorTransform::kPermuteQkRows;
+      e.head_dim = head_dim;
+    }
+    if (e.target == e.source && e.transform == TensorTransform::kNone) {
+      e.method = QuantMethod::kCopy;
+    } else {
+      if (!kernels(t.type).dequantize_row && t.type != DType::kF32)
+        return Status::errorf("tensor '{}': cannot read type {}", name, dtype_name(t.type));
+      e.method = is_float_type(e.target) ? QuantMethod::kConvert : QuantMethod::kRtn;
+    }
+    plan.entries.push_back(std::move(e));
+  }
+  plan.metadata.emplace_back("general.file_type", Metadata::make_int(llama_file_type(opts.type), GgufType::kUint32));
+  plan.metadata.emplace_back("general.quantization_version", Metadata::make_int(2, GgufType::kUint32));
+  return plan;
+}
+
+std::string quant_plan_summary(const QuantPlan& plan) {
+  struct Count {
+    int n = 0, fallback = 0;
+    std::map<std::string, int> from;
+  };
+  std::map<std::string, Count> by_type;
+  std::map<std::string, int> by_method;
+  int permuted = 0;
+  for (const QuantPlanEntry& e : plan.entries) {
+    Count& c = by_type[dtype_name(e.target)];
+    ++c.n;
+    if (e.requested) ++c.from[dtype_name(*e.requested)];
+    ++by_method[quant_method_name(e.method)];
+    permuted += e.transform == TensorTransform::kPermuteQkRows;
+  }
+  std::string out = fmt::format("plan: {} tensors:", plan.entries.size());
+  for (const auto& [type, c] : by_type) {
+    out += fmt::format(" {} {}", c.n, type);
+    for (const auto& [from, n] : c.from) out += fmt::format(" ({} by fallback from {})", n, from);
+    out += ",";
+  }
+  out.back() = ';';
+  for (const auto& [m, n] : by_method) out += fmt::format(" {} {},", m, n);
+  out.pop_back();
+  if (permuted) out += fmt::format("; Q/K rows permuted in {} tensors", permuted);
+  return out;
+}
+
+Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile> src, const QuantPlan& plan,
+                                                      const QuantizerFor& quantizer_for, ThreadPool& pool) {
+  auto out = std::make_unique<ModelFile>();
+  out->path = src->path;
+  out->format = "gguf";
+  out->metadata = src->metadata;
+  for (const auto& [key, value] : plan.metadata) out->metadata.set(key, value);
+
+  for (const QuantPlanEntry& e : plan.entries) {  // all checks before any work
+    const TensorView* t = src->tensor(e.name);
+    if (!t || t->type != e.source || std::vector<int64_t>(t->ne, t->ne + t->n_dims) != e.ne)
+      return Status::errorf("tensor '{}': the plan does not match the model", e.name);
+    if (e.method == QuantMethod::kCopy && e.target != e.source)
+      return Status::errorf("tensor '{}': a copy cannot change the type", e.name);
+    if (e.method == QuantMethod::kConvert && !is_float_type(e.target))
+      return Status::errorf("tensor '{}': {} is not a float type", e.name, dtype_name(e.target));
+    if (e.method != QuantMethod::kCopy && t->type != DType::kF32 && !kernels(t->type).dequantize_row)
+      return Status::errorf("tensor '{}': cannot read type {}", e.name, dtype_name(t->type));
+  }
+  for (const QuantPlanEntry& e : plan.entries) {
+    const TensorView& t = *src->tensor(e.name);
+    if (e.method == QuantMethod::kCopy) {
+      out->tensors[e.name] = t;
+      continue;
+    }
+    Quantizer* q = nullptr;
+    if (e.method != QuantMethod::kConvert) {
+      q = quantizer_for(e.method);
+      if (!q || !q->supports(e.target))
+        return Status::errorf("tensor '{}': no {} quantizer for {}", e.name, quant_method_name(e.method),
+                              dtype_name(e.target));
+    }
+    const KernelSet& in_k = kernels(t.type);
+    const int64_t n_per_row = t.ne[0], n_rows = t.nrows();
+    const size_t out_row = dtype_row_size(e.target, n_per_row);
+    auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[out_row * n_rows]);
+    uint8_t* dst = buf.get();
+    constexpr int64_t kChunk = 16;
+    std::vector<std::vector<float>> tmp(pool.size(), std::vector<float>(kChunk * n_per_row));
+    std::vector<Status> errors(pool.size());
+    pool.parallel_for(n_rows, kChunk, [&](int64_t b, int64_t end, int ith) {
+      for (int64_t r0 = b; r0 < end && errors[ith]; r0 += kChunk) {
+        const int64_t nr = std::min(kChunk, end - r0);
+        float* rows = tmp[ith].data();
+        for (int64_t i = 0; i < nr; ++i) {
+          const int64_t r = r0 + i;
+          const int64_t sr = e.transform == TensorTransform::kPermuteQkRows ? permuted_source_row(r, e.head_dim) : r;
+          float* row = rows + i * n_per_row;
+          if (t.type == DType::kF32) std::memcpy(row, t.row(sr), n_per_row * sizeof(float));
+          else in_k.dequantize_row(t.row(sr), row, n_per_row);
+        }
+        uint8_t* d = dst + r0 * out_row;
+        if (!q) {  // float conversion
+          for (int64_t i = 0; i < nr; ++i) {
+            if (e.target == DType::kF32) std::memcpy(d + i * out_row, rows + i * n_per_row, out_row);
+            else quantize_row_ref(e.target, rows + i * n_per_row, d + i * out_row, n_per_row);
+          }
+          continue;
+        }
+        QuantTensorContext ctx;
+        ctx.entry = &e;
+        ctx.row0 = r0;
+        errors[ith] = q->quantize_rows(rows, nr, n_per_row, e.target, ctx, d);
+      }
+    });
+    for (const Status& st : errors)
+      if (!st) return st.with_context(e.name);
+    TensorView v = t;
+    v.type = e.target;
+    v.data = dst;
+    v.nbytes = out_row * n_rows;
+    out->tensors[e.name] = v;
+    out->owners.push_back(std::static_pointer_cast<void>(std::shared_ptr<uint8_t>(buf, buf.get())));
+  }
+  std::shared_ptr<ModelFile> keep(std::move(src));
+  out->owners.push_back(std::static_pointer_cast<void>(keep));
+  return out;
+}
+
+}  // namespace ember

@@ -1,0 +1,122 @@
+// The per-tensor quantization plan of `ember quantize`: one entry per tensor
+// of the source model (its role from the tensor vocabulary of model/archs,
+// source type, target type, method, load-time transform), built from
+// ConvertOptions by one function with llama-quantize-like rules, then
+// executed tensor by tensor by a Quantizer (quantizer.h). The plan is plain
+// data: it can be printed, tested and edited before it runs, and the
+// calibrated methods (issue 13) choose per tensor in the same place.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/metadata.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/archs/tensors.h"
+#include "model/io/model_file.h"
+
+namespace ember {
+
+class Quantizer;
+
+struct ConvertOptions {
+  DType type = DType::kQ8_0;
+  // Matrices whose rows are not a multiple of the block size fall back to a
+  // compatible type (fallback_row_type), as llama.cpp does; false: an error.
+  bool allow_fallback = true;
+  // Per-tensor overrides, as llama-quantize's --output-tensor-type and
+  // --token-embedding-type: the output head (output.weight, or
+  // token_embd.weight when the model ties them) and the token embedding.
+  std::optional<DType> output_type;
+  std::optional<DType> token_embd_type;
+};
+
+// How a tensor's new payload is made.
+enum class QuantMethod : uint8_t {
+  kCopy,     // passed through unchanged (the target is its type, no transform)
+  kConvert,  // read as f32 and written as f32 / f16 / bf16
+  kRtn,      // quantized to a block type by round-to-nearest (RtnQuantizer)
+  // Calibrated methods (imatrix, AWQ, GPTQ) follow.
+};
+const char* quant_method_name(QuantMethod m);
+
+// A change of the tensor's values on the way.
+enum class TensorTransform : uint8_t {
+  kNone,
+  // Rows of each head reordered from rotate_half (Hugging Face) to
+  // interleaved pairs (GGUF): row 2i <- i, 2i+1 <- i + head_dim / 2.
+  kPermuteQkRows,
+};
+
+struct QuantPlanEntry {
+  std::string name;                       // GGUF name
+  TensorRole role = TensorRole::kUnknown;  // from the name (kUnknown: outside the vocabulary)
+  int layer = -1;                          // block index, -1 for model-level tensors
+  std::vector<int64_t> ne;                 // shape, GGML order
+  DType source = DType::kF32;
+  DType target = DType::kF32;
+  QuantMethod method = QuantMethod::kCopy;
+  TensorTransform transform = TensorTransform::kNone;
+  int64_t head_dim = 0;  // kPermuteQkRows: rows per head
+  // The type the options asked for when a fallback replaced it (rows not a
+  // multiple of its block size); nullopt otherwise.
+  std::optional<DType> requested;
+};
+
+struct QuantPlan {
+  DType file_type = DType::kQ8_0;  // general.file_type of the result
+  std::vector<QuantPlanEntry> entries;  // in the source's tensor order (by name)
+  // Metadata keys the result sets (in this order), e.g. rope.type after a
+  // Q/K permutation, general.file_type.
+  std::vector<std::pair<std::string, GgufValue>> metadata;
+};
+
+// The type a matrix with rows of n_per_row elements gets when `type` does not
+// fit it: type itself if n_per_row is a multiple of its block size, else
+// q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, q2_K / q3_K -> q4_0, others ->
+// f16 (and f16 when the fallback does not fit either), as llama.cpp does.
+DType fallback_row_type(DType type, int64_t n_per_row);
+
+// True if t can be the target of a conversion (f32, f16, bf16 and the
+// storage quantization types; not the activation types q8_1 / q8_K).
+bool convertible_to(DType t);
+
+// The llama.cpp "general.file_type" value for a model converted to t.
+int llama_file_type(DType t);
+
+// The plan for converting `src` with `opts`:
+//   - 2-D tensors named *.weight are matrices: opts.type; the output head
+//     (output.weight, or token_embd.weight when there is no output.weight)
+//     gets opts.output_type and the embedding opts.token_embd_type when set;
+//     a type that does not fit the rows falls back (fallback_row_type) or,
+//     without allow_fallback, is an error naming the tensor;
+//   - every other tensor (norms, biases, rope factors, 3-D experts) is f32;
+//   - a tensor already in its target type is copied;
+//   - Hugging Face checkpoints of architectures whose spec sets
+//     hf_permute_qk get their Q/K rows permuted and rope.type "normal".
+// Errors: an unconvertible type, an unreadable source type, a row length
+// that does not fit, a head size that cannot be determined.
+Result<QuantPlan> plan_quantization(const ModelFile& src, const ConvertOptions& opts);
+
+// "q4_0: 12 tensors (2 by fallback from q4_K), q8_0: 1, f32: 9" and the
+// methods used.
+std::string quant_plan_summary(const QuantPlan& plan);
+
+// Which quantizer runs entries of method m (null: none available).
+using QuantizerFor = std::function<Quantizer*(QuantMethod m)>;
+
+// Executes `plan` on `src` (which the result keeps alive): each entry's rows
+// are read as f32 (transformed if the entry says so) in chunks across `pool`
+// and written by the entry's method. Fails if the plan does not match the
+// source (a tensor missing or of another type) or a method has no quantizer.
+Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile> src, const QuantPlan& plan,
+                                                      const QuantizerFor& quantizer_for, ThreadPool& pool);
+
+}  // namespace ember
