@@ -128,7 +128,10 @@ Result<QuantPlan> plan_quantization(const ModelFile& src, const ConvertOptions& 
         e.target = fit;
       }
     }
-    if (permute_qk && (e.role == TensorRole::kAttnQ || e.role == TensorRole::kAttnK)) {
+    // The biases of Q and K follow their rows (an HF llama checkpoint with
+    // attention_bias).
+    if (permute_qk && (e.role == TensorRole::kAttnQ || e.role == TensorRole::kAttnK ||
+                       e.role == TensorRole::kAttnQBias || e.role == TensorRole::kAttnKBias)) {
       e.transform = TensorTransform::kPermuteQkRows;
       e.head_dim = head_dim;
     }
@@ -207,6 +210,25 @@ Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile>
                               dtype_name(e.target));
     }
     const KernelSet& in_k = kernels(t.type);
+    if (e.transform == TensorTransform::kPermuteQkRows && t.n_dims == 1) {
+      // A Q / K bias: its elements are the rows to permute; stored as f32.
+      const int64_t n = t.ne[0];
+      if (e.target != DType::kF32 || e.head_dim <= 0 || n % e.head_dim != 0)
+        return Status::errorf("tensor '{}': cannot permute a bias of {} elements by heads of {}", e.name, n,
+                              e.head_dim);
+      std::vector<float> in(n);
+      if (t.type == DType::kF32) std::memcpy(in.data(), t.data, n * sizeof(float));
+      else in_k.dequantize_row(t.data, in.data(), n);
+      auto vec = std::make_shared<std::vector<float>>(n);
+      for (int64_t r = 0; r < n; ++r) (*vec)[r] = in[permuted_source_row(r, e.head_dim)];
+      TensorView v = t;
+      v.type = DType::kF32;
+      v.data = vec->data();
+      v.nbytes = static_cast<size_t>(n) * sizeof(float);
+      out->tensors[e.name] = v;
+      out->owners.push_back(std::move(vec));
+      continue;
+    }
     const int64_t n_per_row = t.ne[0], n_rows = t.nrows();
     const size_t out_row = dtype_row_size(e.target, n_per_row);
     auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[out_row * n_rows]);

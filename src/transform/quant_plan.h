@@ -51,7 +51,8 @@ const char* quant_method_name(QuantMethod m);
 enum class TensorTransform : uint8_t {
   kNone,
   // Rows of each head reordered from rotate_half (Hugging Face) to
-  // interleaved pairs (GGUF): row 2i <- i, 2i+1 <- i + head_dim / 2.
+  // interleaved pairs (GGUF): row 2i <- i, 2i+1 <- i + head_dim / 2. On a
+  // 1-D tensor (the Q / K bias) the elements, which are its output rows.
   kPermuteQkRows,
 };
 

@@ -10,10 +10,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 
+#include "model/model.h"
 #include "quant/quantize.h"
 #include "transform/convert.h"
 #include "transform/gen_model.h"
@@ -231,6 +233,59 @@ class RecordingQuantizer : public Quantizer {
   std::mutex mu_;
   RtnQuantizer rtn_;
 };
+
+// A Hugging Face llama checkpoint with Q/K biases (attention_bias): the
+// biases are permuted with their rows, so the converted GGUF (interleaved
+// RoPE) computes the same function as the checkpoint run directly (NeoX RoPE
+// on the stored order).
+TEST_F(QuantPlanTest, HuggingFaceLlamaQkBiasesFollowTheirRows) {
+  auto with_biases = [](std::unique_ptr<ModelFile> f) {
+    const int64_t q = f->tensor("blk.0.attn_q.weight")->ne[1], k = f->tensor("blk.0.attn_k.weight")->ne[1];
+    for (auto [name, n] : {std::pair<std::string, int64_t>{"blk.0.attn_q.bias", q}, {"blk.0.attn_k.bias", k}}) {
+      auto v = std::make_shared<std::vector<float>>(n);
+      for (int64_t i = 0; i < n; ++i) (*v)[i] = 0.05f * static_cast<float>((i * 7919) % 23) - 0.5f;
+      TensorView t;
+      t.name = name;
+      t.type = DType::kF32;
+      t.n_dims = 1;
+      t.ne[0] = n;
+      t.data = v->data();
+      t.nbytes = static_cast<size_t>(n) * 4;
+      f->owners.push_back(v);
+      f->tensors[name] = t;
+    }
+    return f;
+  };
+  auto logits_of = [&](std::unique_ptr<ModelFile> f) {
+    auto m = Model::from_file(std::move(f));
+    EXPECT_TRUE(m.is_ok()) << m.status().message();
+    if (!m.is_ok()) return std::vector<float>{};
+    ForwardContext ctx(**m, pool_, 16);
+    ContiguousKvCache cache((*m)->config(), 16);
+    const std::vector<int32_t> toks = {1, 5, 9, 2, 7, 3};
+    std::vector<float> all(toks.size() * (*m)->config().n_vocab);
+    EXPECT_TRUE(ctx.forward(toks.data(), 6, 0, cache, nullptr, all.data()).is_ok());
+    return all;
+  };
+  auto direct = open_model_file(kModelData + "hf_llama_sharded");
+  auto source = open_model_file(kModelData + "hf_llama_sharded");
+  ASSERT_TRUE(direct.is_ok() && source.is_ok());
+  const std::vector<float> want = logits_of(with_biases(std::move(direct.value())));
+  ConvertOptions o;
+  o.type = DType::kF32;
+  auto conv = convert_model(with_biases(std::move(source.value())), o, pool_);
+  ASSERT_TRUE(conv.is_ok()) << conv.status().message();
+  EXPECT_EQ(*(*conv)->metadata.get_string("llama.rope.type"), "normal");
+  const std::vector<float> got = logits_of(std::move(conv.value()));
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(want.empty());
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
+    ref += want[i] * static_cast<double>(want[i]);
+  }
+  EXPECT_LT(std::sqrt(err / ref), 1e-5);
+}
 
 TEST_F(QuantPlanTest, ExecutorDrivesTheQuantizer) {
   ConvertOptions o;
