@@ -1,5 +1,5 @@
 // Q8_0 / Q5_0 / Q4_0 x Q8_0 and Q4_1 / Q5_1 x Q8_1 kernels of the AVX-512
-// level (kernels/cpu/gemm_lanes_avx512.cpp, decode_legacy_avx512.cpp). That
+// level (kernels/cpu/avx512/lanes_tile.cpp, avx512/lanes_rows.cpp). That
 // level defines its own arithmetic for these types: per block an exact
 // integer dot of the weight quants (minus the offset) and activation quants,
 // then acc = fma(float(isum), d_w * d_x, acc) and, for Q4_1 / Q5_1,

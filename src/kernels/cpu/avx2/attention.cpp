@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "kernels/cpu/simd_util.h"
+#include "kernels/cpu/simd.h"
 
 namespace ember {
 

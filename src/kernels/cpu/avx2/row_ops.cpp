@@ -1,6 +1,6 @@
 // Row-wise float ops; see ops.h.
 #include "kernels/ops.h"
-#include "kernels/cpu/simd_util.h"
+#include "kernels/cpu/simd.h"
 
 #include <immintrin.h>
 

@@ -1,7 +1,18 @@
-// Declarations of the x86 SIMD kernels (AVX2 and AVX-512 levels). Signatures
-// match the registry's function pointer types (kernels/registry.h). Only the
-// registry calls these, and the avx512 ones only when cpu_max_isa() says the
-// CPU has AVX-512 F/BW/VL/DQ + VNNI.
+// Declarations of the x86 SIMD kernels of the CPU backend: namespace avx2
+// (kernels/cpu/avx2/*.cpp) and avx512 (kernels/cpu/avx512/*.cpp, compiled
+// with AVX-512 flags). The matmul kernels match the registry's function
+// pointer types (kernels/registry.h), the row ops and attention those of the
+// op table (kernels/cpu/op_table.h); only those two tables refer to them,
+// and install the avx512 ones only when cpu_max_isa() says the CPU has
+// AVX-512 F/BW/VL/DQ + VNNI.
+//
+// Files are named <family>_<kind>.cpp: family float (F32/F16/BF16), legacy
+// (32-element blocks), kquants (256-element super-blocks) or lanes (the
+// AVX-512 row-lane form of the legacy types); kind dot (vec_dot and the row
+// conversions), tile (vec_dot_tile) or rows (vec_dot_rows). A file whose
+// kernels share one arithmetic contract may hold several kinds of its
+// family; its header says which. row_ops.cpp and attention.cpp hold the ops
+// of the op table.
 //
 // Activation preconditions (hold for everything our activation quantizers
 // produce): Q8_0/Q8_1/Q8_K activation quants lie in [-127, 127].
@@ -32,7 +43,7 @@ void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
 // Tile kernels (VecDotTileFn), bit-identical to the vec_dot above for every
-// (row, token) pair. Legacy types (gemm_legacy_avx2.cpp): up to
+// (row, token) pair. Legacy types (avx2/legacy_tile.cpp): up to
 // kLegacyTileRows rows x kLegacyTileCols tokens.
 constexpr int kLegacyTileRows = 16;
 constexpr int kLegacyTileCols = 64;
@@ -42,7 +53,7 @@ void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
-// K-quants (gemm_kquants_avx2.cpp): up to kKquantTileRows rows x
+// K-quants (avx2/kquants_tile.cpp): up to kKquantTileRows rows x
 // kKquantTileCols tokens.
 constexpr int kKquantTileRows = 4;
 constexpr int kKquantTileCols = 64;
@@ -56,7 +67,7 @@ void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
-// Float weights (gemm_float_avx2.cpp): up to kFloatTileRows rows x
+// Float weights (avx2/float_tile.cpp): up to kFloatTileRows rows x
 // kFloatTileCols tokens.
 constexpr int kFloatTileRows = 4;
 constexpr int kFloatTileCols = 60;
@@ -88,9 +99,9 @@ namespace avx512 {
 void vec_dot_f32(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_f16(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x);
-// Float weights (float_avx512.cpp): one fma chain per output; decode walks
-// rows sequentially, the tile is kFloatTileRows rows x up to kFloatTileCols
-// tokens.
+// Float weights (avx512/float_dot.cpp, float_tile.cpp): one fma chain per
+// output; decode walks rows sequentially, the tile is kFloatTileRows rows x
+// up to kFloatTileCols tokens.
 constexpr int kFloatTileRows = 4;
 constexpr int kFloatTileCols = 60;
 void vec_dot_rows_f32(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
@@ -113,7 +124,7 @@ void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
-// K-quant tile kernels (VecDotTileFn, gemm_kquants_avx512.cpp), bit-identical
+// K-quant tile kernels (VecDotTileFn, avx512/kquants_tile.cpp), bit-identical
 // to the vec_dot above for every (row, token) pair: up to kTileRows weight
 // rows x kWideTileCols tokens (weight-stationary: each call unpacks its rows
 // once for all its tokens).
@@ -130,7 +141,7 @@ void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
 void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (gemm_lanes_avx512.cpp): 32 rows (two
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (avx512/lanes_tile.cpp): 32 rows (two
 // sets of 16, one row per zmm lane) x up to kLaneTileCols tokens, with their
 // own arithmetic (see that file; the vec_dot of these types above follows it
 // too).
@@ -142,8 +153,15 @@ void vec_dot_tile_q4_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q5_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
-// Q4_1 / Q5_1 decode (KernelSet::vec_dot_rows, decode_legacy_avx512.cpp;
-// the Q4_0 / Q5_0 / Q8_0 ones are declared in decode_rows.h).
+// Decode over many rows (KernelSet::vec_dot_rows), bit-identical to the
+// vec_dot of this level for every row: Q4_0 / Q4_1 / Q5_1 in lanes_rows.cpp
+// (groups of kDecodeGroupRows rows share the activation work; any nr >= 1),
+// Q8_0 / Q5_0 in lanes_tile.cpp (sequential rows, two at a time when short,
+// the activation side prepared once per call).
+constexpr int kDecodeGroupRows = 16;
+void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q4_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q5_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
