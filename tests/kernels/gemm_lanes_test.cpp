@@ -273,7 +273,11 @@ TEST_F(GemmLanes, MatmulMatchesModel) {
               << dtype_name(ty) << " threads=" << nt << " batch=" << batch << " i=" << i;
       }
       std::vector<float> slice(static_cast<size_t>(100 * tokens));
-      matmul_rows(w, 37, 137, x.data(), n, slice.data(), 100, tokens, pool, scratch);
+      TensorView rows_37_137 = w;  // a view of rows [37, 137)
+      rows_37_137.ne[1] = 100;
+      rows_37_137.data = w.row(37);
+      rows_37_137.nbytes = 100 * w.row_bytes();
+      matmul(rows_37_137, x.data(), n, slice.data(), 100, tokens, pool, scratch);
       for (int64_t t = 0; t < tokens; ++t)
         for (int64_t r = 37; r < 137; ++r)
           ASSERT_TRUE(same_bits(slice[t * 100 + r - 37], want[t * rows + r]))
