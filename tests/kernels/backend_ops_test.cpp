@@ -21,6 +21,7 @@
 
 #include "kernels/backend_under_test.h"
 #include "kernels/matmul.h"
+#include "kernels/matrix_view.h"
 #include "kernels/ref/ops_ref.h"
 #include "kernels/ref/vec_dot_ref.h"
 #include "kernels/registry.h"
@@ -77,16 +78,7 @@ struct Weights {
   int64_t rows, n;
   std::vector<uint8_t> bytes;
   std::vector<float> deq;
-  TensorView view() const {
-    TensorView v;
-    v.type = type;
-    v.n_dims = 2;
-    v.ne[0] = n;
-    v.ne[1] = rows;
-    v.data = bytes.data();
-    v.nbytes = bytes.size();
-    return v;
-  }
+  TensorView view() const { return matrix_view(type, rows, n, bytes); }
 };
 
 Weights make_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {

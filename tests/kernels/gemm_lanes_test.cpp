@@ -18,6 +18,7 @@
 
 #include "core/fp16.h"
 #include "kernels/legacy_weights.h"
+#include "kernels/matrix_view.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
 #include "kernels/registry.h"
@@ -244,13 +245,7 @@ TEST_F(GemmLanes, MatmulMatchesModel) {
   for (DType ty : kTypes) {
     const int64_t n = 640, rows = 301, tokens = 21;
     const auto wbytes = make_legacy_weights(ty, rows, n, 17);
-    TensorView w;
-    w.type = ty;
-    w.n_dims = 2;
-    w.ne[0] = n;
-    w.ne[1] = rows;
-    w.data = wbytes.data();
-    w.nbytes = wbytes.size();
+    const TensorView w = matrix_view(ty, rows, n, wbytes);
     const auto x = make_x(tokens, n, 19);
     const auto xq = quantize_x(ty, x, tokens, n);
     const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(vec_dot_type(ty), n);
@@ -273,11 +268,7 @@ TEST_F(GemmLanes, MatmulMatchesModel) {
               << dtype_name(ty) << " threads=" << nt << " batch=" << batch << " i=" << i;
       }
       std::vector<float> slice(static_cast<size_t>(100 * tokens));
-      TensorView rows_37_137 = w;  // a view of rows [37, 137)
-      rows_37_137.ne[1] = 100;
-      rows_37_137.data = w.row(37);
-      rows_37_137.nbytes = 100 * w.row_bytes();
-      matmul(rows_37_137, x.data(), n, slice.data(), 100, tokens, pool, scratch);
+      matmul(row_range(w, 37, 137), x.data(), n, slice.data(), 100, tokens, pool, scratch);
       for (int64_t t = 0; t < tokens; ++t)
         for (int64_t r = 37; r < 137; ++r)
           ASSERT_TRUE(same_bits(slice[t * 100 + r - 37], want[t * rows + r]))
