@@ -96,6 +96,7 @@ Job plan(const TensorView& w, float* y, int64_t ldy, int64_t n_tokens, int n_thr
     j.path = Path::kDots;
     j.grain = n_tokens == 1 ? kDecodeRows : kRowTile;
   }
+  if (n_threads == 1) j.grain = std::max<int64_t>(1, j.n_rows);  // one thread: one sweep of all rows
   return j;
 }
 
