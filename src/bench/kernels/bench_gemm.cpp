@@ -4,9 +4,11 @@
 // level. Prints GMAC/s (multiply-accumulates of the weight matrix per second
 // of process CPU time, so divide by the thread count for per-core figures).
 // Then the multi-target case of Backend::matmul: the Q/K/V and gate/up
-// matrices of Gemma 3 270M Q4_K_M (Q5_0, Q5_0, Q8_0; Q5_0 x 2) with n inputs,
-// one call per matrix against one shared call (activations converted once,
-// one parallel section), timed alternately.
+// matrices of Gemma 3 270M Q4_K_M (Q5_0, Q5_0, Q8_0; Q5_0 x 2) with n inputs
+// and, when n is a multiple of 256, of Qwen3-0.6B Q4_K_M (Q4_K, Q4_K, Q6_K;
+// Q4_K x 2; n = 1024 is its shape), one call per matrix against one shared
+// call (activations converted once, one parallel section), timed
+// alternately.
 //
 // Built with -DEMBER_BUILD_BENCH=ON:
 //   cmake -S . -B build-bench -G Ninja -DEMBER_BUILD_BENCH=ON && ninja -C build-bench bench_gemm
@@ -119,7 +121,7 @@ void bench_multi(const char* name, const std::vector<std::pair<DType, int64_t>>&
     tm.push_back(seconds_now() - t0);
   }
   const double s = median(ts), m = median(tm);
-  std::printf("%-8s separate %8.2f GMAC/s %8.3f ms   shared %8.2f GMAC/s %8.3f ms   (%+.1f%%)\n", name,
+  std::printf("%-13s separate %8.2f GMAC/s %8.3f ms   shared %8.2f GMAC/s %8.3f ms   (%+.1f%%)\n", name,
               macs / s * 1e-9, s * 1e3, macs / m * 1e-9, m * 1e3, (s / m - 1) * 100);
 }
 
@@ -179,6 +181,11 @@ int main(int argc, char** argv) {
   if ((!only || multi_only) && n % 32 == 0) {
     bench_multi("q/k/v", {{DType::kQ5_0, 1024}, {DType::kQ5_0, 256}, {DType::kQ8_0, 256}}, n, tokens, pool, rng);
     bench_multi("gate/up", {{DType::kQ5_0, 2048}, {DType::kQ5_0, 2048}}, n, tokens, pool, rng);
+  }
+  if ((!only || multi_only) && n % 256 == 0) {  // Qwen3-0.6B Q4_K_M shapes (n = 1024)
+    bench_multi("qwen3 q/k/v", {{DType::kQ4_K, 2048}, {DType::kQ4_K, 1024}, {DType::kQ6_K, 1024}}, n, tokens, pool,
+                rng);
+    bench_multi("qwen3 gate/up", {{DType::kQ4_K, 3072}, {DType::kQ4_K, 3072}}, n, tokens, pool, rng);
   }
   return 0;
 }
