@@ -8,7 +8,11 @@
 // with an online softmax, and chunk results are merged in increasing order.
 // Whether chunks run in parallel (decode: flash-decoding over the context) or
 // sequentially (prefill), and whatever other rows share the batch, every row
-// gets the same bits.
+// gets the same bits. That is the AVX2 kernel (kernels/cpu/avx2/
+// attention.cpp, also serving the AVX-512 level); the scalar level is the
+// reference (kernels/ref/attention_ref.h: a plain softmax per row in double,
+// row-parallel, batch-invariant too). The functions below dispatch at the
+// active ISA level (core/cpu_features.h).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +44,23 @@ struct AttentionShape {
   int sliding_window = 0;  // if > 0: key visible iff q_pos - k_pos < window
 };
 
-// Scratch needed by attention() for n_rows query tokens with n_threads.
+// Visible key positions [lo, hi) of a query at position p: causal, and
+// within the sliding window when there is one.
+inline void attention_visible_range(const AttentionShape& s, int64_t p, int64_t* lo, int64_t* hi) {
+  *hi = p + 1;
+  *lo = s.sliding_window > 0 && p - s.sliding_window + 1 > 0 ? p - s.sliding_window + 1 : 0;
+}
+// K / V row of position p for kv head h (head_dim hd) through a view.
+inline const float* kv_key_row(const KvView& kv, int64_t p, int h, int hd) {
+  return kv.k_blocks[p / kv.block_size] + (p % kv.block_size) * kv.k_row_stride + static_cast<int64_t>(h) * hd;
+}
+inline const float* kv_value_row(const KvView& kv, int64_t p, int h, int hd) {
+  return kv.v_blocks[p / kv.block_size] + (p % kv.block_size) * kv.v_row_stride + static_cast<int64_t>(h) * hd;
+}
+
+// Scratch (floats, 8-byte aligned as any new / vector buffer is) needed by
+// attention() for n_tokens query tokens with n_threads, at every ISA level
+// (a buffer sized once stays valid if the level changes).
 int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos);
 
 // out[t, h*head_dim_v : ...] = softmax(q_t,h · K[0..pos_t]) V for each token t
@@ -56,9 +76,5 @@ void attention(const AttentionShape& s, const float* q, const int32_t* pos, int6
 void attention_ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens,
                       const KvView* views, const int32_t* view_of_token, float* out, float* scratch,
                       ThreadPool& pool);
-
-// Scalar reference: plain softmax over the full score row (tests).
-void attention_ref(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView& kv,
-                   float* out);
 
 }  // namespace ember

@@ -1,9 +1,13 @@
 // Backend: the op-level interface the forward pass calls, always with whole
 // batches (every row of a step at once), so that an implementation can
 // thread, tile and fuse as it likes. The CPU backend (kernels/cpu/) runs the
-// dtype x ISA kernel registry and the matmul driver behind it; a CUDA backend
-// can sit beside it later and be tested against the same scalar references
-// (kernels/ref/), op by op (tests/kernels/backend_ops_test.cpp).
+// dtype x ISA kernel registry, the matmul driver and the per-ISA op table
+// behind it, at the level active at each call (EMBER_ISA=scalar: every op
+// is its scalar reference twin of kernels/ref/). A CUDA backend can sit
+// beside it later (kernels/cuda/) and is tested against the same
+// references, op by op, by adding its factory to
+// tests/kernels/backend_under_test.h (backend_ops_test.cpp,
+// backend_attention_test.cpp).
 //
 // Arithmetic contract, for every implementation: each output row depends
 // only on its own input row(s) (and, for attention, on its sequence's K/V),
@@ -43,9 +47,10 @@ class Backend {
   virtual const char* name() const = 0;
 
   // Every target's product with the same activations x [n_tokens, n_in]
-  // (row stride ldx). x is converted to each distinct activation type
-  // (vec_dot_type of the weights) once and shared by all targets reading it
-  // (Q/K/V; gate/up). Results are bit-identical to one matmul per target.
+  // (row stride ldx; every target's w has ne[0] = n_in). x is converted to
+  // each distinct activation type (vec_dot_type of the weights) once and
+  // shared by all targets reading it (Q/K/V; gate/up). Results are
+  // bit-identical to one matmul per target.
   virtual void matmul(const float* x, int64_t ldx, int64_t n_tokens, const MatmulTarget* targets,
                       int n_targets) = 0;
   void matmul(const TensorView& w, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n_tokens) {

@@ -1,8 +1,12 @@
-// Element-wise and row-wise float ops used by the transformer block:
-// RMSNorm, RoPE (normal and NeoX), softmax, activations, gated FFN glue.
-// Plain loops written for auto-vectorisation (the baseline ISA is AVX2/FMA);
-// the reduction order within a row is fixed, so results never depend on how
-// rows are batched or threaded.
+// Element-wise and row-wise float ops used by the transformer block and the
+// sampler: RMSNorm, RoPE (normal and NeoX), softmax / max / log-sum-exp,
+// activations, gated FFN glue, softcap. Each function dispatches at the
+// active ISA level (core/cpu_features.h) through the CPU op table
+// (kernels/cpu/op_table.h): the scalar level runs the reference twins
+// (kernels/ref/ops_ref.h), AVX2 and AVX-512 the AVX2 kernels
+// (kernels/cpu/avx2/row_ops.cpp). At every level the reduction order within
+// a row is fixed, so results never depend on how rows are batched or
+// threaded. Thread-safe (no state); no allocation.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +27,7 @@ void rope_angles(float pos, const float* inv_freq, int n_rot, float* cos_t, floa
 
 // In-place numerically stable softmax over one row. Returns the max.
 float softmax_row(float* x, int64_t n);
-// Largest element (NaNs ignored unless all are NaN; -inf for n == 0).
+// Largest element (NaNs are ignored; -inf for n == 0 or an all-NaN row).
 float max_row(const float* x, int64_t n);
 // log(sum_i exp(x[i])), stable (max-shifted, vectorized, accumulated in double).
 double log_sum_exp_row(const float* x, int64_t n);
@@ -42,9 +46,7 @@ void geglu_tanh_row(float* gate, const float* up, int64_t n);
 void add_row(float* y, const float* x, int64_t n);
 // y[i] *= s
 void scale_row(float* y, float s, int64_t n);
-// dot product with a fixed reduction order (8 lanes, then pairwise)
-float dot_f32(const float* a, const float* b, int64_t n);
-// y[i] += a * x[i]
-void axpy_f32(float* y, float a, const float* x, int64_t n);
+// x[i] = cap * tanh(x[i] / cap) (cap > 0): logit soft-capping.
+void softcap_row(float* x, int64_t n, float cap);
 
 }  // namespace ember

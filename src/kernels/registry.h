@@ -1,6 +1,8 @@
-// Kernel registry: (op x dtype x ISA) -> function pointer. Every op has a
-// scalar reference (kernels/ref/), always built; SIMD variants (kernels/cpu/)
-// register for the ISA levels they need. Lookups fall back to the best
+// Kernel registry: (op x dtype x ISA) -> function pointer, the per-dtype
+// table of the CPU backend (kernels/cpu/registry.cpp; the dtype-independent
+// ops are in kernels/cpu/op_table.h). Every op has a scalar reference
+// (kernels/ref/, quant/), always built; SIMD variants (kernels/cpu/avx2/,
+// kernels/cpu/avx512/) register for the ISA levels they need. Lookups fall back to the best
 // available level <= the requested one, so dispatch never picks an
 // instruction the CPU lacks.
 //

@@ -11,19 +11,14 @@
 
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
+#include "kernels/matrix_view.h"
 
 namespace ember {
 
 // w: rows x n weights of type t; x: tokens x n activations.
 inline void expect_decode_equals_batch(DType t, const std::vector<uint8_t>& wbytes, int64_t rows, int64_t n,
                                        const std::vector<float>& x, int64_t tokens) {
-  TensorView w;
-  w.type = t;
-  w.n_dims = 2;
-  w.ne[0] = n;
-  w.ne[1] = rows;
-  w.data = wbytes.data();
-  w.nbytes = wbytes.size();
+  const TensorView w = matrix_view(t, rows, n, wbytes);
   for (int nt : {1, 2, 3}) {
     ThreadPool pool(nt);
     MatmulScratch scratch;

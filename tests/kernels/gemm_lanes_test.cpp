@@ -1,5 +1,5 @@
 // Q8_0 / Q5_0 / Q4_0 x Q8_0 and Q4_1 / Q5_1 x Q8_1 kernels of the AVX-512
-// level (kernels/cpu/gemm_lanes_avx512.cpp, decode_legacy_avx512.cpp). That
+// level (kernels/cpu/avx512/lanes_tile.cpp, avx512/lanes_rows.cpp). That
 // level defines its own arithmetic for these types: per block an exact
 // integer dot of the weight quants (minus the offset) and activation quants,
 // then acc = fma(float(isum), d_w * d_x, acc) and, for Q4_1 / Q5_1,
@@ -18,6 +18,7 @@
 
 #include "core/fp16.h"
 #include "kernels/legacy_weights.h"
+#include "kernels/matrix_view.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
 #include "kernels/registry.h"
@@ -244,13 +245,7 @@ TEST_F(GemmLanes, MatmulMatchesModel) {
   for (DType ty : kTypes) {
     const int64_t n = 640, rows = 301, tokens = 21;
     const auto wbytes = make_legacy_weights(ty, rows, n, 17);
-    TensorView w;
-    w.type = ty;
-    w.n_dims = 2;
-    w.ne[0] = n;
-    w.ne[1] = rows;
-    w.data = wbytes.data();
-    w.nbytes = wbytes.size();
+    const TensorView w = matrix_view(ty, rows, n, wbytes);
     const auto x = make_x(tokens, n, 19);
     const auto xq = quantize_x(ty, x, tokens, n);
     const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(vec_dot_type(ty), n);
@@ -273,7 +268,7 @@ TEST_F(GemmLanes, MatmulMatchesModel) {
               << dtype_name(ty) << " threads=" << nt << " batch=" << batch << " i=" << i;
       }
       std::vector<float> slice(static_cast<size_t>(100 * tokens));
-      matmul_rows(w, 37, 137, x.data(), n, slice.data(), 100, tokens, pool, scratch);
+      matmul(row_range(w, 37, 137), x.data(), n, slice.data(), 100, tokens, pool, scratch);
       for (int64_t t = 0; t < tokens; ++t)
         for (int64_t r = 37; r < 137; ++r)
           ASSERT_TRUE(same_bits(slice[t * 100 + r - 37], want[t * rows + r]))

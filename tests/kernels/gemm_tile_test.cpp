@@ -18,6 +18,7 @@
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
+#include "kernels/matrix_view.h"
 #include "kernels/registry.h"
 #include "quant/blocks.h"
 #include "quant/quantize.h"
@@ -311,13 +312,7 @@ TEST(GemmTile, MatmulIsBatchInvariant) {
                                                                    {DType::kQ6_K, 512},
                                                                    {DType::kQ6_K, 4096}}) {
     const std::vector<uint8_t> wbytes = make_weights(t, kRows, n, 7 + static_cast<uint32_t>(t));
-    TensorView w;
-    w.type = t;
-    w.n_dims = 2;
-    w.ne[0] = n;
-    w.ne[1] = kRows;
-    w.data = wbytes.data();
-    w.nbytes = wbytes.size();
+    const TensorView w = matrix_view(t, kRows, n, wbytes);
     const std::vector<float> x = make_activations(kTokens, n, 99);
     const std::vector<uint8_t> xq = quantize_activations(t, active_isa(), x, kTokens, n);
     const KernelSet& k = kernels(t);
@@ -338,9 +333,9 @@ TEST(GemmTile, MatmulIsBatchInvariant) {
         ASSERT_TRUE(same_bits(single[i], want[i])) << dtype_name(t) << " threads=" << pool->size() << " i=" << i
                                                    << " single " << single[i] << " vec_dot " << want[i];
       }
-      // matmul_rows on a slice gives the same bits as the full product.
+      // A view of rows [5, 30) gives the same bits as the full product.
       std::vector<float> slice(static_cast<size_t>(ldy * kTokens), 0.0f);
-      matmul_rows(w, 5, 30, x.data(), n, slice.data(), ldy, kTokens, *pool, scratch);
+      matmul(row_range(w, 5, 30), x.data(), n, slice.data(), ldy, kTokens, *pool, scratch);
       for (int64_t c = 0; c < kTokens; ++c) {
         for (int64_t r = 5; r < 30; ++r) {
           ASSERT_TRUE(same_bits(slice[c * ldy + r - 5], want[c * ldy + r])) << dtype_name(t) << " slice r=" << r;

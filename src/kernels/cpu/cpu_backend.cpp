@@ -1,14 +1,20 @@
-// The CPU backend: the Backend ops over the kernel registry (dtype x ISA),
-// the matmul driver and the row ops, threaded over a ThreadPool; see
-// kernels/backend.h.
-#include <cmath>
+// The CPU backend (kernels/backend.h): matmul through the matmul driver
+// (kernels/matmul.h: shared activation conversion, one parallel section for
+// all targets), embedding through the dtype x ISA registry, and the row ops
+// and attention through the op table (kernels/cpu/op_table.h), all at the
+// ISA level active when the op is called, threaded over a ThreadPool.
+#include <algorithm>
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/op_table.h"
 #include "kernels/matmul.h"
+#include "kernels/registry.h"
 
 namespace ember {
 namespace {
+
+constexpr int64_t kElementGrain = 16384;  // elements per task of the element-wise ops
 
 class CpuBackend final : public Backend {
  public:
@@ -16,64 +22,73 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
 
   void matmul(const float* x, int64_t ldx, int64_t n_tokens, const MatmulTarget* targets, int n_targets) override {
-    for (int i = 0; i < n_targets; ++i)
-      ember::matmul(*targets[i].w, x, ldx, targets[i].y, targets[i].ldy, n_tokens, pool_, scratch_);
+    ember::matmul(x, ldx, n_tokens, targets, n_targets, pool_, scratch_);
   }
 
   void embed(const TensorView& table, const int32_t* ids, int64_t n, float scale, float* out) override {
     const int64_t E = table.ne[0];
+    const DequantizeRowFn dequantize = kernels(table.type).dequantize_row;
+    const OpTable& ops = op_table();
     pool_.parallel_for(n, 8, [&](int64_t b, int64_t e, int) {
       for (int64_t t = b; t < e; ++t) {
-        dequantize_row(table, ids[t], out + t * E);
-        if (scale != 1.f) scale_row(out + t * E, scale, E);
+        dequantize(table.row(ids[t]), out + t * E, E);
+        if (scale != 1.f) ops.scale_row(out + t * E, scale, E);
       }
     });
   }
 
   void rms_norm(const float* x, int64_t ld_x, const float* w, float* out, int64_t ld_out, int64_t n_rows, int64_t dim,
                 float eps) override {
+    const OpTable& ops = op_table();
     pool_.parallel_for(n_rows, 16, [&](int64_t b, int64_t e, int) {
-      for (int64_t t = b; t < e; ++t) rms_norm_row(x + t * ld_x, w, out + t * ld_out, dim, eps);
+      for (int64_t t = b; t < e; ++t) ops.rms_norm_row(x + t * ld_x, w, out + t * ld_out, dim, eps);
     });
   }
 
   void rope_angles(const int32_t* pos, int64_t n, const float* inv_freq, int n_rot, float* cos_t,
                    float* sin_t) override {
     const int64_t half = n_rot / 2;
+    const OpTable& ops = op_table();
     pool_.parallel_for(n, 16, [&](int64_t b, int64_t e, int) {
       for (int64_t t = b; t < e; ++t)
-        ember::rope_angles(static_cast<float>(pos[t]), inv_freq, n_rot, cos_t + t * half, sin_t + t * half);
+        ops.rope_angles(static_cast<float>(pos[t]), inv_freq, n_rot, cos_t + t * half, sin_t + t * half);
     });
   }
 
   void rope(float* x, int64_t ld, int64_t n, int n_heads, int head_dim, int n_rot, RopeStyle style,
             const float* cos_t, const float* sin_t) override {
     const int64_t half = n_rot / 2;
+    const OpTable& ops = op_table();
     pool_.parallel_for(n, 16, [&](int64_t b, int64_t e, int) {
       for (int64_t t = b; t < e; ++t)
         for (int h = 0; h < n_heads; ++h)
-          rope_head(x + t * ld + static_cast<int64_t>(h) * head_dim, n_rot, style, cos_t + t * half, sin_t + t * half);
+          ops.rope_head(x + t * ld + static_cast<int64_t>(h) * head_dim, n_rot, style, cos_t + t * half,
+                        sin_t + t * half);
     });
   }
 
   void add_bias(float* x, int64_t ld, int64_t n, int64_t dim, const float* b) override {
-    for (int64_t t = 0; t < n; ++t) add_row(x + t * ld, b, dim);
+    const OpTable& ops = op_table();
+    for (int64_t t = 0; t < n; ++t) ops.add_row(x + t * ld, b, dim);
   }
 
-  void add(float* y, const float* x, int64_t n) override { add_row(y, x, n); }
+  void add(float* y, const float* x, int64_t n) override {
+    const OpTable& ops = op_table();
+    pool_.parallel_for(n, kElementGrain, [&](int64_t b, int64_t e, int) { ops.add_row(y + b, x + b, e - b); });
+  }
 
   void gated_activation(GatedActivation a, float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t n,
                         int64_t dim) override {
+    const OpTable& ops = op_table();
+    const auto fn = a == GatedActivation::kGeGluTanh ? ops.geglu_tanh_row : ops.swiglu_row;
     pool_.parallel_for(n, 8, [&](int64_t b, int64_t e, int) {
-      for (int64_t t = b; t < e; ++t) {
-        if (a == GatedActivation::kGeGluTanh) geglu_tanh_row(gate + t * ld_gate, up + t * ld_up, dim);
-        else swiglu_row(gate + t * ld_gate, up + t * ld_up, dim);
-      }
+      for (int64_t t = b; t < e; ++t) fn(gate + t * ld_gate, up + t * ld_up, dim);
     });
   }
 
   void softcap(float* x, int64_t n, float cap) override {
-    for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+    const OpTable& ops = op_table();
+    pool_.parallel_for(n, kElementGrain, [&](int64_t b, int64_t e, int) { ops.softcap_row(x + b, e - b, cap); });
   }
 
   void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n, const KvView* views,
@@ -82,7 +97,7 @@ class CpuBackend final : public Backend {
     for (int64_t t = 0; t < n; ++t) max_pos = std::max(max_pos, pos[t]);
     const int64_t need = attention_scratch_floats(s, n, pool_.size(), max_pos);
     if (static_cast<int64_t>(attn_scratch_.size()) < need) attn_scratch_.resize(need);
-    attention_ragged(s, q, pos, n, views, view_of_token, out, attn_scratch_.data(), pool_);
+    op_table().attention_ragged(s, q, pos, n, views, view_of_token, out, attn_scratch_.data(), pool_);
   }
 
  private:

@@ -10,8 +10,8 @@
 // the AVX-512 file: simd::legacy_blocks_dot, 8 blocks per step).
 #include <immintrin.h>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/simd_util.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 
 namespace ember::avx2 {

@@ -5,7 +5,7 @@
 // kernels: kernels/matmul.cpp.)
 //
 // Batch invariance: every output is bit-identical to this level's vec_dot
-// (kquants_avx2.cpp). Per super-block that kernel forms exact 8 x i32 lane
+// (avx2/kquants_dot.cpp). Per super-block that kernel forms exact 8 x i32 lane
 // sums (lane l covers bytes 4l..4l+3 of each 32-byte chunk, weighted by the
 // sub-block scales; integer sums are exact, so any grouping gives the same
 // values) and then rounds only in these steps, which we replicate in order:
@@ -24,8 +24,8 @@
 
 #include <algorithm>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/simd_util.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/registry.h"
 #include "quant/blocks.h"
 

@@ -4,7 +4,7 @@
 // tokens. (Single tokens go to the row kernels: kernels/matmul.cpp.)
 //
 // Batch invariance: every output is bit-identical to this level's vec_dot
-// (legacy_avx2.cpp, driver simd::legacy_blocks_dot). Per block that kernel
+// (avx2/legacy_dot.cpp, driver simd::legacy_blocks_dot). Per block that kernel
 // forms 8 exact i32 lane sums (lane l: weights x activation quants of bytes
 // 4l .. 4l+3) and then rounds only in these steps, which we replicate:
 //   acc[p] = fma(float(lanes_b), f16(d_w[b]) * f16(d_x[b]), acc[p])
@@ -26,8 +26,8 @@
 
 #include <algorithm>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/simd_util.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/registry.h"
 #include "quant/blocks.h"
 

@@ -1,4 +1,5 @@
-// Tiled online-softmax attention; see attention.h for the canonical order.
+// AVX2 tiled online-softmax attention (the op table's entry at the AVX2 and
+// AVX-512 levels); see kernels/attention.h for the canonical order.
 #include "kernels/attention.h"
 
 #include <immintrin.h>
@@ -6,30 +7,17 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <vector>
 
-#include "kernels/ops.h"
-#include "kernels/cpu/simd_util.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
 
-namespace ember {
+namespace ember::avx2 {
 
 namespace {
 
 constexpr int kTile = 64;       // keys per online-softmax step
 constexpr int kTokenTile = 4;   // query tokens per prefill task
 
-inline const float* key_row(const KvView& kv, int64_t p, int h, int hd) {
-  return kv.k_blocks[p / kv.block_size] + (p % kv.block_size) * kv.k_row_stride + static_cast<int64_t>(h) * hd;
-}
-inline const float* val_row(const KvView& kv, int64_t p, int h, int hd) {
-  return kv.v_blocks[p / kv.block_size] + (p % kv.block_size) * kv.v_row_stride + static_cast<int64_t>(h) * hd;
-}
-
-// Visible key range [lo, hi) for a query at position p.
-inline void visible_range(const AttentionShape& s, int64_t p, int64_t* lo, int64_t* hi) {
-  *hi = p + 1;
-  *lo = s.sliding_window > 0 ? std::max<int64_t>(0, p - s.sliding_window + 1) : 0;
-}
 
 // Running softmax state of one row: max m, denominator l, numerator acc[dv].
 struct RowState {
@@ -146,7 +134,7 @@ void reduce_chunk(const AttentionShape& s, const float* const* q, int nr, int hk
     for (int r = 0; r < nr; ++r) mt[r] = -INFINITY;
     float dots[kMaxRows];
     for (int j = 0; j < n; ++j) {
-      dot_group(q, nr, dk, key_row(kv, t0 + j, hkv, dk), dots);
+      dot_group(q, nr, dk, kv_key_row(kv, t0 + j, hkv, dk), dots);
       for (int r = 0; r < nr; ++r) {
         float v = dots[r] * s.scale;
         if (s.softcap > 0.f) v = s.softcap * std::tanh(v / s.softcap);
@@ -165,7 +153,7 @@ void reduce_chunk(const AttentionShape& s, const float* const* q, int nr, int hk
     }
     const float* vrows[kTile];
     float* accs[kMaxRows];
-    for (int j = 0; j < n; ++j) vrows[j] = val_row(kv, t0 + j, hkv, dv);
+    for (int j = 0; j < n; ++j) vrows[j] = kv_value_row(kv, t0 + j, hkv, dv);
     for (int r = 0; r < nr; ++r) {
       accs[r] = st[r]->acc;
       for (int j = 0; j < n; ++j) st[r]->l += sc[r][j];
@@ -193,7 +181,7 @@ void finish_row(const RowState& st, float* out, int dv) {
 // Chunk index range [c0, c1) intersecting the visible keys of position p.
 inline void chunk_range(const AttentionShape& s, int64_t p, int64_t* c0, int64_t* c1) {
   int64_t lo, hi;
-  visible_range(s, p, &lo, &hi);
+  attention_visible_range(s, p, &lo, &hi);
   *c0 = lo / kAttnChunk;
   *c1 = (hi + kAttnChunk - 1) / kAttnChunk;
 }
@@ -208,11 +196,6 @@ int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int 
   // Prefill path: per thread, running + part accumulators for a head group.
   const int64_t prefill = static_cast<int64_t>(n_threads) * 2 * kMaxRows * dv;
   return decode + prefill + 64;
-}
-
-void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView& kv,
-               float* out, float* scratch, ThreadPool& pool) {
-  attention_ragged(s, q, pos, n_tokens, &kv, nullptr, out, scratch, pool);
 }
 
 void attention_ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens,
@@ -240,7 +223,7 @@ void attention_ragged(const AttentionShape& s, const float* q, const int32_t* po
         const int64_t t = it / n_chunks / s.n_head_kv;
         const int hkv = static_cast<int>(it / n_chunks % s.n_head_kv);
         int64_t lo, hi;
-        visible_range(s, pos[t], &lo, &hi);
+        attention_visible_range(s, pos[t], &lo, &hi);
         const int64_t kb = std::max(lo, c * kAttnChunk), ke = std::min(hi, (c + 1) * kAttnChunk);
         for (int h0 = hkv * rep; h0 < (hkv + 1) * rep; h0 += kMaxGroup) {
           const int nr = std::min(kMaxGroup, (hkv + 1) * rep - h0);
@@ -304,7 +287,7 @@ void attention_ragged(const AttentionShape& s, const float* q, const int32_t* po
       int64_t lo[kTokenTile], hi[kTokenTile], c0[kTokenTile], c1[kTokenTile];
       int64_t c_first = INT64_MAX, c_last = 0;
       for (int i = 0; i < nt; ++i) {
-        visible_range(s, pos[t0 + i], &lo[i], &hi[i]);
+        attention_visible_range(s, pos[t0 + i], &lo[i], &hi[i]);
         chunk_range(s, pos[t0 + i], &c0[i], &c1[i]);
         c_first = std::min(c_first, c0[i]);
         c_last = std::max(c_last, c1[i]);
@@ -350,37 +333,4 @@ void attention_ragged(const AttentionShape& s, const float* q, const int32_t* po
   });
 }
 
-void attention_ref(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView& kv,
-                   float* out) {
-  const int rep = s.n_head / s.n_head_kv;
-  const int dk = s.head_dim, dv = s.head_dim_v;
-  std::vector<double> sc;
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    int64_t lo, hi;
-    visible_range(s, pos[t], &lo, &hi);
-    for (int h = 0; h < s.n_head; ++h) {
-      const float* qr = q + (t * s.n_head + h) * dk;
-      sc.assign(hi - lo, 0.0);
-      double mx = -INFINITY;
-      for (int64_t j = lo; j < hi; ++j) {
-        const float* kr = key_row(kv, j, h / rep, dk);
-        double d = 0;
-        for (int i = 0; i < dk; ++i) d += static_cast<double>(qr[i]) * kr[i];
-        d *= s.scale;
-        if (s.softcap > 0.f) d = s.softcap * std::tanh(d / s.softcap);
-        sc[j - lo] = d;
-        mx = std::max(mx, d);
-      }
-      double sum = 0;
-      for (double& v : sc) sum += (v = std::exp(v - mx));
-      float* o = out + (t * s.n_head + h) * dv;
-      for (int i = 0; i < dv; ++i) {
-        double a = 0;
-        for (int64_t j = lo; j < hi; ++j) a += sc[j - lo] * val_row(kv, j, h / rep, dv)[i];
-        o[i] = static_cast<float>(a / sum);
-      }
-    }
-  }
-}
-
-}  // namespace ember
+}  // namespace ember::avx2

@@ -5,8 +5,8 @@
 #include <immintrin.h>
 
 #include "core/fp16.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/simd_util.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
 
 namespace ember::avx2 {
 namespace {

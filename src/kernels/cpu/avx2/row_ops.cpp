@@ -1,12 +1,18 @@
-// Row-wise float ops; see ops.h.
-#include "kernels/ops.h"
-#include "kernels/cpu/simd_util.h"
-
+// AVX2 row ops (the op table's entries at the AVX2 and AVX-512 levels; see
+// kernels/ops.h for what each computes): RMSNorm with f32 lane sums, the
+// 8-lane exp polynomial behind softmax / log-sum-exp / SiLU / GELU, and the
+// dot / axpy helpers of the attention kernel. RoPE, add, scale and softcap
+// are plain loops (vectorised by the compiler where it can). The reduction
+// order within a row is fixed, so results never depend on how rows are
+// batched or threaded.
 #include <immintrin.h>
 
 #include <cmath>
 
-namespace ember {
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
+
+namespace ember::avx2 {
 
 
 float dot_f32(const float* a, const float* b, int64_t n) {
@@ -217,6 +223,10 @@ void scale_row(float* y, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= s;
 }
 
+void softcap_row(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 float softmax_row(float* x, int64_t n) {
   const float mx = max_row(x, n);
   const double sum = sum_exp_shifted(x, n, mx, x);
@@ -244,4 +254,4 @@ float max_row(const float* x, int64_t n) {
   return mx;
 }
 
-}  // namespace ember
+}  // namespace ember::avx2

@@ -11,8 +11,7 @@
 #include <array>
 #include <cstring>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/decode_rows.h"
+#include "kernels/cpu/isa_kernels.h"
 #include "kernels/ref/vec_dot_ref.h"
 #include "quant/quantize.h"
 

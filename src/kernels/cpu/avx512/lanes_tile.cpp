@@ -1,7 +1,7 @@
 // AVX-512 VNNI "row lanes" kernels for the legacy weight types Q4_0, Q5_0,
 // Q8_0 x Q8_0 activations and Q4_1, Q5_1 x Q8_1 activations: vec_dot,
 // vec_dot_rows (decode; Q4_0 / Q4_1 / Q5_1 ones are in
-// decode_legacy_avx512.cpp) and the tile kernel (kLaneTileRows = 32 weight
+// avx512/lanes_rows.cpp) and the tile kernel (kLaneTileRows = 32 weight
 // rows x up to kLaneTileCols tokens). Q8_0 is the tied
 // token embedding / output head (the largest matrix of small models), Q5_0
 // most of the Gemma 3 body in Q4_K_M files and Q4_0 the whole of Q4_0 files,
@@ -43,7 +43,7 @@
 // lanes_decode): weights then stream from memory and the hardware
 // prefetchers keep up (for Q8_0 a transposed 16-row group, even with
 // software prefetch, measured ~1.5x slower). Q4_0, Q4_1 and Q5_1 decode use a 16-row
-// group kernel instead (decode_legacy_avx512.cpp, same arithmetic): with
+// group kernel instead (avx512/lanes_rows.cpp, same arithmetic): with
 // their short blocks the per-row work of this walk dominates (Q4_0: measured
 // 30-45% slower than the group kernel).
 #include <immintrin.h>
@@ -53,9 +53,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/decode_rows.h"
-#include "kernels/cpu/simd_util.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -6,8 +6,8 @@
 // high bits are merged with byte-mask adds.
 #include <immintrin.h>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/simd_util.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 
 namespace ember::avx512 {

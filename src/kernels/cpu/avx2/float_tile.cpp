@@ -4,7 +4,7 @@
 // tokens. (Single tokens go to the row kernels: kernels/matmul.cpp.)
 //
 // Batch invariance: every output is bit-identical to this level's vec_dot
-// (float_avx2.cpp), whose arithmetic we replicate step by step: four
+// (avx2/float_dot.cpp), whose arithmetic we replicate step by step: four
 // accumulators a0..a3, a_k = fma(w[i + 8k .. +8], x[i + 8k .. +8], a_k) for
 // each 32-element step i in order, then the remaining whole 8-element groups
 // into a0, then sum = hsum_f32x8((a0 + a1) + (a2 + a3)), then the last n % 8
@@ -17,8 +17,8 @@
 #include <algorithm>
 
 #include "core/fp16.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/simd_util.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/registry.h"
 
 namespace ember::avx2 {

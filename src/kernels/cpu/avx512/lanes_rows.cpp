@@ -1,11 +1,11 @@
 // AVX-512 VNNI decode kernels for Q4_0 x Q8_0 and Q4_1 / Q5_1 x Q8_1 over
-// many rows (KernelSet::vec_dot_rows, see decode_rows.h): groups of
+// many rows (KernelSet::vec_dot_rows, see kernels/cpu/isa_kernels.h): groups of
 // kDecodeGroupRows (16) consecutive weight rows share the activation work,
 // and their per-block integer sums are reduced together so that the float
 // work (convert, scale, fma) is one instruction per block for all 16 rows
 // (lane r of one zmm = row r).
 //
-// Arithmetic: the lane contract of gemm_lanes_avx512.cpp (per block in
+// Arithmetic: the lane contract of avx512/lanes_tile.cpp (per block in
 // order acc = fma(float(isum_b), d_w[b] * d_x[b], acc), then for Q4_1 / Q5_1
 // acc = fma(m_w[b], s_x[b], acc); isum_b the exact integer dot of the weight
 // quants (Q4_0: minus 8) and activation quants), so every output is
@@ -30,9 +30,8 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/decode_rows.h"
-#include "kernels/cpu/simd_util.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -1,7 +1,18 @@
-// Declarations of the x86 SIMD kernels (AVX2 and AVX-512 levels). Signatures
-// match the registry's function pointer types (kernels/registry.h). Only the
-// registry calls these, and the avx512 ones only when cpu_max_isa() says the
-// CPU has AVX-512 F/BW/VL/DQ + VNNI.
+// Declarations of the x86 SIMD kernels of the CPU backend: namespace avx2
+// (kernels/cpu/avx2/*.cpp) and avx512 (kernels/cpu/avx512/*.cpp, compiled
+// with AVX-512 flags). The matmul kernels match the registry's function
+// pointer types (kernels/registry.h), the row ops and attention those of the
+// op table (kernels/cpu/op_table.h); only those two tables refer to them,
+// and install the avx512 ones only when cpu_max_isa() says the CPU has
+// AVX-512 F/BW/VL/DQ + VNNI.
+//
+// Files are named <family>_<kind>.cpp: family float (F32/F16/BF16), legacy
+// (32-element blocks), kquants (256-element super-blocks) or lanes (the
+// AVX-512 row-lane form of the legacy types); kind dot (vec_dot and the row
+// conversions), tile (vec_dot_tile) or rows (vec_dot_rows). A file whose
+// kernels share one arithmetic contract may hold several kinds of its
+// family; its header says which. row_ops.cpp and attention.cpp hold the ops
+// of the op table.
 //
 // Activation preconditions (hold for everything our activation quantizers
 // produce): Q8_0/Q8_1/Q8_K activation quants lie in [-127, 127].
@@ -9,6 +20,10 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "core/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/ops.h"
 
 namespace ember {
 
@@ -32,7 +47,7 @@ void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
 // Tile kernels (VecDotTileFn), bit-identical to the vec_dot above for every
-// (row, token) pair. Legacy types (gemm_legacy_avx2.cpp): up to
+// (row, token) pair. Legacy types (avx2/legacy_tile.cpp): up to
 // kLegacyTileRows rows x kLegacyTileCols tokens.
 constexpr int kLegacyTileRows = 16;
 constexpr int kLegacyTileCols = 64;
@@ -42,7 +57,7 @@ void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
-// K-quants (gemm_kquants_avx2.cpp): up to kKquantTileRows rows x
+// K-quants (avx2/kquants_tile.cpp): up to kKquantTileRows rows x
 // kKquantTileCols tokens.
 constexpr int kKquantTileRows = 4;
 constexpr int kKquantTileCols = 64;
@@ -56,7 +71,7 @@ void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
-// Float weights (gemm_float_avx2.cpp): up to kFloatTileRows rows x
+// Float weights (avx2/float_tile.cpp): up to kFloatTileRows rows x
 // kFloatTileCols tokens.
 constexpr int kFloatTileRows = 4;
 constexpr int kFloatTileCols = 60;
@@ -81,6 +96,34 @@ void dequantize_row_q8_0(const void* x, float* y, int64_t n);
 void dequantize_row_q4_K(const void* x, float* y, int64_t n);
 void dequantize_row_q6_K(const void* x, float* y, int64_t n);
 
+// Row ops (row_ops.cpp), as declared in kernels/ops.h; the exp-based ones
+// use an 8-lane polynomial (about 1 ulp), RMSNorm sums squares in four
+// 8-lane f32 accumulators whose lanes are added in double.
+void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps);
+void rope_angles(float pos, const float* inv_freq, int n_rot, float* cos_t, float* sin_t);
+void rope_head(float* x, int n_rot, RopeStyle style, const float* cos_t, const float* sin_t);
+float softmax_row(float* x, int64_t n);
+float max_row(const float* x, int64_t n);
+double log_sum_exp_row(const float* x, int64_t n);
+void exp_shifted_row(float* x, int64_t n, float mx);
+void silu_row(float* x, int64_t n);
+void gelu_tanh_row(float* x, int64_t n);
+void swiglu_row(float* gate, const float* up, int64_t n);
+void geglu_tanh_row(float* gate, const float* up, int64_t n);
+void softcap_row(float* x, int64_t n, float cap);
+void add_row(float* y, const float* x, int64_t n);
+void scale_row(float* y, float s, int64_t n);
+// Attention helpers: dot product with a fixed reduction order (two 8-lane
+// accumulators, then hsum, then the tail in order); y[i] += a * x[i] (fma).
+float dot_f32(const float* a, const float* b, int64_t n);
+void axpy_f32(float* y, float a, const float* x, int64_t n);
+
+// Ragged attention (attention.cpp), the contract of kernels/attention.h.
+int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos);
+void attention_ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens,
+                      const KvView* views, const int32_t* view_of_token, float* out, float* scratch,
+                      ThreadPool& pool);
+
 }  // namespace avx2
 
 namespace avx512 {
@@ -88,9 +131,9 @@ namespace avx512 {
 void vec_dot_f32(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_f16(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x);
-// Float weights (float_avx512.cpp): one fma chain per output; decode walks
-// rows sequentially, the tile is kFloatTileRows rows x up to kFloatTileCols
-// tokens.
+// Float weights (avx512/float_dot.cpp, float_tile.cpp): one fma chain per
+// output; decode walks rows sequentially, the tile is kFloatTileRows rows x
+// up to kFloatTileCols tokens.
 constexpr int kFloatTileRows = 4;
 constexpr int kFloatTileCols = 60;
 void vec_dot_rows_f32(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
@@ -113,7 +156,7 @@ void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
-// K-quant tile kernels (VecDotTileFn, gemm_kquants_avx512.cpp), bit-identical
+// K-quant tile kernels (VecDotTileFn, avx512/kquants_tile.cpp), bit-identical
 // to the vec_dot above for every (row, token) pair: up to kTileRows weight
 // rows x kWideTileCols tokens (weight-stationary: each call unpacks its rows
 // once for all its tokens).
@@ -130,7 +173,7 @@ void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
 void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (gemm_lanes_avx512.cpp): 32 rows (two
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (avx512/lanes_tile.cpp): 32 rows (two
 // sets of 16, one row per zmm lane) x up to kLaneTileCols tokens, with their
 // own arithmetic (see that file; the vec_dot of these types above follows it
 // too).
@@ -142,8 +185,15 @@ void vec_dot_tile_q4_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q5_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
-// Q4_1 / Q5_1 decode (KernelSet::vec_dot_rows, decode_legacy_avx512.cpp;
-// the Q4_0 / Q5_0 / Q8_0 ones are declared in decode_rows.h).
+// Decode over many rows (KernelSet::vec_dot_rows), bit-identical to the
+// vec_dot of this level for every row: Q4_0 / Q4_1 / Q5_1 in lanes_rows.cpp
+// (groups of kDecodeGroupRows rows share the activation work; any nr >= 1),
+// Q8_0 / Q5_0 in lanes_tile.cpp (sequential rows, two at a time when short,
+// the activation side prepared once per call).
+constexpr int kDecodeGroupRows = 16;
+void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q4_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q5_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,

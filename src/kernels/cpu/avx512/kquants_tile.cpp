@@ -5,7 +5,7 @@
 // (Single tokens go to the row kernels: kernels/matmul.cpp.)
 //
 // Batch invariance: every output is bit-identical to this level's vec_dot
-// (kquants_avx512.cpp; the AVX2 kernels compute the same values). Per
+// (avx512/kquants_dot.cpp; the AVX2 kernels compute the same values). Per
 // super-block those kernels form exact 8 x i32 lane sums (lane l covers bytes
 // 4l..4l+3 of each 32-byte chunk, weighted by the sub-block scales; integer
 // sums are exact, so any grouping gives the same values) and then do the only
@@ -24,9 +24,8 @@
 
 #include <algorithm>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/simd_util.h"
-#include "kernels/cpu/tile_avx512.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -1,8 +1,13 @@
-// Small AVX2-level helpers shared by the SIMD kernel files (*_avx2.cpp and
-// *_avx512.cpp). Everything here has internal linkage (static inline): the
-// same header is compiled with different ISA flags in different translation
-// units, so external inline functions would let the linker pick an AVX-512
-// copy for AVX2 code (an ODR trap). Only AVX2/FMA/F16C intrinsics appear here.
+// SIMD helpers shared by the x86 kernel files (kernels/cpu/avx2/*.cpp and
+// kernels/cpu/avx512/*.cpp): AVX2/FMA/F16C helpers (namespace simd) for
+// every file, and, only where the translation unit is compiled with AVX-512
+// (the avx512/ folder, see CMakeLists.txt), the AVX-512 helpers of the tile
+// and float kernels (namespace tile512 / f512).
+//
+// Everything here has internal linkage (static inline): the same header is
+// compiled with different ISA flags in different translation units, so
+// external inline functions would let the linker pick an AVX-512 copy for
+// AVX2 code (an ODR trap).
 #pragma once
 
 #include <immintrin.h>
@@ -196,3 +201,84 @@ static inline float legacy_blocks_min_term(int64_t nb, const void* w, size_t w_s
 }
 
 }  // namespace ember::simd
+
+#if defined(__AVX512F__)
+
+// The tile helpers reduce 16 eight-lane f32 vectors at once with exactly the
+// additions simd::hsum_f32x8 performs on each, in the same operand order:
+//   s4 = v[0:4] + v[4:8];  s2 = {s4[0] + s4[2], s4[1] + s4[3]};  h = s2[0] + s2[1]
+// so every sum is bit-identical to hsum_f32x8 of its vector, at ~1/4 of the
+// instructions of 16 separate reductions.
+namespace ember::tile512 {
+
+// in[m] = [v(2m) | v(2m+1)] (two 8-lane vectors per zmm, m = 0..7) ->
+// out[4 * L + e] = hsum_f32x8(v(4 * e + L)).
+static inline __m512 hsum16(const __m512 in[8]) {
+  __m512 s[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 lo = _mm512_shuffle_f32x4(in[2 * j], in[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 hi = _mm512_shuffle_f32x4(in[2 * j], in[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1));
+    s[j] = _mm512_add_ps(lo, hi);  // 128-bit lane L: v(4j + L)[0:4] + v(4j + L)[4:8]
+  }
+  __m512 t[2];
+#pragma GCC unroll 2
+  for (int a = 0; a < 2; ++a) {
+    const __m512 x = _mm512_shuffle_ps(s[2 * a], s[2 * a + 1], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 y = _mm512_shuffle_ps(s[2 * a], s[2 * a + 1], _MM_SHUFFLE(3, 2, 3, 2));
+    t[a] = _mm512_add_ps(x, y);  // lane L: [s2 of s[2a] lane L (2 values), s2 of s[2a+1] lane L]
+  }
+  const __m512 x = _mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512 y = _mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 1, 3, 1));
+  return _mm512_add_ps(x, y);
+}
+
+// [a.lo | b.lo] and [a.hi | b.hi] (256-bit halves).
+static inline __m512 lo_halves(__m512 a, __m512 b) { return _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)); }
+static inline __m512 hi_halves(__m512 a, __m512 b) { return _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)); }
+
+// Writes a 4 x 4 tile of sums: r[4 * c + row] -> s[c * lds + row] for
+// row < nr, c < nc.
+static inline void store_tile4x4(__m512 r, float* s, int64_t lds, int nr, int nc) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, r);
+  for (int c = 0; c < nc; ++c)
+    for (int row = 0; row < nr; ++row) s[c * lds + row] = t[4 * c + row];
+}
+
+}  // namespace ember::tile512
+
+// Float weight formats of the AVX-512 float kernels (avx512/float_*.cpp): 16
+// elements (full or masked) as f32 lanes; the reduction of one 16-lane
+// accumulator; the mask of the last partial chunk of n. In an anonymous
+// namespace: internal linkage, like everything in this header.
+namespace ember::f512 {
+namespace {
+
+struct F32W {
+  using T = float;
+  static __m512 load(const T* p) { return _mm512_loadu_ps(p); }
+  static __m512 load(const T* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+};
+struct F16W {
+  using T = uint16_t;
+  static __m512 load(const T* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static __m512 load(const T* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+};
+struct BF16W {
+  using T = uint16_t;
+  static __m512 widen(__m256i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); }
+  static __m512 load(const T* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static __m512 load(const T* p, __mmask16 m) { return widen(_mm256_maskz_loadu_epi16(m, p)); }
+};
+
+static inline float reduce(__m512 acc) {
+  return simd::hsum_f32x8(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));
+}
+
+static inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << (n & 15)) - 1); }
+
+}  // namespace
+}  // namespace ember::f512
+
+#endif  // __AVX512F__

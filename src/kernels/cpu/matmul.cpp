@@ -1,0 +1,213 @@
+// The CPU matmul driver (kernels/matmul.h): activations converted once per
+// activation type, then every target's output rows swept by the registry's
+// kernels, all targets' rows in one parallel section.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+constexpr int64_t kRowTile = 16;     // weight rows per task without a tile kernel
+constexpr int64_t kTokenTile = 64;   // tokens per inner sweep (activation rows stay in L2)
+constexpr int64_t kPanelRows = 32;   // weight rows per prefill task with a tile kernel
+constexpr int64_t kDecodeRows = 64;  // weight rows per decode task (dynamic: balances threads)
+// Activation bytes swept per pass over a row tile: stays in L2 next to the
+// other thread's share.
+constexpr size_t kTokenBlockBytes = 192 * 1024;
+constexpr int kMaxActTypes = 4;  // F32, Q8_0, Q8_1, Q8_K
+constexpr size_t kActAlign = 64;
+
+// Rows [rb, re) x all tokens with the tile kernel: for each token block (L2
+// sized), each tile of tile_rows weight rows (L1) sweeps the block's tokens
+// tile_cols at a time. A single token goes to the row kernels instead (the
+// one-token rule lives here, not in every tile kernel).
+void tile_rows_range(const KernelSet& wk, int64_t n_in, int64_t rb, int64_t re, const uint8_t* wrows,
+                     size_t w_row_bytes, const uint8_t* xq, size_t x_row_bytes, int64_t n_tokens, float* y,
+                     int64_t ldy) {
+  const int64_t tr = wk.tile_rows, tc = wk.tile_cols;
+  int64_t tb = static_cast<int64_t>(kTokenBlockBytes / std::max<size_t>(x_row_bytes, 1));
+  tb = std::max<int64_t>(tc, tb / tc * tc);
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += tb) {
+    const int64_t t1 = std::min(n_tokens, t0 + tb);
+    for (int64_t r = rb; r < re; r += tr) {
+      const int nr = static_cast<int>(std::min(tr, re - r));
+      const uint8_t* wr = wrows + static_cast<size_t>(r) * w_row_bytes;
+      for (int64_t t = t0; t < t1; t += tc) {
+        const int nc = static_cast<int>(std::min(tc, t1 - t));
+        const uint8_t* xt = xq + static_cast<size_t>(t) * x_row_bytes;
+        if (nc == 1) {  // one token: nothing to share between rows; the row kernels are faster
+          if (wk.vec_dot_rows) {
+            wk.vec_dot_rows(n_in, y + t * ldy + r, wr, w_row_bytes, xt, nr);
+          } else {
+            for (int i = 0; i < nr; ++i) wk.vec_dot(n_in, y + t * ldy + r + i, wr + i * w_row_bytes, xt);
+          }
+          continue;
+        }
+        wk.vec_dot_tile(n_in, y + t * ldy + r, ldy, wr, w_row_bytes, xt, x_row_bytes, nr, nc);
+      }
+    }
+  }
+}
+
+enum class Path { kRows, kTile, kDots };
+
+// One weight matrix's share of the work: its output rows [0, n_rows), swept
+// along `path` in tasks of `grain` rows.
+struct Job {
+  const KernelSet* wk;
+  Path path;
+  int64_t grain;
+  int64_t n_rows;
+  const uint8_t* wrows;
+  size_t w_row_bytes;
+  const uint8_t* xq;  // the activations in this weight's vec_dot_type
+  size_t x_row_bytes;
+  float* y;
+  int64_t ldy;
+};
+
+Job plan(const TensorView& w, float* y, int64_t ldy, int64_t n_tokens, int n_threads) {
+  Job j;
+  j.wk = &kernels(w.type);
+  j.n_rows = w.ne[1];
+  j.w_row_bytes = w.row_bytes();
+  j.wrows = static_cast<const uint8_t*>(w.data);
+  j.y = y;
+  j.ldy = ldy;
+  if (n_tokens == 1 && j.wk->vec_dot_rows) {
+    // Long runs of rows per call: the kernel prefetches the rows ahead within
+    // its call (hardware prefetchers miss its access pattern).
+    j.path = Path::kRows;
+    j.grain = std::max<int64_t>(kDecodeRows, j.n_rows / (4 * static_cast<int64_t>(n_threads)) / 8 * 8);
+  } else if (j.wk->vec_dot_tile) {
+    // Panels of consecutive tiles per task (several per thread for balance):
+    // tile kernels prefetch the rows that follow them.
+    j.path = Path::kTile;
+    const int64_t tr = j.wk->tile_rows;
+    const int64_t panel =
+        std::max<int64_t>(kPanelRows, j.n_rows / (8 * static_cast<int64_t>(n_threads)) / tr * tr);
+    j.grain = n_tokens == 1 ? kDecodeRows : panel;
+  } else {
+    j.path = Path::kDots;
+    j.grain = n_tokens == 1 ? kDecodeRows : kRowTile;
+  }
+  if (n_threads == 1) j.grain = std::max<int64_t>(1, j.n_rows);  // one thread: one sweep of all rows
+  return j;
+}
+
+// Output rows [rb, re) of one job for all tokens.
+void run(const Job& j, int64_t n_in, int64_t n_tokens, int64_t rb, int64_t re) {
+  switch (j.path) {
+    case Path::kRows:
+      j.wk->vec_dot_rows(n_in, j.y + rb, j.wrows + static_cast<size_t>(rb) * j.w_row_bytes, j.w_row_bytes, j.xq,
+                         re - rb);
+      return;
+    case Path::kTile:
+      tile_rows_range(*j.wk, n_in, rb, re, j.wrows, j.w_row_bytes, j.xq, j.x_row_bytes, n_tokens, j.y, j.ldy);
+      return;
+    case Path::kDots:
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
+        const int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
+        for (int64_t r = rb; r < re; ++r) {
+          const uint8_t* wrow = j.wrows + static_cast<size_t>(r) * j.w_row_bytes;
+          for (int64_t t = t0; t < t1; ++t) j.wk->vec_dot(n_in, j.y + t * j.ldy + r, wrow, j.xq + t * j.x_row_bytes);
+        }
+      }
+      return;
+  }
+}
+
+// The shared driver: jobs[i] reads the activations in act[i]'s type.
+void run_jobs(Job* jobs, const DType* act, int n_jobs, const float* x, int64_t ldx, int64_t n_in, int64_t n_tokens,
+              ThreadPool& pool, MatmulScratch& scratch) {
+  // 1. Activations -> each distinct vec_dot_type once (f32 stays as is).
+  DType types[kMaxActTypes];
+  size_t offset[kMaxActTypes], row_bytes[kMaxActTypes];
+  int n_types = 0;
+  size_t total = 0;
+  for (int i = 0; i < n_jobs; ++i) {
+    if (act[i] == DType::kF32 || std::find(types, types + n_types, act[i]) != types + n_types) continue;
+    EMBER_CHECK(n_types < kMaxActTypes);
+    types[n_types] = act[i];
+    row_bytes[n_types] = dtype_row_size(act[i], n_in);
+    offset[n_types] = total;
+    total += (row_bytes[n_types] * static_cast<size_t>(n_tokens) + kActAlign - 1) / kActAlign * kActAlign;
+    ++n_types;
+  }
+  uint8_t* buf = n_types ? scratch.get(total) : nullptr;
+  if (n_types) {
+    QuantizeRowFn quantize[kMaxActTypes];
+    for (int a = 0; a < n_types; ++a) quantize[a] = kernels(types[a]).quantize_row;
+    pool.parallel_for(n_tokens, 8, [&](int64_t b, int64_t e, int) {
+      for (int a = 0; a < n_types; ++a)
+        for (int64_t t = b; t < e; ++t)
+          quantize[a](x + t * ldx, buf + offset[a] + static_cast<size_t>(t) * row_bytes[a], n_in);
+    });
+    scratch.count_converted(n_types * n_tokens);
+  }
+  for (int i = 0; i < n_jobs; ++i) {
+    if (act[i] == DType::kF32) {
+      jobs[i].xq = reinterpret_cast<const uint8_t*>(x);
+      jobs[i].x_row_bytes = static_cast<size_t>(ldx) * sizeof(float);
+      continue;
+    }
+    const int a = static_cast<int>(std::find(types, types + n_types, act[i]) - types);
+    jobs[i].xq = buf + offset[a];
+    jobs[i].x_row_bytes = row_bytes[a];
+  }
+
+  // 2. Every job's output rows, cut into tasks of its grain, in one parallel
+  // section. Every output element comes from the same kernel arithmetic
+  // (tile and row kernels reproduce vec_dot bit for bit), so neither the
+  // split, the token count nor the other jobs ever change results.
+  int64_t first_task[kMaxMatmulTargets + 1];
+  first_task[0] = 0;
+  for (int i = 0; i < n_jobs; ++i)
+    first_task[i + 1] = first_task[i] + (jobs[i].n_rows + jobs[i].grain - 1) / jobs[i].grain;
+  auto task = [&](int64_t k) {
+    int i = 0;
+    while (k >= first_task[i + 1]) ++i;
+    const int64_t rb = (k - first_task[i]) * jobs[i].grain;
+    run(jobs[i], n_in, n_tokens, rb, std::min(jobs[i].n_rows, rb + jobs[i].grain));
+  };
+  pool.parallel_for(first_task[n_jobs], 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t k = b; k < e; ++k) task(k);
+  });
+}
+
+}  // namespace
+
+void matmul(const float* x, int64_t ldx, int64_t n_tokens, const MatmulTarget* targets, int n_targets,
+            ThreadPool& pool, MatmulScratch& scratch) {
+  if (n_tokens <= 0 || n_targets <= 0) return;
+  const int64_t n_in = targets[0].w->ne[0];
+  for (int g = 0; g < n_targets; g += kMaxMatmulTargets) {
+    const int ng = std::min(kMaxMatmulTargets, n_targets - g);
+    Job jobs[kMaxMatmulTargets];
+    DType act[kMaxMatmulTargets];
+    for (int i = 0; i < ng; ++i) {
+      const MatmulTarget& tg = targets[g + i];
+      EMBER_CHECK(tg.w->ne[0] == n_in);  // every target reads the same activation rows
+      jobs[i] = plan(*tg.w, tg.y, tg.ldy, n_tokens, pool.size());
+      act[i] = vec_dot_type(tg.w->type);
+    }
+    run_jobs(jobs, act, ng, x, ldx, n_in, n_tokens, pool, scratch);
+  }
+}
+
+void matmul(const TensorView& w, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n_tokens, ThreadPool& pool,
+            MatmulScratch& scratch) {
+  const MatmulTarget t{&w, y, ldy};
+  matmul(x, ldx, n_tokens, &t, 1, pool, scratch);
+}
+
+void dequantize_row(const TensorView& w, int64_t row, float* out) {
+  kernels(w.type).dequantize_row(w.row(row), out, w.ne[0]);
+}
+
+}  // namespace ember

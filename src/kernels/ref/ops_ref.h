@@ -1,0 +1,50 @@
+// Scalar reference twins of the row ops (kernels/ops.h) and of the Backend's
+// element-wise ops (kernels/backend.h): norm, RoPE, gated activations,
+// softcap, add / scale, embedding, and the sampler's softmax / max /
+// log-sum-exp / exp. They are the EMBER_ISA=scalar level of the CPU backend
+// and the oracle every other level (and every other backend) is tested
+// against (tests/kernels/backend_ops_test.cpp).
+//
+// Arithmetic contract: plain loops in index order; each output is the float
+// rounding of the op evaluated in double on the float inputs (row
+// reductions accumulate in double, in index order), so every result is a
+// function of its own row only (batch-invariant) and within about one
+// rounding of the exact value. Inputs the ops define in float stay float:
+// a RoPE angle is the float product pos * inv_freq (as in the models'
+// reference implementations), rotated in double.
+//
+// Same signatures and in-place rules as kernels/ops.h. No allocation, no
+// threads.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/ops.h"
+
+namespace ember::ref {
+
+void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps);
+void rope_angles(float pos, const float* inv_freq, int n_rot, float* cos_t, float* sin_t);
+void rope_head(float* x, int n_rot, RopeStyle style, const float* cos_t, const float* sin_t);
+
+float softmax_row(float* x, int64_t n);
+float max_row(const float* x, int64_t n);
+double log_sum_exp_row(const float* x, int64_t n);
+void exp_shifted_row(float* x, int64_t n, float mx);
+
+void silu_row(float* x, int64_t n);
+void gelu_tanh_row(float* x, int64_t n);
+void swiglu_row(float* gate, const float* up, int64_t n);
+void geglu_tanh_row(float* gate, const float* up, int64_t n);
+// x[i] = cap * tanh(x[i] / cap)
+void softcap_row(float* x, int64_t n, float cap);
+
+void add_row(float* y, const float* x, int64_t n);
+void scale_row(float* y, float s, int64_t n);
+
+// out[t, :] = dequantize(table row ids[t]) * scale with the scalar
+// dequantizers of quant/ (bit-exact with gguf-py); out: [n, table.ne[0]].
+void embed_rows(const TensorView& table, const int32_t* ids, int64_t n, float scale, float* out);
+
+}  // namespace ember::ref
