@@ -132,9 +132,15 @@ void ForwardContext::run_layers(int l0, int l1) {
   BlockBuffers bb;
   bb.xn = xn_.data();
   bb.y = y_.data();
-  bb.attn = AttentionBuffers{q_.data(),        k_.data(),        v_.data(),       attn_.data(),
-                             rope_cos_.data(), rope_sin_.data(), seg_views_.data()};
-  bb.ffn = FfnBuffers{gate_.data(), up_.data()};
+  bb.attn.q = q_.data();
+  bb.attn.k = k_.data();
+  bb.attn.v = v_.data();
+  bb.attn.attn = attn_.data();
+  bb.attn.rope_cos = rope_cos_.data();
+  bb.attn.rope_sin = rope_sin_.data();
+  bb.attn.views = seg_views_.data();
+  bb.ffn.gate = gate_.data();
+  bb.ffn.up = up_.data();
   for (int il = l0; il < l1; ++il) {
     const LayerContext c{*backend_, cfg_, il, cfg_.layers[il], w.layers[il], observer_, n_};
     transformer_block(c, tl, model_.inv_freq(il), x_.data(), bb);

@@ -203,11 +203,12 @@ inline Vec ref_embed(const Model& m, int32_t tok) {
   const ModelConfig& c = m.config();
   const float* T = static_cast<const float*>(m.weights().tok_embd->data);
   Vec x(static_cast<size_t>(c.n_embd));
-  for (int i = 0; i < c.n_embd; ++i) x[i] = static_cast<double>(T[static_cast<int64_t>(tok) * c.n_embd + i]) * c.embd_scale;
+  const float* row = T + static_cast<int64_t>(tok) * c.n_embd;
+  for (int i = 0; i < c.n_embd; ++i) x[i] = static_cast<double>(row[i]) * c.embd_scale;
   return x;
 }
 
-// In place on the head at x[off..off+head_dim).
+// RoPE of one head x[0..head_dim) at position pos, in place.
 inline void ref_rope(const ModelConfig& c, const LayerConfig& lc, double* x, int pos) {
   const int half = c.n_rot / 2;
   for (int i = 0; i < half; ++i) {
@@ -239,22 +240,19 @@ inline std::vector<Vec> reference_forward(const Model& m, const std::vector<int3
       q[t] = ref_linear(l.q, xn);
       k[t] = ref_linear(l.k, xn);
       v[t] = ref_linear(l.v, xn);
-      for (int h = 0; h < lc.n_head; ++h) {
-        double* qh = q[t].data() + h * hd;
-        if (l.q_norm) {
-          const Vec nh = ref_rms_norm(Vec(qh, qh + hd), l.q_norm, eps);
-          std::copy(nh.begin(), nh.end(), qh);
+      // QK-norm (if any), then RoPE, head by head.
+      auto heads = [&](Vec& x, int n_heads, const float* norm) {
+        for (int h = 0; h < n_heads; ++h) {
+          double* xh = x.data() + h * hd;
+          if (norm) {
+            const Vec nh = ref_rms_norm(Vec(xh, xh + hd), norm, eps);
+            std::copy(nh.begin(), nh.end(), xh);
+          }
+          ref_rope(c, lc, xh, static_cast<int>(t));
         }
-        ref_rope(c, lc, qh, static_cast<int>(t));
-      }
-      for (int h = 0; h < lc.n_head_kv; ++h) {
-        double* kh = k[t].data() + h * hd;
-        if (l.k_norm) {
-          const Vec nh = ref_rms_norm(Vec(kh, kh + hd), l.k_norm, eps);
-          std::copy(nh.begin(), nh.end(), kh);
-        }
-        ref_rope(c, lc, kh, static_cast<int>(t));
-      }
+      };
+      heads(q[t], lc.n_head, l.q_norm);
+      heads(k[t], lc.n_head_kv, l.k_norm);
     }
     const double scale = c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(static_cast<double>(hd));
     const int group = lc.n_head / lc.n_head_kv;
