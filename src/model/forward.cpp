@@ -37,8 +37,9 @@ ForwardContext::ForwardContext(const Model& model, std::unique_ptr<Backend> back
   attn_.resize(B * H * hdv);
   gate_.resize(B * cfg_.max_n_ff());
   up_.resize(B * cfg_.max_n_ff());
-  rope_cos_.resize(B * (cfg_.n_rot / 2));
-  rope_sin_.resize(B * (cfg_.n_rot / 2));
+  rope_cos_.resize(model.n_rope_tables() * B * (cfg_.n_rot / 2));
+  rope_sin_.resize(model.n_rope_tables() * B * (cfg_.n_rot / 2));
+  rope_ready_.assign(model.n_rope_tables(), 0);
 }
 
 ForwardContext::~ForwardContext() = default;
@@ -97,6 +98,7 @@ Status ForwardContext::prepare(const SeqBatch* seqs, int n_seqs) {
 
   segs_.clear();
   logit_rows_.clear();
+  std::fill(rope_ready_.begin(), rope_ready_.end(), 0);
   int64_t t = 0;
   for (int i = 0; i < n_seqs; ++i) {
     const SeqBatch& sb = seqs[i];
@@ -136,14 +138,20 @@ void ForwardContext::run_layers(int l0, int l1) {
   bb.attn.k = k_.data();
   bb.attn.v = v_.data();
   bb.attn.attn = attn_.data();
-  bb.attn.rope_cos = rope_cos_.data();
-  bb.attn.rope_sin = rope_sin_.data();
   bb.attn.views = seg_views_.data();
   bb.ffn.gate = gate_.data();
   bb.ffn.up = up_.data();
   for (int il = l0; il < l1; ++il) {
+    const int g = model_.rope_table(il);
+    const int64_t table = static_cast<int64_t>(g) * max_batch_ * (cfg_.n_rot / 2);
+    float* cos_t = rope_cos_.data() + table;
+    float* sin_t = rope_sin_.data() + table;
+    if (!rope_ready_[g]) {
+      backend_->rope_angles(pos_.data(), n_, model_.inv_freq(il), cfg_.n_rot, cos_t, sin_t);
+      rope_ready_[g] = 1;
+    }
     const LayerContext c{*backend_, cfg_, il, cfg_.layers[il], w.layers[il], observer_, n_};
-    transformer_block(c, tl, model_.inv_freq(il), x_.data(), bb);
+    transformer_block(c, tl, RopeTables{cos_t, sin_t}, x_.data(), bb);
     if (observer_) observer_->on_block_output(il, x_.data(), n_, cfg_.n_embd);
   }
 }

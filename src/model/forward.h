@@ -86,7 +86,8 @@ class ForwardContext {
   const std::vector<int64_t>& logit_rows() const { return logit_rows_; }
   // hidden() = embeddings of the prepared tokens.
   void embed();
-  // Blocks [l0, l1) over hidden(), in place; 0 <= l0 <= l1 <= n_layer.
+  // Blocks [l0, l1) over hidden(), in place; 0 <= l0 <= l1 <= n_layer. The
+  // RoPE angles of the step are computed once per set of layer frequencies.
   void run_layers(int l0, int l1);
   // logits [n_rows, n_vocab] of hidden() rows rows[0..n_rows) (token
   // indices < n_tokens()).
@@ -128,7 +129,10 @@ class ForwardContext {
   std::vector<float> attn_;  // [n, max_n_head * head_dim_v]
   std::vector<float> gate_;  // [n, max_n_ff]
   std::vector<float> up_;    // [n, max_n_ff]
-  std::vector<float> rope_cos_, rope_sin_;  // [n, n_rot / 2]
+  // RoPE angles, per Model::rope_table: [n_rope_tables][max_batch, n_rot / 2],
+  // computed by the first layer of the step that needs them.
+  std::vector<float> rope_cos_, rope_sin_;
+  std::vector<uint8_t> rope_ready_;  // [n_rope_tables], cleared by prepare()
 };
 
 }  // namespace ember

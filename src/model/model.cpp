@@ -99,6 +99,11 @@ Result<std::unique_ptr<Model>> Model::from_parts(ModelConfig cfg, std::unique_pt
       if (l.use_rope_freq_factors && m->weights_->rope_freqs) inv /= m->weights_->rope_freqs[i];
       f[i] = static_cast<float>(inv);
     }
+    int table = m->n_rope_tables_;
+    for (int j = 0; j < il; ++j)
+      if (m->inv_freq_[j] == f) table = m->rope_table_[j];
+    if (table == m->n_rope_tables_) ++m->n_rope_tables_;
+    m->rope_table_.push_back(table);
     m->inv_freq_.push_back(std::move(f));
   }
   return m;

@@ -37,6 +37,11 @@ class Model {
   const ModelWeights& weights() const { return *weights_; }
   // Inverse RoPE frequencies of layer il: [n_rot / 2].
   const float* inv_freq(int il) const { return inv_freq_[il].data(); }
+  // Layers with bit-identical frequencies share one RoPE table index in
+  // [0, n_rope_tables()) (Gemma 3: local and global layers; most models: one),
+  // so a step computes each set of angle tables once.
+  int rope_table(int il) const { return rope_table_[il]; }
+  int n_rope_tables() const { return n_rope_tables_; }
   // Total parameters and bytes of weight tensors.
   int64_t n_params() const;
   size_t weight_bytes() const;
@@ -46,6 +51,8 @@ class Model {
   std::unique_ptr<ModelFile> file_;
   std::unique_ptr<ModelWeights> weights_;
   std::vector<std::vector<float>> inv_freq_;
+  std::vector<int> rope_table_;  // [n_layer]
+  int n_rope_tables_ = 0;
 };
 
 }  // namespace ember

@@ -2,7 +2,7 @@
 // bits of forward_ragged however they are driven (layers in pieces, a
 // pipeline across two contexts, chosen head rows), and an injected Backend
 // receives every op: Q/K/V in one matmul call with three targets, gate/up in
-// one with two.
+// one with two, RoPE angles once per step for each set of frequencies.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -177,10 +177,15 @@ TEST(ForwardBackend, EveryOpGoesToTheInjectedBackendInWholeBatches) {
     expect_targets.push_back(1);
     EXPECT_EQ(be->matmul_targets, expect_targets);
     const bool gemma = s.arch == "gemma3", qk = gemma || s.arch == "qwen3";
+    // Gemma 3's sliding layers (0, 2) and its global layer (1) have different
+    // RoPE bases: two angle tables; every other model one.
+    EXPECT_EQ(m->n_rope_tables(), gemma ? 2 : 1);
+    EXPECT_EQ(m->rope_table(1), gemma ? 1 : 0);
+    EXPECT_EQ(m->rope_table(2), 0);
     std::map<std::string, int> expect = {
         {"embed", 1},
         {"rms_norm", L * (gemma ? 4 : 2) + 1},  // pre-norms (+ post-norms), output norm
-        {"rope_angles", L},
+        {"rope_angles", gemma ? 2 : 1},  // once per step per set of frequencies
         {"rope", 2 * L},
         {"attention", L},
         {"add", 2 * L},

@@ -9,7 +9,7 @@
 
 namespace ember {
 
-void attention_layer(const LayerContext& c, const TokenLayout& tl, const float* inv_freq, const float* xn,
+void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTables& rope, const float* xn,
                      const AttentionBuffers& b, float* y) {
   Backend& be = c.backend;
   const ModelConfig& cfg = c.cfg;
@@ -25,9 +25,8 @@ void attention_layer(const LayerContext& c, const TokenLayout& tl, const float* 
 
   if (w.q_norm) norm_heads(be, cfg, b.q, n, c.lc.n_head, w.q_norm);
   if (w.k_norm) norm_heads(be, cfg, b.k, n, c.lc.n_head_kv, w.k_norm);
-  be.rope_angles(tl.pos, n, inv_freq, cfg.n_rot, b.rope_cos, b.rope_sin);
-  be.rope(b.q, Q, n, c.lc.n_head, hd, cfg.n_rot, cfg.rope_style, b.rope_cos, b.rope_sin);
-  be.rope(b.k, K, n, c.lc.n_head_kv, hd, cfg.n_rot, cfg.rope_style, b.rope_cos, b.rope_sin);
+  be.rope(b.q, Q, n, c.lc.n_head, hd, cfg.n_rot, cfg.rope_style, rope.cos, rope.sin);
+  be.rope(b.k, K, n, c.lc.n_head_kv, hd, cfg.n_rot, cfg.rope_style, rope.cos, rope.sin);
 
   // K/V rows of this layer (the layer's width within the cache's row).
   for (int64_t t = 0; t < n; ++t) {

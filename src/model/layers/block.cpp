@@ -5,13 +5,13 @@
 
 namespace ember {
 
-void transformer_block(const LayerContext& c, const TokenLayout& tl, const float* inv_freq, float* x,
+void transformer_block(const LayerContext& c, const TokenLayout& tl, const RopeTables& rope, float* x,
                        const BlockBuffers& b) {
   Backend& be = c.backend;
   const int64_t nE = c.n * c.cfg.n_embd;
 
   norm_rows(be, c.cfg, x, c.w.attn_norm, b.xn, c.n);
-  attention_layer(c, tl, inv_freq, b.xn, b.attn, b.y);
+  attention_layer(c, tl, rope, b.xn, b.attn, b.y);
   if (c.w.post_attn_norm) norm_rows(be, c.cfg, b.y, c.w.post_attn_norm, b.y, c.n);
   be.add(x, b.y, nE);
 

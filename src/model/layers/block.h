@@ -21,7 +21,7 @@ struct BlockBuffers {
 };
 
 // x: [n, n_embd] the residual stream, updated in place.
-void transformer_block(const LayerContext& c, const TokenLayout& tl, const float* inv_freq, float* x,
+void transformer_block(const LayerContext& c, const TokenLayout& tl, const RopeTables& rope, float* x,
                        const BlockBuffers& b);
 
 }  // namespace ember
