@@ -4,7 +4,9 @@
 namespace ember {
 
 ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int64_t capacity)
-    : capacity_(capacity), k_dim_(cfg.n_kv_dim()), v_dim_(cfg.n_v_dim()) {
+    : capacity_(capacity),
+      k_dim_(static_cast<int64_t>(cfg.max_n_head_kv()) * cfg.head_dim),
+      v_dim_(static_cast<int64_t>(cfg.max_n_head_kv()) * cfg.head_dim_v) {
   for (int il = 0; il < cfg.n_layer; ++il) {
     k_.emplace_back(new float[capacity_ * k_dim_]);  // uninitialised: only written rows are read
     v_.emplace_back(new float[capacity_ * v_dim_]);

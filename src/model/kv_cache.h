@@ -1,6 +1,13 @@
 // KV cache interface and the contiguous single-sequence implementation.
 // The forward pass writes K/V rows through k_row()/v_row() and reads them
 // through a KvView (block table), so a paged cache plugs in unchanged.
+//
+// Row layout every implementation provides: one K row and one V row per
+// (layer, position), each with room for the largest layer
+// (ModelConfig::max_n_head_kv() heads of head_dim, resp. head_dim_v).
+// Layer il writes and reads only its own first cfg.layers[il].n_head_kv
+// heads, head h at offset h * head_dim; the rest of a shorter layer's row is
+// never read. The view's row strides are the full row.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +24,7 @@ class KvCache {
   virtual ~KvCache() = default;
   // Number of positions that can be stored.
   virtual int64_t capacity() const = 0;
-  // Destination of the K (V) row [n_head_kv * head_dim] of position `pos`.
+  // Destination of the K (V) row of position `pos` (layout above).
   virtual float* k_row(int layer, int64_t pos) = 0;
   virtual float* v_row(int layer, int64_t pos) = 0;
   // Read view of a layer for the attention kernel.
@@ -26,7 +33,8 @@ class KvCache {
   virtual size_t memory_bytes() const = 0;
 };
 
-// One contiguous f32 buffer per layer: [capacity, n_kv_dim].
+// One contiguous f32 buffer per layer: [capacity, max_n_head_kv * head_dim]
+// for K ([.., max_n_head_kv * head_dim_v] for V).
 class ContiguousKvCache final : public KvCache {
  public:
   ContiguousKvCache(const ModelConfig& cfg, int64_t capacity);

@@ -1,0 +1,174 @@
+// The forward pass driver: batch layout, embedding, the layer loop and the
+// output head, every op through the Backend; see forward.h. The block
+// itself is model/layers/block.cpp.
+#include "model/forward.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "model/layers/block.h"
+#include "model/layers/linear_ops.h"
+#include "model/layers/norm.h"
+#include "model/model.h"
+
+namespace ember {
+
+ForwardContext::ForwardContext(const Model& model, ThreadPool& pool, int max_batch)
+    : ForwardContext(model, make_cpu_backend(pool), max_batch) {}
+
+ForwardContext::ForwardContext(const Model& model, std::unique_ptr<Backend> backend, int max_batch)
+    : model_(model), cfg_(model.config()), backend_(std::move(backend)), max_batch_(std::max(1, max_batch)) {
+  EMBER_CHECK(backend_ != nullptr);
+  const size_t B = static_cast<size_t>(max_batch_);
+  const size_t hd = static_cast<size_t>(cfg_.head_dim), hdv = static_cast<size_t>(cfg_.head_dim_v);
+  const size_t H = static_cast<size_t>(cfg_.max_n_head()), Hkv = static_cast<size_t>(cfg_.max_n_head_kv());
+  tok_.resize(B);
+  pos_.resize(B);
+  seg_.resize(B);
+  segs_.reserve(B);
+  seg_views_.resize(B);
+  logit_rows_.reserve(B);
+  x_.resize(B * cfg_.n_embd);
+  xn_.resize(B * cfg_.n_embd);
+  y_.resize(B * cfg_.n_embd);
+  q_.resize(B * H * hd);
+  k_.resize(B * Hkv * hd);
+  v_.resize(B * Hkv * hdv);
+  attn_.resize(B * H * hdv);
+  gate_.resize(B * cfg_.max_n_ff());
+  up_.resize(B * cfg_.max_n_ff());
+  rope_cos_.resize(model.n_rope_tables() * B * (cfg_.n_rot / 2));
+  rope_sin_.resize(model.n_rope_tables() * B * (cfg_.n_rot / 2));
+  rope_ready_.assign(model.n_rope_tables(), 0);
+}
+
+ForwardContext::~ForwardContext() = default;
+
+Status ForwardContext::forward(const int32_t* tokens, int64_t n, int64_t pos0, KvCache& cache, float* logits,
+                               float* all_logits) {
+  if (n <= 0) return Status::error("forward: empty batch");
+  if (pos0 < 0 || pos0 + n > cache.capacity())
+    return Status::errorf("forward: positions [{}, {}) exceed the KV cache capacity {}", pos0, pos0 + n,
+                          cache.capacity());
+  for (int64_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab)
+      return Status::errorf("forward: token id {} out of range [0, {})", tokens[i], cfg_.n_vocab);
+  const int64_t V = cfg_.n_vocab;
+  for (int64_t b = 0; b < n; b += max_batch_) {
+    const int64_t nb = std::min<int64_t>(max_batch_, n - b);
+    const bool last = b + nb == n;
+    SeqBatch sb;
+    sb.tokens = tokens + b;
+    sb.n = nb;
+    sb.pos0 = pos0 + b;
+    sb.cache = &cache;
+    sb.want_logits = last && logits;
+    sb.all_logits = all_logits != nullptr;
+    EMBER_RETURN_IF_ERROR(forward_ragged(&sb, 1, all_logits ? all_logits + b * V : logits));
+  }
+  if (all_logits && logits) std::copy(all_logits + (n - 1) * V, all_logits + n * V, logits);
+  return Status::ok();
+}
+
+Status ForwardContext::forward_ragged(const SeqBatch* seqs, int n_seqs, float* logits) {
+  EMBER_RETURN_IF_ERROR(prepare(seqs, n_seqs));
+  embed();
+  run_layers(0, cfg_.n_layer);
+  if (logits && !logit_rows_.empty()) head(logit_rows_.data(), static_cast<int64_t>(logit_rows_.size()), logits);
+  return Status::ok();
+}
+
+Status ForwardContext::prepare(const SeqBatch* seqs, int n_seqs) {
+  n_ = 0;
+  if (n_seqs <= 0) return Status::error("forward_ragged: empty batch");
+  int64_t total = 0;
+  for (int i = 0; i < n_seqs; ++i) {
+    const SeqBatch& sb = seqs[i];
+    if (!sb.cache || !sb.tokens || sb.n <= 0) return Status::errorf("forward_ragged: sequence {} is empty", i);
+    if (sb.pos0 < 0 || sb.pos0 + sb.n > sb.cache->capacity())
+      return Status::errorf("forward_ragged: sequence {}: positions [{}, {}) exceed its KV capacity {}", i, sb.pos0,
+                            sb.pos0 + sb.n, sb.cache->capacity());
+    for (int64_t t = 0; t < sb.n; ++t)
+      if (sb.tokens[t] < 0 || sb.tokens[t] >= cfg_.n_vocab)
+        return Status::errorf("forward_ragged: token id {} out of range [0, {})", sb.tokens[t], cfg_.n_vocab);
+    total += sb.n;
+  }
+  if (total > max_batch_)
+    return Status::errorf("forward_ragged: {} tokens exceed the batch capacity {}", total, max_batch_);
+
+  segs_.clear();
+  logit_rows_.clear();
+  std::fill(rope_ready_.begin(), rope_ready_.end(), 0);
+  int64_t t = 0;
+  for (int i = 0; i < n_seqs; ++i) {
+    const SeqBatch& sb = seqs[i];
+    segs_.push_back(sb.cache);
+    for (int64_t j = 0; j < sb.n; ++j, ++t) {
+      tok_[t] = sb.tokens[j];
+      pos_[t] = static_cast<int32_t>(sb.pos0 + j);
+      seg_[t] = i;
+    }
+    if (sb.all_logits)
+      for (int64_t j = t - sb.n; j < t; ++j) logit_rows_.push_back(j);
+    else if (sb.want_logits)
+      logit_rows_.push_back(t - 1);
+  }
+  n_ = total;
+  return Status::ok();
+}
+
+void ForwardContext::embed() {
+  EMBER_CHECK_MSG(n_ > 0, "ForwardContext::embed before a successful prepare()");
+  backend_->embed(*model_.weights().tok_embd, tok_.data(), n_, cfg_.embd_scale, x_.data());
+}
+
+void ForwardContext::run_layers(int l0, int l1) {
+  EMBER_CHECK_MSG(n_ > 0, "ForwardContext::run_layers before a successful prepare()");
+  EMBER_CHECK(0 <= l0 && l0 <= l1 && l1 <= cfg_.n_layer);
+  const ModelWeights& w = model_.weights();
+  TokenLayout tl;
+  tl.pos = pos_.data();
+  tl.seg = seg_.data();
+  tl.caches = segs_.data();
+  tl.n_segs = static_cast<int>(segs_.size());
+  BlockBuffers bb;
+  bb.xn = xn_.data();
+  bb.y = y_.data();
+  bb.attn.q = q_.data();
+  bb.attn.k = k_.data();
+  bb.attn.v = v_.data();
+  bb.attn.attn = attn_.data();
+  bb.attn.views = seg_views_.data();
+  bb.ffn.gate = gate_.data();
+  bb.ffn.up = up_.data();
+  for (int il = l0; il < l1; ++il) {
+    const int g = model_.rope_table(il);
+    const int64_t table = static_cast<int64_t>(g) * max_batch_ * (cfg_.n_rot / 2);
+    float* cos_t = rope_cos_.data() + table;
+    float* sin_t = rope_sin_.data() + table;
+    if (!rope_ready_[g]) {
+      backend_->rope_angles(pos_.data(), n_, model_.inv_freq(il), cfg_.n_rot, cos_t, sin_t);
+      rope_ready_[g] = 1;
+    }
+    const LayerContext c{*backend_, cfg_, il, cfg_.layers[il], w.layers[il], observer_, n_};
+    transformer_block(c, tl, RopeTables{cos_t, sin_t}, x_.data(), bb);
+    if (observer_) observer_->on_block_output(il, x_.data(), n_, cfg_.n_embd);
+  }
+}
+
+void ForwardContext::head(const int64_t* rows, int64_t n_rows, float* logits) {
+  EMBER_CHECK(n_rows >= 0 && n_rows <= max_batch_);
+  if (n_rows == 0) return;
+  const ModelWeights& w = model_.weights();
+  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    EMBER_CHECK(rows[r] >= 0 && rows[r] < n_);
+    std::copy(x_.data() + rows[r] * E, x_.data() + (rows[r] + 1) * E, xn_.data() + r * E);
+  }
+  norm_rows(*backend_, cfg_, xn_.data(), w.output_norm, xn_.data(), n_rows);
+  const LinearOut out{&w.output, LinearRole::kOutput, logits, V};
+  run_linears(*backend_, observer_, -1, xn_.data(), E, n_rows, &out, 1);
+  if (cfg_.final_logit_softcap > 0.f) backend_->softcap(logits, n_rows * V, cfg_.final_logit_softcap);
+}
+
+}  // namespace ember

@@ -1,0 +1,138 @@
+// ForwardContext: runs batches of tokens (one sequence, or a ragged batch of
+// several) through a Model, on a Backend it owns, with its own activation
+// buffers (allocated once for max_batch tokens; nothing is allocated per
+// token or per step).
+//
+// A step has three stages, public so that other drivers can run a subset of
+// the layers (pipeline stages, self-speculative drafts):
+//   prepare(seqs)        validate the batch, lay out its tokens
+//   embed()              hidden = token embeddings (* embd_scale)
+//   run_layers(l0, l1)   blocks [l0, l1) over hidden (their K/V written)
+//   head(rows)           output norm, output matmul and final softcap of
+//                        chosen hidden rows -> logits
+// forward_ragged() is prepare + embed + run_layers(0, n_layer) + head of the
+// rows the batch asked for; forward() is a one-sequence forward_ragged per
+// max_batch chunk. There is one output-head path.
+//
+// Arithmetic: every op is a Backend op over whole batches; each row's bits
+// depend only on its own token and sequence (batch invariance, see
+// kernels/backend.h). An observer does not change any value.
+//
+// Ownership and threading: borrows the Model (must outlive it); owns the
+// Backend; one thread at a time (the backend parallelises inside ops). The
+// KV caches of a step are borrowed for that step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/backend.h"
+#include "model/config.h"
+#include "model/forward_observer.h"
+#include "model/kv_cache.h"
+
+namespace ember {
+
+class Model;
+
+// One sequence's slice of a ragged multi-sequence batch: tokens[0..n) at
+// positions pos0, pos0+1, ... whose K/V are written to and read from `cache`.
+struct SeqBatch {
+  const int32_t* tokens = nullptr;
+  int64_t n = 0;
+  int64_t pos0 = 0;
+  KvCache* cache = nullptr;
+  bool want_logits = false;  // logits of the last token of this slice
+  bool all_logits = false;   // logits of every token of this slice (overrides want_logits)
+};
+
+class ForwardContext {
+ public:
+  // max_batch: most tokens per step (forward() splits longer inputs). The
+  // CPU backend over `pool` (not owned; must outlive this).
+  ForwardContext(const Model& model, ThreadPool& pool, int max_batch = 512);
+  // Another backend (owned).
+  ForwardContext(const Model& model, std::unique_ptr<Backend> backend, int max_batch = 512);
+  ~ForwardContext();
+  ForwardContext(const ForwardContext&) = delete;
+  ForwardContext& operator=(const ForwardContext&) = delete;
+
+  // Runs tokens[0..n) at positions pos0, pos0+1, ... through the model using
+  // (and extending) `cache`. Logits [n_vocab] of the last token go to
+  // `logits` (may be null); if `all_logits` is non-null it receives
+  // [n, n_vocab] for every token.
+  Status forward(const int32_t* tokens, int64_t n, int64_t pos0, KvCache& cache, float* logits,
+                 float* all_logits = nullptr);
+
+  // Ragged batch: one pass over the tokens of all sequences together (each
+  // weight matrix read once for all of them); every token attends only to its
+  // own sequence. The total token count must be <= max_batch. For each
+  // sequence with want_logits, in order, one row [n_vocab] goes to `logits`
+  // (n rows, one per token, for a slice with all_logits).
+  // Each sequence gets the same bits it would get alone (batch invariance).
+  Status forward_ragged(const SeqBatch* seqs, int n_seqs, float* logits);
+
+  // --- Stages (see the top of this file) ---
+  // Validates the batch (as forward_ragged) and lays out its tokens: token t
+  // of the step is token j of sequence i in the order given. The caches are
+  // borrowed until the next prepare().
+  Status prepare(const SeqBatch* seqs, int n_seqs);
+  int64_t n_tokens() const { return n_; }
+  // Token indices (into the prepared step) whose logits the batch asked for,
+  // in order: want_logits gives a sequence's last token, all_logits each.
+  const std::vector<int64_t>& logit_rows() const { return logit_rows_; }
+  // hidden() = embeddings of the prepared tokens.
+  void embed();
+  // Blocks [l0, l1) over hidden(), in place; 0 <= l0 <= l1 <= n_layer. The
+  // RoPE angles of the step are computed once per set of layer frequencies.
+  void run_layers(int l0, int l1);
+  // logits [n_rows, n_vocab] of hidden() rows rows[0..n_rows) (token
+  // indices < n_tokens()).
+  void head(const int64_t* rows, int64_t n_rows, float* logits);
+  // The residual stream [n_tokens, n_embd] between stages (a pipeline stage
+  // reads or fills it).
+  float* hidden() { return x_.data(); }
+  const float* hidden() const { return x_.data(); }
+
+  // Observer of linear inputs and block outputs (null: off, the default).
+  // Borrowed; must outlive its use.
+  void set_observer(ForwardObserver* observer) { observer_ = observer; }
+
+  int max_batch() const { return max_batch_; }
+
+ private:
+  const Model& model_;
+  const ModelConfig& cfg_;
+  std::unique_ptr<Backend> backend_;
+  ForwardObserver* observer_ = nullptr;
+  int max_batch_;
+
+  // The prepared step.
+  int64_t n_ = 0;
+  std::vector<int32_t> tok_;         // [max_batch] tokens
+  std::vector<int32_t> pos_;         // [max_batch] positions
+  std::vector<int32_t> seg_;         // [max_batch] sequence of each token
+  std::vector<KvCache*> segs_;       // cache of each sequence
+  std::vector<KvView> seg_views_;    // [max_batch] per sequence, current layer
+  std::vector<int64_t> logit_rows_;  // see logit_rows()
+
+  // Activations, shapes for a step of n tokens (widths: the largest layer).
+  std::vector<float> x_;     // [n, n_embd] residual stream
+  std::vector<float> xn_;    // [n, n_embd] normed input of a sub-block / of the head
+  std::vector<float> y_;     // [n, n_embd] sub-block output
+  std::vector<float> q_;     // [n, max_n_head * head_dim]
+  std::vector<float> k_;     // [n, max_n_head_kv * head_dim]
+  std::vector<float> v_;     // [n, max_n_head_kv * head_dim_v]
+  std::vector<float> attn_;  // [n, max_n_head * head_dim_v]
+  std::vector<float> gate_;  // [n, max_n_ff]
+  std::vector<float> up_;    // [n, max_n_ff]
+  // RoPE angles, per Model::rope_table: [n_rope_tables][max_batch, n_rot / 2],
+  // computed by the first layer of the step that needs them.
+  std::vector<float> rope_cos_, rope_sin_;
+  std::vector<uint8_t> rope_ready_;  // [n_rope_tables], cleared by prepare()
+};
+
+}  // namespace ember

@@ -1,0 +1,46 @@
+// The attention sub-block of one layer over a ragged batch:
+//   Q, K, V = xn Wq, xn Wk, xn Wv (one shared-input matmul), + biases;
+//   QK-norm per head (if the layer has q_norm / k_norm);
+//   RoPE of Q and K with the angle tables of this layer's frequencies
+//   (computed by the driver once per step for every set of frequencies, see
+//   ForwardContext::run_layers); K/V rows written to each token's own
+//   sequence cache;
+//   ragged causal attention (each token over its own sequence's keys, the
+//   layer's window); y = attn Wo (+ bias).
+// Head counts are the layer's own (cfg.layers[il]); buffers are sized for
+// the largest layer. The order of operations (bias, QK-norm, RoPE) is fixed:
+// it is part of the arithmetic the golden outputs pin.
+//
+// Threading: called on the step's thread; the backend parallelises. The K/V
+// writes go through KvCache (a few row copies per token).
+#pragma once
+
+#include <cstdint>
+
+#include "model/layers/layer_context.h"
+
+namespace ember {
+
+// Scratch of the attention sub-block, max_batch rows each (rows are packed
+// with the layer's own widths).
+struct AttentionBuffers {
+  float* q = nullptr;         // [n, max_n_head * head_dim]
+  float* k = nullptr;         // [n, max_n_head_kv * head_dim]
+  float* v = nullptr;         // [n, max_n_head_kv * head_dim_v]
+  float* attn = nullptr;      // [n, max_n_head * head_dim_v] attention output (attn_output's input)
+  KvView* views = nullptr;    // [n_segs] this layer's view of each sequence's cache
+};
+
+// RoPE angle tables of the step's tokens for this layer's frequencies:
+// cos / sin [n, n_rot / 2] (Backend::rope_angles).
+struct RopeTables {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+};
+
+// xn: [n, n_embd] normed input; y: [n, n_embd] output (before any post-norm
+// and the residual add).
+void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTables& rope, const float* xn,
+                     const AttentionBuffers& b, float* y);
+
+}  // namespace ember

@@ -1,0 +1,29 @@
+// The feed-forward sub-block; see ffn.h.
+#include "model/layers/ffn.h"
+
+#include "model/layers/linear_ops.h"
+
+namespace ember {
+
+namespace {
+
+void dense_gated_ffn(const LayerContext& c, const float* xn, const FfnBuffers& b, float* y) {
+  const int64_t n = c.n, E = c.cfg.n_embd, F = c.lc.n_ff;
+  const LinearOut gate_up[] = {{&c.w.gate, LinearRole::kGate, b.gate, F}, {&c.w.up, LinearRole::kUp, b.up, F}};
+  run_linears(c.backend, c.observer, c.il, xn, E, n, gate_up, 2);
+  const GatedActivation act =
+      c.cfg.activation == Activation::kGeluTanh ? GatedActivation::kGeGluTanh : GatedActivation::kSwiGlu;
+  c.backend.gated_activation(act, b.gate, F, b.up, F, n, F);
+  const LinearOut down{&c.w.down, LinearRole::kDown, y, E};
+  run_linears(c.backend, c.observer, c.il, b.gate, F, n, &down, 1);
+}
+
+}  // namespace
+
+void ffn_layer(const LayerContext& c, const float* xn, const FfnBuffers& b, float* y) {
+  switch (c.lc.ffn_kind) {
+    case FfnKind::kDenseGated: dense_gated_ffn(c, xn, b, y); return;
+  }
+}
+
+}  // namespace ember

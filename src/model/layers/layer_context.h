@@ -1,0 +1,41 @@
+// What every sub-block of the transformer block (model/layers/) is called
+// with: the backend, the model and layer config and weights, the observer
+// and the token count of the step (LayerContext), and the token layout of
+// a ragged batch (TokenLayout: positions and the sequence each token belongs
+// to, for RoPE, K/V writes and attention).
+//
+// Ownership: everything is borrowed from the ForwardContext that runs the
+// step and valid for that call only. Threading: one thread drives a step;
+// parallelism lives inside the Backend.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/backend.h"
+#include "model/config.h"
+#include "model/forward_observer.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace ember {
+
+struct LayerContext {
+  Backend& backend;
+  const ModelConfig& cfg;
+  int il;                     // layer index
+  const LayerConfig& lc;      // cfg.layers[il]: this layer's head counts and FFN width
+  const LayerWeights& w;      // shapes as in lc
+  ForwardObserver* observer;  // null: off
+  int64_t n;                  // tokens in the step
+};
+
+// Token t of the step sits at position pos[t] of sequence seg[t], whose K/V
+// live in caches[seg[t]].
+struct TokenLayout {
+  const int32_t* pos = nullptr;      // [n]
+  const int32_t* seg = nullptr;      // [n], each in [0, n_segs)
+  KvCache* const* caches = nullptr;  // [n_segs]
+  int n_segs = 0;
+};
+
+}  // namespace ember
