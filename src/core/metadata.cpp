@@ -112,4 +112,22 @@ GgufValue Metadata::make_bool(bool b) {
   return v;
 }
 
+GgufValue Metadata::make_string_array(std::vector<std::string> v) {
+  GgufValue a;
+  a.type = GgufType::kArray;
+  a.elem_type = GgufType::kString;
+  a.count = v.size();
+  a.strings = std::move(v);
+  return a;
+}
+
+GgufValue Metadata::make_int_array(const std::vector<int32_t>& v, GgufType t) {
+  GgufValue a;
+  a.type = GgufType::kArray;
+  a.elem_type = t;
+  a.count = v.size();
+  a.ints.assign(v.begin(), v.end());
+  return a;
+}
+
 }  // namespace ember

@@ -66,6 +66,9 @@ class Metadata {
   static GgufValue make_int(int64_t v, GgufType t = GgufType::kInt64);
   static GgufValue make_float(double v, GgufType t = GgufType::kFloat32);
   static GgufValue make_bool(bool v);
+  static GgufValue make_string_array(std::vector<std::string> v);
+  // Integer array with elements of type t (GGUF's int32 by default).
+  static GgufValue make_int_array(const std::vector<int32_t>& v, GgufType t = GgufType::kInt32);
 
  private:
   std::vector<std::pair<std::string, GgufValue>> kv_;

@@ -40,24 +40,6 @@ Status get_flag(const Metadata& md, const std::string& key, std::optional<bool>*
   return Status::ok();
 }
 
-GgufValue string_array(const std::vector<std::string>& v) {
-  GgufValue g;
-  g.type = GgufType::kArray;
-  g.elem_type = GgufType::kString;
-  g.count = v.size();
-  g.strings = v;
-  return g;
-}
-
-GgufValue int_array(const std::vector<int32_t>& v) {
-  GgufValue g;
-  g.type = GgufType::kArray;
-  g.elem_type = GgufType::kInt32;
-  g.count = v.size();
-  g.ints.assign(v.begin(), v.end());
-  return g;
-}
-
 }  // namespace
 
 Status vocab_spec_from_metadata(const Metadata& md, VocabSpec* out) {
@@ -130,7 +112,7 @@ Status vocab_spec_from_metadata(const Metadata& md, VocabSpec* out) {
 void vocab_spec_to_metadata(const VocabSpec& s, Metadata* md) {
   md->set("tokenizer.ggml.model", Metadata::make_string(s.model));
   if (!s.pre.empty()) md->set("tokenizer.ggml.pre", Metadata::make_string(s.pre));
-  md->set("tokenizer.ggml.tokens", string_array(s.tokens));
+  md->set("tokenizer.ggml.tokens", Metadata::make_string_array(s.tokens));
   if (!s.scores.empty()) {
     GgufValue g;
     g.type = GgufType::kArray;
@@ -139,8 +121,8 @@ void vocab_spec_to_metadata(const VocabSpec& s, Metadata* md) {
     g.nums.assign(s.scores.begin(), s.scores.end());
     md->set("tokenizer.ggml.scores", std::move(g));
   }
-  if (!s.token_types.empty()) md->set("tokenizer.ggml.token_type", int_array(s.token_types));
-  if (!s.merges.empty()) md->set("tokenizer.ggml.merges", string_array(s.merges));
+  if (!s.token_types.empty()) md->set("tokenizer.ggml.token_type", Metadata::make_int_array(s.token_types));
+  if (!s.merges.empty()) md->set("tokenizer.ggml.merges", Metadata::make_string_array(s.merges));
   auto set_id = [&](const char* key, const std::optional<int32_t>& id) {
     if (id && *id >= 0) md->set(key, Metadata::make_int(*id, GgufType::kUint32));
   };
@@ -157,9 +139,9 @@ void vocab_spec_to_metadata(const VocabSpec& s, Metadata* md) {
   set_flag("tokenizer.ggml.add_eos_token", s.add_eos);
   set_flag("tokenizer.ggml.add_space_prefix", s.add_space_prefix);
   set_flag("ember.tokenizer.ignore_merges", s.ignore_merges);
-  if (!s.pre_regex.empty()) md->set("ember.tokenizer.pre_regex", string_array(s.pre_regex));
+  if (!s.pre_regex.empty()) md->set("ember.tokenizer.pre_regex", Metadata::make_string_array(s.pre_regex));
   if (!s.normalizer.empty()) md->set("ember.tokenizer.normalizer", Metadata::make_string(s.normalizer));
-  if (!s.extra_eog_ids.empty()) md->set("ember.tokenizer.eog_token_ids", int_array(s.extra_eog_ids));
+  if (!s.extra_eog_ids.empty()) md->set("ember.tokenizer.eog_token_ids", Metadata::make_int_array(s.extra_eog_ids));
   if (!s.chat_template.empty()) md->set("tokenizer.chat_template", Metadata::make_string(s.chat_template));
 }
 

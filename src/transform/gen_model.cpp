@@ -129,24 +129,6 @@ std::vector<std::string> byte_symbols() {
   return out;
 }
 
-GgufValue string_array(std::vector<std::string> v) {
-  GgufValue a;
-  a.type = GgufType::kArray;
-  a.elem_type = GgufType::kString;
-  a.count = v.size();
-  a.strings = std::move(v);
-  return a;
-}
-
-GgufValue int_array(const std::vector<int32_t>& v) {
-  GgufValue a;
-  a.type = GgufType::kArray;
-  a.elem_type = GgufType::kInt32;
-  a.count = v.size();
-  a.ints.assign(v.begin(), v.end());
-  return a;
-}
-
 // ---- tensors ----
 
 enum class Fill { kMatrix, kRouter, kNorm, kBias, kRopeFreqs };  // kRouter: matrix values kept in f32
@@ -405,9 +387,9 @@ Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out) 
   const int32_t first_special = n_vocab - n_special;
   out->set("tokenizer.ggml.model", Metadata::make_string("gpt2"));
   out->set("tokenizer.ggml.pre", Metadata::make_string(qwen ? "qwen2" : "llama-bpe"));
-  out->set("tokenizer.ggml.tokens", string_array(std::move(tokens)));
-  out->set("tokenizer.ggml.token_type", int_array(types));
-  out->set("tokenizer.ggml.merges", string_array(std::move(merges)));
+  out->set("tokenizer.ggml.tokens", Metadata::make_string_array(std::move(tokens)));
+  out->set("tokenizer.ggml.token_type", Metadata::make_int_array(types));
+  out->set("tokenizer.ggml.merges", Metadata::make_string_array(std::move(merges)));
   const auto u32 = [](int64_t v) { return Metadata::make_int(v, GgufType::kUint32); };
   if (qwen) {
     out->set("tokenizer.ggml.bos_token_id", u32(first_special));  // <|endoftext|>, not added

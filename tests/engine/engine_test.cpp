@@ -12,6 +12,7 @@
 #include <set>
 
 #include "engine/generator.h"
+#include "engine/test_sampling.h"
 
 namespace ember {
 namespace {
@@ -25,21 +26,8 @@ std::unique_ptr<Model> load(const char* path) {
   return m.is_ok() ? std::move(m.value()) : nullptr;
 }
 
-SamplingParams greedy() {
-  SamplingParams p;
-  p.temperature = 0.f;
-  return p;
-}
-
-SamplingParams seeded(uint64_t seed) {
-  SamplingParams p;
-  p.temperature = 1.0f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.f;
-  p.seed = seed;
-  return p;
-}
+using test::greedy;
+using test::seeded;
 
 std::vector<int32_t> random_prompt(std::mt19937& rng, int len, int vocab) {
   std::vector<int32_t> p(len);

@@ -13,28 +13,17 @@
 
 #include <map>
 #include <random>
+#include <set>
 
 #include "engine/engine.h"
 #include "engine/fake_model_runner.h"
+#include "engine/test_sampling.h"
 
 namespace ember {
 namespace {
 
-SamplingParams greedy() {
-  SamplingParams p;
-  p.temperature = 0.f;
-  return p;
-}
-
-SamplingParams seeded(uint64_t seed) {
-  SamplingParams p;
-  p.temperature = 1.0f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.f;
-  p.seed = seed;
-  return p;
-}
+using test::greedy;
+using test::seeded;
 
 std::unique_ptr<Engine> fake_engine(const FakeModelConfig& mc, const EngineConfig& cfg) {
   auto e = Engine::create(std::make_unique<FakeModelRunner>(mc), cfg);
