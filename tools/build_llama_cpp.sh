@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's command-line tools (the peer ember is measured against)
+# from the llama.cpp tree inside the llama-cpp-python source package on PyPI,
+# outside the repository. Safe to rerun: skips what is done.
+#
+#   tools/build_llama_cpp.sh [DIR]      (default DIR: ../llama-cpp next to the repo)
+#
+# Afterwards DIR/bin holds llama-bench, llama-batched-bench, llama-server,
+# llama-quantize, llama-imatrix, llama-perplexity, llama-speculative-simple,
+# llama-cli, and DIR/src/llama.cpp holds convert_hf_to_gguf.py and gguf-py.
+# Needs: pip, cmake, a C++ compiler (scripts/setup.sh installs them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${1:-$(cd .. && pwd)/llama-cpp}
+mkdir -p "$DIR/dl" "$DIR/src"
+DIR=$(cd "$DIR" && pwd)
+tools=(llama-bench llama-batched-bench llama-server llama-quantize llama-imatrix
+       llama-perplexity llama-speculative-simple llama-cli)
+
+if [ ! -d "$DIR/src/llama.cpp" ]; then
+  sdist=$(ls "$DIR"/dl/llama_cpp_python-*.tar.gz 2>/dev/null | head -1 || true)
+  if [ -z "$sdist" ]; then
+    echo "== downloading the llama-cpp-python source package"
+    python3 -m pip download -q --no-binary :all: --no-deps llama-cpp-python -d "$DIR/dl"
+    sdist=$(ls "$DIR"/dl/llama_cpp_python-*.tar.gz | head -1)
+  fi
+  echo "== unpacking $(basename "$sdist")"
+  tmp=$(mktemp -d "$DIR/unpack.XXXX")
+  tar -xzf "$sdist" -C "$tmp"
+  mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$DIR/src/llama.cpp"
+  rm -rf "$tmp"
+fi
+
+missing=()
+for t in "${tools[@]}"; do [ -x "$DIR/bin/$t" ] || missing+=("$t"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== building ${missing[*]}"
+  cmake -S "$DIR/src/llama.cpp" -B "$DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
+    -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
+  cmake --build "$DIR/build" -j "$(nproc)" --target "${missing[@]}"
+  mkdir -p "$DIR/bin"
+  for t in "${missing[@]}"; do cp "$DIR/build/bin/$t" "$DIR/bin/"; done
+fi
+echo "llama.cpp tools in $DIR/bin: $(ls "$DIR/bin" | tr '\n' ' ')"
