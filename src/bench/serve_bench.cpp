@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -17,6 +18,7 @@
 
 #include "bench/http_client.h"
 #include "bench/sse.h"
+#include "core/cpu_time.h"
 
 namespace ember {
 
@@ -90,6 +92,7 @@ Status validate_config(const ServeBenchConfig& c) {
   if (!(c.request_rate > 0)) return Status::error("--request-rate must be > 0 (or inf)");
   if (c.num_warmups < 0 || c.num_warmups > 1000) return Status::error("--num-warmups must be in [0, 1000]");
   if (c.max_concurrency < 0) return Status::error("--max-concurrency must be >= 0 (0: unlimited)");
+  if (c.server_pid < 0) return Status::error("--server-pid must be a process id (> 0)");
   if (c.endpoint.empty() || c.endpoint[0] != '/') return Status::errorf("--endpoint must start with '/', got '{}'", c.endpoint);
   if (!(c.timeout_s > 0) || !(c.connect_timeout_s > 0)) return Status::error("timeouts must be > 0");
   if (!(c.random_range_ratio >= 0 && c.random_range_ratio < 1))
@@ -281,6 +284,44 @@ Result<std::string> discover_model(const ServeBenchConfig& cfg) {
   return Status::errorf("GET {}: no model id in the reply (use --model): {}", req.target, snippet(resp->body));
 }
 
+Result<double> prometheus_value(const std::string& page, const std::string& name) {
+  for (size_t b = 0; b < page.size();) {
+    size_t e = page.find('\n', b);
+    if (e == std::string::npos) e = page.size();
+    if (page.compare(b, name.size(), name) == 0 && b + name.size() < e && page[b + name.size()] == ' ') {
+      const std::string v = page.substr(b + name.size() + 1, e - b - name.size() - 1);
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (end == v.c_str()) return Status::errorf("metric {}: bad value '{}'", name, v);
+      return x;
+    }
+    b = e + 1;
+  }
+  return Status::errorf("metric {} not found", name);
+}
+
+Result<double> server_cpu_seconds(const ServeBenchConfig& cfg, std::string* source) {
+  if (cfg.server_pid > 0) {
+    *source = "pid";
+    return process_cpu_seconds(cfg.server_pid);
+  }
+  *source = "metrics";
+  auto url = parse_http_url(cfg.base_url);
+  if (!url) return url.status();
+  HttpClientRequest req;
+  req.host = url->host;
+  req.port = url->port;
+  req.target = url->path + "/metrics";
+  if (!cfg.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + cfg.api_key);
+  req.timeout_s = std::min(cfg.timeout_s, 30.0);
+  req.connect_timeout_s = cfg.connect_timeout_s;
+  req.max_body_bytes = 16 << 20;
+  auto resp = http_request(req);
+  if (!resp) return resp.status().with_context("GET " + req.target);
+  if (resp->status != 200) return Status::errorf("GET {}: HTTP {}", req.target, resp->status);
+  return prometheus_value(resp->body, "process_cpu_seconds_total");
+}
+
 Result<ServeBenchResult> run_serve_bench_workload(const ServeBenchConfig& cfg, const std::string& model,
                                                   const std::vector<ServeBenchRequest>& workload,
                                                   const ServeBenchProgressFn& progress) {
@@ -383,7 +424,18 @@ Result<ServeBenchResult> run_serve_bench(const ServeBenchConfig& cfg, const Serv
     ServeBenchRecord rec = run_one_request(cfg, model, q);
     if (!rec.ok && i == 0) return Status::errorf("warm-up request failed: {}", rec.error);
   }
-  return run_serve_bench_workload(cfg, model, *w, progress);
+  std::string source;
+  auto cpu0 = server_cpu_seconds(cfg, &source);
+  if (!cpu0 && cfg.server_pid > 0) return cpu0.status().with_context("--server-pid");
+  auto res = run_serve_bench_workload(cfg, model, *w, progress);
+  if (!res || !cpu0) return res;
+  auto cpu1 = server_cpu_seconds(cfg, &source);
+  if (!cpu1) return res;
+  ServeBenchSummary& s = res->summary;
+  s.server_cpu_s = *cpu1 - *cpu0;
+  s.server_cpu_s_per_1k_output_tokens = cpu_seconds_per_1k(s.server_cpu_s, static_cast<double>(s.total_output_tokens));
+  s.server_cpu_source = source;
+  return res;
 }
 
 }  // namespace ember

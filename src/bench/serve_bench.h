@@ -54,6 +54,10 @@ struct ServeBenchConfig {
   // workload's first prompts, prefixed with "Warm up N. "); the run stops
   // with an error if the first of them fails.
   int num_warmups = 1;
+  // Cost: the server's CPU time over the measured run, from /proc/PID/stat
+  // when server_pid > 0 (any server on this machine, e.g. llama-server),
+  // else from its /metrics `process_cpu_seconds_total` when it has one.
+  int64_t server_pid = 0;
 };
 
 constexpr int kServeBenchMaxWorkers = 1024;
@@ -95,6 +99,11 @@ struct ServeBenchSummary {
   int peak_concurrency = 0;
   bool usage_reported = true;         // every completed request carried server usage
   ServeBenchStats ttft_ms, tpot_ms, itl_ms, e2e_ms;
+  // Server CPU seconds (user + system, all threads) over the run and per
+  // 1,000 output tokens; < 0: unknown (no pid given and no /metrics value).
+  double server_cpu_s = -1;
+  double server_cpu_s_per_1k_output_tokens = -1;
+  std::string server_cpu_source;  // "pid" or "metrics"
 };
 
 struct ServeBenchResult {
@@ -134,6 +143,13 @@ nlohmann::json make_request_body(const ServeBenchConfig& cfg, const std::string&
 // are recorded in the record.
 ServeBenchRecord run_one_request(const ServeBenchConfig& cfg, const std::string& model,
                                  const ServeBenchRequest& r);
+
+// The value of an unlabelled sample `name` in a Prometheus text page.
+Result<double> prometheus_value(const std::string& page, const std::string& name);
+
+// The server's CPU seconds so far (see ServeBenchConfig::server_pid);
+// `source` gets "pid" or "metrics".
+Result<double> server_cpu_seconds(const ServeBenchConfig& cfg, std::string* source);
 
 // Fills the summary from records and the wall-clock duration.
 ServeBenchSummary summarize_records(const std::vector<ServeBenchRecord>& records, double duration_s);

@@ -132,6 +132,10 @@ std::string format_report(const ServeBenchResult& r, int max_errors_shown) {
   line("Request throughput (req/s):", fmt_num(s.request_throughput, 2));
   line("Output token throughput (tok/s):", fmt_num(s.output_throughput, 2));
   line("Total token throughput (tok/s):", fmt_num(s.total_token_throughput, 2));
+  if (s.server_cpu_s >= 0) {
+    line("Server CPU time (s):", fmt_num(s.server_cpu_s, 2) + " (" + s.server_cpu_source + ")");
+    line("Server CPU-s per 1k output tokens:", fmt_num(s.server_cpu_s_per_1k_output_tokens, 3));
+  }
   auto block = [&](const std::string& head, const std::string& name, const ServeBenchStats& st) {
     title(head, '-');
     line("Mean " + name + " (ms):", fmt_num(st.mean, 2));
@@ -174,7 +178,8 @@ nlohmann::json result_to_json(const ServeBenchResult& r) {
                         {"ignore_eos", c.ignore_eos},
                         {"temperature", c.temperature},
                         {"timeout_s", c.timeout_s},
-                        {"num_warmups", c.num_warmups}};
+                        {"num_warmups", c.num_warmups},
+                        {"server_pid", c.server_pid}};
   nlohmann::json sum = {{"completed", s.completed},
                         {"failed", s.failed},
                         {"duration_s", s.duration_s},
@@ -189,7 +194,11 @@ nlohmann::json result_to_json(const ServeBenchResult& r) {
                         {"ttft_ms", stats_json(s.ttft_ms)},
                         {"tpot_ms", stats_json(s.tpot_ms)},
                         {"itl_ms", stats_json(s.itl_ms)},
-                        {"e2e_ms", stats_json(s.e2e_ms)}};
+                        {"e2e_ms", stats_json(s.e2e_ms)},
+                        {"server_cpu_s", s.server_cpu_s >= 0 ? nlohmann::json(s.server_cpu_s) : nlohmann::json()},
+                        {"server_cpu_s_per_1k_output_tokens",
+                         s.server_cpu_s >= 0 ? nlohmann::json(s.server_cpu_s_per_1k_output_tokens) : nlohmann::json()},
+                        {"server_cpu_source", s.server_cpu_source}};
   nlohmann::json ok = nlohmann::json::array(), err = nlohmann::json::array(), start = nlohmann::json::array(),
                  ttft = nlohmann::json::array(), tpot = nlohmann::json::array(), e2e = nlohmann::json::array(),
                  itl = nlohmann::json::array(), pt = nlohmann::json::array(), ot = nlohmann::json::array();

@@ -6,15 +6,18 @@
 
 #include <fmt/format.h>
 
+#include "core/cpu_time.h"
+
 namespace ember {
 
 std::string ThroughputResult::summary() const {
   return fmt::format(
       "{:.2f} s, {:.2f} requests/s, {:.1f} tokens/s ({:.1f} output tokens/s, decode steps {:.1f} tokens/s), "
-      "{} steps, {:.1f} tokens/step, {} preemptions, KV waste {:.1f}% (mean over decode steps)",
+      "{} steps, {:.1f} tokens/step, {} preemptions, KV waste {:.1f}% (mean over decode steps), "
+      "{:.2f} CPU-s per 1k output tokens",
       seconds, requests_per_s, tokens_per_s, output_tokens_per_s, decode_tokens_per_s, stats.n_steps,
       stats.n_steps > 0 ? static_cast<double>(stats.n_computed_tokens) / stats.n_steps : 0.0, stats.n_preemptions,
-      100.0 * mean_kv_waste);
+      100.0 * mean_kv_waste, cpu_seconds_per_1k_output_tokens);
 }
 
 Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& pool, const ThroughputOptions& opt) {
@@ -58,6 +61,7 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
   size_t n_started = 0;
   int n_finished = 0;
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = process_cpu_seconds();
   auto drain = [&]() -> Status {
     while (e.has_unfinished()) {
       auto out = e.step();
@@ -90,12 +94,14 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
   }
   EMBER_RETURN_IF_ERROR(drain());
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.cpu_seconds = process_cpu_seconds() - cpu0;
   res.num_requests = static_cast<int>(reqs.size());
   for (const auto& r : reqs) res.prompt_tokens += static_cast<int64_t>(r.prompt.size());
   res.requests_per_s = res.num_requests / res.seconds;
   res.tokens_per_s = (res.prompt_tokens + res.output_tokens) / res.seconds;
   res.output_tokens_per_s = res.output_tokens / res.seconds;
   res.decode_tokens_per_s = decode_s > 0 ? decode_tokens / decode_s : 0;
+  res.cpu_seconds_per_1k_output_tokens = cpu_seconds_per_1k(res.cpu_seconds, static_cast<double>(res.output_tokens));
   res.mean_kv_waste = waste_steps > 0 ? waste_sum / waste_steps : 0;
   res.stats = e.stats();
   return res;

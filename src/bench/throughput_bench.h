@@ -41,6 +41,8 @@ struct ThroughputResult {
   double mean_kv_waste = 0;        // allocated-but-unfilled KV slots / allocated, mean over decode steps
   double first_tokens_seconds = 0; // until every request had its first token (all prompts computed)
   int num_requests = 0;
+  double cpu_seconds = 0;                     // process CPU time (all threads) of the run
+  double cpu_seconds_per_1k_output_tokens = 0;
   EngineStats stats;
   // One-line summary.
   std::string summary() const;

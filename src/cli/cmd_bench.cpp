@@ -18,6 +18,7 @@
 #include "cli/common.h"
 #include "cli/progress.h"
 #include "core/cpu_features.h"
+#include "core/cpu_time.h"
 #include "engine/generator.h"
 #include "bench/throughput_bench.h"
 
@@ -135,7 +136,7 @@ int bench_throughput(int argc, char** argv, int first) {
   std::string model_path, dataset;
   ThroughputOptions o;
   int threads = default_thread_count();
-  std::string kv_mem;
+  std::string kv_mem, batching = "continuous";
   float ratio = 0.f;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("--num-prompts", &o.num_prompts, "N", "requests");
@@ -148,6 +149,7 @@ int bench_throughput(int argc, char** argv, int first) {
   p.option("--max-num-batched-tokens", &o.engine.max_num_batched_tokens, "N", "tokens per engine step");
   p.option("--kv-cache-memory", &kv_mem, "BYTES", "KV cache budget, e.g. 512M, 2G (default 256M)");
   p.flag("--sequential", &o.sequential, "one request at a time (baseline)");
+  p.option("--batching", &batching, "POLICY", "continuous (default), dynamic or static (see ember serve --batching)");
   p.option("-t,--threads", &threads, "N", "threads");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
@@ -157,6 +159,9 @@ int bench_throughput(int argc, char** argv, int first) {
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1) return usage_error(p, "counts must be >= 1");
   if (!(ratio >= 0.f && ratio < 1.f)) return usage_error(p, "--random-range-ratio must be in [0, 1)");
   o.range_ratio = ratio;
+  auto policy = parse_batching_policy(batching);
+  if (!policy) return usage_error(p, "--batching: " + policy.status().message());
+  o.engine.batching = *policy;
   if (o.engine.max_num_seqs < 1 || o.engine.max_num_batched_tokens < 1) return usage_error(p, "limits must be >= 1");
   if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
   if (!kv_mem.empty() && (!parse_bytes(kv_mem, &o.engine.kv_cache_bytes) || o.engine.kv_cache_bytes == 0))
@@ -216,6 +221,9 @@ struct BenchRow {
   std::string test;
   int threads, n_prompt, n_gen, batch;
   std::vector<double> tps;
+  double cpu_seconds = 0;  // process CPU time of the measured repetitions (warm-up excluded)
+  double tokens = 0;       // tokens they processed (prompt tokens for pp, generated for tg)
+  double cpu_per_1k() const { return cpu_seconds_per_1k(cpu_seconds, tokens); }
 };
 
 // Batched latency rows run through the serving engine: `batch` sequences
@@ -288,7 +296,8 @@ int cmd_bench(int argc, char** argv, int first) {
   std::printf("model: %s (%s, %.1f MiB, %.1f M params)\n", path.c_str(), c.arch.c_str(),
               m.weight_bytes() / 1048576.0, m.n_params() / 1e6);
   std::printf("cpu: %s; kernels: %s\n", cpu_features().brand.c_str(), isa_name(active_isa()));
-  std::printf("%-8s %8s %14s %10s %-18s %s\n", "test", "tokens", "tok/s median", "spread", "(min - max)", "threads");
+  std::printf("%-8s %8s %14s %10s %-18s %7s %9s\n", "test", "tokens", "tok/s median", "spread", "(min - max)", "threads",
+              "cpu-s/1k");
 
   std::vector<BenchRow> rows;
   const double bytes = static_cast<double>(decode_weight_bytes(m));
@@ -309,8 +318,8 @@ int cmd_bench(int argc, char** argv, int first) {
   auto report = [&](const BenchRow& r) {
     progress.clear();
     Summary s = summarize(r.tps);
-    std::printf("%-8s %8d %14.2f %9.2f%% (%.2f - %.2f) %d%s\n", r.test.c_str(), r.n_prompt + r.n_gen, s.median,
-                100.0 * s.stdev / s.median, s.lo, s.hi, r.threads,
+    std::printf("%-8s %8d %14.2f %9.2f%% (%.2f - %.2f) %7d %9.3f%s\n", r.test.c_str(), r.n_prompt + r.n_gen, s.median,
+                100.0 * s.stdev / s.median, s.lo, s.hi, r.threads, r.cpu_per_1k(),
                 r.batch > 1 ? fmt::format("   batch {} (aggregate)", r.batch).c_str() : "");
     std::fflush(stdout);
   };
@@ -326,12 +335,18 @@ int cmd_bench(int argc, char** argv, int first) {
           const int np = pass == 0 ? len : 0, ng = pass == 0 ? 0 : len;
           BenchRow row{(pass == 0 ? "pp" : "tg") + std::to_string(len), threads, np, ng, b, {}};
           for (int r = 0; r <= reps; ++r) {
+            const double c0 = process_cpu_seconds();
             auto tps = engine_row_tps(m, pool, b, np, ng, 1000 + r);
             if (!tps) {
               std::fprintf(stderr, "ember bench: %s\n", tps.status().message().c_str());
               return kExitFailure;
             }
-            if (r > 0) row.tps.push_back(*tps);
+            if (r > 0) {
+              // The whole engine run (prompts and decode) per processed token of the row's kind.
+              row.tps.push_back(*tps);
+              row.cpu_seconds += process_cpu_seconds() - c0;
+              row.tokens += static_cast<double>(b) * (np + ng);
+            }
             tick(row.test + " b" + std::to_string(b), threads, r);
           }
           report(row);
@@ -345,12 +360,16 @@ int cmd_bench(int argc, char** argv, int first) {
       std::vector<int32_t> prompt(np);
       for (int r = 0; r <= reps; ++r) {  // r == 0: warm-up
         for (auto& t : prompt) t = tok(rng);
-        const double t0 = now_s();
+        const double t0 = now_s(), c0 = process_cpu_seconds();
         if (Status st = gen.prefill(prompt, 0, nullptr); !st) {
           std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
           return kExitFailure;
         }
-        if (r > 0) row.tps.push_back(np / (now_s() - t0));
+        if (r > 0) {
+          row.tps.push_back(np / (now_s() - t0));
+          row.cpu_seconds += process_cpu_seconds() - c0;
+          row.tokens += np;
+        }
         tick(row.test, threads, r);
       }
       report(row);
@@ -362,7 +381,7 @@ int cmd_bench(int argc, char** argv, int first) {
       std::vector<float> logits(c.n_vocab);
       for (int r = 0; r <= reps; ++r) {
         int32_t t = tok(rng);
-        const double t0 = now_s();
+        const double t0 = now_s(), c0 = process_cpu_seconds();
         for (int i = 0; i < ng; ++i) {
           if (Status st = gen.decode_one(t, i, logits.data()); !st) {
             std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
@@ -370,7 +389,11 @@ int cmd_bench(int argc, char** argv, int first) {
           }
           t = tok(rng);
         }
-        if (r > 0) row.tps.push_back(ng / (now_s() - t0));
+        if (r > 0) {
+          row.tps.push_back(ng / (now_s() - t0));
+          row.cpu_seconds += process_cpu_seconds() - c0;
+          row.tokens += ng;
+        }
         tick(row.test, threads, r);
       }
       report(row);
@@ -395,7 +418,7 @@ int cmd_bench(int argc, char** argv, int first) {
       results.push_back({{"test", r.test}, {"threads", r.threads}, {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen},
                          {"batch", r.batch},
                          {"median_tps", s.median}, {"stdev_tps", s.stdev}, {"min_tps", s.lo}, {"max_tps", s.hi},
-                         {"samples_tps", r.tps}});
+                         {"samples_tps", r.tps}, {"cpu_seconds_per_1k_tokens", r.cpu_per_1k()}});
     }
     out["results"] = results;
     std::ofstream f(json_path);

@@ -43,7 +43,7 @@ int cmd_bench_serve(int argc, char** argv, int first) {
               "ember bench serve [--base-url http://127.0.0.1:8080] [--endpoint /v1/completions] [--model NAME] "
               "[--num-prompts 100] [--request-rate inf] [--max-concurrency N] [--random-input-len 128] "
               "[--random-output-len 128] [--random-range-ratio 0] [--seed 0] [--dataset FILE.jsonl] [--ignore-eos] "
-              "[--num-warmups 1] [--timeout 600] [--label NAME] [--json FILE]");
+              "[--num-warmups 1] [--timeout 600] [--label NAME] [--server-pid PID] [--json FILE]");
   ServeBenchConfig c;
   std::string rate = "inf", ratio = "0", timeout = "600", temperature = "0", json_path, host, port_s;
   bool quiet = false;
@@ -54,6 +54,9 @@ int cmd_bench_serve(int argc, char** argv, int first) {
   p.option("--model", &c.model, "NAME", "model name sent to the server (default: first id of GET /v1/models)");
   p.option("--api-key", &c.api_key, "KEY", "bearer token (default: $OPENAI_API_KEY)");
   p.option("--label", &c.label, "NAME", "server label for the report and plots");
+  p.option("--server-pid", &c.server_pid, "PID",
+           "server process on this machine whose CPU time to report (default: the server's /metrics "
+           "process_cpu_seconds_total, when it has one)");
   p.option("--num-prompts", &c.num_prompts, "N", "number of requests (default 100)");
   p.option("--request-rate", &rate, "R", "requests per second with Poisson arrivals, or inf: all at once (default)");
   p.option("--max-concurrency", &c.max_concurrency, "N", "requests in flight at most (default: unlimited)");

@@ -26,6 +26,8 @@ int cmd_serve(int argc, char** argv, int first) {
   std::string model_path, host = "127.0.0.1", api_key, served_name, kv_mem, preempt_mode = "recompute", swap_mem = "1G";
   int port = 8080, threads = default_thread_count(), max_num_seqs = 64, max_batched = 512, block_size = 16;
   int max_n = 16, handler_threads = 4, shutdown_timeout = 30;
+  std::string batching = "continuous";
+  float batch_window_ms = 50;
   int64_t max_model_len = 0, max_body = int64_t{8} << 20;
   bool prefix = false, no_prefix = false, no_log = false;
   p.option("-m,--model", &model_path, "MODEL", "model file or Hugging Face folder (default: the bundled Gemma 3 270M)");
@@ -43,6 +45,11 @@ int cmd_serve(int argc, char** argv, int first) {
   p.option("--preemption-mode", &preempt_mode, "MODE",
            "recompute (default) or swap: where a preempted sequence's KV goes when blocks run out");
   p.option("--swap-space", &swap_mem, "BYTES", "host memory for swapped-out KV pages (default 1G)");
+  p.option("--batching", &batching, "POLICY",
+           "continuous (default: requests join and leave the batch every step), dynamic (a batch starts when "
+           "--max-num-seqs requests wait or the oldest waited --batch-window-ms, and runs to completion) or static "
+           "(a batch of whatever waits, run to completion); the last two are for comparison");
+  p.option("--batch-window-ms", &batch_window_ms, "MS", "dynamic batching: longest wait for a full batch (default 50)");
   p.option("--max-n", &max_n, "N", "largest 'n' (samples per prompt) a request may ask for (default 16)");
   p.option("--max-body-bytes", &max_body, "BYTES", "largest request body (default 8 MiB)");
   p.option("--handler-threads", &handler_threads, "N", "HTTP handler threads (default 4)");
@@ -78,6 +85,12 @@ int cmd_serve(int argc, char** argv, int first) {
   if (preempt_mode != "recompute" && preempt_mode != "swap")
     return usage_error(p, fmt::format("--preemption-mode must be recompute or swap, got '{}'", preempt_mode));
   ec.preempt_swap = preempt_mode == "swap";
+  auto policy = parse_batching_policy(batching);
+  if (!policy) return usage_error(p, "--batching: " + policy.status().message());
+  ec.batching = *policy;
+  if (!(batch_window_ms >= 0 && batch_window_ms <= 3.6e6))
+    return usage_error(p, "--batch-window-ms must be in [0, 3600000]");
+  ec.batch_window_s = batch_window_ms / 1000.0;
   if (!parse_bytes(swap_mem, &ec.swap_space_bytes))
     return usage_error(p, fmt::format("--swap-space expects a size such as 1G, got '{}'", swap_mem));
   if (!kv_mem.empty()) {
@@ -145,10 +158,11 @@ int cmd_serve(int argc, char** argv, int first) {
   std::fprintf(stderr,
                "ember serve: model %s (%s), weights %s, %d compute threads\n"
                "ember serve: KV cache %s in %d blocks of %d tokens: %lld tokens per sequence at most, "
-               "max %d sequences per step, prefix caching %s, preemption by %s\n",
+               "max %d sequences per step, %s batching, prefix caching %s, preemption by %s\n",
                path.c_str(), m.config().arch.c_str(), human_bytes(static_cast<double>(m.weight_bytes())).c_str(),
                threads, human_bytes(static_cast<double>(ec.kv_cache_bytes)).c_str(), st.blocks_total, block_size,
-               static_cast<long long>((*engine)->max_seq_len()), max_num_seqs, ec.enable_prefix_caching ? "on" : "off",
+               static_cast<long long>((*engine)->max_seq_len()), max_num_seqs, batching_policy_name(ec.batching),
+               ec.enable_prefix_caching ? "on" : "off",
                ec.preempt_swap ? fmt::format("swap ({} of host memory)", human_bytes(static_cast<double>(ec.swap_space_bytes))).c_str()
                                : "recomputation");
   if (api_key.empty() && host != "127.0.0.1" && host != "localhost" && host != "::1")

@@ -1,6 +1,8 @@
 // Thread-safe engine front: command queue + engine thread; see async_engine.h.
 #include "engine/async_engine.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 
 namespace ember {
@@ -200,12 +202,20 @@ void AsyncEngine::deliver(const StepOutput& out) {
 }
 
 void AsyncEngine::loop() {
+  // > 0 after a step that could run nothing because a request-level batch is
+  // still forming (dynamic batching): sleep that long unless a command comes.
+  double idle_wait_s = 0;
   for (;;) {
     std::deque<std::unique_ptr<Command>> cmds;
     bool stop;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !commands_.empty() || engine_->has_unfinished(); });
+      if (idle_wait_s > 0)
+        cv_.wait_for(lk, std::chrono::duration<double>(std::min(idle_wait_s, 1.0)),
+                     [&] { return stop_ || !commands_.empty(); });
+      else
+        cv_.wait(lk, [&] { return stop_ || !commands_.empty() || engine_->has_unfinished(); });
+      idle_wait_s = 0;
       cmds.swap(commands_);
       stop = stop_;
     }
@@ -243,7 +253,9 @@ void AsyncEngine::loop() {
     if (!engine_->has_unfinished()) continue;
     auto out = engine_->step();
     if (out.is_ok()) {
+      const bool idle = out->n_seqs == 0 && out->tokens.empty() && out->finished.empty();
       deliver(out.value());
+      if (idle && engine_->has_work()) idle_wait_s = engine_->seconds_until_admission();
       continue;
     }
     // The forward pass failed: end every request with kError.

@@ -33,6 +33,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
   if (cfg.max_num_seqs < 1 || cfg.max_num_seqs > 4096)
     return Status::errorf("max_num_seqs {} out of range [1, 4096]", cfg.max_num_seqs);
   if (cfg.max_model_len < 0) return Status::errorf("max_model_len {} is negative", cfg.max_model_len);
+  if (!(cfg.batch_window_s >= 0 && cfg.batch_window_s <= 3600))
+    return Status::errorf("batch window {} s out of range [0, 3600]", cfg.batch_window_s);
   auto e = std::unique_ptr<Engine>(new Engine(cfg));
   const KvLayout layout = KvLayout::from_spec(runner->kv_spec(), cfg.sliding_window_release);
   auto n_blocks = runner->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks);
@@ -46,6 +48,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
   sc.max_num_batched_tokens = cfg.max_num_batched_tokens;
   sc.max_num_seqs = cfg.max_num_seqs;
   sc.preempt_swap = cfg.preempt_swap;
+  sc.policy = cfg.batching;
+  sc.batch_window_s = cfg.batch_window_s;
   e->scheduler_ = std::make_unique<Scheduler>(sc, *e->kv_);
   int64_t len = cfg.max_model_len > 0 ? cfg.max_model_len : runner->n_ctx_train();
   if (len <= 0) len = int64_t{1} << 30;
@@ -242,6 +246,8 @@ Result<StepOutput> Engine::step() {
   stats_.total_step_seconds += out.seconds;
   return out;
 }
+
+double Engine::seconds_until_admission() const { return scheduler_->seconds_until_admission(now_seconds()); }
 
 EngineStats Engine::stats() const {
   EngineStats st = stats_;

@@ -55,6 +55,10 @@ struct EngineConfig {
   // memory (up to swap_space_bytes in all) and copies them back on resume.
   bool preempt_swap = false;
   size_t swap_space_bytes = size_t{1} << 30;
+  // Continuous (default), or request-level dynamic / static batching for
+  // comparison (see scheduler.h); batch_window_s: the dynamic batch window.
+  BatchingPolicy batching = BatchingPolicy::kContinuous;
+  double batch_window_s = 0.05;
 };
 
 struct RequestParams {
@@ -148,6 +152,9 @@ class Engine {
 
   bool has_work() const { return !scheduler_->waiting().empty() || !scheduler_->running().empty(); }
   bool has_unfinished() const { return has_work() || !pending_finished_.empty(); }
+  // Seconds until a waiting request may be admitted under the batching
+  // policy (0 under continuous batching; see Scheduler).
+  double seconds_until_admission() const;
   EngineStats stats() const;
   // Block-accounting and queue invariants (reference counts == table
   // entries, queues == live requests, etc.).

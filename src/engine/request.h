@@ -52,6 +52,7 @@ struct Request {
   uint64_t arrival = 0;          // admission order (FCFS within a priority)
   RequestStatus status = RequestStatus::kWaiting;
   int n_preemptions = 0;
+  int64_t batch_id = -1;         // request-level batch it belongs to (dynamic / static batching; -1: none)
   int64_t n_cached_prompt = -1;  // prompt tokens from the prefix cache at first admission (-1: not yet)
   double t_arrival = 0;          // add_request time (steady clock, seconds)
   double queue_seconds = -1;     // arrival to first admission

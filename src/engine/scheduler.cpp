@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "core/check.h"
 
@@ -13,6 +14,21 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 }  // namespace
+
+const char* batching_policy_name(BatchingPolicy p) {
+  switch (p) {
+    case BatchingPolicy::kContinuous: return "continuous";
+    case BatchingPolicy::kDynamic: return "dynamic";
+    case BatchingPolicy::kStatic: return "static";
+  }
+  return "?";
+}
+
+Result<BatchingPolicy> parse_batching_policy(const std::string& name) {
+  for (BatchingPolicy p : {BatchingPolicy::kContinuous, BatchingPolicy::kDynamic, BatchingPolicy::kStatic})
+    if (name == batching_policy_name(p)) return p;
+  return Status::errorf("unknown batching policy '{}' (expected continuous, dynamic or static)", name);
+}
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, KvCacheManager& kv) : cfg_(cfg), kv_(kv) {}
 
@@ -33,6 +49,7 @@ void Scheduler::add_waiting(Request* r) {
 
 void Scheduler::add_running(Request* r) {
   r->status = RequestStatus::kRunning;
+  if (cfg_.policy != BatchingPolicy::kContinuous) r->batch_id = batch_id_;  // forks join their parent's batch
   insert_sorted(running_, r);
 }
 
@@ -58,7 +75,55 @@ void Scheduler::preempt(Request* r, std::vector<KvOp>* ops) {
   ++n_preemptions_;
 }
 
-SchedulerOutput Scheduler::schedule() {
+bool Scheduler::admissible(const Request* r) const {
+  return cfg_.policy == BatchingPolicy::kContinuous || r->batch_id == batch_id_;
+}
+
+bool Scheduler::batch_open() const {
+  if (!running_.empty()) return true;
+  for (const Request* r : waiting_)
+    if (r->batch_id == batch_id_) return true;  // preempted members
+  return false;
+}
+
+bool Scheduler::may_start_batch(double now) const {
+  if (waiting_.empty() || batch_open()) return false;
+  if (cfg_.policy == BatchingPolicy::kStatic) return true;
+  int slots = 0;
+  double oldest = std::numeric_limits<double>::infinity();
+  for (const Request* r : waiting_) {
+    slots += 1 + r->n_fork;
+    oldest = std::min(oldest, r->t_arrival);
+  }
+  return slots >= cfg_.max_num_seqs || now - oldest >= cfg_.batch_window_s;
+}
+
+void Scheduler::start_batch() {
+  ++batch_id_;
+  int slots = 0;
+  for (Request* r : waiting_) {
+    if (slots > 0 && slots + 1 + r->n_fork > cfg_.max_num_seqs) break;
+    r->batch_id = batch_id_;
+    slots += 1 + r->n_fork;
+  }
+}
+
+double Scheduler::seconds_until_admission(double now) const {
+  if (cfg_.policy == BatchingPolicy::kContinuous || waiting_.empty()) return 0;
+  if (batch_open()) {
+    for (const Request* r : waiting_)
+      if (r->batch_id == batch_id_) return 0;
+    return std::numeric_limits<double>::infinity();  // until the running batch finishes
+  }
+  if (may_start_batch(now)) return 0;
+  double oldest = std::numeric_limits<double>::infinity();
+  for (const Request* r : waiting_) oldest = std::min(oldest, r->t_arrival);
+  return std::max(0.0, cfg_.batch_window_s - (now - oldest));
+}
+
+SchedulerOutput Scheduler::schedule() { return schedule_at(now_seconds()); }
+
+SchedulerOutput Scheduler::schedule_at(double now) {
   SchedulerOutput out;
   struct Pick {
     Request* r;
@@ -92,10 +157,16 @@ SchedulerOutput Scheduler::schedule() {
   // 2. Waiting requests (FCFS within priority), unless we just had to
   // preempt. Slots: running requests plus the samples their unforked prompts
   // will fork (a request with n samples occupies n slots after its prompt).
+  // Request-level batching admits only the members of the current batch.
+  if (cfg_.policy != BatchingPolicy::kContinuous && may_start_batch(now)) start_batch();
   int slots = 0;
   for (const Request* r : running_) slots += 1 + r->n_fork;
-  while (!preempted && budget > 0 && !waiting_.empty() && slots < cfg_.max_num_seqs) {
-    Request* r = waiting_.front();
+  for (size_t i = 0; !preempted && budget > 0 && i < waiting_.size() && slots < cfg_.max_num_seqs;) {
+    Request* r = waiting_[i];
+    if (!admissible(r)) {
+      ++i;
+      continue;
+    }
     if (slots > 0 && slots + 1 + r->n_fork > cfg_.max_num_seqs) break;  // a lone request may exceed it
     const int64_t n_tokens = r->num_tokens();
     if (kv_.swapped(*r)) {
@@ -113,9 +184,9 @@ SchedulerOutput Scheduler::schedule() {
     if (kv_.prefix_caching()) kv_.record_query(n_tokens - 1, r->num_computed_tokens);
     if (r->n_cached_prompt < 0) {
       r->n_cached_prompt = r->num_computed_tokens;
-      r->queue_seconds = now_seconds() - r->t_arrival;
+      r->queue_seconds = now - r->t_arrival;
     }
-    waiting_.erase(waiting_.begin());
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     add_running(r);
     slots += 1 + r->n_fork;
     picks.push_back({r, n});

@@ -14,12 +14,32 @@
 // freed (or its pages moved to swap space) and it is recomputed (or swapped
 // back in) later; no new request is admitted in a step that preempted.
 //
+// Batching policies (SchedulerConfig::policy), for comparison with the
+// request-level batching of older servers; everything above holds within a
+// batch:
+//   continuous  iteration-level: a request joins as soon as a slot and
+//               blocks are free, and leaves the moment it finishes (default);
+//   dynamic     windowed: a batch of up to max_num_seqs requests starts when
+//               that many are waiting or the oldest waiting request has
+//               waited batch_window_s, and runs to completion: nothing joins
+//               until every member has finished;
+//   static      a batch of whatever is waiting (up to max_num_seqs) starts
+//               as soon as the previous one has finished, and runs to
+//               completion.
+// The members of a batch are fixed when it starts (Request::batch_id); a
+// member preempted from it rejoins it, not the next one. Finished members
+// free their blocks at once (the cache stays paged); what is lost against
+// continuous batching is the slots they leave idle until the batch drains.
+//
 // Ownership: Requests are owned by the Engine; the scheduler holds pointers
 // in its queues. Engine thread only.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "core/status.h"
 
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/request.h"
@@ -28,12 +48,19 @@ namespace ember {
 
 constexpr int kPromptLogprobChunk = 32;  // prompt tokens per step when their logits are all needed
 
+enum class BatchingPolicy { kContinuous, kDynamic, kStatic };
+const char* batching_policy_name(BatchingPolicy p);
+// "continuous" | "dynamic" | "static".
+Result<BatchingPolicy> parse_batching_policy(const std::string& name);
+
 struct SchedulerConfig {
   int max_num_batched_tokens = 512;  // tokens per step (forward batch)
   int max_num_seqs = 64;             // sequences per step
   // Preemption moves the KV pages to swap space (if they fit) instead of
   // dropping them for recomputation.
   bool preempt_swap = false;
+  BatchingPolicy policy = BatchingPolicy::kContinuous;
+  double batch_window_s = 0.05;  // dynamic batching: the longest a waiting request holds the batch back
 };
 
 // One request's slice of the step: tokens [pos0, pos0 + n_tokens) of
@@ -73,6 +100,14 @@ class Scheduler {
   // prefix-cache hits and preemption, status, admission time) and the KV
   // manager (slots, swap).
   SchedulerOutput schedule();
+  // The same at time `now` (steady-clock seconds, the clock of
+  // Request::t_arrival), for tests of the batching window.
+  SchedulerOutput schedule_at(double now);
+  // Seconds from `now` until a waiting request could be admitted under the
+  // batching policy: 0 when one may be now (or none waits), the rest of the
+  // window when a dynamic batch is still forming, +inf while a batch runs
+  // that admits no one. The engine loop sleeps at most this long.
+  double seconds_until_admission(double now) const;
   // After the forward pass: the slice is computed. Advances
   // num_computed_tokens, registers the request's full final blocks in the
   // prefix cache and releases pages that left every sliding window.
@@ -88,12 +123,17 @@ class Scheduler {
   static void insert_sorted(std::vector<Request*>& q, Request* r);
   void preempt(Request* r, std::vector<KvOp>* ops);
   static int64_t chunk_cap(const Request* r, int64_t budget);
+  bool batch_open() const;           // a request-level batch has members not finished
+  bool may_start_batch(double now) const;
+  void start_batch();
+  bool admissible(const Request* r) const;
 
   SchedulerConfig cfg_;
   KvCacheManager& kv_;
   std::vector<Request*> waiting_;  // sorted: priority, arrival, sample index
   std::vector<Request*> running_;  // sorted likewise
   int64_t n_preemptions_ = 0;
+  int64_t batch_id_ = 0;             // the current request-level batch (dynamic / static)
 };
 
 }  // namespace ember

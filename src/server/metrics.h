@@ -2,7 +2,9 @@
 // metrics, prefixed `ember:`): request counts by finish reason, token
 // counters, latency histograms (time to first token, time per output token,
 // end-to-end, queue time), plus the engine's gauges (running / waiting
-// requests, KV-cache usage, prefix-cache hits) read at scrape time.
+// requests, KV-cache usage, prefix-cache hits) read at scrape time, and the
+// cost: process CPU seconds since the metrics were created (the server's
+// start, after loading the model) per 1,000 generated tokens.
 // Thread-safe: observe_* may be called from any thread.
 #pragma once
 
@@ -55,6 +57,7 @@ class ServerMetrics {
   std::map<int, int64_t> http_;              // by status code
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   Histogram ttft_, tpot_, e2e_, queue_, prompt_len_, gen_len_;
+  double cpu0_ = 0;  // process CPU seconds at construction
 };
 
 }  // namespace ember

@@ -601,9 +601,16 @@ TEST(ServeBench, EndToEndWithConcurrencyLimitAndModelDiscovery) {
   StreamSpec spec;
   spec.first_delay = 40ms;
   spec.gap = 10ms;
+  std::atomic<int> metrics_calls{0};
   TestServer srv([&](int fd, const SeenRequest& r) {
     if (r.method == "GET" && r.target == "/v1/models") {
       const std::string b = "{\"object\":\"list\",\"data\":[{\"id\":\"served-model\",\"object\":\"model\"}]}";
+      send_str(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b);
+      return;
+    }
+    if (r.method == "GET" && r.target == "/metrics") {  // the server's CPU time, before and after the run
+      const std::string b = std::string("# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total_x 9\n") +
+                            (metrics_calls++ == 0 ? "process_cpu_seconds_total 1.5\n" : "process_cpu_seconds_total 4\n");
       send_str(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b);
       return;
     }
@@ -653,7 +660,12 @@ TEST(ServeBench, EndToEndWithConcurrencyLimitAndModelDiscovery) {
   ASSERT_FALSE(progress.empty());
   EXPECT_EQ(progress.back().done, 6);
   auto seen = srv.seen();
-  ASSERT_EQ(seen.size(), 8u);  // models + 1 warm-up + 6 measured
+  ASSERT_EQ(seen.size(), 10u);  // models + 1 warm-up + 2 metrics + 6 measured
+  // Cost: the server's CPU seconds over the run from its /metrics.
+  EXPECT_EQ(metrics_calls.load(), 2);
+  EXPECT_DOUBLE_EQ(s.server_cpu_s, 2.5);
+  EXPECT_DOUBLE_EQ(s.server_cpu_s_per_1k_output_tokens, 2.5 / 30 * 1000);
+  EXPECT_EQ(s.server_cpu_source, "metrics");
   int posts = 0;
   for (const auto& q : seen) {
     if (q.method != "POST") continue;
@@ -691,6 +703,29 @@ TEST(ServeBench, EndToEndWithConcurrencyLimitAndModelDiscovery) {
   EXPECT_EQ(j["requests"]["itl_ms"][0].size(), 4u);
   EXPECT_EQ(j["requests"]["output_tokens"][3], 5);
   EXPECT_TRUE(j["requests"]["tpot_ms"][0].is_number());
+  EXPECT_DOUBLE_EQ(j["summary"]["server_cpu_s"].get<double>(), 2.5);
+  EXPECT_NE(report.find("Server CPU-s per 1k output tokens:"), std::string::npos);
+}
+
+TEST(ServeBench, PrometheusValuesAndServerPid) {
+  const std::string page = "# HELP a_total x\na_total_b 1\na_total 2.5\nb{l=\"1\"} 3\nc nan-ish\n";
+  auto a = prometheus_value(page, "a_total");
+  ASSERT_TRUE(a.is_ok()) << a.status().message();
+  EXPECT_DOUBLE_EQ(*a, 2.5);
+  EXPECT_FALSE(prometheus_value(page, "a").is_ok());
+  EXPECT_FALSE(prometheus_value(page, "b").is_ok());  // labelled samples are not unlabelled ones
+  EXPECT_FALSE(prometheus_value(page, "zzz").is_ok());
+  // A pid: this process's CPU time from /proc, without contacting a server.
+  ServeBenchConfig c;
+  c.base_url = "http://127.0.0.1:1";
+  c.server_pid = static_cast<int64_t>(getpid());
+  std::string source;
+  auto cpu = server_cpu_seconds(c, &source);
+  ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
+  EXPECT_EQ(source, "pid");
+  EXPECT_GT(*cpu, 0);
+  c.server_pid = int64_t{1} << 40;
+  EXPECT_FALSE(server_cpu_seconds(c, &source).is_ok());
 }
 
 TEST(ServeBench, PoissonArrivalsSpreadRequestsOut) {

@@ -2,6 +2,9 @@
 // synchronous engine; abort and shutdown end requests with kAbort.
 #include "engine/async_engine.h"
 
+#include "core/cpu_time.h"
+#include "engine/fake_model_runner.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -183,6 +186,37 @@ TEST(AsyncEngine, SubmitAsyncReportsEachStatus) {
   (*e)->submit_async({{"late", make_request(rng, (*m)->config().n_vocab, 4), c.cb()}},
                      [&](std::vector<Status> s) { rejected = s.size() == 1 && !s[0].is_ok(); });
   EXPECT_TRUE(rejected);
+}
+
+// Dynamic batching through the engine thread: a lone request waits for the
+// window (the thread sleeps meanwhile instead of spinning), a full batch
+// starts at once.
+TEST(AsyncEngine, DynamicBatchWindowSleepsThenStarts) {
+  FakeModelConfig mc;
+  EngineConfig cfg;
+  cfg.block_size = 4;
+  cfg.num_kv_blocks = 64;
+  cfg.max_num_seqs = 2;
+  cfg.batching = BatchingPolicy::kDynamic;
+  cfg.batch_window_s = 0.4;
+  auto e = AsyncEngine::start(std::make_unique<FakeModelRunner>(mc), cfg);
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  std::mt19937 rng(5);
+  Collector col;
+  const double cpu0 = process_cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*e)->submit("alone", make_request(rng, mc.n_vocab, 3), col.cb()).is_ok());
+  col.wait_for(1);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 0.4 - 0.01);
+  EXPECT_LT(process_cpu_seconds() - cpu0, 0.05);  // asleep, not polling, through the window
+  // Two requests fill the batch: no window.
+  const auto t1 = std::chrono::steady_clock::now();
+  std::vector<AsyncEngine::Submission> two;
+  for (const char* id : {"a", "b"}) two.push_back({id, make_request(rng, mc.n_vocab, 3), col.cb()});
+  for (const Status& st : (*e)->submit_many(std::move(two))) EXPECT_TRUE(st.is_ok()) << st.message();
+  col.wait_for(3);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 0.35);
 }
 
 }  // namespace

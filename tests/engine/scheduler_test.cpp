@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
@@ -190,6 +191,26 @@ TEST(FakeEngine, StressMatchesReferenceWithoutPrefixCacheOrWindowRelease) {
   EXPECT_GT(r.n_checked, 300);
   EXPECT_EQ(r.stats.prefix.hits, 0);
   EXPECT_GT(r.stats.n_preemptions, 0);
+}
+
+// Request-level batching (dynamic, static) under the same random traffic,
+// preemption and swap included: every output still equals its reference.
+TEST(FakeEngine, StressMatchesReferenceUnderRequestLevelBatching) {
+  for (BatchingPolicy policy : {BatchingPolicy::kDynamic, BatchingPolicy::kStatic}) {
+    StressCase c;
+    c.cfg.block_size = 4;
+    c.cfg.num_kv_blocks = 40;
+    c.cfg.max_num_batched_tokens = 20;
+    c.cfg.max_num_seqs = 6;
+    c.cfg.preempt_swap = policy == BatchingPolicy::kStatic;
+    c.cfg.batching = policy;
+    c.cfg.batch_window_s = 0.0005;
+    c.n_requests = 120;
+    c.seed = 5;
+    const StressResult r = stress(c);
+    EXPECT_GT(r.n_checked, 120) << batching_policy_name(policy);
+    EXPECT_GT(r.stats.n_preemptions, 0) << batching_policy_name(policy);
+  }
 }
 
 // The same requests give the same outputs whatever the budget, block size
@@ -375,6 +396,117 @@ TEST(Scheduler, PreemptsNewestLowestPriorityAndAdmitsNothingThatStep) {
     b.complete(s);
   }
   EXPECT_EQ(preempted, 1);
+}
+
+// Dynamic batching: a batch starts when full or when its oldest request has
+// waited the window, and admits no one else until every member finished.
+TEST(Scheduler, DynamicBatchingWaitsForAFullBatchOrTheWindow) {
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 64;
+  sc.max_num_seqs = 3;
+  sc.policy = BatchingPolicy::kDynamic;
+  sc.batch_window_s = 0.1;
+  Bench b(4, 100, sc);
+  Request* a = b.add(5);
+  Request* c = b.add(5);
+  a->t_arrival = 10.0;
+  c->t_arrival = 10.02;
+  EXPECT_TRUE(b.sched.schedule_at(10.05).empty());  // neither full nor the window
+  EXPECT_NEAR(b.sched.seconds_until_admission(10.05), 0.05, 1e-9);
+  SchedulerOutput s1 = b.sched.schedule_at(10.11);  // the oldest waited the window
+  ASSERT_EQ(s1.scheduled.size(), 2u);
+  b.complete(s1);
+  Request* late = b.add(5);
+  late->t_arrival = 10.1;
+  for (int i = 0; i < 3; ++i) {  // the batch runs without the newcomer, though a slot is free
+    SchedulerOutput s = b.sched.schedule_at(10.5 + i);
+    ASSERT_EQ(s.scheduled.size(), 2u);
+    for (const ScheduledRequest& sr : s.scheduled) EXPECT_NE(sr.req, late);
+    EXPECT_TRUE(std::isinf(b.sched.seconds_until_admission(10.5 + i)));
+    b.complete(s);
+  }
+  // a finishes; c still runs: still closed.
+  b.sched.remove(a);
+  b.kv.free_blocks(*a);
+  SchedulerOutput s2 = b.sched.schedule_at(20);
+  ASSERT_EQ(s2.scheduled.size(), 1u);
+  EXPECT_EQ(s2.scheduled[0].req, c);
+  b.complete(s2);
+  b.sched.remove(c);
+  b.kv.free_blocks(*c);
+  // The batch is over: the newcomer waited long enough, a new batch starts.
+  EXPECT_EQ(b.sched.seconds_until_admission(20), 0);
+  SchedulerOutput s3 = b.sched.schedule_at(20);
+  ASSERT_EQ(s3.scheduled.size(), 1u);
+  EXPECT_EQ(s3.scheduled[0].req, late);
+}
+
+TEST(Scheduler, DynamicBatchStartsWhenFullAndKeepsItsMembersAcrossChunks) {
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 8;  // one prompt per step: members join over several steps
+  sc.max_num_seqs = 3;
+  sc.policy = BatchingPolicy::kDynamic;
+  sc.batch_window_s = 1000;
+  Bench b(4, 100, sc);
+  std::vector<Request*> members;
+  for (int i = 0; i < 3; ++i) members.push_back(b.add(8, 0, 10 * i));
+  Request* outsider = b.add(8, 0, 100);
+  for (Request* r : members) r->t_arrival = 0;
+  outsider->t_arrival = 0;
+  std::set<Request*> seen;
+  for (int step = 0; step < 6; ++step) {
+    SchedulerOutput s = b.sched.schedule_at(1.0);  // full at once: no wait for the window
+    ASSERT_FALSE(s.scheduled.empty());
+    for (const ScheduledRequest& sr : s.scheduled) {
+      EXPECT_NE(sr.req, outsider);
+      seen.insert(sr.req);
+    }
+    b.complete(s);
+  }
+  EXPECT_EQ(seen.size(), 3u);
+  EXPECT_FALSE(outsider->running());
+}
+
+TEST(Scheduler, StaticBatchingTakesWhatWaitsAndRunsItToCompletion) {
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 64;
+  sc.max_num_seqs = 4;
+  sc.policy = BatchingPolicy::kStatic;
+  Bench b(4, 100, sc);
+  Request* a = b.add(5);
+  SchedulerOutput s1 = b.sched.schedule_at(0);  // no waiting for company
+  ASSERT_EQ(s1.scheduled.size(), 1u);
+  b.complete(s1);
+  Request* c = b.add(5, 0, 50);
+  Request* d = b.add(5, 0, 60);
+  SchedulerOutput s2 = b.sched.schedule_at(1);
+  ASSERT_EQ(s2.scheduled.size(), 1u);
+  EXPECT_EQ(s2.scheduled[0].req, a);
+  b.complete(s2);
+  b.sched.remove(a);
+  b.kv.free_blocks(*a);
+  SchedulerOutput s3 = b.sched.schedule_at(2);
+  ASSERT_EQ(s3.scheduled.size(), 2u);
+  EXPECT_EQ(s3.scheduled[0].req, c);
+  EXPECT_EQ(s3.scheduled[1].req, d);
+  // Continuous batching would have taken them at once.
+  SchedulerConfig cc = sc;
+  cc.policy = BatchingPolicy::kContinuous;
+  Bench bc(4, 100, cc);
+  bc.add(5);
+  bc.complete(bc.sched.schedule_at(0));
+  bc.add(5, 0, 50);
+  EXPECT_EQ(bc.sched.schedule_at(1).scheduled.size(), 2u);
+  EXPECT_EQ(bc.sched.seconds_until_admission(1), 0);
+}
+
+TEST(Scheduler, BatchingPolicyNames) {
+  for (BatchingPolicy p : {BatchingPolicy::kContinuous, BatchingPolicy::kDynamic, BatchingPolicy::kStatic}) {
+    auto q = parse_batching_policy(batching_policy_name(p));
+    ASSERT_TRUE(q.is_ok());
+    EXPECT_EQ(*q, p);
+  }
+  EXPECT_FALSE(parse_batching_policy("windowed").is_ok());
 }
 
 // The fake runner reports paging mistakes instead of computing on them.

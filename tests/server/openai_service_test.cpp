@@ -315,6 +315,18 @@ TEST_F(ServiceTest, StreamEqualsPlainAndStopCutsExactly) {
   // Every request, also those a stop string ended, has its queue time recorded.
   const std::string metrics = call("GET", "/metrics", "")->body();
   EXPECT_NE(metrics.find("ember:request_queue_time_seconds_count 4\n"), std::string::npos) << metrics;
+  // Cost accounting: the engine generated tokens and the server spent CPU
+  // time on them; the gauge is their ratio per 1,000 tokens.
+  auto value = [&](const std::string& name) {
+    const size_t at = metrics.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + name.size() + 2));
+  };
+  const double generated = value("ember:engine_generated_tokens_total");
+  const double cpu = value("ember:serving_cpu_seconds_total");
+  EXPECT_GE(generated, 2 * 24);  // the plain and the streamed request ran to 24 tokens each
+  EXPECT_GT(cpu, 0);
+  EXPECT_GE(value("process_cpu_seconds_total"), cpu);
+  EXPECT_NEAR(value("ember:cpu_seconds_per_1k_generation_tokens"), 1000 * cpu / generated, 1e-6 * 1000 * cpu / generated);
 }
 
 // echo + logprobs (what evaluation harnesses send): the prompt's tokens with
