@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -256,6 +257,50 @@ ServeBenchRecord run_one_request(const ServeBenchConfig& cfg, const std::string&
   return rec;
 }
 
+ServeSpecCounters parse_spec_counters(const std::string& text) {
+  ServeSpecCounters c;
+  int found_any = 0;
+  auto value = [&](const char* suffix, double* out) {
+    for (const char* prefix : {"ember:", "vllm:"}) {
+      int found = 0;
+      const std::string name = std::string(prefix) + suffix;
+      size_t at = 0;
+      while ((at = text.find(name, at)) != std::string::npos) {
+        const bool line_start = at == 0 || text[at - 1] == '\n';
+        const size_t after = at + name.size();
+        at = after;
+        if (!line_start || after >= text.size() || (text[after] != ' ' && text[after] != '{')) continue;
+        const size_t sp = text.find(' ', text[after] == '{' ? text.find('}', after) : after);
+        if (sp == std::string::npos) continue;
+        *out += std::strtod(text.c_str() + sp + 1, nullptr);  // summed over label sets
+        ++found;
+      }
+      found_any += found;
+      if (found) return;
+    }
+  };
+  value("spec_decode_num_drafts_total", &c.num_drafts);
+  value("spec_decode_num_draft_tokens_total", &c.num_draft_tokens);
+  value("spec_decode_num_accepted_tokens_total", &c.num_accepted_tokens);
+  c.available = found_any > 0;
+  return c;
+}
+
+ServeSpecCounters scrape_spec_counters(const ServeBenchConfig& cfg) {
+  auto url = parse_http_url(cfg.base_url);
+  if (!url) return {};
+  HttpClientRequest req;
+  req.host = url->host;
+  req.port = url->port;
+  req.target = url->path + "/metrics";
+  if (!cfg.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + cfg.api_key);
+  req.timeout_s = std::min(cfg.timeout_s, 30.0);
+  req.connect_timeout_s = cfg.connect_timeout_s;
+  auto resp = http_request(req);
+  if (!resp || resp->status != 200) return {};
+  return parse_spec_counters(resp->body);
+}
+
 Result<std::string> discover_model(const ServeBenchConfig& cfg) {
   auto url = parse_http_url(cfg.base_url);
   if (!url) return url.status();
@@ -383,7 +428,17 @@ Result<ServeBenchResult> run_serve_bench(const ServeBenchConfig& cfg, const Serv
     ServeBenchRecord rec = run_one_request(cfg, model, q);
     if (!rec.ok && i == 0) return Status::errorf("warm-up request failed: {}", rec.error);
   }
-  return run_serve_bench_workload(cfg, model, *w, progress);
+  const ServeSpecCounters before = scrape_spec_counters(cfg);
+  auto res = run_serve_bench_workload(cfg, model, *w, progress);
+  if (!res) return res;
+  const ServeSpecCounters after = scrape_spec_counters(cfg);
+  if (before.available && after.available) {
+    res->spec.available = true;
+    res->spec.num_drafts = after.num_drafts - before.num_drafts;
+    res->spec.num_draft_tokens = after.num_draft_tokens - before.num_draft_tokens;
+    res->spec.num_accepted_tokens = after.num_accepted_tokens - before.num_accepted_tokens;
+  }
+  return res;
 }
 
 }  // namespace ember

@@ -97,8 +97,23 @@ struct ServeBenchSummary {
   ServeBenchStats ttft_ms, tpot_ms, itl_ms, e2e_ms;
 };
 
+// Speculative-decoding counters of the server (its /metrics, ember's
+// ember:spec_decode_* or vLLM's vllm:spec_decode_* names), the difference
+// over the measured run; available = the server reported them.
+struct ServeSpecCounters {
+  bool available = false;
+  double num_drafts = 0;        // verifications
+  double num_draft_tokens = 0;  // proposed
+  double num_accepted_tokens = 0;
+  double acceptance_rate() const { return num_draft_tokens > 0 ? num_accepted_tokens / num_draft_tokens : 0; }
+  double mean_accepted_length() const { return num_drafts > 0 ? 1 + num_accepted_tokens / num_drafts : 0; }
+};
+// Reads the counters from a Prometheus text page (absent metrics: not available).
+ServeSpecCounters parse_spec_counters(const std::string& metrics_text);
+
 struct ServeBenchResult {
   ServeBenchConfig config;
+  ServeSpecCounters spec;       // over the measured run
   std::string model;            // resolved model id
   std::vector<ServeBenchRecord> records;  // in workload order
   int workers = 0;              // client threads used (the effective concurrency cap)
@@ -137,6 +152,10 @@ ServeBenchRecord run_one_request(const ServeBenchConfig& cfg, const std::string&
 
 // Fills the summary from records and the wall-clock duration.
 ServeBenchSummary summarize_records(const std::vector<ServeBenchRecord>& records, double duration_s);
+
+// GET {base}/metrics and the speculative-decoding counters in it (not
+// available when the server has no such page or counters).
+ServeSpecCounters scrape_spec_counters(const ServeBenchConfig& cfg);
 
 // GET {base}/v1/models and return the first id.
 Result<std::string> discover_model(const ServeBenchConfig& cfg);

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/spec_options.h"
 #include "cli/progress.h"
 #include "core/cpu_features.h"
 #include "engine/generator.h"
@@ -149,6 +150,8 @@ int bench_throughput(int argc, char** argv, int first) {
   p.option("--kv-cache-memory", &kv_mem, "BYTES", "KV cache budget, e.g. 512M, 2G (default 256M)");
   p.flag("--sequential", &o.sequential, "one request at a time (baseline)");
   p.option("-t,--threads", &threads, "N", "threads");
+  SpecOptions spec_opts;
+  spec_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -161,6 +164,9 @@ int bench_throughput(int argc, char** argv, int first) {
   if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
   if (!kv_mem.empty() && (!parse_bytes(kv_mem, &o.engine.kv_cache_bytes) || o.engine.kv_cache_bytes == 0))
     return usage_error(p, fmt::format("--kv-cache-memory expects a size such as 512M or 2G, got '{}'", kv_mem));
+  auto spec = spec_opts.to_config();
+  if (!spec) return usage_error(p, spec.status().message());
+  o.engine.spec = *spec;
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
   if (!dataset.empty()) {
