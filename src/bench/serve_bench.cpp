@@ -428,10 +428,10 @@ Result<ServeBenchResult> run_serve_bench(const ServeBenchConfig& cfg, const Serv
     ServeBenchRecord rec = run_one_request(cfg, model, q);
     if (!rec.ok && i == 0) return Status::errorf("warm-up request failed: {}", rec.error);
   }
-  const ServeSpecCounters before = scrape_spec_counters(cfg);
+  const ServeSpecCounters before = cfg.scrape_metrics ? scrape_spec_counters(cfg) : ServeSpecCounters{};
   auto res = run_serve_bench_workload(cfg, model, *w, progress);
   if (!res) return res;
-  const ServeSpecCounters after = scrape_spec_counters(cfg);
+  const ServeSpecCounters after = cfg.scrape_metrics ? scrape_spec_counters(cfg) : ServeSpecCounters{};
   if (before.available && after.available) {
     res->spec.available = true;
     res->spec.num_drafts = after.num_drafts - before.num_drafts;

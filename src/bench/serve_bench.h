@@ -54,6 +54,9 @@ struct ServeBenchConfig {
   // workload's first prompts, prefixed with "Warm up N. "); the run stops
   // with an error if the first of them fails.
   int num_warmups = 1;
+  // GET /metrics before and after the measured run for the server's
+  // speculative-decoding counters (ServeBenchResult::spec).
+  bool scrape_metrics = false;
 };
 
 constexpr int kServeBenchMaxWorkers = 1024;
