@@ -9,6 +9,10 @@
 # llama-quantize, llama-imatrix, llama-perplexity, llama-speculative-simple,
 # llama-cli, and DIR/src/llama.cpp holds convert_hf_to_gguf.py and gguf-py.
 # Needs: pip, cmake, a C++ compiler (scripts/setup.sh installs them).
+# The CPU backend is built for this machine's AVX2/AVX-512 features but
+# without ggml's AMX path: on the development VM (a Xeon reporting AMX) its
+# AMX matmul segfaults at the first graph (ggml_backend_amx_mul_mat), and
+# ember has no AMX kernels either, so the comparison is VNNI against VNNI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-$(cd .. && pwd)/llama-cpp}
@@ -35,8 +39,16 @@ missing=()
 for t in "${tools[@]}"; do [ -x "$DIR/bin/$t" ] || missing+=("$t"); done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== building ${missing[*]}"
+  isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+  if grep -q avx512f /proc/cpuinfo; then
+    isa+=(-DGGML_AVX512=ON)
+    grep -q avx512_vnni /proc/cpuinfo && isa+=(-DGGML_AVX512_VNNI=ON)
+    grep -q avx512_bf16 /proc/cpuinfo && isa+=(-DGGML_AVX512_BF16=ON)
+    grep -q avx512vbmi /proc/cpuinfo && isa+=(-DGGML_AVX512_VBMI=ON)
+  fi
+  grep -q avx_vnni /proc/cpuinfo && isa+=(-DGGML_AVX_VNNI=ON)
   cmake -S "$DIR/src/llama.cpp" -B "$DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
+    "${isa[@]}" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
     -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
   cmake --build "$DIR/build" -j "$(nproc)" --target "${missing[@]}"
   mkdir -p "$DIR/bin"

@@ -259,6 +259,52 @@ ServeBenchRecord run_one_request(const ServeBenchConfig& cfg, const std::string&
   return rec;
 }
 
+ServeSpecCounters parse_spec_counters(const std::string& text) {
+  ServeSpecCounters c;
+  int found_any = 0;
+  auto value = [&](const char* suffix, double* out) {
+    for (const char* prefix : {"ember:", "vllm:"}) {
+      int found = 0;
+      const std::string name = std::string(prefix) + suffix;
+      size_t at = 0;
+      while ((at = text.find(name, at)) != std::string::npos) {
+        const bool line_start = at == 0 || text[at - 1] == '\n';
+        const size_t after = at + name.size();
+        at = after;
+        if (!line_start || after >= text.size() || (text[after] != ' ' && text[after] != '{')) continue;
+        const size_t sp = text.find(' ', text[after] == '{' ? text.find('}', after) : after);
+        if (sp == std::string::npos) continue;
+        *out += std::strtod(text.c_str() + sp + 1, nullptr);  // summed over label sets
+        ++found;
+      }
+      found_any += found;
+      if (found) return;
+    }
+  };
+  value("spec_decode_num_drafts_total", &c.num_drafts);
+  value("spec_decode_num_draft_tokens_total", &c.num_draft_tokens);
+  value("spec_decode_num_accepted_tokens_total", &c.num_accepted_tokens);
+  c.available = found_any > 0;
+  return c;
+}
+
+Result<std::string> fetch_metrics_page(const ServeBenchConfig& cfg) {
+  auto url = parse_http_url(cfg.base_url);
+  if (!url) return url.status();
+  HttpClientRequest req;
+  req.host = url->host;
+  req.port = url->port;
+  req.target = url->path + "/metrics";
+  if (!cfg.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + cfg.api_key);
+  req.timeout_s = std::min(cfg.timeout_s, 30.0);
+  req.connect_timeout_s = cfg.connect_timeout_s;
+  req.max_body_bytes = 16 << 20;
+  auto resp = http_request(req);
+  if (!resp) return resp.status().with_context("GET " + req.target);
+  if (resp->status != 200) return Status::errorf("GET {}: HTTP {}", req.target, resp->status);
+  return std::move(resp->body);
+}
+
 Result<std::string> discover_model(const ServeBenchConfig& cfg) {
   auto url = parse_http_url(cfg.base_url);
   if (!url) return url.status();
@@ -300,26 +346,14 @@ Result<double> prometheus_value(const std::string& page, const std::string& name
   return Status::errorf("metric {} not found", name);
 }
 
-Result<double> server_cpu_seconds(const ServeBenchConfig& cfg, std::string* source) {
+Result<double> server_cpu_seconds(const ServeBenchConfig& cfg, const std::string& metrics_page, std::string* source) {
   if (cfg.server_pid > 0) {
     *source = "pid";
     return process_cpu_seconds(cfg.server_pid);
   }
   *source = "metrics";
-  auto url = parse_http_url(cfg.base_url);
-  if (!url) return url.status();
-  HttpClientRequest req;
-  req.host = url->host;
-  req.port = url->port;
-  req.target = url->path + "/metrics";
-  if (!cfg.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + cfg.api_key);
-  req.timeout_s = std::min(cfg.timeout_s, 30.0);
-  req.connect_timeout_s = cfg.connect_timeout_s;
-  req.max_body_bytes = 16 << 20;
-  auto resp = http_request(req);
-  if (!resp) return resp.status().with_context("GET " + req.target);
-  if (resp->status != 200) return Status::errorf("GET {}: HTTP {}", req.target, resp->status);
-  return prometheus_value(resp->body, "process_cpu_seconds_total");
+  if (metrics_page.empty()) return Status::error("no /metrics page");
+  return prometheus_value(metrics_page, "process_cpu_seconds_total");
 }
 
 Result<ServeBenchResult> run_serve_bench_workload(const ServeBenchConfig& cfg, const std::string& model,
@@ -424,17 +458,40 @@ Result<ServeBenchResult> run_serve_bench(const ServeBenchConfig& cfg, const Serv
     ServeBenchRecord rec = run_one_request(cfg, model, q);
     if (!rec.ok && i == 0) return Status::errorf("warm-up request failed: {}", rec.error);
   }
-  std::string source;
-  auto cpu0 = server_cpu_seconds(cfg, &source);
-  if (!cpu0 && cfg.server_pid > 0) return cpu0.status().with_context("--server-pid");
+  // The server's counters before and after the measured run: CPU time
+  // (cost) and speculative-decoding counters.
+  struct Snapshot {
+    ServeSpecCounters spec;
+    Result<double> cpu = Status::error("not read");
+    std::string cpu_source;
+  };
+  auto snapshot = [&cfg] {
+    Snapshot sn;
+    std::string page;
+    if (cfg.scrape_metrics)
+      if (auto p = fetch_metrics_page(cfg)) page = std::move(p.value());
+    if (!page.empty()) sn.spec = parse_spec_counters(page);
+    sn.cpu = server_cpu_seconds(cfg, page, &sn.cpu_source);
+    return sn;
+  };
+  Snapshot before = snapshot();
+  if (!before.cpu && cfg.server_pid > 0) return before.cpu.status().with_context("--server-pid");
   auto res = run_serve_bench_workload(cfg, model, *w, progress);
-  if (!res || !cpu0) return res;
-  auto cpu1 = server_cpu_seconds(cfg, &source);
-  if (!cpu1) return res;
-  ServeBenchSummary& s = res->summary;
-  s.server_cpu_s = *cpu1 - *cpu0;
-  s.server_cpu_s_per_1k_output_tokens = cpu_seconds_per_1k(s.server_cpu_s, static_cast<double>(s.total_output_tokens));
-  s.server_cpu_source = source;
+  if (!res) return res;
+  Snapshot after = snapshot();
+  if (before.spec.available && after.spec.available) {
+    res->spec.available = true;
+    res->spec.num_drafts = after.spec.num_drafts - before.spec.num_drafts;
+    res->spec.num_draft_tokens = after.spec.num_draft_tokens - before.spec.num_draft_tokens;
+    res->spec.num_accepted_tokens = after.spec.num_accepted_tokens - before.spec.num_accepted_tokens;
+  }
+  if (before.cpu && after.cpu) {
+    ServeBenchSummary& sum = res->summary;
+    sum.server_cpu_s = *after.cpu - *before.cpu;
+    sum.server_cpu_s_per_1k_output_tokens =
+        cpu_seconds_per_1k(sum.server_cpu_s, static_cast<double>(sum.total_output_tokens));
+    sum.server_cpu_source = after.cpu_source;
+  }
   return res;
 }
 

@@ -58,6 +58,9 @@ struct ServeBenchConfig {
   // when server_pid > 0 (any server on this machine, e.g. llama-server),
   // else from its /metrics `process_cpu_seconds_total` when it has one.
   int64_t server_pid = 0;
+  // GET /metrics before and after the measured run for the server's
+  // speculative-decoding counters (ServeBenchResult::spec).
+  bool scrape_metrics = false;
 };
 
 constexpr int kServeBenchMaxWorkers = 1024;
@@ -106,8 +109,23 @@ struct ServeBenchSummary {
   std::string server_cpu_source;  // "pid" or "metrics"
 };
 
+// Speculative-decoding counters of the server (its /metrics, ember's
+// ember:spec_decode_* or vLLM's vllm:spec_decode_* names), the difference
+// over the measured run; available = the server reported them.
+struct ServeSpecCounters {
+  bool available = false;
+  double num_drafts = 0;        // verifications
+  double num_draft_tokens = 0;  // proposed
+  double num_accepted_tokens = 0;
+  double acceptance_rate() const { return num_draft_tokens > 0 ? num_accepted_tokens / num_draft_tokens : 0; }
+  double mean_accepted_length() const { return num_drafts > 0 ? 1 + num_accepted_tokens / num_drafts : 0; }
+};
+// Reads the counters from a Prometheus text page (absent metrics: not available).
+ServeSpecCounters parse_spec_counters(const std::string& metrics_text);
+
 struct ServeBenchResult {
   ServeBenchConfig config;
+  ServeSpecCounters spec;       // over the measured run
   std::string model;            // resolved model id
   std::vector<ServeBenchRecord> records;  // in workload order
   int workers = 0;              // client threads used (the effective concurrency cap)
@@ -147,9 +165,13 @@ ServeBenchRecord run_one_request(const ServeBenchConfig& cfg, const std::string&
 // The value of an unlabelled sample `name` in a Prometheus text page.
 Result<double> prometheus_value(const std::string& page, const std::string& name);
 
-// The server's CPU seconds so far (see ServeBenchConfig::server_pid);
+// GET {base}/metrics: the server's Prometheus text page.
+Result<std::string> fetch_metrics_page(const ServeBenchConfig& cfg);
+
+// The server's CPU seconds so far: from /proc when cfg.server_pid > 0, else
+// process_cpu_seconds_total of its /metrics page (empty: not read).
 // `source` gets "pid" or "metrics".
-Result<double> server_cpu_seconds(const ServeBenchConfig& cfg, std::string* source);
+Result<double> server_cpu_seconds(const ServeBenchConfig& cfg, const std::string& metrics_page, std::string* source);
 
 // Fills the summary from records and the wall-clock duration.
 ServeBenchSummary summarize_records(const std::vector<ServeBenchRecord>& records, double duration_s);

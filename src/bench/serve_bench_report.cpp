@@ -143,6 +143,13 @@ std::string format_report(const ServeBenchResult& r, int max_errors_shown) {
     line("P90 " + name + " (ms):", fmt_num(st.p90, 2));
     line("P99 " + name + " (ms):", fmt_num(st.p99, 2));
   };
+  if (r.spec.available && r.spec.num_draft_tokens > 0) {
+    title(" Speculative Decoding (server /metrics) ", '-');
+    line("Draft tokens proposed:", fmt_num(r.spec.num_draft_tokens, 0));
+    line("Draft tokens accepted:", fmt_num(r.spec.num_accepted_tokens, 0));
+    line("Acceptance rate (%):", fmt_num(100 * r.spec.acceptance_rate(), 1));
+    line("Mean accepted length:", fmt_num(r.spec.mean_accepted_length(), 2));
+  }
   block("Time to First Token", "TTFT", s.ttft_ms);
   block("Time per Output Token (excl. 1st token)", "TPOT", s.tpot_ms);
   block("Inter-token Latency", "ITL", s.itl_ms);

@@ -17,7 +17,12 @@ std::string ThroughputResult::summary() const {
       "{:.2f} CPU-s per 1k output tokens",
       seconds, requests_per_s, tokens_per_s, output_tokens_per_s, decode_tokens_per_s, stats.n_steps,
       stats.n_steps > 0 ? static_cast<double>(stats.n_computed_tokens) / stats.n_steps : 0.0, stats.n_preemptions,
-      100.0 * mean_kv_waste, cpu_seconds_per_1k_output_tokens);
+      100.0 * mean_kv_waste, cpu_seconds_per_1k_output_tokens) +
+         (stats.spec.n_verifications > 0
+              ? fmt::format("; speculative: {} drafts, {} accepted ({:.1f}%), mean accepted length {:.2f}",
+                            stats.spec.n_draft_tokens, stats.spec.n_accepted_tokens,
+                            100.0 * stats.spec.acceptance_rate(), stats.spec.mean_accepted_length())
+              : std::string());
 }
 
 Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& pool, const ThroughputOptions& opt) {
@@ -79,9 +84,10 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
             res.first_tokens_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         }
       }
-      if (out->n_seqs > 0 && out->n_batched_tokens == out->n_seqs) {
+      // Pure decode steps: one known token per sequence (+ its drafts).
+      if (out->n_seqs > 0 && out->n_batched_tokens == out->n_seqs + out->n_spec_tokens) {
         decode_s += out->seconds;
-        decode_tokens += out->n_batched_tokens;
+        decode_tokens += static_cast<int64_t>(out->tokens.size());
         waste_sum += e.stats().kv_waste();
         ++waste_steps;
       }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/spec_options.h"
 #include "cli/progress.h"
 #include "core/cpu_features.h"
 #include "core/cpu_time.h"
@@ -151,6 +152,8 @@ int bench_throughput(int argc, char** argv, int first) {
   p.flag("--sequential", &o.sequential, "one request at a time (baseline)");
   p.option("--batching", &batching, "POLICY", "continuous (default), dynamic or static (see ember serve --batching)");
   p.option("-t,--threads", &threads, "N", "threads");
+  SpecOptions spec_opts;
+  spec_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -166,6 +169,9 @@ int bench_throughput(int argc, char** argv, int first) {
   if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
   if (!kv_mem.empty() && (!parse_bytes(kv_mem, &o.engine.kv_cache_bytes) || o.engine.kv_cache_bytes == 0))
     return usage_error(p, fmt::format("--kv-cache-memory expects a size such as 512M or 2G, got '{}'", kv_mem));
+  auto spec = spec_opts.to_config();
+  if (!spec) return usage_error(p, spec.status().message());
+  o.engine.spec = *spec;
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
   if (!dataset.empty()) {

@@ -71,11 +71,14 @@ int cmd_bench_serve(int argc, char** argv, int first) {
   p.option("--timeout", &timeout, "S", "per-request timeout in seconds (default 600)");
   p.option("--json", &json_path, "FILE", "write config, summary and per-request arrays as JSON");
   p.flag("-q,--quiet", &quiet, "no progress lines");
+  bool no_metrics = false;
+  p.flag("--no-metrics", &no_metrics, "do not read the server's /metrics (speculative-decoding counters)");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
     return kExitOk;
   }
+  c.scrape_metrics = !no_metrics;
   if (Status st = parse_double("--request-rate", rate, 0, true, &c.request_rate); !st) return usage_error(p, st.message());
   if (Status st = parse_double("--random-range-ratio", ratio, 0, false, &c.random_range_ratio); !st)
     return usage_error(p, st.message());

@@ -1,6 +1,7 @@
 // `ember run`: generate text from a prompt, streamed as it is produced, then
 // report prompt tokens, prefill tok/s, generated tokens and decode tok/s.
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -10,6 +11,8 @@
 
 #include "server/chat_prompt.h"
 #include "cli/common.h"
+#include "cli/spec_options.h"
+#include "engine/engine.h"
 #include "engine/generator.h"
 
 namespace ember::cli {
@@ -23,6 +26,73 @@ Result<std::string> read_all(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The prompt through the serving engine (one request), as `ember run
+// --speculative-method ...` does: the same tokens as the plain generator
+// (greedy and seeded), and the speculation counters.
+int run_with_engine(const Model& m, const Tokenizer& tk, const std::vector<int32_t>& ids, int n_predict,
+                    const SamplingParams& sp, int threads, int64_t ctx, const SpecConfig& spec) {
+  ThreadPool pool(threads);
+  EngineConfig ec;
+  ec.max_model_len = ctx;
+  ec.max_num_seqs = 1;
+  ec.spec = spec;
+  auto engine = Engine::create(m, pool, ec);
+  if (!engine) {
+    std::fprintf(stderr, "ember run: %s\n", engine.status().message().c_str());
+    return kExitFailure;
+  }
+  Engine& e = **engine;
+  RequestParams rp;
+  rp.prompt = ids;
+  rp.sampling = sp;
+  rp.max_tokens = n_predict;
+  rp.stop_token_ids = tk.eog_ids();
+  if (Status st = e.add_request("run", rp); !st) {
+    std::fprintf(stderr, "ember run: %s\n", st.message().c_str());
+    return kExitFailure;
+  }
+  StreamDecoder sd(tk);
+  const double t0 = now_seconds();
+  double t_first = 0;
+  int64_t n_gen = 0;
+  while (e.has_unfinished()) {
+    auto out = e.step();
+    if (!out) {
+      std::fprintf(stderr, "ember run: %s\n", out.status().message().c_str());
+      return kExitFailure;
+    }
+    for (const TokenEvent& t : out->tokens) {
+      if (n_gen++ == 0) t_first = now_seconds();
+      if (tk.is_eog(t.token)) continue;
+      std::string piece = sd.push(t.token);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+    }
+    std::fflush(stdout);
+  }
+  const double t_end = now_seconds();
+  std::string tail = sd.flush();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  const EngineStats st = e.stats();
+  const double prefill = t_first - t0, decode = t_end - t_first;
+  std::fprintf(stderr, "\nprompt: %lld tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s\n",
+               static_cast<long long>(ids.size()), prefill > 0 ? ids.size() / prefill : 0.0,
+               static_cast<long long>(n_gen), decode > 0 && n_gen > 1 ? (n_gen - 1) / decode : 0.0);
+  if (spec.method != SpecMethod::kNone)
+    std::fprintf(stderr,
+                 "speculative (%s, k %d): %lld drafts, %lld accepted (%.1f%%), mean accepted length %.2f, %lld target "
+                 "steps\n",
+                 spec_method_name(spec.method), spec.num_speculative_tokens,
+                 static_cast<long long>(st.spec.n_draft_tokens), static_cast<long long>(st.spec.n_accepted_tokens),
+                 100.0 * st.spec.acceptance_rate(), st.spec.mean_accepted_length(), static_cast<long long>(st.n_steps));
+  return kExitOk;
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv, int first) {
@@ -34,6 +104,7 @@ int cmd_run(int argc, char** argv, int first) {
   uint64_t seed = 0;
   bool seed_set = false, chat = false, verbose = false;
   std::string seed_str;
+  SpecOptions spec_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("-p,--prompt", &prompt, "PROMPT", "prompt text ('-' reads standard input)");
   p.option("-f,--file", &prompt_file, "FILE", "read the prompt from a file");
@@ -52,6 +123,7 @@ int cmd_run(int argc, char** argv, int first) {
   p.option("-c,--ctx-size", &n_ctx, "N", "context size (default: prompt + n, at most the trained context)");
   p.option("-t,--threads", &threads, "N", "threads (default: all cores)");
   p.flag("-v,--verbose", &verbose, "print the prompt tokens and settings");
+  spec_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -77,6 +149,8 @@ int cmd_run(int argc, char** argv, int first) {
   if (!seed_set) seed = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
   sp.seed = seed;
   if (Status st = sp.validate(); !st) return usage_error(p, st.message());
+  auto spec = spec_opts.to_config();
+  if (!spec) return usage_error(p, spec.status().message());
 
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
@@ -111,6 +185,10 @@ int cmd_run(int argc, char** argv, int first) {
     for (int32_t id : ids) std::fprintf(stderr, " %d", id);
     std::fprintf(stderr, "\n");
   }
+
+  // --speculative-method (none included): the serving engine; else the
+  // plain single-sequence generator.
+  if (spec_opts.given() && n_predict > 0) return run_with_engine(m, tk, ids, n_predict, sp, threads, ctx, *spec);
 
   ThreadPool pool(threads);
   Generator gen(m, pool, ctx);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cli/common.h"
+#include "cli/spec_options.h"
 #include "engine/async_engine.h"
 #include "engine/kv/kv_pool.h"
 #include "server/http_server.h"
@@ -30,6 +31,7 @@ int cmd_serve(int argc, char** argv, int first) {
   float batch_window_ms = 50;
   int64_t max_model_len = 0, max_body = int64_t{8} << 20;
   bool prefix = false, no_prefix = false, no_log = false;
+  SpecOptions spec_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file or Hugging Face folder (default: the bundled Gemma 3 270M)");
   p.option("--host", &host, "HOST", "address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)");
   p.option("--port", &port, "PORT", "port (default 8080; 0 picks a free one)");
@@ -58,6 +60,7 @@ int cmd_serve(int argc, char** argv, int first) {
            "comma-separated browser origins allowed to call the API (CORS), or * for any (default: none)");
   p.flag("--disable-log-requests", &no_log, "do not log one line per finished request");
   p.option("-t,--threads", &threads, "N", "compute threads (default: all cores)");
+  spec_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -82,6 +85,9 @@ int cmd_serve(int argc, char** argv, int first) {
   ec.max_model_len = max_model_len;
   ec.block_size = block_size;
   ec.enable_prefix_caching = !no_prefix;
+  auto spec = spec_opts.to_config();
+  if (!spec) return usage_error(p, spec.status().message());
+  ec.spec = *spec;
   if (preempt_mode != "recompute" && preempt_mode != "swap")
     return usage_error(p, fmt::format("--preemption-mode must be recompute or swap, got '{}'", preempt_mode));
   ec.preempt_swap = preempt_mode == "swap";
@@ -165,6 +171,9 @@ int cmd_serve(int argc, char** argv, int first) {
                ec.enable_prefix_caching ? "on" : "off",
                ec.preempt_swap ? fmt::format("swap ({} of host memory)", human_bytes(static_cast<double>(ec.swap_space_bytes))).c_str()
                                : "recomputation");
+  if (ec.spec.method != SpecMethod::kNone)
+    std::fprintf(stderr, "ember serve: speculative decoding %s, %d draft tokens, off above %d running sequences\n",
+                 spec_method_name(ec.spec.method), ec.spec.num_speculative_tokens, ec.spec.max_running);
   if (api_key.empty() && host != "127.0.0.1" && host != "localhost" && host != "::1")
     std::fprintf(stderr, "ember serve: warning: listening on %s without an API key\n", host.c_str());
   std::printf("ember serve: listening on http://%s:%d (model '%s')\n", host.c_str(), (*server)->port(),

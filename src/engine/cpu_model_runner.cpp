@@ -45,19 +45,26 @@ Result<float*> CpuModelRunner::execute(const SchedulerOutput& so) {
   if (so.scheduled.empty()) return logits_.data();
   while (views_.size() < so.scheduled.size()) views_.push_back(std::make_unique<PagedKvCache>(*kv_, kNoTables));
   batch_.clear();
+  if (spec_tokens_.size() < so.scheduled.size()) spec_tokens_.resize(so.scheduled.size());
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     const ScheduledRequest& sr = so.scheduled[i];
-    EMBER_CHECK(sr.pos0 + sr.n_tokens <= sr.req->num_tokens());
+    EMBER_CHECK(sr.pos0 + sr.n_tokens <= sr.req->num_tokens() + sr.n_spec);
     PagedKvCache& view = *views_[i];
     view.set_tables(*sr.tables);
     view.sync();
     SeqBatch b;
     b.tokens = sr.req->tokens.data() + sr.pos0;
+    if (sr.n_spec > 0) {  // a verification slice: known tokens, then the drafts
+      std::vector<int32_t>& t = spec_tokens_[i];
+      t.resize(static_cast<size_t>(sr.n_tokens));
+      for (int64_t j = 0; j < sr.n_tokens; ++j) t[j] = sr.req->token_at(sr.pos0 + j);
+      b.tokens = t.data();
+    }
     b.n = sr.n_tokens;
     b.pos0 = sr.pos0;
     b.cache = &view;
     b.want_logits = sr.want_logits;
-    b.all_logits = sr.all_logits;
+    b.all_logits = sr.all_logits || sr.n_spec > 0;
     batch_.push_back(b);
   }
   const size_t need = static_cast<size_t>(so.n_logit_rows) * n_vocab();

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "engine/cpu_model_runner.h"
+#include "engine/spec/ngram_proposer.h"
 
 namespace ember {
 
@@ -17,6 +18,21 @@ std::string seq_key(const std::string& id, int index) { return fmt::format("{}\x
 }  // namespace
 
 Engine::~Engine() = default;
+
+Status SpecConfig::validate() const {
+  if (method == SpecMethod::kNone) return Status::ok();
+  if (num_speculative_tokens < 1 || num_speculative_tokens > kMaxSpecTokens)
+    return Status::errorf("number of speculative tokens must be in [1, {}] (got {})", kMaxSpecTokens,
+                          num_speculative_tokens);
+  if (max_running < 0) return Status::errorf("speculation max running must be >= 0 (got {})", max_running);
+  if (method == SpecMethod::kNgram) {
+    NgramConfig nc;
+    nc.min_n = ngram_min;
+    nc.max_n = ngram_max;
+    return nc.validate();
+  }
+  return Status::ok();
+}
 
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& pool, const EngineConfig& cfg) {
   if (cfg.max_num_batched_tokens < 1 || cfg.max_num_batched_tokens > (1 << 16))
@@ -35,7 +51,14 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
   if (cfg.max_model_len < 0) return Status::errorf("max_model_len {} is negative", cfg.max_model_len);
   if (!(cfg.batch_window_s >= 0 && cfg.batch_window_s <= 3600))
     return Status::errorf("batch window {} s out of range [0, 3600]", cfg.batch_window_s);
+  EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
   auto e = std::unique_ptr<Engine>(new Engine(cfg));
+  if (cfg.spec.method == SpecMethod::kNgram) {
+    NgramConfig nc;
+    nc.min_n = cfg.spec.ngram_min;
+    nc.max_n = cfg.spec.ngram_max;
+    e->proposer_ = std::make_unique<NgramProposer>(nc);
+  }
   const KvLayout layout = KvLayout::from_spec(runner->kv_spec(), cfg.sliding_window_release);
   auto n_blocks = runner->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks);
   if (!n_blocks) return n_blocks.status();
@@ -82,6 +105,13 @@ Status Engine::add_request(const std::string& id, RequestParams p) {
                           p.prompt_logprobs);
   if (p.max_tokens < 1) return Status::errorf("request '{}': max_tokens must be >= 1 (got {})", id, p.max_tokens);
   EMBER_RETURN_IF_ERROR(p.sampling.validate().with_context(fmt::format("request '{}'", id)));
+  if (p.num_speculative_tokens < -1 || p.num_speculative_tokens > kMaxSpecTokens)
+    return Status::errorf("request '{}': num_speculative_tokens must be in [-1, {}] (got {})", id, kMaxSpecTokens,
+                          p.num_speculative_tokens);
+  if (p.num_speculative_tokens > 0 && !proposer_)
+    return Status::errorf("request '{}': num_speculative_tokens {} asked, but speculative decoding is not enabled "
+                          "(start with a speculative method)",
+                          id, p.num_speculative_tokens);
   const int64_t n = static_cast<int64_t>(p.prompt.size());
   if (n >= max_seq_len_)
     return Status::errorf(
@@ -103,6 +133,7 @@ Status Engine::add_request(const std::string& id, RequestParams p) {
   r->want_logprobs = p.logprobs || p.top_logprobs > 0;
   r->top_logprobs = p.top_logprobs;
   r->prompt_logprobs = p.prompt_logprobs;
+  r->num_speculative_tokens = p.num_speculative_tokens;
   r->arrival = next_arrival_++;
   r->t_arrival = now_seconds();
   kv_->add(*r);
@@ -123,6 +154,7 @@ void Engine::finish(Request* r, FinishReason reason, StepOutput* out) {
   f.n_cached_prompt = std::max<int64_t>(0, r->n_cached_prompt);
   f.queue_seconds = r->queue_seconds;
   f.n_preemptions = r->n_preemptions;
+  if (proposer_) proposer_->release(*r);
   kv_->remove(*r);
   scheduler_->remove(r);
   if (out) out->finished.push_back(std::move(f));
@@ -200,6 +232,7 @@ Result<StepOutput> Engine::step() {
   pending_finished_.clear();
   if (!has_work()) return out;
 
+  EMBER_RETURN_IF_ERROR(propose());
   SchedulerOutput so = scheduler_->schedule();
   if (so.empty()) {
     out.seconds = now_seconds() - t0;
@@ -222,6 +255,12 @@ Result<StepOutput> Engine::step() {
   for (const ScheduledRequest& sr : so.scheduled) {
     Request* r = sr.req;
     scheduler_->on_computed(sr);
+    if (sr.n_spec > 0) {
+      out.n_spec_tokens += sr.n_spec;
+      verify(sr, logits + static_cast<size_t>(row) * V, &out);
+      row += static_cast<int>(sr.n_tokens);
+      continue;
+    }
     if (sr.all_logits) {
       output_->prompt_logprobs(*r, sr.pos0, sr.n_tokens, logits + static_cast<size_t>(row) * V,
                                &out.prompt_logprobs);
@@ -248,6 +287,67 @@ Result<StepOutput> Engine::step() {
 }
 
 double Engine::seconds_until_admission() const { return scheduler_->seconds_until_admission(now_seconds()); }
+Status Engine::propose() {
+  if (!proposer_) return Status::ok();
+  const std::vector<Request*>& run = scheduler_->running();
+  for (Request* r : run) r->spec_tokens.clear();
+  if (cfg_.spec.max_running > 0 && static_cast<int>(run.size()) > cfg_.spec.max_running) return Status::ok();
+  propose_items_.clear();
+  if (proposals_.size() < run.size()) proposals_.resize(run.size());
+  for (Request* r : run) {
+    int k = r->num_speculative_tokens >= 0 ? r->num_speculative_tokens : cfg_.spec.num_speculative_tokens;
+    // Decoding only (one token to compute), and never past max_tokens or
+    // the sequence cap: at most k + 1 tokens are emitted.
+    if (k <= 0 || r->n_fork > 0 || r->num_tokens() - r->num_computed_tokens != 1 || r->needs_prompt_rows()) continue;
+    k = static_cast<int>(std::min<int64_t>({k, r->max_tokens - r->n_output() - 1, max_seq_len_ - r->num_tokens() - 1}));
+    if (k <= 0) continue;
+    propose_items_.push_back({r, k, &proposals_[propose_items_.size()]});
+  }
+  if (propose_items_.empty()) return Status::ok();
+  EMBER_RETURN_IF_ERROR(proposer_->propose(propose_items_));
+  for (const ProposeItem& it : propose_items_) {
+    const Proposal& p = *it.out;
+    if (static_cast<int>(p.tokens.size()) > it.max_k)
+      return Status::errorf("proposer returned {} draft tokens, at most {} asked", p.tokens.size(), it.max_k);
+    for (int32_t t : p.tokens)
+      if (t < 0 || t >= n_vocab_) return Status::errorf("proposer returned token id {} out of range", t);
+    if (!p.q.empty()) return Status::error("draft distributions are not supported by the verifier yet");
+    Request* r = const_cast<Request*>(it.req);  // the engine owns it
+    r->spec_tokens = p.tokens;
+  }
+  return Status::ok();
+}
+
+// Point-mass drafts: the target's token at each position is sampled exactly
+// as without speculation (logits processor, sampler, logprobs of the raw
+// row); a draft is accepted iff it equals that token (rejection.h: the
+// rejection rule for q = 1), and the first mismatch (or, all accepted, the
+// token after the last draft) ends the burst. So neither the sampler nor
+// the logits processor ever sees a rejected token: nothing to roll back
+// there; the KV slots past the last accepted token are given back.
+void Engine::verify(const ScheduledRequest& sr, float* rows, StepOutput* out) {
+  Request* r = sr.req;
+  const int V = n_vocab_;
+  drafts_.assign(r->spec_tokens.begin(), r->spec_tokens.end());
+  const int k = static_cast<int>(drafts_.size());
+  int accepted = 0;
+  FinishReason reason = FinishReason::kNone;
+  for (int j = 0; j <= k; ++j) {
+    reason = output_->sample(*r, rows + static_cast<size_t>(j) * V, &out->tokens);
+    ++stats_.n_generated_tokens;
+    const bool match = j < k && r->tokens.back() == drafts_[j];
+    accepted += match;
+    if (reason != FinishReason::kNone || !match) break;  // a stop inside the burst drops the drafts after it
+  }
+  scheduler_->on_verified(sr);
+  SpecCounters& c = stats_.spec;
+  ++c.n_verifications;
+  c.n_draft_tokens += k;
+  c.n_accepted_tokens += accepted;
+  ++c.accepted_hist[static_cast<size_t>(accepted)];
+  if (reason != FinishReason::kNone) finish(r, reason, out);
+}
+
 
 EngineStats Engine::stats() const {
   EngineStats st = stats_;

@@ -35,9 +35,28 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/spec/proposer.h"
 #include "model/model.h"
 
 namespace ember {
+
+constexpr int kMaxSpecTokens = 32;  // draft tokens per request and step at most
+
+// Speculative decoding (docs/engine.md): a proposer drafts up to
+// num_speculative_tokens tokens per decoding request and step; one target
+// forward pass over the k+1 positions verifies them, mixed into the step's
+// batch. Output is identical to decoding without it (greedy and seeded).
+struct SpecConfig {
+  SpecMethod method = SpecMethod::kNone;
+  int num_speculative_tokens = 0;  // k (a request may override it)
+  int ngram_min = 1, ngram_max = 4;  // n-gram lookup: suffix sizes tried, longest first
+  // Engine-wide switch-off: no proposals in a step with more running
+  // sequences than this (0: no limit). Large batches make decode compute-
+  // bound, where verifying k extra positions per sequence costs more than
+  // the accepted tokens save.
+  int max_running = 0;
+  Status validate() const;
+};
 
 struct EngineConfig {
   int block_size = 16;
@@ -59,6 +78,7 @@ struct EngineConfig {
   // comparison (see scheduler.h); batch_window_s: the dynamic batch window.
   BatchingPolicy batching = BatchingPolicy::kContinuous;
   double batch_window_s = 0.05;
+  SpecConfig spec;
 };
 
 struct RequestParams {
@@ -77,6 +97,9 @@ struct RequestParams {
   // Optional per-request logits hook (grammars, biases): a prototype each
   // sample clones at admission (see logits_processor.h).
   std::shared_ptr<const LogitsProcessor> logits_processor;
+  // Draft tokens per step for this request: -1 the engine's setting, 0 off,
+  // 1..kMaxSpecTokens (needs an engine with a proposer).
+  int num_speculative_tokens = -1;
 };
 
 struct FinishedRequest {
@@ -97,7 +120,23 @@ struct StepOutput {
   std::vector<FinishedRequest> finished;
   int64_t n_batched_tokens = 0;  // tokens in this step's forward pass
   int n_seqs = 0;                // sequences in it
+  int64_t n_spec_tokens = 0;     // draft tokens verified in it (part of n_batched_tokens)
   double seconds = 0;
+};
+
+struct SpecCounters {
+  int64_t n_verifications = 0;   // verification slices (a request with drafts in a step)
+  int64_t n_draft_tokens = 0;    // draft tokens verified
+  int64_t n_accepted_tokens = 0; // of which accepted
+  // Verifications by number of accepted draft tokens (0 .. kMaxSpecTokens).
+  std::vector<int64_t> accepted_hist = std::vector<int64_t>(kMaxSpecTokens + 1, 0);
+  double acceptance_rate() const {
+    return n_draft_tokens > 0 ? static_cast<double>(n_accepted_tokens) / n_draft_tokens : 0.0;
+  }
+  // Tokens emitted per verification (accepted drafts + the target's token).
+  double mean_accepted_length() const {
+    return n_verifications > 0 ? 1.0 + static_cast<double>(n_accepted_tokens) / n_verifications : 0.0;
+  }
 };
 
 struct EngineStats {
@@ -125,6 +164,7 @@ struct EngineStats {
   int64_t last_step_tokens = 0;
   double last_step_seconds = 0;
   double total_step_seconds = 0;
+  SpecCounters spec;
 };
 
 class Engine {
@@ -164,6 +204,9 @@ class Engine {
   // KV layer groups (pages per block of positions while all are in window).
   int n_kv_groups() const { return kv_->n_groups(); }
   const ModelRunner& runner() const { return *runner_; }
+  // Replaces the proposer made from cfg.spec (tests; a draft model). Call
+  // before the first step; nullptr turns speculation off.
+  void set_proposer(std::unique_ptr<Proposer> p) { proposer_ = std::move(p); }
 
  private:
   struct Group {
@@ -174,6 +217,11 @@ class Engine {
   void finish(Request* r, FinishReason reason, StepOutput* out);
   void fork_samples(Request* parent, const float* logits, StepOutput* out);
   void sample_into(Request* r, float* logits, StepOutput* out);
+  // Asks the proposer for drafts of the running requests that decode.
+  Status propose();
+  // Verifies r's drafts against the rows of its verification slice: emits
+  // the accepted drafts and the target's next token.
+  void verify(const ScheduledRequest& sr, float* rows, StepOutput* out);
 
   EngineConfig cfg_;
   std::unique_ptr<ModelRunner> runner_;
@@ -189,6 +237,10 @@ class Engine {
   std::unordered_map<std::string, Group> groups_;                   // by request id
   std::vector<FinishedRequest> pending_finished_;
   std::vector<float> fork_row_;  // a copy of the parent's logits row per forked sample
+  std::unique_ptr<Proposer> proposer_;
+  std::vector<ProposeItem> propose_items_;
+  std::vector<Proposal> proposals_;
+  std::vector<int32_t> drafts_;
   EngineStats stats_;
 };
 

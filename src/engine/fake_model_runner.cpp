@@ -58,7 +58,7 @@ Result<int32_t> FakeModelRunner::allocate_kv(const KvLayout& layout, int block_s
 Status FakeModelRunner::write(const ScheduledRequest& sr) {
   const BlockTables& t = *sr.tables;
   for (int64_t p = sr.pos0; p < sr.pos0 + sr.n_tokens; ++p) {
-    const int32_t tok = sr.req->tokens[p];
+    const int32_t tok = sr.req->token_at(p);
     if (tok < 0 || tok >= cfg_.n_vocab) return Status::errorf("fake runner: token {} out of range", tok);
     for (size_t il = 0; il < cfg_.windows.size(); ++il) {
       const auto& tab = t[layout_.group_of_layer[il]];
@@ -82,10 +82,10 @@ Status FakeModelRunner::logits_at(const ScheduledRequest& sr, int64_t pos, float
         return Status::errorf("fake runner: '{}' ({}) reads position {} of layer {} from a released page", sr.req->id,
                               sr.req->index, q, il);
       const Row& r = row(tab[b], layout_.slot_of_layer[il], q % block_size_);
-      if (r.pos != q || r.token != sr.req->tokens[q])
+      if (r.pos != q || r.token != sr.req->token_at(q))
         return Status::errorf("fake runner: '{}' ({}) reads position {} of layer {}: the row holds token {} of "
                               "position {}, expected token {}",
-                              sr.req->id, sr.req->index, q, il, r.token, r.pos, sr.req->tokens[q]);
+                              sr.req->id, sr.req->index, q, il, r.token, r.pos, sr.req->token_at(q));
       h = fold(h, static_cast<int>(il), q, r.token);
     }
   }
@@ -128,7 +128,9 @@ Result<float*> FakeModelRunner::execute(const SchedulerOutput& so) {
   if (so.n_tokens > cfg_.max_batch)
     return Status::errorf("fake runner: {} tokens exceed the batch capacity {}", so.n_tokens, cfg_.max_batch);
   for (const ScheduledRequest& sr : so.scheduled) {
-    if (sr.n_tokens <= 0 || sr.pos0 < 0 || sr.pos0 + sr.n_tokens > sr.req->num_tokens())
+    if (sr.n_tokens <= 0 || sr.pos0 < 0 || sr.pos0 + sr.n_tokens > sr.req->num_tokens() + sr.n_spec ||
+        (sr.n_spec > 0 && (sr.n_spec != static_cast<int64_t>(sr.req->spec_tokens.size()) ||
+                           sr.pos0 + sr.n_tokens != sr.req->num_tokens() + sr.n_spec)))
       return Status::errorf("fake runner: bad slice [{}, +{}) of '{}'", sr.pos0, sr.n_tokens, sr.req->id);
     EMBER_RETURN_IF_ERROR(write(sr));
     n_tokens_ += sr.n_tokens;
@@ -137,8 +139,7 @@ Result<float*> FakeModelRunner::execute(const SchedulerOutput& so) {
   int r = 0;
   for (const ScheduledRequest& sr : so.scheduled) {
     const int64_t end = sr.pos0 + sr.n_tokens;
-    for (int64_t p = sr.all_logits ? sr.pos0 : end - 1; p < end; ++p) {
-      if (!sr.all_logits && !sr.want_logits) break;
+    for (int64_t p = end - sr.n_rows(); p < end; ++p) {
       if (r >= so.n_logit_rows) return Status::error("fake runner: more logits rows than scheduled");
       EMBER_RETURN_IF_ERROR(logits_at(sr, p, logits_.data() + static_cast<size_t>(r++) * cfg_.n_vocab));
     }

@@ -57,7 +57,17 @@ struct Request {
   double t_arrival = 0;          // add_request time (steady clock, seconds)
   double queue_seconds = -1;     // arrival to first admission
 
+  // Speculative tokens this request may be given per step (-1: the
+  // engine's setting; 0: none).
+  int num_speculative_tokens = -1;
+
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  // Token at position p of tokens followed by spec_tokens (what a
+  // verification slice runs over).
+  int32_t token_at(int64_t p) const {
+    const int64_t n = num_tokens();
+    return p < n ? tokens[static_cast<size_t>(p)] : spec_tokens[static_cast<size_t>(p - n)];
+  }
   int64_t n_output() const { return num_tokens() - n_prompt; }
   bool running() const { return status == RequestStatus::kRunning; }
   // Prompt log-probabilities still to report: every prompt row is needed.

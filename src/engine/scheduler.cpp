@@ -64,7 +64,21 @@ int64_t Scheduler::chunk_cap(const Request* r, int64_t budget) {
   return r->needs_prompt_rows() ? std::min<int64_t>(budget, kPromptLogprobChunk) : budget;
 }
 
+bool Scheduler::schedule_spec(Request* r, int64_t budget, std::vector<KvOp>* ops, int64_t* n) {
+  if (r->spec_tokens.empty()) return false;
+  const int64_t k = std::min<int64_t>(static_cast<int64_t>(r->spec_tokens.size()), budget - 1);
+  if (k <= 0 || r->num_tokens() - r->num_computed_tokens != 1 || r->needs_prompt_rows() ||
+      !kv_.allocate_slots(*r, 1, k, ops)) {
+    r->spec_tokens.clear();  // never preempt for speculation
+    return false;
+  }
+  r->spec_tokens.resize(static_cast<size_t>(k));
+  *n = 1 + k;
+  return true;
+}
+
 void Scheduler::preempt(Request* r, std::vector<KvOp>* ops) {
+  r->spec_tokens.clear();
   bool swapped = false;
   if (cfg_.preempt_swap && kv_.holds_blocks(*r) && r->num_computed_tokens > 0) swapped = kv_.swap_out(*r, ops);
   kv_.free_blocks(*r);
@@ -136,7 +150,13 @@ SchedulerOutput Scheduler::schedule_at(double now) {
   // 1. Running requests, in order; preempt from the back when blocks run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
-    const int64_t n = std::min<int64_t>(r->num_tokens() - r->num_computed_tokens, chunk_cap(r, budget));
+    int64_t n = std::min<int64_t>(r->num_tokens() - r->num_computed_tokens, chunk_cap(r, budget));
+    if (schedule_spec(r, budget, &out.kv_ops, &n)) {
+      picks.push_back({r, n});
+      budget -= n;
+      ++i;
+      continue;
+    }
     bool self_preempted = false;
     while (!kv_.allocate_slots(*r, n, 0, &out.kv_ops)) {
       Request* victim = running_.back();
@@ -167,6 +187,7 @@ SchedulerOutput Scheduler::schedule_at(double now) {
       ++i;
       continue;
     }
+    r->spec_tokens.clear();  // a waiting request has tokens to (re)compute first
     if (slots > 0 && slots + 1 + r->n_fork > cfg_.max_num_seqs) break;  // a lone request may exceed it
     const int64_t n_tokens = r->num_tokens();
     if (kv_.swapped(*r)) {
@@ -198,10 +219,11 @@ SchedulerOutput Scheduler::schedule_at(double now) {
     sr.req = p.r;
     sr.pos0 = p.r->num_computed_tokens;
     sr.n_tokens = p.n;
-    sr.want_logits = sr.pos0 + p.n == p.r->num_tokens();
+    sr.n_spec = static_cast<int64_t>(p.r->spec_tokens.size());
+    sr.want_logits = sr.pos0 + p.n == p.r->num_tokens() + sr.n_spec;
     sr.all_logits = p.r->needs_prompt_rows();
     sr.tables = &kv_.tables(*p.r);
-    out.n_logit_rows += sr.all_logits ? static_cast<int>(p.n) : sr.want_logits;
+    out.n_logit_rows += static_cast<int>(sr.n_rows());
     out.n_tokens += p.n;
     out.scheduled.push_back(sr);
   }
@@ -211,6 +233,18 @@ SchedulerOutput Scheduler::schedule_at(double now) {
 void Scheduler::on_computed(const ScheduledRequest& sr) {
   Request* r = sr.req;
   r->num_computed_tokens += sr.n_tokens;
+  if (sr.n_spec > 0) return;  // on_verified() knows which positions stay
+  kv_.cache_blocks(*r);
+  kv_.release_out_of_window(*r);
+}
+
+void Scheduler::on_verified(const ScheduledRequest& sr) {
+  Request* r = sr.req;
+  const int64_t n_rejected = r->num_computed_tokens - (r->num_tokens() - 1);
+  EMBER_CHECK(n_rejected >= 0 && n_rejected <= sr.n_spec);
+  kv_.rollback(*r, n_rejected);
+  r->num_computed_tokens -= n_rejected;
+  r->spec_tokens.clear();
   kv_.cache_blocks(*r);
   kv_.release_out_of_window(*r);
 }

@@ -64,7 +64,8 @@ struct SchedulerConfig {
 };
 
 // One request's slice of the step: tokens [pos0, pos0 + n_tokens) of
-// req->tokens, written to and read from the KV cache through `tables`.
+// req->tokens followed by req->spec_tokens (Request::token_at), written to
+// and read from the KV cache through `tables`.
 struct ScheduledRequest {
   Request* req = nullptr;
   int64_t pos0 = 0;
@@ -72,6 +73,12 @@ struct ScheduledRequest {
   bool want_logits = false;  // the slice ends at the last known token: its row is sampled
   bool all_logits = false;   // a logits row for every token (prompt log-probabilities)
   const BlockTables* tables = nullptr;  // owned by the KvCacheManager, valid until the next schedule()
+  // Speculative verification: the slice is the last known token and
+  // n_spec = req->spec_tokens.size() draft tokens (n_tokens = 1 + n_spec),
+  // with a logits row for each of them (want_logits is set).
+  int64_t n_spec = 0;
+  // Logits rows the runner returns for this slice.
+  int64_t n_rows() const { return all_logits || n_spec > 0 ? n_tokens : want_logits ? 1 : 0; }
 };
 
 struct SchedulerOutput {
@@ -111,7 +118,14 @@ class Scheduler {
   // After the forward pass: the slice is computed. Advances
   // num_computed_tokens, registers the request's full final blocks in the
   // prefix cache and releases pages that left every sliding window.
+  // For a verification slice (n_spec > 0) it only advances
+  // num_computed_tokens; on_verified() then finishes the job.
   void on_computed(const ScheduledRequest& sr);
+  // After a verification slice was computed (on_computed) and its accepted
+  // tokens appended to req->tokens: gives back the KV slots past the last
+  // accepted token (num_computed_tokens becomes num_tokens() - 1), then
+  // registers full final blocks and releases out-of-window pages.
+  void on_verified(const ScheduledRequest& sr);
 
   const std::vector<Request*>& running() const { return running_; }
   const std::vector<Request*>& waiting() const { return waiting_; }
@@ -127,6 +141,10 @@ class Scheduler {
   bool may_start_batch(double now) const;
   void start_batch();
   bool admissible(const Request* r) const;
+  // Tries to schedule r's verification slice (last token + its spec
+  // tokens, trimmed to the budget); false (spec tokens dropped) if there
+  // are none or their slots do not fit without preempting.
+  bool schedule_spec(Request* r, int64_t budget, std::vector<KvOp>* ops, int64_t* n);
 
   SchedulerConfig cfg_;
   KvCacheManager& kv_;

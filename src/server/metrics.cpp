@@ -70,6 +70,35 @@ void ServerMetrics::observe_http(int status) {
   ++http_[status];
 }
 
+// Speculative decoding (vLLM's spec_decode_* names): drafts proposed and
+// accepted, the acceptance rate, the mean accepted length, and per
+// verification the number of accepted drafts (a histogram with one bucket
+// per count; le="+Inf" is every verification).
+static void render_spec(const SpecCounters& s, std::string* out) {
+  counter(out, "ember:spec_decode_num_drafts_total", "Speculative verifications (a request with drafts in a step).",
+          static_cast<double>(s.n_verifications));
+  counter(out, "ember:spec_decode_num_draft_tokens_total", "Draft tokens proposed and verified.",
+          static_cast<double>(s.n_draft_tokens));
+  counter(out, "ember:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+          static_cast<double>(s.n_accepted_tokens));
+  gauge(out, "ember:spec_decode_draft_acceptance_rate", "Accepted / proposed draft tokens.", s.acceptance_rate());
+  gauge(out, "ember:spec_decode_mean_accepted_length",
+        "Tokens emitted per verification (accepted drafts + the target's token).", s.mean_accepted_length());
+  *out += "# HELP ember:spec_decode_accepted_per_draft Accepted draft tokens per verification.\n"
+          "# TYPE ember:spec_decode_accepted_per_draft histogram\n";
+  size_t last = 0;
+  for (size_t i = 0; i < s.accepted_hist.size(); ++i)
+    if (s.accepted_hist[i] > 0) last = i;
+  int64_t cum = 0;
+  for (size_t i = 0; i <= last; ++i) {
+    cum += s.accepted_hist[i];
+    *out += fmt::format("ember:spec_decode_accepted_per_draft_bucket{{le=\"{}\"}} {}\n", i, cum);
+  }
+  *out += fmt::format("ember:spec_decode_accepted_per_draft_bucket{{le=\"+Inf\"}} {}\n", s.n_verifications);
+  *out += fmt::format("ember:spec_decode_accepted_per_draft_sum {}\n", s.n_accepted_tokens);
+  *out += fmt::format("ember:spec_decode_accepted_per_draft_count {}\n", s.n_verifications);
+}
+
 std::string ServerMetrics::render(const EngineStats& e, const std::string& model_name) const {
   std::string out;
   gauge(&out, "ember:num_requests_running", "Requests in the running batch.", e.n_running);
@@ -94,6 +123,7 @@ std::string ServerMetrics::render(const EngineStats& e, const std::string& model
   counter(&out, "ember:num_preemptions_total", "Sequences preempted (recomputed later).",
           static_cast<double>(e.n_preemptions));
   counter(&out, "ember:engine_steps_total", "Engine iterations.", static_cast<double>(e.n_steps));
+  render_spec(e.spec, &out);
   counter(&out, "ember:engine_step_seconds_total", "Time spent in engine iterations.", e.total_step_seconds);
   // Cost: CPU time (all threads, user + system), not wall time.
   const double cpu = process_cpu_seconds();

@@ -340,6 +340,11 @@ std::optional<GenerationRequest> parse_generation_request(const json& body, Endp
   f.boolean("ignore_eos", &r.ignore_eos);
   f.boolean("skip_special_tokens", &r.skip_special_tokens);
   f.string("user", &r.user);
+  if (f.get("num_speculative_tokens")) {
+    int64_t k = -1;
+    f.integer("num_speculative_tokens", &k, 0, 32);
+    r.num_speculative_tokens = static_cast<int>(k);
+  }
   if (!f.ok()) return std::nullopt;
   return r;
 }

@@ -66,6 +66,9 @@ struct GenerationRequest {
   bool ignore_eos = false;        // vLLM extension: do not stop at end-of-generation tokens
   bool skip_special_tokens = true;
   std::string user;
+  // ember extension: draft tokens per step for this request (-1: the
+  // server's --num-speculative-tokens; 0: no speculation).
+  int num_speculative_tokens = -1;
 };
 
 // Parses and validates a request body. `ep` selects the schema.

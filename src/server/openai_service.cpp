@@ -287,6 +287,7 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
     rp.top_logprobs = r.top_logprobs;
     if (r.echo && r.logprobs) rp.prompt_logprobs = r.top_logprobs;
     rp.n = r.n;
+    rp.num_speculative_tokens = r.num_speculative_tokens;
     params.push_back(std::move(rp));
   }
   auto job = std::make_shared<GenerationJob>(r, std::move(prompts), tok_, engine_, metrics_,

@@ -622,6 +622,7 @@ TEST(ServeBench, EndToEndWithConcurrencyLimitAndModelDiscovery) {
   c.max_concurrency = 2;
   c.ignore_eos = true;
   c.label = "test-server";
+  c.scrape_metrics = true;
   std::vector<ServeBenchProgress> progress;
   auto r = run_serve_bench(c, [&](const ServeBenchProgress& p) { progress.push_back(p); });
   ASSERT_TRUE(r.is_ok()) << r.status().message();
@@ -720,12 +721,19 @@ TEST(ServeBench, PrometheusValuesAndServerPid) {
   c.base_url = "http://127.0.0.1:1";
   c.server_pid = static_cast<int64_t>(getpid());
   std::string source;
-  auto cpu = server_cpu_seconds(c, &source);
+  auto cpu = server_cpu_seconds(c, "", &source);
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
   EXPECT_EQ(source, "pid");
   EXPECT_GT(*cpu, 0);
   c.server_pid = int64_t{1} << 40;
-  EXPECT_FALSE(server_cpu_seconds(c, &source).is_ok());
+  EXPECT_FALSE(server_cpu_seconds(c, "", &source).is_ok());
+  // No pid: the page's value, or an error without a page.
+  c.server_pid = 0;
+  auto from_page = server_cpu_seconds(c, "process_cpu_seconds_total 7.25\n", &source);
+  ASSERT_TRUE(from_page.is_ok());
+  EXPECT_DOUBLE_EQ(*from_page, 7.25);
+  EXPECT_EQ(source, "metrics");
+  EXPECT_FALSE(server_cpu_seconds(c, "", &source).is_ok());
 }
 
 TEST(ServeBench, PoissonArrivalsSpreadRequestsOut) {

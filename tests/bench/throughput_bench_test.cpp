@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "bench/serve_bench.h"
+
 namespace ember {
 namespace {
 
@@ -74,6 +76,59 @@ TEST(ThroughputBench, RandomLengthsAndGivenRequests) {
   EXPECT_EQ(g->output_tokens, 2 + 3 + 4);
   opt.range_ratio = 1.0;
   EXPECT_FALSE(run_throughput_bench(*m.value(), pool, opt).is_ok());
+}
+
+// With speculative decoding the summary reports the drafts and the decode
+// steps (one known token + drafts per sequence) are still counted; the
+// output is the same as without.
+TEST(ThroughputBench, SpeculativeCountsAndReport) {
+  auto m = Model::load(EMBER_SOURCE_DIR "/tests/data/model/hf_qwen2");
+  ASSERT_TRUE(m.is_ok());
+  ThreadPool pool(1);
+  ThroughputOptions opt;
+  for (int i = 0; i < 4; ++i) {
+    RequestParams p;
+    for (int rep = 0; rep < 5; ++rep)
+      for (int t : {11, 12, 13 + i}) p.prompt.push_back(t);
+    p.max_tokens = 12;
+    p.sampling.temperature = 0.f;
+    opt.requests.push_back(p);
+  }
+  opt.sequential = true;
+  auto plain = run_throughput_bench(*m.value(), pool, opt);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+  opt.engine.spec.method = SpecMethod::kNgram;
+  opt.engine.spec.num_speculative_tokens = 3;
+  auto spec = run_throughput_bench(*m.value(), pool, opt);
+  ASSERT_TRUE(spec.is_ok()) << spec.status().message();
+  EXPECT_EQ(spec->output_tokens, plain->output_tokens);
+  EXPECT_GT(spec->stats.spec.n_draft_tokens, 0);
+  EXPECT_GT(spec->decode_tokens_per_s, 0);
+  EXPECT_NE(spec->summary().find("speculative:"), std::string::npos) << spec->summary();
+  EXPECT_EQ(plain->summary().find("speculative:"), std::string::npos);
+}
+
+TEST(ServeBenchSpec, ParsesEmberAndVllmCounters) {
+  const std::string ember_page =
+      "# HELP ember:spec_decode_num_drafts_total x\n# TYPE ember:spec_decode_num_drafts_total counter\n"
+      "ember:spec_decode_num_drafts_total 10\nember:spec_decode_num_draft_tokens_total 40\n"
+      "ember:spec_decode_num_accepted_tokens_total 25\n";
+  ServeSpecCounters c = parse_spec_counters(ember_page);
+  EXPECT_TRUE(c.available);
+  EXPECT_EQ(c.num_drafts, 10);
+  EXPECT_EQ(c.num_draft_tokens, 40);
+  EXPECT_EQ(c.num_accepted_tokens, 25);
+  EXPECT_DOUBLE_EQ(c.acceptance_rate(), 25.0 / 40);
+  EXPECT_DOUBLE_EQ(c.mean_accepted_length(), 1 + 25.0 / 10);
+  const std::string vllm_page =
+      "vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"m\"} 3.0\n"
+      "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"m\"} 12.0\n"
+      "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"m\"} 6.0\n";
+  c = parse_spec_counters(vllm_page);
+  EXPECT_TRUE(c.available);
+  EXPECT_EQ(c.num_draft_tokens, 12);
+  EXPECT_EQ(c.num_accepted_tokens, 6);
+  EXPECT_FALSE(parse_spec_counters("ember:num_requests_running 1\n").available);
 }
 
 }  // namespace

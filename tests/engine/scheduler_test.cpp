@@ -18,6 +18,7 @@
 
 #include "engine/engine.h"
 #include "engine/fake_model_runner.h"
+#include "engine/spec_test_util.h"
 #include "engine/test_sampling.h"
 
 namespace ember {
@@ -65,6 +66,7 @@ struct StressCase {
   EngineConfig cfg;
   int n_requests = 300;
   uint32_t seed = 1;
+  int spec_k = 0;  // > 0: speculative decoding with a ReplayProposer of up to spec_k drafts
 };
 
 struct StressResult {
@@ -77,8 +79,27 @@ struct StressResult {
 // step, every finished sample compared with its reference.
 StressResult stress(const StressCase& c) {
   StressResult res;
-  auto e = fake_engine(c.model, c.cfg);
+  EngineConfig cfg = c.cfg;
+  if (c.spec_k > 0) {
+    cfg.spec.method = SpecMethod::kNgram;  // replaced by the replay proposer below
+    cfg.spec.num_speculative_tokens = c.spec_k;
+  }
+  auto e = fake_engine(c.model, cfg);
   if (!e) return res;
+  if (c.spec_k > 0) {
+    const FakeModelConfig mc = c.model;
+    const int64_t max_len = e->max_seq_len();
+    e->set_proposer(std::make_unique<test::ReplayProposer>(
+        [mc, max_len](const Request& r) {
+          RequestParams p;
+          p.prompt.assign(r.tokens.begin(), r.tokens.begin() + r.n_prompt);
+          p.sampling = r.sampling;  // a fork's seed is already seed + index
+          p.max_tokens = r.max_tokens;
+          p.stop_token_ids = r.stop_token_ids;
+          return reference_output(mc, p, 0, max_len);
+        },
+        c.model.n_vocab, c.seed + 99));
+  }
   std::mt19937 rng(c.seed);
   const int V = c.model.n_vocab;
   std::map<std::string, RequestParams> reqs;
@@ -130,6 +151,14 @@ StressResult stress(const StressCase& c) {
     if (!inv.is_ok()) break;
   }
   res.stats = e->stats();
+  if (c.spec_k > 0) {  // every verification case happened
+    const SpecCounters& sc = res.stats.spec;
+    EXPECT_GT(sc.n_verifications, 100);
+    EXPECT_GT(sc.accepted_hist[0], 0);
+    EXPECT_GT(sc.accepted_hist[static_cast<size_t>(c.spec_k)], 0);
+    EXPECT_GT(sc.n_accepted_tokens, 0);
+    EXPECT_LT(sc.n_accepted_tokens, sc.n_draft_tokens);
+  }
   EXPECT_EQ(res.stats.blocks_used, 0);
   EXPECT_EQ(res.stats.blocks_free, res.stats.blocks_total);
   EXPECT_EQ(res.stats.swap_bytes_used, 0);
@@ -211,6 +240,56 @@ TEST(FakeEngine, StressMatchesReferenceUnderRequestLevelBatching) {
     EXPECT_GT(r.n_checked, 120) << batching_policy_name(policy);
     EXPECT_GT(r.stats.n_preemptions, 0) << batching_policy_name(policy);
   }
+}
+
+// Request-level batching with speculative decoding: drafts verified inside
+// the fixed batch.
+TEST(FakeEngine, StressSpeculativeUnderDynamicBatching) {
+  StressCase c;
+  c.cfg.block_size = 4;
+  c.cfg.num_kv_blocks = 48;
+  c.cfg.max_num_batched_tokens = 20;
+  c.cfg.max_num_seqs = 6;
+  c.cfg.batching = BatchingPolicy::kDynamic;
+  c.cfg.batch_window_s = 0.0005;
+  c.n_requests = 120;
+  c.spec_k = 4;
+  const StressResult r = stress(c);
+  EXPECT_GT(r.n_checked, 120);
+}
+
+// The same stress with speculative decoding: drafts (right, wrong, short)
+// verified in the mixed batch, rejected slots rolled back, under
+// preemption (recompute and swap), prefix hits, forks, sliding windows,
+// aborts and stop_sample: every output still equals the plain reference.
+TEST(FakeEngine, StressSpeculativeMatchesReference) {
+  StressCase c;
+  c.cfg.block_size = 4;
+  c.cfg.num_kv_blocks = 48;
+  c.cfg.max_num_batched_tokens = 20;
+  c.cfg.max_num_seqs = 6;
+  c.spec_k = 5;
+  const StressResult r = stress(c);
+  EXPECT_GT(r.n_checked, 300);
+  EXPECT_GT(r.stats.n_preemptions, 0);
+  EXPECT_GT(r.stats.prefix.hits, 0);
+}
+
+TEST(FakeEngine, StressSpeculativeSlidingWindowsAndSwap) {
+  StressCase c;
+  c.model.windows = {0, 6, 6, 0, 6, 6};
+  c.cfg.block_size = 4;
+  c.cfg.num_kv_blocks = 90;
+  c.cfg.max_num_batched_tokens = 24;
+  c.cfg.max_num_seqs = 8;
+  c.cfg.preempt_swap = true;
+  c.cfg.swap_space_bytes = size_t{1} << 20;
+  c.seed = 7;
+  c.spec_k = 3;
+  const StressResult r = stress(c);
+  EXPECT_GT(r.n_checked, 300);
+  EXPECT_GT(r.stats.n_swap_outs, 0);
+  EXPECT_GT(r.stats.prefix.hits, 0);
 }
 
 // The same requests give the same outputs whatever the budget, block size
@@ -346,6 +425,53 @@ TEST(Scheduler, RunningFirstThenWaitingWithinBudget) {
   SchedulerOutput s4 = b.sched.schedule();  // two decodes
   ASSERT_EQ(s4.scheduled.size(), 2u);
   EXPECT_EQ(s4.scheduled[0].n_tokens + s4.scheduled[1].n_tokens, 2);
+  EXPECT_TRUE(b.kv.check({a, c}).is_ok());
+}
+
+// A verification slice: last token + drafts in lookahead slots, trimmed to
+// the budget; drafts whose slots do not fit are dropped instead of
+// preempting anyone; on_verified gives back the rejected slots.
+TEST(Scheduler, SpeculativeSlicesTrimDropAndRollBack) {
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 9;
+  Bench b(4, 5, sc);
+  Request* a = b.add(5);
+  Request* c = b.add(3);
+  b.complete(b.sched.schedule());  // both prompts; each has its first token
+  ASSERT_EQ(a->num_tokens(), 6);
+  a->spec_tokens = {1, 2, 3, 4, 5, 6, 7};
+  c->spec_tokens = {9, 9, 9};
+  SchedulerOutput s = b.sched.schedule();
+  ASSERT_EQ(s.scheduled.size(), 2u);
+  EXPECT_EQ(s.scheduled[0].n_spec, 7);
+  EXPECT_EQ(s.scheduled[0].n_tokens, 8);
+  EXPECT_TRUE(s.scheduled[0].want_logits);
+  EXPECT_EQ(s.scheduled[1].n_spec, 0);  // one token of budget left: c's drafts are dropped
+  EXPECT_EQ(s.scheduled[1].n_tokens, 1);
+  EXPECT_TRUE(c->spec_tokens.empty());
+  EXPECT_EQ(s.n_logit_rows, 8 + 1);
+  EXPECT_EQ(b.kv.capacity(*a), 16);  // positions 0 .. 12 in 4 blocks (lookahead slots)
+  // Verified: two drafts accepted + the target's token: 3 tokens appended.
+  b.sched.on_computed(s.scheduled[0]);
+  EXPECT_EQ(a->num_computed_tokens, 13);
+  for (int t : {1, 2, 8}) a->tokens.push_back(t);
+  b.sched.on_verified(s.scheduled[0]);
+  EXPECT_EQ(a->num_computed_tokens, 8);
+  EXPECT_EQ(b.kv.capacity(*a), 8);  // the blocks of rejected positions went back
+  EXPECT_TRUE(a->spec_tokens.empty());
+  b.sched.on_computed(s.scheduled[1]);
+  c->tokens.push_back(7);
+  EXPECT_TRUE(b.kv.check({a, c}).is_ok());
+  // a holds 2 of the 5 pages, c 1: 8 drafts would need 3 more pages, and c
+  // one: the drafts are dropped rather than preempting c.
+  a->spec_tokens = std::vector<int32_t>(8, 3);
+  SchedulerOutput s2 = b.sched.schedule();
+  EXPECT_EQ(s2.n_preempted, 0);
+  ASSERT_EQ(s2.scheduled.size(), 2u);
+  EXPECT_EQ(s2.scheduled[0].n_tokens, 1);
+  EXPECT_EQ(s2.scheduled[0].n_spec, 0);
+  EXPECT_EQ(s2.scheduled[1].n_tokens, 1);
+  b.complete(s2);
   EXPECT_TRUE(b.kv.check({a, c}).is_ok());
 }
 
