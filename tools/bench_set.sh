@@ -84,7 +84,6 @@ for f in $FILES; do files+=("$f"); done
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   echo "threads: $THREADS  reps: $REPS  rounds: $ROUNDS  p: $P  n: $N"
   echo "ember: $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)"
-  echo "llama.cpp: $("$LBENCH" --version 2>&1 | head -1 || true)"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$RES/run_info.txt"
 cat "$RES/run_info.txt"
