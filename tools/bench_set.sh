@@ -13,7 +13,8 @@
 # `llama-bench -p P -n N -t T -r REPS -o json`, alternating; medians over all
 # samples of all rounds. Writes DIR/results/bench_set.md (markdown table:
 # tok/s, ratios, decode GB/s against the measured read bandwidth) and
-# DIR/results/bench_set.json; with matplotlib, DIR/results/*.png via
+# DIR/results/bench_set.json (a failed llama-bench run leaves its columns
+# empty instead of stopping the set); with matplotlib, DIR/results/*.png via
 # tools/plot_bench.py.
 #
 # Environment (defaults):
@@ -98,7 +99,10 @@ for f in "${files[@]}"; do
       >"$RES/$name.r$r.ember.log" 2>/dev/null || die "ember bench failed on $f"
     echo "[$name round $r] llama.cpp"
     "$LBENCH" -m "$f" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" -o json >"$RES/$name.r$r.llama.json" \
-      2>"$RES/$name.r$r.llama.log" || die "llama-bench failed on $f (see $RES/$name.r$r.llama.log)"
+      2>"$RES/$name.r$r.llama.log" || {
+      echo "bench_set: llama-bench failed on $f (see $RES/$name.r$r.llama.log); its columns stay empty" >&2
+      rm -f "$RES/$name.r$r.llama.json"
+    }
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$RES/run_info.txt"
