@@ -20,6 +20,7 @@
 #include "kernels/matmul.h"
 #include "kernels/matrix_view.h"
 #include "kernels/registry.h"
+#include "kernels/test_weights.h"
 #include "quant/blocks.h"
 #include "quant/quantize.h"
 
@@ -46,78 +47,6 @@ std::vector<int64_t> row_lengths(DType t) {
   // 2144 = 67 blocks: several 16-pair chunks of the wide tiles plus a tail.
   if (bs == kQK) return {32, 64, 96, 128, 160, 192, 224, 480, 640, 1024, 1056, 2144};
   return {256, 512, 768, 2048};
-}
-
-uint16_t small_f16(std::mt19937& rng) {
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  return f32_to_f16(uni(rng) * 0.05f);
-}
-
-// A weight matrix [rows, n] of type t: rows quantized from gaussian floats
-// with varying magnitudes (some all-zero), then for block types every other
-// row replaced by raw random quant bytes with sane scales, covering quant
-// values the quantizers never emit (Q8_0 -128, extreme K-quant scales).
-std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> gauss(0.0f, 1.0f);
-  const size_t rb = dtype_row_size(t, n);
-  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
-  std::vector<float> f(static_cast<size_t>(n));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float mag = r % 5 == 4 ? 0.0f : std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
-    for (auto& v : f) v = gauss(rng) * mag;
-    uint8_t* row = w.data() + rb * static_cast<size_t>(r);
-    if (t == DType::kF32) {
-      std::memcpy(row, f.data(), rb);
-    } else {
-      quantize_row_ref(t, f.data(), row, n);
-    }
-    if (r % 2 == 0 || dtype_block_size(t) == 1) continue;
-    for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(rng());
-    const int64_t nb = n / dtype_block_size(t);
-    for (int64_t b = 0; b < nb; ++b) {
-      switch (t) {
-        case DType::kQ4_0:
-          reinterpret_cast<BlockQ4_0*>(row)[b].d = small_f16(rng);
-          break;
-        case DType::kQ4_1:
-          reinterpret_cast<BlockQ4_1*>(row)[b].d = small_f16(rng);
-          reinterpret_cast<BlockQ4_1*>(row)[b].m = small_f16(rng);
-          break;
-        case DType::kQ5_0:
-          reinterpret_cast<BlockQ5_0*>(row)[b].d = small_f16(rng);
-          break;
-        case DType::kQ5_1:
-          reinterpret_cast<BlockQ5_1*>(row)[b].d = small_f16(rng);
-          reinterpret_cast<BlockQ5_1*>(row)[b].m = small_f16(rng);
-          break;
-        case DType::kQ8_0:
-          reinterpret_cast<BlockQ8_0*>(row)[b].d = small_f16(rng);
-          break;
-        case DType::kQ2_K:
-          reinterpret_cast<BlockQ2_K*>(row)[b].d = small_f16(rng);
-          reinterpret_cast<BlockQ2_K*>(row)[b].dmin = small_f16(rng);
-          break;
-        case DType::kQ3_K:
-          reinterpret_cast<BlockQ3_K*>(row)[b].d = small_f16(rng);
-          break;
-        case DType::kQ4_K:
-          reinterpret_cast<BlockQ4_K*>(row)[b].d = small_f16(rng);
-          reinterpret_cast<BlockQ4_K*>(row)[b].dmin = small_f16(rng);
-          break;
-        case DType::kQ5_K:
-          reinterpret_cast<BlockQ5_K*>(row)[b].d = small_f16(rng);
-          reinterpret_cast<BlockQ5_K*>(row)[b].dmin = small_f16(rng);
-          break;
-        case DType::kQ6_K:
-          reinterpret_cast<BlockQ6_K*>(row)[b].d = small_f16(rng);
-          break;
-        default:
-          break;
-      }
-    }
-  }
-  return w;
 }
 
 // Activations [tokens, n] as floats (varying magnitudes, one all-zero row).

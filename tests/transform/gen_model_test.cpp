@@ -226,7 +226,8 @@ TEST(GenModelVocab, SyntheticBpeIsConsistent) {
 }
 
 TEST(GenModelShapes, KnownAndRefused) {
-  for (const std::string name : {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-0.5b", "gemma-3-270m", "mixtral-tiny"}) {
+  for (const std::string name : {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen2.5-1.5b", "gemma-3-270m",
+                                 "mixtral-tiny"}) {
     auto s = gen_model_shape(name);
     ASSERT_TRUE(s.is_ok()) << name;
     EXPECT_TRUE(validate_gen_model_shape(*s).is_ok()) << name;
@@ -234,6 +235,11 @@ TEST(GenModelShapes, KnownAndRefused) {
   auto l8 = gen_model_shape("llama-3.1-8b");
   EXPECT_EQ(l8->n_layer, 32);
   EXPECT_EQ(l8->n_ff, 14336);
+  auto q15 = gen_model_shape("qwen2.5-1.5b");  // Qwen2.5-1.5B's config.json
+  EXPECT_EQ(q15->n_embd, 1536);
+  EXPECT_EQ(q15->n_ff, 8960);
+  EXPECT_EQ(q15->n_head_kv, 2);
+  EXPECT_TRUE(q15->qkv_bias);
   auto mix = gen_model_shape("mixtral-tiny");
   EXPECT_EQ(mix->n_expert, 8);
   EXPECT_EQ(mix->n_expert_used, 2);

@@ -122,6 +122,11 @@ void fill_avx512(Table& t) {
   set_tile(at(t, DType::kQ4_K, v), avx512::vec_dot_tile_q4_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
   set_tile(at(t, DType::kQ5_K, v), avx512::vec_dot_tile_q5_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
   set_tile(at(t, DType::kQ6_K, v), avx512::vec_dot_tile_q6_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
+  at(t, DType::kQ2_K, v).vec_dot_rows = avx512::vec_dot_rows_q2_K_q8_K;
+  at(t, DType::kQ3_K, v).vec_dot_rows = avx512::vec_dot_rows_q3_K_q8_K;
+  at(t, DType::kQ4_K, v).vec_dot_rows = avx512::vec_dot_rows_q4_K_q8_K;
+  at(t, DType::kQ5_K, v).vec_dot_rows = avx512::vec_dot_rows_q5_K_q8_K;
+  at(t, DType::kQ6_K, v).vec_dot_rows = avx512::vec_dot_rows_q6_K_q8_K;
 }
 
 // Fills null fields at each level from the level below.

@@ -2,7 +2,8 @@
 // Q3_K, Q4_K, Q5_K and Q6_K x Q8_K activations (kernels/registry.h,
 // VecDotTileFn): kTileRows weight rows x up to kWideTileCols tokens per call,
 // in register blocks of 1 row x 16 tokens (see the driver below).
-// (Single tokens go to the row kernels: kernels/matmul.cpp.)
+// (Single tokens go to the row kernels, vec_dot_rows_*_q8_K at the end of
+// this file: kernels/matmul.cpp.)
 //
 // Batch invariance: every output is bit-identical to this level's vec_dot
 // (avx512/kquants_dot.cpp; the AVX2 kernels compute the same values). Per
@@ -323,7 +324,59 @@ void kquant_tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_ro
   }
 }
 
+// ---- decode: one token over many rows ----
+//
+// Rows one after another (the matrix streams from memory in address order),
+// each with the tile's 1 row x 1 token arithmetic, the next bytes
+// software-prefetched kPrefetchBytes ahead of the block being read; groups of
+// kGroup rows share one reduce_group (so every output is the same value the
+// tile and vec_dot give, with 1/16 of the horizontal sums' cost).
+constexpr size_t kPrefetchBytes = 1024;
+
+template <class T>
+void kquant_rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const BlockQ8_K* x, int64_t nr) {
+  using Block = typename T::Block;
+  using Acc = typename T::Acc;
+  const int64_t nb = n / kQK_K;
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (int64_t r0 = 0; r0 < nr; r0 += kGroup) {
+    const int gr = static_cast<int>(std::min<int64_t>(kGroup, nr - r0));
+    Acc acc[kGroup];
+    for (int r = 0; r < gr; ++r) {
+      const uint8_t* wr = w + static_cast<size_t>(r0 + r) * w_row_bytes;
+      Acc a = T::zero();
+      for (int64_t i = 0; i < nb; ++i) {
+        const uint8_t* p = wr + static_cast<size_t>(i) * sizeof(Block);
+#pragma GCC unroll 4
+        for (size_t l = 0; l < sizeof(Block); l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + l), _MM_HINT_T0);
+        typename T::Row row;
+        T::unpack(*reinterpret_cast<const Block*>(p), row);
+        T::pair(row, x[i], a);
+      }
+      acc[r] = a;
+    }
+    for (int r = gr; r < kGroup; ++r) acc[r] = T::zero();
+    alignas(64) float t[16];
+    _mm512_store_ps(t, _mm512_permutexvar_ps(order, reduce_group(acc)));
+    for (int r = 0; r < gr; ++r) s[r0 + r] = t[r];
+  }
+}
+
 }  // namespace
+
+#define EMBER_KQUANT_ROWS(name, traits)                                                                   \
+  void vec_dot_rows_##name##_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, \
+                                  int64_t nr) {                                                           \
+    kquant_rows<traits>(n, s, static_cast<const uint8_t*>(w), w_row_bytes,                                \
+                        static_cast<const BlockQ8_K*>(x), nr);                                            \
+  }
+EMBER_KQUANT_ROWS(q2_K, TraitsQ2K)
+EMBER_KQUANT_ROWS(q3_K, TraitsQ3K)
+EMBER_KQUANT_ROWS(q4_K, TraitsQ4K)
+EMBER_KQUANT_ROWS(q5_K, TraitsQ5K)
+EMBER_KQUANT_ROWS(q6_K, TraitsQ6K)
+#undef EMBER_KQUANT_ROWS
 
 void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {

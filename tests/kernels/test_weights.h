@@ -1,0 +1,92 @@
+// Test helper for the kernel tests of every weight family: a weight matrix
+// [rows, n] of any supported type (float, legacy blocks, K-quants), rows
+// quantized from gaussians of varying magnitude plus, for block types, every
+// other row raw random quant bytes with small sane f16 scales.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/fp16.h"
+#include "quant/blocks.h"
+#include "quant/quantize.h"
+
+namespace ember {
+
+inline uint16_t small_f16(std::mt19937& rng) {
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  return f32_to_f16(uni(rng) * 0.05f);
+}
+
+// A weight matrix [rows, n] of type t: rows quantized from gaussian floats
+// with varying magnitudes (some all-zero), then for block types every other
+// row replaced by raw random quant bytes with sane scales, covering quant
+// values the quantizers never emit (Q8_0 -128, extreme K-quant scales).
+inline std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  const size_t rb = dtype_row_size(t, n);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+  std::vector<float> f(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float mag = r % 5 == 4 ? 0.0f : std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
+    for (auto& v : f) v = gauss(rng) * mag;
+    uint8_t* row = w.data() + rb * static_cast<size_t>(r);
+    if (t == DType::kF32) {
+      std::memcpy(row, f.data(), rb);
+    } else {
+      quantize_row_ref(t, f.data(), row, n);
+    }
+    if (r % 2 == 0 || dtype_block_size(t) == 1) continue;
+    for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(rng());
+    const int64_t nb = n / dtype_block_size(t);
+    for (int64_t b = 0; b < nb; ++b) {
+      switch (t) {
+        case DType::kQ4_0:
+          reinterpret_cast<BlockQ4_0*>(row)[b].d = small_f16(rng);
+          break;
+        case DType::kQ4_1:
+          reinterpret_cast<BlockQ4_1*>(row)[b].d = small_f16(rng);
+          reinterpret_cast<BlockQ4_1*>(row)[b].m = small_f16(rng);
+          break;
+        case DType::kQ5_0:
+          reinterpret_cast<BlockQ5_0*>(row)[b].d = small_f16(rng);
+          break;
+        case DType::kQ5_1:
+          reinterpret_cast<BlockQ5_1*>(row)[b].d = small_f16(rng);
+          reinterpret_cast<BlockQ5_1*>(row)[b].m = small_f16(rng);
+          break;
+        case DType::kQ8_0:
+          reinterpret_cast<BlockQ8_0*>(row)[b].d = small_f16(rng);
+          break;
+        case DType::kQ2_K:
+          reinterpret_cast<BlockQ2_K*>(row)[b].d = small_f16(rng);
+          reinterpret_cast<BlockQ2_K*>(row)[b].dmin = small_f16(rng);
+          break;
+        case DType::kQ3_K:
+          reinterpret_cast<BlockQ3_K*>(row)[b].d = small_f16(rng);
+          break;
+        case DType::kQ4_K:
+          reinterpret_cast<BlockQ4_K*>(row)[b].d = small_f16(rng);
+          reinterpret_cast<BlockQ4_K*>(row)[b].dmin = small_f16(rng);
+          break;
+        case DType::kQ5_K:
+          reinterpret_cast<BlockQ5_K*>(row)[b].d = small_f16(rng);
+          reinterpret_cast<BlockQ5_K*>(row)[b].dmin = small_f16(rng);
+          break;
+        case DType::kQ6_K:
+          reinterpret_cast<BlockQ6_K*>(row)[b].d = small_f16(rng);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  return w;
+}
+
+}  // namespace ember
