@@ -79,11 +79,10 @@ bool check_quality(const std::string& in, const std::string& out, const std::str
     std::fprintf(stderr, "ember quantize: quality check skipped: %s\n", c.status().message().c_str());
     return false;
   }
-  std::printf("quality vs %s over %lld positions: KL divergence mean %.5f, p99 %.4f, max %.4f; top-1 agreement "
-              "%.1f%%; perplexity %.3f -> %.3f (%+.2f%%)\n",
-              in.c_str(), static_cast<long long>(c->n_positions), c->kl_mean, c->kl_p99, c->kl_max,
-              100.0 * c->top1_agreement, c->ppl_reference, c->ppl_model,
-              100.0 * (c->ppl_model / c->ppl_reference - 1.0));
+  std::printf("quality vs %s over %lld tokens: KL divergence mean %.5f, max %.4f; top-1 agreement %.1f%%; "
+              "perplexity %.3f -> %.3f (%+.2f%%); KL p99 %.4f\n",
+              in.c_str(), static_cast<long long>(c->n_positions), c->kl_mean, c->kl_max, 100.0 * c->top1_agreement,
+              c->ppl_reference, c->ppl_model, 100.0 * (c->ppl_model / c->ppl_reference - 1.0), c->kl_p99);
   return true;
 }
 

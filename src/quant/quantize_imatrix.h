@@ -11,9 +11,8 @@
 // float evaluation order, the same rounding); checked against a fixture made
 // with llama.cpp's own library (tools/gen_imatrix_quant_fixture.sh).
 // llama.cpp ignores the importance for Q8_0; here Q8_0 gets a weighted scale
-// search (19 candidate scales around amax/127, keeping the one with the
-// lowest weighted error), so it never does worse than round-to-nearest under
-// the weighted error.
+// search (19 candidate scales amax / (127 + 0.1 k), k in [-9, 9], the
+// round-to-nearest scale among them, keeping the lowest weighted error).
 #pragma once
 
 #include <cstdint>
