@@ -11,6 +11,9 @@ lists) and writes the novel's lines joined with '\n'.
 
 Usage:
   python3 tools/extract_perplexity_text.py [--deb FILE.deb] [--book persuasion] [-o data/persuasion.txt]
+  # the calibration text of `ember imatrix` / `ember quantize --method imatrix`
+  # (another novel, so calibration and evaluation never overlap):
+  python3 tools/extract_perplexity_text.py --book prideprejudice --max-bytes 250000 -o data/calibration.txt
 Without --deb it runs `apt-get download r-cran-janeaustenr` in a temporary
 folder (needs `apt-get update` once). Books: emma, mansfieldpark,
 northangerabbey, persuasion, prideprejudice, sensesensibility.
@@ -142,6 +145,8 @@ def main():
     ap.add_argument("--deb", help="r-cran-janeaustenr .deb (default: apt-get download it)")
     ap.add_argument("--book", default="persuasion")
     ap.add_argument("-o", "--output", default=os.path.join(ROOT, "data", "persuasion.txt"))
+    ap.add_argument("--max-bytes", type=int, default=0,
+                    help="keep the text up to the last paragraph break before this many bytes (0: all)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         deb = args.deb
@@ -153,6 +158,8 @@ def main():
     if args.book not in books:
         sys.exit(f"unknown book {args.book}; the package has {', '.join(sorted(books))}")
     text = books[args.book].encode("utf-8")
+    if args.max_bytes and len(text) > args.max_bytes:
+        text = text[:text.rfind(b"\n\n", 0, args.max_bytes) + 1]
     with open(args.output, "wb") as f:
         f.write(text)
     print(f"wrote {args.output}: {len(text)} bytes, sha256 {hashlib.sha256(text).hexdigest()}")

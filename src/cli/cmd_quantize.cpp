@@ -1,18 +1,27 @@
-// `ember quantize IN OUT --type T`: writes IN (GGUF or Hugging Face) as a
-// GGUF whose weight matrices are in type T (round-to-nearest, bit-compatible
-// with llama.cpp's reference quantizers), tokenizer included. Then runs both
-// models over a text and prints how far the new file is from IN (KL
-// divergence, top-1 agreement, perplexity), so a damaging quantization shows.
+// `ember quantize IN OUT --type T [--method rtn|imatrix]`: writes IN (GGUF
+// or Hugging Face) as a GGUF whose weight matrices are in type T, tokenizer
+// included: round-to-nearest (bit-compatible with llama.cpp's reference
+// quantizers), or importance-weighted rounding with an importance matrix
+// (--imatrix FILE from `ember imatrix` or llama-imatrix, or computed here
+// over calibration text: --method imatrix [--calib FILE]; bit-compatible with
+// llama-quantize --imatrix). Then runs both models over a held-out text and
+// prints how far the new file is from IN (KL divergence mean / p99, top-1
+// agreement, perplexity), so a damaging quantization shows.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <tuple>
 
 #include "cli/common.h"
+#include "cli/progress.h"
+#include "transform/gptq_model.h"
+#include "transform/imatrix.h"
 #include "eval/model_compare.h"
 #include "model/io/gguf.h"
 #include "transform/convert.h"
+#include "transform/quantizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember::cli {
@@ -30,9 +39,19 @@ constexpr const char* kCheckText =
     "whether to build a reservoir upstream; supporters point to the floods of the last century, while opponents "
     "worry about the fish, the farms that would be lost, and the cost.";
 
+// The held-out text of the quality check: data/persuasion.txt (disjoint from
+// the calibration text), found like the calibration text; empty if absent.
+std::string default_check_path() {
+  std::string cal = default_calibration_path();
+  const size_t slash = cal.rfind('/');
+  std::string p = (slash == std::string::npos ? std::string() : cal.substr(0, slash + 1)) + "persuasion.txt";
+  return std::ifstream(p).good() ? p : std::string();
+}
+
 // Loads IN and OUT as models and prints the comparison; false on failure
 // (the file is written either way: this is a report, not a gate).
-bool check_quality(const std::string& in, const std::string& out, const std::string& text, ThreadPool& pool) {
+bool check_quality(const std::string& in, const std::string& out, const std::string& text, int64_t windows,
+                   ThreadPool& pool) {
   auto ref = Model::load(in);
   auto mod = Model::load(out);
   if (!ref || !mod) {
@@ -45,18 +64,25 @@ bool check_quality(const std::string& in, const std::string& out, const std::str
     std::fprintf(stderr, "ember quantize: quality check skipped: tokenizer: %s\n", tok.status().message().c_str());
     return false;
   }
-  std::vector<int32_t> ids = (*tok)->encode(text);
-  if (ids.size() > 1024) ids.resize(1024);
-  auto c = compare_models(**ref, **mod, ids, pool);
+  Result<ModelComparison> c = Status::error("no comparison");
+  std::vector<int32_t> ids = (*tok)->encode(text, {.add_bos = false});
+  if (static_cast<int64_t>(ids.size()) >= 512) {  // windows of 512 (BOS first), as `ember eval kl`
+    WindowedCompareOptions o;
+    o.max_windows = windows;
+    o.bos_id = (*tok)->add_bos() ? (*tok)->bos_id() : -1;
+    c = compare_models_windows(**ref, **mod, ids, o, pool);
+  } else {  // a short text: one window of all of it
+    ids = (*tok)->encode(text);
+    c = compare_models(**ref, **mod, ids, pool);
+  }
   if (!c) {
     std::fprintf(stderr, "ember quantize: quality check skipped: %s\n", c.status().message().c_str());
     return false;
   }
   std::printf("quality vs %s over %lld tokens: KL divergence mean %.5f, max %.4f; top-1 agreement %.1f%%; "
-              "perplexity %.3f -> %.3f (%+.2f%%)\n",
-              in.c_str(), static_cast<long long>(c->n_positions + 1), c->kl_mean, c->kl_max,
-              100.0 * c->top1_agreement, c->ppl_reference, c->ppl_model,
-              100.0 * (c->ppl_model / c->ppl_reference - 1.0));
+              "perplexity %.3f -> %.3f (%+.2f%%); KL p99 %.4f\n",
+              in.c_str(), static_cast<long long>(c->n_positions), c->kl_mean, c->kl_max, 100.0 * c->top1_agreement,
+              c->ppl_reference, c->ppl_model, 100.0 * (c->ppl_model / c->ppl_reference - 1.0), c->kl_p99);
   return true;
 }
 
@@ -67,7 +93,10 @@ int cmd_quantize(int argc, char** argv, int first) {
   std::string type_name;
   int threads = default_thread_count();
   bool strict = false, no_check = false;
-  std::string check_file, output_type_name, embd_type_name;
+  std::string check_file, output_type_name, embd_type_name, method = "rtn", imatrix_path, calib_path;
+  int64_t calib_tokens = -1, check_windows = 2;
+  bool act_order = false;
+  float damp = 0.01f;
   std::vector<std::string> pos;
   p.option("--type", &type_name, "T", "target tensor type");
   p.option("-t,--threads", &threads, "N", "threads");
@@ -76,7 +105,19 @@ int cmd_quantize(int argc, char** argv, int first) {
            "type of the output head (token_embd when tied), e.g. q8_0 or q6_k (default: --type)");
   p.option("--token-embedding-type", &embd_type_name, "T", "type of the token embedding (default: --type)");
   p.flag("--no-check", &no_check, "skip the quality check (KL divergence, top-1, perplexity against IN)");
-  p.option("--check-file", &check_file, "FILE", "text of the quality check (default: a built-in paragraph)");
+  p.option("--check-file", &check_file, "FILE",
+           "held-out text of the quality check (default: data/persuasion.txt, else a built-in paragraph)");
+  p.option("--check-chunks", &check_windows, "N", "windows of 512 tokens in the quality check (default 2)");
+  p.option("--method", &method, "M",
+           "rtn (default), imatrix (importance-weighted rounding) or gptq (Hessian error feedback, layer by layer)");
+  p.flag("--act-order", &act_order, "gptq: quantize columns by decreasing activation energy");
+  p.option("--gptq-damp", &damp, "F", "gptq: dampening, fraction of the mean Hessian diagonal (default 0.01)");
+  p.option("--imatrix", &imatrix_path, "FILE",
+           "importance matrix from `ember imatrix` or llama-imatrix (GGUF or .dat); implies --method imatrix");
+  p.option("--calib", &calib_path, "FILE", "calibration text for --method imatrix without --imatrix "
+                                           "(default: data/calibration.txt)");
+  p.option("--calib-tokens", &calib_tokens, "N",
+           "calibration tokens to use (default: 16384 for imatrix, 4096 for gptq; 0: all)");
   p.positionals(&pos, "IN OUT");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
@@ -89,6 +130,17 @@ int cmd_quantize(int argc, char** argv, int first) {
   if (!dtype_from_name(type_name, &type) || !convertible_to(type))
     return usage_error(p, fmt::format("unsupported --type '{}'", type_name));
   if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
+  if (!imatrix_path.empty()) {
+    if (method != "rtn" && method != "imatrix") return usage_error(p, "--imatrix goes with --method imatrix");
+    method = "imatrix";
+  }
+  if (method != "rtn" && method != "imatrix" && method != "gptq")
+    return usage_error(p, fmt::format("unsupported --method '{}' (rtn, imatrix, gptq)", method));
+  if (!(damp >= 0 && damp < 10)) return usage_error(p, "--gptq-damp must be in [0, 10)");
+  if (method == "rtn" && (!calib_path.empty() || calib_tokens != -1))
+    return usage_error(p, "--calib and --calib-tokens need --method imatrix");
+  if (calib_tokens < -1 || check_windows < 0) return usage_error(p, "--calib-tokens and --check-chunks must be >= 0");
+  if (calib_tokens == -1) calib_tokens = method == "gptq" ? 4096 : 16384;
   ConvertOptions opts;
   opts.type = type;
   opts.allow_fallback = !strict;
@@ -103,6 +155,7 @@ int cmd_quantize(int argc, char** argv, int first) {
   std::string in = resolve_model_path(p, pos[0]);
   if (in.empty()) return kExitUsage;
   std::string check_text = kCheckText;
+  if (check_file.empty()) check_file = default_check_path();
   if (!check_file.empty()) {
     std::ifstream f(check_file, std::ios::binary);
     if (!f) return usage_error(p, fmt::format("cannot read --check-file '{}'", check_file));
@@ -127,10 +180,71 @@ int cmd_quantize(int argc, char** argv, int first) {
 
   auto plan = plan_quantization(**file, opts);
   if (!plan) return usage_error(p, plan.status().message());
+  ThreadPool pool(threads);
+  std::map<std::string, std::vector<float>> importance;
+  if (method == "imatrix") {
+    Result<Imatrix> im = Status::error("");
+    if (!imatrix_path.empty()) {
+      im = read_imatrix(imatrix_path);
+    } else {  // calibrate the source model here
+      auto src = Model::load(in);
+      if (!src) return usage_error(p, src.status().message());
+      auto tok = Tokenizer::from_metadata((*src)->file().metadata);
+      if (!tok) return usage_error(p, fmt::format("{}: tokenizer: {}", in, tok.status().message()));
+      im = calibrate_importance(**src, **tok, calib_path.empty() ? default_calibration_path() : calib_path, 512,
+                                calib_tokens, false, pool);
+    }
+    if (!im) return usage_error(p, im.status().message());
+    auto n = apply_imatrix(*im, &*plan, &importance);
+    if (!n) return usage_error(p, n.status().message());
+    if (*n == 0) return usage_error(p, "the importance matrix has no entry for any tensor of the model");
+  }
+  if (method == "gptq") {
+    int n = 0;
+    for (QuantPlanEntry& e : plan->entries)
+      if (e.method == QuantMethod::kRtn && e.layer >= 0 && gptq_supports(e.target)) e.method = QuantMethod::kGptq, ++n;
+    if (n == 0) return usage_error(p, "no tensor of the plan can be quantized by GPTQ");
+    auto src = Model::load(in);
+    if (!src) return usage_error(p, src.status().message());
+    auto tok = Tokenizer::from_metadata((*src)->file().metadata);
+    if (!tok) return usage_error(p, fmt::format("{}: tokenizer: {}", in, tok.status().message()));
+    const std::string cal = calib_path.empty() ? default_calibration_path() : calib_path;
+    std::ifstream cf(cal, std::ios::binary);
+    if (!cf) return usage_error(p, fmt::format("cannot read calibration text '{}'", cal));
+    std::ostringstream ss;
+    ss << cf.rdbuf();
+    std::vector<int32_t> tokens = (*tok)->encode(ss.str(), {.add_bos = false});
+    if (calib_tokens > 0 && static_cast<int64_t>(tokens.size()) > calib_tokens) tokens.resize(calib_tokens);
+    GptqRunOptions go;
+    go.gptq.act_order = act_order;
+    go.gptq.damp = damp;
+    go.bos_id = (*tok)->add_bos() ? (*tok)->bos_id() : -1;
+    std::fprintf(stderr, "gptq: %d tensors, calibration %s: %zu tokens in chunks of %d\n", n, cal.c_str(),
+                 tokens.size() / go.chunk_size * go.chunk_size, go.chunk_size);
+    ProgressLine progress;
+    const auto tg = std::chrono::steady_clock::now();
+    go.progress = [&](int done, int total) {
+      progress.update(done, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - tg).count(),
+                      "blocks quantized");
+    };
+    src.value().reset();
+    auto done = run_gptq(std::move(file.value()), &*plan, tokens, go, pool);
+    progress.clear();
+    if (!done) return usage_error(p, done.status().message());
+    file = std::move(done);
+  }
   std::printf("%s\n", quant_plan_summary(*plan).c_str());
   std::fflush(stdout);
-  ThreadPool pool(threads);
-  auto conv = convert_model(std::move(file.value()), *plan, pool);
+  RtnQuantizer rtn;
+  ImatrixQuantizer imq;
+  const QuantizerFor quantizer_for = [&](QuantMethod m) -> Quantizer* {
+    return m == QuantMethod::kRtn ? static_cast<Quantizer*>(&rtn) : m == QuantMethod::kImatrix ? &imq : nullptr;
+  };
+  const ImportanceFor importance_for = [&](const QuantPlanEntry& e) -> const float* {
+    auto it = importance.find(e.name);
+    return it == importance.end() ? nullptr : it->second.data();
+  };
+  auto conv = execute_quant_plan(std::move(file.value()), *plan, quantizer_for, pool, importance_for);
   if (!conv) return usage_error(p, conv.status().message());
   const ModelFile& out = **conv;
 
@@ -152,7 +266,7 @@ int cmd_quantize(int argc, char** argv, int first) {
   std::printf("wrote %s: %zu tensors, %.1f MiB of weights, type %s, in %.1f s\n", pos[1].c_str(), out.tensors.size(),
               bytes / 1048576.0, dtype_name(type), dt);
   std::fflush(stdout);
-  if (!no_check) check_quality(in, pos[1], check_text, pool);
+  if (!no_check) check_quality(in, pos[1], check_text, check_windows, pool);
   return kExitOk;
 }
 

@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "model/model.h"
+#include "transform/imatrix.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember::cli {
@@ -32,6 +33,14 @@ struct LoadedModel {
 // On failure prints a clear message (usage error) and returns false.
 bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out);
 
+// Calibration (cmd_imatrix.cpp): data/calibration.txt next to the working
+// directory or the ember binary (../data); and the importance matrix of
+// `model` over the text at `path` in chunks (max_tokens 0: all), with a
+// progress line on stderr.
+std::string default_calibration_path();
+Result<Imatrix> calibrate_importance(const Model& model, const Tokenizer& tok, const std::string& path,
+                                     int chunk_size, int64_t max_tokens, bool include_output, ThreadPool& pool);
+
 // Subcommand entry points (argv[first] is the first argument after the name).
 int cmd_info(int argc, char** argv, int first);
 int cmd_run(int argc, char** argv, int first);
@@ -44,5 +53,7 @@ int cmd_detokenize(int argc, char** argv, int first);
 int cmd_template(int argc, char** argv, int first);
 int cmd_perplexity(int argc, char** argv, int first);
 int cmd_gen_model(int argc, char** argv, int first);
+int cmd_imatrix(int argc, char** argv, int first);
+int cmd_eval(int argc, char** argv, int first);
 
 }  // namespace ember::cli

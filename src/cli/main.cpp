@@ -24,6 +24,8 @@ constexpr Command kCommands[] = {
     {"template", ember::cli::cmd_template, "render a chat with the model's template"},
     {"perplexity", ember::cli::cmd_perplexity, "perplexity of a text, KL divergence against saved logits"},
     {"gen-model", ember::cli::cmd_gen_model, "write a random-weight model of a real architecture and shape"},
+    {"imatrix", ember::cli::cmd_imatrix, "importance matrix of a model over calibration text (llama.cpp format)"},
+    {"eval", ember::cli::cmd_eval, "KL divergence, top-1 and perplexity of a model against a base on a text"},
 };
 
 void print_usage(FILE* f) {

@@ -23,6 +23,7 @@ namespace ember {
 struct ModelComparison {
   int64_t n_positions = 0;  // scored positions (tokens - 1)
   double kl_mean = 0, kl_max = 0;
+  double kl_p99 = 0;  // 99th percentile of the per-position KL (nearest rank)
   double top1_agreement = 0;  // fraction in [0, 1]
   double ppl_reference = 0, ppl_model = 0;
 };
@@ -36,5 +37,19 @@ ModelComparison compare_logits(const float* reference, const float* model, const
 // them. The vocabularies must match; 2 <= tokens.size() <= 4096.
 Result<ModelComparison> compare_models(const Model& reference, const Model& model, const std::vector<int32_t>& tokens,
                                        ThreadPool& pool);
+
+// Held-out evaluation over several windows: tokens[0..) cut into windows of
+// n_ctx positions (the first replaced by bos_id when >= 0, as perplexity
+// tools do), at most max_windows of them (0: all whole windows), each run
+// from an empty cache in both models; the statistics pool every scored
+// position of every window. Needs one whole window.
+struct WindowedCompareOptions {
+  int64_t n_ctx = 512;
+  int64_t max_windows = 0;
+  int32_t bos_id = -1;
+};
+Result<ModelComparison> compare_models_windows(const Model& reference, const Model& model,
+                                               const std::vector<int32_t>& tokens, const WindowedCompareOptions& o,
+                                               ThreadPool& pool);
 
 }  // namespace ember

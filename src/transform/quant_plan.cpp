@@ -52,6 +52,8 @@ const char* quant_method_name(QuantMethod m) {
     case QuantMethod::kCopy: return "copy";
     case QuantMethod::kConvert: return "convert";
     case QuantMethod::kRtn: return "rtn";
+    case QuantMethod::kImatrix: return "imatrix";
+    case QuantMethod::kGptq: return "gptq";
   }
   return "?";
 }
@@ -178,7 +180,8 @@ std::string quant_plan_summary(const QuantPlan& plan) {
 }
 
 Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile> src, const QuantPlan& plan,
-                                                      const QuantizerFor& quantizer_for, ThreadPool& pool) {
+                                                      const QuantizerFor& quantizer_for, ThreadPool& pool,
+                                                      const ImportanceFor& importance_for) {
   auto out = std::make_unique<ModelFile>();
   out->path = src->path;
   out->format = "gguf";
@@ -209,6 +212,7 @@ Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile>
         return Status::errorf("tensor '{}': no {} quantizer for {}", e.name, quant_method_name(e.method),
                               dtype_name(e.target));
     }
+    const float* importance = importance_for && q ? importance_for(e) : nullptr;
     const KernelSet& in_k = kernels(t.type);
     if (e.transform == TensorTransform::kPermuteQkRows && t.n_dims == 1) {
       // A Q / K bias: its elements are the rows to permute; stored as f32.
@@ -258,6 +262,7 @@ Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile>
         QuantTensorContext ctx;
         ctx.entry = &e;
         ctx.row0 = r0;
+        ctx.importance = importance;
         errors[ith] = q->quantize_rows(rows, nr, n_per_row, e.target, ctx, d);
       }
     });

@@ -43,7 +43,9 @@ enum class QuantMethod : uint8_t {
   kCopy,     // passed through unchanged (the target is its type, no transform)
   kConvert,  // read as f32 and written as f32 / f16 / bf16
   kRtn,      // quantized to a block type by round-to-nearest (RtnQuantizer)
-  // Calibrated methods (imatrix, AWQ, GPTQ) follow.
+  kImatrix,  // importance-weighted rounding with calibration statistics (ImatrixQuantizer)
+  kGptq,     // GPTQ error feedback with calibration Hessians (run_gptq, transform/gptq_model.h)
+  // AWQ follows.
 };
 const char* quant_method_name(QuantMethod m);
 
@@ -112,12 +114,17 @@ std::string quant_plan_summary(const QuantPlan& plan);
 
 // Which quantizer runs entries of method m (null: none available).
 using QuantizerFor = std::function<Quantizer*(QuantMethod m)>;
+// The calibration importance of an entry's input columns (ne[0] values,
+// QuantTensorContext::importance), null when there is none.
+using ImportanceFor = std::function<const float*(const QuantPlanEntry& e)>;
 
 // Executes `plan` on `src` (which the result keeps alive): each entry's rows
 // are read as f32 (transformed if the entry says so) in chunks across `pool`
 // and written by the entry's method. Fails if the plan does not match the
 // source (a tensor missing or of another type) or a method has no quantizer.
+// importance_for (optional) gives the quantizers their statistics.
 Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile> src, const QuantPlan& plan,
-                                                      const QuantizerFor& quantizer_for, ThreadPool& pool);
+                                                      const QuantizerFor& quantizer_for, ThreadPool& pool,
+                                                      const ImportanceFor& importance_for = {});
 
 }  // namespace ember

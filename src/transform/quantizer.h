@@ -3,8 +3,9 @@
 // with a QuantTensorContext that says which tensor the rows belong to and,
 // for calibrated methods, carries the calibration statistics of its input
 // channels. RtnQuantizer (round-to-nearest with the reference quantizers,
-// bit-compatible with llama.cpp's quantize_row_*_ref) is the method today;
-// importance-weighted rounding, AWQ and GPTQ implement the same interface.
+// bit-compatible with llama.cpp's quantize_row_*_ref) and ImatrixQuantizer
+// (importance-weighted rounding, bit-compatible with llama.cpp's quantizers
+// given the same importance matrix) implement it; AWQ and GPTQ follow.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,17 @@ class Quantizer {
 class RtnQuantizer final : public Quantizer {
  public:
   const char* name() const override { return "rtn"; }
+  bool supports(DType target) const override;
+  Status quantize_rows(const float* src, int64_t n_rows, int64_t n_per_row, DType target,
+                       const QuantTensorContext& ctx, uint8_t* dst) override;
+};
+
+// Importance-weighted rounding (quant/quantize_imatrix.h) with the tensor's
+// ctx.importance (required: an entry without one is an error, so a plan
+// cannot silently fall back). Stateless.
+class ImatrixQuantizer final : public Quantizer {
+ public:
+  const char* name() const override { return "imatrix"; }
   bool supports(DType target) const override;
   Status quantize_rows(const float* src, int64_t n_rows, int64_t n_per_row, DType target,
                        const QuantTensorContext& ctx, uint8_t* dst) override;

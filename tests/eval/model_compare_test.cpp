@@ -26,6 +26,7 @@ TEST(ModelCompare, HandComputedStatistics) {
   const double kl0 = 0.5 * std::log(0.5 / 0.9) + 0.5 * std::log(0.5 / 0.1);
   EXPECT_NEAR(c.kl_max, kl0, 1e-6);
   EXPECT_NEAR(c.kl_mean, kl0 / 2, 1e-6);
+  EXPECT_NEAR(c.kl_p99, kl0, 1e-6);  // nearest rank 2 of the 2 positions
   EXPECT_DOUBLE_EQ(c.top1_agreement, 0.5);  // position 0: argmax 0 (first of a tie) vs 1; position 1: 1 vs 1
   EXPECT_NEAR(c.ppl_reference, std::exp((std::log(2.0) - std::log(0.8)) / 2), 1e-6);
   EXPECT_NEAR(c.ppl_model, std::exp((-std::log(0.9) - std::log(0.8)) / 2), 1e-6);
@@ -104,6 +105,46 @@ TEST_F(ModelCompareModels, RejectsMismatchedVocabulariesAndBadTokens) {
   EXPECT_FALSE(compare_models(*a, *a, {1}, pool_).is_ok());
   EXPECT_FALSE(compare_models(*a, *a, {1, 300}, pool_).is_ok());
   EXPECT_FALSE(compare_models(*a, *a, {1, -1}, pool_).is_ok());
+}
+
+TEST_F(ModelCompareModels, WindowsPoolEveryScoredPosition) {
+  auto f32 = make(DType::kF32), q4 = make(DType::kQ4_0);
+  ASSERT_TRUE(f32 && q4);
+  std::vector<int32_t> t;
+  for (int i = 0; i < 100; ++i) t.push_back((i * 41 + 3) % 290);
+  WindowedCompareOptions o;
+  o.n_ctx = 32;
+  o.bos_id = 1;
+  auto self = compare_models_windows(*q4, *q4, t, o, pool_);
+  ASSERT_TRUE(self.is_ok()) << self.status().message();
+  EXPECT_EQ(self->n_positions, 3 * 31);  // 3 whole windows of 32
+  EXPECT_EQ(self->kl_mean, 0.0);
+  EXPECT_EQ(self->kl_p99, 0.0);
+  EXPECT_EQ(self->top1_agreement, 1.0);
+  auto c = compare_models_windows(*f32, *q4, t, o, pool_);
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_GT(c->kl_mean, 0.0);
+  EXPECT_GE(c->kl_p99, c->kl_mean);
+  EXPECT_GE(c->kl_max, c->kl_p99);
+  // The pooled statistics equal a weighted combination of the windows, each
+  // compared alone (BOS first).
+  double kl = 0, nll = 0;
+  for (int w = 0; w < 3; ++w) {
+    std::vector<int32_t> seq(t.begin() + 32 * w, t.begin() + 32 * (w + 1));
+    seq[0] = 1;
+    auto one = compare_models(*f32, *q4, seq, pool_);
+    ASSERT_TRUE(one.is_ok());
+    kl += one->kl_mean * 31;
+    nll += std::log(one->ppl_model) * 31;
+  }
+  EXPECT_NEAR(c->kl_mean, kl / 93, 1e-9);
+  EXPECT_NEAR(std::log(c->ppl_model), nll / 93, 1e-9);
+  o.max_windows = 2;
+  auto two = compare_models_windows(*f32, *q4, t, o, pool_);
+  ASSERT_TRUE(two.is_ok());
+  EXPECT_EQ(two->n_positions, 62);
+  o.n_ctx = 101;
+  EXPECT_FALSE(compare_models_windows(*f32, *q4, t, o, pool_).is_ok());  // not one whole window
 }
 
 }  // namespace

@@ -1,0 +1,61 @@
+// `ember eval kl BASE MODEL -f TEXT`: how far MODEL (e.g. a quantized copy)
+// is from BASE on a held-out text: KL divergence (mean, p99, max) of its
+// next-token distributions from BASE's, top-1 agreement and the perplexity
+// of both, over windows of --ctx positions (BOS first when the model uses
+// one). The same statistics `ember quantize` prints after writing a file.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "cli/common.h"
+#include "eval/model_compare.h"
+
+namespace ember::cli {
+
+int cmd_eval(int argc, char** argv, int first) {
+  ArgParser p("eval", "ember eval kl BASE MODEL -f TEXT [--ctx 512] [--chunks N] [-t THREADS]");
+  std::string text_path;
+  int64_t n_ctx = 512, chunks = 8;
+  int threads = default_thread_count();
+  std::vector<std::string> pos;
+  p.option("-f,--file", &text_path, "TEXT", "held-out evaluation text (e.g. data/persuasion.txt)");
+  p.option("-c,--ctx", &n_ctx, "N", "positions per window (default 512)");
+  p.option("--chunks", &chunks, "N", "windows to evaluate (default 8; 0: the whole text)");
+  p.option("-t,--threads", &threads, "N", "threads");
+  p.positionals(&pos, "kl BASE MODEL");
+  if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
+  if (p.help_requested()) {
+    std::fputs(p.help_text().c_str(), stdout);
+    return kExitOk;
+  }
+  if (pos.empty() || pos[0] != "kl") return usage_error(p, "expects the metric 'kl' first");
+  if (pos.size() != 3) return usage_error(p, "expects kl BASE MODEL");
+  if (text_path.empty()) return usage_error(p, "an evaluation text is required (-f TEXT)");
+  if (n_ctx < 2 || n_ctx > 4096) return usage_error(p, "--ctx must be in [2, 4096]");
+  if (chunks < 0) return usage_error(p, "--chunks must be >= 0");
+  if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) return usage_error(p, fmt::format("cannot read '{}'", text_path));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  LoadedModel base, mod;
+  if (!load_model_and_tokenizer(p, pos[1], &base) || !load_model_and_tokenizer(p, pos[2], &mod)) return kExitUsage;
+  const std::vector<int32_t> tokens = base.tokenizer->encode(text, {.add_bos = false});
+  WindowedCompareOptions o;
+  o.n_ctx = n_ctx;
+  o.max_windows = chunks;
+  o.bos_id = base.tokenizer->add_bos() ? base.tokenizer->bos_id() : -1;
+  ThreadPool pool(threads);
+  auto c = compare_models_windows(*base.model, *mod.model, tokens, o, pool);
+  if (!c) return usage_error(p, c.status().message());
+  std::printf("%s vs %s on %s: %lld positions in windows of %lld\n", pos[2].c_str(), pos[1].c_str(),
+              text_path.c_str(), static_cast<long long>(c->n_positions), static_cast<long long>(n_ctx));
+  std::printf("KL divergence mean %.6f, p99 %.5f, max %.4f; top-1 agreement %.2f%%; perplexity %.4f -> %.4f (%+.2f%%)\n",
+              c->kl_mean, c->kl_p99, c->kl_max, 100.0 * c->top1_agreement, c->ppl_reference, c->ppl_model,
+              100.0 * (c->ppl_model / c->ppl_reference - 1.0));
+  return kExitOk;
+}
+
+}  // namespace ember::cli

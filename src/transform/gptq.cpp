@@ -1,0 +1,146 @@
+// GPTQ on GGUF blocks; see gptq.h.
+#include "transform/gptq.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "quant/block_levels.h"
+#include "quant/block_utils.h"
+#include "quant/quantize_imatrix.h"
+
+namespace ember {
+
+bool gptq_supports(DType t) { return has_block_levels(t) && can_quantize_imatrix(t); }
+
+bool gptq_inverse_cholesky(const double* H, int64_t n, double lambda, double* u) {
+  // A = H + lambda I = R R^T with R upper triangular (Cholesky from the
+  // bottom-right corner); then A^-1 = R^-T R^-1, so U = R^-1.
+  std::vector<double> R(static_cast<size_t>(n * n), 0.0);
+  for (int64_t j = n - 1; j >= 0; --j) {
+    const double* rj = &R[j * n];
+    double s = H[j * n + j] + lambda;
+    for (int64_t k = j + 1; k < n; ++k) s -= rj[k] * rj[k];
+    if (!(s > 0) || !std::isfinite(s)) return false;
+    const double d = std::sqrt(s);
+    R[j * n + j] = d;
+    for (int64_t i = 0; i < j; ++i) {
+      const double* ri = &R[i * n];
+      double v = H[i * n + j];
+      for (int64_t k = j + 1; k < n; ++k) v -= ri[k] * rj[k];
+      R[i * n + j] = v / d;
+    }
+  }
+  // U R = I, row by row: U_ii = 1 / R_ii, U_ij = -(sum_{k<j} U_ik R_kj) / R_jj.
+  std::vector<double> acc(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    double* ui = u + i * n;
+    std::fill(ui, ui + n, 0.0);
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t k = i; k < n; ++k) {
+      ui[k] = k == i ? 1.0 / R[i * n + i] : -acc[k] / R[k * n + k];
+      const double* rk = &R[k * n];
+      for (int64_t j = k + 1; j < n; ++j) acc[j] += ui[k] * rk[j];
+    }
+  }
+  return true;
+}
+
+Status gptq_quantize(const float* W, int64_t n_out, int64_t n_in, const double* H, DType t, const GptqOptions& o,
+                     uint8_t* dst, ThreadPool& pool) {
+  if (!gptq_supports(t)) return Status::errorf("GPTQ cannot write {}", dtype_name(t));
+  const int64_t G = dtype_block_size(t);
+  if (n_in % G != 0) return Status::errorf("row length {} is not a multiple of {}'s block size", n_in, dtype_name(t));
+  if (o.damp < 0 || o.block_size < 1) return Status::error("GPTQ: dampening must be >= 0 and block size >= 1");
+  const int64_t B = (std::max<int64_t>(o.block_size, G) + G - 1) / G * G;  // lazy batch, whole blocks
+  const size_t row_bytes = dtype_row_size(t, n_in), block_bytes = dtype_row_size(t, G);
+
+  // Dead columns, the processing order and the Hessian in that order.
+  std::vector<double> diag(static_cast<size_t>(n_in));
+  std::vector<char> dead(static_cast<size_t>(n_in));
+  double mean_diag = 0;
+  for (int64_t i = 0; i < n_in; ++i) {
+    diag[i] = H[i * n_in + i];
+    dead[i] = !(diag[i] > 0);
+    mean_diag += dead[i] ? 1.0 : diag[i];
+  }
+  mean_diag /= static_cast<double>(n_in);
+  std::vector<int64_t> perm(static_cast<size_t>(n_in));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (o.act_order)
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return diag[a] > diag[b]; });
+  std::vector<double> Hp(static_cast<size_t>(n_in * n_in));
+  for (int64_t i = 0; i < n_in; ++i)
+    for (int64_t j = 0; j < n_in; ++j) {
+      const int64_t a = perm[i], b = perm[j];
+      Hp[i * n_in + j] = (dead[a] || dead[b]) ? (a == b ? 1.0 : 0.0) : H[a * n_in + b];
+    }
+  std::vector<double> U(static_cast<size_t>(n_in * n_in));
+  double lambda = o.damp * mean_diag;
+  bool ok = gptq_inverse_cholesky(Hp.data(), n_in, lambda, U.data());
+  for (int tries = 0; !ok && tries < 6; ++tries) {
+    lambda = lambda > 0 ? lambda * 10 : 1e-6 * mean_diag;
+    ok = gptq_inverse_cholesky(Hp.data(), n_in, lambda, U.data());
+  }
+  if (!ok) return Status::error("GPTQ: the Hessian is not positive definite even with heavy dampening");
+  Hp.clear();
+  Hp.shrink_to_fit();
+  // Importance of each column for choosing block scales: diag H (dead: 0 ->
+  // a tiny weight so the all-zero column cannot dominate).
+  std::vector<float> qw(static_cast<size_t>(n_in));
+  for (int64_t i = 0; i < n_in; ++i) qw[i] = dead[i] ? 1e-12f : static_cast<float>(diag[i]);
+
+  pool.parallel_for(n_out, 4, [&](int64_t r0, int64_t r1, int) {
+    std::vector<double> w(static_cast<size_t>(n_in)), err(static_cast<size_t>(B));
+    std::vector<float> a(static_cast<size_t>(n_in)), b(static_cast<size_t>(n_in)), xg(static_cast<size_t>(G));
+    std::vector<int> L(static_cast<size_t>(n_in));
+    int lo, hi;
+    block_level_range(t, &lo, &hi);
+    // Scales of the block holding original columns [c0, c0 + G) from values x.
+    auto choose_block = [&](uint8_t* row, int64_t c0, const float* x) {
+      uint8_t* blk = row + (c0 / G) * block_bytes;
+      quantize_row_imatrix(t, x, blk, G, qw.data() + c0);
+      block_affine(t, blk, a.data() + c0, b.data() + c0);
+    };
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* wr = W + r * n_in;
+      uint8_t* row = dst + r * row_bytes;
+      for (int64_t p = 0; p < n_in; ++p) w[p] = dead[perm[p]] ? 0.0 : wr[perm[p]];
+      if (o.act_order)  // static groups: every block's scales from the original weights
+        for (int64_t c0 = 0; c0 < n_in; c0 += G) {
+          for (int64_t e = 0; e < G; ++e) xg[e] = dead[c0 + e] ? 0.0f : wr[c0 + e];
+          choose_block(row, c0, xg.data());
+        }
+      for (int64_t p1 = 0; p1 < n_in; p1 += B) {
+        const int64_t p2 = std::min(n_in, p1 + B);
+        for (int64_t p = p1; p < p2; ++p) {
+          if (!o.act_order && p % G == 0) {  // the block starts here: its scales from its current values
+            for (int64_t e = 0; e < G; ++e) xg[e] = static_cast<float>(w[p + e]);
+            choose_block(row, p, xg.data());
+          }
+          const int64_t c = perm[p];
+          const double ac = a[c], bc = b[c];
+          int l = 0;
+          if (ac != 0) l = quant::nearest_int(static_cast<float>(std::clamp((w[p] - bc) / ac, lo - 1.0, hi + 1.0)));
+          l = std::max(lo, std::min(hi, l));
+          L[c] = l;
+          const double q = ac * l + bc;
+          const double* up = &U[p * n_in];
+          const double e = (w[p] - q) / up[p];
+          err[p - p1] = e;
+          for (int64_t k = p + 1; k < p2; ++k) w[k] -= e * up[k];
+        }
+        for (int64_t p = p1; p < p2; ++p) {  // the lazy batch update of the later columns
+          const double e = err[p - p1];
+          const double* up = &U[p * n_in];
+          for (int64_t k = p2; k < n_in; ++k) w[k] -= e * up[k];
+        }
+      }
+      for (int64_t c0 = 0; c0 < n_in; c0 += G) pack_levels(t, L.data() + c0, row + (c0 / G) * block_bytes);
+    }
+  });
+  return Status::ok();
+}
+
+}  // namespace ember

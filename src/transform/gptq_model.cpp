@@ -1,0 +1,180 @@
+// Layer-by-layer GPTQ over a model; see gptq_model.h.
+#include "transform/gptq_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+
+#include "model/model.h"
+#include "quant/quantize.h"
+#include "transform/imatrix.h"
+
+namespace ember {
+
+void HessianCollector::on_linear_input(int layer, LinearRole role, const float* x, int64_t ld, int64_t n_rows,
+                                       int64_t n_in) {
+  if (layer != layer_ || role == LinearRole::kOutput) return;
+  const std::string name = linear_tensor_name(layer, role, false);
+  if (x == last_x_ && n_rows == last_rows_ && last_ && last_->n_in == n_in) {  // shared input (K, V; up)
+    by_tensor_[name] = last_;
+    return;
+  }
+  std::shared_ptr<Acc>& acc = by_tensor_[name];
+  if (!acc) {
+    acc = std::make_shared<Acc>();
+    acc->n_in = n_in;
+    acc->h.assign(static_cast<size_t>(n_in * n_in), 0.0);
+  }
+  EMBER_CHECK(acc->n_in == n_in);
+  last_x_ = x, last_rows_ = n_rows, last_ = acc;
+  acc->n_tok += n_rows;
+  acc->symmetric = false;
+  // H[i][j] += sum_r x[r][i] x[r][j] for j <= i, in tiles of 64 x 64 over
+  // rows converted to double, tiles of i spread across the pool.
+  constexpr int64_t kT = 64;
+  std::vector<double> xd(static_cast<size_t>(n_rows * n_in));
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t i = 0; i < n_in; ++i) xd[r * n_in + i] = x[r * ld + i];
+  double* h = acc->h.data();
+  const int64_t n_tiles = (n_in + kT - 1) / kT;
+  pool_.parallel_for(n_tiles, 1, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t ti = t0; ti < t1; ++ti) {
+      const int64_t i0 = ti * kT, i1 = std::min(n_in, i0 + kT);
+      for (int64_t j0 = 0; j0 < i1; j0 += kT) {
+        for (int64_t r = 0; r < n_rows; ++r) {
+          const double* xr = &xd[r * n_in];
+          for (int64_t i = i0; i < i1; ++i) {
+            const double xi = xr[i];
+            double* hi = h + i * n_in;
+            const int64_t j1 = std::min(i + 1, j0 + kT);
+            for (int64_t j = j0; j < j1; ++j) hi[j] += xi * xr[j];
+          }
+        }
+      }
+    }
+  });
+}
+
+const std::vector<double>* HessianCollector::hessian(const std::string& tensor) {
+  auto it = by_tensor_.find(tensor);
+  if (it == by_tensor_.end() || it->second->n_tok == 0) return nullptr;
+  Acc& a = *it->second;
+  if (!a.symmetric) {
+    for (int64_t i = 0; i < a.n_in; ++i)
+      for (int64_t j = i + 1; j < a.n_in; ++j) a.h[i * a.n_in + j] = a.h[j * a.n_in + i];
+    a.symmetric = true;
+  }
+  return &a.h;
+}
+
+int64_t HessianCollector::tokens(const std::string& tensor) const {
+  auto it = by_tensor_.find(tensor);
+  return it == by_tensor_.end() ? 0 : it->second->n_tok;
+}
+
+Result<std::unique_ptr<ModelFile>> run_gptq(std::unique_ptr<ModelFile> src, QuantPlan* plan,
+                                            const std::vector<int32_t>& tokens, const GptqRunOptions& o,
+                                            ThreadPool& pool) {
+  const int64_t W = o.chunk_size;
+  if (W < 2 || W > 512) return Status::errorf("GPTQ calibration chunk size {} is not in [2, 512]", W);
+  const int64_t n_chunks = static_cast<int64_t>(tokens.size()) / W;
+  if (n_chunks < 1) return Status::errorf("GPTQ calibration needs at least {} tokens, got {}", W, tokens.size());
+  std::map<int, std::vector<QuantPlanEntry*>> by_layer;
+  for (QuantPlanEntry& e : plan->entries) {
+    if (e.method != QuantMethod::kGptq) continue;
+    if (e.layer < 0) return Status::errorf("tensor '{}': GPTQ runs only on the matrices of the blocks", e.name);
+    if (!gptq_supports(e.target)) return Status::errorf("tensor '{}': GPTQ cannot write {}", e.name, dtype_name(e.target));
+    if (e.transform != TensorTransform::kNone)
+      return Status::errorf("tensor '{}': GPTQ of a permuted (Hugging Face) tensor is not supported; convert it to "
+                            "GGUF first", e.name);
+    by_layer[e.layer].push_back(&e);
+  }
+  auto base = Model::from_file(std::make_unique<ModelFile>(*src));
+  if (!base) return base.status();
+  const ModelConfig& cfg = (*base)->config();
+  for (int64_t i = 0; i < n_chunks * W; ++i)
+    if (tokens[i] < 0 || tokens[i] >= cfg.n_vocab) return Status::errorf("token id {} outside the vocabulary", tokens[i]);
+  const int64_t E = cfg.n_embd;
+
+  // Hidden states of every chunk entering block 0.
+  std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(n_chunks));
+  std::vector<std::vector<float>> hidden(static_cast<size_t>(n_chunks));
+  ContiguousKvCache cache(cfg, W);
+  auto prepare = [&](ForwardContext& ctx, int64_t c) {
+    SeqBatch sb;
+    sb.tokens = seqs[c].data();
+    sb.n = W;
+    sb.cache = &cache;
+    return ctx.prepare(&sb, 1);
+  };
+  {
+    ForwardContext ctx(**base, pool, static_cast<int>(W));
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      seqs[c].assign(tokens.begin() + c * W, tokens.begin() + (c + 1) * W);
+      if (o.bos_id >= 0) seqs[c][0] = o.bos_id;
+      EMBER_RETURN_IF_ERROR(prepare(ctx, c));
+      ctx.embed();
+      hidden[c].assign(ctx.hidden(), ctx.hidden() + W * E);
+    }
+  }
+  ModelFile current = *src;  // the source with the quantized blocks so far
+  std::unique_ptr<Model> model = std::move(base.value());
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    auto it = by_layer.find(l);
+    if (it != by_layer.end()) {
+      HessianCollector hc(l, pool);
+      {
+        ForwardContext ctx(*model, pool, static_cast<int>(W));
+        ctx.set_observer(&hc);
+        for (int64_t c = 0; c < n_chunks; ++c) {
+          EMBER_RETURN_IF_ERROR(prepare(ctx, c));
+          std::memcpy(ctx.hidden(), hidden[c].data(), W * E * sizeof(float));
+          ctx.run_layers(l, l + 1);
+        }
+      }
+      for (QuantPlanEntry* e : it->second) {
+        const std::vector<double>* H = hc.hessian(e->name);
+        if (!H) return Status::errorf("tensor '{}': no calibration input reached it", e->name);
+        const TensorView& t = *current.tensor(e->name);
+        const int64_t n_in = t.ne[0], n_out = t.nrows();
+        if (static_cast<int64_t>(H->size()) != n_in * n_in)
+          return Status::errorf("tensor '{}': Hessian of {} values for rows of {}", e->name, H->size(), n_in);
+        std::vector<float> w(static_cast<size_t>(n_in * n_out));
+        if (t.type == DType::kF32) std::memcpy(w.data(), t.data, w.size() * sizeof(float));
+        else
+          for (int64_t r = 0; r < n_out; ++r) dequantize_row_ref(t.type, t.row(r), w.data() + r * n_in, n_in);
+        const size_t bytes = dtype_row_size(e->target, n_in) * n_out;
+        auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[bytes]);
+        Status st = gptq_quantize(w.data(), n_out, n_in, H->data(), e->target, o.gptq, buf.get(), pool);
+        if (!st) return st.with_context(e->name);
+        TensorView v = t;
+        v.type = e->target;
+        v.data = buf.get();
+        v.nbytes = bytes;
+        current.tensors[e->name] = v;
+        current.owners.push_back(std::static_pointer_cast<void>(std::shared_ptr<uint8_t>(buf, buf.get())));
+        e->source = e->target;
+        e->method = QuantMethod::kCopy;
+      }
+      auto next = Model::from_file(std::make_unique<ModelFile>(current));
+      if (!next) return next.status();
+      model = std::move(next.value());
+    }
+    if (l + 1 < cfg.n_layer) {  // the inputs of block l + 1 through the quantized block l
+      ForwardContext ctx(*model, pool, static_cast<int>(W));
+      for (int64_t c = 0; c < n_chunks; ++c) {
+        EMBER_RETURN_IF_ERROR(prepare(ctx, c));
+        std::memcpy(ctx.hidden(), hidden[c].data(), W * E * sizeof(float));
+        ctx.run_layers(l, l + 1);
+        std::memcpy(hidden[c].data(), ctx.hidden(), W * E * sizeof(float));
+      }
+    }
+    if (o.progress) o.progress(l + 1, cfg.n_layer);
+  }
+  return std::make_unique<ModelFile>(std::move(current));
+}
+
+}  // namespace ember
