@@ -80,6 +80,12 @@ StateId StackPool::at_position(uint32_t pos) {
   return singleton(intern(pos, 0));
 }
 
+StateId StackPool::chain_state(const uint32_t* pos, int n) {
+  uint32_t node = 0;
+  for (int i = n; i-- > 0;) node = intern(pos[i], node);
+  return singleton(node);
+}
+
 StateId StackPool::advance(StateId s, uint8_t byte) {
   if (s == kDeadState) return kDeadState;
   const uint64_t key = (static_cast<uint64_t>(s) << 8) | byte;

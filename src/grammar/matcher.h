@@ -40,6 +40,9 @@ class StackPool {
   // of `pos` (a byte-set element) over the empty stack.
   StateId singleton(uint32_t node);
   StateId at_position(uint32_t pos);
+  // The state of the single stack pos[0] (top) over pos[1] ... pos[n-1]
+  // over the empty stack.
+  StateId chain_state(const uint32_t* pos, int n);
   StateId advance(StateId s, uint8_t byte);
   StateId advance(StateId s, std::string_view bytes);
   const std::vector<uint32_t>& tops(StateId s) const { return states_[s]; }
@@ -48,6 +51,7 @@ class StackPool {
   // Some stack can still take a byte.
   bool live(StateId s) const { return states_[s].size() > (accepting(s) ? 1u : 0u); }
   uint32_t node_pos(uint32_t node) const { return nodes_[node].pos; }
+  uint32_t node_parent(uint32_t node) const { return nodes_[node].parent; }
   size_t n_nodes() const { return nodes_.size(); }
   size_t n_states() const { return states_.size(); }
 

@@ -36,12 +36,12 @@ enum Verdict : uint8_t { kReject, kAccept, kDependent };
 // Verdicts of every token for a stack topped by byte-set position `pos`
 // over an unknown rest (the precomputation pool's empty stack stands for
 // "the rule ended": what follows depends on the real stack).
-void precompute_position(StackPool& pool, uint32_t pos, const TokenVocab& v, size_t max_len, PositionMask* out) {
+void precompute_position(StackPool& pool, StateId start, const TokenVocab& v, size_t max_len, PositionMask* out) {
   const auto& sorted = v.sorted;
   const size_t n = sorted.size();
   std::vector<StateId> st(max_len + 1);
   std::vector<uint8_t> ended(max_len + 1);  // the rule ended at a shorter prefix
-  st[0] = pool.at_position(pos);
+  st[0] = start;
   ended[0] = 0;
   size_t depth = 0;
   std::vector<int32_t> acc;
@@ -124,22 +124,50 @@ std::shared_ptr<const TokenVocab> TokenVocab::from_tokenizer(const Tokenizer& to
   return finish_vocab(std::move(bytes));
 }
 
+constexpr uint32_t kNoPos = 0xFFFFFFFFu;
+
+size_t CompiledGrammar::KeyHash::operator()(const Key& k) const {
+  uint64_t h = 1469598103934665603ull;
+  for (uint32_t x : k) h = (h ^ x) * 1099511628211ull;
+  return static_cast<size_t>(h);
+}
+
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(Grammar g, std::shared_ptr<const TokenVocab> vocab) {
   const auto t0 = std::chrono::steady_clock::now();
   auto c = std::make_shared<CompiledGrammar>();
   c->grammar_ = std::make_shared<const Grammar>(std::move(g));
   c->vocab_ = std::move(vocab);
-  size_t max_len = 0;
-  for (int32_t id : c->vocab_->sorted) max_len = std::max(max_len, c->vocab_->bytes[id].size());
-  c->masks_.resize(c->grammar_->elems.size());
+  for (int32_t id : c->vocab_->sorted) c->max_len_ = std::max(c->max_len_, c->vocab_->bytes[id].size());
+  c->scratch_ = std::make_unique<StackPool>(c->grammar_);
+  // The contexts of the start state (the first step's mask).
   StackPool pool(c->grammar_);
-  for (uint32_t p = 0; p < c->grammar_->elems.size(); ++p) {
-    if (c->grammar_->elems[p].kind != ElemKind::kBytes) continue;
-    precompute_position(pool, p, *c->vocab_, max_len, &c->masks_[p]);
-    ++c->n_positions_;
-  }
+  std::vector<uint64_t> bits((c->vocab_->n_vocab + 63) / 64);
+  c->fill_mask(pool, pool.initial(), bits.data());
   c->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return c;
+}
+
+size_t CompiledGrammar::n_contexts() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return contexts_.size();
+}
+
+const PositionMask& CompiledGrammar::context(const Key& k) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto& slot = contexts_[k];
+  if (!slot) {
+    slot = std::make_unique<PositionMask>();
+    int n = 0;
+    while (n < kContextDepth && k[n] != kNoPos) ++n;
+    const StateId st = scratch_->chain_state(k.data(), n);
+    precompute_position(*scratch_, st, *vocab_, max_len_, slot.get());
+    // A complete stack: past its end nothing follows, so nothing depends on context.
+    if (n < kContextDepth) {
+      slot->dependent.clear();
+      slot->dependent_lcp.clear();
+    }
+  }
+  return *slot;
 }
 
 void CompiledGrammar::fill_mask(StackPool& pool, StateId s, uint64_t* bits) const {
@@ -148,19 +176,32 @@ void CompiledGrammar::fill_mask(StackPool& pool, StateId s, uint64_t* bits) cons
   std::vector<StateId> st;
   for (uint32_t t : pool.tops(s)) {
     if (t == 0) continue;
-    const PositionMask& m = masks_[pool.node_pos(t)];
+    // The context: the top position and the next return positions.
+    Key key;
+    key.fill(kNoPos);
+    uint32_t node = t;
+    for (int d = 0; d < kContextDepth && node != 0; ++d) {
+      key[d] = pool.node_pos(node);
+      node = pool.node_parent(node);
+    }
+    const bool complete = node == 0;
+    const PositionMask& m = context(key);
     if (!m.accepted_bits.empty()) {
       for (size_t w = 0; w < words; ++w) bits[w] |= m.accepted_bits[w];
     } else {
       for (int32_t id : m.accepted) bits[id >> 6] |= uint64_t{1} << (id & 63);
     }
-    if (m.dependent.empty()) continue;
+    if (m.dependent.empty() || complete) continue;
     // Context-dependent tokens against the full stack, sharing prefixes.
     st.resize(1);
     st[0] = pool.singleton(t);
     size_t depth = 0;
     for (size_t k = 0; k < m.dependent.size(); ++k) {
       const int32_t id = m.dependent[k];
+      if ((bits[id >> 6] >> (id & 63)) & 1) {
+        depth = std::min<size_t>(depth, m.dependent_lcp[k]);  // st stays valid for the common prefix
+        continue;
+      }
       const std::string& b = vocab_->bytes[id];
       size_t d = std::min<size_t>(m.dependent_lcp[k], depth);
       if (st.size() < b.size() + 1) st.resize(b.size() + 1);
@@ -170,7 +211,6 @@ void CompiledGrammar::fill_mask(StackPool& pool, StateId s, uint64_t* bits) cons
       }
       depth = d;
       if (d == b.size() && st[d] != kDeadState) bits[id >> 6] |= uint64_t{1} << (id & 63);
-      if (st[d] == kDeadState) depth = d;  // deeper prefixes are dead too
     }
   }
 }
