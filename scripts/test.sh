@@ -18,10 +18,10 @@ if [ ${#apt_missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${apt_missing[@]}" >/dev/null
 fi
-if ! python3 -c "import openai, selenium" 2>/dev/null; then
-  echo "== installing test dependencies: openai selenium (pip)"
-  python3 -m pip install -q openai selenium 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages openai selenium
+if ! python3 -c "import openai, selenium, jsonschema" 2>/dev/null; then
+  echo "== installing test dependencies: openai selenium jsonschema (pip)"
+  python3 -m pip install -q openai selenium jsonschema 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages openai selenium jsonschema
 fi
 
 ctest --test-dir build --output-on-failure -j2 --timeout 600

@@ -21,12 +21,13 @@ ALLOWED = {
     "model": {"core", "quant", "kernels"},
     "tokenizer": {"core"},
     "template": {"core"},
+    "grammar": {"core", "tokenizer"},
     "engine": {"core", "quant", "kernels", "model"},
     "eval": {"core", "quant", "kernels", "model"},
     "transform": {"core", "quant", "kernels", "model"},
     "train": {"core", "quant", "kernels", "model", "engine", "eval", "transform"},
     "bench": {"core", "quant", "kernels", "model", "engine"},
-    "server": {"core", "quant", "kernels", "model", "engine", "tokenizer", "template"},
+    "server": {"core", "quant", "kernels", "model", "engine", "tokenizer", "template", "grammar"},
     "cli": None,  # the program: may use every room
 }
 MAX_LINES = 800

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace ember {
@@ -237,6 +238,103 @@ void parse_messages(Fields& f, const json& body, GenerationRequest* r) {
   r->messages = std::move(out);
 }
 
+// response_format, the vLLM guided_* fields and structured_outputs: at most one constraint.
+void parse_constraint(Fields& f, GenerationRequest* r) {
+  using Kind = OutputConstraint::Kind;
+  OutputConstraint& c = r->constraint;
+  auto set = [&](Kind k, const std::string& param) {
+    if (c.kind != Kind::kNone)
+      return f.fail(fmt::format("'{}' cannot be combined with '{}' (one output constraint per request)", param, c.param),
+                    param), false;
+    c.kind = k;
+    c.param = param;
+    return true;
+  };
+  if (const json* rf = f.get("response_format"); rf && f.ok()) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      return f.fail("'response_format' must be an object with a 'type'", "response_format");
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "json_object") {
+      set(Kind::kJsonObject, "response_format");
+    } else if (type == "json_schema") {
+      auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object())
+        return f.fail("'response_format.json_schema' must be an object", "response_format.json_schema");
+      auto sc = js->find("schema");
+      if (sc == js->end() || sc->is_null()) {
+        set(Kind::kJsonObject, "response_format");  // no schema: any JSON object
+      } else if (!sc->is_object() && !sc->is_boolean()) {
+        return f.fail("'response_format.json_schema.schema' must be an object", "response_format.json_schema.schema");
+      } else if (set(Kind::kJsonSchema, "response_format.json_schema.schema")) {
+        c.schema_pointer = "/response_format/json_schema/schema";
+      }
+    } else if (type != "text") {
+      return f.fail(fmt::format("'response_format.type' must be 'text', 'json_object' or 'json_schema' (got '{}')", type),
+                    "response_format.type");
+    }
+  }
+  // vLLM: guided_json / guided_regex / guided_grammar / guided_choice, or the
+  // same under structured_outputs {json, regex, grammar, choice}.
+  const json* so = f.get("structured_outputs");
+  if (so && f.ok() && !so->is_object()) return f.fail("'structured_outputs' must be an object", "structured_outputs");
+  for (const char* key : {"json", "regex", "grammar", "choice"}) {
+    const std::string guided = std::string("guided_") + key;
+    std::string param = guided, pointer = "/" + guided;
+    const json* v = f.get(guided);
+    if (!v && so) {
+      auto it = so->find(key);
+      if (it != so->end() && !it->is_null()) {
+        v = &*it;
+        param = std::string("structured_outputs.") + key;
+        pointer = std::string("/structured_outputs/") + key;
+      }
+    }
+    if (!v || !f.ok()) continue;
+    const std::string k = key;
+    if (k == "json") {
+      if (v->is_string()) {
+        if (!set(Kind::kJsonSchema, param)) return;
+        c.text = v->get<std::string>();  // the schema as JSON text
+      } else if (v->is_object() || v->is_boolean()) {
+        if (!set(Kind::kJsonSchema, param)) return;
+        c.schema_pointer = pointer;
+      } else {
+        return f.fail(fmt::format("'{}' must be a JSON schema (object or string)", param), param);
+      }
+    } else if (k == "regex" || k == "grammar") {
+      if (!v->is_string() || v->get<std::string>().empty())
+        return f.fail(fmt::format("'{}' must be a non-empty string", param), param);
+      if (!set(k == "regex" ? Kind::kRegex : Kind::kGrammar, param)) return;
+      c.text = v->get<std::string>();
+    } else {
+      if (!v->is_array() || v->empty()) return f.fail(fmt::format("'{}' must be a non-empty array of strings", param), param);
+      for (const json& x : *v) {
+        if (!x.is_string()) return f.fail(fmt::format("'{}' must be a non-empty array of strings", param), param);
+        c.choices.push_back(x.get<std::string>());
+      }
+      if (!set(Kind::kChoice, param)) return;
+    }
+  }
+}
+
+// OpenAI logit_bias: {"token id": bias in [-100, 100]}.
+void parse_logit_bias(Fields& f, GenerationRequest* r) {
+  const json* lb = f.get("logit_bias");
+  if (!lb || !f.ok()) return;
+  if (!lb->is_object()) return f.fail("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+  if (lb->size() > 1024) return f.fail("'logit_bias' may hold at most 1024 entries", "logit_bias");
+  for (auto it = lb->begin(); it != lb->end(); ++it) {
+    const std::string& k = it.key();
+    char* end = nullptr;
+    const long long id = std::strtoll(k.c_str(), &end, 10);
+    if (k.empty() || *end != '\0' || id < 0 || id > std::numeric_limits<int32_t>::max())
+      return f.fail(fmt::format("'logit_bias' keys must be token ids (got '{}')", k), "logit_bias");
+    if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < -100 || it->get<double>() > 100)
+      return f.fail(fmt::format("'logit_bias' values must be numbers in [-100, 100] (token {})", k), "logit_bias");
+    r->logit_bias.push_back({static_cast<int32_t>(id), static_cast<float>(it->get<double>())});
+  }
+}
+
 }  // namespace
 
 std::optional<GenerationRequest> parse_generation_request(const json& body, Endpoint ep, const ProtocolLimits& lim,
@@ -318,23 +416,13 @@ std::optional<GenerationRequest> parse_generation_request(const json& body, Endp
       else r.include_usage = iu->get<bool>();
     }
   }
-  // Features that would change the answer's meaning if silently ignored.
-  if (const json* rf = f.get("response_format"); rf && f.ok()) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      f.fail("'response_format' must be an object with a 'type'", "response_format");
-    else if ((*rf)["type"] != "text")
-      f.fail(fmt::format("'response_format' of type '{}' is not supported (structured output is not implemented); "
-                         "use type 'text'",
-                         (*rf)["type"].get<std::string>()),
-             "response_format");
-  }
+  parse_constraint(f, &r);
   if (const json* tools = f.get("tools"); tools && f.ok() && !(tools->is_array() && tools->empty())) {
     const json* choice = f.get("tool_choice");
     if (!(choice && choice->is_string() && *choice == "none"))
       f.fail("'tools' are not supported yet (no tool-call parsing); omit them or set tool_choice to 'none'", "tools");
   }
-  if (const json* lb = f.get("logit_bias"); lb && f.ok() && !(lb->is_object() && lb->empty()))
-    f.fail("'logit_bias' is not supported", "logit_bias");
+  parse_logit_bias(f, &r);
   if (const json* bo = f.get("best_of"); bo && f.ok() && !(bo->is_number_integer() && bo->get<int64_t>() == r.n))
     f.fail("'best_of' other than n is not supported", "best_of");
   f.boolean("ignore_eos", &r.ignore_eos);

@@ -38,6 +38,18 @@ struct ProtocolLimits {
 
 enum class Endpoint { kCompletions, kChat };
 
+// A constraint on the output's text (structured output); at most one per request.
+struct OutputConstraint {
+  enum class Kind { kNone, kJsonObject, kJsonSchema, kRegex, kGrammar, kChoice };
+  Kind kind = Kind::kNone;
+  std::string text;                  // the regex or GBNF text
+  std::vector<std::string> choices;  // kChoice
+  // kJsonSchema: where the schema sits in the request body (a JSON pointer),
+  // so it can be read again in order (properties keep their order).
+  std::string schema_pointer;
+  std::string param;                 // the field it came from (for errors)
+};
+
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
@@ -69,6 +81,8 @@ struct GenerationRequest {
   // ember extension: draft tokens per step for this request (-1: the
   // server's --num-speculative-tokens; 0: no speculation).
   int num_speculative_tokens = -1;
+  OutputConstraint constraint;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias added to its logit
 };
 
 // Parses and validates a request body. `ep` selects the schema.

@@ -56,7 +56,11 @@ class HeaderResponse final : public HttpResponse {
 }  // namespace
 
 OpenAiService::OpenAiService(const Tokenizer& tok, AsyncEngine& engine, ServiceConfig cfg)
-    : tok_(tok), engine_(engine), cfg_(std::move(cfg)), created_(static_cast<int64_t>(std::time(nullptr))) {
+    : tok_(tok),
+      engine_(engine),
+      cfg_(std::move(cfg)),
+      created_(static_cast<int64_t>(std::time(nullptr))),
+      structured_(tok) {
   if (cfg_.limits.max_model_len <= 0) cfg_.limits.max_model_len = engine_.max_seq_len();
   cfg_.limits.max_model_len = std::min(cfg_.limits.max_model_len, engine_.max_seq_len());
   rng_.seed((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}());
@@ -249,6 +253,12 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
       prompts.push_back(make_prompt(tok_.encode(text, eo), r.echo ? text : std::string()));
     }
   }
+  for (auto [id, b] : r.logit_bias)
+    if (id >= V)
+      return send_error(*resp, bad_request(fmt::format("'logit_bias' token id {} is out of range [0, {})", id, V),
+                                           "logit_bias"));
+  auto constraint = structured_.compile(r.constraint, req.body, &err);
+  if (!constraint && r.constraint.kind != OutputConstraint::Kind::kNone) return send_error(*resp, err);
   const int64_t ctx = cfg_.limits.max_model_len;
   std::vector<RequestParams> params;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -283,6 +293,9 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
                                              "stop_token_ids"));
       rp.stop_token_ids.push_back(t);
     }
+    std::vector<int32_t> may_end = rp.stop_token_ids;  // where the grammar is complete
+    may_end.insert(may_end.end(), tok_.eog_ids().begin(), tok_.eog_ids().end());
+    rp.logits_processor = structured_.processor(constraint, r.logit_bias, may_end);
     rp.logprobs = r.logprobs;
     rp.top_logprobs = r.top_logprobs;
     if (r.echo && r.logprobs) rp.prompt_logprobs = r.top_logprobs;

@@ -17,6 +17,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/structured_output.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember {
@@ -67,6 +68,7 @@ class OpenAiService {
   std::atomic<int> n_jobs_{0};
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
+  StructuredOutput structured_;  // output constraints and logit_bias
 };
 
 }  // namespace ember

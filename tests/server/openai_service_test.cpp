@@ -78,11 +78,18 @@ TEST(Protocol, ErrorsNameTheField) {
        "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", Endpoint::kChat, "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "seed": 1.5})", Endpoint::kChat, "seed"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
-       Endpoint::kChat, "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})",
+       Endpoint::kChat, "response_format.type"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}})",
+       Endpoint::kChat, "response_format.json_schema"},
+      {R"({"prompt": "x", "response_format": {"type": "json_object"}, "guided_regex": "a+"})", Endpoint::kCompletions,
+       "guided_regex"},
+      {R"({"prompt": "x", "guided_choice": []})", Endpoint::kCompletions, "guided_choice"},
+      {R"({"prompt": "x", "structured_outputs": {"grammar": 3}})", Endpoint::kCompletions, "structured_outputs.grammar"},
+      {R"({"prompt": "x", "logit_bias": {"abc": 1}})", Endpoint::kCompletions, "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"5": 101}})", Endpoint::kCompletions, "logit_bias"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", Endpoint::kChat,
        "tools"},
-      {R"({"prompt": "x", "logit_bias": {"50256": -100}})", Endpoint::kCompletions, "logit_bias"},
   };
   for (const Case& c : cases) {
     ApiError err;

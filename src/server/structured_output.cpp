@@ -1,0 +1,148 @@
+// Output constraints and logit_bias for `ember serve`; see structured_output.h.
+#include "server/structured_output.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "grammar/json_schema.h"
+#include "grammar/regex.h"
+
+namespace ember {
+
+using nlohmann::ordered_json;
+using Kind = OutputConstraint::Kind;
+
+StructuredOutput::StructuredOutput(const Tokenizer& tok) : vocab_(grammar::TokenVocab::from_tokenizer(tok)) {}
+
+std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile(const OutputConstraint& c,
+                                                                          const std::string& body_text, ApiError* err) {
+  std::string gbnf;
+  switch (c.kind) {
+    case Kind::kNone: return nullptr;
+    case Kind::kJsonObject: gbnf = grammar::json_object_gbnf(); break;
+    case Kind::kChoice: gbnf = grammar::choice_gbnf(c.choices); break;
+    case Kind::kGrammar: gbnf = c.text; break;
+    case Kind::kRegex: {
+      auto body = grammar::regex_to_gbnf(c.text);
+      if (!body) {
+        *err = bad_request(body.status().message(), c.param);
+        return nullptr;
+      }
+      gbnf = "root ::= " + *body + "\n";
+      break;
+    }
+    case Kind::kJsonSchema: {
+      ordered_json schema;
+      if (!c.schema_pointer.empty()) {
+        ordered_json body = ordered_json::parse(body_text, nullptr, false);
+        const ordered_json::json_pointer ptr(c.schema_pointer);
+        if (body.is_discarded() || !body.contains(ptr)) {
+          *err = bad_request("the JSON schema could not be read", c.param);
+          return nullptr;
+        }
+        schema = body.at(ptr);
+      } else {
+        schema = ordered_json::parse(c.text, nullptr, false);
+        if (schema.is_discarded()) {
+          *err = bad_request(fmt::format("'{}' is not valid JSON", c.param), c.param);
+          return nullptr;
+        }
+      }
+      grammar::SchemaError se;
+      auto text = grammar::json_schema_to_gbnf(schema, &se);
+      if (!text) {
+        *err = bad_request(fmt::format("unsupported JSON schema: {}{}", se.message,
+                                       se.path.empty() ? "" : " (at " + se.path + ")"),
+                           c.param);
+        return nullptr;
+      }
+      gbnf = std::move(*text);
+      break;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (auto it = by_text_.find(gbnf); it != by_text_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  auto g = grammar::parse_gbnf(gbnf);
+  if (!g) {
+    *err = bad_request(g.status().message(), c.param);
+    return nullptr;
+  }
+  auto compiled = grammar::CompiledGrammar::compile(std::move(g.value()), vocab_);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (by_text_.count(gbnf)) return compiled;
+  lru_.emplace_front(gbnf, compiled);
+  by_text_[gbnf] = lru_.begin();
+  if (lru_.size() > kCacheSize) {
+    by_text_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return compiled;
+}
+
+std::shared_ptr<const LogitsProcessor> StructuredOutput::processor(
+    std::shared_ptr<const grammar::CompiledGrammar> g, const std::vector<std::pair<int32_t, float>>& logit_bias,
+    const std::vector<int32_t>& stop_ids) const {
+  if (!g && logit_bias.empty()) return nullptr;
+  return std::make_shared<ConstrainedLogits>(std::move(g), logit_bias, stop_ids);
+}
+
+ConstrainedLogits::ConstrainedLogits(std::shared_ptr<const grammar::CompiledGrammar> g,
+                                     std::vector<std::pair<int32_t, float>> bias, std::vector<int32_t> stop_ids)
+    : g_(std::move(g)), bias_(std::move(bias)), stop_ids_(std::move(stop_ids)) {
+  if (g_) {
+    pool_ = g_->new_pool();
+    matcher_ = std::make_unique<grammar::GrammarMatcher>(pool_);
+    bits_.resize((g_->vocab().n_vocab + 63) / 64);
+  }
+}
+
+void ConstrainedLogits::process(const int32_t*, int64_t, int64_t, float* logits, int n_vocab) {
+  for (auto [id, b] : bias_)
+    if (id < n_vocab) logits[id] += b;
+  if (!g_) return;
+  g_->fill_mask(*pool_, matcher_->state(), bits_.data());
+  bool any = false;
+  for (uint64_t w : bits_) any |= w != 0;
+  // End-of-generation tokens where the grammar may end (or, should it ever
+  // admit nothing, so that generation can stop).
+  if (matcher_->can_end() || !any)
+    for (int32_t t : stop_ids_)
+      if (t >= 0 && t < g_->vocab().n_vocab) bits_[t >> 6] |= uint64_t{1} << (t & 63);
+  const int nv = std::min(n_vocab, g_->vocab().n_vocab);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int w = 0; w * 64 < nv; ++w) {
+    const uint64_t m = bits_[w];
+    if (m == ~uint64_t{0}) continue;
+    const int end = std::min(nv, w * 64 + 64);
+    for (int i = w * 64; i < end; ++i)
+      if (!((m >> (i - w * 64)) & 1)) logits[i] = kNegInf;
+  }
+  for (int i = nv; i < n_vocab; ++i) logits[i] = kNegInf;
+}
+
+void ConstrainedLogits::accept(int32_t token) {
+  if (!g_) return;
+  if (std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end() || token < 0 ||
+      token >= g_->vocab().n_vocab || !matcher_->accept(g_->vocab().bytes[token]))
+    matcher_->accept_nothing();
+}
+
+bool ConstrainedLogits::rollback(int k) { return g_ ? matcher_->rollback(k) : true; }
+
+std::unique_ptr<LogitsProcessor> ConstrainedLogits::clone() const {
+  auto c = std::make_unique<ConstrainedLogits>(nullptr, bias_, stop_ids_);
+  c->g_ = g_;
+  c->pool_ = pool_;
+  if (matcher_) c->matcher_ = std::make_unique<grammar::GrammarMatcher>(*matcher_);
+  c->bits_.resize(bits_.size());
+  return c;
+}
+
+}  // namespace ember
