@@ -9,26 +9,9 @@
 #include <unordered_map>
 
 #include "grammar/grammar_builder.h"
+#include "tokenizer/unicode_util.h"
 
 namespace ember::grammar {
-
-void append_utf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 namespace {
 
@@ -201,7 +184,7 @@ class GbnfParser {
       if (c == '"') {
         ++i_;
         std::string bytes;
-        while (ok_ && !at_end() && peek() != '"') append_utf8(parse_char(), &bytes);
+        while (ok_ && !at_end() && peek() != '"') tok::utf8_append(parse_char(), &bytes);
         if (at_end()) return fail("unterminated string literal"), seq;
         ++i_;
         item = b_.literal(bytes);

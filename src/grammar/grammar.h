@@ -55,7 +55,5 @@ constexpr int kMaxRepeat = 4096;  // largest m or n in {m,n}
 // Parses GBNF text (the start rule is `root`). Errors name the line and what is wrong.
 Result<Grammar> parse_gbnf(std::string_view text);
 
-// Appends the UTF-8 encoding of code point `cp` to `out`.
-void append_utf8(uint32_t cp, std::string* out);
 
 }  // namespace ember::grammar

@@ -1,6 +1,8 @@
 // Builds byte-level grammars; see grammar_builder.h.
 #include "grammar/grammar_builder.h"
 
+#include "tokenizer/unicode_util.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -76,8 +78,8 @@ void split_utf8(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<uint
     }
   }
   std::string a, b;
-  append_utf8(lo, &a);
-  append_utf8(hi, &b);
+  tok::utf8_append(lo, &a);
+  tok::utf8_append(hi, &b);
   std::vector<std::pair<uint8_t, uint8_t>> seq;
   for (size_t k = 0; k < a.size(); ++k) seq.push_back({static_cast<uint8_t>(a[k]), static_cast<uint8_t>(b[k])});
   out->push_back(std::move(seq));
