@@ -288,38 +288,33 @@ ServeSpecCounters parse_spec_counters(const std::string& text) {
   return c;
 }
 
-Result<std::string> fetch_metrics_page(const ServeBenchConfig& cfg) {
+namespace {
+// GET {base}{path} with the benchmark's key and connect timeout; the body of
+// a 200 reply, else an error naming the request.
+Result<std::string> get_body(const ServeBenchConfig& cfg, const std::string& path, double timeout_s) {
   auto url = parse_http_url(cfg.base_url);
   if (!url) return url.status();
   HttpClientRequest req;
   req.host = url->host;
   req.port = url->port;
-  req.target = url->path + "/metrics";
+  req.target = url->path + path;
   if (!cfg.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + cfg.api_key);
-  req.timeout_s = std::min(cfg.timeout_s, 30.0);
-  req.connect_timeout_s = cfg.connect_timeout_s;
-  req.max_body_bytes = 16 << 20;
-  auto resp = http_request(req);
-  if (!resp) return resp.status().with_context("GET " + req.target);
-  if (resp->status != 200) return Status::errorf("GET {}: HTTP {}", req.target, resp->status);
-  return std::move(resp->body);
-}
-
-Result<std::string> discover_model(const ServeBenchConfig& cfg) {
-  auto url = parse_http_url(cfg.base_url);
-  if (!url) return url.status();
-  HttpClientRequest req;
-  req.host = url->host;
-  req.port = url->port;
-  req.target = url->path + "/v1/models";
-  if (!cfg.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + cfg.api_key);
-  req.timeout_s = std::min(cfg.timeout_s, 60.0);
+  req.timeout_s = std::min(cfg.timeout_s, timeout_s);
   req.connect_timeout_s = cfg.connect_timeout_s;
   req.max_body_bytes = 16 << 20;
   auto resp = http_request(req);
   if (!resp) return resp.status().with_context("GET " + req.target);
   if (resp->status != 200) return Status::errorf("GET {}: HTTP {}: {}", req.target, resp->status, snippet(resp->body));
-  auto j = nlohmann::json::parse(resp->body, nullptr, false);
+  return std::move(resp->body);
+}
+}  // namespace
+
+Result<std::string> fetch_metrics_page(const ServeBenchConfig& cfg) { return get_body(cfg, "/metrics", 30.0); }
+
+Result<std::string> discover_model(const ServeBenchConfig& cfg) {
+  auto body = get_body(cfg, "/v1/models", 60.0);
+  if (!body) return body.status();
+  auto j = nlohmann::json::parse(*body, nullptr, false);
   if (!j.is_discarded() && j.is_object()) {
     auto d = j.find("data");
     if (d != j.end() && d->is_array() && !d->empty() && (*d)[0].is_object()) {
@@ -327,7 +322,7 @@ Result<std::string> discover_model(const ServeBenchConfig& cfg) {
       if (id != (*d)[0].end() && id->is_string() && !id->get<std::string>().empty()) return id->get<std::string>();
     }
   }
-  return Status::errorf("GET {}: no model id in the reply (use --model): {}", req.target, snippet(resp->body));
+  return Status::errorf("GET /v1/models: no model id in the reply (use --model): {}", snippet(*body));
 }
 
 Result<double> prometheus_value(const std::string& page, const std::string& name) {
