@@ -89,7 +89,22 @@ TEST(Protocol, ErrorsNameTheField) {
       {R"({"prompt": "x", "logit_bias": {"abc": 1}})", Endpoint::kCompletions, "logit_bias"},
       {R"({"prompt": "x", "logit_bias": {"5": 101}})", Endpoint::kCompletions, "logit_bias"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", Endpoint::kChat,
-       "tools"},
+       "tools[0].function"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {"type": "function"}})", Endpoint::kChat, "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "a b"}}]})",
+       Endpoint::kChat, "tools[0].function.name"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f",
+          "parameters": 3}}]})", Endpoint::kChat, "tools[0].function.parameters"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": {"type": "function", "function": {"name": "g"}}})", Endpoint::kChat, "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", Endpoint::kChat, "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": "always"})", Endpoint::kChat, "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": "required", "response_format": {"type": "json_object"}})", Endpoint::kChat, "tool_choice"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"function": 3}]}]})", Endpoint::kChat,
+       "messages[0].tool_calls[0]"},
+      {R"({"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]})", Endpoint::kCompletions, "tools"},
   };
   for (const Case& c : cases) {
     ApiError err;
