@@ -5,7 +5,9 @@
 // content; the forcing grammar admits exactly the calls of its format.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "server/tool_calls.h"
+#include "template/chat_template.h"
 
 namespace ember {
 namespace {
@@ -137,6 +140,46 @@ TEST(ToolCallParser, FormatNamesAndDetection) {
                                     "\"parameters\": dictionary}"),
             ToolCallFormat::kLlama3Json);
   EXPECT_EQ(detect_tool_call_format("{{ bos_token }}<start_of_turn>user"), ToolCallFormat::kNone);
+}
+
+std::string read_template(const std::string& name) {
+  std::ifstream f(std::string(EMBER_SOURCE_DIR) + "/tests/data/template/templates/" + name);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(ToolCallParser, DetectedFromTheRealTemplates) {
+  const std::pair<const char*, ToolCallFormat> kWant[] = {
+      {"Qwen-Qwen2.5-Instruct.jinja", ToolCallFormat::kHermes},
+      {"Qwen-Qwen3-0.6B.jinja", ToolCallFormat::kHermes},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", ToolCallFormat::kHermes},
+      {"meta-llama-Llama-3.1-Instruct.jinja", ToolCallFormat::kLlama3Json},
+      {"meta-llama-Llama-3.2-3B-Instruct.jinja", ToolCallFormat::kLlama3Json},
+      {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolCallFormat::kMistral},
+      {"google-gemma-3-it.jinja", ToolCallFormat::kNone},
+      {"builtin-chatml.jinja", ToolCallFormat::kHermes},  // ember's fallback writes calls the Hermes way
+  };
+  for (const auto& [name, want] : kWant) {
+    const std::string t = read_template(name);
+    ASSERT_FALSE(t.empty()) << name;
+    EXPECT_EQ(detect_tool_call_format(t), want) << name;
+  }
+  // The template shows the tools and renders an earlier call (arguments as an object).
+  const nlohmann::json tools = nlohmann::json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  const nlohmann::json msgs = nlohmann::json::parse(R"([{"role": "user", "content": "Paris?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather",
+       "arguments": {"city": "Paris"}}}]}, {"role": "tool", "content": "sunny", "tool_call_id": "c1"}])");
+  auto out = apply_chat_template(read_template("Qwen-Qwen2.5-Instruct.jinja"), msgs, tools, true, "", "<|im_end|>",
+                                 nlohmann::json::object());
+  ASSERT_TRUE(out.is_ok()) << out.status().message();
+  EXPECT_NE(out->find("<tools>"), std::string::npos) << *out;
+  EXPECT_NE(out->find("\"name\": \"get_weather\""), std::string::npos) << *out;
+  EXPECT_NE(out->find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"),
+            std::string::npos)
+      << *out;
+  EXPECT_NE(out->find("<tool_response>\nsunny\n</tool_response>"), std::string::npos) << *out;
 }
 
 // Runs the grammar over `text` byte by byte; true if it is a complete match.
