@@ -59,6 +59,10 @@ int cmd_serve(int argc, char** argv, int first) {
   p.option("--allowed-origins", &origins, "LIST",
            "comma-separated browser origins allowed to call the API (CORS), or * for any (default: none)");
   p.flag("--disable-log-requests", &no_log, "do not log one line per finished request");
+  std::string tool_parser = "auto";
+  p.option("--tool-call-parser", &tool_parser, "NAME",
+           "how tool calls in the output are parsed: auto (from the chat template), hermes, llama3_json, mistral or "
+           "none (default auto)");
   p.option("-t,--threads", &threads, "N", "compute threads (default: all cores)");
   spec_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
@@ -77,6 +81,9 @@ int cmd_serve(int argc, char** argv, int first) {
   if (max_body < 1024 || max_body > (int64_t{1} << 32)) return usage_error(p, "--max-body-bytes must be in [1024, 4G]");
   if (handler_threads < 1 || handler_threads > 256) return usage_error(p, "--handler-threads must be in [1, 256]");
   if (shutdown_timeout < 0) return usage_error(p, "--shutdown-timeout must be >= 0");
+  if (tool_parser != "auto" && !tool_call_format_from_name(tool_parser))
+    return usage_error(p, fmt::format("--tool-call-parser must be auto, hermes, llama3_json, mistral or none, got '{}'",
+                                      tool_parser));
   if (api_key.empty())
     if (const char* k = std::getenv("EMBER_API_KEY")) api_key = k;
   EngineConfig ec;
@@ -138,6 +145,7 @@ int cmd_serve(int argc, char** argv, int first) {
   sc.arch = m.config().arch;
   sc.limits.max_n = max_n;
   sc.log_requests = !no_log;
+  sc.tool_call_parser = tool_parser;
   for (size_t b = 0; b < origins.size();) {
     size_t e = origins.find(',', b);
     if (e == std::string::npos) e = origins.size();

@@ -19,9 +19,10 @@ namespace ember {
 std::string chat_template_for(const Tokenizer& tok, const std::string& arch);
 
 // Renders `messages` (OpenAI-style [{role, content}, ...]) with the model's
-// template.
+// template; `tools` (the request's tool definitions, or null) is passed to
+// the template as transformers does.
 Result<std::string> render_chat(const Tokenizer& tok, const std::string& arch, const nlohmann::json& messages,
-                                bool add_generation_prompt);
+                                bool add_generation_prompt, const nlohmann::json& tools = nullptr);
 
 // Byte ranges of `rendered` that hold the messages' text contents (found in
 // order, verbatim or trimmed as templates do).

@@ -67,6 +67,8 @@ GenerationJob::GenerationJob(const GenerationRequest& req, std::vector<JobPrompt
       c.sample = k;
       c.dec = std::make_unique<StreamDecoder>(tok_, !req_.skip_special_tokens);
       c.stop = std::make_unique<StopMatcher>(req_.stop);
+      if (req_.endpoint == Endpoint::kChat && req_.tool_format != ToolCallFormat::kNone)
+        c.tools = std::make_unique<ToolCallParser>(req_.tool_format);
       if (req_.echo) {
         c.text = prompts_[p].echo_text;
         c.text_len = c.text.size();
@@ -256,7 +258,12 @@ void GenerationJob::on_update(int p, const RequestUpdate& u) {
              : json{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
                     {"text_offset", json::array()}};
   for (size_t i = 0; i < u.tokens.size() && !c.done; ++i) {
-    const std::string piece = c.dec->push(u.tokens[i]);
+    std::string piece = c.dec->push(u.tokens[i]);
+    // Control tokens that mark tool calls reach the parser even when special
+    // tokens are not shown.
+    if (c.tools && req_.skip_special_tokens && tok_.token_type(u.tokens[i]) == TokenType::kControl &&
+        c.tools->is_marker(tok_.token_text(u.tokens[i])))
+      piece += c.dec->flush() + tok_.token_text(u.tokens[i]);
     ++c.n_tokens;
     if (req_.logprobs) append_logprobs(c, u, i, piece, &lp);
     out += c.stop->push(piece);
@@ -270,10 +277,54 @@ void GenerationJob::on_update(int p, const RequestUpdate& u) {
     if (!c.stop->stopped()) out += c.stop->flush();
     finish_choice(c, c.stop->stopped() ? "stop" : reason_text(u.result.reason));
   }
-  c.text += out;
-  if (req_.stream && !client_gone_ && (!out.empty() || c.done || (req_.logprobs && !u.tokens.empty())))
-    emit_stream(c, idx, out, std::move(lp), c.done);
+  if (c.tools) {
+    const std::string content = take_tool_calls(c, idx, out);
+    c.text += content;
+    if (req_.stream && !client_gone_ && (!content.empty() || c.done || (req_.logprobs && !u.tokens.empty())))
+      emit_stream(c, idx, content, std::move(lp), c.done);
+  } else {
+    c.text += out;
+    if (req_.stream && !client_gone_ && (!out.empty() || c.done || (req_.logprobs && !u.tokens.empty())))
+      emit_stream(c, idx, out, std::move(lp), c.done);
+  }
   if (n_done_ == static_cast<int>(choices_.size())) complete();
+}
+
+std::string GenerationJob::take_tool_calls(Choice& c, int idx, const std::string& out) {
+  std::string content;
+  std::vector<ToolCall> calls;
+  c.tools->push(out, &content, &calls);
+  if (c.done) c.tools->finish(&content, &calls);
+  for (auto& call : calls) {
+    const size_t k = c.calls.size();
+    std::string id = fmt::format("call_{}{:x}x{:x}", id_.substr(id_.find('-') + 1, 12), idx, k);
+    if (req_.stream && !client_gone_) {
+      // Content before the call first, then the call: its id, type and name,
+      // then its arguments.
+      if (!content.empty()) {
+        emit_stream(c, idx, content, json(nullptr), false);
+        c.text += content;
+        content.clear();
+      }
+      for (int part = 0; part < 2; ++part) {
+        json fn = part == 0 ? json{{"name", call.name}, {"arguments", ""}} : json{{"arguments", call.arguments}};
+        json delta = {{"index", k}, {"function", std::move(fn)}};
+        if (part == 0) {
+          delta["id"] = id;
+          delta["type"] = "function";
+        }
+        json ch = chunk_base();
+        ch["choices"].push_back(json{{"index", idx},
+                                     {"delta", {{"tool_calls", json::array({std::move(delta)})}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}});
+        send_chunk(std::move(ch));
+      }
+    }
+    c.calls.emplace_back(std::move(id), std::move(call));
+  }
+  if (c.done && !c.calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
+  return content;
 }
 
 json GenerationJob::prompt_logprobs_json(int p) const {
@@ -318,8 +369,16 @@ json GenerationJob::final_body() const {
       lp = std::move(all);
     }
     json j = {{"index", i}, {"logprobs", std::move(lp)}, {"finish_reason", c.finish_reason}};
-    if (chat)
-      j["message"] = json{{"role", "assistant"}, {"content", c.text}, {"tool_calls", json::array()}};
+    if (chat) {
+      json calls = json::array();
+      for (const auto& [id, call] : c.calls)
+        calls.push_back(json{{"id", id},
+                             {"type", "function"},
+                             {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+      const bool no_content = c.text.empty() && !c.calls.empty();
+      j["message"] = json{{"role", "assistant"}, {"content", no_content ? json(nullptr) : json(c.text)},
+                          {"tool_calls", std::move(calls)}};
+    }
     else
       j["text"] = c.text;
     choices.push_back(std::move(j));

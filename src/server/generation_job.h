@@ -21,6 +21,7 @@
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 #include "server/stop_matcher.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember {
@@ -69,7 +70,12 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     bool done = false;
     bool sent_role = false;
     bool echo_pending = false;  // streaming echo waits for the prompt's log-probabilities
+    std::unique_ptr<ToolCallParser> tools;            // chat with tools: parses the text into calls
+    std::vector<std::pair<std::string, ToolCall>> calls;  // (id, call) parsed so far
   };
+  // The part of update text `out` that is content (the rest becomes calls);
+  // streams the new calls as tool_calls deltas.
+  std::string take_tool_calls(Choice& c, int idx, const std::string& out);
   // The prompt's tokens as completions logprobs ({tokens, token_logprobs, ...}).
   nlohmann::json prompt_logprobs_json(int p) const;
   std::string engine_id(int p) const;

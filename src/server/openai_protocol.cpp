@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -191,6 +192,97 @@ void parse_prompt(Fields& f, const json& body, const ProtocolLimits& lim, Genera
     return f.fail(fmt::format("at most {} prompts per request (got {})", lim.max_prompts, n), "prompt");
 }
 
+// An assistant message's tool_calls, for templates: arguments given as JSON
+// text become objects (as vLLM and transformers' templates expect).
+bool parse_message_tool_calls(Fields& f, const json& tc, const std::string& where, json* out) {
+  if (!tc.is_array()) return f.fail(fmt::format("'{}' must be an array", where), where), false;
+  *out = json::array();
+  for (size_t k = 0; k < tc.size(); ++k) {
+    const std::string w = fmt::format("{}[{}]", where, k);
+    const json& c = tc[k];
+    auto fn = c.is_object() ? c.find("function") : c.end();
+    if (!c.is_object() || fn == c.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+      return f.fail(fmt::format("'{}' must be an object with 'function': {{'name', 'arguments'}}", w), w), false;
+    json call = {{"type", "function"}, {"function", {{"name", (*fn)["name"]}, {"arguments", json::object()}}}};
+    if (auto id = c.find("id"); id != c.end() && id->is_string()) call["id"] = *id;
+    if (auto a = fn->find("arguments"); a != fn->end() && !a->is_null()) {
+      if (a->is_string()) {
+        json parsed = json::parse(a->get<std::string>(), nullptr, false);
+        call["function"]["arguments"] = parsed.is_discarded() ? *a : parsed;
+      } else if (a->is_object()) {
+        call["function"]["arguments"] = *a;
+      } else {
+        return f.fail(fmt::format("'{}.function.arguments' must be a string or an object", w), w), false;
+      }
+    }
+    out->push_back(std::move(call));
+  }
+  return true;
+}
+
+// tools: [{type: "function", function: {name, description?, parameters?}}],
+// tool_choice: "none" | "auto" | "required" | {type: "function", function: {name}}.
+void parse_tools(Fields& f, GenerationRequest* r) {
+  const json* tools = f.get("tools");
+  const json* choice = f.get("tool_choice");
+  f.boolean("parallel_tool_calls", &r->parallel_tool_calls);
+  if (!f.ok()) return;
+  if (tools && !tools->is_array()) return f.fail("'tools' must be an array of tool definitions", "tools");
+  if (tools && tools->size() > 128) return f.fail("'tools' may hold at most 128 tools", "tools");
+  std::vector<std::string> names;
+  if (tools) {
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& t = (*tools)[i];
+      const std::string w = fmt::format("tools[{}]", i);
+      if (!t.is_object() || !t.contains("type") || t["type"] != "function")
+        return f.fail(fmt::format("'{}.type' must be 'function'", w), w + ".type");
+      auto fn = t.find("function");
+      if (fn == t.end() || !fn->is_object()) return f.fail(fmt::format("'{}.function' must be an object", w), w + ".function");
+      auto name = fn->find("name");
+      bool good = name != fn->end() && name->is_string() && !name->get<std::string>().empty() &&
+                  name->get<std::string>().size() <= 64;
+      if (good)
+        for (char ch : name->get<std::string>()) good &= std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+      if (!good)
+        return f.fail(fmt::format("'{}.function.name' must be 1 to 64 characters of a-z, A-Z, 0-9, _ and -", w),
+                      w + ".function.name");
+      for (const auto& n : names)
+        if (n == name->get<std::string>())
+          return f.fail(fmt::format("'{}.function.name': the tool '{}' is defined twice", w, n), w + ".function.name");
+      names.push_back(name->get<std::string>());
+      if (auto p = fn->find("parameters"); p != fn->end() && !p->is_null() && !p->is_object())
+        return f.fail(fmt::format("'{}.function.parameters' must be a JSON schema object", w), w + ".function.parameters");
+    }
+  }
+  const bool have_tools = tools && !tools->empty();
+  r->tools = have_tools ? *tools : json(nullptr);
+  r->tool_choice = have_tools ? ToolChoice::kAuto : ToolChoice::kNone;
+  if (!choice) return;
+  if (choice->is_string()) {
+    const std::string c = choice->get<std::string>();
+    if (c == "none") r->tool_choice = ToolChoice::kNone;
+    else if (c == "auto") r->tool_choice = have_tools ? ToolChoice::kAuto : ToolChoice::kNone;
+    else if (c == "required") r->tool_choice = ToolChoice::kRequired;
+    else return f.fail(fmt::format("'tool_choice' must be 'none', 'auto', 'required' or a function (got '{}')", c), "tool_choice");
+  } else if (choice->is_object()) {
+    auto fn = choice->find("function");
+    if (choice->value("type", "") != "function" || fn == choice->end() || !fn->is_object() || !fn->contains("name") ||
+        !(*fn)["name"].is_string())
+      return f.fail("'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice");
+    r->tool_choice = ToolChoice::kNamed;
+    r->tool_choice_name = (*fn)["name"].get<std::string>();
+    bool known = false;
+    for (const auto& n : names) known |= n == r->tool_choice_name;
+    if (!known)
+      return f.fail(fmt::format("'tool_choice' names the function '{}', which is not in 'tools'", r->tool_choice_name),
+                    "tool_choice");
+  } else {
+    return f.fail("'tool_choice' must be a string or an object", "tool_choice");
+  }
+  if (r->tool_choice == ToolChoice::kRequired && !have_tools)
+    return f.fail("'tool_choice' 'required' needs a non-empty 'tools'", "tool_choice");
+}
+
 // Normalizes chat messages to [{role, content: string}, ...] for templates.
 void parse_messages(Fields& f, const json& body, GenerationRequest* r) {
   auto it = body.find("messages");
@@ -233,6 +325,12 @@ void parse_messages(Fields& f, const json& body, GenerationRequest* r) {
     }
     json msg = {{"role", rs}, {"content", text}};
     if (auto name = m.find("name"); name != m.end() && name->is_string()) msg["name"] = *name;
+    if (auto id = m.find("tool_call_id"); rs == "tool" && id != m.end() && id->is_string()) msg["tool_call_id"] = *id;
+    if (auto tc = m.find("tool_calls"); rs == "assistant" && tc != m.end() && !tc->is_null()) {
+      json calls;
+      if (!parse_message_tool_calls(f, *tc, where + ".tool_calls", &calls)) return;
+      msg["tool_calls"] = std::move(calls);
+    }
     out.push_back(std::move(msg));
   }
   r->messages = std::move(out);
@@ -417,11 +515,16 @@ std::optional<GenerationRequest> parse_generation_request(const json& body, Endp
     }
   }
   parse_constraint(f, &r);
-  if (const json* tools = f.get("tools"); tools && f.ok() && !(tools->is_array() && tools->empty())) {
-    const json* choice = f.get("tool_choice");
-    if (!(choice && choice->is_string() && *choice == "none"))
-      f.fail("'tools' are not supported yet (no tool-call parsing); omit them or set tool_choice to 'none'", "tools");
+  if (ep == Endpoint::kChat) {
+    if (f.ok()) parse_tools(f, &r);
+  } else if (f.get("tools") && f.ok()) {
+    f.fail("'tools' are only supported on /v1/chat/completions", "tools");
   }
+  if (f.ok() && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) &&
+      r.constraint.kind != OutputConstraint::Kind::kNone)
+    f.fail(fmt::format("'tool_choice' '{}' cannot be combined with '{}' (one output constraint per request)",
+                       r.tool_choice == ToolChoice::kRequired ? "required" : "function", r.constraint.param),
+           "tool_choice");
   parse_logit_bias(f, &r);
   if (const json* bo = f.get("best_of"); bo && f.ok() && !(bo->is_number_integer() && bo->get<int64_t>() == r.n))
     f.fail("'best_of' other than n is not supported", "best_of");

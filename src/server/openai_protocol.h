@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/tool_calls.h"
+
 namespace ember {
 
 struct ApiError {
@@ -40,7 +42,9 @@ enum class Endpoint { kCompletions, kChat };
 
 // A constraint on the output's text (structured output); at most one per request.
 struct OutputConstraint {
-  enum class Kind { kNone, kJsonObject, kJsonSchema, kRegex, kGrammar, kChoice };
+  // kToolCall: tool calls in `tool_format` to the tools named in `choices`
+  // (one or several if `parallel`), their arguments per the tools' parameters.
+  enum class Kind { kNone, kJsonObject, kJsonSchema, kRegex, kGrammar, kChoice, kToolCall };
   Kind kind = Kind::kNone;
   std::string text;                  // the regex or GBNF text
   std::vector<std::string> choices;  // kChoice
@@ -48,7 +52,13 @@ struct OutputConstraint {
   // so it can be read again in order (properties keep their order).
   std::string schema_pointer;
   std::string param;                 // the field it came from (for errors)
+  ToolCallFormat tool_format = ToolCallFormat::kNone;  // kToolCall
+  bool parallel = false;                               // kToolCall
 };
+
+// tool_choice: kAuto lets the model choose (the default with tools), kNone
+// parses nothing, kRequired and kNamed force a call (by a grammar).
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -83,6 +93,13 @@ struct GenerationRequest {
   int num_speculative_tokens = -1;
   OutputConstraint constraint;
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias added to its logit
+  // Chat tools: the definitions as given ([{type: function, function: {name,
+  // description, parameters}}], null without tools) for the chat template.
+  nlohmann::json tools;
+  ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_choice_name;     // kNamed
+  bool parallel_tool_calls = true;
+  ToolCallFormat tool_format = ToolCallFormat::kNone;  // set by the service: how the output is parsed
 };
 
 // Parses and validates a request body. `ep` selects the schema.

@@ -64,6 +64,11 @@ OpenAiService::OpenAiService(const Tokenizer& tok, AsyncEngine& engine, ServiceC
   if (cfg_.limits.max_model_len <= 0) cfg_.limits.max_model_len = engine_.max_seq_len();
   cfg_.limits.max_model_len = std::min(cfg_.limits.max_model_len, engine_.max_seq_len());
   rng_.seed((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}());
+  // An unknown parser name was refused by the command line; it reads as "none" here.
+  if (cfg_.tool_call_parser == "auto")
+    tool_format_ = detect_tool_call_format(chat_template_for(tok_, cfg_.arch));
+  else
+    tool_format_ = tool_call_format_from_name(cfg_.tool_call_parser).value_or(ToolCallFormat::kNone);
 }
 
 bool OpenAiService::authorized(const std::string* header, const std::string& key) {
@@ -181,8 +186,9 @@ namespace {
 
 // Renders and tokenizes a chat (also for /tokenize with messages).
 std::optional<std::vector<int32_t>> chat_tokens(const Tokenizer& tok, const std::string& arch, const json& messages,
-                                                bool add_generation_prompt, bool continue_final, ApiError* err) {
-  auto rendered = render_chat(tok, arch, messages, add_generation_prompt);
+                                                bool add_generation_prompt, bool continue_final, const json& tools,
+                                                ApiError* err) {
+  auto rendered = render_chat(tok, arch, messages, add_generation_prompt, tools);
   if (!rendered) {
     *err = bad_request(fmt::format("the chat template rejected the messages: {}", rendered.status().message()),
                        "messages");
@@ -234,7 +240,27 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
   std::vector<JobPrompt> prompts;
   const int32_t V = tok_.n_vocab();
   if (ep == Endpoint::kChat) {
-    auto ids = chat_tokens(tok_, cfg_.arch, r.messages, r.add_generation_prompt, r.continue_final_message, &err);
+    if (r.tool_choice != ToolChoice::kNone) {
+      if (tool_format_ == ToolCallFormat::kNone)
+        return send_error(*resp, bad_request("tool calls need a tool-call parser: this model's chat template shows no "
+                                             "known tool-call format (start the server with --tool-call-parser "
+                                             "hermes, llama3_json or mistral)",
+                                             "tools"));
+      r.tool_format = tool_format_;
+      if (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) {
+        OutputConstraint& c = r.constraint;
+        c.kind = OutputConstraint::Kind::kToolCall;
+        c.param = "tool_choice";
+        c.tool_format = tool_format_;
+        c.parallel = r.tool_choice == ToolChoice::kRequired && r.parallel_tool_calls;
+        if (r.tool_choice == ToolChoice::kNamed)
+          c.choices = {r.tool_choice_name};
+        else
+          for (const auto& t : r.tools) c.choices.push_back(t["function"]["name"].get<std::string>());
+      }
+    }
+    auto ids = chat_tokens(tok_, cfg_.arch, r.messages, r.add_generation_prompt, r.continue_final_message, r.tools,
+                           &err);
     if (!ids) return send_error(*resp, err);
     prompts.push_back(make_prompt(std::move(*ids), {}));
   } else if (r.prompt_is_tokens) {
@@ -325,7 +351,7 @@ void OpenAiService::handle_tokenize(const HttpRequest& req, HttpResponse& resp) 
     auto parsed = parse_generation_request(b, Endpoint::kChat, cfg_.limits, &err);
     if (!parsed) return send_error(resp, err);
     auto t = chat_tokens(tok_, cfg_.arch, parsed->messages, parsed->add_generation_prompt,
-                         parsed->continue_final_message, &err);
+                         parsed->continue_final_message, parsed->tools, &err);
     if (!t) return send_error(resp, err);
     ids = std::move(*t);
   } else {

@@ -31,6 +31,9 @@ struct ServiceConfig {
   // Browser origins allowed to call the API from other pages (CORS); "*" is
   // any origin. Empty: no CORS headers (same-origin pages like / only).
   std::vector<std::string> allowed_origins;
+  // How tool calls in the output are parsed: "auto" (from the chat
+  // template), "hermes", "llama3_json", "mistral" or "none".
+  std::string tool_call_parser = "auto";
 };
 
 class OpenAiService {
@@ -69,6 +72,7 @@ class OpenAiService {
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
   StructuredOutput structured_;  // output constraints and logit_bias
+  ToolCallFormat tool_format_ = ToolCallFormat::kNone;  // from cfg_.tool_call_parser
 };
 
 }  // namespace ember

@@ -16,6 +16,73 @@ using Kind = OutputConstraint::Kind;
 
 StructuredOutput::StructuredOutput(const Tokenizer& tok) : vocab_(grammar::TokenVocab::from_tokenizer(tok)) {}
 
+namespace {
+
+// Points the local $refs of a schema placed at `prefix` (a JSON pointer in
+// the combined schema) at their new place.
+void move_refs(ordered_json& s, const std::string& prefix) {
+  if (s.is_object()) {
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (it.key() == "$ref" && it->is_string() && it->get<std::string>().rfind('#', 0) == 0)
+        *it = "#" + prefix + it->get<std::string>().substr(1);
+      else
+        move_refs(*it, prefix);
+    }
+  } else if (s.is_array()) {
+    for (auto& x : s) move_refs(x, prefix);
+  }
+}
+
+}  // namespace
+
+// The grammar of tool calls to the tools named in c.choices: each call is
+// {"name": const, "<arguments key>": the tool's parameters schema}, one of
+// them (anyOf), wrapped in the format's markers.
+std::optional<std::string> StructuredOutput::tool_call_grammar(const OutputConstraint& c, const std::string& body_text,
+                                                               ApiError* err) {
+  const ordered_json body = ordered_json::parse(body_text, nullptr, false);
+  if (body.is_discarded() || !body.contains("tools") || !body["tools"].is_array()) {
+    *err = bad_request("the tools could not be read", "tools");
+    return std::nullopt;
+  }
+  const std::string key = tool_arguments_key(c.tool_format);
+  ordered_json calls = ordered_json::array();
+  const ordered_json& tools = body["tools"];
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ordered_json& fn = tools[i]["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (std::find(c.choices.begin(), c.choices.end(), name) == c.choices.end()) continue;
+    // No parameters: the function takes none ({}).
+    ordered_json params =
+        ordered_json{{"type", "object"}, {"properties", ordered_json::object()}, {"additionalProperties", false}};
+    if (auto p = fn.find("parameters"); p != fn.end() && p->is_object() && !p->empty()) params = *p;
+    const std::string where = fmt::format("tools[{}].function.parameters", i);
+    grammar::SchemaError se;
+    if (!grammar::json_schema_to_gbnf(params, &se)) {
+      *err = bad_request(fmt::format("unsupported JSON schema in '{}': {}{}", where, se.message,
+                                     se.path.empty() ? "" : " (at " + se.path + ")"),
+                         where);
+      return std::nullopt;
+    }
+    ordered_json call = {{"type", "object"},
+                         {"properties", {{"name", {{"const", name}}}, {key, std::move(params)}}},
+                         {"required", {"name", key}},
+                         {"additionalProperties", false}};
+    calls.push_back(std::move(call));
+  }
+  const bool one = calls.size() == 1;
+  for (size_t k = 0; k < calls.size(); ++k)
+    move_refs(calls[k]["properties"][key], one ? "/properties/" + key : fmt::format("/anyOf/{}/properties/{}", k, key));
+  const ordered_json schema = one ? calls[0] : ordered_json{{"anyOf", std::move(calls)}};
+  grammar::SchemaError se;
+  auto text = grammar::json_schema_to_gbnf(schema, &se);
+  if (!text) {
+    *err = bad_request(fmt::format("unsupported JSON schema in the tools' parameters: {}", se.message), "tools");
+    return std::nullopt;
+  }
+  return tool_call_gbnf(c.tool_format, *text, c.parallel);
+}
+
 std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile(const OutputConstraint& c,
                                                                           const std::string& body_text, ApiError* err) {
   std::string gbnf;
@@ -58,6 +125,12 @@ std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile(const 
                            c.param);
         return nullptr;
       }
+      gbnf = std::move(*text);
+      break;
+    }
+    case Kind::kToolCall: {
+      auto text = tool_call_grammar(c, body_text, err);
+      if (!text) return nullptr;
       gbnf = std::move(*text);
       break;
     }

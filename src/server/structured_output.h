@@ -14,6 +14,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -41,6 +42,8 @@ class StructuredOutput {
   const grammar::TokenVocab& vocab() const { return *vocab_; }
 
  private:
+  std::optional<std::string> tool_call_grammar(const OutputConstraint& c, const std::string& body_text, ApiError* err);
+
   std::shared_ptr<const grammar::TokenVocab> vocab_;
   std::mutex mu_;
   // LRU cache of compiled grammars by GBNF text.

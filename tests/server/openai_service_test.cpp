@@ -89,7 +89,22 @@ TEST(Protocol, ErrorsNameTheField) {
       {R"({"prompt": "x", "logit_bias": {"abc": 1}})", Endpoint::kCompletions, "logit_bias"},
       {R"({"prompt": "x", "logit_bias": {"5": 101}})", Endpoint::kCompletions, "logit_bias"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", Endpoint::kChat,
-       "tools"},
+       "tools[0].function"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {"type": "function"}})", Endpoint::kChat, "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "a b"}}]})",
+       Endpoint::kChat, "tools[0].function.name"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f",
+          "parameters": 3}}]})", Endpoint::kChat, "tools[0].function.parameters"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": {"type": "function", "function": {"name": "g"}}})", Endpoint::kChat, "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", Endpoint::kChat, "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": "always"})", Endpoint::kChat, "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": "required", "response_format": {"type": "json_object"}})", Endpoint::kChat, "tool_choice"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"function": 3}]}]})", Endpoint::kChat,
+       "messages[0].tool_calls[0]"},
+      {R"({"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]})", Endpoint::kCompletions, "tools"},
   };
   for (const Case& c : cases) {
     ApiError err;
@@ -119,6 +134,27 @@ TEST(Protocol, ErrorsNameTheField) {
   EXPECT_EQ(chat->messages[0]["role"], "system");
   EXPECT_EQ(chat->messages[0]["content"], "ab");
   EXPECT_EQ(chat->max_tokens, 3);
+  // Tools: definitions kept for the template, tool_choice read, earlier
+  // calls' arguments (JSON text) turned into objects for the template.
+  auto tools = parse_generation_request(
+      json::parse(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null,
+                      "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f",
+                      "arguments": "{\"a\": 1}"}}]}, {"role": "tool", "content": "2", "tool_call_id": "c1"}],
+                      "tools": [{"type": "function", "function": {"name": "f"}}],
+                      "tool_choice": {"type": "function", "function": {"name": "f"}}, "parallel_tool_calls": false})"),
+      Endpoint::kChat, lim, &err);
+  ASSERT_TRUE(tools.has_value()) << err.message;
+  EXPECT_EQ(tools->tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(tools->tool_choice_name, "f");
+  EXPECT_FALSE(tools->parallel_tool_calls);
+  EXPECT_EQ(tools->tools.size(), 1u);
+  EXPECT_EQ(tools->messages[1]["tool_calls"][0]["function"]["arguments"], json::parse(R"({"a": 1})"));
+  EXPECT_EQ(tools->messages[2]["tool_call_id"], "c1");
+  auto no_tools = parse_generation_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "tools": [],
+                                                           "tool_choice": "auto"})"),
+                                           Endpoint::kChat, lim, &err);
+  ASSERT_TRUE(no_tools.has_value()) << err.message;
+  EXPECT_EQ(no_tools->tool_choice, ToolChoice::kNone);
   EXPECT_FALSE(parse_json_object("{\"a\": ", &err).has_value());
   EXPECT_FALSE(parse_json_object("[1]", &err).has_value());
   EXPECT_EQ(error_body(err)["error"]["param"], nullptr);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end test of `ember serve`: starts the server on a free port with an
 # API key and a small KV cache, runs the Python suites against it
-# (openai_client_test.py, hostile_test.py, load_test.py), then stops it with
+# (openai_client_test.py, structured_output_test.py, tool_calls_test.py, hostile_test.py, load_test.py), then stops it with
 # SIGTERM and checks that it exits 0 within a few seconds.
-# Usage: server_test.sh path/to/ember [SUITE...]   (SUITE: openai_client structured_output hostile load)
+# Usage: server_test.sh path/to/ember [SUITE...]   (SUITE: openai_client structured_output tool_calls hostile load)
 # Env: EMBER_TEST_MODEL (default models/gemma-3-270m-q4_k_m.gguf),
 #      EMBER_TEST_THREADS (compute threads, default 2).
 # Exit: 0 passed, 1 failed, 77 skipped (model file or the openai package missing).
@@ -15,7 +15,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 MODEL="${EMBER_TEST_MODEL:-$ROOT/models/gemma-3-270m-q4_k_m.gguf}"
 THREADS="${EMBER_TEST_THREADS:-2}"
 SUITES=("$@")
-[ ${#SUITES[@]} -eq 0 ] && SUITES=(openai_client structured_output hostile load)
+[ ${#SUITES[@]} -eq 0 ] && SUITES=(openai_client structured_output tool_calls hostile load)
 
 if [ ! -f "$MODEL" ]; then echo "SKIP: model $MODEL not found"; exit 77; fi
 if ! python3 -c "import openai" 2>/dev/null; then echo "SKIP: python3 'openai' package not installed"; exit 77; fi
@@ -31,9 +31,10 @@ trap cleanup EXIT
 
 KEY="test-key-$$-$RANDOM"
 # --max-model-len keeps the context-length checks (which prefill a full
-# context) cheap on small CI machines.
+# context) cheap on small CI machines. The default model's (Gemma) template
+# shows no tool-call format: tool calls are parsed in the Hermes format.
 "$EMBER" serve -m "$MODEL" --port 0 --api-key "$KEY" --kv-cache-memory 256M --max-model-len 512 \
-  -t "$THREADS" >"$tmp/out" 2>"$tmp/err" &
+  --tool-call-parser hermes -t "$THREADS" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
 
 url=""

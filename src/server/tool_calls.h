@@ -1,0 +1,75 @@
+// Tool calling for `ember serve`: the model's output text is parsed into
+// OpenAI `tool_calls` for the common formats, incrementally, so that a
+// streamed answer (text arriving in fragments of any size) yields exactly
+// the same content and calls as the whole text parsed at once:
+//   hermes       Hermes / Qwen: <tool_call>\n{"name": .., "arguments": {..}}\n</tool_call>, repeated
+//   llama3_json  Llama 3.x: {"name": .., "parameters": {..}} (optionally after <|python_tag|>,
+//                several separated by ';'), the whole output being the call(s)
+//   mistral      Mistral: [TOOL_CALLS][{"name": .., "arguments": {..}}, ...] or the v11 form
+//                [TOOL_CALLS]name[ARGS]{..}
+// A call block that does not parse (invalid JSON, no name) is passed through
+// as content, never dropped. Also: the grammar that forces a call in a format
+// (tool_choice "required" or a named function) and the format a chat
+// template implies (--tool-call-parser auto).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ember {
+
+enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral };
+
+// "none", "hermes", "llama3_json", "mistral" (not "auto": see detect_tool_call_format).
+std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name);
+const char* tool_call_format_name(ToolCallFormat f);
+// The format a chat template writes tool calls in (kNone if it shows none).
+ToolCallFormat detect_tool_call_format(std::string_view chat_template);
+
+struct ToolCall {
+  std::string name;
+  std::string arguments;  // JSON text of the arguments object
+  bool operator==(const ToolCall&) const = default;
+};
+
+class ToolCallParser {
+ public:
+  explicit ToolCallParser(ToolCallFormat f) : format_(f) {}
+  // Feeds model text: appends the content that can be shown now to *content
+  // and the calls completed by this text to *calls.
+  void push(std::string_view text, std::string* content, std::vector<ToolCall>* calls);
+  // The end of the output: whatever was held back.
+  void finish(std::string* content, std::vector<ToolCall>* calls);
+  // Texts of control tokens that carry meaning for this format (passed to
+  // the parser even when special tokens are not shown).
+  bool is_marker(std::string_view token_text) const;
+
+ private:
+  void emit_content(std::string_view s, std::string* content);
+  void add_call(ToolCall call, std::vector<ToolCall>* calls);
+  void push_marked(std::string_view open, std::string_view close, std::string* content, std::vector<ToolCall>* calls);
+  void push_llama3(std::string* content);
+  bool finish_llama3(std::vector<ToolCall>* calls);
+  bool finish_mistral(std::vector<ToolCall>* calls);
+
+  ToolCallFormat format_;
+  std::string buf_;         // text held back
+  std::string ws_;          // whitespace-only content held until something else follows
+  bool in_call_ = false;    // inside a call block (after its opening marker)
+  bool decided_ = false;    // llama3_json: the output's first non-space text was seen
+  bool any_call_ = false;
+  bool strip_leading_ = false;  // whitespace right after a call is not content
+};
+
+// GBNF that admits exactly the tool calls of `format` for the given call
+// object grammar: `call_gbnf` is GBNF text whose root rule (`root`) is one
+// JSON object {"name": .., "arguments" (or "parameters"): ..}. `parallel`:
+// one or more calls, else exactly one. Whitespace between JSON tokens is
+// at most one space.
+std::string tool_call_gbnf(ToolCallFormat format, const std::string& call_gbnf, bool parallel);
+// The arguments key of a format's calls ("parameters" for llama3_json).
+const char* tool_arguments_key(ToolCallFormat format);
+
+}  // namespace ember
