@@ -4,7 +4,9 @@
 # f32 source on the held-out text (data/persuasion.txt, the first 2 windows of
 # 512 tokens, `ember eval kl`), with the wall time and peak RSS of the
 # quantization alone (GNU time, `ember quantize --no-check`).
-# Usage: tools/quant_quality.sh OUTDIR "q4_0 q4_k q3_k q2_k" "rtn imatrix gptq"
+# Usage: tools/quant_quality.sh OUTDIR "q4_0 q4_k q3_k q2_k" "rtn imatrix gptq awq"
+# Lower-case types are one type for every matrix (--pure); llama.cpp mix
+# names (Q4_K_M, Q3_K_S, Q4_0, ...) are the mixes (`ember quantize --type`).
 # Needs OUTDIR/f32.gguf (ember quantize models/gemma-3-270m-q4_k_m.gguf OUTDIR/f32.gguf --type f32)
 # and, for imatrix, OUTDIR/ember_imatrix.gguf (ember imatrix OUTDIR/f32.gguf --chunks 16 -o ...).
 set -u
@@ -19,9 +21,12 @@ for T in $TYPES; do
       imatrix) ARGS="--imatrix $OUT/ember_imatrix.gguf" ;;
       gptq) ARGS="--method gptq" ;;
       gptq-act) ARGS="--method gptq --act-order" ;;
+      awq) ARGS="--method awq" ;;
+      awq-rtn) ARGS="--method awq --awq-rounding rtn" ;;
     esac
     LOG="$OUT/$T.$M.log"
-    /usr/bin/time -v "$EMBER" quantize "$OUT/f32.gguf" "$OUT/$T.$M.gguf" --type $T $ARGS -t 2 --no-check > "$LOG" 2>&1
+    case $T in *[a-z]*) PURE=--pure ;; *) PURE= ;; esac
+    /usr/bin/time -v "$EMBER" quantize "$OUT/f32.gguf" "$OUT/$T.$M.gguf" --type $T $PURE $ARGS -t 2 --no-check > "$LOG" 2>&1
     "$EMBER" eval kl "$OUT/f32.gguf" "$OUT/$T.$M.gguf" -f data/persuasion.txt --chunks 2 -t 2 >> "$LOG" 2>&1
     Q=$(grep '^KL divergence' "$LOG")
     W=$(grep 'Elapsed (wall' "$LOG" | awk '{print $NF}')

@@ -1,27 +1,32 @@
-// `ember quantize IN OUT --type T [--method rtn|imatrix]`: writes IN (GGUF
+// `ember quantize IN OUT --type T [--method rtn|imatrix|gptq|awq]`: writes IN (GGUF
 // or Hugging Face) as a GGUF whose weight matrices are in type T, tokenizer
 // included: round-to-nearest (bit-compatible with llama.cpp's reference
 // quantizers), or importance-weighted rounding with an importance matrix
 // (--imatrix FILE from `ember imatrix` or llama-imatrix, or computed here
 // over calibration text: --method imatrix [--calib FILE]; bit-compatible with
-// llama-quantize --imatrix). Then runs both models over a held-out text and
+// llama-quantize --imatrix), GPTQ error feedback (--method gptq) or AWQ
+// scales folded into the model before rounding (--method awq; layer by
+// layer over calibration text). Then runs both models over a held-out text and
 // prints how far the new file is from IN (KL divergence mean / p99, top-1
 // agreement, perplexity), so a damaging quantization shows.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
 #include "cli/common.h"
 #include "cli/progress.h"
+#include "transform/awq_model.h"
 #include "transform/gptq_model.h"
 #include "transform/imatrix.h"
 #include "eval/model_compare.h"
 #include "model/io/gguf.h"
 #include "transform/convert.h"
 #include "transform/quantizer.h"
+#include "quant/quantize_imatrix.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember::cli {
@@ -89,16 +94,29 @@ bool check_quality(const std::string& in, const std::string& out, const std::str
 }  // namespace
 
 int cmd_quantize(int argc, char** argv, int first) {
-  ArgParser p("quantize", "ember quantize IN OUT --type q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|f16|bf16|f32");
+  ArgParser p("quantize", "ember quantize IN OUT --type Q4_K_M|Q4_K_S|Q5_K_M|Q5_K_S|Q6_K|Q3_K_M|Q3_K_S|Q3_K_L|Q2_K|"
+                          "Q2_K_S|Q4_0|Q4_1|Q5_0|Q5_1|Q8_0|f16|bf16|f32 [--pure]");
   std::string type_name;
   int threads = default_thread_count();
   bool strict = false, no_check = false;
   std::string check_file, output_type_name, embd_type_name, method = "rtn", imatrix_path, calib_path;
   int64_t calib_tokens = -1, check_windows = 2;
   bool act_order = false;
+  std::string awq_rounding = "imatrix";
+  int awq_grid = 20;
   float damp = 0.01f;
   std::vector<std::string> pos;
-  p.option("--type", &type_name, "T", "target tensor type");
+  bool pure = false;
+  std::string tensor_types_arg, tensor_type_file;
+  p.option("--type", &type_name, "T",
+           "llama.cpp mix (Q4_K_M, Q3_K_S, Q4_0, ...: llama-quantize's per-tensor types) or, with --pure or a type "
+           "that is not a mix name (q4_k, q3_k and q5_k are the _M mixes, as in llama-quantize), one type for every "
+           "matrix");
+  p.flag("--pure", &pure, "every matrix in --type (no mix rules), as llama-quantize --pure");
+  p.option("--tensor-type", &tensor_types_arg, "P=T[,P=T...]",
+           "per-tensor overrides: tensors whose name matches the regex P get type T (first match wins), as "
+           "llama-quantize --tensor-type");
+  p.option("--tensor-type-file", &tensor_type_file, "FILE", "more P=T overrides, separated by spaces or newlines");
   p.option("-t,--threads", &threads, "N", "threads");
   p.flag("--no-fallback", &strict, "fail instead of falling back when rows do not fit the block size");
   p.option("--output-type", &output_type_name, "T",
@@ -109,7 +127,10 @@ int cmd_quantize(int argc, char** argv, int first) {
            "held-out text of the quality check (default: data/persuasion.txt, else a built-in paragraph)");
   p.option("--check-chunks", &check_windows, "N", "windows of 512 tokens in the quality check (default 2)");
   p.option("--method", &method, "M",
-           "rtn (default), imatrix (importance-weighted rounding) or gptq (Hessian error feedback, layer by layer)");
+           "rtn (default), imatrix (importance-weighted rounding), gptq (Hessian error feedback, layer by layer) or "
+           "awq (activation-aware scales folded into the norms / preceding matrices, then rounding)");
+  p.option("--awq-rounding", &awq_rounding, "R", "awq: rounding after the scales, imatrix (default) or rtn");
+  p.option("--awq-grid", &awq_grid, "N", "awq: alphas searched per group (default 20)");
   p.flag("--act-order", &act_order, "gptq: quantize columns by decreasing activation energy");
   p.option("--gptq-damp", &damp, "F", "gptq: dampening, fraction of the mean Hessian diagonal (default 0.01)");
   p.option("--imatrix", &imatrix_path, "FILE",
@@ -117,7 +138,7 @@ int cmd_quantize(int argc, char** argv, int first) {
   p.option("--calib", &calib_path, "FILE", "calibration text for --method imatrix without --imatrix "
                                            "(default: data/calibration.txt)");
   p.option("--calib-tokens", &calib_tokens, "N",
-           "calibration tokens to use (default: 16384 for imatrix, 4096 for gptq; 0: all)");
+           "calibration tokens to use (default: 16384 for imatrix, 4096 for gptq and awq; 0: all)");
   p.positionals(&pos, "IN OUT");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
@@ -127,23 +148,46 @@ int cmd_quantize(int argc, char** argv, int first) {
   if (pos.size() != 2) return usage_error(p, "expects IN and OUT");
   if (type_name.empty()) return usage_error(p, "--type is required");
   DType type;
-  if (!dtype_from_name(type_name, &type) || !convertible_to(type))
+  std::optional<QuantRecipeInfo> recipe = pure ? std::nullopt : find_quant_recipe(type_name);
+  if (recipe) type = recipe->base;
+  else if (!dtype_from_name(type_name, &type) || !convertible_to(type))
     return usage_error(p, fmt::format("unsupported --type '{}'", type_name));
+  std::vector<std::string> tt_args;
+  if (!tensor_types_arg.empty()) {
+    std::istringstream ts(tensor_types_arg);
+    for (std::string w; std::getline(ts, w, ',');) tt_args.push_back(w);
+  }
+  if (!tensor_type_file.empty()) {
+    std::ifstream tf(tensor_type_file);
+    if (!tf) return usage_error(p, fmt::format("cannot read --tensor-type-file '{}'", tensor_type_file));
+    for (std::string w; tf >> w;) tt_args.push_back(w);
+  }
   if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
   if (!imatrix_path.empty()) {
     if (method != "rtn" && method != "imatrix") return usage_error(p, "--imatrix goes with --method imatrix");
     method = "imatrix";
   }
-  if (method != "rtn" && method != "imatrix" && method != "gptq")
-    return usage_error(p, fmt::format("unsupported --method '{}' (rtn, imatrix, gptq)", method));
+  if (method != "rtn" && method != "imatrix" && method != "gptq" && method != "awq")
+    return usage_error(p, fmt::format("unsupported --method '{}' (rtn, imatrix, gptq, awq)", method));
+  if (awq_rounding != "imatrix" && awq_rounding != "rtn")
+    return usage_error(p, fmt::format("unsupported --awq-rounding '{}' (imatrix, rtn)", awq_rounding));
+  if (awq_grid < 1 || awq_grid > 1000) return usage_error(p, "--awq-grid must be in [1, 1000]");
   if (!(damp >= 0 && damp < 10)) return usage_error(p, "--gptq-damp must be in [0, 10)");
   if (method == "rtn" && (!calib_path.empty() || calib_tokens != -1))
-    return usage_error(p, "--calib and --calib-tokens need --method imatrix");
+    return usage_error(p, "--calib and --calib-tokens need --method imatrix, gptq or awq");
   if (calib_tokens < -1 || check_windows < 0) return usage_error(p, "--calib-tokens and --check-chunks must be >= 0");
-  if (calib_tokens == -1) calib_tokens = method == "gptq" ? 4096 : 16384;
+  if (calib_tokens == -1) calib_tokens = method == "gptq" || method == "awq" ? 4096 : 16384;
   ConvertOptions opts;
   opts.type = type;
+  opts.recipe = recipe;
+  opts.has_imatrix = method != "rtn";
   opts.allow_fallback = !strict;
+  for (const std::string& a : tt_args) {
+    auto o = parse_tensor_type_override(a);
+    if (!o) return usage_error(p, o.status().message());
+    if (!convertible_to(o->type)) return usage_error(p, fmt::format("unsupported type in --tensor-type '{}'", a));
+    opts.tensor_types.push_back(*o);
+  }
   for (auto [name, flag, dst] : {std::tuple{&output_type_name, "--output-type", &opts.output_type},
                                  std::tuple{&embd_type_name, "--token-embedding-type", &opts.token_embd_type}}) {
     if (name->empty()) continue;
@@ -199,11 +243,17 @@ int cmd_quantize(int argc, char** argv, int first) {
     if (!n) return usage_error(p, n.status().message());
     if (*n == 0) return usage_error(p, "the importance matrix has no entry for any tensor of the model");
   }
-  if (method == "gptq") {
+  if (method == "gptq" || method == "awq") {
+    const bool gptq = method == "gptq";
+    const bool awq_imatrix = awq_rounding == "imatrix";
     int n = 0;
-    for (QuantPlanEntry& e : plan->entries)
-      if (e.method == QuantMethod::kRtn && e.layer >= 0 && gptq_supports(e.target)) e.method = QuantMethod::kGptq, ++n;
-    if (n == 0) return usage_error(p, "no tensor of the plan can be quantized by GPTQ");
+    for (QuantPlanEntry& e : plan->entries) {
+      if (e.method != QuantMethod::kRtn || e.layer < 0) continue;
+      if (gptq && gptq_supports(e.target)) e.method = QuantMethod::kGptq, ++n;
+      if (!gptq && (awq_imatrix ? can_quantize_imatrix(e.target) : dtype_block_size(e.target) > 1))
+        e.method = QuantMethod::kAwq, ++n;
+    }
+    if (n == 0) return usage_error(p, fmt::format("no tensor of the plan can be quantized by {}", method));
     auto src = Model::load(in);
     if (!src) return usage_error(p, src.status().message());
     auto tok = Tokenizer::from_metadata((*src)->file().metadata);
@@ -215,23 +265,48 @@ int cmd_quantize(int argc, char** argv, int first) {
     ss << cf.rdbuf();
     std::vector<int32_t> tokens = (*tok)->encode(ss.str(), {.add_bos = false});
     if (calib_tokens > 0 && static_cast<int64_t>(tokens.size()) > calib_tokens) tokens.resize(calib_tokens);
-    GptqRunOptions go;
-    go.gptq.act_order = act_order;
-    go.gptq.damp = damp;
-    go.bos_id = (*tok)->add_bos() ? (*tok)->bos_id() : -1;
-    std::fprintf(stderr, "gptq: %d tensors, calibration %s: %zu tokens in chunks of %d\n", n, cal.c_str(),
-                 tokens.size() / go.chunk_size * go.chunk_size, go.chunk_size);
+    const int32_t bos = (*tok)->add_bos() ? (*tok)->bos_id() : -1;
+    constexpr int kChunk = 512;
+    std::fprintf(stderr, "%s: %d tensors, calibration %s: %zu tokens in chunks of %d\n", method.c_str(), n,
+                 cal.c_str(), tokens.size() / kChunk * kChunk, kChunk);
     ProgressLine progress;
     const auto tg = std::chrono::steady_clock::now();
-    go.progress = [&](int done, int total) {
+    auto on_progress = [&](int done, int total) {
       progress.update(done, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - tg).count(),
-                      "blocks quantized");
+                      gptq ? "blocks quantized" : "blocks scaled");
     };
     src.value().reset();
-    auto done = run_gptq(std::move(file.value()), &*plan, tokens, go, pool);
+    Result<std::unique_ptr<ModelFile>> done = Status::error("");
+    std::vector<AwqGroupReport> report;
+    if (gptq) {
+      GptqRunOptions go;
+      go.gptq.act_order = act_order;
+      go.gptq.damp = damp;
+      go.chunk_size = kChunk;
+      go.bos_id = bos;
+      go.progress = on_progress;
+      done = run_gptq(std::move(file.value()), &*plan, tokens, go, pool);
+    } else {
+      AwqRunOptions ao;
+      ao.search.imatrix_rounding = awq_imatrix;
+      ao.search.n_grid = awq_grid;
+      ao.chunk_size = kChunk;
+      ao.bos_id = bos;
+      ao.progress = on_progress;
+      done = run_awq(std::move(file.value()), &*plan, tokens, ao, pool, &importance, &report);
+    }
     progress.clear();
     if (!done) return usage_error(p, done.status().message());
     file = std::move(done);
+    if (!report.empty()) {
+      double alpha = 0, gain = 0;
+      for (const AwqGroupReport& r : report)
+        alpha += r.alpha, gain += r.error_plain > 0 ? 1.0 - r.error / r.error_plain : 0.0;
+      std::printf("awq: %zu groups, mean alpha %.2f, layer output error %.1f%% below plain rounding on average "
+                  "(%.0f s)\n",
+                  report.size(), alpha / report.size(), 100.0 * gain / report.size(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - tg).count());
+    }
   }
   std::printf("%s\n", quant_plan_summary(*plan).c_str());
   std::fflush(stdout);
@@ -264,7 +339,7 @@ int cmd_quantize(int argc, char** argv, int first) {
   }
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("wrote %s: %zu tensors, %.1f MiB of weights, type %s, in %.1f s\n", pos[1].c_str(), out.tensors.size(),
-              bytes / 1048576.0, dtype_name(type), dt);
+              bytes / 1048576.0, recipe ? recipe->name : dtype_name(type), dt);
   std::fflush(stdout);
   if (!no_check) check_quality(in, pos[1], check_text, check_windows, pool);
   return kExitOk;

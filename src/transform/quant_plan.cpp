@@ -2,13 +2,16 @@
 // quant_plan.h.
 #include "transform/quant_plan.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <regex>
 
 #include <fmt/format.h>
 
 #include "kernels/registry.h"
 #include "model/archs/archs.h"
+#include "model/config.h"
 #include "quant/quantize.h"
 #include "transform/quantizer.h"
 
@@ -54,6 +57,7 @@ const char* quant_method_name(QuantMethod m) {
     case QuantMethod::kRtn: return "rtn";
     case QuantMethod::kImatrix: return "imatrix";
     case QuantMethod::kGptq: return "gptq";
+    case QuantMethod::kAwq: return "awq";
   }
   return "?";
 }
@@ -98,14 +102,52 @@ int llama_file_type(DType t) {
 }
 
 Result<QuantPlan> plan_quantization(const ModelFile& src, const ConvertOptions& opts) {
-  if (!convertible_to(opts.type)) return Status::errorf("cannot convert to type {}", dtype_name(opts.type));
+  const DType base = opts.recipe ? opts.recipe->base : opts.type;
+  if (!convertible_to(base)) return Status::errorf("cannot convert to type {}", dtype_name(base));
   QuantPlan plan;
-  plan.file_type = opts.type;
+  plan.file_type = base;
+  std::vector<std::pair<std::regex, DType>> overrides;
+  for (const TensorTypeOverride& o : opts.tensor_types) {
+    if (!convertible_to(o.type)) return Status::errorf("cannot convert to type {}", dtype_name(o.type));
+    try {
+      overrides.emplace_back(std::regex(o.pattern), o.type);
+    } catch (const std::regex_error& err) {
+      return Status::errorf("--tensor-type pattern '{}': {}", o.pattern, err.what());
+    }
+  }
+  QuantRecipeModel rm;
+  rm.tied = src.tensors.find("output.weight") == src.tensors.end();
+  rm.has_imatrix = opts.has_imatrix;
+  if (opts.recipe) {
+    auto cfg = config_from_metadata(src.metadata);
+    if (!cfg) return cfg.status().with_context("quantization recipe");
+    rm.n_layer = cfg->n_layer;
+    if (!cfg->layers.empty() && cfg->layers[0].n_head_kv > 0) rm.n_gqa = cfg->layers[0].n_head / cfg->layers[0].n_head_kv;
+    rm.is_70b = cfg->arch == "llama" && cfg->n_layer == 80 && cfg->n_head != cfg->n_head_kv;
+  }
+  // llama.cpp numbers the attn_v and ffn_down tensors its rules see (those
+  // no --tensor-type names) in layer order; the rules use that number.
+  std::map<std::string, int> rule_index;
+  if (opts.recipe) {
+    std::map<TensorRole, std::vector<std::pair<int, std::string>>> seq;
+    for (const auto& [name, t] : src.tensors) {
+      int layer = -1;
+      const TensorRole role = role_from_gguf_name(name, &layer);
+      if (!is_weight_matrix(t) || (role != TensorRole::kAttnV && role != TensorRole::kFfnDown)) continue;
+      bool manual = false;
+      for (const auto& ov : overrides) manual |= !is_float_type(base) && std::regex_search(name, ov.first);
+      if (!manual) seq[role].emplace_back(layer, name);
+    }
+    for (auto& [role, v] : seq) {
+      std::sort(v.begin(), v.end());
+      for (size_t i = 0; i < v.size(); ++i) rule_index[v[i].second] = static_cast<int>(i);
+    }
+  }
   bool permute_qk = false;
   int64_t head_dim = 0;
   EMBER_RETURN_IF_ERROR(qk_permutation(src, &permute_qk, &head_dim));
   if (permute_qk) plan.metadata.emplace_back(*src.architecture() + ".rope.type", Metadata::make_string("normal"));
-  for (DType t : {opts.output_type.value_or(opts.type), opts.token_embd_type.value_or(opts.type)})
+  for (DType t : {opts.output_type.value_or(base), opts.token_embd_type.value_or(base)})
     if (!convertible_to(t)) return Status::errorf("cannot convert to type {}", dtype_name(t));
 
   const bool tied = src.tensors.find("output.weight") == src.tensors.end();
@@ -117,10 +159,32 @@ Result<QuantPlan> plan_quantization(const ModelFile& src, const ConvertOptions& 
     e.source = t.type;
     e.target = DType::kF32;
     if (is_weight_matrix(t)) {
-      e.target = opts.type;
+      e.target = base;
       const bool head = e.role == TensorRole::kOutput || (tied && e.role == TensorRole::kTokenEmbd);
-      if (head && opts.output_type) e.target = *opts.output_type;
-      else if (e.role == TensorRole::kTokenEmbd && opts.token_embd_type) e.target = *opts.token_embd_type;
+      bool fixed = true;
+      if (opts.recipe) {  // llama-quantize's order
+        if (e.role == TensorRole::kTokenEmbd && opts.token_embd_type) e.target = *opts.token_embd_type;
+        else if (e.role == TensorRole::kOutput && opts.output_type) e.target = *opts.output_type;
+        else fixed = false;
+      } else if (head && opts.output_type) {
+        e.target = *opts.output_type;
+      } else if (e.role == TensorRole::kTokenEmbd && opts.token_embd_type) {
+        e.target = *opts.token_embd_type;
+      } else {
+        fixed = false;
+      }
+      bool manual = false;
+      if (!fixed && !is_float_type(base))
+        for (const auto& [re, type] : overrides)
+          if (std::regex_search(name, re)) {
+            e.target = type, manual = true;
+            break;
+          }
+      if (!fixed && !manual && opts.recipe)
+        e.target = head && opts.output_type ? *opts.output_type
+                                            : quant_recipe_type(*opts.recipe, rm, e.role,
+                                                                                rule_index.count(name) ? rule_index[name] : e.layer,
+                                                                                t.ne[0]);
       const DType fit = fallback_row_type(e.target, t.ne[0]);
       if (fit != e.target) {
         if (!opts.allow_fallback)
@@ -146,7 +210,9 @@ Result<QuantPlan> plan_quantization(const ModelFile& src, const ConvertOptions& 
     }
     plan.entries.push_back(std::move(e));
   }
-  plan.metadata.emplace_back("general.file_type", Metadata::make_int(llama_file_type(opts.type), GgufType::kUint32));
+  plan.metadata.emplace_back(
+      "general.file_type",
+      Metadata::make_int(opts.recipe ? opts.recipe->file_type : llama_file_type(base), GgufType::kUint32));
   plan.metadata.emplace_back("general.quantization_version", Metadata::make_int(2, GgufType::kUint32));
   return plan;
 }

@@ -21,6 +21,7 @@
 #include "core/thread_pool.h"
 #include "model/archs/tensors.h"
 #include "model/io/model_file.h"
+#include "transform/quant_recipe.h"
 
 namespace ember {
 
@@ -36,6 +37,13 @@ struct ConvertOptions {
   // token_embd.weight when the model ties them) and the token embedding.
   std::optional<DType> output_type;
   std::optional<DType> token_embd_type;
+  // A llama.cpp mix (quant_recipe.h): every matrix gets the recipe's type
+  // for it (type is ignored); general.file_type is the recipe's.
+  std::optional<QuantRecipeInfo> recipe;
+  bool has_imatrix = false;  // the recipe's rules for a calibrated quantization
+  // --tensor-type overrides, first match wins (after output_type /
+  // token_embd_type, before the recipe's rules).
+  std::vector<TensorTypeOverride> tensor_types;
 };
 
 // How a tensor's new payload is made.
@@ -45,7 +53,7 @@ enum class QuantMethod : uint8_t {
   kRtn,      // quantized to a block type by round-to-nearest (RtnQuantizer)
   kImatrix,  // importance-weighted rounding with calibration statistics (ImatrixQuantizer)
   kGptq,     // GPTQ error feedback with calibration Hessians (run_gptq, transform/gptq_model.h)
-  // AWQ follows.
+  kAwq,      // AWQ scales folded layer by layer (run_awq, transform/awq_model.h), then kRtn / kImatrix
 };
 const char* quant_method_name(QuantMethod m);
 
@@ -95,7 +103,8 @@ bool convertible_to(DType t);
 int llama_file_type(DType t);
 
 // The plan for converting `src` with `opts`:
-//   - 2-D tensors named *.weight are matrices: opts.type; the output head
+//   - 2-D tensors named *.weight are matrices: opts.type, or the recipe's
+//     type for the tensor, or the first matching tensor_types override; the output head
 //     (output.weight, or token_embd.weight when there is no output.weight)
 //     gets opts.output_type and the embedding opts.token_embd_type when set;
 //     a type that does not fit the rows falls back (fallback_row_type) or,
