@@ -51,7 +51,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   if (!e || !draft) return e;
   DraftConfig dc;
   dc.block_size = cfg.block_size;
-  dc.kv_cache_bytes = cfg.spec.draft_kv_cache_bytes > 0 ? cfg.spec.draft_kv_cache_bytes : cfg.kv_cache_bytes;
+  // Drafting is for few sequences (the engine-wide switch-off): a quarter
+  // of the target's budget by default.
+  dc.kv_cache_bytes = cfg.spec.draft_kv_cache_bytes > 0 ? cfg.spec.draft_kv_cache_bytes : cfg.kv_cache_bytes / 4;
   dc.num_kv_blocks = cfg.spec.draft_kv_cache_bytes > 0 ? 0 : cfg.num_kv_blocks;
   dc.max_batch = cfg.max_num_batched_tokens;
   dc.method = cfg.spec.method;

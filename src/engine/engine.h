@@ -57,7 +57,8 @@ struct SpecConfig {
   int max_running = 0;
   // kDraft / kLayerSkip: the draft model (borrowed; outlives the engine),
   // run by a DraftProposer with its own KV cache of draft_kv_cache_bytes
-  // (0: the engine's kv_cache_bytes). Made by Engine::create(model, ...).
+  // (0: a quarter of kv_cache_bytes, or num_kv_blocks pages when that is
+  // set). Made by Engine::create(model, ...).
   const Model* draft_model = nullptr;
   size_t draft_kv_cache_bytes = 0;
   // Adaptive k (spec/adaptive_k.h): per request and step, k in [0, k] from
