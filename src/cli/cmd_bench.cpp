@@ -174,6 +174,9 @@ int bench_throughput(int argc, char** argv, int first) {
   o.engine.spec = *spec;
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
+  if (Status st = spec_opts.load_draft(*lm.model, &draft_model, &o.engine.spec); !st)
+    return usage_error(p, st.message());
   if (!dataset.empty()) {
     auto reqs = load_dataset(dataset, *lm.tokenizer, o.output_len);
     if (!reqs) return usage_error(p, reqs.status().message());

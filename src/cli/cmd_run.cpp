@@ -158,6 +158,8 @@ int cmd_run(int argc, char** argv, int first) {
   const Model& m = *lm.model;
   const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;
   const Tokenizer& tk = **tok;
+  std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
+  if (Status st = spec_opts.load_draft(m, &draft_model, &spec.value()); !st) return usage_error(p, st.message());
 
   std::vector<int32_t> ids;
   if (chat) {

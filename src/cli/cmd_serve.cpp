@@ -129,6 +129,8 @@ int cmd_serve(int argc, char** argv, int first) {
   const std::string& path = lm.path;
   const Model& m = *lm.model;
   const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;
+  std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
+  if (Status st = spec_opts.load_draft(m, &draft_model, &ec.spec); !st) return usage_error(p, st.message());
   if (served_name.empty()) {
     served_name = path;
     const size_t slash = served_name.find_last_of('/');

@@ -1,16 +1,63 @@
 // Speculative-decoding flags; see spec_options.h.
 #include "cli/spec_options.h"
 
+#include "engine/spec/draft_proposer.h"
+#include "engine/spec/layerskip.h"
+#include "tokenizer/tokenizer.h"
+
 namespace ember::cli {
 
 void SpecOptions::add_to(ArgParser& p) {
   p.option("--speculative-method", &method, "M",
-           "speculative decoding: ngram (prompt lookup) or none (default: off)");
+           "speculative decoding: ngram (prompt lookup), draft (--speculative-model), layerskip (the target with "
+           "--skip-layers skipped) or none (default: off)");
   p.option("--num-speculative-tokens", &k, "K", "draft tokens per step and request (default 4)");
   p.option("--ngram-min", &ngram_min, "N", "n-gram lookup: shortest suffix matched (default 1)");
   p.option("--ngram-max", &ngram_max, "N", "n-gram lookup: longest suffix matched, tried first (default 4)");
   p.option("--speculative-max-running", &max_running, "N",
            "no speculation in steps with more running sequences than this, 0 = always (default 4)");
+  p.option("--speculative-model", &draft_model, "PATH",
+           "draft model for --speculative-method draft (same tokenizer as the target)");
+  p.option("--skip-layers", &skip_layers, "SPEC",
+           "layers the layerskip draft skips: odd, even, last-third, last-half, middle-third or a list like 4,6,8-11 "
+           "(default last-third)");
+  p.flag("--speculative-adaptive", &adaptive,
+         "adaptive k: per request and step 0..K drafts from its acceptance and the measured draft cost");
+  p.option("--speculative-verify-cost", &verify_cost, "C",
+           "adaptive k: cost of one more verified position, as a fraction of a decode step (default 0.05)");
+}
+
+namespace {
+// The vocabulary keys of a model file's metadata, from the tokenizer files
+// of a Hugging Face folder when the metadata has none.
+Metadata vocabulary_metadata(const Model& m) {
+  Metadata md = m.file().metadata;
+  if (const std::string* dir = md.get_string("ember.hf.dir"); dir && !md.find("tokenizer.ggml.tokens"))
+    (void)metadata_from_hf_tokenizer(*dir, &md);  // no tokenizer files: compared by size only
+  return md;
+}
+}  // namespace
+
+Status SpecOptions::load_draft(const Model& target, std::unique_ptr<Model>* holder, SpecConfig* c) const {
+  if (c->method == SpecMethod::kLayerSkip) {
+    auto skip = parse_skip_layers(skip_layers, target.config().n_layer);
+    if (!skip) return Status::errorf("--skip-layers: {}", skip.status().message());
+    auto d = make_layer_skip_model(target, skip.value());
+    if (!d) return d.status();
+    *holder = std::move(d.value());
+  } else if (c->method == SpecMethod::kDraft) {
+    if (draft_model.empty()) return Status::error("--speculative-method draft needs --speculative-model PATH");
+    auto d = Model::load(draft_model);
+    if (!d) return Status::errorf("--speculative-model: {}", d.status().message());
+    const Metadata tv = vocabulary_metadata(target), dv = vocabulary_metadata(*d.value());
+    if (Status st = check_same_vocabulary(tv, target.config().n_vocab, dv, d.value()->config().n_vocab); !st)
+      return Status::errorf("--speculative-model {}: {}", draft_model, st.message());
+    *holder = std::move(d.value());
+  } else {
+    return Status::ok();
+  }
+  c->draft_model = holder->get();
+  return Status::ok();
 }
 
 Result<SpecConfig> SpecOptions::to_config() const {
@@ -24,6 +71,13 @@ Result<SpecConfig> SpecOptions::to_config() const {
   c.ngram_min = ngram_min;
   c.ngram_max = ngram_max;
   c.max_running = max_running;
+  c.adaptive = adaptive;
+  c.verify_cost = verify_cost;
+  if (c.method == SpecMethod::kDraft && draft_model.empty())
+    return Status::error("--speculative-method draft needs --speculative-model PATH");
+  if (c.method != SpecMethod::kDraft && !draft_model.empty())
+    return Status::error("--speculative-model is for --speculative-method draft");
+  if (c.method == SpecMethod::kDraft || c.method == SpecMethod::kLayerSkip) return c;  // validated with the model
   EMBER_RETURN_IF_ERROR(c.validate());
   return c;
 }

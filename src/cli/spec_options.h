@@ -1,9 +1,12 @@
 // Speculative-decoding flags shared by `ember run`, `ember serve` and
 // `ember bench` (vLLM's names where it has them): --speculative-method,
 // --num-speculative-tokens, --ngram-min/--ngram-max (vLLM's
-// prompt_lookup_min/max), --speculative-max-running (engine-wide switch-off).
+// prompt_lookup_min/max), --speculative-max-running (engine-wide switch-off),
+// --speculative-model PATH (draft), --skip-layers SPEC (layerskip),
+// --speculative-adaptive and --speculative-verify-cost (adaptive k).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "cli/args.h"
@@ -16,12 +19,21 @@ struct SpecOptions {
   int k = 4;
   int ngram_min = 1, ngram_max = 4;
   int max_running = kDefaultSpecMaxRunning;
+  std::string draft_model;  // --speculative-model
+  std::string skip_layers = "last-third";  // --skip-layers
+  bool adaptive = false;     // --speculative-adaptive
+  float verify_cost = 0.05f;  // --speculative-verify-cost
   static constexpr int kDefaultSpecMaxRunning = 4;
 
   void add_to(ArgParser& p);
   bool given() const { return !method.empty(); }
   // The engine's SpecConfig; an error names the flag.
   Result<SpecConfig> to_config() const;
+  // For draft / layerskip: loads the draft model (checking that its
+  // vocabulary is the target's, tokenizer files of Hugging Face folders
+  // included) or builds the layer-skipped target into *holder, and points
+  // c->draft_model at it. Nothing to do for other methods.
+  Status load_draft(const Model& target, std::unique_ptr<Model>* holder, SpecConfig* c) const;
 };
 
 }  // namespace ember::cli

@@ -6,6 +6,8 @@
 #include <chrono>
 
 #include "engine/cpu_model_runner.h"
+#include "engine/spec/adaptive_k.h"
+#include "engine/spec/draft_proposer.h"
 #include "engine/spec/ngram_proposer.h"
 
 namespace ember {
@@ -25,6 +27,10 @@ Status SpecConfig::validate() const {
     return Status::errorf("number of speculative tokens must be in [1, {}] (got {})", kMaxSpecTokens,
                           num_speculative_tokens);
   if (max_running < 0) return Status::errorf("speculation max running must be >= 0 (got {})", max_running);
+  if (!(draft_cost < 100) || !(verify_cost >= 0 && verify_cost < 100))
+    return Status::errorf("speculation costs out of range (draft {}, verify {})", draft_cost, verify_cost);
+  if ((method == SpecMethod::kDraft || method == SpecMethod::kLayerSkip) && !draft_model)
+    return Status::errorf("speculative method '{}' needs a draft model", spec_method_name(method));
   if (method == SpecMethod::kNgram) {
     NgramConfig nc;
     nc.min_n = ngram_min;
@@ -37,7 +43,25 @@ Status SpecConfig::validate() const {
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& pool, const EngineConfig& cfg) {
   if (cfg.max_num_batched_tokens < 1 || cfg.max_num_batched_tokens > (1 << 16))
     return Status::errorf("max_num_batched_tokens {} out of range [1, 65536]", cfg.max_num_batched_tokens);
-  return create(std::make_unique<CpuModelRunner>(model, pool, cfg.max_num_batched_tokens), cfg);
+  EngineConfig base = cfg;
+  const bool draft = cfg.spec.method == SpecMethod::kDraft || cfg.spec.method == SpecMethod::kLayerSkip;
+  if (draft) EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
+  if (draft) base.spec.method = SpecMethod::kNone;  // the proposer is set below
+  auto e = create(std::make_unique<CpuModelRunner>(model, pool, cfg.max_num_batched_tokens), base);
+  if (!e || !draft) return e;
+  DraftConfig dc;
+  dc.block_size = cfg.block_size;
+  // Drafting is for few sequences (the engine-wide switch-off): a quarter
+  // of the target's budget by default.
+  dc.kv_cache_bytes = cfg.spec.draft_kv_cache_bytes > 0 ? cfg.spec.draft_kv_cache_bytes : cfg.kv_cache_bytes / 4;
+  dc.num_kv_blocks = cfg.spec.draft_kv_cache_bytes > 0 ? 0 : cfg.num_kv_blocks;
+  dc.max_batch = cfg.max_num_batched_tokens;
+  dc.method = cfg.spec.method;
+  auto dp = DraftProposer::create(model, *cfg.spec.draft_model, pool, dc);
+  if (!dp) return dp.status().with_context("speculative decoding");
+  e.value()->cfg_.spec = cfg.spec;
+  e.value()->proposer_ = std::move(dp.value());
+  return e;
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg) {
@@ -52,6 +76,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
   if (!(cfg.batch_window_s >= 0 && cfg.batch_window_s <= 3600))
     return Status::errorf("batch window {} s out of range [0, 3600]", cfg.batch_window_s);
   EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
+  if (cfg.spec.method == SpecMethod::kDraft || cfg.spec.method == SpecMethod::kLayerSkip)
+    return Status::error("speculative decoding: a draft-model proposer needs the engine over a Model "
+                         "(Engine::create(model, pool, cfg))");
   auto e = std::unique_ptr<Engine>(new Engine(cfg));
   if (cfg.spec.method == SpecMethod::kNgram) {
     NgramConfig nc;
@@ -232,6 +259,8 @@ Result<StepOutput> Engine::step() {
   pending_finished_.clear();
   if (!has_work()) return out;
 
+  propose_seconds_ = 0;
+  propose_k_ = 0;
   EMBER_RETURN_IF_ERROR(propose());
   SchedulerOutput so = scheduler_->schedule();
   if (so.empty()) {
@@ -240,8 +269,13 @@ Result<StepOutput> Engine::step() {
   }
   // KV memory ops (copy-on-write, swap) and one ragged forward pass over
   // every scheduled token.
+  const double t_exec = now_seconds();
   auto rows = runner_->execute(so);
   if (!rows) return rows.status();
+  if (propose_k_ > 0) {  // draft cost per draft step, relative to this target step
+    const double exec = now_seconds() - t_exec;
+    if (exec > 0) draft_cost_ = 0.8 * draft_cost_ + 0.2 * (propose_seconds_ / propose_k_ / exec);
+  }
   if (so.scheduled.empty()) {
     out.seconds = now_seconds() - t0;
     return out;
@@ -290,7 +324,10 @@ double Engine::seconds_until_admission() const { return scheduler_->seconds_unti
 Status Engine::propose() {
   if (!proposer_) return Status::ok();
   const std::vector<Request*>& run = scheduler_->running();
-  for (Request* r : run) r->spec_tokens.clear();
+  for (Request* r : run) {
+    r->spec_tokens.clear();
+    r->spec_q.clear();
+  }
   if (cfg_.spec.max_running > 0 && static_cast<int>(run.size()) > cfg_.spec.max_running) return Status::ok();
   propose_items_.clear();
   if (proposals_.size() < run.size()) proposals_.resize(run.size());
@@ -301,19 +338,36 @@ Status Engine::propose() {
     if (k <= 0 || r->n_fork > 0 || r->num_tokens() - r->num_computed_tokens != 1 || r->needs_prompt_rows()) continue;
     k = static_cast<int>(std::min<int64_t>({k, r->max_tokens - r->n_output() - 1, max_seq_len_ - r->num_tokens() - 1}));
     if (k <= 0) continue;
+    if (cfg_.spec.adaptive) {
+      const double cd = cfg_.spec.draft_cost >= 0 ? cfg_.spec.draft_cost : draft_cost_;
+      k = spec_choose_k(spec_alpha(r->spec_acc), k, cd, cfg_.spec.verify_cost);
+      if (k == 0) {
+        spec_idle(&r->spec_acc);
+        continue;
+      }
+    }
+    propose_k_ = std::max(propose_k_, k);
     propose_items_.push_back({r, k, &proposals_[propose_items_.size()]});
   }
   if (propose_items_.empty()) return Status::ok();
+  const double t0 = now_seconds();
   EMBER_RETURN_IF_ERROR(proposer_->propose(propose_items_));
+  propose_seconds_ = now_seconds() - t0;
   for (const ProposeItem& it : propose_items_) {
     const Proposal& p = *it.out;
     if (static_cast<int>(p.tokens.size()) > it.max_k)
       return Status::errorf("proposer returned {} draft tokens, at most {} asked", p.tokens.size(), it.max_k);
     for (int32_t t : p.tokens)
       if (t < 0 || t >= n_vocab_) return Status::errorf("proposer returned token id {} out of range", t);
-    if (!p.q.empty()) return Status::error("draft distributions are not supported by the verifier yet");
+    if (!p.q.empty() && p.q.size() != p.tokens.size())
+      return Status::errorf("proposer returned {} draft distributions for {} tokens", p.q.size(), p.tokens.size());
+    for (const std::vector<float>& q : p.q)
+      if (static_cast<int>(q.size()) != n_vocab_)
+        return Status::errorf("proposer returned a draft distribution of {} entries, the vocabulary has {}", q.size(),
+                              n_vocab_);
     Request* r = const_cast<Request*>(it.req);  // the engine owns it
     r->spec_tokens = p.tokens;
+    r->spec_q.swap(it.out->q);
   }
   return Status::ok();
 }
@@ -330,16 +384,28 @@ void Engine::verify(const ScheduledRequest& sr, float* rows, StepOutput* out) {
   const int V = n_vocab_;
   drafts_.assign(r->spec_tokens.begin(), r->spec_tokens.end());
   const int k = static_cast<int>(drafts_.size());
+  // Drafts drawn from a distribution q: the rejection rule per position
+  // (sample_draft), the bonus row sampled plainly.
+  const bool with_q = r->spec_q.size() >= static_cast<size_t>(k);
   int accepted = 0;
   FinishReason reason = FinishReason::kNone;
   for (int j = 0; j <= k; ++j) {
-    reason = output_->sample(*r, rows + static_cast<size_t>(j) * V, &out->tokens);
+    float* row = rows + static_cast<size_t>(j) * V;
+    bool match = false;
+    if (with_q && j < k) {
+      reason = output_->sample_draft(*r, row, drafts_[j], r->spec_q[static_cast<size_t>(j)].data(), &match,
+                                     &out->tokens);
+    } else {
+      reason = output_->sample(*r, row, &out->tokens);
+      match = j < k && r->tokens.back() == drafts_[j];
+    }
     ++stats_.n_generated_tokens;
-    const bool match = j < k && r->tokens.back() == drafts_[j];
     accepted += match;
     if (reason != FinishReason::kNone || !match) break;  // a stop inside the burst drops the drafts after it
   }
   scheduler_->on_verified(sr);
+  r->spec_q.clear();
+  spec_observe(&r->spec_acc, k, accepted);
   SpecCounters& c = stats_.spec;
   ++c.n_verifications;
   c.n_draft_tokens += k;

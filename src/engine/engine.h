@@ -55,6 +55,20 @@ struct SpecConfig {
   // bound, where verifying k extra positions per sequence costs more than
   // the accepted tokens save.
   int max_running = 0;
+  // kDraft / kLayerSkip: the draft model (borrowed; outlives the engine),
+  // run by a DraftProposer with its own KV cache of draft_kv_cache_bytes
+  // (0: a quarter of kv_cache_bytes, or num_kv_blocks pages when that is
+  // set). Made by Engine::create(model, ...).
+  const Model* draft_model = nullptr;
+  size_t draft_kv_cache_bytes = 0;
+  // Adaptive k (spec/adaptive_k.h): per request and step, k in [0, k] from
+  // its measured acceptance, the cost of a draft step (draft_cost >= 0: that
+  // fraction of a target step; < 0: measured, proposer time over target
+  // forward time per draft step) and of one more verified position
+  // (verify_cost, a fraction of a target decode step).
+  bool adaptive = false;
+  double draft_cost = -1;
+  double verify_cost = 0.05;
   Status validate() const;
 };
 
@@ -241,6 +255,9 @@ class Engine {
   std::vector<ProposeItem> propose_items_;
   std::vector<Proposal> proposals_;
   std::vector<int32_t> drafts_;
+  double draft_cost_ = 0;    // measured draft-step cost relative to a target step (adaptive k)
+  double propose_seconds_ = 0;  // this step's proposer time
+  int propose_k_ = 0;           // this step's largest k asked
   EngineStats stats_;
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/spec/rejection.h"
 #include "kernels/ops.h"
 
 namespace ember {
@@ -65,6 +66,27 @@ void OutputProcessor::prompt_logprobs(Request& r, int64_t pos0, int64_t n, const
 }
 
 FinishReason OutputProcessor::sample(Request& r, float* lg, std::vector<TokenEvent>* out) {
+  const double lse = prepare(r, lg);
+  const int32_t tok = r.sampler->sample(lg, n_vocab_);
+  return emit(r, tok, lse, out);
+}
+
+FinishReason OutputProcessor::sample_draft(Request& r, float* lg, int32_t draft, const float* q, bool* accepted,
+                                           std::vector<TokenEvent>* out) {
+  const int V = n_vocab_;
+  const double lse = prepare(r, lg);
+  p_.resize(V);
+  r.sampler->distribution(lg, V, p_.data());
+  const double u = r.sampler->uniform();
+  int32_t tok = draft;
+  *accepted = spec_accept(p_[draft], q[draft], u);
+  if (!*accepted) tok = spec_residual_sample(p_.data(), q, draft, V, r.sampler->uniform());
+  return emit(r, tok, lse, out);
+}
+
+// Before a token is chosen from row lg: the raw row's log-sum-exp and a copy
+// of it (log-probabilities), then the logits processor.
+double OutputProcessor::prepare(Request& r, float* lg) {
   const int V = n_vocab_;
   double lse = 0;
   if (r.want_logprobs) {
@@ -73,7 +95,13 @@ FinishReason OutputProcessor::sample(Request& r, float* lg, std::vector<TokenEve
     raw_.assign(lg, lg + V);
   }
   if (r.logits_processor) r.logits_processor->process(r.tokens.data(), r.num_tokens(), r.n_prompt, lg, V);
-  const int32_t tok = r.sampler->sample(lg, V);
+  return lse;
+}
+
+// The chosen token joins the request: sampler and processor state, tokens,
+// log-probabilities, the event; then the stop / length decision.
+FinishReason OutputProcessor::emit(Request& r, int32_t tok, double lse, std::vector<TokenEvent>* out) {
+  const int V = n_vocab_;
   r.sampler->accept(tok);
   if (r.logits_processor) r.logits_processor->accept(tok);
   r.tokens.push_back(tok);

@@ -71,6 +71,16 @@ class OutputProcessor {
   // now (kStop: a stop token; kLength: max_tokens or max_seq_len), or kNone.
   FinishReason sample(Request& r, float* logits, std::vector<TokenEvent>* out);
 
+  // Speculative verification of a draft token drawn from the draft
+  // distribution q [n_vocab]: as sample() up to the target distribution p
+  // (logits processor, penalties, temperature, top-k/top-p/min-p; the
+  // sampler's distribution()), then the rejection rule (spec/rejection.h)
+  // with the sampler's RNG: *accepted and the draft is appended, or the
+  // token drawn from normalized max(0, p - q) is. The appended token is
+  // distributed exactly as p.
+  FinishReason sample_draft(Request& r, float* logits, int32_t draft, const float* q, bool* accepted,
+                            std::vector<TokenEvent>* out);
+
   // Sample k (1 <= k <= parent.n_fork) of a request whose prompt was just
   // computed: the same tokens and settings, seed + k, its own sampler and a
   // clone of the parent's logits processor. The caller gives it a seq_id
@@ -78,8 +88,12 @@ class OutputProcessor {
   std::unique_ptr<Request> fork(const Request& parent, int k);
 
  private:
+  double prepare(Request& r, float* logits);
+  FinishReason emit(Request& r, int32_t tok, double lse, std::vector<TokenEvent>* out);
+
   int n_vocab_;
   int64_t max_seq_len_;
+  std::vector<float> p_;            // the target distribution (sample_draft)
   std::vector<float> raw_;          // one raw logits row (logprobs)
   SamplerScratch sampler_scratch_;  // shared by every request's sampler
 };

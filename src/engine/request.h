@@ -14,6 +14,7 @@
 
 #include "engine/logits_processor.h"
 #include "engine/sampler.h"
+#include "engine/spec/adaptive_k.h"
 
 namespace ember {
 
@@ -36,6 +37,10 @@ struct Request {
   // without speculative decoding). Their KV slots are lookahead slots: they
   // are never registered in the prefix cache and are rolled back if rejected.
   std::vector<int32_t> spec_tokens;
+  // Their draft distributions when drawn from one ([k][n_vocab], rows in
+  // spec_tokens order; empty: point masses). Read only for the first
+  // spec_tokens.size() rows.
+  std::vector<std::vector<float>> spec_q;
 
   std::unique_ptr<Sampler> sampler;                    // RNG + penalty history (survives preemption)
   std::unique_ptr<LogitsProcessor> logits_processor;   // optional
@@ -60,6 +65,7 @@ struct Request {
   // Speculative tokens this request may be given per step (-1: the
   // engine's setting; 0: none).
   int num_speculative_tokens = -1;
+  SpecAcceptance spec_acc;  // acceptance so far (adaptive k)
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   // Token at position p of tokens followed by spec_tokens (what a

@@ -101,6 +101,21 @@ int32_t Sampler::sample(float* logits, int n_vocab) {
   if (p_.temperature <= 0.f) return argmax(logits, n_vocab);
   const float inv_t = 1.0f / p_.temperature;
   if (p_.top_k <= 0 && p_.top_p >= 1.f) return sample_unsorted(logits, n_vocab, inv_t);
+  double kept = 0.0;
+  const size_t keep = candidates(logits, n_vocab, inv_t, &kept);
+  std::uniform_real_distribution<double> uni(0.0, kept);
+  const double r = uni(rng_);
+  double cum = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    cum += sc_->probs[i];
+    if (r < cum) return sc_->idx[i];
+  }
+  return sc_->idx[keep - 1];
+}
+
+// Top-k / top-p / min-p candidates, best first, in sc_->idx / sc_->probs
+// (unnormalized); returns how many are kept, *kept their total weight.
+size_t Sampler::candidates(const float* logits, int n_vocab, float inv_t, double* kept_out) {
   auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   size_t n_cand;
   if (p_.top_k > 0) {
@@ -168,20 +183,13 @@ int32_t Sampler::sample(float* logits, int n_vocab) {
   }
   double kept = 0.0;
   for (size_t i = 0; i < keep; ++i) kept += sc_->probs[i];
-  std::uniform_real_distribution<double> uni(0.0, kept);
-  const double r = uni(rng_);
-  double cum = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    cum += sc_->probs[i];
-    if (r < cum) return sc_->idx[i];
-  }
-  return sc_->idx[keep - 1];
+  *kept_out = kept;
+  return keep;
 }
 
-// No top-k / top-p: nothing needs an order, so sample straight from the
-// softmax over the whole vocabulary (min-p is a threshold on it): O(V), no
-// sort. The draw walks the vocabulary in id order.
-int32_t Sampler::sample_unsorted(const float* logits, int n_vocab, float inv_t) {
+// Softmax over the whole vocabulary (sc_->probs) and the min-p threshold;
+// *kept: the total weight of the tokens at or above it.
+float Sampler::dense_probs(const float* logits, int n_vocab, float inv_t, double* kept_out) {
   sc_->probs.resize(n_vocab);
   for (int i = 0; i < n_vocab; ++i) sc_->probs[i] = logits[i] * inv_t;
   softmax_row(sc_->probs.data(), n_vocab);
@@ -191,6 +199,16 @@ int32_t Sampler::sample_unsorted(const float* logits, int n_vocab, float inv_t) 
   double kept = 0.0;
   for (int i = 0; i < n_vocab; ++i)
     if (sc_->probs[i] >= thresh) kept += sc_->probs[i];
+  *kept_out = kept;
+  return thresh;
+}
+
+// No top-k / top-p: nothing needs an order, so sample straight from the
+// softmax over the whole vocabulary (min-p is a threshold on it): O(V), no
+// sort. The draw walks the vocabulary in id order.
+int32_t Sampler::sample_unsorted(const float* logits, int n_vocab, float inv_t) {
+  double kept = 0.0;
+  const float thresh = dense_probs(logits, n_vocab, inv_t, &kept);
   std::uniform_real_distribution<double> uni(0.0, kept);
   const double r = uni(rng_);
   double cum = 0.0;
@@ -202,6 +220,30 @@ int32_t Sampler::sample_unsorted(const float* logits, int n_vocab, float inv_t) 
     if (r < cum) return i;
   }
   return last;
+}
+
+void Sampler::distribution(float* logits, int n_vocab, float* p) {
+  apply_penalties(logits, n_vocab);
+  std::fill(p, p + n_vocab, 0.f);
+  if (p_.temperature <= 0.f) {
+    p[argmax(logits, n_vocab)] = 1.f;
+    return;
+  }
+  const float inv_t = 1.0f / p_.temperature;
+  double kept = 0.0;
+  if (p_.top_k <= 0 && p_.top_p >= 1.f) {
+    const float thresh = dense_probs(logits, n_vocab, inv_t, &kept);
+    for (int i = 0; i < n_vocab; ++i)
+      if (sc_->probs[i] >= thresh && sc_->probs[i] > 0.f) p[i] = static_cast<float>(sc_->probs[i] / kept);
+    return;
+  }
+  const size_t keep = candidates(logits, n_vocab, inv_t, &kept);
+  for (size_t i = 0; i < keep; ++i) p[sc_->idx[i]] = static_cast<float>(sc_->probs[i] / kept);
+}
+
+double Sampler::uniform() {
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  return uni(rng_);
 }
 
 }  // namespace ember

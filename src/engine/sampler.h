@@ -47,6 +47,14 @@ class Sampler {
 
   // Samples a token from logits [n_vocab] (modified in place).
   int32_t sample(float* logits, int n_vocab);
+  // The distribution sample() would draw from for these logits (modified in
+  // place: penalties), as probabilities p [n_vocab] summing to 1 (0 outside
+  // the top-k / top-p / min-p set; greedy: one-hot at the argmax). Draws
+  // nothing. Speculative decoding's p and q (spec/rejection.h).
+  void distribution(float* logits, int n_vocab, float* p);
+  // A uniform draw in [0, 1) from this sampler's seeded RNG (the rejection
+  // rule's coins).
+  double uniform();
   // Records a token as part of the context (prompt or generated) for penalties.
   void accept(int32_t token);
   void reset();
@@ -69,6 +77,8 @@ class Sampler {
  private:
   void apply_penalties(float* logits, int n_vocab);
   int32_t sample_unsorted(const float* logits, int n_vocab, float inv_t);
+  size_t candidates(const float* logits, int n_vocab, float inv_t, double* kept);
+  float dense_probs(const float* logits, int n_vocab, float inv_t, double* kept);
 
   SamplingParams p_;
   std::mt19937_64 rng_;

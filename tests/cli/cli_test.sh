@@ -37,6 +37,15 @@ expect_rc 2 "bench serve: bad rate" "$EMBER" bench serve --request-rate -3
 expect_rc 2 "bad quantize type" "$EMBER" quantize a b --type q9_9
 expect_rc 2 "perplexity without -f" "$EMBER" perplexity
 expect_rc 2 "gen-model bad shape" "$EMBER" gen-model --shape nope -o "$tmp/x.gguf"
+expect_rc 2 "draft method without a draft model" "$EMBER" run -m "$tmp/none.gguf" -p hi --speculative-method draft
+if [ -f "$MODEL" ]; then  # a skip set that skips every layer; a draft whose vocabulary is not the target's
+  expect_rc 2 "skip-layers: every layer" "$EMBER" run -m "$MODEL" -p hi -n 2 --speculative-method layerskip \
+    --skip-layers 0-17
+  grep -q "skips all 18 layers" /tmp/ember_cli_out.$$ || { echo "FAIL: skip-layers message"; fail=$((fail + 1)); }
+  expect_rc 2 "draft tokenizer mismatch" "$EMBER" run -m "$MODEL" -p hi -n 2 --speculative-method draft \
+    --speculative-model "$ROOT/tests/data/model/hf_qwen2"
+  grep -q "tokenizers must match" /tmp/ember_cli_out.$$ || { echo "FAIL: draft mismatch message"; fail=$((fail + 1)); }
+fi
 # quantize: the quality check against the source model.
 "$EMBER" gen-model --arch llama --n-layer 2 --n-embd 64 --n-ff 128 --n-head 4 --n-vocab 300 --type f32 \
   -o "$tmp/tiny.gguf" >/dev/null 2>&1

@@ -8,13 +8,17 @@ namespace ember {
 Result<SpecMethod> parse_spec_method(const std::string& s) {
   if (s == "none" || s.empty()) return SpecMethod::kNone;
   if (s == "ngram") return SpecMethod::kNgram;
-  return Status::errorf("unknown speculative method '{}' (expected ngram or none)", s);
+  if (s == "draft") return SpecMethod::kDraft;
+  if (s == "layerskip") return SpecMethod::kLayerSkip;
+  return Status::errorf("unknown speculative method '{}' (expected ngram, draft, layerskip or none)", s);
 }
 
 const char* spec_method_name(SpecMethod m) {
   switch (m) {
     case SpecMethod::kNone: return "none";
     case SpecMethod::kNgram: return "ngram";
+    case SpecMethod::kDraft: return "draft";
+    case SpecMethod::kLayerSkip: return "layerskip";
   }
   return "?";
 }

@@ -20,9 +20,11 @@
 
 namespace ember {
 
-enum class SpecMethod { kNone, kNgram };
+// kDraft: a smaller model with the target's vocabulary (draft_proposer.h);
+// kLayerSkip: the target itself with layers skipped (layerskip.h).
+enum class SpecMethod { kNone, kNgram, kDraft, kLayerSkip };
 
-// Parses "ngram" / "none" (the --speculative-method values ember knows).
+// Parses "ngram" / "draft" / "layerskip" / "none" (the --speculative-method values ember knows).
 Result<SpecMethod> parse_spec_method(const std::string& s);
 const char* spec_method_name(SpecMethod m);
 

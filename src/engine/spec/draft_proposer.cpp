@@ -1,0 +1,217 @@
+// Draft-model proposer; see draft_proposer.h.
+#include "engine/spec/draft_proposer.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace ember {
+
+Status check_same_vocabulary(const Metadata& t, int t_vocab, const Metadata& d, int d_vocab) {
+  if (t_vocab != d_vocab)
+    return Status::errorf("draft model vocabulary has {} tokens, the target's {}: the tokenizers must match", d_vocab,
+                          t_vocab);
+  const GgufValue* tt = t.find("tokenizer.ggml.tokens");
+  const GgufValue* dt = d.find("tokenizer.ggml.tokens");
+  if ((tt == nullptr) != (dt == nullptr))
+    return Status::error("only one of the target and draft models lists its vocabulary: cannot check that the "
+                         "tokenizers match");
+  if (tt) {
+    if (tt->strings.size() != dt->strings.size())
+      return Status::errorf("draft tokenizer has {} tokens, the target's {}", dt->strings.size(), tt->strings.size());
+    for (size_t i = 0; i < tt->strings.size(); ++i)
+      if (tt->strings[i] != dt->strings[i])
+        return Status::errorf("draft tokenizer differs from the target's at token {}: '{}' vs '{}'", i,
+                              dt->strings[i], tt->strings[i]);
+  }
+  const std::string* tm = t.get_string("tokenizer.ggml.model");
+  const std::string* dm = d.get_string("tokenizer.ggml.model");
+  if (tm && dm && *tm != *dm)
+    return Status::errorf("draft tokenizer is a '{}' tokenizer, the target's '{}'", *dm, *tm);
+  for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"}) {
+    const auto a = t.get_int(key), b = d.get_int(key);
+    if (a && b && *a != *b) return Status::errorf("draft tokenizer's {} is {}, the target's {}", key, *b, *a);
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target, const Model& draft,
+                                                             ThreadPool& pool, const DraftConfig& cfg) {
+  // The vocabulary lists where both files carry one (ember's command line
+  // also reads the tokenizer files of Hugging Face folders before this).
+  const Metadata& tm = target.file().metadata;
+  const Metadata& dm = draft.file().metadata;
+  const bool lists = tm.find("tokenizer.ggml.tokens") && dm.find("tokenizer.ggml.tokens");
+  EMBER_RETURN_IF_ERROR(check_same_vocabulary(lists ? tm : Metadata(), target.config().n_vocab,
+                                              lists ? dm : Metadata(), draft.config().n_vocab));
+  if (cfg.block_size < 1) return Status::errorf("draft KV block size must be >= 1 (got {})", cfg.block_size);
+  if (cfg.max_batch < 1 || cfg.max_batch > (1 << 16))
+    return Status::errorf("draft batch of {} tokens out of range [1, 65536]", cfg.max_batch);
+  auto p = std::unique_ptr<DraftProposer>(new DraftProposer(cfg, target.config().n_vocab));
+  p->runner_ = std::make_unique<CpuModelRunner>(draft, pool, cfg.max_batch);
+  const KvLayout layout = KvLayout::from_spec(p->runner_->kv_spec(), true);
+  auto n_blocks = p->runner_->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks);
+  if (!n_blocks) return n_blocks.status().with_context("draft model KV cache");
+  p->kv_ = std::make_unique<KvCacheManager>(layout, cfg.block_size, n_blocks.value(), false, 0);
+  return p;
+}
+
+void DraftProposer::drop(uint64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return;
+  kv_->remove(it->second->shadow);
+  seqs_.erase(it);
+}
+
+void DraftProposer::release(const Request& r) { drop(r.seq_id); }
+
+bool DraftProposer::evict_idle() {
+  std::vector<uint64_t> idle;
+  for (const auto& [id, s] : seqs_)
+    if (s->last_used != step_) idle.push_back(id);
+  for (uint64_t id : idle) drop(id);
+  return !idle.empty();
+}
+
+// The request's state in the draft: its final tokens, the draft KV rolled
+// back to the longest prefix it shares with them.
+DraftProposer::Seq& DraftProposer::sync(const Request& r) {
+  auto it = seqs_.find(r.seq_id);
+  if (it == seqs_.end()) {
+    auto s = std::make_unique<Seq>();
+    s->req = &r;
+    s->shadow.seq_id = r.seq_id;
+    s->shadow.sampling = r.sampling;
+    s->shadow.sampler = std::make_unique<Sampler>(r.sampling);
+    s->shadow.sampler->use_scratch(&scratch_);
+    s->rng.seed(r.sampling.seed ^ 0x9E3779B97F4A7C15ull);
+    kv_->add(s->shadow);
+    it = seqs_.emplace(r.seq_id, std::move(s)).first;
+  }
+  Seq& s = *it->second;
+  s.last_used = step_;
+  Request& sh = s.shadow;
+  int64_t same = 0;
+  const int64_t lim = std::min(sh.num_computed_tokens, r.num_tokens());
+  while (same < lim && sh.tokens[static_cast<size_t>(same)] == r.tokens[static_cast<size_t>(same)]) ++same;
+  // The last token is always run again: its logits give the first draft
+  // (the draft may hold it already when the target decoded without
+  // verifying, e.g. its drafts did not fit, and agreed with the draft).
+  same = std::min(same, r.num_tokens() - 1);
+  if (same < sh.num_computed_tokens) {
+    kv_->rollback(sh, sh.num_computed_tokens - same);
+    sh.num_computed_tokens = same;
+  }
+  sh.tokens = r.tokens;
+  sh.n_prompt = r.n_prompt;
+  kv_->release_out_of_window(sh);  // only final positions are computed now
+  sh.sampler->reset();
+  for (int32_t t : sh.tokens) sh.sampler->accept(t);
+  return s;
+}
+
+// The draft token from the draft's logits row (modified in place): see the
+// top of draft_proposer.h.
+int32_t DraftProposer::draw(Seq& s, float* row, std::vector<float>* q) {
+  Sampler& sm = *s.shadow.sampler;
+  int32_t tok;
+  if (s.shadow.sampling.temperature <= 0.f) {
+    tok = sm.sample(row, n_vocab_);
+  } else {
+    q->resize(n_vocab_);
+    sm.distribution(row, n_vocab_, q->data());
+    std::uniform_real_distribution<double> uni(0.0, 1.0);
+    const double r = uni(s.rng);
+    double cum = 0;
+    tok = -1;
+    for (int j = 0; j < n_vocab_; ++j) {
+      if ((*q)[j] <= 0.f) continue;
+      cum += (*q)[j];
+      tok = j;
+      if (r < cum) break;
+    }
+    EMBER_CHECK(tok >= 0);
+  }
+  sm.accept(tok);
+  return tok;
+}
+
+Status DraftProposer::propose(const std::vector<ProposeItem>& items) {
+  ++step_;
+  // Preempted requests (no longer running) give their draft KV back.
+  std::vector<uint64_t> gone;
+  for (const auto& [id, s] : seqs_)
+    if (!s->req->running()) gone.push_back(id);
+  for (uint64_t id : gone) drop(id);
+
+  struct Active {
+    Seq* s;
+    const ProposeItem* it;
+    int64_t n_final;  // the request's tokens (drafts start after them)
+    bool done;
+  };
+  std::vector<Active> act;
+  for (const ProposeItem& it : items) {
+    it.out->tokens.clear();
+    it.out->q.clear();
+    Seq& s = sync(*it.req);
+    act.push_back({&s, &it, s.shadow.num_tokens(), false});
+  }
+  const int V = n_vocab_;
+  // Rounds: one draft forward each over every active request's uncomputed
+  // tokens (chunked to the batch), then a draft token for each request whose
+  // slice reached its last token.
+  for (;;) {
+    SchedulerOutput so;
+    std::vector<size_t> who;  // act index per scheduled slice
+    int64_t budget = cfg_.max_batch;
+    for (size_t i = 0; i < act.size() && budget > 0; ++i) {
+      Active& a = act[i];
+      if (a.done) continue;
+      Request& sh = a.s->shadow;
+      const int64_t n = std::min<int64_t>(sh.num_tokens() - sh.num_computed_tokens, budget);
+      EMBER_CHECK(n > 0);
+      bool ok = kv_->allocate_slots(sh, n, 0, &so.kv_ops);
+      if (!ok && evict_idle()) ok = kv_->allocate_slots(sh, n, 0, &so.kv_ops);
+      if (!ok) {  // the draft pool is full: this request drafts no further now
+        a.done = true;
+        continue;
+      }
+      ScheduledRequest sr;
+      sr.req = &sh;
+      sr.pos0 = sh.num_computed_tokens;
+      sr.n_tokens = n;
+      sr.want_logits = sr.pos0 + n == sh.num_tokens();
+      so.scheduled.push_back(sr);
+      so.n_tokens += n;
+      so.n_logit_rows += sr.want_logits ? 1 : 0;
+      who.push_back(i);
+      budget -= n;
+    }
+    if (so.scheduled.empty()) break;
+    for (ScheduledRequest& sr : so.scheduled) sr.tables = &kv_->tables(*sr.req);
+    auto rows = runner_->execute(so);
+    if (!rows) return rows.status().with_context("draft model");
+    ++n_forwards_;
+    n_tokens_run_ += so.n_tokens;
+    int row = 0;
+    for (size_t j = 0; j < so.scheduled.size(); ++j) {
+      const ScheduledRequest& sr = so.scheduled[j];
+      Active& a = act[who[j]];
+      Request& sh = a.s->shadow;
+      sh.num_computed_tokens += sr.n_tokens;
+      if (!sr.want_logits) continue;
+      float* lg = rows.value() + static_cast<size_t>(row++) * V;
+      Proposal& p = *a.it->out;
+      std::vector<float> q;
+      const int32_t tok = draw(*a.s, lg, &q);
+      p.tokens.push_back(tok);
+      if (!q.empty()) p.q.push_back(std::move(q));
+      sh.tokens.push_back(tok);
+      if (static_cast<int>(p.tokens.size()) >= a.it->max_k) a.done = true;  // its last draft needs no KV
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace ember

@@ -1,0 +1,96 @@
+// DraftProposer: speculative drafts from a draft model — a smaller model
+// with the target's vocabulary (a lower-bit copy of the target, a smaller
+// model of the same family), or the target itself with layers skipped
+// (layerskip.h builds such a Model). The draft runs in its own
+// CpuModelRunner over its own paged KV cache (its own KvCacheManager, no
+// prefix cache); one batched draft forward per draft step carries every
+// speculating request (and the prompt tokens the draft has not seen yet, in
+// chunks).
+//
+// Draft KV follows the request: allocated at its first proposal, synced at
+// every later one to the request's final tokens (the positions past the
+// first token that differs — rejected drafts — are rolled back), freed when
+// the request finishes, is aborted (release()) or was preempted (it is no
+// longer running at the next proposal); when the draft pool is full, the
+// KV of requests not drafting in this step is freed first.
+//
+// Draft tokens: a greedy request gets the draft's greedy token (penalties
+// applied: the plain sampler's choice on the draft's logits) as a point mass;
+// a sampled request gets a token drawn from the draft distribution q = the
+// request's sampling parameters (temperature, top-k/top-p/min-p, penalties
+// over its tokens and the drafts before) applied to the draft logits by the
+// plain sampler's code (Sampler::distribution), with its own RNG seeded from
+// the request's seed, and q is returned for the rejection rule. Logits
+// processors (grammars) are not applied to drafts: the verifier applies
+// them to p, so a draft they forbid is simply rejected.
+//
+// Ownership: borrows both models and the thread pool. Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "core/metadata.h"
+#include "core/thread_pool.h"
+#include "engine/cpu_model_runner.h"
+#include "engine/kv/kv_cache_manager.h"
+#include "engine/spec/proposer.h"
+#include "model/model.h"
+
+namespace ember {
+
+struct DraftConfig {
+  int block_size = 16;
+  size_t kv_cache_bytes = size_t{256} << 20;  // the draft's KV pool
+  int64_t num_kv_blocks = 0;                  // > 0: overrides kv_cache_bytes
+  int max_batch = 512;                        // tokens per draft forward
+  SpecMethod method = SpecMethod::kDraft;     // what method() reports (kDraft or kLayerSkip)
+};
+
+// The draft's vocabulary must be the target's: the same size, and where the
+// metadata lists the vocabulary (tokenizer.ggml.tokens, .model, bos/eos
+// ids) the same lists. Error: the first difference.
+Status check_same_vocabulary(const Metadata& target, int target_n_vocab, const Metadata& draft, int draft_n_vocab);
+
+class DraftProposer final : public Proposer {
+ public:
+  static Result<std::unique_ptr<DraftProposer>> create(const Model& target, const Model& draft, ThreadPool& pool,
+                                                       const DraftConfig& cfg);
+
+  SpecMethod method() const override { return cfg_.method; }
+  Status propose(const std::vector<ProposeItem>& items) override;
+  void release(const Request& r) override;
+
+  int64_t n_forwards() const { return n_forwards_; }      // draft forward passes so far
+  int64_t n_tokens_run() const { return n_tokens_run_; }  // tokens through the draft model so far
+  int n_tracked() const { return static_cast<int>(seqs_.size()); }  // requests holding draft KV
+  int32_t n_used_blocks() const { return kv_->n_used_blocks(); }
+
+ private:
+  struct Seq {
+    const Request* req = nullptr;
+    Request shadow;  // the draft's view: the request's tokens + drafts; num_computed_tokens in draft KV
+    std::mt19937_64 rng;
+    uint64_t last_used = 0;
+  };
+  DraftProposer(const DraftConfig& cfg, int n_vocab) : cfg_(cfg), n_vocab_(n_vocab) {}
+  Seq& sync(const Request& r);
+  void drop(uint64_t seq_id);
+  // Frees the draft KV of requests not drafting in this step; false if none.
+  bool evict_idle();
+  int32_t draw(Seq& s, float* row, std::vector<float>* q);
+
+  DraftConfig cfg_;
+  int n_vocab_;
+  std::unique_ptr<CpuModelRunner> runner_;
+  std::unique_ptr<KvCacheManager> kv_;
+  std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;  // by Request::seq_id
+  SamplerScratch scratch_;
+  uint64_t step_ = 0;
+  int64_t n_forwards_ = 0, n_tokens_run_ = 0;
+};
+
+}  // namespace ember

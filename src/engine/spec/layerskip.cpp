@@ -1,0 +1,82 @@
+// Layer-skip draft models; see layerskip.h.
+#include "engine/spec/layerskip.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+namespace ember {
+
+namespace {
+bool parse_int(const std::string& s, int* v) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  const long x = std::strtol(s.c_str(), &end, 10);
+  if (*end != '\0' || x < 0 || x > (1 << 20)) return false;
+  *v = static_cast<int>(x);
+  return true;
+}
+}  // namespace
+
+Result<std::vector<int>> parse_skip_layers(const std::string& spec, int n_layer) {
+  std::set<int> skip;
+  if (spec == "odd") {
+    for (int i = 1; i < n_layer; i += 2) skip.insert(i);
+  } else if (spec == "even") {
+    for (int i = 0; i < n_layer; i += 2) skip.insert(i);
+  } else if (spec == "last-third" || spec == "last-half" || spec == "middle-third") {
+    const int n = spec == "last-half" ? n_layer / 2 : n_layer / 3;
+    // The very last layer is kept: it feeds the output head directly.
+    const int first = spec == "middle-third" ? (n_layer - n) / 2 : n_layer - 1 - n;
+    for (int i = first; i < first + n; ++i) skip.insert(i);
+  } else {
+    size_t at = 0;
+    while (at <= spec.size()) {
+      const size_t comma = std::min(spec.find(',', at), spec.size());
+      const std::string item = spec.substr(at, comma - at);
+      const size_t dash = item.find('-');
+      int a = 0, b = 0;
+      const bool ok = dash == std::string::npos ? parse_int(item, &a) && parse_int(item, &b)
+                                                : parse_int(item.substr(0, dash), &a) &&
+                                                      parse_int(item.substr(dash + 1), &b) && a <= b;
+      if (!ok)
+        return Status::errorf("skip layers '{}': '{}' is not a layer index or range (expected odd, even, last-third, "
+                              "last-half, middle-third or a list like 4,6,8-11)",
+                              spec, item);
+      if (b >= n_layer) return Status::errorf("skip layers '{}': layer {} out of range [0, {})", spec, b, n_layer);
+      for (int i = a; i <= b; ++i) skip.insert(i);
+      at = comma + 1;
+    }
+  }
+  if (skip.empty()) return Status::errorf("skip layers '{}' skips no layer of {}", spec, n_layer);
+  if (static_cast<int>(skip.size()) >= n_layer)
+    return Status::errorf("skip layers '{}' skips all {} layers", spec, n_layer);
+  return std::vector<int>(skip.begin(), skip.end());
+}
+
+Result<std::unique_ptr<Model>> make_layer_skip_model(const Model& target, const std::vector<int>& skip) {
+  auto file = std::make_unique<ModelFile>(target.file());  // views of the same mapped tensors
+  ModelConfig cfg = target.config();
+  auto w = bind_weights(*file, &cfg);
+  if (!w) return w.status().with_context("layer-skip draft");
+  std::vector<bool> drop(static_cast<size_t>(cfg.n_layer), false);
+  for (int i : skip) {
+    if (i < 0 || i >= cfg.n_layer) return Status::errorf("layer-skip draft: layer {} out of range", i);
+    drop[static_cast<size_t>(i)] = true;
+  }
+  std::vector<LayerConfig> layers;
+  std::vector<LayerWeights> lw;
+  for (int i = 0; i < cfg.n_layer; ++i) {
+    if (drop[static_cast<size_t>(i)]) continue;
+    layers.push_back(cfg.layers[static_cast<size_t>(i)]);
+    lw.push_back(std::move(w.value()->layers[static_cast<size_t>(i)]));
+  }
+  if (layers.empty()) return Status::error("layer-skip draft: every layer skipped");
+  cfg.layers = std::move(layers);
+  cfg.n_layer = static_cast<int>(cfg.layers.size());
+  w.value()->layers = std::move(lw);
+  cfg.name += "-layerskip";
+  return Model::from_parts(std::move(cfg), std::move(w.value()), std::move(file));
+}
+
+}  // namespace ember
