@@ -17,6 +17,18 @@ double now_seconds() {
 std::string seq_key(const std::string& id, int index) { return fmt::format("{}\x1f{}", id, index); }
 }  // namespace
 
+int64_t Engine::kv_sequences_of(int64_t len) const {
+  const KvLayout& l = kv_->layout();
+  const int bs = kv_->block_size();
+  const int64_t full = (len + bs - 1) / bs;
+  int64_t per_seq = 0;
+  for (int g = 0; g < l.n_groups; ++g) {
+    const int w = l.group_window[g];
+    per_seq += w > 0 ? std::min<int64_t>(full, (w + bs - 2) / bs + 1) : full;
+  }
+  return per_seq > 0 ? stats_.blocks_total / per_seq : 0;
+}
+
 Engine::~Engine() = default;
 
 Status SpecConfig::validate() const {
@@ -37,7 +49,7 @@ Status SpecConfig::validate() const {
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& pool, const EngineConfig& cfg) {
   if (cfg.max_num_batched_tokens < 1 || cfg.max_num_batched_tokens > (1 << 16))
     return Status::errorf("max_num_batched_tokens {} out of range [1, 65536]", cfg.max_num_batched_tokens);
-  return create(std::make_unique<CpuModelRunner>(model, pool, cfg.max_num_batched_tokens), cfg);
+  return create(std::make_unique<CpuModelRunner>(model, pool, cfg.max_num_batched_tokens, cfg.kv_types), cfg);
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg) {
@@ -85,6 +97,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
   e->output_ = std::make_unique<OutputProcessor>(e->n_vocab_, e->max_seq_len_);
   e->runner_ = std::move(runner);
   e->stats_.blocks_total = n_blocks.value();
+  e->stats_.kv_bytes_per_token = static_cast<int64_t>(kv_bytes_per_token(e->runner_->kv_spec()));
+  e->stats_.kv_tokens_total = static_cast<int64_t>(n_blocks.value()) / layout.n_groups * cfg.block_size;
   return e;
 }
 
