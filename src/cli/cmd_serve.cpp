@@ -178,9 +178,9 @@ int cmd_serve(int argc, char** argv, int first) {
                ec.preempt_swap ? fmt::format("swap ({} of host memory)", human_bytes(static_cast<double>(ec.swap_space_bytes))).c_str()
                                : "recomputation");
   std::fprintf(stderr,
-               "ember serve: KV cache dtype %s, %s per token: %lld tokens, %lld sequences of %lld tokens "
+               "ember serve: KV cache dtype %s, %lld bytes per token: %lld tokens, %lld sequences of %lld tokens "
                "(--max-model-len)\n",
-               kv_types_name(ec.kv_types).c_str(), human_bytes(static_cast<double>(st.kv_bytes_per_token)).c_str(),
+               kv_types_name(ec.kv_types).c_str(), static_cast<long long>(st.kv_bytes_per_token),
                static_cast<long long>(st.kv_tokens_total),
                static_cast<long long>((*engine)->kv_sequences_of_max_len()),
                static_cast<long long>((*engine)->max_seq_len()));
