@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/kv_options.h"
+#include "engine/kv/kv_pool.h"
 #include "cli/spec_options.h"
 #include "cli/progress.h"
 #include "core/cpu_features.h"
@@ -154,6 +156,8 @@ int bench_throughput(int argc, char** argv, int first) {
   p.option("-t,--threads", &threads, "N", "threads");
   SpecOptions spec_opts;
   spec_opts.add_to(p);
+  KvOptions kv_opts;
+  kv_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -177,6 +181,9 @@ int bench_throughput(int argc, char** argv, int first) {
   std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
   if (Status st = spec_opts.load_draft(*lm.model, &draft_model, &o.engine.spec); !st)
     return usage_error(p, st.message());
+  auto kv_types = kv_opts.to_types(lm.model->config());
+  if (!kv_types) return usage_error(p, kv_types.status().message());
+  o.engine.kv_types = *kv_types;
   if (!dataset.empty()) {
     auto reqs = load_dataset(dataset, *lm.tokenizer, o.output_len);
     if (!reqs) return usage_error(p, reqs.status().message());
@@ -200,6 +207,9 @@ int bench_throughput(int argc, char** argv, int first) {
   std::printf("%d requests, %lld prompt + %lld output tokens; every request had its first token after %.2f s\n",
               r->num_requests, static_cast<long long>(r->prompt_tokens), static_cast<long long>(r->output_tokens),
               r->first_tokens_seconds);
+  std::printf("KV cache %s: %lld bytes per token, %lld tokens in the pool (%s)\n", kv_types_name(*kv_types).c_str(),
+              static_cast<long long>(r->stats.kv_bytes_per_token), static_cast<long long>(r->stats.kv_tokens_total),
+              human_bytes(static_cast<double>(o.engine.kv_cache_bytes)).c_str());
   return kExitOk;
 }
 
@@ -238,7 +248,8 @@ struct BenchRow {
 // Batched latency rows run through the serving engine: `batch` sequences
 // together, prefill (n_gen == 0: tokens/s until every prompt is computed) or
 // decode (n_prompt == 0: tokens/s of the pure decode steps).
-Result<double> engine_row_tps(const Model& m, ThreadPool& pool, int batch, int n_prompt, int n_gen, uint64_t seed) {
+Result<double> engine_row_tps(const Model& m, ThreadPool& pool, int batch, int n_prompt, int n_gen, uint64_t seed,
+                              KvTypes kv_types) {
   const ModelConfig& c = m.config();
   ThroughputOptions o;
   o.num_prompts = batch;
@@ -246,7 +257,8 @@ Result<double> engine_row_tps(const Model& m, ThreadPool& pool, int batch, int n
   o.output_len = std::max(1, n_gen);
   o.seed = seed;
   o.engine.max_num_seqs = batch;
-  const size_t per_token = static_cast<size_t>(c.n_layer) * (c.n_kv_dim() + c.n_v_dim()) * sizeof(float);
+  o.engine.kv_types = kv_types;
+  const size_t per_token = kv_bytes_per_token(kv_spec_from_config(c, kv_types));
   o.engine.kv_cache_bytes = per_token * static_cast<size_t>(batch) * (o.input_len + o.output_len + 32) * 5 / 4 +
                             (size_t{16} << 20);
   auto r = run_throughput_bench(m, pool, o);
@@ -262,11 +274,12 @@ int cmd_bench(int argc, char** argv, int first) {
   if (first < argc && std::string(argv[first]) == "throughput") return bench_throughput(argc, argv, first + 1);
   if (first < argc && std::string(argv[first]) == "serve") return cmd_bench_serve(argc, argv, first + 1);
   ArgParser p("bench", "ember bench [latency|throughput|serve] [-m MODEL] [-p 512[,1024..]] [-n 128[,..]] "
-                       "[-b 1[,8..]] [-r 3] [-t T[,..]] [--json FILE]");
+                       "[-b 1[,8..]] [-d DEPTH] [-r 3] [-t T[,..]] [--kv-cache-dtype T] [--json FILE]");
   std::string model_path, p_arg = "512", n_arg = "128", t_arg = std::to_string(default_thread_count()), json_path;
   std::string b_arg = "1";
-  int reps = 3;
+  int reps = 3, depth = 0;
   bool no_bw = false;
+  KvOptions kv_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("-p,--n-prompt", &p_arg, "N[,N..]", "prompt tokens for the pp tests (0: skip)");
   p.option("-n,--n-gen", &n_arg, "N[,N..]", "generated tokens for the tg tests (0: skip)");
@@ -276,6 +289,8 @@ int cmd_bench(int argc, char** argv, int first) {
            "sequences run together (> 1: through the serving engine, aggregate tokens/s)");
   p.option("--json", &json_path, "FILE", "also write the results as JSON");
   p.flag("--no-bandwidth", &no_bw, "skip the memory-bandwidth measurement");
+  p.option("-d,--n-depth", &depth, "D", "tg tests decode after D context tokens (prefilled once, untimed; batch 1)");
+  kv_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -297,14 +312,20 @@ int cmd_bench(int argc, char** argv, int first) {
   if (!model) return usage_error(p, model.status().message());
   const Model& m = **model;
   const ModelConfig& c = m.config();
-  if (std::max(max_p, max_n) >= c.n_ctx_train)
+  if (depth < 0) return usage_error(p, "-d must be >= 0");
+  if (std::max(max_p, depth + max_n) >= c.n_ctx_train)
     return usage_error(p, fmt::format("tests longer than the model's context ({})", c.n_ctx_train));
+  auto kv_types = kv_opts.to_types(c);
+  if (!kv_types) return usage_error(p, kv_types.status().message());
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> tok(0, c.n_vocab - 1);
   std::printf("model: %s (%s, %.1f MiB, %.1f M params)\n", path.c_str(), c.arch.c_str(),
               m.weight_bytes() / 1048576.0, m.n_params() / 1e6);
-  std::printf("cpu: %s; kernels: %s\n", cpu_features().brand.c_str(), isa_name(active_isa()));
+  std::printf("cpu: %s; kernels: %s; KV cache %s (%lld bytes per token)%s\n", cpu_features().brand.c_str(),
+              isa_name(active_isa()), kv_types_name(*kv_types).c_str(),
+              static_cast<long long>(kv_bytes_per_token(kv_spec_from_config(c, *kv_types))),
+              depth > 0 ? fmt::format("; tg at depth {}", depth).c_str() : "");
   std::printf("%-8s %8s %14s %10s %-18s %7s %9s\n", "test", "tokens", "tok/s median", "spread", "(min - max)", "threads",
               "cpu-s/1k");
 
@@ -334,7 +355,8 @@ int cmd_bench(int argc, char** argv, int first) {
   };
   for (int threads : thread_counts) {
     ThreadPool pool(threads);
-    Generator gen(m, pool, std::max(max_p, max_n) + 1, std::max(1, std::min(max_p, 512)));
+    Generator gen(m, pool, std::max(max_p, depth + max_n) + 1, std::max(1, std::min(std::max(max_p, depth), 512)),
+                  *kv_types);
     // Batches > 1: through the serving engine.
     for (int b : batches) {
       if (b == 1) continue;
@@ -345,7 +367,7 @@ int cmd_bench(int argc, char** argv, int first) {
           BenchRow row{(pass == 0 ? "pp" : "tg") + std::to_string(len), threads, np, ng, b, {}};
           for (int r = 0; r <= reps; ++r) {
             const double c0 = process_cpu_seconds();
-            auto tps = engine_row_tps(m, pool, b, np, ng, 1000 + r);
+            auto tps = engine_row_tps(m, pool, b, np, ng, 1000 + r, *kv_types);
             if (!tps) {
               std::fprintf(stderr, "ember bench: %s\n", tps.status().message().c_str());
               return kExitFailure;
@@ -386,13 +408,21 @@ int cmd_bench(int argc, char** argv, int first) {
     }
     for (int ng : gens) {
       if (ng <= 0) continue;
-      BenchRow row{"tg" + std::to_string(ng), threads, 0, ng, 1, {}};
+      BenchRow row{"tg" + std::to_string(ng) + (depth > 0 ? "@d" + std::to_string(depth) : ""), threads, 0, ng, 1, {}};
       std::vector<float> logits(c.n_vocab);
+      if (depth > 0) {  // the context the decode steps attend to (positions 0..depth-1)
+        std::vector<int32_t> ctx(depth);
+        for (auto& t : ctx) t = tok(rng);
+        if (Status st = gen.prefill(ctx, 0, nullptr); !st) {
+          std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
+          return kExitFailure;
+        }
+      }
       for (int r = 0; r <= reps; ++r) {
         int32_t t = tok(rng);
         const double t0 = now_s(), c0 = process_cpu_seconds();
         for (int i = 0; i < ng; ++i) {
-          if (Status st = gen.decode_one(t, i, logits.data()); !st) {
+          if (Status st = gen.decode_one(t, depth + i, logits.data()); !st) {
             std::fprintf(stderr, "ember bench: %s\n", st.message().c_str());
             return kExitFailure;
           }

@@ -3,6 +3,8 @@
 // next-token distributions from BASE's, top-1 agreement and the perplexity
 // of both, over windows of --ctx positions (BOS first when the model uses
 // one). The same statistics `ember quantize` prints after writing a file.
+// --kv-cache-dtype (-ctk / -ctv) sets MODEL's KV cache format (BASE keeps
+// f32): `ember eval kl M M --kv-cache-dtype q8` measures the cache alone.
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -11,12 +13,13 @@
 #include <fmt/format.h>
 
 #include "cli/common.h"
+#include "cli/kv_options.h"
 #include "eval/model_compare.h"
 
 namespace ember::cli {
 
 int cmd_eval(int argc, char** argv, int first) {
-  ArgParser p("eval", "ember eval kl BASE MODEL -f TEXT [--ctx 512] [--chunks N] [-t THREADS]");
+  ArgParser p("eval", "ember eval kl BASE MODEL -f TEXT [--ctx 512] [--chunks N] [--kv-cache-dtype T] [-t THREADS]");
   std::string text_path;
   int64_t n_ctx = 512, chunks = 8;
   int threads = default_thread_count();
@@ -26,6 +29,8 @@ int cmd_eval(int argc, char** argv, int first) {
   p.option("--chunks", &chunks, "N", "windows to evaluate (default 8; 0: the whole text)");
   p.option("-t,--threads", &threads, "N", "threads");
   p.positionals(&pos, "kl BASE MODEL");
+  KvOptions kv_opts;
+  kv_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -47,11 +52,15 @@ int cmd_eval(int argc, char** argv, int first) {
   o.n_ctx = n_ctx;
   o.max_windows = chunks;
   o.bos_id = base.tokenizer->add_bos() ? base.tokenizer->bos_id() : -1;
+  auto kv_types = kv_opts.to_types(mod.model->config());
+  if (!kv_types) return usage_error(p, kv_types.status().message());
+  o.model_kv = *kv_types;
   ThreadPool pool(threads);
   auto c = compare_models_windows(*base.model, *mod.model, tokens, o, pool);
   if (!c) return usage_error(p, c.status().message());
-  std::printf("%s vs %s on %s: %lld positions in windows of %lld\n", pos[2].c_str(), pos[1].c_str(),
-              text_path.c_str(), static_cast<long long>(c->n_positions), static_cast<long long>(n_ctx));
+  std::printf("%s (KV cache %s) vs %s on %s: %lld positions in windows of %lld\n", pos[2].c_str(),
+              kv_types_name(o.model_kv).c_str(), pos[1].c_str(), text_path.c_str(),
+              static_cast<long long>(c->n_positions), static_cast<long long>(n_ctx));
   std::printf("KL divergence mean %.6f, p99 %.5f, max %.4f; top-1 agreement %.2f%%; perplexity %.4f -> %.4f (%+.2f%%)\n",
               c->kl_mean, c->kl_p99, c->kl_max, 100.0 * c->top1_agreement, c->ppl_reference, c->ppl_model,
               100.0 * (c->ppl_model / c->ppl_reference - 1.0));

@@ -11,6 +11,7 @@
 
 #include "server/chat_prompt.h"
 #include "cli/common.h"
+#include "cli/kv_options.h"
 #include "cli/spec_options.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
@@ -34,10 +35,11 @@ double now_seconds() {
 // --speculative-method ...` does: the same tokens as the plain generator
 // (greedy and seeded), and the speculation counters.
 int run_with_engine(const Model& m, const Tokenizer& tk, const std::vector<int32_t>& ids, int n_predict,
-                    const SamplingParams& sp, int threads, int64_t ctx, const SpecConfig& spec) {
+                    const SamplingParams& sp, int threads, int64_t ctx, const SpecConfig& spec, KvTypes kv_types) {
   ThreadPool pool(threads);
   EngineConfig ec;
   ec.max_model_len = ctx;
+  ec.kv_types = kv_types;
   ec.max_num_seqs = 1;
   ec.spec = spec;
   auto engine = Engine::create(m, pool, ec);
@@ -105,6 +107,7 @@ int cmd_run(int argc, char** argv, int first) {
   bool seed_set = false, chat = false, verbose = false;
   std::string seed_str;
   SpecOptions spec_opts;
+  KvOptions kv_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("-p,--prompt", &prompt, "PROMPT", "prompt text ('-' reads standard input)");
   p.option("-f,--file", &prompt_file, "FILE", "read the prompt from a file");
@@ -124,6 +127,7 @@ int cmd_run(int argc, char** argv, int first) {
   p.option("-t,--threads", &threads, "N", "threads (default: all cores)");
   p.flag("-v,--verbose", &verbose, "print the prompt tokens and settings");
   spec_opts.add_to(p);
+  kv_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -160,6 +164,8 @@ int cmd_run(int argc, char** argv, int first) {
   const Tokenizer& tk = **tok;
   std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
   if (Status st = spec_opts.load_draft(m, &draft_model, &spec.value()); !st) return usage_error(p, st.message());
+  auto kv_types = kv_opts.to_types(m.config());
+  if (!kv_types) return usage_error(p, kv_types.status().message());
 
   std::vector<int32_t> ids;
   if (chat) {
@@ -190,10 +196,10 @@ int cmd_run(int argc, char** argv, int first) {
 
   // --speculative-method (none included): the serving engine; else the
   // plain single-sequence generator.
-  if (spec_opts.given() && n_predict > 0) return run_with_engine(m, tk, ids, n_predict, sp, threads, ctx, *spec);
+  if (spec_opts.given() && n_predict > 0) return run_with_engine(m, tk, ids, n_predict, sp, threads, ctx, *spec, *kv_types);
 
   ThreadPool pool(threads);
-  Generator gen(m, pool, ctx);
+  Generator gen(m, pool, ctx, 512, *kv_types);
   Sampler sampler(sp);
   StreamDecoder sd(tk);
   GenerationStats stats;

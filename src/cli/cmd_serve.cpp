@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cli/common.h"
+#include "cli/kv_options.h"
 #include "cli/spec_options.h"
 #include "engine/async_engine.h"
 #include "engine/kv/kv_pool.h"
@@ -32,6 +33,7 @@ int cmd_serve(int argc, char** argv, int first) {
   int64_t max_model_len = 0, max_body = int64_t{8} << 20;
   bool prefix = false, no_prefix = false, no_log = false;
   SpecOptions spec_opts;
+  KvOptions kv_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file or Hugging Face folder (default: the bundled Gemma 3 270M)");
   p.option("--host", &host, "HOST", "address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)");
   p.option("--port", &port, "PORT", "port (default 8080; 0 picks a free one)");
@@ -65,6 +67,7 @@ int cmd_serve(int argc, char** argv, int first) {
            "none (default auto)");
   p.option("-t,--threads", &threads, "N", "compute threads (default: all cores)");
   spec_opts.add_to(p);
+  kv_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -131,6 +134,9 @@ int cmd_serve(int argc, char** argv, int first) {
   const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;
   std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
   if (Status st = spec_opts.load_draft(m, &draft_model, &ec.spec); !st) return usage_error(p, st.message());
+  auto kv_types = kv_opts.to_types(m.config());
+  if (!kv_types) return usage_error(p, kv_types.status().message());
+  ec.kv_types = *kv_types;
   if (served_name.empty()) {
     served_name = path;
     const size_t slash = served_name.find_last_of('/');
@@ -181,6 +187,13 @@ int cmd_serve(int argc, char** argv, int first) {
                ec.enable_prefix_caching ? "on" : "off",
                ec.preempt_swap ? fmt::format("swap ({} of host memory)", human_bytes(static_cast<double>(ec.swap_space_bytes))).c_str()
                                : "recomputation");
+  std::fprintf(stderr,
+               "ember serve: KV cache dtype %s, %lld bytes per token: %lld tokens, %lld sequences of %lld tokens "
+               "(--max-model-len)\n",
+               kv_types_name(ec.kv_types).c_str(), static_cast<long long>(st.kv_bytes_per_token),
+               static_cast<long long>(st.kv_tokens_total),
+               static_cast<long long>((*engine)->kv_sequences_of_max_len()),
+               static_cast<long long>((*engine)->max_seq_len()));
   if (ec.spec.method != SpecMethod::kNone)
     std::fprintf(stderr, "ember serve: speculative decoding %s, %d draft tokens, off above %d running sequences\n",
                  spec_method_name(ec.spec.method), ec.spec.num_speculative_tokens, ec.spec.max_running);

@@ -27,6 +27,7 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::start(std::unique_ptr<ModelRun
 AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
   stats_ = engine_->stats();
   max_seq_len_ = engine_->max_seq_len();
+  kv_seqs_of_max_len_ = engine_->kv_sequences_of(max_seq_len_);
 }
 
 AsyncEngine::~AsyncEngine() { shutdown(); }

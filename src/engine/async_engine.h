@@ -69,6 +69,9 @@ class AsyncEngine {
   void stop_sample(const std::string& id, int index);
   // Longest sequence (prompt + output) the engine can hold.
   int64_t max_seq_len() const { return max_seq_len_; }
+  // Sequences of max_seq_len() tokens the KV pool holds at once
+  // (Engine::kv_sequences_of).
+  int64_t kv_sequences_of_max_len() const { return kv_seqs_of_max_len_; }
   // Snapshot of the engine's counters after its latest step.
   EngineStats stats() const;
   // Requests accepted and not yet finished.
@@ -92,6 +95,7 @@ class AsyncEngine {
 
   std::unique_ptr<Engine> engine_;
   int64_t max_seq_len_ = 0;
+  int64_t kv_seqs_of_max_len_ = 0;
   struct Active {
     Callback cb;
     int remaining;  // samples not yet finished

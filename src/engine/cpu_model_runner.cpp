@@ -9,8 +9,8 @@ namespace {
 const BlockTables kNoTables;
 }  // namespace
 
-CpuModelRunner::CpuModelRunner(const Model& model, ThreadPool& pool, int max_batch)
-    : model_(model), fwd_(model, pool, max_batch) {}
+CpuModelRunner::CpuModelRunner(const Model& model, ThreadPool& pool, int max_batch, KvTypes kv_types)
+    : model_(model), kv_types_(kv_types), fwd_(model, pool, max_batch) {}
 
 Result<int32_t> CpuModelRunner::allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes,
                                             int64_t n_blocks) {
@@ -28,13 +28,13 @@ void CpuModelRunner::apply(const KvOp& op) {
       break;
     case KvOp::Kind::kSwapOut:
       if (swap_.size() <= static_cast<size_t>(op.dst)) swap_.resize(op.dst + 1);
-      swap_[op.dst].resize(kv_->page_floats());
+      swap_[op.dst].resize(kv_->bytes_per_block());
       kv_->read_page(op.src, swap_[op.dst].data());
       break;
     case KvOp::Kind::kSwapIn:
       EMBER_CHECK(static_cast<size_t>(op.src) < swap_.size() && !swap_[op.src].empty());
       kv_->write_page(op.dst, swap_[op.src].data());
-      std::vector<float>().swap(swap_[op.src]);  // host memory goes back with the slot
+      std::vector<uint8_t>().swap(swap_[op.src]);  // host memory goes back with the slot
       break;
   }
 }

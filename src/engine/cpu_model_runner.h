@@ -1,5 +1,5 @@
 // CpuModelRunner: the ModelRunner over a loaded Model on the CPU: a paged
-// f32 KV pool (KvBlockPool), host swap pages, and ForwardContext's ragged
+// KV pool (KvBlockPool, in the chosen KvTypes), host swap pages, and ForwardContext's ragged
 // forward pass. See model_runner.h.
 //
 // Ownership: borrows the Model and the ThreadPool (both must outlive it);
@@ -17,13 +17,13 @@ namespace ember {
 
 class CpuModelRunner final : public ModelRunner {
  public:
-  // max_batch: most tokens per forward pass.
-  CpuModelRunner(const Model& model, ThreadPool& pool, int max_batch);
+  // max_batch: most tokens per forward pass; kv_types: the page formats.
+  CpuModelRunner(const Model& model, ThreadPool& pool, int max_batch, KvTypes kv_types = {});
 
   int n_vocab() const override { return model_.config().n_vocab; }
   int64_t n_ctx_train() const override { return model_.config().n_ctx_train; }
   int max_batch_tokens() const override { return fwd_.max_batch(); }
-  KvSpec kv_spec() const override { return kv_spec_from_config(model_.config()); }
+  KvSpec kv_spec() const override { return kv_spec_from_config(model_.config(), kv_types_); }
   Result<int32_t> allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes, int64_t n_blocks) override;
   size_t kv_page_bytes() const override { return kv_ ? kv_->bytes_per_block() : 0; }
   Result<float*> execute(const SchedulerOutput& so) override;
@@ -32,9 +32,10 @@ class CpuModelRunner final : public ModelRunner {
   void apply(const KvOp& op);
 
   const Model& model_;
+  KvTypes kv_types_;
   ForwardContext fwd_;
   std::unique_ptr<KvBlockPool> kv_;
-  std::vector<std::vector<float>> swap_;             // host pages by swap slot (empty: unused)
+  std::vector<std::vector<uint8_t>> swap_;           // host pages by swap slot (empty: unused)
   std::vector<std::unique_ptr<PagedKvCache>> views_;  // reused across steps, one per scheduled slice
   std::vector<SeqBatch> batch_;
   std::vector<std::vector<int32_t>> spec_tokens_;     // per slice: the tokens of a verification slice

@@ -19,6 +19,18 @@ double now_seconds() {
 std::string seq_key(const std::string& id, int index) { return fmt::format("{}\x1f{}", id, index); }
 }  // namespace
 
+int64_t Engine::kv_sequences_of(int64_t len) const {
+  const KvLayout& l = kv_->layout();
+  const int bs = kv_->block_size();
+  const int64_t full = (len + bs - 1) / bs;
+  int64_t per_seq = 0;
+  for (int g = 0; g < l.n_groups; ++g) {
+    const int w = l.group_window[g];
+    per_seq += w > 0 ? std::min<int64_t>(full, (w + bs - 2) / bs + 1) : full;
+  }
+  return per_seq > 0 ? stats_.blocks_total / per_seq : 0;
+}
+
 Engine::~Engine() = default;
 
 Status SpecConfig::validate() const {
@@ -47,7 +59,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   const bool draft = cfg.spec.method == SpecMethod::kDraft || cfg.spec.method == SpecMethod::kLayerSkip;
   if (draft) EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
   if (draft) base.spec.method = SpecMethod::kNone;  // the proposer is set below
-  auto e = create(std::make_unique<CpuModelRunner>(model, pool, cfg.max_num_batched_tokens), base);
+  auto e = create(std::make_unique<CpuModelRunner>(model, pool, cfg.max_num_batched_tokens, cfg.kv_types), base);
   if (!e || !draft) return e;
   DraftConfig dc;
   dc.block_size = cfg.block_size;
@@ -112,6 +124,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
   e->output_ = std::make_unique<OutputProcessor>(e->n_vocab_, e->max_seq_len_);
   e->runner_ = std::move(runner);
   e->stats_.blocks_total = n_blocks.value();
+  e->stats_.kv_bytes_per_token = static_cast<int64_t>(kv_bytes_per_token(e->runner_->kv_spec()));
+  e->stats_.kv_tokens_total = static_cast<int64_t>(n_blocks.value()) / layout.n_groups * cfg.block_size;
   return e;
 }
 

@@ -76,6 +76,9 @@ struct EngineConfig {
   int block_size = 16;
   size_t kv_cache_bytes = size_t{256} << 20;  // see kv_budget_from_free_memory()
   int64_t num_kv_blocks = 0;          // > 0: overrides kv_cache_bytes
+  // Storage formats of the KV pages (--kv-cache-dtype, kernels/kv_types.h);
+  // the CPU runner Engine::create(model, ...) makes uses them.
+  KvTypes kv_types;
   int max_num_batched_tokens = 512;   // tokens per step (forward batch)
   int max_num_seqs = 64;              // sequences per step
   int64_t max_model_len = 0;          // prompt + output cap; 0: the model's training context
@@ -179,6 +182,10 @@ struct EngineStats {
   double last_step_seconds = 0;
   double total_step_seconds = 0;
   SpecCounters spec;
+  // KV capacity in the chosen formats: bytes one token position takes over
+  // all layers (K + V), and token positions the pool holds in every layer.
+  int64_t kv_bytes_per_token = 0;
+  int64_t kv_tokens_total = 0;
 };
 
 class Engine {
@@ -215,6 +222,9 @@ class Engine {
   Status check_invariants() const;
   const EngineConfig& config() const { return cfg_; }
   int64_t max_seq_len() const { return max_seq_len_; }
+  // Sequences of `len` tokens the KV pool holds at once (sliding-window
+  // groups hold only their window), the capacity `ember serve` prints.
+  int64_t kv_sequences_of(int64_t len) const;
   // KV layer groups (pages per block of positions while all are in window).
   int n_kv_groups() const { return kv_->n_groups(); }
   const ModelRunner& runner() const { return *runner_; }

@@ -11,8 +11,11 @@ double now_seconds() {
 }
 }  // namespace
 
-Generator::Generator(const Model& model, ThreadPool& pool, int64_t n_ctx, int max_batch)
-    : model_(model), ctx_(model, pool, max_batch), cache_(model.config(), n_ctx), logits_(model.config().n_vocab) {}
+Generator::Generator(const Model& model, ThreadPool& pool, int64_t n_ctx, int max_batch, KvTypes kv_types)
+    : model_(model),
+      ctx_(model, pool, max_batch),
+      cache_(model.config(), n_ctx, kv_types),
+      logits_(model.config().n_vocab) {}
 
 Status Generator::prefill(const std::vector<int32_t>& tokens, int64_t pos0, float* logits) {
   return ctx_.forward(tokens.data(), static_cast<int64_t>(tokens.size()), pos0, cache_, logits);

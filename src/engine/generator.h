@@ -27,8 +27,9 @@ struct GenerationStats {
 
 class Generator {
  public:
-  // n_ctx: KV cache capacity in tokens (prompt + generated).
-  Generator(const Model& model, ThreadPool& pool, int64_t n_ctx, int max_batch = 512);
+  // n_ctx: KV cache capacity in tokens (prompt + generated); kv_types: its
+  // formats (must fit the model: check with kv_type_check first).
+  Generator(const Model& model, ThreadPool& pool, int64_t n_ctx, int max_batch = 512, KvTypes kv_types = {});
 
   // Runs `prompt`, then samples up to n_predict tokens. on_token(token) is
   // called for each sampled token; returning false stops generation (the
@@ -40,6 +41,7 @@ class Generator {
   Status prefill(const std::vector<int32_t>& tokens, int64_t pos0, float* logits);
   Status decode_one(int32_t token, int64_t pos, float* logits);
   int64_t n_ctx() const { return cache_.capacity(); }
+  size_t kv_bytes() const { return cache_.memory_bytes(); }
   const std::vector<float>& logits() const { return logits_; }
 
  private:

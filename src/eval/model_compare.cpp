@@ -92,7 +92,11 @@ Result<ModelComparison> compare_models_windows(const Model& reference, const Mod
   EMBER_RETURN_IF_ERROR(check_pair(reference, model, tokens, W));
   const int V = reference.config().n_vocab;
   ForwardContext ctx_r(reference, pool, 64), ctx_m(model, pool, 64);
-  ContiguousKvCache cache_r(reference.config(), W), cache_m(model.config(), W);
+  for (const auto& [m, t] : {std::pair{&reference, o.reference_kv}, std::pair{&model, o.model_kv}}) {
+    EMBER_RETURN_IF_ERROR(kv_type_check(t.k, m->config().head_dim));
+    EMBER_RETURN_IF_ERROR(kv_type_check(t.v, m->config().head_dim_v));
+  }
+  ContiguousKvCache cache_r(reference.config(), W, o.reference_kv), cache_m(model.config(), W, o.model_kv);
   std::vector<float> lr(static_cast<size_t>(W) * V), lm(static_cast<size_t>(W) * V), last(V);
   std::vector<double> kls;
   double nll_r = 0, nll_m = 0, agree = 0, kl_max = 0;

@@ -47,6 +47,10 @@ struct WindowedCompareOptions {
   int64_t n_ctx = 512;
   int64_t max_windows = 0;
   int32_t bos_id = -1;
+  // KV cache formats of each side (kernels/kv_types.h; checked against the
+  // models): the KV-dtype quality table compares one model with itself,
+  // f32 cache against a compressed one.
+  KvTypes reference_kv, model_kv;
 };
 Result<ModelComparison> compare_models_windows(const Model& reference, const Model& model,
                                                const std::vector<int32_t>& tokens, const WindowedCompareOptions& o,

@@ -1,4 +1,5 @@
-// Causal multi-head attention over a (possibly paged) f32 K/V store, tiled
+// Causal multi-head attention over a (possibly paged) K/V store (f32, or a
+// compressed format of kernels/kv_types.h read in place), tiled
 // with an online softmax (FlashAttention-style): the score matrix is never
 // materialised; extra memory is O(rows x head_dim).
 //
@@ -18,20 +19,25 @@
 #include <cstdint>
 
 #include "core/thread_pool.h"
+#include "kernels/kv_types.h"
 
 namespace ember {
 
 constexpr int kAttnChunk = 256;
 
 // K/V rows addressed by position through a block table: the row of position
-// p for kv head h is blocks[p / block_size] + (p % block_size) * row_stride
-// + h * head_dim. A contiguous cache is one block of size >= capacity.
+// p for kv head h is blocks[p / block_size] + (p % block_size) * row_bytes
+// + h * kv_row_bytes(type, head_dim) (bytes; the format of kernels/
+// kv_types.h, f32 by default). A contiguous cache is one block of size >=
+// capacity.
 struct KvView {
-  const float* const* k_blocks = nullptr;
-  const float* const* v_blocks = nullptr;
+  const uint8_t* const* k_blocks = nullptr;
+  const uint8_t* const* v_blocks = nullptr;
   int block_size = 0;
-  int64_t k_row_stride = 0;  // floats between consecutive positions
-  int64_t v_row_stride = 0;
+  int64_t k_row_bytes = 0;  // bytes between consecutive positions
+  int64_t v_row_bytes = 0;
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
 };
 
 struct AttentionShape {
@@ -50,12 +56,15 @@ inline void attention_visible_range(const AttentionShape& s, int64_t p, int64_t*
   *hi = p + 1;
   *lo = s.sliding_window > 0 && p - s.sliding_window + 1 > 0 ? p - s.sliding_window + 1 : 0;
 }
-// K / V row of position p for kv head h (head_dim hd) through a view.
-inline const float* kv_key_row(const KvView& kv, int64_t p, int h, int hd) {
-  return kv.k_blocks[p / kv.block_size] + (p % kv.block_size) * kv.k_row_stride + static_cast<int64_t>(h) * hd;
+// K / V row (bytes, the view's type) of position p for kv head h (head_dim
+// hd) through a view.
+inline const uint8_t* kv_key_row(const KvView& kv, int64_t p, int h, int hd) {
+  return kv.k_blocks[p / kv.block_size] + (p % kv.block_size) * kv.k_row_bytes +
+         static_cast<int64_t>(h) * static_cast<int64_t>(kv_row_bytes(kv.k_type, hd));
 }
-inline const float* kv_value_row(const KvView& kv, int64_t p, int h, int hd) {
-  return kv.v_blocks[p / kv.block_size] + (p % kv.block_size) * kv.v_row_stride + static_cast<int64_t>(h) * hd;
+inline const uint8_t* kv_value_row(const KvView& kv, int64_t p, int h, int hd) {
+  return kv.v_blocks[p / kv.block_size] + (p % kv.block_size) * kv.v_row_bytes +
+         static_cast<int64_t>(h) * static_cast<int64_t>(kv_row_bytes(kv.v_type, hd));
 }
 
 // Scratch (floats, 8-byte aligned as any new / vector buffer is) needed by

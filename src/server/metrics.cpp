@@ -114,6 +114,10 @@ std::string ServerMetrics::render(const EngineStats& e, const std::string& model
   gauge(&out, "ember:kv_cache_blocks_used", "KV-cache blocks referenced by requests.", e.blocks_used);
   gauge(&out, "ember:kv_cache_blocks_free", "KV-cache blocks free (including cached ones).", e.blocks_free);
   gauge(&out, "ember:kv_cache_waste_perc", "Allocated but unfilled KV slots of running requests (0..1).", e.kv_waste());
+  gauge(&out, "ember:kv_cache_bytes_per_token", "KV-cache bytes per token position (all layers, K + V, its dtype).",
+        static_cast<double>(e.kv_bytes_per_token));
+  gauge(&out, "ember:kv_cache_tokens_total", "Token positions the KV-cache pool holds (every layer).",
+        static_cast<double>(e.kv_tokens_total));
   counter(&out, "ember:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
           static_cast<double>(e.prefix.query_tokens));
   counter(&out, "ember:prefix_cache_hits_total", "Prompt tokens served by the prefix cache.",

@@ -89,6 +89,14 @@ if [ -f "$MODEL" ]; then
   printf '{"prompt": 5}\n' >"$tmp/bad.jsonl"
   expect_rc 2 "bench throughput bad dataset" "$EMBER" bench throughput -m "$MODEL" --dataset "$tmp/bad.jsonl"
   expect_rc 2 "bench throughput bad ratio" "$EMBER" bench throughput -m "$MODEL" --random-range-ratio 1.5
+  # KV cache dtypes: a q8 cache runs and still answers; a bad dtype is a usage error; the capacity lines.
+  out=$("$EMBER" run -m "$MODEL" -p "The capital of France is" -n 12 --temp 0 -t 2 --kv-cache-dtype q8 2>/dev/null)
+  if ! grep -q "capital" <<<"$out"; then echo "FAIL: q8 KV run: unexpected text: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+  expect_rc 2 "bad kv dtype" "$EMBER" run -m "$MODEL" -p hi --kv-cache-dtype q5
+  expect_rc 0 "run -ctk/-ctv" "$EMBER" run -m "$MODEL" -p hi -n 2 --temp 0 -ctk q4 -ctv f16
+  out=$("$EMBER" bench throughput -m "$MODEL" --num-prompts 2 --input-len 8 --output-len 2 --kv-cache-dtype q8 2>&1)
+  if ! grep -Eq "KV cache q8: [0-9]+ bytes per token" <<<"$out"; then
+    echo "FAIL: bench throughput KV line: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 else
   echo "default model not installed: model checks skipped"
 fi

@@ -12,6 +12,10 @@
 namespace ember {
 namespace {
 
+// Float i of an f32 KV row (bytes).
+float& f32_at(uint8_t* row, int i) { return reinterpret_cast<float*>(row)[i]; }
+float f32_at(const uint8_t* row, int i) { return reinterpret_cast<const float*>(row)[i]; }
+
 ModelConfig tiny_config() {
   ModelConfig c;
   c.n_layer = 2;
@@ -84,9 +88,9 @@ TEST(KvBlockPool, GroupedPagesAndReleasedEntries) {
   PagedKvCache cache(*p.value(), tables);
   cache.sync();
   EXPECT_EQ(cache.capacity(), 12);
-  EXPECT_EQ(cache.k_row(1, 5), p.value()->k_block(0, 1) + 4);  // layer 1: group 0
-  EXPECT_EQ(cache.k_row(0, 5), p.value()->k_block(0, 3) + 4);  // layer 0: first sliding group
-  EXPECT_EQ(cache.v_row(2, 9), p.value()->v_block(0, 6) + 4);
+  EXPECT_EQ(cache.k_row(1, 5), p.value()->k_block(0, 1) + 4 * 4);  // layer 1: group 0
+  EXPECT_EQ(cache.k_row(0, 5), p.value()->k_block(0, 3) + 4 * 4);  // layer 0: first sliding group
+  EXPECT_EQ(cache.v_row(2, 9), p.value()->v_block(0, 6) + 4 * 4);
   EXPECT_EQ(cache.view(0).k_blocks[0], nullptr);  // released
   EXPECT_NE(cache.view(1).k_blocks[0], nullptr);
   EXPECT_EQ(cache.memory_bytes(), 7 * p.value()->bytes_per_block());
@@ -104,19 +108,21 @@ TEST(KvBlockPool, PagedCacheAddressesThroughTable) {
   for (int il = 0; il < 2; ++il)
     for (int pos = 0; pos < 12; ++pos)
       for (int i = 0; i < 4; ++i) {
-        cache.k_row(il, pos)[i] = static_cast<float>(il * 1000 + pos * 10 + i);
-        cache.v_row(il, pos)[i] = -static_cast<float>(il * 1000 + pos * 10 + i);
+        f32_at(cache.k_row(il, pos), i) = static_cast<float>(il * 1000 + pos * 10 + i);
+        f32_at(cache.v_row(il, pos), i) = -static_cast<float>(il * 1000 + pos * 10 + i);
       }
-  EXPECT_EQ(cache.k_row(1, 5), pool.k_block(1, 2) + 4);  // position 5: block 1 of the table, row 1
+  EXPECT_EQ(cache.k_row(1, 5), pool.k_block(1, 2) + 4 * 4);  // position 5: block 1 of the table, row 1
   for (int il = 0; il < 2; ++il) {
     KvView v = cache.view(il);
     for (int pos = 0; pos < 12; ++pos) {
-      EXPECT_EQ(v.k_blocks[pos / v.block_size][(pos % v.block_size) * v.k_row_stride + 3], il * 1000 + pos * 10 + 3);
-      EXPECT_EQ(v.v_blocks[pos / v.block_size][(pos % v.block_size) * v.v_row_stride], -(il * 1000 + pos * 10));
+      EXPECT_EQ(f32_at(v.k_blocks[pos / v.block_size] + (pos % v.block_size) * v.k_row_bytes, 3),
+                il * 1000 + pos * 10 + 3);
+      EXPECT_EQ(f32_at(v.v_blocks[pos / v.block_size] + (pos % v.block_size) * v.v_row_bytes, 0),
+                -(il * 1000 + pos * 10));
     }
   }
   pool.copy_block(2, 0, 3);
-  EXPECT_EQ(pool.k_block(1, 0)[2 * 4 + 1], pool.k_block(1, 2)[2 * 4 + 1]);
+  EXPECT_EQ(f32_at(pool.k_block(1, 0), 2 * 4 + 1), f32_at(pool.k_block(1, 2), 2 * 4 + 1));
 }
 
 TEST(BlockManager, AllocateFreeAndShare) {

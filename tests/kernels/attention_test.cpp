@@ -28,10 +28,23 @@ struct PagedKv {
       vb.push_back(v.data() + static_cast<size_t>(phys) * bs * vd);
     }
   }
-  KvView view() const { return KvView{kb.data(), vb.data(), bs, kd, vd}; }
+  KvView view() const {
+    kbp.clear();
+    vbp.clear();
+    for (const float* p : kb) kbp.push_back(reinterpret_cast<const uint8_t*>(p));
+    for (const float* p : vb) vbp.push_back(reinterpret_cast<const uint8_t*>(p));
+    KvView r;
+    r.k_blocks = kbp.data();
+    r.v_blocks = vbp.data();
+    r.block_size = bs;
+    r.k_row_bytes = int64_t{kd} * 4;
+    r.v_row_bytes = int64_t{vd} * 4;
+    return r;
+  }
   int bs, kd, vd;
   std::vector<float> k, v;
   std::vector<const float*> kb, vb;
+  mutable std::vector<const uint8_t*> kbp, vbp;  // the byte block tables of view()
 };
 
 AttentionShape shape(int n_head, int n_head_kv, int hd, int window) {

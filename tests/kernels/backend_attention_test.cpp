@@ -53,12 +53,25 @@ struct PagedSeq {
       std::fill_n(const_cast<float*>(vb[p / bs]) + (p % bs) * vd, vd, std::nanf(""));
     }
   }
-  KvView view() const { return KvView{kb.data(), vb.data(), block_size, kd, vd}; }
+  KvView view() const {
+    kbp.clear();
+    vbp.clear();
+    for (const float* p : kb) kbp.push_back(reinterpret_cast<const uint8_t*>(p));
+    for (const float* p : vb) vbp.push_back(reinterpret_cast<const uint8_t*>(p));
+    KvView r;
+    r.k_blocks = kbp.data();
+    r.v_blocks = vbp.data();
+    r.block_size = block_size;
+    r.k_row_bytes = int64_t{kd} * 4;
+    r.v_row_bytes = int64_t{vd} * 4;
+    return r;
+  }
 
   int block_size;
   int64_t kd, vd;
   std::vector<float> k, v;
   std::vector<const float*> kb, vb;
+  mutable std::vector<const uint8_t*> kbp, vbp;  // the byte block tables of view()
 };
 
 struct Shape {

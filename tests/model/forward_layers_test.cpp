@@ -96,9 +96,9 @@ TEST(ForwardLayers, ContiguousKvCacheRowsFitTheLargestLayer) {
   const int64_t row = static_cast<int64_t>(c.max_n_head_kv()) * c.head_dim;
   for (int il = 0; il < c.n_layer; ++il) {
     const KvView v = cache.view(il);
-    EXPECT_EQ(v.k_row_stride, row);
-    EXPECT_EQ(v.v_row_stride, static_cast<int64_t>(c.max_n_head_kv()) * c.head_dim_v);
-    EXPECT_EQ(cache.k_row(il, 3) - cache.k_row(il, 2), row);
+    EXPECT_EQ(v.k_row_bytes, row * 4);
+    EXPECT_EQ(v.v_row_bytes, static_cast<int64_t>(c.max_n_head_kv()) * c.head_dim_v * 4);
+    EXPECT_EQ(cache.k_row(il, 3) - cache.k_row(il, 2), row * 4);
   }
   EXPECT_EQ(cache.memory_bytes(), static_cast<size_t>(10 * 2 * row * sizeof(float) * c.n_layer));
 }

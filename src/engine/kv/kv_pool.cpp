@@ -22,8 +22,11 @@ Result<size_t> kv_budget_from_free_memory(double fraction) {
   return Status::error("cannot read MemAvailable from /proc/meminfo");
 }
 
-KvSpec kv_spec_from_config(const ModelConfig& cfg) {
+KvSpec kv_spec_from_config(const ModelConfig& cfg, KvTypes types) {
   KvSpec s;
+  s.types = types;
+  s.head_dim = cfg.head_dim;
+  s.head_dim_v = cfg.head_dim_v;
   s.layers.resize(cfg.n_layer);
   for (int il = 0; il < cfg.n_layer; ++il) {
     const bool per_layer = static_cast<int>(cfg.layers.size()) == cfg.n_layer;
@@ -33,6 +36,12 @@ KvSpec kv_spec_from_config(const ModelConfig& cfg) {
     s.layers[il].v_dim = static_cast<int64_t>(n_kv) * cfg.head_dim_v;
   }
   return s;
+}
+
+size_t kv_bytes_per_token(const KvSpec& spec) {
+  size_t b = 0;
+  for (const KvLayerSpec& l : spec.layers) b += kv_row_bytes(spec.types.k, l.k_dim) + kv_row_bytes(spec.types.v, l.v_dim);
+  return b;
 }
 
 KvLayout KvLayout::from_spec(const KvSpec& spec, bool split_windows) {
@@ -67,8 +76,9 @@ KvLayout KvLayout::from_spec(const KvSpec& spec, bool split_windows) {
 }
 
 Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const ModelConfig& cfg, int block_size, size_t memory_bytes,
-                                                         int64_t n_blocks) {
-  return create(cfg, KvLayout::from_config(cfg, false), block_size, memory_bytes, n_blocks);
+                                                         int64_t n_blocks, KvTypes types) {
+  return create(kv_spec_from_config(cfg, types), KvLayout::from_config(cfg, false), block_size, memory_bytes,
+                n_blocks);
 }
 
 KvSlotDims KvSlotDims::of(const KvSpec& spec, const KvLayout& layout) {
@@ -81,13 +91,17 @@ KvSlotDims KvSlotDims::of(const KvSpec& spec, const KvLayout& layout) {
     d.k_dim[s] = std::max(d.k_dim[s], spec.layers[il].k_dim);
     d.v_dim[s] = std::max(d.v_dim[s], spec.layers[il].v_dim);
   }
+  for (size_t s = 0; s < d.k_dim.size(); ++s) {
+    d.k_bytes.push_back(static_cast<int64_t>(kv_row_bytes(spec.types.k, d.k_dim[s])));
+    d.v_bytes.push_back(static_cast<int64_t>(kv_row_bytes(spec.types.v, d.v_dim[s])));
+  }
   return d;
 }
 
 size_t KvSlotDims::page_bytes(int block_size) const {
-  size_t floats = 0;
-  for (size_t s = 0; s < k_dim.size(); ++s) floats += static_cast<size_t>(k_dim[s] + v_dim[s]);
-  return floats * static_cast<size_t>(block_size) * sizeof(float);
+  size_t bytes = 0;
+  for (size_t s = 0; s < k_bytes.size(); ++s) bytes += static_cast<size_t>(k_bytes[s] + v_bytes[s]);
+  return bytes * static_cast<size_t>(block_size);
 }
 
 Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, const KvLayout& layout, int block_size,
@@ -98,8 +112,16 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, con
     if (l.k_dim < 1 || l.v_dim < 1) return Status::error("KV pool: invalid model shape");
   if (layout.layers_per_group < 1 || layout.group_of_layer.size() != spec.layers.size())
     return Status::error("KV pool: layout does not match the model");
+  if (spec.head_dim > 0) EMBER_RETURN_IF_ERROR(kv_type_check(spec.types.k, spec.head_dim));
+  if (spec.head_dim_v > 0) EMBER_RETURN_IF_ERROR(kv_type_check(spec.types.v, spec.head_dim_v));
+  auto grouped = [](KvType t) { return t == KvType::kQ8 || t == KvType::kQ4; };
+  for (const KvLayerSpec& l : spec.layers)
+    if ((grouped(spec.types.k) && l.k_dim % kKvGroup) || (grouped(spec.types.v) && l.v_dim % kKvGroup))
+      return Status::errorf("KV pool: rows of {} / {} elements do not split into groups of {}", l.k_dim, l.v_dim,
+                            kKvGroup);
   auto p = std::unique_ptr<KvBlockPool>(new KvBlockPool());
   p->layout_ = layout;
+  p->types_ = spec.types;
   p->block_size_ = block_size;
   p->dims_ = KvSlotDims::of(spec, layout);
   const size_t per_block = p->bytes_per_block();
@@ -109,10 +131,10 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, con
   if (n_blocks > (int64_t{1} << 30)) return Status::errorf("KV pool: {} blocks is too many", n_blocks);
   p->n_blocks_ = static_cast<int32_t>(n_blocks);
   for (int s = 0; s < layout.layers_per_group; ++s) {
-    const size_t k_floats = static_cast<size_t>(n_blocks) * block_size * p->dims_.k_dim[s];
-    const size_t v_floats = static_cast<size_t>(n_blocks) * block_size * p->dims_.v_dim[s];
-    float* k = new (std::nothrow) float[k_floats];
-    float* v = new (std::nothrow) float[v_floats];
+    const size_t k_n = static_cast<size_t>(n_blocks) * block_size * p->dims_.k_bytes[s];
+    const size_t v_n = static_cast<size_t>(n_blocks) * block_size * p->dims_.v_bytes[s];
+    uint8_t* k = new (std::nothrow) uint8_t[k_n];
+    uint8_t* v = new (std::nothrow) uint8_t[v_n];
     if (!k || !v) {
       delete[] k;
       delete[] v;
@@ -129,14 +151,15 @@ size_t KvBlockPool::bytes_per_block() const { return dims_.page_bytes(block_size
 void KvBlockPool::copy_block(int32_t src, int32_t dst, int n_rows) {
   n_rows = std::clamp(n_rows, 0, block_size_);
   for (int s = 0; s < layout_.layers_per_group; ++s) {
-    std::copy(k_block(s, src), k_block(s, src) + n_rows * k_dim(s), k_block(s, dst));
-    std::copy(v_block(s, src), v_block(s, src) + n_rows * v_dim(s), v_block(s, dst));
+    std::copy(k_block(s, src), k_block(s, src) + n_rows * k_row_bytes(s), k_block(s, dst));
+    std::copy(v_block(s, src), v_block(s, src) + n_rows * v_row_bytes(s), v_block(s, dst));
   }
 }
 
-void KvBlockPool::read_page(int32_t b, float* dst) {
+void KvBlockPool::read_page(int32_t b, uint8_t* dst) {
   for (int s = 0; s < layout_.layers_per_group; ++s) {
-    const size_t kn = static_cast<size_t>(block_size_) * k_dim(s), vn = static_cast<size_t>(block_size_) * v_dim(s);
+    const size_t kn = static_cast<size_t>(block_size_) * k_row_bytes(s);
+    const size_t vn = static_cast<size_t>(block_size_) * v_row_bytes(s);
     std::copy(k_block(s, b), k_block(s, b) + kn, dst);
     dst += kn;
     std::copy(v_block(s, b), v_block(s, b) + vn, dst);
@@ -144,9 +167,10 @@ void KvBlockPool::read_page(int32_t b, float* dst) {
   }
 }
 
-void KvBlockPool::write_page(int32_t b, const float* src) {
+void KvBlockPool::write_page(int32_t b, const uint8_t* src) {
   for (int s = 0; s < layout_.layers_per_group; ++s) {
-    const size_t kn = static_cast<size_t>(block_size_) * k_dim(s), vn = static_cast<size_t>(block_size_) * v_dim(s);
+    const size_t kn = static_cast<size_t>(block_size_) * k_row_bytes(s);
+    const size_t vn = static_cast<size_t>(block_size_) * v_row_bytes(s);
     std::copy(src, src + kn, k_block(s, b));
     src += kn;
     std::copy(src, src + vn, v_block(s, b));
@@ -180,8 +204,10 @@ KvView PagedKvCache::view(int layer) const {
   v.v_blocks = v_ptr_.data() + static_cast<size_t>(layer) * n_synced_;
   v.block_size = pool_.block_size();
   const int s = pool_.layout().slot_of_layer[layer];
-  v.k_row_stride = pool_.k_dim(s);
-  v.v_row_stride = pool_.v_dim(s);
+  v.k_row_bytes = pool_.k_row_bytes(s);
+  v.v_row_bytes = pool_.v_row_bytes(s);
+  v.k_type = pool_.types().k;
+  v.v_type = pool_.types().v;
   return v;
 }
 

@@ -15,7 +15,9 @@
 // layer: attention window and K/V row sizes), so the layout and the block
 // bookkeeping never need the model itself. Layers may differ in K/V row
 // size (structured pruning): each page slot is as wide as the widest layer
-// stored in that slot.
+// stored in that slot. Rows are stored in the spec's KvTypes (f32, f16,
+// bf16, q8, q4: kernels/kv_types.h, scales inside the page), so the page
+// ops (copy-on-write, swap) move bytes whatever the format.
 //
 // Block ownership (reference counts, free lists, prefix cache) lives in
 // BlockManager and KvCacheManager; this file only owns memory. Not
@@ -44,8 +46,13 @@ struct KvLayerSpec {
 };
 struct KvSpec {
   std::vector<KvLayerSpec> layers;  // [n_layer]
+  KvTypes types;                    // storage formats of K and V (kernels/kv_types.h)
+  int head_dim = 0, head_dim_v = 0; // for the q8 / q4 group check (0: not checked)
 };
-KvSpec kv_spec_from_config(const ModelConfig& cfg);
+KvSpec kv_spec_from_config(const ModelConfig& cfg, KvTypes types = {});
+// Bytes of KV cache per token position over all layers (K + V, in the
+// spec's formats, each layer its own width): the capacity unit users see.
+size_t kv_bytes_per_token(const KvSpec& spec);
 
 struct KvLayout {
   int n_groups = 1;
@@ -63,18 +70,21 @@ struct KvLayout {
   }
 };
 
-// Floats per position of page slot s (K and V): the widest layer in slot s.
+// Elements per position of page slot s (K and V): the widest layer in slot
+// s, and the bytes of such a row in the spec's formats.
 struct KvSlotDims {
-  std::vector<int64_t> k_dim, v_dim;  // [layers_per_group]
+  std::vector<int64_t> k_dim, v_dim;      // [layers_per_group]
+  std::vector<int64_t> k_bytes, v_bytes;  // [layers_per_group]
   static KvSlotDims of(const KvSpec& spec, const KvLayout& layout);
-  // Bytes of one page of block_size positions (all slots, K + V, f32).
+  // Bytes of one page of block_size positions (all slots, K + V).
   size_t page_bytes(int block_size) const;
 };
 
 class KvBlockPool {
  public:
   // n_blocks > 0 fixes the page count; otherwise as many pages as fit in
-  // memory_bytes. Errors on a bad block size or a budget below one page.
+  // memory_bytes. Errors on a bad block size, a budget below one page, or
+  // KV formats that do not fit the head dims.
   static Result<std::unique_ptr<KvBlockPool>> create(const KvSpec& spec, const KvLayout& layout, int block_size,
                                                      size_t memory_bytes, int64_t n_blocks = 0);
   static Result<std::unique_ptr<KvBlockPool>> create(const ModelConfig& cfg, const KvLayout& layout, int block_size,
@@ -83,42 +93,46 @@ class KvBlockPool {
   }
   // Single-group layout (all layers in every page).
   static Result<std::unique_ptr<KvBlockPool>> create(const ModelConfig& cfg, int block_size, size_t memory_bytes,
-                                                     int64_t n_blocks = 0);
+                                                     int64_t n_blocks = 0, KvTypes types = {});
 
   const KvLayout& layout() const { return layout_; }
+  KvTypes types() const { return types_; }
   int block_size() const { return block_size_; }
   int32_t n_blocks() const { return n_blocks_; }
   // Bytes of one page (K + V of its group's layers).
   size_t bytes_per_block() const;
   size_t memory_bytes() const { return bytes_per_block() * static_cast<size_t>(n_blocks_); }
 
-  // Page b, layer slot s: [block_size, k_dim(s)] (K) and [block_size, v_dim(s)] (V).
-  float* k_block(int slot, int32_t b) {
-    return k_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.k_dim[slot];
+  // Page b, layer slot s: [block_size, k_dim(s)] (K) and [block_size,
+  // v_dim(s)] (V) elements, k_row_bytes(s) (v_row_bytes(s)) bytes a position.
+  uint8_t* k_block(int slot, int32_t b) {
+    return k_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.k_bytes[slot];
   }
-  float* v_block(int slot, int32_t b) {
-    return v_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.v_dim[slot];
+  uint8_t* v_block(int slot, int32_t b) {
+    return v_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.v_bytes[slot];
   }
-  // Row strides (floats per position) of slot s.
+  // Row widths (elements per position) and strides (bytes) of slot s.
   int64_t k_dim(int slot) const { return dims_.k_dim[slot]; }
   int64_t v_dim(int slot) const { return dims_.v_dim[slot]; }
+  int64_t k_row_bytes(int slot) const { return dims_.k_bytes[slot]; }
+  int64_t v_row_bytes(int slot) const { return dims_.v_bytes[slot]; }
 
   // Copies the first n_rows positions of page src into dst in every slot
   // (copy-on-write of a shared partial block).
   void copy_block(int32_t src, int32_t dst, int n_rows);
-  // Floats of one page (all slots, K then V per slot), and copies of a whole
-  // page to / from such a host buffer (swap space).
-  size_t page_floats() const { return bytes_per_block() / sizeof(float); }
-  void read_page(int32_t b, float* dst);
-  void write_page(int32_t b, const float* src);
+  // Copies of a whole page (bytes_per_block(): all slots, K then V per
+  // slot, in the pool's formats) to / from a host buffer (swap space).
+  void read_page(int32_t b, uint8_t* dst);
+  void write_page(int32_t b, const uint8_t* src);
 
  private:
   KvBlockPool() = default;
   KvLayout layout_;
+  KvTypes types_;
   int block_size_ = 0;
   int32_t n_blocks_ = 0;
   KvSlotDims dims_;
-  std::vector<std::unique_ptr<float[]>> k_, v_;  // per slot: [n_blocks, block_size, dim]
+  std::vector<std::unique_ptr<uint8_t[]>> k_, v_;  // per slot: [n_blocks, block_size, row bytes]
 };
 
 // One sequence's view of the pool through its block tables (not owned; one
@@ -133,18 +147,19 @@ class PagedKvCache final : public KvCache {
   void sync();
 
   int64_t capacity() const override { return static_cast<int64_t>(n_synced_) * pool_.block_size(); }
-  float* k_row(int layer, int64_t pos) override {
+  uint8_t* k_row(int layer, int64_t pos) override {
     const KvLayout& l = pool_.layout();
     const int s = l.slot_of_layer[layer];
     return pool_.k_block(s, (*tables_)[l.group_of_layer[layer]][pos / pool_.block_size()]) +
-           (pos % pool_.block_size()) * pool_.k_dim(s);
+           (pos % pool_.block_size()) * pool_.k_row_bytes(s);
   }
-  float* v_row(int layer, int64_t pos) override {
+  uint8_t* v_row(int layer, int64_t pos) override {
     const KvLayout& l = pool_.layout();
     const int s = l.slot_of_layer[layer];
     return pool_.v_block(s, (*tables_)[l.group_of_layer[layer]][pos / pool_.block_size()]) +
-           (pos % pool_.block_size()) * pool_.v_dim(s);
+           (pos % pool_.block_size()) * pool_.v_row_bytes(s);
   }
+  KvTypes types() const override { return pool_.types(); }
   KvView view(int layer) const override;
   size_t memory_bytes() const override;
 
@@ -152,7 +167,7 @@ class PagedKvCache final : public KvCache {
   KvBlockPool& pool_;
   const std::vector<std::vector<int32_t>>* tables_;
   size_t n_synced_ = 0;
-  std::vector<const float*> k_ptr_, v_ptr_;  // [n_layer, n_synced] page pointers (null: released)
+  std::vector<const uint8_t*> k_ptr_, v_ptr_;  // [n_layer, n_synced] page pointers (null: released)
 };
 
 }  // namespace ember

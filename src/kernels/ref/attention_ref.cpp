@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "core/check.h"
+
 namespace ember::ref {
 
 int64_t attention_row_scratch(const AttentionShape& s, int32_t pos) {
@@ -17,13 +19,16 @@ void attention_row(const AttentionShape& s, const float* q_head, int32_t pos, in
                    float* out, double* scores) {
   const int hkv = head / (s.n_head / s.n_head_kv);
   const int dk = s.head_dim, dv = s.head_dim_v;
+  EMBER_CHECK_MSG(dk <= kMaxRefHeadDim && dv <= kMaxRefHeadDim, "head dim above the reference's bound");
+  float row[kMaxRefHeadDim];  // one decoded K / V head row (never a page)
+  double acc[kMaxRefHeadDim];
   int64_t lo, hi;
   attention_visible_range(s, pos, &lo, &hi);
   double mx = -INFINITY;
   for (int64_t j = lo; j < hi; ++j) {
-    const float* kr = kv_key_row(kv, j, hkv, dk);
+    kv_load_row(kv.k_type, kv_key_row(kv, j, hkv, dk), dk, row);
     double d = 0;
-    for (int i = 0; i < dk; ++i) d += static_cast<double>(q_head[i]) * kr[i];
+    for (int i = 0; i < dk; ++i) d += static_cast<double>(q_head[i]) * row[i];
     d *= s.scale;
     if (s.softcap > 0.f) d = s.softcap * std::tanh(d / s.softcap);
     scores[j - lo] = d;
@@ -31,11 +36,12 @@ void attention_row(const AttentionShape& s, const float* q_head, int32_t pos, in
   }
   double sum = 0;
   for (int64_t j = lo; j < hi; ++j) sum += (scores[j - lo] = std::exp(scores[j - lo] - mx));
-  for (int i = 0; i < dv; ++i) {
-    double a = 0;
-    for (int64_t j = lo; j < hi; ++j) a += scores[j - lo] * kv_value_row(kv, j, hkv, dv)[i];
-    out[i] = static_cast<float>(a / sum);
+  std::fill(acc, acc + dv, 0.0);
+  for (int64_t j = lo; j < hi; ++j) {  // per output element: the sum over j in order, as a plain loop
+    kv_load_row(kv.v_type, kv_value_row(kv, j, hkv, dv), dv, row);
+    for (int i = 0; i < dv; ++i) acc[i] += scores[j - lo] * row[i];
   }
+  for (int i = 0; i < dv; ++i) out[i] = static_cast<float>(acc[i] / sum);
 }
 
 void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n, const KvView* views,

@@ -4,7 +4,9 @@
 // weighted sum of V), rounded to float once per output. Each row depends only
 // on its own query, position and K/V (batch-invariant). This is the
 // EMBER_ISA=scalar level of the CPU backend (row-parallel over its pool) and
-// the oracle the other levels and backends are tested against.
+// the oracle the other levels and backends are tested against. Compressed
+// K/V rows (kernels/kv_types.h) are decoded one head row at a time by
+// kv_load_row, never a page at once.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,10 @@
 #include "kernels/attention.h"
 
 namespace ember::ref {
+
+// Largest head dim the reference takes (it decodes one K / V head row at a
+// time into a stack buffer).
+constexpr int kMaxRefHeadDim = 1024;
 
 // One query row: head `head` of a token at position `pos` attending through
 // kv. q_head: [head_dim]; out: [head_dim_v]; scores: scratch of at least

@@ -28,11 +28,13 @@ void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTab
   be.rope(b.q, Q, n, c.lc.n_head, hd, cfg.n_rot, cfg.rope_style, rope.cos, rope.sin);
   be.rope(b.k, K, n, c.lc.n_head_kv, hd, cfg.n_rot, cfg.rope_style, rope.cos, rope.sin);
 
-  // K/V rows of this layer (the layer's width within the cache's row).
+  // K/V rows of this layer (the layer's width within the cache's row),
+  // encoded in the cache's formats.
   for (int64_t t = 0; t < n; ++t) {
     KvCache& cache = *tl.caches[tl.seg[t]];
-    std::copy(b.k + t * K, b.k + (t + 1) * K, cache.k_row(c.il, tl.pos[t]));
-    std::copy(b.v + t * Vd, b.v + (t + 1) * Vd, cache.v_row(c.il, tl.pos[t]));
+    const KvTypes ty = cache.types();
+    kv_store_row(ty.k, b.k + t * K, K, cache.k_row(c.il, tl.pos[t]));
+    kv_store_row(ty.v, b.v + t * Vd, Vd, cache.v_row(c.il, tl.pos[t]));
   }
 
   AttentionShape s;

@@ -1,5 +1,7 @@
 // AVX2 tiled online-softmax attention (the op table's entry at the AVX2 and
-// AVX-512 levels); see kernels/attention.h for the canonical order.
+// AVX-512 levels); see kernels/attention.h for the canonical order. K/V rows
+// in any format of kernels/kv_types.h are decoded in registers, 8 elements
+// at a time, as they are read (never a page or a row to memory).
 #include "kernels/attention.h"
 
 #include <immintrin.h>
@@ -7,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/simd.h"
@@ -31,18 +34,66 @@ constexpr int kMaxGroup = 8;  // query heads of one token reduced together
 // prefill task that has the same key range in a chunk (they share each K/V
 // row load).
 constexpr int kMaxRows = kTokenTile * kMaxGroup;
+// Head dims that are not a multiple of 16 take a plain path; compressed
+// rows are decoded one head row at a time into a buffer this large.
+constexpr int kMaxOddHeadDim = 1024;
 
 
-// out[r] = dot_f32(q[r], k, dk) for r < M, bit for bit (same two
-// accumulators and reduction), loading each K vector once for M rows.
-// Requires dk % 16 == 0.
-template <int M>
-void dot_rows(const float* const* q, int dk, const float* k, float* out) {
+// Loaders of 8 consecutive elements (from element i, i % 8 == 0) of a K/V
+// head row stored in a format of kernels/kv_types.h, decoded to exactly the
+// floats kv_load_row gives. F32 is a plain load (the historical kernel).
+struct LoadF32 {
+  static constexpr KvType kType = KvType::kF32;
+  static __m256 load8(const uint8_t* row, int i) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i); }
+};
+struct LoadF16 {
+  static constexpr KvType kType = KvType::kF16;
+  static __m256 load8(const uint8_t* row, int i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+  }
+};
+struct LoadBF16 {
+  static constexpr KvType kType = KvType::kBF16;
+  static __m256 load8(const uint8_t* row, int i) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+};
+inline float group_scale(const uint8_t* b) {
+  uint16_t h;
+  std::memcpy(&h, b, 2);
+  return _cvtsh_ss(h);
+}
+struct LoadQ8 {
+  static constexpr KvType kType = KvType::kQ8;
+  static __m256 load8(const uint8_t* row, int i) {
+    const uint8_t* b = row + (i / kKvGroup) * (2 + kKvGroup);
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + i % kKvGroup));
+    return _mm256_mul_ps(_mm256_set1_ps(group_scale(b)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+  }
+};
+struct LoadQ4 {
+  static constexpr KvType kType = KvType::kQ4;
+  static __m256 load8(const uint8_t* row, int i) {
+    const uint8_t* b = row + (i / kKvGroup) * (2 + kKvGroup / 2);
+    const int o = i % kKvGroup;
+    __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + (o & 15))));
+    q = o < kKvGroup / 2 ? _mm256_and_si256(q, _mm256_set1_epi32(15)) : _mm256_srli_epi32(q, 4);
+    q = _mm256_sub_epi32(q, _mm256_set1_epi32(8));
+    return _mm256_mul_ps(_mm256_set1_ps(group_scale(b)), _mm256_cvtepi32_ps(q));
+  }
+};
+
+// out[r] = dot_f32(q[r], k, dk) for r < M (k decoded by KL), bit for bit
+// the f32 kernel's arithmetic (same two accumulators and reduction),
+// loading and decoding each K vector once for M rows. Requires dk % 16 == 0.
+template <class KL, int M>
+void dot_rows(const float* const* q, int dk, const uint8_t* k, float* out) {
   __m256 a0[M], a1[M];
   #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
   for (int i = 0; i < dk; i += 16) {
-    const __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
+    const __m256 k0 = KL::load8(k, i), k1 = KL::load8(k, i + 8);
     #pragma GCC unroll 8
     for (int r = 0; r < M; ++r) {
       a0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), k0, a0[r]);
@@ -53,26 +104,34 @@ void dot_rows(const float* const* q, int dk, const float* k, float* out) {
   for (int r = 0; r < M; ++r) out[r] = simd::hsum_f32x8(_mm256_add_ps(a0[r], a1[r]));
 }
 
-void dot_group(const float* const* q, int nr, int dk, const float* k, float* out) {
-  if (dk % 16 != 0) {
-    for (int r = 0; r < nr; ++r) out[r] = dot_f32(q[r], k, dk);
+template <class KL>
+void dot_group(const float* const* q, int nr, int dk, const uint8_t* k, float* out) {
+  if (dk % 16 != 0) {  // odd head dims (f32, f16, bf16): one decoded head row, then the f32 dot
+    float row[kMaxOddHeadDim];
+    const float* kf = reinterpret_cast<const float*>(k);
+    if (KL::kType != KvType::kF32) {
+      kv_load_row(KL::kType, k, dk, row);
+      kf = row;
+    }
+    for (int r = 0; r < nr; ++r) out[r] = dot_f32(q[r], kf, dk);
     return;
   }
   int r = 0;
-  for (; r + 4 <= nr; r += 4) dot_rows<4>(q + r, dk, k, out + r);
+  for (; r + 4 <= nr; r += 4) dot_rows<KL, 4>(q + r, dk, k, out + r);
   switch (nr - r) {
-    case 3: dot_rows<3>(q + r, dk, k, out + r); break;
-    case 2: dot_rows<2>(q + r, dk, k, out + r); break;
-    case 1: dot_rows<1>(q + r, dk, k, out + r); break;
+    case 3: dot_rows<KL, 3>(q + r, dk, k, out + r); break;
+    case 2: dot_rows<KL, 2>(q + r, dk, k, out + r); break;
+    case 1: dot_rows<KL, 1>(q + r, dk, k, out + r); break;
     default: break;
   }
 }
 
 // acc_r[i] += p[r][j] * v_j[i] for j = 0..n-1 in order, for M rows: the same
 // fused multiply-adds as axpy_f32 per key, with accumulators kept in
-// registers across keys (16 floats at a time). Requires dv % 16 == 0.
-template <int M>
-void pv_rows(float* const* acc, const float (*p)[kTile], const float* const* vrows, int n, int dv) {
+// registers across keys (16 floats at a time), V decoded by VL. Requires
+// dv % 16 == 0.
+template <class VL, int M>
+void pv_rows(float* const* acc, const float (*p)[kTile], const uint8_t* const* vrows, int n, int dv) {
   for (int i = 0; i < dv; i += 16) {
     __m256 a0[M], a1[M];
     #pragma GCC unroll 8
@@ -81,7 +140,7 @@ void pv_rows(float* const* acc, const float (*p)[kTile], const float* const* vro
       a1[r] = _mm256_loadu_ps(acc[r] + i + 8);
     }
     for (int j = 0; j < n; ++j) {
-      const __m256 v0 = _mm256_loadu_ps(vrows[j] + i), v1 = _mm256_loadu_ps(vrows[j] + i + 8);
+      const __m256 v0 = VL::load8(vrows[j], i), v1 = VL::load8(vrows[j], i + 8);
       #pragma GCC unroll 8
       for (int r = 0; r < M; ++r) {
         const __m256 pj = _mm256_set1_ps(p[r][j]);
@@ -97,18 +156,26 @@ void pv_rows(float* const* acc, const float (*p)[kTile], const float* const* vro
   }
 }
 
-void pv_group(float* const* acc, int nr, const float (*p)[kTile], const float* const* vrows, int n, int dv) {
-  if (dv % 16 != 0) {
-    for (int j = 0; j < n; ++j)
-      for (int r = 0; r < nr; ++r) axpy_f32(acc[r], p[r][j], vrows[j], dv);
+template <class VL>
+void pv_group(float* const* acc, int nr, const float (*p)[kTile], const uint8_t* const* vrows, int n, int dv) {
+  if (dv % 16 != 0) {  // odd head dims: each V row decoded once (not f32), then axpy
+    float row[kMaxOddHeadDim];
+    for (int j = 0; j < n; ++j) {
+      const float* vf = reinterpret_cast<const float*>(vrows[j]);
+      if (VL::kType != KvType::kF32) {
+        kv_load_row(VL::kType, vrows[j], dv, row);
+        vf = row;
+      }
+      for (int r = 0; r < nr; ++r) axpy_f32(acc[r], p[r][j], vf, dv);
+    }
     return;
   }
   int r = 0;
-  for (; r + 4 <= nr; r += 4) pv_rows<4>(acc + r, p + r, vrows, n, dv);
+  for (; r + 4 <= nr; r += 4) pv_rows<VL, 4>(acc + r, p + r, vrows, n, dv);
   switch (nr - r) {
-    case 3: pv_rows<3>(acc + r, p + r, vrows, n, dv); break;
-    case 2: pv_rows<2>(acc + r, p + r, vrows, n, dv); break;
-    case 1: pv_rows<1>(acc + r, p + r, vrows, n, dv); break;
+    case 3: pv_rows<VL, 3>(acc + r, p + r, vrows, n, dv); break;
+    case 2: pv_rows<VL, 2>(acc + r, p + r, vrows, n, dv); break;
+    case 1: pv_rows<VL, 1>(acc + r, p + r, vrows, n, dv); break;
     default: break;
   }
 }
@@ -117,9 +184,10 @@ void pv_group(float* const* acc, int nr, const float (*p)[kTile], const float* c
 // fresh states for nr <= kMaxRows query rows q[r] that attend to the same kv
 // head and positions (heads of a GQA group, of one or several tokens), in
 // 64-key tiles aligned to kb. Each row's arithmetic is independent of which
-// other rows share the call.
-void reduce_chunk(const AttentionShape& s, const float* const* q, int nr, int hkv, const KvView& kv, int64_t kb,
-                  int64_t ke, RowState* const* st) {
+// other rows share the call. K rows decoded by KL, V rows by VL.
+template <class KL, class VL>
+void reduce_chunk_t(const AttentionShape& s, const float* const* q, int nr, int hkv, const KvView& kv, int64_t kb,
+                    int64_t ke, RowState* const* st) {
   const int dk = s.head_dim, dv = s.head_dim_v;
   for (int r = 0; r < nr; ++r) {
     st[r]->m = -INFINITY;
@@ -134,7 +202,7 @@ void reduce_chunk(const AttentionShape& s, const float* const* q, int nr, int hk
     for (int r = 0; r < nr; ++r) mt[r] = -INFINITY;
     float dots[kMaxRows];
     for (int j = 0; j < n; ++j) {
-      dot_group(q, nr, dk, kv_key_row(kv, t0 + j, hkv, dk), dots);
+      dot_group<KL>(q, nr, dk, kv_key_row(kv, t0 + j, hkv, dk), dots);
       for (int r = 0; r < nr; ++r) {
         float v = dots[r] * s.scale;
         if (s.softcap > 0.f) v = s.softcap * std::tanh(v / s.softcap);
@@ -151,16 +219,52 @@ void reduce_chunk(const AttentionShape& s, const float* const* q, int nr, int hk
       }
       exp_shifted_row(sc[r], n, mn[r]);
     }
-    const float* vrows[kTile];
+    const uint8_t* vrows[kTile];
     float* accs[kMaxRows];
     for (int j = 0; j < n; ++j) vrows[j] = kv_value_row(kv, t0 + j, hkv, dv);
     for (int r = 0; r < nr; ++r) {
       accs[r] = st[r]->acc;
       for (int j = 0; j < n; ++j) st[r]->l += sc[r][j];
     }
-    pv_group(accs, nr, sc, vrows, n, dv);
+    pv_group<VL>(accs, nr, sc, vrows, n, dv);
     for (int r = 0; r < nr; ++r) st[r]->m = mn[r];
   }
+}
+
+using ReduceChunkFn = void (*)(const AttentionShape&, const float* const*, int, int, const KvView&, int64_t, int64_t,
+                               RowState* const*);
+
+template <class KL>
+ReduceChunkFn reduce_for_v(KvType v) {
+  switch (v) {
+    case KvType::kF32: return reduce_chunk_t<KL, LoadF32>;
+    case KvType::kF16: return reduce_chunk_t<KL, LoadF16>;
+    case KvType::kBF16: return reduce_chunk_t<KL, LoadBF16>;
+    case KvType::kQ8: return reduce_chunk_t<KL, LoadQ8>;
+    case KvType::kQ4: return reduce_chunk_t<KL, LoadQ4>;
+  }
+  return reduce_chunk_t<KL, LoadF32>;
+}
+
+ReduceChunkFn reduce_for(KvType k, KvType v) {
+  switch (k) {
+    case KvType::kF32: return reduce_for_v<LoadF32>(v);
+    case KvType::kF16: return reduce_for_v<LoadF16>(v);
+    case KvType::kBF16: return reduce_for_v<LoadBF16>(v);
+    case KvType::kQ8: return reduce_for_v<LoadQ8>(v);
+    case KvType::kQ4: return reduce_for_v<LoadQ4>(v);
+  }
+  return reduce_for_v<LoadF32>(v);
+}
+
+// One reduce_chunk call through the view's K/V formats.
+inline void reduce_chunk(const AttentionShape& s, const float* const* q, int nr, int hkv, const KvView& kv, int64_t kb,
+                         int64_t ke, RowState* const* st) {
+  if (kv.k_type == KvType::kF32 && kv.v_type == KvType::kF32) {
+    reduce_chunk_t<LoadF32, LoadF32>(s, q, nr, hkv, kv, kb, ke, st);
+    return;
+  }
+  reduce_for(kv.k_type, kv.v_type)(s, q, nr, hkv, kv, kb, ke, st);
 }
 
 // into <- merge(into, part), the canonical chunk merge.

@@ -1,0 +1,67 @@
+// Storage formats of the KV cache (--kv-cache-dtype): the element type of
+// the K and V rows of a page, chosen per cache for K and V separately.
+//
+// A cache row of n floats (one position of one layer: n_head_kv heads of
+// head_dim, head h at byte offset h * kv_row_bytes(type, head_dim)) is
+// stored as
+//   f32   n floats (the historical format; bit-identical outputs)
+//   f16   n IEEE halves            bf16  n bfloat16 (round to nearest even)
+//   q8    per group of kKvGroup elements along the head dimension: an f16
+//         scale d then 32 int8 q, x = d * q (d = max|x| / 127): 34 bytes
+//   q4    per group: an f16 scale d then 16 bytes of nibbles, element j in
+//         the low nibble of byte j, element j + 16 in the high one,
+//         x = d * (q - 8) (d = signed max / -8, llama.cpp's q4_0): 18 bytes
+// so the scales sit inside the page next to their values and swap, copy-on-
+// write and the prefix cache move pages as opaque bytes. q8/q4 need
+// head_dim % kKvGroup == 0 (groups never straddle heads).
+//
+// kv_store_row is the one encoder of every ISA level (scalar, deterministic:
+// a row stored by any batch shape or thread count has the same bytes);
+// kv_load_row is the scalar decoder the reference attention reads through.
+// The attention kernels of kernels/cpu/ decode the same values in registers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace ember {
+
+enum class KvType : uint8_t { kF32, kF16, kBF16, kQ8, kQ4 };
+constexpr int kKvTypeCount = 5;
+constexpr int kKvGroup = 32;  // elements per q8 / q4 scale
+
+// K and V storage types of one cache.
+struct KvTypes {
+  KvType k = KvType::kF32;
+  KvType v = KvType::kF32;
+  bool operator==(const KvTypes&) const = default;
+};
+
+const char* kv_type_name(KvType t);
+// "f32" | "f16" | "bf16" | "q8" | "q4" (also "q8_0" / "q4_0", case-insensitive).
+Result<KvType> parse_kv_type(std::string_view s);
+// Checks that rows of head_dim elements can be stored as t.
+Status kv_type_check(KvType t, int64_t head_dim);
+
+// Bytes of a row of n elements (n % kKvGroup == 0 for q8 / q4).
+inline size_t kv_row_bytes(KvType t, int64_t n) {
+  switch (t) {
+    case KvType::kF32: return static_cast<size_t>(n) * 4;
+    case KvType::kF16:
+    case KvType::kBF16: return static_cast<size_t>(n) * 2;
+    case KvType::kQ8: return static_cast<size_t>(n / kKvGroup) * (2 + kKvGroup);
+    case KvType::kQ4: return static_cast<size_t>(n / kKvGroup) * (2 + kKvGroup / 2);
+  }
+  return 0;
+}
+
+// Encodes n floats (a whole cache row, or any run of whole heads) into dst.
+void kv_store_row(KvType t, const float* src, int64_t n, uint8_t* dst);
+// Decodes n elements of a stored row into floats (the exact values the
+// attention kernels use).
+void kv_load_row(KvType t, const uint8_t* src, int64_t n, float* dst);
+
+}  // namespace ember

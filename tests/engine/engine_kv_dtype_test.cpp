@@ -1,0 +1,181 @@
+// The serving engine with every KV-cache dtype (f32, f16, bf16, q8, q4, and
+// mixed K/V types): tiny models with a head dim of 32 (one q8 / q4 group
+// per head), layers that differ in width, Gemma 3's sliding-window groups
+// (page release), under a tight pool (preemption by recomputation and by
+// swap to host memory), shared prompt prefixes (prefix-cache hits) and n = 2
+// samples (copy-on-write of the shared partial block). Every generated
+// token's log-probability must equal, bit for bit, the one computed from
+// ForwardContext logits over a contiguous cache of the same dtype: the
+// compressed pages are batch-invariant and move through swap, COW and the
+// prefix cache unchanged. A compressed dtype must also change the outputs'
+// log-probabilities against f32 (the dtype really is in use).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "engine/engine.h"
+#include "kernels/ops.h"
+#include "model/tiny_layered_model.h"
+
+namespace ember {
+namespace {
+
+struct ServeRun {
+  std::map<std::string, FinishedRequest> done;  // by "id/index"
+  std::map<std::string, std::vector<int32_t>> prompts;
+  EngineStats stats;
+};
+
+ServeRun serve(const Model& m, ThreadPool& pool, KvTypes kv, bool swap, int n_blocks = 48) {
+  const ModelConfig& cfg = m.config();
+  EngineConfig ec;
+  ec.block_size = 4;
+  ec.num_kv_blocks = n_blocks;  // tight: preemptions
+  ec.max_num_batched_tokens = 16;
+  ec.preempt_swap = swap;
+  ec.kv_types = kv;
+  ServeRun r;
+  auto e = Engine::create(m, pool, ec);
+  EXPECT_TRUE(e.is_ok()) << e.status().message();
+  if (!e) return r;
+  std::mt19937 rng(23);
+  std::vector<int32_t> shared;
+  for (int j = 0; j < 9; ++j) shared.push_back(static_cast<int32_t>(rng() % cfg.n_vocab));
+  for (int i = 0; i < 6; ++i) {
+    RequestParams p;
+    p.prompt = shared;  // two full blocks in common, then a tail of its own
+    for (int j = 0, len = 2 + static_cast<int>(rng() % 16); j < len; ++j)
+      p.prompt.push_back(static_cast<int32_t>(rng() % cfg.n_vocab));
+    p.sampling.temperature = i % 2 ? 0.f : 1.0f;
+    p.sampling.seed = 40 + i;
+    p.n = i == 2 ? 2 : 1;
+    p.max_tokens = 12;
+    p.logprobs = true;
+    const std::string id = std::to_string(i);
+    r.prompts[id] = p.prompt;
+    EXPECT_TRUE((*e)->add_request(id, p).is_ok());
+    if (i == 0) {  // the first one alone first, so that later prompts find its prefix cached
+      while ((*e)->has_unfinished()) {
+        auto out = (*e)->step();
+        EXPECT_TRUE(out.is_ok()) << out.status().message();
+        if (!out) return r;
+        for (auto& f : out->finished) r.done[f.id + "/" + std::to_string(f.index)] = f;
+      }
+    }
+  }
+  for (int guard = 0; (*e)->has_unfinished() && guard < 10000; ++guard) {
+    auto out = (*e)->step();
+    EXPECT_TRUE(out.is_ok()) << out.status().message();
+    if (!out) break;
+    for (auto& f : out->finished) r.done[f.id + "/" + std::to_string(f.index)] = f;
+    Status st = (*e)->check_invariants();
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    if (!st) break;
+  }
+  r.stats = (*e)->stats();
+  return r;
+}
+
+// Log-probabilities of each finished sample's tokens from one forward pass
+// over a contiguous cache of the same dtype.
+void expect_matches_contiguous(const Model& m, ThreadPool& pool, KvTypes kv, const ServeRun& r) {
+  const ModelConfig& cfg = m.config();
+  const int V = cfg.n_vocab;
+  for (const auto& [key, f] : r.done) {
+    const std::vector<int32_t>& prompt = r.prompts.at(f.id);
+    std::vector<int32_t> toks = prompt;
+    toks.insert(toks.end(), f.output.begin(), f.output.end());
+    const int64_t n = static_cast<int64_t>(toks.size()) - 1;
+    ForwardContext ctx(m, pool, 64);
+    ContiguousKvCache cache(cfg, n, kv);
+    std::vector<float> all(static_cast<size_t>(n) * V);
+    ASSERT_TRUE(ctx.forward(toks.data(), n, 0, cache, nullptr, all.data()).is_ok());
+    ASSERT_EQ(f.logprobs.size(), f.output.size());
+    for (size_t i = 0; i < f.output.size(); ++i) {
+      const float* lg = all.data() + (prompt.size() - 1 + i) * V;
+      const float want = static_cast<float>(lg[f.output[i]] - log_sum_exp_row(lg, V));
+      ASSERT_EQ(f.logprobs[i], want) << "sample " << key << " token " << i;
+    }
+  }
+}
+
+class EngineKvDtype : public ::testing::TestWithParam<KvTypes> {};
+
+TEST_P(EngineKvDtype, PagedCompressedCacheMatchesContiguousUnderPressure) {
+  const KvTypes kv = GetParam();
+  for (test::TinySpec spec : test::tiny_specs()) {
+    if (spec.arch != "qwen2" && spec.arch != "gemma3") continue;
+    spec.head_dim = 32;
+    SCOPED_TRACE(spec.arch);
+    std::unique_ptr<Model> m = test::load_tiny(spec);
+    ASSERT_TRUE(m);
+    ThreadPool pool(2);
+    for (bool swap : {false, true}) {
+      SCOPED_TRACE(swap ? "swap" : "recompute");
+      // Gemma's three groups (one global, two sliding) release pages; qwen2 keeps all.
+      const ServeRun r = serve(*m, pool, kv, swap, spec.arch == "gemma3" ? 48 : 24);
+      ASSERT_EQ(r.done.size(), 7u);
+      EXPECT_GT(r.stats.n_preemptions, 0);
+      EXPECT_GT(r.stats.prefix.hit_tokens, 0);
+      EXPECT_GT(r.stats.n_cow_copies, 0);
+      if (swap) {
+        EXPECT_GT(r.stats.n_swap_outs, 0);
+      }
+      expect_matches_contiguous(*m, pool, kv, r);
+    }
+  }
+}
+
+// The dtype reaches the pages: bytes per token follow the format, and the
+// outputs' log-probabilities move against the f32 cache (q8 / q4 change the
+// values attention reads).
+TEST_P(EngineKvDtype, DtypeChangesBytesAndValues) {
+  const KvTypes kv = GetParam();
+  test::TinySpec spec;  // qwen2, layers of 2, 4, 1 KV heads
+  spec.head_dim = 32;
+  std::unique_ptr<Model> m = test::load_tiny(spec);
+  ASSERT_TRUE(m);
+  ThreadPool pool(1);
+  const ServeRun f32 = serve(*m, pool, {}, false), got = serve(*m, pool, kv, false);
+  int64_t want_bytes = 0;
+  for (const LayerConfig& l : m->config().layers)
+    want_bytes += static_cast<int64_t>(kv_row_bytes(kv.k, int64_t{l.n_head_kv} * 32) +
+                                       kv_row_bytes(kv.v, int64_t{l.n_head_kv} * 32));
+  EXPECT_EQ(got.stats.kv_bytes_per_token, want_bytes);
+  EXPECT_EQ(f32.stats.kv_bytes_per_token, (2 + 4 + 1) * 32 * 4 * 2);
+  if (kv == KvTypes{}) return;
+  const FinishedRequest& a = f32.done.at("1/0");  // greedy
+  const FinishedRequest& b = got.done.at("1/0");
+  EXPECT_NE(a.logprobs, b.logprobs);
+}
+
+std::string kv_name(const ::testing::TestParamInfo<KvTypes>& i) {
+  return std::string(kv_type_name(i.param.k)) + "_" + kv_type_name(i.param.v);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, EngineKvDtype,
+                         ::testing::Values(KvTypes{}, KvTypes{KvType::kF16, KvType::kF16},
+                                           KvTypes{KvType::kBF16, KvType::kBF16}, KvTypes{KvType::kQ8, KvType::kQ8},
+                                           KvTypes{KvType::kQ4, KvType::kQ4}, KvTypes{KvType::kQ8, KvType::kF16}),
+                         kv_name);
+
+// A q8 / q4 cache on a head dim that does not split into groups of 32 is
+// refused with a message, not built.
+TEST(EngineKvDtypeErrors, GroupedDtypeNeedsHeadDimMultipleOf32) {
+  test::TinySpec spec;  // head dim 8
+  std::unique_ptr<Model> m = test::load_tiny(spec);
+  ASSERT_TRUE(m);
+  ThreadPool pool(1);
+  EngineConfig ec;
+  ec.num_kv_blocks = 16;
+  ec.kv_types = {KvType::kQ8, KvType::kQ8};
+  auto e = Engine::create(*m, pool, ec);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.status().message().find("multiple of 32"), std::string::npos) << e.status().message();
+  ec.kv_types = {KvType::kF16, KvType::kBF16};  // no groups: any head dim
+  EXPECT_TRUE(Engine::create(*m, pool, ec).is_ok());
+}
+
+}  // namespace
+}  // namespace ember
