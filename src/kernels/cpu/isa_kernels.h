@@ -8,8 +8,9 @@
 //
 // Files are named <family>_<kind>.cpp: family float (F32/F16/BF16), legacy
 // (32-element blocks), kquants (256-element super-blocks) or lanes (the
-// AVX-512 row-lane form of the legacy types); kind dot (vec_dot and the row
-// conversions), tile (vec_dot_tile) or rows (vec_dot_rows). A file whose
+// AVX-512 row-lane form of the legacy types; lanes_kquants.cpp: of Q4_K and
+// Q6_K, all three kinds); kind dot (vec_dot and the row conversions), tile
+// (vec_dot_tile) or rows (vec_dot_rows). A file whose
 // kernels share one arithmetic contract may hold several kinds of its
 // family; its header says which. row_ops.cpp and attention.cpp hold the ops
 // of the op table.
