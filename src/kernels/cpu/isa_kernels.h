@@ -8,8 +8,9 @@
 //
 // Files are named <family>_<kind>.cpp: family float (F32/F16/BF16), legacy
 // (32-element blocks), kquants (256-element super-blocks) or lanes (the
-// AVX-512 row-lane form of the legacy types); kind dot (vec_dot and the row
-// conversions), tile (vec_dot_tile) or rows (vec_dot_rows). A file whose
+// AVX-512 row-lane form of the legacy types; lanes_kquants.cpp: of Q4_K and
+// Q6_K, all three kinds); kind dot (vec_dot and the row conversions), tile
+// (vec_dot_tile) or rows (vec_dot_rows). A file whose
 // kernels share one arithmetic contract may hold several kinds of its
 // family; its header says which. row_ops.cpp and attention.cpp hold the ops
 // of the op table.
@@ -207,6 +208,22 @@ void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
+
+// Q4_K and Q6_K in the row-lane form (avx512/lanes_kquants.cpp, their own
+// arithmetic: see that file; the twins are in kernels/ref/kquants_lanes_ref.h):
+// vec_dot, decode over any nr >= 1 rows in 16-row groups, and the tile of
+// kLaneKTileRows rows x up to kLaneKTileCols tokens (each call transposes
+// its rows once).
+constexpr int kLaneKTileRows = 16;
+constexpr int kLaneKTileCols = 64;
+void vec_dot_lanes_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_rows_lanes_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_tile_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                  size_t x_row_bytes, int nr, int nc);
+void vec_dot_lanes_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_rows_lanes_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_tile_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                  size_t x_row_bytes, int nr, int nc);
 
 }  // namespace avx512
 

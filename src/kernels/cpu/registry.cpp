@@ -127,6 +127,16 @@ void fill_avx512(Table& t) {
   at(t, DType::kQ4_K, v).vec_dot_rows = avx512::vec_dot_rows_q4_K_q8_K;
   at(t, DType::kQ5_K, v).vec_dot_rows = avx512::vec_dot_rows_q5_K_q8_K;
   at(t, DType::kQ6_K, v).vec_dot_rows = avx512::vec_dot_rows_q6_K_q8_K;
+  // Q4_K, Q6_K: the row-lane kernels (one arithmetic for vec_dot, decode and
+  // tiles).
+  at(t, DType::kQ4_K, v).vec_dot = avx512::vec_dot_lanes_q4_K_q8_K;
+  at(t, DType::kQ4_K, v).vec_dot_rows = avx512::vec_dot_rows_lanes_q4_K_q8_K;
+  set_tile(at(t, DType::kQ4_K, v), avx512::vec_dot_tile_lanes_q4_K_q8_K, avx512::kLaneKTileRows,
+           avx512::kLaneKTileCols);
+  at(t, DType::kQ6_K, v).vec_dot = avx512::vec_dot_lanes_q6_K_q8_K;
+  at(t, DType::kQ6_K, v).vec_dot_rows = avx512::vec_dot_rows_lanes_q6_K_q8_K;
+  set_tile(at(t, DType::kQ6_K, v), avx512::vec_dot_tile_lanes_q6_K_q8_K, avx512::kLaneKTileRows,
+           avx512::kLaneKTileCols);
 }
 
 // Fills null fields at each level from the level below.

@@ -1,0 +1,453 @@
+// AVX-512 VNNI "row lanes" kernels for Q4_K and Q6_K x Q8_K: vec_dot,
+// vec_dot_rows (decode) and the tile kernel (kLaneKTileRows = 16 weight rows
+// x up to kLaneKTileCols tokens), the kernels of these types at this level.
+//
+// Arithmetic (the contract of all three, hence batch-invariant; the scalar
+// twins are in kernels/ref/kquants_lanes_ref.h):
+//   acc = acc_m = 0;  for each super-block i in order:
+//     Q4_K: sumi = sum_s sc_s * (sum of the 32 products q * x of sub-block s)
+//           summ = sum_s m_s * (bsums[2s] + bsums[2s+1])
+//           acc   = fma(float(sumi), f16(d) * x.d,    acc)
+//           acc_m = fma(float(summ), f16(dmin) * x.d, acc_m)
+//     Q6_K: sumi = sum_g sc_g * (sum of the 16 products (q - 32) * x of group g)
+//           acc   = fma(float(sumi), f16(d) * x.d, acc)
+//   result = acc - acc_m
+// sumi and summ are exact int32 (Q4_K: |sumi| <= 8 * 63 * 32 * 15 * 127;
+// Q6_K: <= 16 * 128 * 16 * 32 * 127, both < 2^31); every float step is one
+// IEEE operation, so the kernels agree bit for bit whatever the grouping of
+// their integer work. Compared with the 8-lane partial sums of the other
+// K-quant kernels (avx512/kquants_tile.cpp) this rounds once per super-block
+// instead of 8 times plus a horizontal sum.
+//
+// Why this form: one output row per zmm lane. The tile kernel unpacks its 16
+// rows' quants (unsigned: Q4_K nibbles, Q6_K q = stored 6 bits) and
+// transposes them super-block by super-block (dword k of the 64-element
+// piece m of row r -> lane r of vector 16m + k), so one vpdpbusd with a
+// broadcast activation dword advances 16 rows at once and the scales, mins
+// and float steps are one instruction each for 16 outputs. Q4_K: half
+// sub-blocks (16 products: |sum| <= 16 * 15 * 127 < 2^15) are packed into the
+// i16 halves of each lane and weighted by the row's scale with one vpdpwssd.
+// Q6_K: each 16-element group's sum (up to 16 * 63 * 127, too wide for i16)
+// is weighted with one vpmulld, and the offset 32 enters once per super-block
+// as -32 * sum_g sc_g * bsums[g]. Decode walks 16-row groups (the rows'
+// super-block i one after another, each row's bytes prefetched ahead): per
+// row four zmm vpdpbusd and four vpdpwssd give 16 lane sums (4-product sums
+// fit i16 for both types), and the 16 rows' lane sums are reduced together
+// so the float work is again one instruction per 16 rows.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
+#include "quant/blocks.h"
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace ember::avx512 {
+namespace {
+
+constexpr int kR = 16;  // rows per lane group (one per zmm lane)
+constexpr int kT = 4;   // tokens per register group of the tile kernel
+static_assert(kLaneKTileRows == kR, "one lane group per tile");
+
+inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m512i bcast32(const void* p) { return _mm512_set1_epi32(static_cast<int>(simd::load_u32(p))); }
+
+// u[j] = [low nibbles | high nibbles] of qs[32j .. 32j + 32]: elements
+// 64j .. 64j + 63 in order, so dword k of u[j] is elements 64j + 4k .. + 3.
+inline void unpack_nibbles(const BlockQ4_K& b, __m512i u[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j)
+    u[j] = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(loadu(b.qs + 32 * j)), shifts), m4);
+}
+
+// u[m] = the unsigned quants (0..63) of Q6_K elements 64m .. 64m + 63 in
+// order (element e: low 4 bits from ql, 2 high bits from qh).
+inline void unpack_q6(const BlockQ6_K& b, __m512i u[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
+  // qh shifts: [<< 4 | << 2] for the first 64, [>> 0 | >> 2] for the second.
+  const __m512i sl = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
+  const __m512i sr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
+    const __m512i qh = _mm512_broadcast_i64x4(loadu(b.qh + 32 * h));
+    u[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4), _mm512_sllv_epi16(qh, sl), m2, 0xf8);
+    u[2 * h + 1] =
+        _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_srlv_epi16(qh, sr), m2, 0xf8);
+  }
+}
+
+// Out[k] lane r = in[r] dword k (16 x 16 dword transpose).
+inline void transpose16(const __m512i in[16], __m512i out[16]) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 8
+  for (int r = 0; r < 16; r += 2) {
+    t[r] = _mm512_unpacklo_epi32(in[r], in[r + 1]);
+    t[r + 1] = _mm512_unpackhi_epi32(in[r], in[r + 1]);
+  }
+  // u[4g + c], 128-bit chunk L: rows 4g .. 4g + 3 of dword 4L + c.
+#pragma GCC unroll 4
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512i p0 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i p1 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i q0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i q1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 2, 3, 2));
+    out[c] = _mm512_shuffle_i32x4(p0, q0, _MM_SHUFFLE(2, 0, 2, 0));
+    out[4 + c] = _mm512_shuffle_i32x4(p0, q0, _MM_SHUFFLE(3, 1, 3, 1));
+    out[8 + c] = _mm512_shuffle_i32x4(p1, q1, _MM_SHUFFLE(2, 0, 2, 0));
+    out[12 + c] = _mm512_shuffle_i32x4(p1, q1, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+// Byte offsets of the 16 rows (rows past nr repeat the last one).
+inline __m512i row_offsets(size_t w_row_bytes, int nr) {
+  alignas(64) int32_t off[kR];
+  for (int r = 0; r < kR; ++r) off[r] = static_cast<int32_t>(static_cast<size_t>(std::min(r, nr - 1)) * w_row_bytes);
+  return _mm512_load_si512(off);
+}
+
+// The f16 words at byte offset `at` and at + 2 of the 16 rows' blocks
+// starting at `base` (one gather of the dword at `at`), as f32.
+inline void gather_f16_pair(const uint8_t* base, __m512i offsets, __m512& lo, __m512& hi) {
+  const __m512i dd = _mm512_i32gather_epi32(offsets, base, 1);
+  lo = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+  hi = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+}
+
+// Row pointer of row r (< nr: rows past nr repeat the last) at block i.
+template <class Block>
+inline const Block* block_at(const uint8_t* w, size_t w_row_bytes, int nr, int r, int64_t i) {
+  return reinterpret_cast<const Block*>(w + static_cast<size_t>(std::min(r, nr - 1)) * w_row_bytes) + i;
+}
+
+// ---- tile: 16 rows x up to kLaneKTileCols tokens ----
+
+// w[16m + k] lane r <- dword k of u_r[m] for the 16 rows.
+inline void transpose_quants(__m512i u[kR][4], __m512i* w) {
+  __m512i in[kR];
+#pragma GCC unroll 1
+  for (int m = 0; m < 4; ++m) {
+    for (int r = 0; r < kR; ++r) in[r] = u[r][m];
+    transpose16(in, w + 16 * m);
+  }
+}
+
+// Q4_K: one super-block of 16 rows, transposed.
+struct alignas(64) PackedQ4K {
+  __m512i w[64];  // w[8s + l] lane r: unsigned quants 32s + 4l .. + 3 of row r
+  __m512i sc[8];  // sc[s] lane r: i16 pair (sc_s, sc_s) of row r
+  __m512i mn[8];  // mn[s] lane r: i16 pair (m_s, m_s) of row r
+  __m512 d, dmin;
+};
+
+// Q6_K: the same (w[4g + l]: quants 16g + 4l .. + 3).
+struct alignas(64) PackedQ6K {
+  __m512i w[64];
+  __m512i sc[16];  // sc[g] lane r: the signed scale of group g (i32)
+  __m512i scp[8];  // scp[k] lane r: i16 pair (sc_2k, sc_2k+1)
+  __m512 d;
+};
+
+struct TileQ4K {
+  using Block = BlockQ4_K;
+  using Packed = PackedQ4K;
+
+  static void pack(const uint8_t* w, size_t w_row_bytes, __m512i offsets, int nr, int64_t i, Packed& pk) {
+    // Scales: row r's 16 dwords [sc pairs s = 0..7 | min pairs s = 0..7].
+    __m512i in[kR], out[kR];
+    for (int r = 0; r < kR; ++r) {
+      alignas(16) uint8_t sm[16];
+      simd::unpack_k4_scales(block_at<Block>(w, w_row_bytes, nr, r, i)->scales, sm, sm + 8);
+      const __m512i v = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)));
+      in[r] = _mm512_or_si512(v, _mm512_slli_epi32(v, 16));
+    }
+    transpose16(in, out);
+    for (int s = 0; s < 8; ++s) {
+      pk.sc[s] = out[s];
+      pk.mn[s] = out[8 + s];
+    }
+    __m512i u[kR][4];
+    for (int r = 0; r < kR; ++r) unpack_nibbles(*block_at<Block>(w, w_row_bytes, nr, r, i), u[r]);
+    transpose_quants(u, pk.w);
+    gather_f16_pair(w + static_cast<size_t>(i) * sizeof(Block), offsets, pk.d, pk.dmin);
+  }
+
+  // Tokens xc[0 .. kT) against the packed rows: out[c] lane r = result.
+  static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[kT], __m512 out[kT]) {
+    __m512 acc[kT], acc_m[kT];
+    for (int c = 0; c < kT; ++c) acc[c] = acc_m[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const Packed& p = pk[i];
+      __m512i sumi[kT], summ[kT];
+#pragma GCC unroll 4
+      for (int c = 0; c < kT; ++c) {
+        summ[c] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p.mn[0], bcast32(xc[c][i].bsums));
+#pragma GCC unroll 7
+        for (int s = 1; s < 8; ++s) summ[c] = _mm512_dpwssd_epi32(summ[c], p.mn[s], bcast32(xc[c][i].bsums + 2 * s));
+        sumi[c] = _mm512_setzero_si512();
+      }
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s) {
+        __m512i a[kT], b[kT];
+#pragma GCC unroll 4
+        for (int c = 0; c < kT; ++c) a[c] = b[c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int l = 0; l < 4; ++l) {
+          const __m512i wa = _mm512_load_si512(&p.w[8 * s + l]);
+          const __m512i wb = _mm512_load_si512(&p.w[8 * s + 4 + l]);
+#pragma GCC unroll 4
+          for (int c = 0; c < kT; ++c) {
+            const int8_t* y = xc[c][i].qs + 32 * s + 4 * l;
+            a[c] = _mm512_dpbusd_epi32(a[c], wa, bcast32(y));
+            b[c] = _mm512_dpbusd_epi32(b[c], wb, bcast32(y + 16));
+          }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < kT; ++c)
+          sumi[c] = _mm512_dpwssd_epi32(
+              sumi[c], _mm512_mask_blend_epi16(0xAAAAAAAA, a[c], _mm512_slli_epi32(b[c], 16)), p.sc[s]);
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < kT; ++c) {
+        const __m512 xd = _mm512_set1_ps(xc[c][i].d);
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(p.d, xd), acc[c]);
+        acc_m[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ[c]), _mm512_mul_ps(p.dmin, xd), acc_m[c]);
+      }
+    }
+    for (int c = 0; c < kT; ++c) out[c] = _mm512_sub_ps(acc[c], acc_m[c]);
+  }
+};
+
+struct TileQ6K {
+  using Block = BlockQ6_K;
+  using Packed = PackedQ6K;
+
+  static void pack(const uint8_t* w, size_t w_row_bytes, __m512i offsets, int nr, int64_t i, Packed& pk) {
+    __m512i in[kR];
+    for (int r = 0; r < kR; ++r)
+      in[r] = _mm512_cvtepi8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block_at<Block>(w, w_row_bytes, nr, r, i)->scales)));
+    transpose16(in, pk.sc);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    for (int k = 0; k < 8; ++k)
+      pk.scp[k] = _mm512_or_si512(_mm512_and_si512(pk.sc[2 * k], lo16), _mm512_slli_epi32(pk.sc[2 * k + 1], 16));
+    __m512i u[kR][4];
+    for (int r = 0; r < kR; ++r) unpack_q6(*block_at<Block>(w, w_row_bytes, nr, r, i), u[r]);
+    transpose_quants(u, pk.w);
+    // d is the last word of the block: gather the dword ending with it.
+    __m512 unused;
+    gather_f16_pair(w + static_cast<size_t>(i) * sizeof(Block) + offsetof(Block, d) - 2, offsets, unused, pk.d);
+  }
+
+  static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[kT], __m512 out[kT]) {
+    __m512 acc[kT];
+    for (int c = 0; c < kT; ++c) acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const Packed& p = pk[i];
+      __m512i sumi[kT], corr[kT];
+#pragma GCC unroll 4
+      for (int c = 0; c < kT; ++c) {
+        corr[c] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p.scp[0], bcast32(xc[c][i].bsums));
+#pragma GCC unroll 7
+        for (int k = 1; k < 8; ++k) corr[c] = _mm512_dpwssd_epi32(corr[c], p.scp[k], bcast32(xc[c][i].bsums + 2 * k));
+        sumi[c] = _mm512_setzero_si512();
+      }
+#pragma GCC unroll 16
+      for (int g = 0; g < 16; ++g) {
+        __m512i a[kT];
+#pragma GCC unroll 4
+        for (int c = 0; c < kT; ++c) a[c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int l = 0; l < 4; ++l) {
+          const __m512i wv = _mm512_load_si512(&p.w[4 * g + l]);
+#pragma GCC unroll 4
+          for (int c = 0; c < kT; ++c) a[c] = _mm512_dpbusd_epi32(a[c], wv, bcast32(xc[c][i].qs + 16 * g + 4 * l));
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < kT; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(a[c], p.sc[g]));
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < kT; ++c) {
+        const __m512i v = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(corr[c], 5));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(p.d, _mm512_set1_ps(xc[c][i].d)), acc[c]);
+      }
+    }
+    for (int c = 0; c < kT; ++c) out[c] = acc[c];  // acc - 0: the same bits
+  }
+};
+
+template <class T>
+void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
+          size_t x_row_bytes, int nr, int nc) {
+  const int64_t nb = n / kQK_K;
+  thread_local std::vector<typename T::Packed> packed;
+  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
+  const __m512i offsets = row_offsets(w_row_bytes, nr);
+  for (int64_t i = 0; i < nb; ++i) T::pack(w, w_row_bytes, offsets, nr, i, packed[static_cast<size_t>(i)]);
+  const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1);
+  for (int t0 = 0; t0 < nc; t0 += kT) {
+    const int gt = std::min(kT, nc - t0);
+    const BlockQ8_K* xc[kT];
+    for (int c = 0; c < kT; ++c)
+      xc[c] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t0 + std::min(c, gt - 1)) * x_row_bytes);
+    __m512 out[kT];
+    T::group(packed.data(), nb, xc, out);
+    for (int c = 0; c < gt; ++c) _mm512_mask_storeu_ps(s + (t0 + c) * lds, mask, out[c]);
+  }
+}
+
+// ---- decode: one token over 16-row groups ----
+
+constexpr size_t kPrefetchBytes = 512;
+
+// vpermw indices for the vpdpwssd weights of piece m's vpdpbusd sums: lane k
+// low word = the scale of the lane's sub-block (Q4_K: 2m + k / 8) or group
+// (Q6_K: 4m + k / 4), high word = a zero word (the sums fit the low word).
+template <int kLanesPerScale, int kZeroWord>
+struct ScaleWordIndex {
+  alignas(64) int16_t idx[4][32];
+  constexpr ScaleWordIndex() : idx() {
+    for (int m = 0; m < 4; ++m)
+      for (int k = 0; k < 16; ++k) {
+        idx[m][2 * k] = static_cast<int16_t>((16 / kLanesPerScale) * m + k / kLanesPerScale);
+        idx[m][2 * k + 1] = kZeroWord;
+      }
+  }
+};
+constexpr ScaleWordIndex<8, 8> kQ4KWords;
+constexpr ScaleWordIndex<4, 16> kQ6KWords;
+
+// sum over the 4 pieces of vpdpwssd(vpdpbusd(u[m], x piece m), words[m]).
+template <class Words>
+inline __m256i weighted_sum8(const __m512i u[4], const int8_t* y, __m512i sc16, const Words& words) {
+  const __m512i z = _mm512_setzero_si512();
+  __m512i s[2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    s[h] = _mm512_dpwssd_epi32(z, _mm512_dpbusd_epi32(z, u[h], _mm512_loadu_si512(y + 64 * h)),
+                               _mm512_permutexvar_epi16(_mm512_load_si512(words.idx[h]), sc16));
+    s[h] = _mm512_dpwssd_epi32(s[h], _mm512_dpbusd_epi32(z, u[h + 2], _mm512_loadu_si512(y + 64 * (h + 2))),
+                               _mm512_permutexvar_epi16(_mm512_load_si512(words.idx[h + 2]), sc16));
+  }
+  const __m512i t = _mm512_add_epi32(s[0], s[1]);
+  return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+}
+
+inline __m512i join(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+
+struct RowsQ4K {
+  using Block = BlockQ4_K;
+  // [a | b]: 8 lanes whose total is sumi, 8 whose total is summ.
+  static __m512i sums(const Block& b, const BlockQ8_K& x) {
+    alignas(16) uint8_t sc[8], m[8];
+    simd::unpack_k4_scales(b.scales, sc, m);
+    const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
+    __m512i u[4];
+    unpack_nibbles(b, u);
+    return join(weighted_sum8(u, x.qs, sc16, kQ4KWords), _mm256_madd_epi16(loadu(x.bsums), mins));
+  }
+  static void step(const uint8_t* blocks, __m512i offsets, __m512i a, __m512i b, float xd, __m512& acc,
+                   __m512& acc_m) {
+    __m512 d, dmin;
+    gather_f16_pair(blocks, offsets, d, dmin);
+    const __m512 vxd = _mm512_set1_ps(xd);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(d, vxd), acc);
+    acc_m = _mm512_fmadd_ps(_mm512_cvtepi32_ps(b), _mm512_mul_ps(dmin, vxd), acc_m);
+  }
+};
+
+struct RowsQ6K {
+  using Block = BlockQ6_K;
+  // [a | b]: totals sum_g sc_g * sum(q * x) and sum_g sc_g * bsums[g].
+  static __m512i sums(const Block& b, const BlockQ8_K& x) {
+    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    __m512i u[4];
+    unpack_q6(b, u);
+    return join(weighted_sum8(u, x.qs, _mm512_zextsi256_si512(sc), kQ6KWords), _mm256_madd_epi16(loadu(x.bsums), sc));
+  }
+  static void step(const uint8_t* blocks, __m512i offsets, __m512i a, __m512i b, float xd, __m512& acc, __m512&) {
+    __m512 unused, d;
+    gather_f16_pair(blocks + offsetof(Block, d) - 2, offsets, unused, d);
+    const __m512i sumi = _mm512_sub_epi32(a, _mm512_slli_epi32(b, 5));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(d, _mm512_set1_ps(xd)), acc);
+  }
+};
+
+// v[r] = [a_r | b_r] (8-lane halves) -> lane r of sa = total of a_r, lane r
+// of sb = total of b_r.
+inline void reduce_rows(const __m512i v[kR], __m512i& sa, __m512i& sb) {
+  __m512i t[kR];
+  transpose16(v, t);  // t[k] lane r = v[r] dword k
+  const __m512i a = _mm512_add_epi32(_mm512_add_epi32(t[0], t[1]), _mm512_add_epi32(t[2], t[3]));
+  const __m512i a2 = _mm512_add_epi32(_mm512_add_epi32(t[4], t[5]), _mm512_add_epi32(t[6], t[7]));
+  const __m512i b = _mm512_add_epi32(_mm512_add_epi32(t[8], t[9]), _mm512_add_epi32(t[10], t[11]));
+  const __m512i b2 = _mm512_add_epi32(_mm512_add_epi32(t[12], t[13]), _mm512_add_epi32(t[14], t[15]));
+  sa = _mm512_add_epi32(a, a2);
+  sb = _mm512_add_epi32(b, b2);
+}
+
+template <class T>
+void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const BlockQ8_K* x, int64_t nr) {
+  using Block = typename T::Block;
+  const int64_t nb = n / kQK_K;
+  for (int64_t r0 = 0; r0 < nr; r0 += kR) {
+    const int gr = static_cast<int>(std::min<int64_t>(kR, nr - r0));
+    const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
+    const __m512i offsets = row_offsets(w_row_bytes, gr);
+    __m512 acc = _mm512_setzero_ps(), acc_m = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      __m512i v[kR];
+      for (int r = 0; r < kR; ++r) {
+        const Block* b = block_at<Block>(g, w_row_bytes, gr, r, i);
+        const char* p = reinterpret_cast<const char*>(b) + kPrefetchBytes;
+#pragma GCC unroll 4
+        for (size_t l = 0; l < sizeof(Block); l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+        v[r] = T::sums(*b, x[i]);
+      }
+      __m512i a, b;
+      reduce_rows(v, a, b);
+      T::step(g + static_cast<size_t>(i) * sizeof(Block), offsets, a, b, x[i].d, acc, acc_m);
+    }
+    _mm512_mask_storeu_ps(s + r0, static_cast<__mmask16>((1u << gr) - 1), _mm512_sub_ps(acc, acc_m));
+  }
+}
+
+}  // namespace
+
+#define EMBER_LANES_K(name, rows_traits, tile_traits)                                                              \
+  void vec_dot_rows_lanes_##name##_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,    \
+                                        int64_t nr) {                                                              \
+    rows<rows_traits>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_K*>(x), nr);    \
+  }                                                                                                                \
+  void vec_dot_lanes_##name##_q8_K(int64_t n, float* s, const void* w, const void* x) {                           \
+    rows<rows_traits>(n, s, static_cast<const uint8_t*>(w),                                                        \
+                      sizeof(rows_traits::Block) * static_cast<size_t>(n / kQK_K), static_cast<const BlockQ8_K*>(x), \
+                      1);                                                                                          \
+  }                                                                                                                \
+  void vec_dot_tile_lanes_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,      \
+                                        const void* x, size_t x_row_bytes, int nr, int nc) {                       \
+    tile<tile_traits>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),      \
+                      x_row_bytes, nr, nc);                                                                        \
+  }
+EMBER_LANES_K(q4_K, RowsQ4K, TileQ4K)
+EMBER_LANES_K(q6_K, RowsQ6K, TileQ6K)
+#undef EMBER_LANES_K
+
+}  // namespace ember::avx512

@@ -1,0 +1,216 @@
+// The AVX-512 row-lane Q4_K and Q6_K kernels
+// (kernels/cpu/avx512/lanes_kquants.cpp) against their scalar twins
+// (kernels/ref/kquants_lanes_ref.h), bit for bit:
+// vec_dot, decode over any row count (partial 16-row groups), tiles of every
+// shape up to 16 rows x 70 tokens (partial token groups), the
+// extremes of the integer sums (largest quants and scales, activations
+// +-127), and the matmul driver at several thread counts and
+// token counts (more tokens than one tile call takes). The twin itself must
+// agree with the plain reference dot product within rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/matrix_view.h"
+#include "kernels/ref/kquants_lanes_ref.h"
+#include "kernels/registry.h"
+#include "kernels/test_weights.h"
+#include "quant/blocks.h"
+
+namespace ember {
+namespace {
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+class KQuantLanes : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (cpu_max_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  }
+  DType t() const { return GetParam(); }
+  const KernelSet& k() const { return kernels(t(), Isa::kAvx512); }
+  float twin(int64_t n, const uint8_t* w, const BlockQ8_K* x) const {
+    float s;
+    if (t() == DType::kQ4_K) ref::vec_dot_q4_K_q8_K_lanes(n, &s, w, x);
+    else ref::vec_dot_q6_K_q8_K_lanes(n, &s, w, x);
+    return s;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Types, KQuantLanes, ::testing::Values(DType::kQ4_K, DType::kQ6_K),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+// Activation rows [tokens, n] quantized to Q8_K by the level's quantizer.
+std::vector<BlockQ8_K> make_x(int64_t tokens, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::vector<float> f(static_cast<size_t>(n));
+  std::vector<BlockQ8_K> x(static_cast<size_t>(tokens * n / kQK_K));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float mag = t % 11 == 3 ? 0.0f : std::ldexp(1.0f, static_cast<int>(t % 9) - 4);
+    for (auto& v : f) v = gauss(rng) * mag;
+    kernels(DType::kQ8_K, Isa::kAvx512).quantize_row(f.data(), &x[static_cast<size_t>(t * n / kQK_K)], n);
+  }
+  return x;
+}
+
+TEST_P(KQuantLanes, TwinIsADotProduct) {
+  constexpr int64_t kRows = 9, n = 1024;
+  const std::vector<uint8_t> w = make_weights(t(), kRows, n, 3);
+  const std::vector<BlockQ8_K> x = make_x(1, n, 4);
+  const size_t rb = dtype_row_size(t(), n);
+  for (int64_t r = 0; r < kRows; ++r) {
+    float want, abs_scale = 0.0f;
+    kernels(t(), Isa::kScalar).vec_dot(n, &want, w.data() + rb * r, x.data());
+    std::vector<float> wf(n);
+    kernels(t(), Isa::kScalar).dequantize_row(w.data() + rb * r, wf.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      abs_scale += std::fabs(wf[i] * x[i / kQK_K].d * x[i / kQK_K].qs[i % kQK_K]);
+    EXPECT_NEAR(twin(n, w.data() + rb * r, x.data()), want, 1e-5f * abs_scale + 1e-30f) << "row " << r;
+  }
+}
+
+TEST_P(KQuantLanes, VecDotAndRowsMatchTwin) {
+  for (int64_t n : {256, 768, 3072}) {
+    for (int64_t rows : {1, 5, 16, 17, 37}) {
+      const std::vector<uint8_t> w = make_weights(t(), rows, n, static_cast<uint32_t>(n + rows));
+      const std::vector<BlockQ8_K> x = make_x(1, n, 5);
+      const size_t rb = dtype_row_size(t(), n);
+      std::vector<float> got(static_cast<size_t>(rows) + 1, -7.0f);
+      k().vec_dot_rows(n, got.data(), w.data(), rb, x.data(), rows);
+      EXPECT_EQ(got[static_cast<size_t>(rows)], -7.0f) << "wrote past the rows";
+      for (int64_t r = 0; r < rows; ++r) {
+        const float want = twin(n, w.data() + rb * r, x.data());
+        float one;
+        k().vec_dot(n, &one, w.data() + rb * r, x.data());
+        ASSERT_TRUE(same_bits(one, want)) << "vec_dot n=" << n << " r=" << r << ": " << one << " vs " << want;
+        ASSERT_TRUE(same_bits(got[r], want)) << "rows n=" << n << " nr=" << rows << " r=" << r;
+      }
+    }
+  }
+}
+
+TEST_P(KQuantLanes, TilesMatchTwin) {
+  constexpr int64_t kRows = 16, kTokens = 70;
+  for (int64_t n : {256, 1280}) {
+    const std::vector<uint8_t> w = make_weights(t(), kRows, n, static_cast<uint32_t>(n));
+    const std::vector<BlockQ8_K> x = make_x(kTokens, n, 6);
+    const size_t rb = dtype_row_size(t(), n), xrb = dtype_row_size(DType::kQ8_K, n);
+    const int64_t xb = n / kQK_K;
+    for (int nr : {1, 3, 15, 16}) {
+      for (int nc : {2, 3, 4, 5, 9, 70}) {
+        const int64_t lds = kRows + 3;
+        std::vector<float> s(static_cast<size_t>(lds * kTokens), -7.0f);
+        k().vec_dot_tile(n, s.data(), lds, w.data(), rb, x.data(), xrb, nr, nc);
+        for (int c = 0; c < kTokens; ++c)
+          for (int r = 0; r < lds; ++r) {
+            const float got = s[static_cast<size_t>(c * lds + r)];
+            if (c >= nc || r >= nr) {
+              ASSERT_EQ(got, -7.0f) << "wrote outside the tile: r=" << r << " c=" << c;
+              continue;
+            }
+            const float want = twin(n, w.data() + rb * r, x.data() + xb * c);
+            ASSERT_TRUE(same_bits(got, want)) << "n=" << n << " nr=" << nr << " nc=" << nc << " r=" << r << " c=" << c;
+          }
+      }
+    }
+  }
+}
+
+// The largest integer sums: Q4_K nibbles 15 with scales and mins 63, Q6_K
+// quants -32 or 31 with scales -128 or 127, activations +-127 (sums near
+// 2^25 and 2^27: float(sumi) rounds, identically everywhere).
+TEST_P(KQuantLanes, ExtremeSumsMatchTwin) {
+  constexpr int64_t n = 512, kRows = 17, kTokens = 6;
+  const size_t rb = dtype_row_size(t(), n);
+  std::vector<uint8_t> w(rb * kRows);
+  std::mt19937 rng(11);
+  auto fill = [&](void* p, size_t bytes, int extreme) {
+    if (extreme >= 0) std::memset(p, extreme, bytes);
+    else for (size_t i = 0; i < bytes; ++i) static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(rng());
+  };
+  for (int64_t r = 0; r < kRows; ++r) {
+    const uint16_t d = f32_to_f16(0.0123f * static_cast<float>(r + 1));
+    for (int64_t i = 0; i < n / kQK_K; ++i) {
+      if (t() == DType::kQ4_K) {
+        auto& b = reinterpret_cast<BlockQ4_K*>(w.data() + rb * r)[i];
+        b.d = d;
+        b.dmin = f32_to_f16(0.0071f);
+        fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0xFF : -1);
+        fill(b.qs, sizeof(b.qs), r % 2 == 0 ? 0xFF : -1);
+      } else {
+        auto& b = reinterpret_cast<BlockQ6_K*>(w.data() + rb * r)[i];
+        b.d = d;
+        fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0x80 : r % 3 == 1 ? 0x7F : -1);
+        const int q = r % 4 == 0 ? 0x00 : r % 4 == 1 ? 0xFF : -1;
+        fill(b.ql, sizeof(b.ql), q);
+        fill(b.qh, sizeof(b.qh), q);
+      }
+    }
+  }
+  std::vector<BlockQ8_K> x(static_cast<size_t>(kTokens * n / kQK_K));
+  for (int64_t t = 0; t < kTokens; ++t)
+    for (int64_t i = 0; i < n / kQK_K; ++i) {
+      BlockQ8_K& xb = x[static_cast<size_t>(t * n / kQK_K + i)];
+      xb.d = 0.5f + static_cast<float>(t);
+      for (int e = 0; e < kQK_K; ++e) xb.qs[e] = static_cast<int8_t>(t % 2 ? (e % 3 ? 127 : -127) : 127);
+      for (int g = 0; g < kQK_K / 16; ++g) {
+        int sum = 0;
+        for (int e = 16 * g; e < 16 * g + 16; ++e) sum += xb.qs[e];
+        xb.bsums[g] = static_cast<int16_t>(sum);
+      }
+    }
+  const size_t xrb = dtype_row_size(DType::kQ8_K, n);
+  std::vector<float> rows(kRows);
+  k().vec_dot_rows(n, rows.data(), w.data(), rb, x.data(), kRows);
+  std::vector<float> tile(static_cast<size_t>(16 * kTokens));
+  k().vec_dot_tile(n, tile.data(), 16, w.data(), rb, x.data(), xrb, 16, kTokens);
+  for (int64_t r = 0; r < kRows; ++r) {
+    ASSERT_TRUE(same_bits(rows[r], twin(n, w.data() + rb * r, x.data()))) << "rows r=" << r;
+    for (int64_t c = 0; r < 16 && c < kTokens; ++c)
+      ASSERT_TRUE(same_bits(tile[c * 16 + r], twin(n, w.data() + rb * r, x.data() + c * n / kQK_K)))
+          << "tile r=" << r << " c=" << c;
+  }
+}
+
+// The driver at the AVX-512 level: any token count (1: decode rows; 300:
+// more than one tile call's tokens) and thread count gives the twin's bits.
+TEST_P(KQuantLanes, MatmulMatchesTwin) {
+  constexpr int64_t kRows = 45, n = 512;
+  const Isa saved = active_isa();
+  set_active_isa(Isa::kAvx512);
+  const std::vector<uint8_t> wb = make_weights(t(), kRows, n, 21);
+  const TensorView w = matrix_view(t(), kRows, n, wb);
+  const size_t rb = dtype_row_size(t(), n);
+  ThreadPool pool1(1), pool2(2);
+  MatmulScratch scratch;
+  for (int64_t tokens : {1, 2, 33, 300}) {
+    std::mt19937 rng(static_cast<uint32_t>(tokens));
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> xf(static_cast<size_t>(tokens * n));
+    for (auto& v : xf) v = gauss(rng);
+    std::vector<BlockQ8_K> xq(static_cast<size_t>(tokens * n / kQK_K));
+    for (int64_t t = 0; t < tokens; ++t)
+      kernels(DType::kQ8_K).quantize_row(xf.data() + t * n, &xq[static_cast<size_t>(t * n / kQK_K)], n);
+    for (ThreadPool* pool : {&pool1, &pool2}) {
+      std::vector<float> y(static_cast<size_t>(tokens * kRows));
+      matmul(w, xf.data(), n, y.data(), kRows, tokens, *pool, scratch);
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t r = 0; r < kRows; ++r)
+          ASSERT_TRUE(same_bits(y[static_cast<size_t>(t * kRows + r)],
+                                twin(n, wb.data() + rb * r, &xq[static_cast<size_t>(t * n / kQK_K)])))
+              << "tokens=" << tokens << " threads=" << pool->size() << " t=" << t << " r=" << r;
+    }
+  }
+  set_active_isa(saved);
+}
+
+}  // namespace
+}  // namespace ember
