@@ -281,13 +281,11 @@ Result<std::unique_ptr<ModelFile>> run_awq(std::unique_ptr<ModelFile> src, Quant
   auto base = Model::from_file(std::make_unique<ModelFile>(*src));
   if (!base) return base.status();
   const ModelConfig& cfg = (*base)->config();
-  for (int64_t i = 0; i < n_chunks * W; ++i)
-    if (tokens[i] < 0 || tokens[i] >= cfg.n_vocab) return Status::errorf("token id {} outside the vocabulary", tokens[i]);
   const int64_t E = cfg.n_embd;
   const int64_t stride = std::max<int64_t>(1, n_chunks * W / o.search_tokens);
 
-  std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(n_chunks));
-  std::vector<std::vector<float>> hidden(static_cast<size_t>(n_chunks));
+  std::vector<std::vector<int32_t>> seqs;  // [n_chunks][W]
+  std::vector<std::vector<float>> hidden;  // [n_chunks][W * E]
   ContiguousKvCache cache(cfg, W);
   auto prepare = [&](ForwardContext& ctx, int64_t c) {
     SeqBatch sb;
@@ -297,13 +295,7 @@ Result<std::unique_ptr<ModelFile>> run_awq(std::unique_ptr<ModelFile> src, Quant
     return ctx.prepare(&sb, 1);
   };
   ForwardContext ctx(**base, pool, static_cast<int>(W));
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    seqs[c].assign(tokens.begin() + c * W, tokens.begin() + (c + 1) * W);
-    if (o.bos_id >= 0) seqs[c][0] = o.bos_id;
-    EMBER_RETURN_IF_ERROR(prepare(ctx, c));
-    ctx.embed();
-    hidden[c].assign(ctx.hidden(), ctx.hidden() + W * E);
-  }
+  EMBER_RETURN_IF_ERROR(embed_calibration_windows(ctx, cfg, tokens, n_chunks, W, o.bos_id, &cache, &seqs, &hidden));
   std::unique_ptr<Backend> backend = make_cpu_backend(pool);
   auto current = std::make_unique<ModelFile>(*src);
   current->owners.push_back(std::shared_ptr<ModelFile>(std::move(src)));
