@@ -26,6 +26,7 @@
 #include "model/io/gguf.h"
 #include "transform/convert.h"
 #include "transform/quantizer.h"
+#include "transform/target_bpw.h"
 #include "quant/quantize_imatrix.h"
 #include "tokenizer/tokenizer.h"
 
@@ -91,6 +92,79 @@ bool check_quality(const std::string& in, const std::string& out, const std::str
   return true;
 }
 
+// Reads a text file whole; empty optional when unreadable.
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// --target-bpw: per-tensor types by measured sensitivity (transform/target_bpw.h).
+// weights: column statistics for the error weights (computed from the
+// calibration text when the method has none yet).
+Status choose_target_bpw(const std::string& in, const ModelFile& src, QuantPlan* plan, TargetBpwOptions o,
+                         std::map<std::string, std::vector<float>>* importance, bool imatrix_rounding,
+                         const std::string& cal, int64_t probe_tokens, const std::string& report_path,
+                         ThreadPool& pool) {
+  auto model = Model::load(in);
+  if (!model) return model.status();
+  auto tok = Tokenizer::from_metadata((*model)->file().metadata);
+  if (!tok) return tok.status().with_context("tokenizer");
+  std::map<std::string, std::vector<float>> weights;
+  if (importance->empty()) {
+    auto im = calibrate_importance(**model, **tok, cal, 512, 4096, true, pool);
+    if (!im) return im.status();
+    for (const QuantPlanEntry& e : plan->entries)
+      if (auto v = im->importance(e.name); v && static_cast<int64_t>(v->size()) == e.ne[0]) weights[e.name] = *v;
+  }
+  auto text = read_text(cal);
+  if (!text) return Status::errorf("cannot read calibration text '{}'", cal);
+  if (probe_tokens > 0) {
+    o.probe_tokens = (*tok)->encode(*text, {.add_bos = false});
+    if (static_cast<int64_t>(o.probe_tokens.size()) > probe_tokens) o.probe_tokens.resize(probe_tokens);
+    o.bos_id = (*tok)->add_bos() ? (*tok)->bos_id() : -1;
+  }
+  model.value().reset();
+  o.imatrix_rounding = imatrix_rounding;
+  ProgressLine progress;
+  const auto t0 = std::chrono::steady_clock::now();
+  o.progress = [&](int done, int total) {
+    progress.update(done, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                    "tensors probed");
+  };
+  const ImportanceFor imp = [&](const QuantPlanEntry& e) -> const float* {
+    for (auto* m : {importance, &weights}) {
+      auto it = m->find(e.name);
+      if (it != m->end()) return it->second.data();
+    }
+    return nullptr;
+  };
+  auto rep = plan_target_bpw(src, plan, imp, o, pool);
+  progress.clear();
+  if (!rep) return rep.status();
+  std::map<std::string, int> count;
+  for (const TargetBpwTensor& t : rep->tensors) ++count[dtype_name(t.chosen)];
+  std::string mix;
+  for (const auto& [n, c] : count) mix += fmt::format(" {} {},", n, c);
+  mix.pop_back();
+  std::printf("target-bpw %.3f: %.3f bpw reached;%s; predicted %s %.5f (%s, %.0f s)\n", o.target_bpw, rep->bpw,
+              mix.c_str(), rep->probed ? "KL" : "weighted error", rep->predicted_kl,
+              rep->probed ? fmt::format("probe of {} tokens per tensor", o.probe_tokens.size() / o.probe_ctx * o.probe_ctx).c_str()
+                          : "no probe",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (!report_path.empty()) {
+    std::ofstream f(report_path);
+    if (!f) return Status::errorf("cannot write --bpw-report '{}'", report_path);
+    f << "tensor\tchosen\tprobe_type\tprobe_kl\tsensitivity\tpredicted_damage\n";
+    for (const TargetBpwTensor& t : rep->tensors)
+      f << fmt::format("{}\t{}\t{}\t{:.6g}\t{:.6g}\t{:.6g}\n", t.name, dtype_name(t.chosen), dtype_name(t.probe),
+                       t.probe_kl, t.sensitivity, t.damage);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 int cmd_quantize(int argc, char** argv, int first) {
@@ -108,6 +182,9 @@ int cmd_quantize(int argc, char** argv, int first) {
   std::vector<std::string> pos;
   bool pure = false;
   std::string tensor_types_arg, tensor_type_file;
+  float target_bpw = 0;
+  std::string bpw_types, bpw_report;
+  int64_t bpw_probe_tokens = 256;
   p.option("--type", &type_name, "T",
            "llama.cpp mix (Q4_K_M, Q3_K_S, Q4_0, ...: llama-quantize's per-tensor types) or, with --pure or a type "
            "that is not a mix name (q4_k, q3_k and q5_k are the _M mixes, as in llama-quantize), one type for every "
@@ -139,6 +216,15 @@ int cmd_quantize(int argc, char** argv, int first) {
                                            "(default: data/calibration.txt)");
   p.option("--calib-tokens", &calib_tokens, "N",
            "calibration tokens to use (default: 16384 for imatrix, 4096 for gptq and awq; 0: all)");
+  p.option("--target-bpw", &target_bpw, "B",
+           "choose every matrix's type (except --output-type / --token-embedding-type / --tensor-type ones) so the "
+           "file has at most B bits per weight and the least measured damage (--type then only names the start)");
+  p.option("--bpw-types", &bpw_types, "T,T,...",
+           "--target-bpw candidate types (default q2_K,q3_K,q4_0,q4_K,q5_0,q5_K,q6_K,q8_0)");
+  p.option("--bpw-probe-tokens", &bpw_probe_tokens, "N",
+           "--target-bpw: calibration tokens each tensor's sensitivity probe runs (default 256, windows of 128; "
+           "0: no probe, raw activation-weighted errors)");
+  p.option("--bpw-report", &bpw_report, "FILE", "--target-bpw: write the per-tensor choices as TSV");
   p.positionals(&pos, "IN OUT");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
@@ -146,7 +232,24 @@ int cmd_quantize(int argc, char** argv, int first) {
     return kExitOk;
   }
   if (pos.size() != 2) return usage_error(p, "expects IN and OUT");
+  if (type_name.empty() && target_bpw > 0) type_name = "q8_0";
   if (type_name.empty()) return usage_error(p, "--type is required");
+  if (target_bpw < 0 || target_bpw > 32) return usage_error(p, "--target-bpw must be in (0, 32]");
+  if (bpw_probe_tokens < 0) return usage_error(p, "--bpw-probe-tokens must be >= 0");
+  if (target_bpw == 0 && (!bpw_types.empty() || !bpw_report.empty()))
+    return usage_error(p, "--bpw-types and --bpw-report go with --target-bpw");
+  TargetBpwOptions bpw_opts;
+  bpw_opts.target_bpw = target_bpw;
+  if (!bpw_types.empty()) {
+    bpw_opts.candidates.clear();
+    std::istringstream bs(bpw_types);
+    for (std::string w; std::getline(bs, w, ',');) {
+      DType t;
+      if (!dtype_from_name(w, &t) || !convertible_to(t) || dtype_block_size(t) <= 1)
+        return usage_error(p, fmt::format("unsupported type '{}' in --bpw-types (block types only)", w));
+      bpw_opts.candidates.push_back(t);
+    }
+  }
   DType type;
   std::optional<QuantRecipeInfo> recipe = pure ? std::nullopt : find_quant_recipe(type_name);
   if (recipe) type = recipe->base;
@@ -173,7 +276,7 @@ int cmd_quantize(int argc, char** argv, int first) {
     return usage_error(p, fmt::format("unsupported --awq-rounding '{}' (imatrix, rtn)", awq_rounding));
   if (awq_grid < 1 || awq_grid > 1000) return usage_error(p, "--awq-grid must be in [1, 1000]");
   if (!(damp >= 0 && damp < 10)) return usage_error(p, "--gptq-damp must be in [0, 10)");
-  if (method == "rtn" && (!calib_path.empty() || calib_tokens != -1))
+  if (method == "rtn" && target_bpw == 0 && (!calib_path.empty() || calib_tokens != -1))
     return usage_error(p, "--calib and --calib-tokens need --method imatrix, gptq or awq");
   if (calib_tokens < -1 || check_windows < 0) return usage_error(p, "--calib-tokens and --check-chunks must be >= 0");
   if (calib_tokens == -1) calib_tokens = method == "gptq" || method == "awq" ? 4096 : 16384;
@@ -201,11 +304,9 @@ int cmd_quantize(int argc, char** argv, int first) {
   std::string check_text = kCheckText;
   if (check_file.empty()) check_file = default_check_path();
   if (!check_file.empty()) {
-    std::ifstream f(check_file, std::ios::binary);
-    if (!f) return usage_error(p, fmt::format("cannot read --check-file '{}'", check_file));
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    check_text = ss.str();
+    auto t = read_text(check_file);
+    if (!t) return usage_error(p, fmt::format("cannot read --check-file '{}'", check_file));
+    check_text = *t;
     if (check_text.empty()) return usage_error(p, fmt::format("--check-file '{}' is empty", check_file));
   }
 
@@ -243,6 +344,13 @@ int cmd_quantize(int argc, char** argv, int first) {
     if (!n) return usage_error(p, n.status().message());
     if (*n == 0) return usage_error(p, "the importance matrix has no entry for any tensor of the model");
   }
+  if (target_bpw > 0) {
+    const std::string cal = calib_path.empty() ? default_calibration_path() : calib_path;
+    if (Status st = choose_target_bpw(in, **file, &*plan, bpw_opts, &importance, method == "imatrix", cal,
+                                      bpw_probe_tokens, bpw_report, pool);
+        !st)
+      return usage_error(p, st.message());
+  }
   if (method == "gptq" || method == "awq") {
     const bool gptq = method == "gptq";
     const bool awq_imatrix = awq_rounding == "imatrix";
@@ -259,11 +367,9 @@ int cmd_quantize(int argc, char** argv, int first) {
     auto tok = Tokenizer::from_metadata((*src)->file().metadata);
     if (!tok) return usage_error(p, fmt::format("{}: tokenizer: {}", in, tok.status().message()));
     const std::string cal = calib_path.empty() ? default_calibration_path() : calib_path;
-    std::ifstream cf(cal, std::ios::binary);
-    if (!cf) return usage_error(p, fmt::format("cannot read calibration text '{}'", cal));
-    std::ostringstream ss;
-    ss << cf.rdbuf();
-    std::vector<int32_t> tokens = (*tok)->encode(ss.str(), {.add_bos = false});
+    auto text = read_text(cal);
+    if (!text) return usage_error(p, fmt::format("cannot read calibration text '{}'", cal));
+    std::vector<int32_t> tokens = (*tok)->encode(*text, {.add_bos = false});
     if (calib_tokens > 0 && static_cast<int64_t>(tokens.size()) > calib_tokens) tokens.resize(calib_tokens);
     const int32_t bos = (*tok)->add_bos() ? (*tok)->bos_id() : -1;
     constexpr int kChunk = 512;
@@ -338,8 +444,12 @@ int cmd_quantize(int argc, char** argv, int first) {
     return kExitFailure;
   }
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("wrote %s: %zu tensors, %.1f MiB of weights, type %s, in %.1f s\n", pos[1].c_str(), out.tensors.size(),
-              bytes / 1048576.0, recipe ? recipe->name : dtype_name(type), dt);
+  std::printf("wrote %s: %zu tensors, %.1f MiB of weights, type %s (%.3f bpw), in %.1f s\n", pos[1].c_str(),
+              out.tensors.size(), bytes / 1048576.0,
+              target_bpw > 0 ? fmt::format("target-bpw {}", target_bpw).c_str()
+              : recipe      ? recipe->name
+                            : dtype_name(type),
+              plan_bits_per_weight(*plan), dt);
   std::fflush(stdout);
   if (!no_check) check_quality(in, pos[1], check_text, check_windows, pool);
   return kExitOk;

@@ -185,6 +185,7 @@ Result<QuantPlan> plan_quantization(const ModelFile& src, const ConvertOptions& 
                                             : quant_recipe_type(*opts.recipe, rm, e.role,
                                                                                 rule_index.count(name) ? rule_index[name] : e.layer,
                                                                                 t.ne[0]);
+      e.pinned = fixed || manual;
       const DType fit = fallback_row_type(e.target, t.ne[0]);
       if (fit != e.target) {
         if (!opts.allow_fallback)
@@ -245,6 +246,52 @@ std::string quant_plan_summary(const QuantPlan& plan) {
   return out;
 }
 
+Result<TensorView> run_plan_entry(const TensorView& t, const QuantPlanEntry& e, Quantizer* q, const float* importance,
+                                  ThreadPool& pool, std::shared_ptr<void>* owner) {
+  const KernelSet& in_k = kernels(t.type);
+  const int64_t n_per_row = t.ne[0], n_rows = t.nrows();
+  const size_t out_row = dtype_row_size(e.target, n_per_row);
+  auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[out_row * n_rows]);
+  uint8_t* dst = buf.get();
+  constexpr int64_t kChunk = 16;
+  std::vector<std::vector<float>> tmp(pool.size(), std::vector<float>(kChunk * n_per_row));
+  std::vector<Status> errors(pool.size());
+  pool.parallel_for(n_rows, kChunk, [&](int64_t b, int64_t end, int ith) {
+    for (int64_t r0 = b; r0 < end && errors[ith]; r0 += kChunk) {
+      const int64_t nr = std::min(kChunk, end - r0);
+      float* rows = tmp[ith].data();
+      for (int64_t i = 0; i < nr; ++i) {
+        const int64_t r = r0 + i;
+        const int64_t sr = e.transform == TensorTransform::kPermuteQkRows ? permuted_source_row(r, e.head_dim) : r;
+        float* row = rows + i * n_per_row;
+        if (t.type == DType::kF32) std::memcpy(row, t.row(sr), n_per_row * sizeof(float));
+        else in_k.dequantize_row(t.row(sr), row, n_per_row);
+      }
+      uint8_t* d = dst + r0 * out_row;
+      if (!q) {  // float conversion
+        for (int64_t i = 0; i < nr; ++i) {
+          if (e.target == DType::kF32) std::memcpy(d + i * out_row, rows + i * n_per_row, out_row);
+          else quantize_row_ref(e.target, rows + i * n_per_row, d + i * out_row, n_per_row);
+        }
+        continue;
+      }
+      QuantTensorContext ctx;
+      ctx.entry = &e;
+      ctx.row0 = r0;
+      ctx.importance = importance;
+      errors[ith] = q->quantize_rows(rows, nr, n_per_row, e.target, ctx, d);
+    }
+  });
+  for (const Status& st : errors)
+    if (!st) return st.with_context(e.name);
+  TensorView v = t;
+  v.type = e.target;
+  v.data = dst;
+  v.nbytes = out_row * n_rows;
+  *owner = std::static_pointer_cast<void>(std::shared_ptr<uint8_t>(buf, buf.get()));
+  return v;
+}
+
 Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile> src, const QuantPlan& plan,
                                                       const QuantizerFor& quantizer_for, ThreadPool& pool,
                                                       const ImportanceFor& importance_for) {
@@ -299,47 +346,11 @@ Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile>
       out->owners.push_back(std::move(vec));
       continue;
     }
-    const int64_t n_per_row = t.ne[0], n_rows = t.nrows();
-    const size_t out_row = dtype_row_size(e.target, n_per_row);
-    auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[out_row * n_rows]);
-    uint8_t* dst = buf.get();
-    constexpr int64_t kChunk = 16;
-    std::vector<std::vector<float>> tmp(pool.size(), std::vector<float>(kChunk * n_per_row));
-    std::vector<Status> errors(pool.size());
-    pool.parallel_for(n_rows, kChunk, [&](int64_t b, int64_t end, int ith) {
-      for (int64_t r0 = b; r0 < end && errors[ith]; r0 += kChunk) {
-        const int64_t nr = std::min(kChunk, end - r0);
-        float* rows = tmp[ith].data();
-        for (int64_t i = 0; i < nr; ++i) {
-          const int64_t r = r0 + i;
-          const int64_t sr = e.transform == TensorTransform::kPermuteQkRows ? permuted_source_row(r, e.head_dim) : r;
-          float* row = rows + i * n_per_row;
-          if (t.type == DType::kF32) std::memcpy(row, t.row(sr), n_per_row * sizeof(float));
-          else in_k.dequantize_row(t.row(sr), row, n_per_row);
-        }
-        uint8_t* d = dst + r0 * out_row;
-        if (!q) {  // float conversion
-          for (int64_t i = 0; i < nr; ++i) {
-            if (e.target == DType::kF32) std::memcpy(d + i * out_row, rows + i * n_per_row, out_row);
-            else quantize_row_ref(e.target, rows + i * n_per_row, d + i * out_row, n_per_row);
-          }
-          continue;
-        }
-        QuantTensorContext ctx;
-        ctx.entry = &e;
-        ctx.row0 = r0;
-        ctx.importance = importance;
-        errors[ith] = q->quantize_rows(rows, nr, n_per_row, e.target, ctx, d);
-      }
-    });
-    for (const Status& st : errors)
-      if (!st) return st.with_context(e.name);
-    TensorView v = t;
-    v.type = e.target;
-    v.data = dst;
-    v.nbytes = out_row * n_rows;
-    out->tensors[e.name] = v;
-    out->owners.push_back(std::static_pointer_cast<void>(std::shared_ptr<uint8_t>(buf, buf.get())));
+    std::shared_ptr<void> owner;
+    auto v = run_plan_entry(t, e, q, importance, pool, &owner);
+    if (!v) return v.status();
+    out->tensors[e.name] = *v;
+    out->owners.push_back(std::move(owner));
   }
   std::shared_ptr<ModelFile> keep(std::move(src));
   out->owners.push_back(std::static_pointer_cast<void>(keep));

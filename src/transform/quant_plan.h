@@ -79,6 +79,9 @@ struct QuantPlanEntry {
   // The type the options asked for when a fallback replaced it (rows not a
   // multiple of its block size); nullopt otherwise.
   std::optional<DType> requested;
+  // The user fixed this matrix's type (--output-type, --token-embedding-type
+  // or a --tensor-type pattern): plan-wide choices (--target-bpw) keep it.
+  bool pinned = false;
 };
 
 struct QuantPlan {
@@ -135,5 +138,12 @@ using ImportanceFor = std::function<const float*(const QuantPlanEntry& e)>;
 Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile> src, const QuantPlan& plan,
                                                       const QuantizerFor& quantizer_for, ThreadPool& pool,
                                                       const ImportanceFor& importance_for = {});
+
+// One entry's rows of `t` (its source tensor) read as f32 (through the
+// entry's row transform) in chunks across `pool` and written as e.target by
+// `q` (null: a float conversion). The result's buffer is kept alive by
+// *owner. Errors: the quantizer's, with the tensor's name.
+Result<TensorView> run_plan_entry(const TensorView& t, const QuantPlanEntry& e, Quantizer* q, const float* importance,
+                                  ThreadPool& pool, std::shared_ptr<void>* owner);
 
 }  // namespace ember
