@@ -449,7 +449,7 @@ def gen_model(libs, name, arch, fmt, qc, vocab, tokenizer=False, **kw):
         state[hf] = val
 
     dense("model.embed_tokens.weight", (vocab, 64))
-    dense("lm_head.weight", (vocab, 64), 0.2)
+    dense("lm_head.weight", (vocab, 64), 1.0)
     dense("model.norm.weight", (64,), 0.1)
     state["model.norm.weight"] = state["model.norm.weight"]
     for l in range(2):

@@ -10,7 +10,9 @@
 //    and their logits match transformers (float32, same dequantized weights).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -66,7 +68,9 @@ TEST(HfQuant, UnitCasesRepackExactly) {
     ASSERT_TRUE(m.is_ok()) << m.status().message();
     ASSERT_EQ(m->n_out, c["n_out"].get<int64_t>());
     ASSERT_EQ(m->n_in, c["n_in"].get<int64_t>());
-    EXPECT_EQ(dtype_name(hf_quant_layout(*m)), c["layout"].get<std::string>());
+    DType want_layout;
+    ASSERT_TRUE(dtype_from_name(c["layout"].get<std::string>(), &want_layout));
+    EXPECT_EQ(hf_quant_layout(*m), want_layout) << dtype_name(hf_quant_layout(*m));
     std::vector<std::shared_ptr<void>> owners;
     const TensorView v = repack_hf_quant(*m, "w", &owners);
     ASSERT_EQ(v.ne[0], m->n_in);
@@ -78,7 +82,7 @@ TEST(HfQuant, UnitCasesRepackExactly) {
     hf_quant_dequantize_ref(*m, want.data());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), 4 * n), 0) << "repacked != reference dequantization";
     EXPECT_EQ(fnv64(got.data(), n), c["ref_fnv64"].get<std::string>()) << "!= the libraries' dequantization";
-    layouts.insert(dtype_name(v.type));
+    layouts.insert(c["layout"].get<std::string>());
   }
   // Every repack path is covered.
   EXPECT_EQ(layouts, (std::set<std::string>{"Q4_0", "Q4_1", "Q5_0", "Q8_0", "F32"}));
@@ -234,20 +238,33 @@ void check_model(const std::string& name, DType want_type) {
     std::vector<float> all(n * V);
     ASSERT_TRUE(ctx.forward(toks.data(), n, 0, cache, nullptr, all.data()).is_ok());
     double err2 = 0, ref2 = 0;
+    const bool dense = want_type == DType::kF32;
+    int checked = 0;
     for (int64_t t = 0; t < n; ++t) {
+      const std::vector<double> want = c["logits"][t].get<std::vector<double>>();
       int best = 0, want_best = 0;
       for (int j = 0; j < V; ++j) {
-        const double w = c["logits"][t][j].get<double>(), d = all[t * V + j] - w;
+        const double d = all[t * V + j] - want[j];
         err2 += d * d;
-        ref2 += w * w;
+        ref2 += want[j] * want[j];
         if (all[t * V + j] > all[t * V + best]) best = j;
-        if (w > c["logits"][t][want_best].get<double>()) want_best = j;
+        if (want[j] > want[want_best]) want_best = j;
       }
+      double second = -1e30;
+      for (int j = 0; j < V; ++j)
+        if (j != want_best) second = std::max(second, want[j]);
+      // Block types: ember's int8 activation quantization moves logits by
+      // ~1e-2, so near-ties of the random model (margin < 0.05) may flip.
+      if (!dense && want[want_best] - second < 0.05) continue;
+      ++checked;
       EXPECT_EQ(best, want_best) << "top-1 at position " << t;
     }
+    EXPECT_GE(checked, n - 3);
     // Dense (F32) weights: float rounding only; block types: ember's int8
     // activation quantization (per 32-element block) on top.
-    EXPECT_LT(std::sqrt(err2 / ref2), want_type == DType::kF32 ? 1e-5 : 2e-2) << n << " tokens";
+    const double rel = std::sqrt(err2 / ref2);
+    EXPECT_LT(rel, dense ? 1e-5 : 1e-2) << n << " tokens";
+    std::printf("%s, %lld tokens: relative L2 error of the logits %.2e\n", name.c_str(), static_cast<long long>(n), rel);
   }
 }
 
