@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/io/hf_config.h"
 #include "model/io/hf_quant.h"
 
 namespace ember {
@@ -230,12 +231,7 @@ Status parse_ct(const Fields& f, const std::string& file, HfQuantConfig* c) {
 
 Result<std::optional<HfQuantConfig>> parse_hf_quant_config(const std::string& text, const std::string& name) {
   json root;
-  try {
-    root = json::parse(text);
-  } catch (const std::exception& e) {
-    return Status::errorf("{}: invalid JSON: {}", name, e.what());
-  }
-  if (!root.is_object()) return Status::errorf("{}: not a JSON object", name);
+  EMBER_RETURN_IF_ERROR(parse_hf_config_json(text, name, &root));
   auto it = root.find("quantization_config");
   if (it == root.end() || it->is_null()) return std::optional<HfQuantConfig>();
   if (!it->is_object()) return Status::errorf("{}: quantization_config must be an object", name);

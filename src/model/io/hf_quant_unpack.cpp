@@ -142,40 +142,54 @@ Status check_dims(const LinearParts& p, const HfQuantMatrix& m) {
   return Status::ok();
 }
 
+// qweight, qzeros and scales of a GPTQ / AWQ linear (qweight and scales 2-D).
+Status qweight_parts(const LinearParts& p, const SafetensorsTensor** qw, const SafetensorsTensor** qz,
+                     const SafetensorsTensor** sc) {
+  for (auto [suffix, out] : {std::pair{"qweight", qw}, std::pair{"qzeros", qz}, std::pair{"scales", sc}}) {
+    Result<const SafetensorsTensor*> t = p.need(suffix);
+    if (!t) return t.status();
+    *out = *t;
+  }
+  if ((*qw)->shape.size() != 2 || (*sc)->shape.size() != 2)
+    return Status::errorf("{}: qweight and scales must be 2-D", p.prefix());
+  return Status::ok();
+}
+
+// GPTQ / AWQ scales [n_groups, n_out] as exact floats.
+Result<std::vector<float>> read_group_scales(const LinearParts& p, const SafetensorsTensor& sc, const HfQuantMatrix& m) {
+  if (sc.shape != std::vector<int64_t>{m.n_groups, m.n_out})
+    return Status::errorf("{}: shape {}, expected [{}, {}]", p.name(sc), shape_text(sc.shape), m.n_groups, m.n_out);
+  return read_floats(sc);
+}
+
 Status unpack_gptq(const HfQuantConfig& cfg, const LinearParts& p, HfQuantMatrix* m) {
   const int bits = cfg.bits, per = 32 / bits;
   const uint32_t mask = (1u << bits) - 1;
-  Result<const SafetensorsTensor*> qw = p.need("qweight"), qz = p.need("qzeros"), sc = p.need("scales");
-  if (!qw) return qw.status();
-  if (!qz) return qz.status();
-  if (!sc) return sc.status();
-  if ((*qw)->shape.size() != 2 || (*sc)->shape.size() != 2)
-    return Status::errorf("{}: qweight and scales must be 2-D", p.prefix());
+  const SafetensorsTensor *qw = nullptr, *qz = nullptr, *sc = nullptr;
+  EMBER_RETURN_IF_ERROR(qweight_parts(p, &qw, &qz, &sc));
   m->bits = bits;
-  m->n_in = (*qw)->shape[0] * per;
-  m->n_out = (*qw)->shape[1];
-  m->n_groups = (*sc)->shape[0];
+  m->n_in = qw->shape[0] * per;
+  m->n_out = qw->shape[1];
+  m->n_groups = sc->shape[0];
   EMBER_RETURN_IF_ERROR(check_dims(p, *m));
   if (m->n_out % per != 0) return Status::errorf("{}: {} outputs are not a multiple of {}", p.prefix(), m->n_out, per);
-  EMBER_RETURN_IF_ERROR(expect(**qw, "I32", {m->n_in / per, m->n_out}));
-  EMBER_RETURN_IF_ERROR(expect(**qz, "I32", {m->n_groups, m->n_out / per}));
-  if ((*sc)->shape != std::vector<int64_t>{m->n_groups, m->n_out})
-    return Status::errorf("{}: shape {}, expected [{}, {}]", p.name(**sc), shape_text((*sc)->shape), m->n_groups, m->n_out);
-  Result<std::vector<float>> scales = read_floats(**sc);
+  EMBER_RETURN_IF_ERROR(expect(*qw, "I32", {m->n_in / per, m->n_out}));
+  EMBER_RETURN_IF_ERROR(expect(*qz, "I32", {m->n_groups, m->n_out / per}));
+  Result<std::vector<float>> scales = read_group_scales(p, *sc, *m);
   if (!scales) return scales.status();
   EMBER_RETURN_IF_ERROR(fill_groups(p, p.find("g_idx"), cfg.group_size, m));
   const int64_t N = m->n_out, K = m->n_in, G = m->n_groups;
   m->q.resize(static_cast<size_t>(N * K));
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) {
-      const uint32_t w = static_cast<uint32_t>(i32_at(**qw, (k / per) * N + n));
+      const uint32_t w = static_cast<uint32_t>(i32_at(*qw, (k / per) * N + n));
       m->q[n * K + k] = static_cast<uint8_t>((w >> ((k % per) * bits)) & mask);
     }
   m->zero.resize(static_cast<size_t>(N * G));
   m->scale.resize(static_cast<size_t>(N * G));
   for (int64_t g = 0; g < G; ++g)
     for (int64_t n = 0; n < N; ++n) {
-      const uint32_t w = static_cast<uint32_t>(i32_at(**qz, g * (N / per) + n / per));
+      const uint32_t w = static_cast<uint32_t>(i32_at(*qz, g * (N / per) + n / per));
       uint32_t z = (w >> ((n % per) * bits)) & mask;
       if (!cfg.gptq_v2) z = (z + 1) & mask;  // v1 stores zero - 1
       m->zero[n * G + g] = static_cast<int16_t>(z);
@@ -185,22 +199,16 @@ Status unpack_gptq(const HfQuantConfig& cfg, const LinearParts& p, HfQuantMatrix
 }
 
 Status unpack_awq(const HfQuantConfig& cfg, const LinearParts& p, HfQuantMatrix* m) {
-  Result<const SafetensorsTensor*> qw = p.need("qweight"), qz = p.need("qzeros"), sc = p.need("scales");
-  if (!qw) return qw.status();
-  if (!qz) return qz.status();
-  if (!sc) return sc.status();
-  if ((*qw)->shape.size() != 2 || (*sc)->shape.size() != 2)
-    return Status::errorf("{}: qweight and scales must be 2-D", p.prefix());
+  const SafetensorsTensor *qw = nullptr, *qz = nullptr, *sc = nullptr;
+  EMBER_RETURN_IF_ERROR(qweight_parts(p, &qw, &qz, &sc));
   m->bits = 4;
-  m->n_in = (*qw)->shape[0];
-  m->n_out = (*qw)->shape[1] * 8;
-  m->n_groups = (*sc)->shape[0];
+  m->n_in = qw->shape[0];
+  m->n_out = qw->shape[1] * 8;
+  m->n_groups = sc->shape[0];
   EMBER_RETURN_IF_ERROR(check_dims(p, *m));
-  EMBER_RETURN_IF_ERROR(expect(**qw, "I32", {m->n_in, m->n_out / 8}));
-  EMBER_RETURN_IF_ERROR(expect(**qz, "I32", {m->n_groups, m->n_out / 8}));
-  if ((*sc)->shape != std::vector<int64_t>{m->n_groups, m->n_out})
-    return Status::errorf("{}: shape {}, expected [{}, {}]", p.name(**sc), shape_text((*sc)->shape), m->n_groups, m->n_out);
-  Result<std::vector<float>> scales = read_floats(**sc);
+  EMBER_RETURN_IF_ERROR(expect(*qw, "I32", {m->n_in, m->n_out / 8}));
+  EMBER_RETURN_IF_ERROR(expect(*qz, "I32", {m->n_groups, m->n_out / 8}));
+  Result<std::vector<float>> scales = read_group_scales(p, *sc, *m);
   if (!scales) return scales.status();
   EMBER_RETURN_IF_ERROR(fill_groups(p, nullptr, cfg.group_size, m));
   const int64_t N = m->n_out, K = m->n_in, G = m->n_groups;
@@ -210,12 +218,12 @@ Status unpack_awq(const HfQuantConfig& cfg, const LinearParts& p, HfQuantMatrix*
   };
   m->q.resize(static_cast<size_t>(N * K));
   for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < N; ++n) m->q[n * K + k] = code(**qw, k, n);
+    for (int64_t n = 0; n < N; ++n) m->q[n * K + k] = code(*qw, k, n);
   m->zero.resize(static_cast<size_t>(N * G));
   m->scale.resize(static_cast<size_t>(N * G));
   for (int64_t g = 0; g < G; ++g)
     for (int64_t n = 0; n < N; ++n) {
-      m->zero[n * G + g] = code(**qz, g, n);
+      m->zero[n * G + g] = code(*qz, g, n);
       m->scale[n * G + g] = (*scales)[g * N + n];
     }
   return Status::ok();
