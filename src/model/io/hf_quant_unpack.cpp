@@ -180,10 +180,10 @@ Status unpack_gptq(const HfQuantConfig& cfg, const LinearParts& p, HfQuantMatrix
   EMBER_RETURN_IF_ERROR(fill_groups(p, p.find("g_idx"), cfg.group_size, m));
   const int64_t N = m->n_out, K = m->n_in, G = m->n_groups;
   m->q.resize(static_cast<size_t>(N * K));
-  for (int64_t k = 0; k < K; ++k)
+  for (int64_t r = 0; r < K / per; ++r)  // one word: `per` consecutive codes of column n
     for (int64_t n = 0; n < N; ++n) {
-      const uint32_t w = static_cast<uint32_t>(i32_at(*qw, (k / per) * N + n));
-      m->q[n * K + k] = static_cast<uint8_t>((w >> ((k % per) * bits)) & mask);
+      const uint32_t w = static_cast<uint32_t>(i32_at(*qw, r * N + n));
+      for (int j = 0; j < per; ++j) m->q[n * K + r * per + j] = static_cast<uint8_t>((w >> (j * bits)) & mask);
     }
   m->zero.resize(static_cast<size_t>(N * G));
   m->scale.resize(static_cast<size_t>(N * G));
@@ -274,6 +274,9 @@ Status unpack_ct(const HfQuantConfig& cfg, const LinearParts& p, bool packed, Hf
     if (dims->size() != 2) return Status::errorf("{}: expected 2 values", p.name(**shp));
     m->n_out = (*dims)[0];
     m->n_in = (*dims)[1];
+    if (m->n_out <= 0 || m->n_in <= 0) return Status::errorf("{}: invalid weight shape", p.name(**shp));
+    // The packed tensor bounds the sizes by the file before anything is allocated.
+    EMBER_RETURN_IF_ERROR(expect(**pk, "I32", {m->n_out, (m->n_in + 32 / bits - 1) / (32 / bits)}));
     packed_t = *pk;
   } else {
     Result<const SafetensorsTensor*> w = p.need("weight");
@@ -295,8 +298,7 @@ Status unpack_ct(const HfQuantConfig& cfg, const LinearParts& p, bool packed, Hf
   const uint32_t mask = (1u << bits) - 1;
   m->q.resize(static_cast<size_t>(N * K));
   if (packed_t) {
-    const int64_t cols = (K + per - 1) / per;
-    EMBER_RETURN_IF_ERROR(expect(*packed_t, "I32", {N, cols}));
+    const int64_t cols = (K + per - 1) / per;  // shape checked above
     for (int64_t n = 0; n < N; ++n)
       for (int64_t k = 0; k < K; ++k) {
         const uint32_t w = static_cast<uint32_t>(i32_at(*packed_t, n * cols + k / per));
