@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "logits_compare.h"
 #include "model/io/hf_quant.h"
 #include "model/io/model_file.h"
 #include "model/model.h"
@@ -90,15 +91,12 @@ TEST(HfQuant, UnitCasesRepackExactly) {
 
 TEST(HfQuant, DenseFallbackIsF16WhenExact) {
   // Scattered groups with power-of-two scales: every w is an fp16 value.
-  HfQuantMatrix m;
-  m.n_out = 2;
-  m.n_in = 64;
-  m.n_groups = 2;
-  m.bits = 4;
-  for (int64_t i = 0; i < m.n_out * m.n_in; ++i) m.q.push_back(static_cast<uint8_t>(i % 16));
-  m.zero = {8, 3, 8, 0};
-  m.scale = {0.25f, 0.5f, 0.125f, 1.0f};
-  for (int64_t i = 0; i < m.n_in; ++i) m.g_idx.push_back(static_cast<int32_t>(i % 2));
+  std::vector<uint8_t> q(128);
+  std::vector<int32_t> g_idx(64);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint8_t>(i % 16);
+  for (size_t i = 0; i < g_idx.size(); ++i) g_idx[i] = static_cast<int32_t>(i % 2);
+  HfQuantMatrix m{.n_out = 2, .n_in = 64, .bits = 4, .n_groups = 2, .q = q, .zero = {8, 3, 8, 0},
+                  .scale = {0.25f, 0.5f, 0.125f, 1.0f}, .g_idx = g_idx};
   EXPECT_EQ(hf_quant_layout(m), DType::kF16);
   std::vector<std::shared_ptr<void>> owners;
   const TensorView v = repack_hf_quant(m, "w", &owners);
@@ -227,42 +225,27 @@ void check_model(const std::string& name, DType want_type) {
   const Model& m = **model;
   const nlohmann::json ref = read_json(kData + "hf_quant_reference.json")[name];
   ASSERT_FALSE(ref.is_null());
-  const int V = m.config().n_vocab;
-  ASSERT_EQ(V, ref["vocab"].get<int>());
+  ASSERT_EQ(m.config().n_vocab, ref["vocab"].get<int>());
   ThreadPool pool(2);
   for (const auto& c : ref["cases"]) {
-    const std::vector<int32_t> toks = c["tokens"].get<std::vector<int32_t>>();
-    const int64_t n = static_cast<int64_t>(toks.size());
-    ForwardContext ctx(m, pool, 8);
-    ContiguousKvCache cache(m.config(), n);
-    std::vector<float> all(n * V);
-    ASSERT_TRUE(ctx.forward(toks.data(), n, 0, cache, nullptr, all.data()).is_ok());
-    double err2 = 0, ref2 = 0;
+    const std::vector<float> all = prefill_logits(m, pool, c["tokens"].get<std::vector<int32_t>>(), 8);
+    ASSERT_FALSE(all.empty());
+    const int64_t n = static_cast<int64_t>(c["tokens"].size());
+    const int V = m.config().n_vocab;
     const bool dense = want_type == DType::kF32;
+    const LogitsComparison cmp = compare_logits(all.data(), c["logits"], V);
     int checked = 0;
     for (int64_t t = 0; t < n; ++t) {
-      const std::vector<double> want = c["logits"][t].get<std::vector<double>>();
-      int best = 0, want_best = 0;
-      for (int j = 0; j < V; ++j) {
-        const double d = all[t * V + j] - want[j];
-        err2 += d * d;
-        ref2 += want[j] * want[j];
-        if (all[t * V + j] > all[t * V + best]) best = j;
-        if (want[j] > want[want_best]) want_best = j;
-      }
-      double second = -1e30;
-      for (int j = 0; j < V; ++j)
-        if (j != want_best) second = std::max(second, want[j]);
       // Block types: ember's int8 activation quantization moves logits by
       // ~1e-2, so near-ties of the random model (margin < 0.05) may flip.
-      if (!dense && want[want_best] - second < 0.05) continue;
+      if (!dense && cmp.want_margin[t] < 0.05) continue;
       ++checked;
-      EXPECT_EQ(best, want_best) << "top-1 at position " << t;
+      EXPECT_EQ(cmp.top1[t], cmp.want_top1[t]) << "top-1 at position " << t;
     }
     EXPECT_GE(checked, n - 3);
     // Dense (F32) weights: float rounding only; block types: ember's int8
     // activation quantization (per 32-element block) on top.
-    const double rel = std::sqrt(err2 / ref2);
+    const double rel = cmp.rel_l2;
     EXPECT_LT(rel, dense ? 1e-5 : 1e-2) << n << " tokens";
     std::printf("%s, %lld tokens: relative L2 error of the logits %.2e\n", name.c_str(), static_cast<long long>(n), rel);
   }
