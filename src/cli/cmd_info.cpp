@@ -30,6 +30,8 @@ int cmd_info(int argc, char** argv, int first) {
   const std::string* arch = f.architecture();
   std::printf("architecture:  %s\n", arch ? arch->c_str() : "(none)");
   if (const std::string* n = f.metadata.get_string("general.name")) std::printf("name:          %s\n", n->c_str());
+  if (const std::string* q = f.metadata.get_string("ember.hf.quantization"))
+    std::printf("quantization:  %s (repacked exactly at load)\n", q->c_str());
 
   int64_t n_params = 0;
   size_t n_bytes = 0;

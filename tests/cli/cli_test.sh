@@ -57,6 +57,16 @@ if grep -q "quality vs" <<<"$out" || [ ! -s "$tmp/tiny-q4.gguf" ]; then
   echo "FAIL: quantize --no-check: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 expect_rc 2 "quantize: bad --output-type" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q8_0 --output-type q8_k
 expect_rc 2 "quantize: missing --check-file" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q8_0 --check-file "$tmp/none.txt"
+# Hugging Face quantized checkpoints (GPTQ here): info names the scheme and the repacked type; run generates.
+hfq="$ROOT/tests/data/model/hf_quant_gptq"
+out=$("$EMBER" info "$hfq" 2>&1)
+if ! grep -q "quantization:  gptq 4-bit, group 32, asym" <<<"$out" || ! grep -q "q5_0" <<<"$out"; then
+  echo "FAIL: info on a GPTQ folder: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+expect_rc 0 "run on a GPTQ folder" "$EMBER" run -m "$hfq" -p "hello" -n 4 --temp 0 -t 2
+sed 's/"bits": 4/"bits": 3/' "$hfq/config.json" > "$tmp/cfg3.json"
+mkdir -p "$tmp/gptq3" && cp "$tmp/cfg3.json" "$tmp/gptq3/config.json" && cp "$hfq/model.safetensors" "$tmp/gptq3/"
+expect_rc 2 "3-bit GPTQ is rejected" "$EMBER" info "$tmp/gptq3"
+grep -q "quantization_config.bits = 3 is not supported" /tmp/ember_cli_out.$$ || { echo "FAIL: 3-bit message"; fail=$((fail + 1)); }
 printf 'GGUF\x03\x00\x00\x00garbage' > "$tmp/bad.gguf"
 expect_rc 2 "corrupt gguf (run)" "$EMBER" run -m "$tmp/bad.gguf" -p hi
 expect_rc 2 "corrupt gguf (info)" "$EMBER" info "$tmp/bad.gguf"

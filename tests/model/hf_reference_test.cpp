@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine_free_greedy.h"
+#include "logits_compare.h"
 #include "transform/convert.h"
 #include "model/model.h"
 
@@ -39,20 +40,10 @@ void check_folder(const std::string& name, const nlohmann::json& ref) {
     ContiguousKvCache cache(m.config(), n + 40);
     std::vector<float> all(n * V);
     ASSERT_TRUE(ctx.forward(toks.data(), n, 0, cache, nullptr, all.data()).is_ok());
-    double err2 = 0, ref2 = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      const std::vector<double> want = c["logits"][t].get<std::vector<double>>();
-      int best = 0, want_best = 0;
-      for (int j = 0; j < V; ++j) {
-        const double d = all[t * V + j] - want[j];
-        err2 += d * d;
-        ref2 += want[j] * want[j];
-        if (all[t * V + j] > all[t * V + best]) best = j;
-        if (want[j] > want[want_best]) want_best = j;
-      }
-      EXPECT_EQ(best, want_best) << name << ": top-1 at position " << t << " of " << n;
-    }
-    EXPECT_LT(std::sqrt(err2 / ref2), 1e-4) << name << ": relative L2 error, " << n << " tokens";
+    const LogitsComparison cmp = compare_logits(all.data(), c["logits"], V);
+    for (int64_t t = 0; t < n; ++t)
+      EXPECT_EQ(cmp.top1[t], cmp.want_top1[t]) << name << ": top-1 at position " << t << " of " << n;
+    EXPECT_LT(cmp.rel_l2, 1e-4) << name << ": relative L2 error, " << n << " tokens";
     const std::vector<int32_t> greedy = c["greedy"].get<std::vector<int32_t>>();
     EXPECT_EQ(greedy_continue(ctx, cache, all.data() + (n - 1) * V, V, n, static_cast<int>(greedy.size())), greedy)
         << name << ": greedy continuation of " << n << " tokens";

@@ -172,14 +172,19 @@ std::vector<float> llama3_rope_freq_factors(int64_t head_dim, double theta, doub
   return out;
 }
 
-Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::string& name, Metadata* meta) {
-  json root;
+Status parse_hf_config_json(const std::string& text, const std::string& name, json* out) {
   try {
-    root = json::parse(text);
+    *out = json::parse(text);
   } catch (const std::exception& e) {
     return Status::errorf("{}: invalid JSON: {}", name, e.what());
   }
-  if (!root.is_object()) return Status::errorf("{}: not a JSON object", name);
+  if (!out->is_object()) return Status::errorf("{}: not a JSON object", name);
+  return Status::ok();
+}
+
+Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::string& name, Metadata* meta) {
+  json root;
+  EMBER_RETURN_IF_ERROR(parse_hf_config_json(text, name, &root));
   const HfConfigView cv(root, name);
   HfModelInfo info;
 

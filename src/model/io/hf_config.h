@@ -34,6 +34,9 @@ struct HfModelInfo {
   std::vector<float> rope_freq_factors;
 };
 
+// config.json text as a JSON object; errors name `name`.
+Status parse_hf_config_json(const std::string& config_text, const std::string& name, nlohmann::json* out);
+
 // Parses config.json text (`name` is used in messages) and fills `meta` with
 // GGUF-style keys; see model_file.h for the list.
 Result<HfModelInfo> hf_config_to_metadata(const std::string& config_text, const std::string& name, Metadata* meta);

@@ -13,6 +13,7 @@
 #include "model/archs/archs.h"
 #include "model/io/gguf.h"
 #include "model/io/hf_config.h"
+#include "model/io/hf_quant.h"
 #include "model/io/safetensors.h"
 
 namespace ember {
@@ -130,17 +131,43 @@ Result<std::unique_ptr<ModelFile>> open_hf(const std::string& dir, const std::st
   if (!set) return set.status();
   for (const auto& f : set->files) mf->owners.push_back(f);
 
-  for (const auto& [hf_name, entry] : set->tensors) {
+  // GPTQ / AWQ / compressed-tensors linears, repacked exactly (hf_quant.h).
+  Result<std::optional<HfQuantConfig>> qcfg = parse_hf_quant_config(text.value(), cfg_path);
+  if (!qcfg) return qcfg.status();
+  if (qcfg->has_value()) mf->metadata.set("ember.hf.quantization", Metadata::make_string((*qcfg)->summary));
+  auto gguf_name = [&](const std::string& hf_name) {
     const std::string name = hf_tensor_name_to_gguf(info.arch, hf_name);
-    if (name.empty()) continue;  // not a weight ember uses
-    if (name == "output.weight" && info.tie_word_embeddings) continue;
+    return name == "output.weight" && info.tie_word_embeddings ? std::string() : name;
+  };
+  Result<HfQuantWeights> quant = load_hf_quant_weights(
+      qcfg->has_value() ? &**qcfg : nullptr, set.value(),
+      [&](const std::string& hf_name) { return !gguf_name(hf_name).empty(); }, &mf->owners);
+  if (!quant) return quant.status();
+
+  // Checks a GGUF name for a tensor of layer range and uniqueness.
+  auto check_new = [&](const std::string& name, const std::string& hf_name, const std::string& file) -> Status {
     const int64_t blk = block_index(name);
     if (blk >= info.n_layer)
-      return Status::errorf("{}: tensor '{}' belongs to layer {} but the config has {} layers", entry.file->path(),
-                            hf_name, blk, info.n_layer);
+      return Status::errorf("{}: tensor '{}' belongs to layer {} but the config has {} layers", file, hf_name, blk,
+                            info.n_layer);
     if (mf->tensors.count(name))
-      return Status::errorf("{}: tensor '{}' maps to '{}', which another tensor already provides", entry.file->path(),
-                            hf_name, name);
+      return Status::errorf("{}: tensor '{}' maps to '{}', which another tensor already provides", file, hf_name,
+                            name);
+    return Status::ok();
+  };
+  for (const auto& [hf_name, view] : quant->weights) {
+    const std::string name = gguf_name(hf_name);
+    EMBER_RETURN_IF_ERROR(check_new(name, hf_name, quant->files.at(hf_name)));
+    TensorView v = view;
+    v.name = name;
+    mf->tensors.emplace(name, v);
+  }
+
+  for (const auto& [hf_name, entry] : set->tensors) {
+    if (quant->consumed.count(hf_name)) continue;
+    const std::string name = gguf_name(hf_name);
+    if (name.empty()) continue;  // not a weight ember uses
+    EMBER_RETURN_IF_ERROR(check_new(name, hf_name, entry.file->path()));
     Result<TensorView> view = safetensors_view(*entry.tensor, name, entry.file->path());
     if (!view) return view.status();
     TensorView v = view.value();

@@ -69,6 +69,11 @@ struct ModelFile {
 // output.weight. 1-D tensors (norms, biases) become owned F32 copies; norm
 // weights of specs with hf_norm_plus_one (Gemma: HF applies (1 + w), GGUF
 // files store w + 1) get +1. Matrices stay F16/BF16/F32 views into the map.
+// Quantized checkpoints (config.json quantization_config: GPTQ, AWQ GEMM,
+// compressed-tensors; model/io/hf_quant.h): each quantized linear is
+// repacked at load time into an owned Q4_0 / Q4_1 / Q5_0 / Q8_0 (or exact
+// dense F16 / F32) tensor whose dequantized values equal the reference
+// dequantization bit for bit; ember.hf.quantization holds a one-line summary.
 Result<std::unique_ptr<ModelFile>> open_model_file(const std::string& path);
 
 }  // namespace ember

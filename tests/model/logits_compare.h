@@ -1,0 +1,59 @@
+// Test helper: logits [n][V] against reference rows (a JSON array of n
+// arrays of V numbers): relative L2 error over all rows, and per row the
+// argmax of both and the reference's top-1 / top-2 margin; and the logits
+// of a prompt from a fresh context.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+
+namespace ember {
+
+struct LogitsComparison {
+  double rel_l2 = 0;
+  std::vector<int> top1, want_top1;
+  std::vector<double> want_margin;
+};
+
+inline LogitsComparison compare_logits(const float* got, const nlohmann::json& want_rows, int V) {
+  LogitsComparison r;
+  double err2 = 0, ref2 = 0;
+  for (size_t t = 0; t < want_rows.size(); ++t) {
+    const std::vector<double> want = want_rows[t].get<std::vector<double>>();
+    const float* g = got + t * V;
+    int best = 0, want_best = 0;
+    for (int j = 0; j < V; ++j) {
+      const double d = g[j] - want[j];
+      err2 += d * d;
+      ref2 += want[j] * want[j];
+      if (g[j] > g[best]) best = j;
+      if (want[j] > want[want_best]) want_best = j;
+    }
+    double second = -INFINITY;
+    for (int j = 0; j < V; ++j)
+      if (j != want_best) second = std::max(second, want[j]);
+    r.top1.push_back(best);
+    r.want_top1.push_back(want_best);
+    r.want_margin.push_back(want[want_best] - second);
+  }
+  r.rel_l2 = std::sqrt(err2 / ref2);
+  return r;
+}
+
+// All logits [n][V] of `toks` from position 0 on a fresh cache, prefilled
+// in batches of `batch`; empty on failure.
+inline std::vector<float> prefill_logits(const Model& m, ThreadPool& pool, const std::vector<int32_t>& toks, int batch) {
+  const int64_t n = static_cast<int64_t>(toks.size());
+  ForwardContext ctx(m, pool, batch);
+  ContiguousKvCache cache(m.config(), n);
+  std::vector<float> all(static_cast<size_t>(n) * m.config().n_vocab);
+  if (!ctx.forward(toks.data(), n, 0, cache, nullptr, all.data()).is_ok()) return {};
+  return all;
+}
+
+}  // namespace ember
