@@ -57,11 +57,21 @@ using avx2::AttnRowState;
 
 constexpr int kTile = 64;           // keys per online-softmax step
 constexpr int kDecodeTokens = 4;    // batches up to this size take the flash-decoding path
-constexpr int kTokenTile = 8;       // query tokens per prefill task
+#ifndef EMBER_ATTN_TOKEN_TILE
+#define EMBER_ATTN_TOKEN_TILE 8
+#endif
+constexpr int kTokenTile = EMBER_ATTN_TOKEN_TILE;  // query tokens per prefill task
 constexpr int kMaxGroup = 8;        // query heads of one token reduced together
 // Rows one reduce_chunk call takes: the heads of a group for every token of a
 // prefill task whose keys in a chunk start at the same position.
 constexpr int kMaxRows = kTokenTile * kMaxGroup;
+// Prefill reduce calls take whole tokens up to this many rows at head dims
+// up to 128 (proportionally fewer above: more rows per K/V load outgrow L1
+// with their q rows and accumulators).
+#ifndef EMBER_ATTN_SHARE_ROWS
+#define EMBER_ATTN_SHARE_ROWS 16
+#endif
+constexpr int kShareRows = EMBER_ATTN_SHARE_ROWS;
 // Compressed rows of odd head dims are decoded one head row at a time into a
 // buffer this large.
 constexpr int kMaxOddHeadDim = 1024;
@@ -401,23 +411,27 @@ void prefill(const AttentionShape& s, const float* q, const int32_t* pos, int64_
               toks[at] = j;
               tke[at] = kej;
             }
-            int n = 0, n_merge = 0;
-            for (int k = 0; k < nsel; ++k) {
-              const int j = toks[k];
-              for (int r = 0; r < nr; ++r, ++n) {
-                const int row = j * nr + r;
-                qr[n] = q + (t0 + j) * q_stride + static_cast<int64_t>(h0 + r) * dk;
-                ends[n] = tke[k];
-                if (c == c0[j]) {
-                  sp[n] = &run[row];
-                } else {
-                  sp[n] = &part[row];
-                  merge_rows[n_merge++] = row;
+            // Reduce calls of at most kShareRows rows (whole tokens; at least one).
+            const int per_call = std::max(1, kShareRows * 128 / std::max({128, dk, dv}) / nr);
+            for (int k0 = 0; k0 < nsel; k0 += per_call) {
+              int n = 0, n_merge = 0;
+              for (int k = k0; k < std::min(nsel, k0 + per_call); ++k) {
+                const int j = toks[k];
+                for (int r = 0; r < nr; ++r, ++n) {
+                  const int row = j * nr + r;
+                  qr[n] = q + (t0 + j) * q_stride + static_cast<int64_t>(h0 + r) * dk;
+                  ends[n] = tke[k];
+                  if (c == c0[j]) {
+                    sp[n] = &run[row];
+                  } else {
+                    sp[n] = &part[row];
+                    merge_rows[n_merge++] = row;
+                  }
                 }
               }
+              reduce_for<V>(kv)(s, qr, n, hkv, kv, kb, ends, sp);
+              for (int k = 0; k < n_merge; ++k) avx2::attn_merge_state(&run[merge_rows[k]], part[merge_rows[k]], dv);
             }
-            reduce_for<V>(kv)(s, qr, n, hkv, kv, kb, ends, sp);
-            for (int k = 0; k < n_merge; ++k) avx2::attn_merge_state(&run[merge_rows[k]], part[merge_rows[k]], dv);
           }
         }
         for (int i = 0; i < nt; ++i)
