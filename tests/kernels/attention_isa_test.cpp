@@ -58,15 +58,7 @@ struct Pages {
 };
 
 AttentionShape shape(int n_head, int n_head_kv, int hd, int hdv, float softcap, int window) {
-  AttentionShape s;
-  s.n_head = n_head;
-  s.n_head_kv = n_head_kv;
-  s.head_dim = hd;
-  s.head_dim_v = hdv;
-  s.scale = 1.f / std::sqrt(static_cast<float>(hd));
-  s.softcap = softcap;
-  s.sliding_window = window;
-  return s;
+  return AttentionShape{n_head, n_head_kv, hd, hdv, 1.f / std::sqrt(static_cast<float>(hd)), softcap, window};
 }
 
 // GQA groups of 4 and 16 (two kMaxGroup groups), a window with softcap, an

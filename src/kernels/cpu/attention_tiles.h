@@ -26,6 +26,8 @@
 // threading is the pool's parallel_for, each task writing only its rows.
 #pragma once
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -57,10 +59,7 @@ using avx2::AttnRowState;
 
 constexpr int kTile = 64;           // keys per online-softmax step
 constexpr int kDecodeTokens = 4;    // batches up to this size take the flash-decoding path
-#ifndef EMBER_ATTN_TOKEN_TILE
-#define EMBER_ATTN_TOKEN_TILE 8
-#endif
-constexpr int kTokenTile = EMBER_ATTN_TOKEN_TILE;  // query tokens per prefill task
+constexpr int kTokenTile = 8;       // query tokens per prefill task
 constexpr int kMaxGroup = 8;        // query heads of one token reduced together
 // Rows one reduce_chunk call takes: the heads of a group for every token of a
 // prefill task whose keys in a chunk start at the same position.
@@ -68,10 +67,14 @@ constexpr int kMaxRows = kTokenTile * kMaxGroup;
 // Prefill reduce calls take whole tokens up to this many rows at head dims
 // up to 128 (proportionally fewer above: more rows per K/V load outgrow L1
 // with their q rows and accumulators).
-#ifndef EMBER_ATTN_SHARE_ROWS
-#define EMBER_ATTN_SHARE_ROWS 16
-#endif
-constexpr int kShareRows = EMBER_ATTN_SHARE_ROWS;
+constexpr int kShareRows = 16;
+// The f16 scale that opens a q8 / q4 group at b.
+inline float group_scale(const uint8_t* b) {
+  uint16_t h;
+  std::memcpy(&h, b, 2);
+  return _cvtsh_ss(h);
+}
+
 // Compressed rows of odd head dims are decoded one head row at a time into a
 // buffer this large.
 constexpr int kMaxOddHeadDim = 1024;

@@ -15,12 +15,6 @@ namespace ember::avx2 {
 
 namespace {
 
-inline float group_scale(const uint8_t* b) {
-  uint16_t h;
-  std::memcpy(&h, b, 2);
-  return _cvtsh_ss(h);
-}
-
 // 8 consecutive elements (from element i, i % 8 == 0) of a K/V head row of
 // type T, decoded to exactly the floats kv_load_row gives (F32: a plain load).
 template <KvType T>
@@ -35,14 +29,14 @@ __m256 load8(const uint8_t* row, int i) {
   } else if constexpr (T == KvType::kQ8) {
     const uint8_t* b = row + (i / kKvGroup) * (2 + kKvGroup);
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + i % kKvGroup));
-    return _mm256_mul_ps(_mm256_set1_ps(group_scale(b)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+    return _mm256_mul_ps(_mm256_set1_ps(attn_tiles::group_scale(b)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
   } else {
     const uint8_t* b = row + (i / kKvGroup) * (2 + kKvGroup / 2);
     const int o = i % kKvGroup;
     __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + (o & 15))));
     q = o < kKvGroup / 2 ? _mm256_and_si256(q, _mm256_set1_epi32(15)) : _mm256_srli_epi32(q, 4);
     q = _mm256_sub_epi32(q, _mm256_set1_epi32(8));
-    return _mm256_mul_ps(_mm256_set1_ps(group_scale(b)), _mm256_cvtepi32_ps(q));
+    return _mm256_mul_ps(_mm256_set1_ps(attn_tiles::group_scale(b)), _mm256_cvtepi32_ps(q));
   }
 }
 

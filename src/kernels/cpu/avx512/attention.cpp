@@ -22,12 +22,6 @@ namespace ember::avx512 {
 
 namespace {
 
-inline float group_scale(const uint8_t* b) {
-  uint16_t h;
-  std::memcpy(&h, b, 2);
-  return _cvtsh_ss(h);
-}
-
 struct Avx512Vec16 {
   using Vec = __m512;
   static constexpr int kDotRows = 8;  // rows per K load in q·k
@@ -54,7 +48,7 @@ struct Avx512Vec16 {
     } else if constexpr (T == KvType::kQ8) {
       const uint8_t* b = row + (i / kKvGroup) * (2 + kKvGroup);
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + i % kKvGroup));
-      return _mm512_mul_ps(_mm512_set1_ps(group_scale(b)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+      return _mm512_mul_ps(_mm512_set1_ps(attn_tiles::group_scale(b)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
     } else {
       // Elements 0-15 of a group are the low nibbles of its 16 bytes, 16-31
       // the high ones.
@@ -62,7 +56,7 @@ struct Avx512Vec16 {
       __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
       q = i % kKvGroup < kKvGroup / 2 ? _mm512_and_si512(q, _mm512_set1_epi32(15)) : _mm512_srli_epi32(q, 4);
       q = _mm512_sub_epi32(q, _mm512_set1_epi32(8));
-      return _mm512_mul_ps(_mm512_set1_ps(group_scale(b)), _mm512_cvtepi32_ps(q));
+      return _mm512_mul_ps(_mm512_set1_ps(attn_tiles::group_scale(b)), _mm512_cvtepi32_ps(q));
     }
   }
 };
