@@ -9,8 +9,9 @@
 // with an online softmax, and chunk results are merged in increasing order.
 // Whether chunks run in parallel (decode: flash-decoding over the context) or
 // sequentially (prefill), and whatever other rows share the batch, every row
-// gets the same bits. That is the AVX2 kernel (kernels/cpu/avx2/
-// attention.cpp, also serving the AVX-512 level); the scalar level is the
+// gets the same bits. That is the kernel of kernels/cpu/attention_tiles.h,
+// compiled for AVX2 (avx2/attention.cpp) and AVX-512 (avx512/attention.cpp)
+// with the same bits at both levels; the scalar level is the
 // reference (kernels/ref/attention_ref.h: a plain softmax per row in double,
 // row-parallel, batch-invariant too). The functions below dispatch at the
 // active ISA level (core/cpu_features.h).

@@ -128,6 +128,13 @@ void attention_ragged(const AttentionShape& s, const float* q, const int32_t* po
 }  // namespace avx2
 
 namespace avx512 {
+// Ragged attention (avx512/attention.cpp): the AVX2 kernel's arithmetic, bit
+// for bit, on 16-lane registers (kernels/cpu/attention_tiles.h).
+int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos);
+void attention_ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens,
+                      const KvView* views, const int32_t* view_of_token, float* out, float* scratch,
+                      ThreadPool& pool);
+
 
 void vec_dot_f32(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_f16(int64_t n, float* s, const void* w, const void* x);

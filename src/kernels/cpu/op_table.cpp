@@ -68,6 +68,14 @@ OpTable avx2_ops() {
   return t;
 }
 
+// AVX-512: attention only (the row ops are the AVX2 ones).
+OpTable avx512_ops() {
+  OpTable t;
+  t.attention_scratch_floats = avx512::attention_scratch_floats;
+  t.attention_ragged = avx512::attention_ragged;
+  return t;
+}
+
 // Fills null entries from the level below.
 void inherit(OpTable& t, const OpTable& lower) {
 #define EMBER_INHERIT(op) \
@@ -80,7 +88,7 @@ std::array<OpTable, kLevels> build() {
   std::array<OpTable, kLevels> t{};
   t[0] = scalar_ops();
   if (cpu_max_isa() >= Isa::kAvx2) t[1] = avx2_ops();
-  // AVX-512: no entries of its own yet; the AVX2 kernels serve it.
+  if (cpu_max_isa() >= Isa::kAvx512) t[2] = avx512_ops();
   for (int l = 1; l < kLevels; ++l) inherit(t[l], t[l - 1]);
   return t;
 }

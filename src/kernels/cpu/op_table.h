@@ -4,7 +4,7 @@
 // the registry: the scalar level holds the reference twins (kernels/ref/,
 // attention row-parallel over the pool), AVX2 the x86 kernels
 // (kernels/cpu/avx2/), and a level inherits every entry it does not set from
-// the level below (AVX-512 has no entries of its own yet). The public
+// the level below (AVX-512 sets only attention). The public
 // functions of kernels/ops.h and kernels/attention.h dispatch through
 // op_table() at the active level, so EMBER_ISA=scalar makes all of them
 // scalar. Internal to the CPU backend.

@@ -1,0 +1,461 @@
+// The tiled online-softmax attention of the AVX2 and AVX-512 levels, written
+// once over an ISA "vector of 16 floats" (the traits V of avx2/attention.cpp
+// and avx512/attention.cpp) so that both levels compute the canonical
+// arithmetic of kernels/attention.h with the same bits:
+//   q·k   per 16 elements, fmas into a 16-lane accumulator (AVX2: two 8-lane
+//         halves a0 = lanes 0-7, a1 = lanes 8-15; AVX-512: one register),
+//         then hsum_f32x8(a0 + a1); head dims that are not a multiple of 16
+//         take avx2::dot_f32 on one decoded head row;
+//   p·V   acc[i] = fma(p_j, v_j[i], acc[i]) for keys j in increasing order;
+//   softmax per 64-key tile (aligned to the chunk's first key): avx2::
+//         exp_shifted_row, avx2::scale_row, and the chunk merge / final
+//         division of avx2/attention.cpp (one compiled copy for both levels).
+// K/V rows in any format of kernels/kv_types.h are decoded in registers, 16
+// elements at a time, as they are read (never a page or a row to memory,
+// except one head row for the odd head dims).
+//
+// Prefill shares each K/V load among many query rows: all query heads of a
+// kv head (GQA), for every token of a token tile whose keys in a chunk start
+// at the same position, including the diagonal chunk, where the tokens' key
+// ranges end at different positions. Rows are ordered by decreasing end, so
+// the rows that see key j are a prefix, and each row does exactly the
+// arithmetic it does alone (a key a row does not see is never added to it).
+//
+// Internal to the CPU backend; everything here has internal linkage (the
+// header is compiled into both ISA files with different flags). Stateless:
+// threading is the pool's parallel_for, each task writing only its rows.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/attention.h"
+#include "kernels/cpu/isa_kernels.h"
+
+namespace ember {
+
+namespace avx2 {
+// Running softmax state of one row: max m, denominator l, numerator acc[dv].
+struct AttnRowState {
+  float m;
+  float l;
+  float* acc;
+};
+// into <- merge(into, part), the canonical chunk merge (avx2/attention.cpp).
+void attn_merge_state(AttnRowState* into, const AttnRowState& part, int dv);
+// out[i] = acc[i] / l (0 when l == 0).
+void attn_finish_row(const AttnRowState& st, float* out, int dv);
+}  // namespace avx2
+
+namespace {
+namespace attn_tiles {
+
+using avx2::AttnRowState;
+
+constexpr int kTile = 64;           // keys per online-softmax step
+constexpr int kDecodeTokens = 4;    // batches up to this size take the flash-decoding path
+constexpr int kTokenTile = 8;       // query tokens per prefill task
+constexpr int kMaxGroup = 8;        // query heads of one token reduced together
+// Rows one reduce_chunk call takes: the heads of a group for every token of a
+// prefill task whose keys in a chunk start at the same position.
+constexpr int kMaxRows = kTokenTile * kMaxGroup;
+// Prefill reduce calls take whole tokens up to this many rows at head dims
+// up to 128 (proportionally fewer above: more rows per K/V load outgrow L1
+// with their q rows and accumulators).
+constexpr int kShareRows = 16;
+// The f16 scale that opens a q8 / q4 group at b.
+inline float group_scale(const uint8_t* b) {
+  uint16_t h;
+  std::memcpy(&h, b, 2);
+  return _cvtsh_ss(h);
+}
+
+// Compressed rows of odd head dims are decoded one head row at a time into a
+// buffer this large.
+constexpr int kMaxOddHeadDim = 1024;
+
+// out[r] = q[r]·k for r < M (K decoded by V::load_kv<KT>), loading and
+// decoding each K vector once for the M rows. Requires dk % 16 == 0.
+template <class V, KvType KT, int M>
+void dot_rows(const float* const* q, int dk, const uint8_t* k, float* out) {
+  typename V::Vec a[M];
+#pragma GCC unroll 8
+  for (int r = 0; r < M; ++r) a[r] = V::zero();
+  for (int i = 0; i < dk; i += 16) {
+    const typename V::Vec kv = V::template load_kv<KT>(k, i);
+#pragma GCC unroll 8
+    for (int r = 0; r < M; ++r) a[r] = V::fmadd(V::load(q[r] + i), kv, a[r]);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < M; ++r) out[r] = V::hsum(a[r]);
+}
+
+// dot_rows for the last nr < M + 1 rows.
+template <class V, KvType KT, int M>
+void dot_tail(const float* const* q, int nr, int dk, const uint8_t* k, float* out) {
+  if constexpr (M > 0) {
+    if (nr == M)
+      dot_rows<V, KT, M>(q, dk, k, out);
+    else
+      dot_tail<V, KT, M - 1>(q, nr, dk, k, out);
+  }
+}
+
+template <class V, KvType KT>
+void dot_group(const float* const* q, int nr, int dk, const uint8_t* k, float* out) {
+  if (dk % 16 != 0) {  // odd head dims: one decoded head row (not f32), then the f32 dot
+    float row[kMaxOddHeadDim];
+    const float* kf = reinterpret_cast<const float*>(k);
+    if (KT != KvType::kF32) {
+      kv_load_row(KT, k, dk, row);
+      kf = row;
+    }
+    for (int r = 0; r < nr; ++r) out[r] = avx2::dot_f32(q[r], kf, dk);
+    return;
+  }
+  constexpr int kW = V::kDotRows;
+  int r = 0;
+  for (; r + kW <= nr; r += kW) dot_rows<V, KT, kW>(q + r, dk, k, out + r);
+  dot_tail<V, KT, kW - 1>(q + r, nr - r, dk, k, out + r);
+}
+
+// acc_r[i] += p[r][j] * v_j[i] for j = j0..j1-1 in order, for M rows, with
+// accumulators kept in registers across keys (16 floats at a time), V rows
+// decoded by V::load_kv<VT>. Requires dv % 16 == 0.
+template <class V, KvType VT, int M>
+void pv_rows(float* const* acc, const float (*p)[kTile], const uint8_t* const* vrows, int j0, int j1, int dv) {
+  for (int i = 0; i < dv; i += 16) {
+    typename V::Vec a[M];
+#pragma GCC unroll 8
+    for (int r = 0; r < M; ++r) a[r] = V::load(acc[r] + i);
+    for (int j = j0; j < j1; ++j) {
+      const typename V::Vec v = V::template load_kv<VT>(vrows[j], i);
+#pragma GCC unroll 8
+      for (int r = 0; r < M; ++r) a[r] = V::fmadd(V::set1(p[r][j]), v, a[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < M; ++r) V::store(acc[r] + i, a[r]);
+  }
+}
+
+// pv_rows for the last nr < M + 1 rows.
+template <class V, KvType VT, int M>
+void pv_tail(float* const* acc, int nr, const float (*p)[kTile], const uint8_t* const* vrows, int j0, int j1, int dv) {
+  if constexpr (M > 0) {
+    if (nr == M)
+      pv_rows<V, VT, M>(acc, p, vrows, j0, j1, dv);
+    else
+      pv_tail<V, VT, M - 1>(acc, nr, p, vrows, j0, j1, dv);
+  }
+}
+
+template <class V, KvType VT>
+void pv_group(float* const* acc, int nr, const float (*p)[kTile], const uint8_t* const* vrows, int j0, int j1,
+              int dv) {
+  if (dv % 16 != 0) {  // odd head dims: each V row decoded once (not f32), then axpy
+    float row[kMaxOddHeadDim];
+    for (int j = j0; j < j1; ++j) {
+      const float* vf = reinterpret_cast<const float*>(vrows[j]);
+      if (VT != KvType::kF32) {
+        kv_load_row(VT, vrows[j], dv, row);
+        vf = row;
+      }
+      for (int r = 0; r < nr; ++r) avx2::axpy_f32(acc[r], p[r][j], vf, dv);
+    }
+    return;
+  }
+  constexpr int kW = V::kPvRows;
+  int r = 0;
+  for (; r + kW <= nr; r += kW) pv_rows<V, VT, kW>(acc + r, p + r, vrows, j0, j1, dv);
+  pv_tail<V, VT, kW - 1>(acc + r, nr - r, p + r, vrows, j0, j1, dv);
+}
+
+// Reduces keys [kb, ke[r]) (already clipped to row r's visible range) into
+// fresh states for nr <= kMaxRows query rows q[r] that attend to the same kv
+// head, in 64-key tiles aligned to kb. ke must not increase with r (so the
+// rows that see a key are a prefix). Each row's arithmetic is independent of
+// which other rows share the call.
+template <class V, KvType KT, KvType VT>
+void reduce_chunk_t(const AttentionShape& s, const float* const* q, int nr, int hkv, const KvView& kv, int64_t kb,
+                    const int64_t* ke, AttnRowState* const* st) {
+  const int dk = s.head_dim, dv = s.head_dim_v;
+  for (int r = 0; r < nr; ++r) {
+    st[r]->m = -INFINITY;
+    st[r]->l = 0.f;
+    std::fill(st[r]->acc, st[r]->acc + dv, 0.f);
+  }
+  float sc[kMaxRows][kTile];
+  float mn[kMaxRows];
+  int nk[kMaxRows];  // keys of the tile row r sees
+  float dots[kMaxRows];
+  const uint8_t* vrows[kTile];
+  float* accs[kMaxRows];
+  for (int r = 0; r < nr; ++r) accs[r] = st[r]->acc;
+  for (int64_t t0 = kb; t0 < ke[0]; t0 += kTile) {
+    int na = 0;  // rows that see keys of this tile (a prefix)
+    while (na < nr && ke[na] > t0) ++na;
+    for (int r = 0; r < na; ++r) nk[r] = static_cast<int>(std::min<int64_t>(ke[r], t0 + kTile) - t0);
+    const int n = nk[0];
+    int rows = na;  // rows that see key j
+    for (int j = 0; j < n; ++j) {
+      while (nk[rows - 1] <= j) --rows;
+      dot_group<V, KT>(q, rows, dk, kv_key_row(kv, t0 + j, hkv, dk), dots);
+      for (int r = 0; r < rows; ++r) {
+        float v = dots[r] * s.scale;
+        if (s.softcap > 0.f) v = s.softcap * std::tanh(v / s.softcap);
+        sc[r][j] = v;
+      }
+    }
+    for (int r = 0; r < na; ++r) {
+      float mt = -INFINITY;
+      for (int j = 0; j < nk[r]; ++j) mt = std::max(mt, sc[r][j]);
+      mn[r] = std::max(st[r]->m, mt);
+      const float corr = std::exp(st[r]->m - mn[r]);
+      if (corr != 1.f) {
+        avx2::scale_row(st[r]->acc, corr, dv);
+        st[r]->l *= corr;
+      }
+      avx2::exp_shifted_row(sc[r], nk[r], mn[r]);
+      for (int j = 0; j < nk[r]; ++j) st[r]->l += sc[r][j];
+    }
+    for (int j = 0; j < n; ++j) vrows[j] = kv_value_row(kv, t0 + j, hkv, dv);
+    // Keys [j0, j1) seen by the first `rows` rows, from the last row's end up.
+    for (int j0 = 0; j0 < n;) {
+      rows = na;
+      while (nk[rows - 1] <= j0) --rows;
+      const int j1 = nk[rows - 1];
+      pv_group<V, VT>(accs, rows, sc, vrows, j0, j1, dv);
+      j0 = j1;
+    }
+    for (int r = 0; r < na; ++r) st[r]->m = mn[r];
+  }
+}
+
+using ReduceChunkFn = void (*)(const AttentionShape&, const float* const*, int, int, const KvView&, int64_t,
+                               const int64_t*, AttnRowState* const*);
+
+template <class V, KvType KT>
+ReduceChunkFn reduce_for_v(KvType v) {
+  switch (v) {
+    case KvType::kF32: return reduce_chunk_t<V, KT, KvType::kF32>;
+    case KvType::kF16: return reduce_chunk_t<V, KT, KvType::kF16>;
+    case KvType::kBF16: return reduce_chunk_t<V, KT, KvType::kBF16>;
+    case KvType::kQ8: return reduce_chunk_t<V, KT, KvType::kQ8>;
+    case KvType::kQ4: return reduce_chunk_t<V, KT, KvType::kQ4>;
+  }
+  return reduce_chunk_t<V, KT, KvType::kF32>;
+}
+
+// The reduce of a view's K/V formats.
+template <class V>
+ReduceChunkFn reduce_for(const KvView& kv) {
+  switch (kv.k_type) {
+    case KvType::kF32: return reduce_for_v<V, KvType::kF32>(kv.v_type);
+    case KvType::kF16: return reduce_for_v<V, KvType::kF16>(kv.v_type);
+    case KvType::kBF16: return reduce_for_v<V, KvType::kBF16>(kv.v_type);
+    case KvType::kQ8: return reduce_for_v<V, KvType::kQ8>(kv.v_type);
+    case KvType::kQ4: return reduce_for_v<V, KvType::kQ4>(kv.v_type);
+  }
+  return reduce_for_v<V, KvType::kF32>(kv.v_type);
+}
+
+// Chunk index range [c0, c1) intersecting the visible keys of position p.
+inline void chunk_range(const AttentionShape& s, int64_t p, int64_t* c0, int64_t* c1) {
+  int64_t lo, hi;
+  attention_visible_range(s, p, &lo, &hi);
+  *c0 = lo / kAttnChunk;
+  *c1 = (hi + kAttnChunk - 1) / kAttnChunk;
+}
+
+inline int64_t scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos) {
+  const int64_t dv = s.head_dim_v;
+  const int64_t n_chunks = max_pos / kAttnChunk + 1;
+  // Decode path: one partial (dv + 2) per (row, chunk).
+  const int64_t decode = n_tokens <= kDecodeTokens ? n_tokens * s.n_head * n_chunks * (dv + 2) : 0;
+  // Prefill path: per thread, running + part accumulators for a head group.
+  const int64_t prefill = static_cast<int64_t>(n_threads) * 2 * kMaxRows * dv;
+  return decode + prefill + 64;
+}
+
+// Decode (n_tokens <= kDecodeTokens): parallel over (token, kv head, chunk)
+// partials, then the ordered merge per row.
+template <class V>
+void decode(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView* views,
+            const int32_t* view_of_token, float* out, float* scratch, ThreadPool& pool) {
+  const int rep = s.n_head / s.n_head_kv;
+  const int dk = s.head_dim, dv = s.head_dim_v;
+  const int64_t q_stride = static_cast<int64_t>(s.n_head) * dk;
+  const int64_t o_stride = static_cast<int64_t>(s.n_head) * dv;
+  int64_t max_pos = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) max_pos = std::max<int64_t>(max_pos, pos[t]);
+  const int64_t n_chunks = max_pos / kAttnChunk + 1;
+  const int64_t part_size = dv + 2;
+  const int64_t n_items = n_tokens * s.n_head_kv * n_chunks;
+  pool.parallel_for(n_items, 1, [&](int64_t b, int64_t e, int) {
+    AttnRowState st[kMaxGroup];
+    AttnRowState* sp[kMaxGroup];
+    const float* qr[kMaxGroup];
+    int64_t ends[kMaxGroup];
+    for (int64_t it = b; it < e; ++it) {
+      const int64_t c = it % n_chunks;
+      const int64_t t = it / n_chunks / s.n_head_kv;
+      const int hkv = static_cast<int>(it / n_chunks % s.n_head_kv);
+      const KvView& kv = views[view_of_token ? view_of_token[t] : 0];
+      int64_t lo, hi;
+      attention_visible_range(s, pos[t], &lo, &hi);
+      const int64_t kb = std::max(lo, c * kAttnChunk), ke = std::min(hi, (c + 1) * kAttnChunk);
+      for (int h0 = hkv * rep; h0 < (hkv + 1) * rep; h0 += kMaxGroup) {
+        const int nr = std::min(kMaxGroup, (hkv + 1) * rep - h0);
+        auto part = [&](int r) { return scratch + ((t * s.n_head + h0 + r) * n_chunks + c) * part_size; };
+        if (kb >= ke) {
+          for (int r = 0; r < nr; ++r) {
+            part(r)[0] = -INFINITY;  // empty: skipped at merge
+            part(r)[1] = 0.f;
+          }
+          continue;
+        }
+        for (int r = 0; r < nr; ++r) {
+          st[r] = AttnRowState{0, 0, part(r) + 2};
+          sp[r] = &st[r];
+          qr[r] = q + t * q_stride + static_cast<int64_t>(h0 + r) * dk;
+          ends[r] = ke;
+        }
+        reduce_for<V>(kv)(s, qr, nr, hkv, kv, kb, ends, sp);
+        for (int r = 0; r < nr; ++r) {
+          part(r)[0] = st[r].m;
+          part(r)[1] = st[r].l;
+        }
+      }
+    }
+  });
+  pool.parallel_for(n_tokens * s.n_head, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t row = b; row < e; ++row) {
+      const int64_t t = row / s.n_head;
+      int64_t c0, c1;
+      chunk_range(s, pos[t], &c0, &c1);
+      float* first = scratch + (row * n_chunks + c0) * part_size;
+      AttnRowState acc{first[0], first[1], first + 2};
+      for (int64_t c = c0 + 1; c < c1; ++c) {
+        float* p = scratch + (row * n_chunks + c) * part_size;
+        if (p[1] == 0.f && p[0] == -INFINITY) continue;
+        avx2::attn_merge_state(&acc, AttnRowState{p[0], p[1], p + 2}, dv);
+      }
+      avx2::attn_finish_row(acc, out + t * o_stride + (row % s.n_head) * dv, dv);
+    }
+  });
+}
+
+// Prefill: tasks of (kv head, token tile). Every row reduces its chunks in
+// increasing order (the first into its running state, later ones into a
+// fresh part state merged after it), exactly as alone; chunk by chunk, the
+// rows of the task's tokens whose keys in that chunk start at the same
+// position (same view) go through one reduce_chunk call, ordered by
+// decreasing key end, so each K/V row is loaded once for all of them.
+template <class V>
+void prefill(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView* views,
+             const int32_t* view_of_token, float* out, float* scratch, ThreadPool& pool) {
+  auto kv_of = [&](int64_t t) -> const KvView& { return views[view_of_token ? view_of_token[t] : 0]; };
+  const int rep = s.n_head / s.n_head_kv;
+  const int dk = s.head_dim, dv = s.head_dim_v;
+  const int64_t q_stride = static_cast<int64_t>(s.n_head) * dk;
+  const int64_t o_stride = static_cast<int64_t>(s.n_head) * dv;
+  const int64_t n_tiles = (n_tokens + kTokenTile - 1) / kTokenTile;
+  pool.parallel_for(s.n_head_kv * n_tiles, 1, [&](int64_t b, int64_t e, int ith) {
+    float* run_acc = scratch + static_cast<int64_t>(ith) * 2 * kMaxRows * dv;
+    float* part_acc = run_acc + kMaxRows * dv;
+    AttnRowState run[kMaxRows], part[kMaxRows];
+    AttnRowState* sp[kMaxRows];
+    const float* qr[kMaxRows];
+    int64_t ends[kMaxRows];
+    int merge_rows[kMaxRows];
+    for (int64_t task = b; task < e; ++task) {
+      const int hkv = static_cast<int>(task / n_tiles);
+      const int64_t t0 = (task % n_tiles) * kTokenTile;
+      const int nt = static_cast<int>(std::min<int64_t>(n_tokens, t0 + kTokenTile) - t0);
+      int64_t lo[kTokenTile], hi[kTokenTile], c0[kTokenTile], c1[kTokenTile];
+      int64_t c_first = INT64_MAX, c_last = 0;
+      for (int i = 0; i < nt; ++i) {
+        attention_visible_range(s, pos[t0 + i], &lo[i], &hi[i]);
+        chunk_range(s, pos[t0 + i], &c0[i], &c1[i]);
+        c_first = std::min(c_first, c0[i]);
+        c_last = std::max(c_last, c1[i]);
+      }
+      for (int h0 = hkv * rep; h0 < (hkv + 1) * rep; h0 += kMaxGroup) {
+        const int nr = std::min(kMaxGroup, (hkv + 1) * rep - h0);
+        for (int i = 0; i < nt * nr; ++i) {
+          run[i] = AttnRowState{0, 0, run_acc + i * dv};
+          part[i] = AttnRowState{0, 0, part_acc + i * dv};
+        }
+        for (int64_t c = c_first; c < c_last; ++c) {
+          bool done[kTokenTile] = {};
+          for (int i = 0; i < nt; ++i) {
+            if (done[i] || c < c0[i] || c >= c1[i]) continue;
+            const int64_t kb = std::max(lo[i], c * kAttnChunk);
+            const KvView& kv = kv_of(t0 + i);
+            // Token i and every later token whose keys here start at kb,
+            // by decreasing key end (stable).
+            int toks[kTokenTile], nsel = 0;
+            int64_t tke[kTokenTile];
+            for (int j = i; j < nt; ++j) {
+              if (done[j] || c < c0[j] || c >= c1[j] || &kv_of(t0 + j) != &kv) continue;
+              if (std::max(lo[j], c * kAttnChunk) != kb) continue;
+              done[j] = true;
+              const int64_t kej = std::min(hi[j], (c + 1) * kAttnChunk);
+              int at = nsel++;
+              for (; at > 0 && tke[at - 1] < kej; --at) {
+                toks[at] = toks[at - 1];
+                tke[at] = tke[at - 1];
+              }
+              toks[at] = j;
+              tke[at] = kej;
+            }
+            // Reduce calls of at most kShareRows rows (whole tokens; at least one).
+            const int per_call = std::max(1, kShareRows * 128 / std::max({128, dk, dv}) / nr);
+            for (int k0 = 0; k0 < nsel; k0 += per_call) {
+              int n = 0, n_merge = 0;
+              for (int k = k0; k < std::min(nsel, k0 + per_call); ++k) {
+                const int j = toks[k];
+                for (int r = 0; r < nr; ++r, ++n) {
+                  const int row = j * nr + r;
+                  qr[n] = q + (t0 + j) * q_stride + static_cast<int64_t>(h0 + r) * dk;
+                  ends[n] = tke[k];
+                  if (c == c0[j]) {
+                    sp[n] = &run[row];
+                  } else {
+                    sp[n] = &part[row];
+                    merge_rows[n_merge++] = row;
+                  }
+                }
+              }
+              reduce_for<V>(kv)(s, qr, n, hkv, kv, kb, ends, sp);
+              for (int k = 0; k < n_merge; ++k) avx2::attn_merge_state(&run[merge_rows[k]], part[merge_rows[k]], dv);
+            }
+          }
+        }
+        for (int i = 0; i < nt; ++i)
+          for (int r = 0; r < nr; ++r)
+            avx2::attn_finish_row(run[i * nr + r], out + (t0 + i) * o_stride + static_cast<int64_t>(h0 + r) * dv, dv);
+      }
+    }
+  });
+}
+
+// attention_ragged of kernels/attention.h at the level of V.
+template <class V>
+void ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView* views,
+            const int32_t* view_of_token, float* out, float* scratch, ThreadPool& pool) {
+  if (n_tokens <= kDecodeTokens)
+    decode<V>(s, q, pos, n_tokens, views, view_of_token, out, scratch, pool);
+  else
+    prefill<V>(s, q, pos, n_tokens, views, view_of_token, out, scratch, pool);
+}
+
+}  // namespace attn_tiles
+}  // namespace
+
+}  // namespace ember

@@ -1,0 +1,76 @@
+// AVX-512 tiled online-softmax attention (the op table's entry at the
+// AVX-512 level): kernels/cpu/attention_tiles.h with its 16-float vector as
+// one zmm register, K/V rows of every format of kernels/kv_types.h decoded
+// in registers 16 elements at a time (a half q8 / q4 group). The lanes hold
+// what the AVX2 kernel's two 8-lane halves hold and the reduction adds the
+// halves before the same 8-lane sum, so both levels give the same bits
+// (tests/kernels/attention_isa_test.cpp); rows per K / V load are doubled
+// (32 vector registers).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/attention_tiles.h"
+#include "kernels/cpu/simd.h"
+
+// GCC 12 reports the intrinsics' own undefined-register idiom as possibly
+// uninitialised (a false positive, as in the other avx512/ files).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace ember::avx512 {
+
+namespace {
+
+struct Avx512Vec16 {
+  using Vec = __m512;
+  static constexpr int kDotRows = 8;  // rows per K load in q·k
+  static constexpr int kPvRows = 8;   // rows per V load in p·V
+  static Vec zero() { return _mm512_setzero_ps(); }
+  static Vec load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+  static Vec set1(float x) { return _mm512_set1_ps(x); }
+  static Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+  static float hsum(Vec v) {
+    return simd::hsum_f32x8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+  }
+  // Elements i..i+15 (i % 16 == 0) of a K/V head row of type T, decoded to
+  // exactly the floats kv_load_row gives.
+  template <KvType T>
+  static Vec load_kv(const uint8_t* row, int i) {
+    if constexpr (T == KvType::kF32) {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    } else if constexpr (T == KvType::kF16) {
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)));
+    } else if constexpr (T == KvType::kBF16) {
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    } else if constexpr (T == KvType::kQ8) {
+      const uint8_t* b = row + (i / kKvGroup) * (2 + kKvGroup);
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + i % kKvGroup));
+      return _mm512_mul_ps(_mm512_set1_ps(attn_tiles::group_scale(b)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    } else {
+      // Elements 0-15 of a group are the low nibbles of its 16 bytes, 16-31
+      // the high ones.
+      const uint8_t* b = row + (i / kKvGroup) * (2 + kKvGroup / 2);
+      __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
+      q = i % kKvGroup < kKvGroup / 2 ? _mm512_and_si512(q, _mm512_set1_epi32(15)) : _mm512_srli_epi32(q, 4);
+      q = _mm512_sub_epi32(q, _mm512_set1_epi32(8));
+      return _mm512_mul_ps(_mm512_set1_ps(attn_tiles::group_scale(b)), _mm512_cvtepi32_ps(q));
+    }
+  }
+};
+
+}  // namespace
+
+int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos) {
+  return attn_tiles::scratch_floats(s, n_tokens, n_threads, max_pos);
+}
+
+void attention_ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens,
+                      const KvView* views, const int32_t* view_of_token, float* out, float* scratch,
+                      ThreadPool& pool) {
+  attn_tiles::ragged<Avx512Vec16>(s, q, pos, n_tokens, views, view_of_token, out, scratch, pool);
+}
+
+}  // namespace ember::avx512
