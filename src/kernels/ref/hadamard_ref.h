@@ -1,0 +1,27 @@
+// Scalar reference twin of the Hadamard transform (kernels/hadamard.h): the
+// EMBER_ISA=scalar level and the oracle of the AVX2 kernel
+// (kernels/cpu/avx2/hadamard.cpp), with the pieces both share: the size
+// factorisation and the small Paley matrices, and stage 1 (the H_m blocks),
+// which every level runs through this same scalar code.
+//
+// Same contract and in-place rule as kernels/hadamard.h. No allocation; the
+// Paley matrices are built once (function-local statics).
+#pragma once
+
+#include <cstdint>
+
+namespace ember::ref {
+
+void hadamard_row(float* x, int64_t n, bool transpose);
+
+// The odd factor m of a valid size n = 2^k * m (1, 12 or 20).
+int hadamard_odd_factor(int64_t n);
+// The m x m Paley-I matrix (entries +1 / -1, row-major), m in {12, 20}.
+const int8_t* hadamard_paley(int m);
+// Stage 1 of the contract: each of the n / m blocks of m elements times H_m
+// (H_m^T when transpose). m > 1.
+void hadamard_blocks(float* x, int64_t n, int m, bool transpose);
+// Stage 3: x[i] *= hadamard_scale(n) = float(1 / sqrt(n)).
+float hadamard_scale(int64_t n);
+
+}  // namespace ember::ref
