@@ -10,6 +10,7 @@
 // (`--kv-cache-dtype f16,q8,q4 --kv-rotation none,hadamard`), one line each.
 // --score-from P scores positions P.. of each window only (llama-perplexity
 // --kl-divergence scores the second half: --score-from ctx/2).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -81,7 +82,7 @@ int cmd_eval(int argc, char** argv, int first) {
       one.rotation = rotation;
       auto t = one.to_types(mod.model->config());
       if (!t) return usage_error(p, t.status().message());
-      kvs.push_back(*t);
+      if (std::find(kvs.begin(), kvs.end(), *t) == kvs.end()) kvs.push_back(*t);  // "q4 x auto,hadamard": once
     }
   ThreadPool pool(threads);
   auto cs = compare_models_windows(*base.model, *mod.model, tokens, o, kvs, pool);

@@ -166,7 +166,7 @@ TEST_F(ModelCompareModels, ChunkedWindowsGiveTheSameBits) {
   auto whole = compare_models_windows(*f32, *q4, t, o, pool_);  // one chunk per window
   ASSERT_TRUE(whole.is_ok()) << whole.status().message();
   EXPECT_EQ(whole->n_positions, 2 * 47);
-  for (int64_t chunk : {1, 7, 16, 47}) {
+  for (int64_t chunk : {5, 16, 47}) {
     o.chunk = chunk;
     auto c = compare_models_windows(*f32, *q4, t, o, pool_);
     ASSERT_TRUE(c.is_ok());

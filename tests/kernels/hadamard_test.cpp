@@ -1,7 +1,8 @@
 // The Hadamard transform (kernels/hadamard.h): the sizes it accepts, the
 // matrix it applies against independent constructions (Sylvester's
 // (-1)^popcount(i & j) for powers of two, the Kronecker product with an
-// integer-checked Paley matrix otherwise), orthonormality and the
+// integer-checked Paley matrix otherwise, times the sign diagonal),
+// orthonormality and the
 // transpose as inverse, and Backend::hadamard at every level of every
 // backend bit for bit against the scalar twin, in any batch and on any
 // thread count.
@@ -71,7 +72,8 @@ TEST(Hadamard, MatrixIsTheKroneckerProductScaled) {
           const int64_t ai = i / m, bi = i % m, aj = j / m, bj = j % m;
           const int sylvester = std::popcount(static_cast<uint64_t>(ai & aj)) % 2 ? -1 : 1;
           const int small = hm ? (tr ? hm[bj * m + bi] : hm[bi * m + bj]) : 1;
-          ASSERT_NEAR(a[i * n + j], sylvester * small * s, 1e-7) << i << ", " << j << (tr ? " transposed" : "");
+          const int sign = ref::hadamard_sign(tr ? i : j);  // H D, or D H^T
+          ASSERT_NEAR(a[i * n + j], sylvester * small * sign * s, 1e-7) << i << ", " << j << (tr ? " transposed" : "");
         }
     }
   }
@@ -88,12 +90,24 @@ TEST(Hadamard, OrthonormalWithTransposeAsInverse) {
     EXPECT_NEAR(ny, nx, 1e-5 * nx);  // norm preserved
     ref::hadamard_row(y.data(), n, true);
     for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], x[i], 1e-5) << i;
-    if (ref::hadamard_odd_factor(n) == 1) {  // Sylvester: symmetric, both directions the same bits
-      std::vector<float> a = x, b = x;
-      ref::hadamard_row(a.data(), n, false);
-      ref::hadamard_row(b.data(), n, true);
-      EXPECT_TRUE(same_all(a, b));
-    }
+  }
+}
+
+TEST(Hadamard, SignsAreMixed) {
+  // D is not the identity (nor its negation) on any size, and the all-ones
+  // vector (channels alike) is not mapped onto one spike as the plain Walsh
+  // matrix would map it.
+  for (int64_t n : kSizes) {
+    if (n < 8) continue;
+    int neg = 0;
+    for (int64_t i = 0; i < n; ++i) neg += ref::hadamard_sign(i) < 0;
+    EXPECT_GT(neg, n / 8) << n;
+    EXPECT_LT(neg, n - n / 8) << n;
+    std::vector<float> ones(n, 1.f);
+    ref::hadamard_row(ones.data(), n, false);
+    float mx = 0;
+    for (float v : ones) mx = std::max(mx, std::fabs(v));
+    EXPECT_LT(mx, 0.75 * std::sqrt(static_cast<double>(n))) << n;  // a spike would be sqrt(n)
   }
 }
 

@@ -3,6 +3,7 @@
 #include "kernels/ref/hadamard_ref.h"
 
 #include <array>
+#include <cstdint>
 #include <cmath>
 
 #include "core/check.h"
@@ -68,7 +69,22 @@ void hadamard_blocks(float* x, int64_t n, int m, bool transpose) {
 
 float hadamard_scale(int64_t n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); }
 
+const uint32_t* hadamard_sign_masks() {
+  static const std::array<uint32_t, kHadamardMaxSize> masks = [] {
+    std::array<uint32_t, kHadamardMaxSize> m{};
+    for (int64_t i = 0; i < kHadamardMaxSize; ++i) m[i] = hadamard_sign(i) < 0 ? 0x80000000u : 0u;
+    return m;
+  }();
+  return masks.data();
+}
+
+void hadamard_signs(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (hadamard_sign(i) < 0) x[i] = -x[i];
+}
+
 void hadamard_row(float* x, int64_t n, bool transpose) {
+  if (!transpose) hadamard_signs(x, n);
   const int m = hadamard_odd_factor(n);
   if (m > 1) hadamard_blocks(x, n, m, transpose);
   for (int64_t h = m; h < n; h *= 2)  // h in elements: 2^j blocks of m
@@ -80,6 +96,7 @@ void hadamard_row(float* x, int64_t n, bool transpose) {
       }
   const float s = hadamard_scale(n);
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  if (transpose) hadamard_signs(x, n);
 }
 
 }  // namespace ref

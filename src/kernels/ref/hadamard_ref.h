@@ -23,5 +23,14 @@ const int8_t* hadamard_paley(int m);
 void hadamard_blocks(float* x, int64_t n, int m, bool transpose);
 // Stage 3: x[i] *= hadamard_scale(n) = float(1 / sqrt(n)).
 float hadamard_scale(int64_t n);
+// The fixed signs of D (stage 0 / 4): s_i = -1 when bit 16 of
+// uint32(2654435761 * (i + 1)) is set, else +1.
+inline int hadamard_sign(int64_t i) {
+  return ((static_cast<uint32_t>(i + 1) * 2654435761u) >> 16) & 1u ? -1 : 1;
+}
+// x[i] = -x[i] where s_i = -1; and the same as float sign-bit masks
+// (0x80000000 where s_i = -1), [kHadamardMaxSize].
+void hadamard_signs(float* x, int64_t n);
+const uint32_t* hadamard_sign_masks();
 
 }  // namespace ember::ref

@@ -1,5 +1,6 @@
 // AVX2 Hadamard transform (the op table's entry at the AVX2 and AVX-512
-// levels; contract in kernels/hadamard.h): stage 1 (the 12 / 20 blocks) is
+// levels; contract in kernels/hadamard.h): the sign flips of D as xors of
+// the sign bit (the same bits as a negation); stage 1 (the 12 / 20 blocks) is
 // the scalar code of kernels/ref/hadamard_ref.cpp; the butterflies of
 // stage 2 run 8 lanes at a time (in-register shuffles for the three
 // smallest strides of a power-of-two size, whole vectors above), and the
@@ -53,14 +54,24 @@ void butterflies_8(float* x, int64_t n) {
   }
 }
 
+// Stages 0 / 4: the sign bits of D xor-ed in (n % 8 == 0 here).
+void signs(float* x, int64_t n) {
+  const uint32_t* masks = ref::hadamard_sign_masks();
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 m = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(masks + i)));
+    _mm256_storeu_ps(x + i, _mm256_xor_ps(_mm256_loadu_ps(x + i), m));
+  }
+}
+
 }  // namespace
 
 void hadamard_row(float* x, int64_t n, bool transpose) {
   const int m = ref::hadamard_odd_factor(n);
-  if (m == 1 && n < 8) {
+  if (n % 8 != 0) {  // 2, 4, 12, 20: the scalar code
     ref::hadamard_row(x, n, transpose);
     return;
   }
+  if (!transpose) signs(x, n);
   int64_t h = m;
   if (m > 1) {
     ref::hadamard_blocks(x, n, m, transpose);
@@ -74,6 +85,7 @@ void hadamard_row(float* x, int64_t n, bool transpose) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
   for (; i < n; ++i) x[i] *= s;
+  if (transpose) signs(x, n);
 }
 
 }  // namespace ember::avx2
