@@ -13,9 +13,12 @@
 
 namespace ember::cli {
 
-// What the flags give when none is set (docs/engine.md, "KV cache dtypes";
-// the measurements behind it: docs/performance.md).
-constexpr KvType kDefaultKvType = KvType::kF32;
+// What the flags give when none is set: f16, whose cache is within KL 1e-6
+// of the f32 one on the f32-dequantized default model at 4k tokens while q8
+// is at 1.8e-3, above the issue's 1e-3 (docs/performance.md, "KV quality:
+// rotation and the default dtype"). The library's default (EngineConfig,
+// ContiguousKvCache) stays f32, so the golden outputs still pin that path.
+constexpr KvType kDefaultKvType = KvType::kF16;
 
 struct KvOptions {
   std::string both, k, v;  // empty: not given
