@@ -20,39 +20,6 @@ double log_sum_exp(const float* x, int n) {
   return m + std::log(s);
 }
 
-// Statistics of one window plus its per-position KL values (appended).
-ModelComparison compare_window(const float* reference, const float* model, const int32_t* tokens, int64_t n,
-                               int n_vocab, std::vector<double>* kls) {
-  ModelComparison c;
-  c.n_positions = n - 1;
-  double nll_ref = 0, nll_model = 0, kl_sum = 0;
-  int64_t agree = 0;
-  for (int64_t p = 0; p + 1 < n; ++p) {
-    const float* r = reference + p * n_vocab;
-    const float* q = model + p * n_vocab;
-    const double lse_r = log_sum_exp(r, n_vocab), lse_q = log_sum_exp(q, n_vocab);
-    double kl = 0;
-    for (int i = 0; i < n_vocab; ++i) {
-      const double lp = r[i] - lse_r, lq = q[i] - lse_q;
-      kl += std::exp(lp) * (lp - lq);
-    }
-    kl = std::max(kl, 0.0);  // rounding can leave -1e-17 for identical rows
-    kl_sum += kl;
-    kls->push_back(kl);
-    c.kl_max = std::max(c.kl_max, kl);
-    agree += (std::max_element(r, r + n_vocab) - r) == (std::max_element(q, q + n_vocab) - q);
-    const int32_t next = tokens[p + 1];
-    nll_ref -= r[next] - lse_r;
-    nll_model -= q[next] - lse_q;
-  }
-  const double m = static_cast<double>(c.n_positions);
-  c.kl_mean = kl_sum / m;
-  c.top1_agreement = static_cast<double>(agree) / m;
-  c.ppl_reference = std::exp(nll_ref / m);
-  c.ppl_model = std::exp(nll_model / m);
-  return c;
-}
-
 double percentile_99(std::vector<double> v) {
   if (v.empty()) return 0;
   const size_t k = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(v.size()))) - 1;
@@ -60,34 +27,40 @@ double percentile_99(std::vector<double> v) {
   return v[k];
 }
 
-Status check_pair(const Model& reference, const Model& model, const std::vector<int32_t>& tokens, int64_t n) {
-  const int V = reference.config().n_vocab;
-  if (model.config().n_vocab != V)
-    return Status::errorf("vocabularies differ ({} vs {} tokens)", V, model.config().n_vocab);
-  for (int32_t t : tokens)
-    if (t < 0 || t >= V) return Status::errorf("token id {} outside the vocabulary", t);
-  for (const Model* m : {&reference, &model})
-    if (n > m->config().n_ctx_train && m->config().n_ctx_train > 0)
-      return Status::errorf("{} tokens exceed the model's context ({})", n, m->config().n_ctx_train);
-  return Status::ok();
+// The statistics of one scored position: reference row r, model row q,
+// the token that follows.
+struct RowScore {
+  double kl = 0, nll_r = 0, nll_m = 0;
+  bool agree = false;
+};
+
+RowScore score_row(const float* r, const float* q, int32_t next, int n_vocab) {
+  const double lse_r = log_sum_exp(r, n_vocab), lse_q = log_sum_exp(q, n_vocab);
+  double kl = 0;
+  for (int i = 0; i < n_vocab; ++i) {
+    const double lp = r[i] - lse_r, lq = q[i] - lse_q;
+    kl += std::exp(lp) * (lp - lq);
+  }
+  RowScore row;
+  row.kl = std::max(kl, 0.0);  // rounding can leave -1e-17 for identical rows
+  row.agree = (std::max_element(r, r + n_vocab) - r) == (std::max_element(q, q + n_vocab) - q);
+  row.nll_r = -(r[next] - lse_r);
+  row.nll_m = -(q[next] - lse_q);
+  return row;
 }
-
-}  // namespace
-
-ModelComparison compare_logits(const float* reference, const float* model, const int32_t* tokens, int64_t n,
-                               int n_vocab) {
-  std::vector<double> kls;
-  ModelComparison c = compare_window(reference, model, tokens, n, n_vocab, &kls);
-  c.kl_p99 = percentile_99(std::move(kls));
-  return c;
-}
-
-namespace {
 
 // Running sums of one side-by-side comparison over scored positions.
 struct Tally {
   std::vector<double> kls;
   double nll_r = 0, nll_m = 0, agree = 0, kl_max = 0;
+
+  void add(const RowScore& row) {
+    kls.push_back(row.kl);
+    kl_max = std::max(kl_max, row.kl);
+    agree += row.agree;
+    nll_r += row.nll_r;
+    nll_m += row.nll_m;
+  }
 
   ModelComparison result() {
     ModelComparison c;
@@ -111,35 +84,24 @@ struct Tally {
 // on the thread count).
 void score_rows(const float* reference, const float* model, const int32_t* next, int64_t n_rows, int n_vocab,
                 ThreadPool& pool, Tally* t) {
-  struct Row {
-    double kl, nll_r, nll_m;
-    bool agree;
-  };
-  std::vector<Row> rows(static_cast<size_t>(n_rows));
+  std::vector<RowScore> rows(static_cast<size_t>(n_rows));
   pool.parallel_for(n_rows, 1, [&](int64_t b, int64_t e, int) {
-    for (int64_t p = b; p < e; ++p) {
-      const float* r = reference + p * n_vocab;
-      const float* q = model + p * n_vocab;
-      const double lse_r = log_sum_exp(r, n_vocab), lse_q = log_sum_exp(q, n_vocab);
-      double kl = 0;
-      for (int i = 0; i < n_vocab; ++i) {
-        const double lp = r[i] - lse_r, lq = q[i] - lse_q;
-        kl += std::exp(lp) * (lp - lq);
-      }
-      Row& row = rows[static_cast<size_t>(p)];
-      row.kl = std::max(kl, 0.0);
-      row.agree = (std::max_element(r, r + n_vocab) - r) == (std::max_element(q, q + n_vocab) - q);
-      row.nll_r = -(r[next[p]] - lse_r);
-      row.nll_m = -(q[next[p]] - lse_q);
-    }
+    for (int64_t p = b; p < e; ++p)
+      rows[static_cast<size_t>(p)] = score_row(reference + p * n_vocab, model + p * n_vocab, next[p], n_vocab);
   });
-  for (const Row& row : rows) {
-    t->kls.push_back(row.kl);
-    t->kl_max = std::max(t->kl_max, row.kl);
-    t->agree += row.agree;
-    t->nll_r += row.nll_r;
-    t->nll_m += row.nll_m;
-  }
+  for (const RowScore& row : rows) t->add(row);
+}
+
+Status check_pair(const Model& reference, const Model& model, const std::vector<int32_t>& tokens, int64_t n) {
+  const int V = reference.config().n_vocab;
+  if (model.config().n_vocab != V)
+    return Status::errorf("vocabularies differ ({} vs {} tokens)", V, model.config().n_vocab);
+  for (int32_t t : tokens)
+    if (t < 0 || t >= V) return Status::errorf("token id {} outside the vocabulary", t);
+  for (const Model* m : {&reference, &model})
+    if (n > m->config().n_ctx_train && m->config().n_ctx_train > 0)
+      return Status::errorf("{} tokens exceed the model's context ({})", n, m->config().n_ctx_train);
+  return Status::ok();
 }
 
 Status check_rotation(KvTypes t, const ModelConfig& cfg) {
@@ -149,6 +111,14 @@ Status check_rotation(KvTypes t, const ModelConfig& cfg) {
 }
 
 }  // namespace
+
+ModelComparison compare_logits(const float* reference, const float* model, const int32_t* tokens, int64_t n,
+                               int n_vocab) {
+  Tally t;
+  for (int64_t p = 0; p + 1 < n; ++p)
+    t.add(score_row(reference + p * n_vocab, model + p * n_vocab, tokens[p + 1], n_vocab));
+  return t.result();
+}
 
 Result<std::vector<ModelComparison>> compare_models_windows(const Model& reference, const Model& model,
                                                             const std::vector<int32_t>& tokens,

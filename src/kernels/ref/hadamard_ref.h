@@ -23,10 +23,19 @@ const int8_t* hadamard_paley(int m);
 void hadamard_blocks(float* x, int64_t n, int m, bool transpose);
 // Stage 3: x[i] *= hadamard_scale(n) = float(1 / sqrt(n)).
 float hadamard_scale(int64_t n);
-// The fixed signs of D (stage 0 / 4): s_i = -1 when bit 16 of
-// uint32(2654435761 * (i + 1)) is set, else +1.
+// The fixed signs of D (stage 0 / 4): s_i = -1 when the low bit of a
+// 32-bit mix of i + 1 (x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15;
+// x *= 0x846ca68b; x ^= x >> 16) is set, else +1. Chosen so that for every
+// size up to 4096 the all-ones vector maps to no element above half its
+// norm (a plain multiplicative hash left spikes of the full norm at 8, 16).
 inline int hadamard_sign(int64_t i) {
-  return ((static_cast<uint32_t>(i + 1) * 2654435761u) >> 16) & 1u ? -1 : 1;
+  uint32_t x = static_cast<uint32_t>(i + 1);
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x & 1u ? -1 : 1;
 }
 // x[i] = -x[i] where s_i = -1; and the same as float sign-bit masks
 // (0x80000000 where s_i = -1), [kHadamardMaxSize].
