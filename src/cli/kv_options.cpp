@@ -13,7 +13,7 @@ void KvOptions::add_to(ArgParser& p) {
   p.option("-ctk,--kv-cache-dtype-k", &k, "T", "KV cache storage for K (overrides --kv-cache-dtype)");
   p.option("-ctv,--kv-cache-dtype-v", &v, "T", "KV cache storage for V (overrides --kv-cache-dtype)");
   p.option("--kv-rotation", &rotation, "R",
-           "Hadamard rotation of cached K/V heads: auto (default: rotate what is stored in q4), hadamard, none");
+           "Hadamard rotation of cached K/V heads: auto (default: rotate what is stored in q8 / q4), hadamard, none");
 }
 
 Result<KvTypes> KvOptions::to_types(const ModelConfig& cfg) const {
@@ -39,8 +39,9 @@ Result<KvTypes> KvOptions::to_types(const ModelConfig& cfg) const {
 Status apply_kv_rotation(const std::string& rotation, const ModelConfig& cfg, KvTypes* t) {
   const std::string r = rotation.empty() ? "auto" : rotation;
   if (r == "auto") {
-    t->rot_k = t->k == KvType::kQ4 ? KvRotation::kHadamard : KvRotation::kNone;
-    t->rot_v = t->v == KvType::kQ4 ? KvRotation::kHadamard : KvRotation::kNone;
+    auto quantized = [](KvType d) { return d == KvType::kQ8 || d == KvType::kQ4; };
+    t->rot_k = quantized(t->k) ? KvRotation::kHadamard : KvRotation::kNone;
+    t->rot_v = quantized(t->v) ? KvRotation::kHadamard : KvRotation::kNone;
   } else if (r == "hadamard") {
     t->rot_k = t->rot_v = KvRotation::kHadamard;
   } else if (r == "none") {

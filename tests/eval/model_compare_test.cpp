@@ -67,6 +67,13 @@ class ModelCompareModels : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// n token ids of a fixed pseudo-text.
+std::vector<int32_t> text(int n) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 41 + 3) % 290);
+  return t;
+}
+
 TEST_F(ModelCompareModels, ModelAgainstItselfIsExact) {
   auto m = make(DType::kQ8_0);
   ASSERT_TRUE(m);
@@ -110,8 +117,7 @@ TEST_F(ModelCompareModels, RejectsMismatchedVocabulariesAndBadTokens) {
 TEST_F(ModelCompareModels, WindowsPoolEveryScoredPosition) {
   auto f32 = make(DType::kF32), q4 = make(DType::kQ4_0);
   ASSERT_TRUE(f32 && q4);
-  std::vector<int32_t> t;
-  for (int i = 0; i < 100; ++i) t.push_back((i * 41 + 3) % 290);
+  const std::vector<int32_t> t = text(100);
   WindowedCompareOptions o;
   o.n_ctx = 32;
   o.bos_id = 1;
@@ -158,8 +164,7 @@ bool same_stats(const ModelComparison& a, const ModelComparison& b) {
 TEST_F(ModelCompareModels, ChunkedWindowsGiveTheSameBits) {
   auto f32 = make(DType::kF32), q4 = make(DType::kQ4_0);
   ASSERT_TRUE(f32 && q4);
-  std::vector<int32_t> t;
-  for (int i = 0; i < 100; ++i) t.push_back((i * 41 + 3) % 290);
+  const std::vector<int32_t> t = text(100);
   WindowedCompareOptions o;
   o.n_ctx = 48;
   o.bos_id = 1;
@@ -182,8 +187,7 @@ TEST_F(ModelCompareModels, ChunkedWindowsGiveTheSameBits) {
 TEST_F(ModelCompareModels, ScoreFromScoresTheTailOfEachWindow) {
   auto f32 = make(DType::kF32), q4 = make(DType::kQ4_0);
   ASSERT_TRUE(f32 && q4);
-  std::vector<int32_t> t;
-  for (int i = 0; i < 40; ++i) t.push_back((i * 41 + 3) % 290);
+  const std::vector<int32_t> t = text(40);
   WindowedCompareOptions o;
   o.n_ctx = 40;
   o.score_from = 20;
@@ -214,8 +218,7 @@ TEST_F(ModelCompareModels, ScoreFromScoresTheTailOfEachWindow) {
 TEST_F(ModelCompareModels, SeveralKvFormatsAtOnceEqualEachAlone) {
   auto q4 = make(DType::kQ4_0);  // head dim 32: one q8 / q4 group per head
   ASSERT_TRUE(q4);
-  std::vector<int32_t> t;
-  for (int i = 0; i < 64; ++i) t.push_back((i * 41 + 3) % 290);
+  const std::vector<int32_t> t = text(64);
   WindowedCompareOptions o;
   o.n_ctx = 32;
   o.chunk = 10;
