@@ -67,6 +67,14 @@ class ModelCompareModels : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// Windows of n_ctx positions, BOS bos first.
+WindowedCompareOptions windows_of(int64_t n_ctx, int32_t bos) {
+  WindowedCompareOptions o;
+  o.n_ctx = n_ctx;
+  o.bos_id = bos;
+  return o;
+}
+
 // n token ids of a fixed pseudo-text.
 std::vector<int32_t> text(int n) {
   std::vector<int32_t> t;
@@ -165,9 +173,8 @@ TEST_F(ModelCompareModels, ChunkedWindowsGiveTheSameBits) {
   auto f32 = make(DType::kF32), q4 = make(DType::kQ4_0);
   ASSERT_TRUE(f32 && q4);
   const std::vector<int32_t> t = text(100);
-  WindowedCompareOptions o;
-  o.n_ctx = 48;
-  o.bos_id = 1;
+  const WindowedCompareOptions base = windows_of(48, 1);
+  WindowedCompareOptions o = base;
   auto whole = compare_models_windows(*f32, *q4, t, o, pool_);  // one chunk per window
   ASSERT_TRUE(whole.is_ok()) << whole.status().message();
   EXPECT_EQ(whole->n_positions, 2 * 47);
@@ -188,8 +195,7 @@ TEST_F(ModelCompareModels, ScoreFromScoresTheTailOfEachWindow) {
   auto f32 = make(DType::kF32), q4 = make(DType::kQ4_0);
   ASSERT_TRUE(f32 && q4);
   const std::vector<int32_t> t = text(40);
-  WindowedCompareOptions o;
-  o.n_ctx = 40;
+  WindowedCompareOptions o = windows_of(40, -1);
   o.score_from = 20;
   o.chunk = 6;
   auto c = compare_models_windows(*f32, *q4, t, o, pool_);
