@@ -3,8 +3,14 @@
 // next-token distributions from BASE's, top-1 agreement and the perplexity
 // of both, over windows of --ctx positions (BOS first when the model uses
 // one). The same statistics `ember quantize` prints after writing a file.
-// --kv-cache-dtype (-ctk / -ctv) sets MODEL's KV cache format (BASE keeps
-// f32): `ember eval kl M M --kv-cache-dtype q8` measures the cache alone.
+// --kv-cache-dtype (-ctk / -ctv) and --kv-rotation set MODEL's KV cache
+// format (BASE keeps f32, unrotated): `ember eval kl M M --kv-cache-dtype q8`
+// measures the cache alone. --kv-cache-dtype and --kv-rotation take comma
+// lists: every combination is measured against one pass of BASE
+// (`--kv-cache-dtype f16,q8,q4 --kv-rotation none,hadamard`), one line each.
+// --score-from P scores positions P.. of each window only (llama-perplexity
+// --kl-divergence scores the second half: --score-from ctx/2).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -17,16 +23,30 @@
 #include "eval/model_compare.h"
 
 namespace ember::cli {
+namespace {
+
+// "a,b" -> {"a", "b"}; "" -> {""} (the flag's default).
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  for (size_t e; (e = s.find(',', b)) != std::string::npos; b = e + 1) out.push_back(s.substr(b, e - b));
+  out.push_back(s.substr(b));
+  return out;
+}
+
+}  // namespace
 
 int cmd_eval(int argc, char** argv, int first) {
-  ArgParser p("eval", "ember eval kl BASE MODEL -f TEXT [--ctx 512] [--chunks N] [--kv-cache-dtype T] [-t THREADS]");
+  ArgParser p("eval", "ember eval kl BASE MODEL -f TEXT [--ctx 512] [--chunks N] [--score-from P] "
+                      "[--kv-cache-dtype T[,T...]] [--kv-rotation R[,R...]] [-t THREADS]");
   std::string text_path;
-  int64_t n_ctx = 512, chunks = 8;
+  int64_t n_ctx = 512, chunks = 8, score_from = 0;
   int threads = default_thread_count();
   std::vector<std::string> pos;
   p.option("-f,--file", &text_path, "TEXT", "held-out evaluation text (e.g. data/persuasion.txt)");
   p.option("-c,--ctx", &n_ctx, "N", "positions per window (default 512)");
   p.option("--chunks", &chunks, "N", "windows to evaluate (default 8; 0: the whole text)");
+  p.option("--score-from", &score_from, "P", "first scored position of each window (default 0: all)");
   p.option("-t,--threads", &threads, "N", "threads");
   p.positionals(&pos, "kl BASE MODEL");
   KvOptions kv_opts;
@@ -41,6 +61,7 @@ int cmd_eval(int argc, char** argv, int first) {
   if (text_path.empty()) return usage_error(p, "an evaluation text is required (-f TEXT)");
   if (n_ctx < 2 || n_ctx > 4096) return usage_error(p, "--ctx must be in [2, 4096]");
   if (chunks < 0) return usage_error(p, "--chunks must be >= 0");
+  if (score_from < 0 || score_from >= n_ctx - 1) return usage_error(p, "--score-from must be in [0, ctx - 1)");
   if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
   std::ifstream in(text_path, std::ios::binary);
   if (!in) return usage_error(p, fmt::format("cannot read '{}'", text_path));
@@ -52,18 +73,30 @@ int cmd_eval(int argc, char** argv, int first) {
   o.n_ctx = n_ctx;
   o.max_windows = chunks;
   o.bos_id = base.tokenizer->add_bos() ? base.tokenizer->bos_id() : -1;
-  auto kv_types = kv_opts.to_types(mod.model->config());
-  if (!kv_types) return usage_error(p, kv_types.status().message());
-  o.model_kv = *kv_types;
+  o.score_from = score_from;
+  std::vector<KvTypes> kvs;
+  for (const std::string& dtype : split_commas(kv_opts.both))
+    for (const std::string& rotation : split_commas(kv_opts.rotation)) {
+      KvOptions one = kv_opts;
+      one.both = dtype;
+      one.rotation = rotation;
+      auto t = one.to_types(mod.model->config());
+      if (!t) return usage_error(p, t.status().message());
+      if (std::find(kvs.begin(), kvs.end(), *t) == kvs.end()) kvs.push_back(*t);  // "q4 x auto,hadamard": once
+    }
   ThreadPool pool(threads);
-  auto c = compare_models_windows(*base.model, *mod.model, tokens, o, pool);
-  if (!c) return usage_error(p, c.status().message());
-  std::printf("%s (KV cache %s) vs %s on %s: %lld positions in windows of %lld\n", pos[2].c_str(),
-              kv_types_name(o.model_kv).c_str(), pos[1].c_str(), text_path.c_str(),
-              static_cast<long long>(c->n_positions), static_cast<long long>(n_ctx));
-  std::printf("KL divergence mean %.6f, p99 %.5f, max %.4f; top-1 agreement %.2f%%; perplexity %.4f -> %.4f (%+.2f%%)\n",
-              c->kl_mean, c->kl_p99, c->kl_max, 100.0 * c->top1_agreement, c->ppl_reference, c->ppl_model,
-              100.0 * (c->ppl_model / c->ppl_reference - 1.0));
+  auto cs = compare_models_windows(*base.model, *mod.model, tokens, o, kvs, pool);
+  if (!cs) return usage_error(p, cs.status().message());
+  for (size_t i = 0; i < kvs.size(); ++i) {
+    const ModelComparison& c = (*cs)[i];
+    std::printf("%s (KV cache %s) vs %s on %s: %lld positions in windows of %lld\n", pos[2].c_str(),
+                kv_types_name(kvs[i]).c_str(), pos[1].c_str(), text_path.c_str(),
+                static_cast<long long>(c.n_positions), static_cast<long long>(n_ctx));
+    std::printf(
+        "KL divergence mean %.6f, p99 %.5f, max %.4f; top-1 agreement %.2f%%; perplexity %.4f -> %.4f (%+.2f%%)\n",
+        c.kl_mean, c.kl_p99, c.kl_max, 100.0 * c.top1_agreement, c.ppl_reference, c.ppl_model,
+        100.0 * (c.ppl_model / c.ppl_reference - 1.0));
+  }
   return kExitOk;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/hadamard.h"
 #include "model/kv_cache.h"
 
 namespace ember {
@@ -19,44 +20,76 @@ double log_sum_exp(const float* x, int n) {
   return m + std::log(s);
 }
 
-// Statistics of one window plus its per-position KL values (appended).
-ModelComparison compare_window(const float* reference, const float* model, const int32_t* tokens, int64_t n,
-                               int n_vocab, std::vector<double>* kls) {
-  ModelComparison c;
-  c.n_positions = n - 1;
-  double nll_ref = 0, nll_model = 0, kl_sum = 0;
-  int64_t agree = 0;
-  for (int64_t p = 0; p + 1 < n; ++p) {
-    const float* r = reference + p * n_vocab;
-    const float* q = model + p * n_vocab;
-    const double lse_r = log_sum_exp(r, n_vocab), lse_q = log_sum_exp(q, n_vocab);
-    double kl = 0;
-    for (int i = 0; i < n_vocab; ++i) {
-      const double lp = r[i] - lse_r, lq = q[i] - lse_q;
-      kl += std::exp(lp) * (lp - lq);
-    }
-    kl = std::max(kl, 0.0);  // rounding can leave -1e-17 for identical rows
-    kl_sum += kl;
-    kls->push_back(kl);
-    c.kl_max = std::max(c.kl_max, kl);
-    agree += (std::max_element(r, r + n_vocab) - r) == (std::max_element(q, q + n_vocab) - q);
-    const int32_t next = tokens[p + 1];
-    nll_ref -= r[next] - lse_r;
-    nll_model -= q[next] - lse_q;
-  }
-  const double m = static_cast<double>(c.n_positions);
-  c.kl_mean = kl_sum / m;
-  c.top1_agreement = static_cast<double>(agree) / m;
-  c.ppl_reference = std::exp(nll_ref / m);
-  c.ppl_model = std::exp(nll_model / m);
-  return c;
-}
-
 double percentile_99(std::vector<double> v) {
   if (v.empty()) return 0;
   const size_t k = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(v.size()))) - 1;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
   return v[k];
+}
+
+// The statistics of one scored position: reference row r, model row q,
+// the token that follows.
+struct RowScore {
+  double kl = 0, nll_r = 0, nll_m = 0;
+  bool agree = false;
+};
+
+RowScore score_row(const float* r, const float* q, int32_t next, int n_vocab) {
+  const double lse_r = log_sum_exp(r, n_vocab), lse_q = log_sum_exp(q, n_vocab);
+  double kl = 0;
+  for (int i = 0; i < n_vocab; ++i) {
+    const double lp = r[i] - lse_r, lq = q[i] - lse_q;
+    kl += std::exp(lp) * (lp - lq);
+  }
+  RowScore row;
+  row.kl = std::max(kl, 0.0);  // rounding can leave -1e-17 for identical rows
+  row.agree = (std::max_element(r, r + n_vocab) - r) == (std::max_element(q, q + n_vocab) - q);
+  row.nll_r = -(r[next] - lse_r);
+  row.nll_m = -(q[next] - lse_q);
+  return row;
+}
+
+// Running sums of one side-by-side comparison over scored positions.
+struct Tally {
+  std::vector<double> kls;
+  double nll_r = 0, nll_m = 0, agree = 0, kl_max = 0;
+
+  void add(const RowScore& row) {
+    kls.push_back(row.kl);
+    kl_max = std::max(kl_max, row.kl);
+    agree += row.agree;
+    nll_r += row.nll_r;
+    nll_m += row.nll_m;
+  }
+
+  ModelComparison result() {
+    ModelComparison c;
+    const int64_t n = static_cast<int64_t>(kls.size());
+    c.n_positions = n;
+    double kl_sum = 0;
+    for (double k : kls) kl_sum += k;
+    const double m = static_cast<double>(n);
+    c.kl_mean = kl_sum / m;
+    c.kl_max = kl_max;
+    c.kl_p99 = percentile_99(std::move(kls));
+    c.top1_agreement = agree / m;
+    c.ppl_reference = std::exp(nll_r / m);
+    c.ppl_model = std::exp(nll_m / m);
+    return c;
+  }
+};
+
+// Scores rows [0, n_rows) of both logits blocks (row r predicts next[r]),
+// rows in parallel, added to the tally in row order (the sums do not depend
+// on the thread count).
+void score_rows(const float* reference, const float* model, const int32_t* next, int64_t n_rows, int n_vocab,
+                ThreadPool& pool, Tally* t) {
+  std::vector<RowScore> rows(static_cast<size_t>(n_rows));
+  pool.parallel_for(n_rows, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t p = b; p < e; ++p)
+      rows[static_cast<size_t>(p)] = score_row(reference + p * n_vocab, model + p * n_vocab, next[p], n_vocab);
+  });
+  for (const RowScore& row : rows) t->add(row);
 }
 
 Status check_pair(const Model& reference, const Model& model, const std::vector<int32_t>& tokens, int64_t n) {
@@ -71,60 +104,79 @@ Status check_pair(const Model& reference, const Model& model, const std::vector<
   return Status::ok();
 }
 
+Status check_rotation(KvTypes t, const ModelConfig& cfg) {
+  if (t.rot_k == KvRotation::kHadamard) EMBER_RETURN_IF_ERROR(hadamard_check(cfg.head_dim));
+  if (t.rot_v == KvRotation::kHadamard) EMBER_RETURN_IF_ERROR(hadamard_check(cfg.head_dim_v));
+  return Status::ok();
+}
+
 }  // namespace
 
 ModelComparison compare_logits(const float* reference, const float* model, const int32_t* tokens, int64_t n,
                                int n_vocab) {
-  std::vector<double> kls;
-  ModelComparison c = compare_window(reference, model, tokens, n, n_vocab, &kls);
-  c.kl_p99 = percentile_99(std::move(kls));
-  return c;
+  Tally t;
+  for (int64_t p = 0; p + 1 < n; ++p)
+    t.add(score_row(reference + p * n_vocab, model + p * n_vocab, tokens[p + 1], n_vocab));
+  return t.result();
 }
 
-Result<ModelComparison> compare_models_windows(const Model& reference, const Model& model,
-                                               const std::vector<int32_t>& tokens, const WindowedCompareOptions& o,
-                                               ThreadPool& pool) {
+Result<std::vector<ModelComparison>> compare_models_windows(const Model& reference, const Model& model,
+                                                            const std::vector<int32_t>& tokens,
+                                                            const WindowedCompareOptions& o,
+                                                            const std::vector<KvTypes>& model_kvs, ThreadPool& pool) {
   const int64_t W = o.n_ctx;
   if (W < 2 || W > 4096) return Status::errorf("window of {} positions: need 2 to 4096", W);
+  if (o.score_from < 0 || o.score_from >= W - 1)
+    return Status::errorf("first scored position {}: need 0 to {}", o.score_from, W - 2);
+  if (o.chunk < 1) return Status::errorf("chunk of {} positions: need >= 1", o.chunk);
+  if (model_kvs.empty()) return Status::error("no KV format of the model to compare");
   int64_t n_win = static_cast<int64_t>(tokens.size()) / W;
   if (o.max_windows > 0) n_win = std::min(n_win, o.max_windows);
   if (n_win < 1) return Status::errorf("need at least {} tokens (one window), got {}", W, tokens.size());
   EMBER_RETURN_IF_ERROR(check_pair(reference, model, tokens, W));
   const int V = reference.config().n_vocab;
-  ForwardContext ctx_r(reference, pool, 64), ctx_m(model, pool, 64);
-  for (const auto& [m, t] : {std::pair{&reference, o.reference_kv}, std::pair{&model, o.model_kv}}) {
+  std::vector<std::pair<const Model*, KvTypes>> sides{{&reference, o.reference_kv}};
+  for (const KvTypes& t : model_kvs) sides.emplace_back(&model, t);
+  std::vector<std::unique_ptr<ForwardContext>> ctx;
+  std::vector<std::unique_ptr<ContiguousKvCache>> cache;
+  for (const auto& [m, t] : sides) {
     EMBER_RETURN_IF_ERROR(kv_type_check(t.k, m->config().head_dim));
     EMBER_RETURN_IF_ERROR(kv_type_check(t.v, m->config().head_dim_v));
+    EMBER_RETURN_IF_ERROR(check_rotation(t, m->config()));
+    ctx.push_back(std::make_unique<ForwardContext>(*m, pool, 64));
+    cache.push_back(std::make_unique<ContiguousKvCache>(m->config(), W, t));
   }
-  ContiguousKvCache cache_r(reference.config(), W, o.reference_kv), cache_m(model.config(), W, o.model_kv);
-  std::vector<float> lr(static_cast<size_t>(W) * V), lm(static_cast<size_t>(W) * V), last(V);
-  std::vector<double> kls;
-  double nll_r = 0, nll_m = 0, agree = 0, kl_max = 0;
-  int64_t n_pos = 0;
+  const int64_t C = std::min(o.chunk, W);
+  std::vector<float> lr(static_cast<size_t>(C) * V), lm(static_cast<size_t>(C) * V);
+  std::vector<Tally> tally(model_kvs.size());
   for (int64_t w = 0; w < n_win; ++w) {
     std::vector<int32_t> seq(tokens.begin() + w * W, tokens.begin() + (w + 1) * W);
     if (o.bos_id >= 0) seq[0] = o.bos_id;
-    EMBER_RETURN_IF_ERROR(ctx_r.forward(seq.data(), W, 0, cache_r, last.data(), lr.data()));
-    EMBER_RETURN_IF_ERROR(ctx_m.forward(seq.data(), W, 0, cache_m, last.data(), lm.data()));
-    const ModelComparison c = compare_window(lr.data(), lm.data(), seq.data(), W, V, &kls);
-    const double np = static_cast<double>(c.n_positions);
-    nll_r += std::log(c.ppl_reference) * np;
-    nll_m += std::log(c.ppl_model) * np;
-    agree += c.top1_agreement * np;
-    kl_max = std::max(kl_max, c.kl_max);
-    n_pos += c.n_positions;
+    // Context-only chunks [0, score_from), then scored ones [score_from, W).
+    for (int64_t c0 = 0; c0 < W;) {
+      const bool scored = c0 >= o.score_from;
+      const int64_t c1 = std::min(c0 + C, scored ? W : o.score_from);
+      const int64_t n = c1 - c0;
+      for (size_t s = 0; s < sides.size(); ++s) {
+        float* logits = !scored ? nullptr : s == 0 ? lr.data() : lm.data();
+        EMBER_RETURN_IF_ERROR(ctx[s]->forward(seq.data() + c0, n, c0, *cache[s], nullptr, logits));
+        if (scored && s > 0)  // row r predicts seq[c0 + r + 1]; the window's last row predicts nothing
+          score_rows(lr.data(), lm.data(), seq.data() + c0 + 1, std::min(n, W - 1 - c0), V, pool, &tally[s - 1]);
+      }
+      c0 = c1;
+    }
   }
-  ModelComparison c;
-  c.n_positions = n_pos;
-  double kl_sum = 0;
-  for (double k : kls) kl_sum += k;
-  c.kl_mean = kl_sum / static_cast<double>(n_pos);
-  c.kl_max = kl_max;
-  c.kl_p99 = percentile_99(std::move(kls));
-  c.top1_agreement = agree / static_cast<double>(n_pos);
-  c.ppl_reference = std::exp(nll_r / static_cast<double>(n_pos));
-  c.ppl_model = std::exp(nll_m / static_cast<double>(n_pos));
-  return c;
+  std::vector<ModelComparison> out;
+  for (Tally& t : tally) out.push_back(t.result());
+  return out;
+}
+
+Result<ModelComparison> compare_models_windows(const Model& reference, const Model& model,
+                                               const std::vector<int32_t>& tokens, const WindowedCompareOptions& o,
+                                               ThreadPool& pool) {
+  auto r = compare_models_windows(reference, model, tokens, o, {o.model_kv}, pool);
+  if (!r) return r.status();
+  return r->front();
 }
 
 Result<ModelComparison> compare_models(const Model& reference, const Model& model, const std::vector<int32_t>& tokens,

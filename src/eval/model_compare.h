@@ -43,17 +43,34 @@ Result<ModelComparison> compare_models(const Model& reference, const Model& mode
 // tools do), at most max_windows of them (0: all whole windows), each run
 // from an empty cache in both models; the statistics pool every scored
 // position of every window. Needs one whole window.
+//
+// Positions [score_from, n_ctx - 1) of each window are scored (0: all;
+// llama-perplexity --kl-divergence scores from n_ctx / 2, the first half
+// being context only). Each window runs in chunks of `chunk` positions that
+// continue the cache, so only chunk x n_vocab logits of each side are held
+// at once (a 4096-token window of a 262k vocabulary would be 4.3 GB per
+// side); chunking does not change any bit (batch invariance).
 struct WindowedCompareOptions {
   int64_t n_ctx = 512;
   int64_t max_windows = 0;
   int32_t bos_id = -1;
-  // KV cache formats of each side (kernels/kv_types.h; checked against the
-  // models): the KV-dtype quality table compares one model with itself,
-  // f32 cache against a compressed one.
+  int64_t score_from = 0;  // in [0, n_ctx - 1)
+  int64_t chunk = 256;     // >= 1
+  // KV cache formats of each side (kernels/kv_types.h, rotation included;
+  // checked against the models): the KV-dtype quality table compares one
+  // model with itself, f32 cache against a compressed one.
   KvTypes reference_kv, model_kv;
 };
 Result<ModelComparison> compare_models_windows(const Model& reference, const Model& model,
                                                const std::vector<int32_t>& tokens, const WindowedCompareOptions& o,
                                                ThreadPool& pool);
+
+// The same for several KV formats of MODEL at once (o.model_kv ignored):
+// one reference pass per window, one result per entry of model_kvs, each
+// equal to what compare_models_windows gives for that format alone.
+Result<std::vector<ModelComparison>> compare_models_windows(const Model& reference, const Model& model,
+                                                            const std::vector<int32_t>& tokens,
+                                                            const WindowedCompareOptions& o,
+                                                            const std::vector<KvTypes>& model_kvs, ThreadPool& pool);
 
 }  // namespace ember

@@ -84,6 +84,11 @@ class Backend {
   // x[i] = cap * tanh(x[i] / cap) for n elements (cap > 0).
   virtual void softcap(float* x, int64_t n, float cap) = 0;
 
+  // Orthonormal Hadamard rotation (kernels/hadamard.h) of each of n_heads
+  // heads (head_dim apart, head_dim a valid size) of each of n rows (stride
+  // ld), in place; transpose: the inverse rotation.
+  virtual void hadamard(float* x, int64_t ld, int64_t n, int n_heads, int head_dim, bool transpose) = 0;
+
   // Ragged causal attention (see kernels/attention.h): token t attends
   // through views[view_of_token[t]] to the keys at positions <= pos[t].
   // q: [n, n_head * head_dim]; out: [n, n_head * head_dim_v].

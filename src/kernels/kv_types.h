@@ -33,10 +33,20 @@ enum class KvType : uint8_t { kF32, kF16, kBF16, kQ8, kQ4 };
 constexpr int kKvTypeCount = 5;
 constexpr int kKvGroup = 32;  // elements per q8 / q4 scale
 
+// Rotation of the stored head rows (--kv-rotation): kHadamard stores K
+// rows as H k after RoPE (the forward pass rotates Q the same way, so
+// q.k is unchanged) and V rows as H v (the attention output is rotated back
+// with H^T before the output projection), H the orthonormal Hadamard
+// matrix of the head size (kernels/hadamard.h). Applied by
+// model/layers/attention.cpp; the attention kernels never see it.
+enum class KvRotation : uint8_t { kNone, kHadamard };
+
 // K and V storage types of one cache.
 struct KvTypes {
   KvType k = KvType::kF32;
   KvType v = KvType::kF32;
+  KvRotation rot_k = KvRotation::kNone;
+  KvRotation rot_v = KvRotation::kNone;
   bool operator==(const KvTypes&) const = default;
 };
 

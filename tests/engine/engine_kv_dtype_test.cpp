@@ -1,5 +1,5 @@
 // The serving engine with every KV-cache dtype (f32, f16, bf16, q8, q4, and
-// mixed K/V types): tiny models with a head dim of 32 (one q8 / q4 group
+// mixed K/V types, q4 with the Hadamard rotation): tiny models with a head dim of 32 (one q8 / q4 group
 // per head), layers that differ in width, Gemma 3's sliding-window groups
 // (page release), under a tight pool (preemption by recomputation and by
 // swap to host memory), shared prompt prefixes (prefix-cache hits) and n = 2
@@ -151,13 +151,16 @@ TEST_P(EngineKvDtype, DtypeChangesBytesAndValues) {
 }
 
 std::string kv_name(const ::testing::TestParamInfo<KvTypes>& i) {
-  return std::string(kv_type_name(i.param.k)) + "_" + kv_type_name(i.param.v);
+  const bool rot = i.param.rot_k == KvRotation::kHadamard || i.param.rot_v == KvRotation::kHadamard;
+  return std::string(kv_type_name(i.param.k)) + "_" + kv_type_name(i.param.v) + (rot ? "_hadamard" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, EngineKvDtype,
                          ::testing::Values(KvTypes{}, KvTypes{KvType::kF16, KvType::kF16},
                                            KvTypes{KvType::kBF16, KvType::kBF16}, KvTypes{KvType::kQ8, KvType::kQ8},
-                                           KvTypes{KvType::kQ4, KvType::kQ4}, KvTypes{KvType::kQ8, KvType::kF16}),
+                                           KvTypes{KvType::kQ4, KvType::kQ4}, KvTypes{KvType::kQ8, KvType::kF16},
+                                           KvTypes{KvType::kQ4, KvType::kQ4, KvRotation::kHadamard,
+                                                   KvRotation::kHadamard}),
                          kv_name);
 
 // A q8 / q4 cache on a head dim that does not split into groups of 32 is

@@ -67,6 +67,21 @@ class ModelCompareModels : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// Windows of n_ctx positions, BOS bos first.
+WindowedCompareOptions windows_of(int64_t n_ctx, int32_t bos) {
+  WindowedCompareOptions o;
+  o.n_ctx = n_ctx;
+  o.bos_id = bos;
+  return o;
+}
+
+// n token ids of a fixed pseudo-text.
+std::vector<int32_t> text(int n) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 41 + 3) % 290);
+  return t;
+}
+
 TEST_F(ModelCompareModels, ModelAgainstItselfIsExact) {
   auto m = make(DType::kQ8_0);
   ASSERT_TRUE(m);
@@ -110,8 +125,7 @@ TEST_F(ModelCompareModels, RejectsMismatchedVocabulariesAndBadTokens) {
 TEST_F(ModelCompareModels, WindowsPoolEveryScoredPosition) {
   auto f32 = make(DType::kF32), q4 = make(DType::kQ4_0);
   ASSERT_TRUE(f32 && q4);
-  std::vector<int32_t> t;
-  for (int i = 0; i < 100; ++i) t.push_back((i * 41 + 3) % 290);
+  const std::vector<int32_t> t = text(100);
   WindowedCompareOptions o;
   o.n_ctx = 32;
   o.bos_id = 1;
@@ -145,6 +159,91 @@ TEST_F(ModelCompareModels, WindowsPoolEveryScoredPosition) {
   EXPECT_EQ(two->n_positions, 62);
   o.n_ctx = 101;
   EXPECT_FALSE(compare_models_windows(*f32, *q4, t, o, pool_).is_ok());  // not one whole window
+}
+
+bool same_stats(const ModelComparison& a, const ModelComparison& b) {
+  return a.n_positions == b.n_positions && a.kl_mean == b.kl_mean && a.kl_max == b.kl_max && a.kl_p99 == b.kl_p99 &&
+         a.top1_agreement == b.top1_agreement && a.ppl_reference == b.ppl_reference && a.ppl_model == b.ppl_model;
+}
+
+// Windows run in chunks that continue the cache: only chunk x n_vocab
+// logits per side are held, and the statistics are the same bits whatever
+// the chunk (batch invariance).
+TEST_F(ModelCompareModels, ChunkedWindowsGiveTheSameBits) {
+  auto f32 = make(DType::kF32), q4 = make(DType::kQ4_0);
+  ASSERT_TRUE(f32 && q4);
+  const std::vector<int32_t> t = text(100);
+  const WindowedCompareOptions base = windows_of(48, 1);
+  WindowedCompareOptions o = base;
+  auto whole = compare_models_windows(*f32, *q4, t, o, pool_);  // one chunk per window
+  ASSERT_TRUE(whole.is_ok()) << whole.status().message();
+  EXPECT_EQ(whole->n_positions, 2 * 47);
+  for (int64_t chunk : {5, 16, 47}) {
+    o.chunk = chunk;
+    auto c = compare_models_windows(*f32, *q4, t, o, pool_);
+    ASSERT_TRUE(c.is_ok());
+    EXPECT_TRUE(same_stats(*c, *whole)) << "chunk " << chunk;
+  }
+  o.chunk = 0;
+  EXPECT_FALSE(compare_models_windows(*f32, *q4, t, o, pool_).is_ok());
+}
+
+// score_from: only positions [P, n_ctx - 1) are scored (llama-perplexity's
+// second half), the earlier ones being context; the statistics are those of
+// compare_logits over those rows of the whole window's logits.
+TEST_F(ModelCompareModels, ScoreFromScoresTheTailOfEachWindow) {
+  auto f32 = make(DType::kF32), q4 = make(DType::kQ4_0);
+  ASSERT_TRUE(f32 && q4);
+  const std::vector<int32_t> t = text(40);
+  WindowedCompareOptions o = windows_of(40, -1);
+  o.score_from = 20;
+  o.chunk = 6;
+  auto c = compare_models_windows(*f32, *q4, t, o, pool_);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->n_positions, 19);
+  const int V = f32->config().n_vocab;
+  std::vector<float> lr(40 * V), lm(40 * V);
+  for (auto [m, l] : {std::pair{f32.get(), &lr}, std::pair{q4.get(), &lm}}) {
+    ForwardContext ctx(*m, pool_, 64);
+    ContiguousKvCache cache(m->config(), 40);
+    ASSERT_TRUE(ctx.forward(t.data(), 40, 0, cache, nullptr, l->data()).is_ok());
+  }
+  const ModelComparison want = compare_logits(lr.data() + 20 * V, lm.data() + 20 * V, t.data() + 20, 20, V);
+  EXPECT_EQ(want.n_positions, 19);
+  EXPECT_NEAR(c->kl_mean, want.kl_mean, 1e-12);
+  EXPECT_EQ(c->kl_max, want.kl_max);
+  EXPECT_EQ(c->kl_p99, want.kl_p99);
+  EXPECT_EQ(c->top1_agreement, want.top1_agreement);
+  EXPECT_NEAR(c->ppl_model, want.ppl_model, 1e-9 * want.ppl_model);
+  o.score_from = 39;
+  EXPECT_FALSE(compare_models_windows(*f32, *q4, t, o, pool_).is_ok());  // nothing left to score
+}
+
+// Several KV formats in one run (one reference pass): each result is the
+// one that format gives alone; the f32 cache of the model itself is exact.
+TEST_F(ModelCompareModels, SeveralKvFormatsAtOnceEqualEachAlone) {
+  auto q4 = make(DType::kQ4_0);  // head dim 32: one q8 / q4 group per head
+  ASSERT_TRUE(q4);
+  const std::vector<int32_t> t = text(64);
+  WindowedCompareOptions o;
+  o.n_ctx = 32;
+  o.chunk = 10;
+  const std::vector<KvTypes> kvs = {
+      {}, {KvType::kQ8, KvType::kQ8}, {KvType::kQ4, KvType::kQ4},
+      {KvType::kQ4, KvType::kQ4, KvRotation::kHadamard, KvRotation::kHadamard}};
+  auto all = compare_models_windows(*q4, *q4, t, o, kvs, pool_);
+  ASSERT_TRUE(all.is_ok()) << all.status().message();
+  ASSERT_EQ(all->size(), kvs.size());
+  EXPECT_EQ((*all)[0].kl_max, 0.0);
+  EXPECT_GT((*all)[2].kl_mean, (*all)[1].kl_mean);  // 4-bit further than 8-bit
+  for (size_t i = 0; i < kvs.size(); ++i) {
+    o.model_kv = kvs[i];
+    auto one = compare_models_windows(*q4, *q4, t, o, pool_);
+    ASSERT_TRUE(one.is_ok());
+    EXPECT_TRUE(same_stats((*all)[i], *one)) << i;
+  }
+  EXPECT_NE((*all)[3].kl_mean, (*all)[2].kl_mean);  // the rotation is applied
+  EXPECT_FALSE(compare_models_windows(*q4, *q4, t, o, {}, pool_).is_ok());
 }
 
 }  // namespace

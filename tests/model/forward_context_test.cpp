@@ -129,6 +129,10 @@ class CountingBackend final : public Backend {
     ++ops["add_bias"];
     cpu_->add_bias(x, ld, n, dim, b);
   }
+  void hadamard(float* x, int64_t ld, int64_t n, int n_heads, int head_dim, bool transpose) override {
+    ++ops["hadamard"];
+    cpu_->hadamard(x, ld, n, n_heads, head_dim, transpose);
+  }
   void add(float* y, const float* x, int64_t n) override {
     ++ops["add"];
     cpu_->add(y, x, n);

@@ -51,16 +51,16 @@ echo "ember serve (pid $pid) at $url"
 
 fail=0
 start=$(date +%s)
-# The KV capacity the server prints and exports (Gemma 3 270M, f32 cache:
-# 18 layers x 256 x (K + V) x 4 bytes per token).
-if ! grep -Eq "KV cache dtype f32, 36864 bytes per token: [0-9]+ tokens, [0-9]+ sequences of 512 tokens" "$tmp/err"; then
+# The KV capacity the server prints and exports (Gemma 3 270M, the default
+# f16 cache: 18 layers x 256 x (K + V) x 2 bytes per token).
+if ! grep -Eq "KV cache dtype f16, 18432 bytes per token: [0-9]+ tokens, [0-9]+ sequences of 512 tokens" "$tmp/err"; then
   echo "FAIL: ember serve did not print its KV capacity"; sed 's/^/   | /' "$tmp/err" | head -5; fail=1
 fi
 python3 - "$url" "$KEY" <<'PYEOF' || { echo "FAIL: /metrics lacks the KV bytes-per-token gauge"; fail=1; }
 import sys, urllib.request
 req = urllib.request.Request(sys.argv[1] + "/metrics", headers={"Authorization": "Bearer " + sys.argv[2]})
 body = urllib.request.urlopen(req, timeout=30).read().decode()
-sys.exit(0 if "\nember:kv_cache_bytes_per_token 36864\n" in body else 1)
+sys.exit(0 if "\nember:kv_cache_bytes_per_token 18432\n" in body else 1)
 PYEOF
 for s in "${SUITES[@]}"; do
   t0=$(date +%s)

@@ -91,6 +91,15 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(n, kElementGrain, [&](int64_t b, int64_t e, int) { ops.softcap_row(x + b, e - b, cap); });
   }
 
+  void hadamard(float* x, int64_t ld, int64_t n, int n_heads, int head_dim, bool transpose) override {
+    const OpTable& ops = op_table();
+    pool_.parallel_for(n, 16, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t)
+        for (int h = 0; h < n_heads; ++h)
+          ops.hadamard_row(x + t * ld + static_cast<int64_t>(h) * head_dim, head_dim, transpose);
+    });
+  }
+
   void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n, const KvView* views,
                  const int32_t* view_of_token, float* out) override {
     int32_t max_pos = 0;

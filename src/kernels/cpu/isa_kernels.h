@@ -12,7 +12,7 @@
 // Q6_K, all three kinds); kind dot (vec_dot and the row conversions), tile
 // (vec_dot_tile) or rows (vec_dot_rows). A file whose
 // kernels share one arithmetic contract may hold several kinds of its
-// family; its header says which. row_ops.cpp and attention.cpp hold the ops
+// family; its header says which. row_ops.cpp, hadamard.cpp and attention.cpp hold the ops
 // of the op table.
 //
 // Activation preconditions (hold for everything our activation quantizers
@@ -114,6 +114,8 @@ void geglu_tanh_row(float* gate, const float* up, int64_t n);
 void softcap_row(float* x, int64_t n, float cap);
 void add_row(float* y, const float* x, int64_t n);
 void scale_row(float* y, float s, int64_t n);
+// Hadamard transform (hadamard.cpp), the contract of kernels/hadamard.h.
+void hadamard_row(float* x, int64_t n, bool transpose);
 // Attention helpers: dot product with a fixed reduction order (two 8-lane
 // accumulators, then hsum, then the tail in order); y[i] += a * x[i] (fma).
 float dot_f32(const float* a, const float* b, int64_t n);

@@ -1,6 +1,6 @@
 // The op table (op_table.h), the scalar level of attention (the reference
 // rows, in parallel), and the public entry points of kernels/ops.h and
-// kernels/attention.h, which dispatch through the table at the active level.
+// kernels/attention.h (and kernels/hadamard.h), which dispatch through the table at the active level.
 #include "kernels/cpu/op_table.h"
 
 #include <algorithm>
@@ -8,7 +8,9 @@
 #include <new>
 
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/hadamard.h"
 #include "kernels/ref/attention_ref.h"
+#include "kernels/ref/hadamard_ref.h"
 #include "kernels/ref/ops_ref.h"
 
 namespace ember {
@@ -20,7 +22,8 @@ constexpr int kLevels = 3;
 // for filling and inheriting).
 #define EMBER_ROW_OPS(X)                                                                                    \
   X(rms_norm_row) X(rope_angles) X(rope_head) X(softmax_row) X(max_row) X(log_sum_exp_row) X(exp_shifted_row) \
-  X(silu_row) X(gelu_tanh_row) X(swiglu_row) X(geglu_tanh_row) X(softcap_row) X(add_row) X(scale_row)
+  X(silu_row) X(gelu_tanh_row) X(swiglu_row) X(geglu_tanh_row) X(softcap_row) X(add_row) X(scale_row) \
+  X(hadamard_row)
 
 // Scalar attention: every (token, head) row through ref::attention_row, rows
 // split over the pool, one score buffer (doubles) per thread in the scratch.
@@ -124,6 +127,7 @@ void geglu_tanh_row(float* gate, const float* up, int64_t n) { op_table().geglu_
 void softcap_row(float* x, int64_t n, float cap) { op_table().softcap_row(x, n, cap); }
 void add_row(float* y, const float* x, int64_t n) { op_table().add_row(y, x, n); }
 void scale_row(float* y, float s, int64_t n) { op_table().scale_row(y, s, n); }
+void hadamard_row(float* x, int64_t n, bool transpose) { op_table().hadamard_row(x, n, transpose); }
 
 int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos) {
   int64_t need = 0;

@@ -1,5 +1,5 @@
 // Per-ISA table of the ops that do not depend on a weight type: the row ops
-// of kernels/ops.h, softcap, and ragged attention (the registry,
+// of kernels/ops.h, softcap, the Hadamard transform (kernels/hadamard.h), and ragged attention (the registry,
 // kernels/registry.h, is the table of the per-dtype ones). Built once, like
 // the registry: the scalar level holds the reference twins (kernels/ref/,
 // attention row-parallel over the pool), AVX2 the x86 kernels
@@ -34,6 +34,7 @@ struct OpTable {
   void (*softcap_row)(float* x, int64_t n, float cap) = nullptr;
   void (*add_row)(float* y, const float* x, int64_t n) = nullptr;
   void (*scale_row)(float* y, float s, int64_t n) = nullptr;
+  void (*hadamard_row)(float* x, int64_t n, bool transpose) = nullptr;  // kernels/hadamard.h
   // Ragged attention with the contract of kernels/attention.h, and the
   // scratch (floats) it needs.
   int64_t (*attention_scratch_floats)(const AttentionShape& s, int64_t n_tokens, int n_threads,

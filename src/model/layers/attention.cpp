@@ -8,6 +8,26 @@
 #include "model/layers/norm.h"
 
 namespace ember {
+namespace {
+
+// Calls f(t0, t1) for each maximal run [t0, t1) of tokens whose caches
+// agree on `rotated` (the same rotation for every token of a run).
+template <typename Pred, typename F>
+void for_rotated_runs(const TokenLayout& tl, int64_t n, Pred rotated, F f) {
+  int64_t t0 = 0;
+  while (t0 < n) {
+    const bool r = rotated(tl.caches[tl.seg[t0]]->types());
+    int64_t t1 = t0 + 1;
+    while (t1 < n && rotated(tl.caches[tl.seg[t1]]->types()) == r) ++t1;
+    if (r) f(t0, t1);
+    t0 = t1;
+  }
+}
+
+bool rotates_k(KvTypes t) { return t.rot_k == KvRotation::kHadamard; }
+bool rotates_v(KvTypes t) { return t.rot_v == KvRotation::kHadamard; }
+
+}  // namespace
 
 void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTables& rope, const float* xn,
                      const AttentionBuffers& b, float* y) {
@@ -27,6 +47,16 @@ void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTab
   if (w.k_norm) norm_heads(be, cfg, b.k, n, c.lc.n_head_kv, w.k_norm);
   be.rope(b.q, Q, n, c.lc.n_head, hd, cfg.n_rot, cfg.rope_style, rope.cos, rope.sin);
   be.rope(b.k, K, n, c.lc.n_head_kv, hd, cfg.n_rot, cfg.rope_style, rope.cos, rope.sin);
+  // Rotated caches (kernels/kv_types.h KvRotation): Q and K after RoPE by
+  // the same per-head Hadamard H (q.k unchanged), V by H before it is
+  // stored; the attention output is rotated back below.
+  for_rotated_runs(tl, n, rotates_k, [&](int64_t t0, int64_t t1) {
+    be.hadamard(b.q + t0 * Q, Q, t1 - t0, c.lc.n_head, hd, false);
+    be.hadamard(b.k + t0 * K, K, t1 - t0, c.lc.n_head_kv, hd, false);
+  });
+  for_rotated_runs(tl, n, rotates_v, [&](int64_t t0, int64_t t1) {
+    be.hadamard(b.v + t0 * Vd, Vd, t1 - t0, c.lc.n_head_kv, cfg.head_dim_v, false);
+  });
 
   // K/V rows of this layer (the layer's width within the cache's row),
   // encoded in the cache's formats.
@@ -47,6 +77,10 @@ void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTab
   s.sliding_window = c.lc.sliding_window;
   for (int i = 0; i < tl.n_segs; ++i) b.views[i] = tl.caches[i]->view(c.il);
   be.attention(s, b.q, tl.pos, n, b.views, tl.seg, b.attn);
+  // attn = sum_j p_j (H v_j) = H (sum_j p_j v_j) per head: H^T undoes it.
+  for_rotated_runs(tl, n, rotates_v, [&](int64_t t0, int64_t t1) {
+    be.hadamard(b.attn + t0 * O, O, t1 - t0, c.lc.n_head, cfg.head_dim_v, true);
+  });
 
   const LinearOut o{&w.o, LinearRole::kO, y, E};
   run_linears(be, c.observer, c.il, b.attn, O, n, &o, 1);

@@ -3,10 +3,13 @@
 //   QK-norm per head (if the layer has q_norm / k_norm);
 //   RoPE of Q and K with the angle tables of this layer's frequencies
 //   (computed by the driver once per step for every set of frequencies, see
-//   ForwardContext::run_layers); K/V rows written to each token's own
-//   sequence cache;
+//   ForwardContext::run_layers); for a token whose cache rotates K
+//   (KvTypes::rot_k, kernels/kv_types.h), Q and K per head times the
+//   Hadamard matrix H (kernels/hadamard.h), and for one that rotates V, V
+//   times H; K/V rows written to each token's own sequence cache;
 //   ragged causal attention (each token over its own sequence's keys, the
-//   layer's window); y = attn Wo (+ bias).
+//   layer's window); with rot_v the output per head times H^T;
+//   y = attn Wo (+ bias). Without rotation (the default) no op is added.
 // Head counts are the layer's own (cfg.layers[il]); buffers are sized for
 // the largest layer. The order of operations (bias, QK-norm, RoPE) is fixed:
 // it is part of the arithmetic the golden outputs pin.
