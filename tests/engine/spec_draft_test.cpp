@@ -411,6 +411,27 @@ TEST(AdaptiveK, ChoiceFollowsAcceptanceAndCost) {
 
 // Adaptive k in the engine: outputs stay identical; on drafts that are
 // never right (another model as the draft) it drafts far less than fixed k.
+// The measured verification cost: steps of t = a + b n seconds give
+// c_verify = b / (a + b); before two sizes were seen, the fallback.
+TEST(AdaptiveK, StepCostFitsTheVerificationCost) {
+  SpecStepCost c;
+  EXPECT_EQ(c.verify_cost(0.05), 0.05);
+  EXPECT_EQ(c.one_token_seconds(), 0.0);
+  for (int i = 0; i < 20; ++i) c.observe(1, 0.010);
+  EXPECT_EQ(c.verify_cost(0.05), 0.05);  // one size only
+  EXPECT_NEAR(c.one_token_seconds(), 0.010, 1e-12);
+  for (int i = 0; i < 40; ++i) {
+    const int n = 1 + i % 5;
+    c.observe(n, 0.008 + 0.002 * n);  // a = 8 ms, b = 2 ms: c_verify 0.2
+  }
+  EXPECT_NEAR(c.verify_cost(0.05), 0.2, 1e-6);
+  EXPECT_NEAR(c.one_token_seconds(), 0.010, 1e-9);
+  SpecStepCost busy;  // compute-bound: every position costs a full step
+  for (int i = 0; i < 30; ++i) busy.observe(1 + i % 4, 0.01 * (1 + i % 4));
+  EXPECT_NEAR(busy.verify_cost(0.05), 1.0, 1e-6);
+  EXPECT_EQ(spec_choose_k(0.7, 8, 0.0, busy.verify_cost(0.05)), 0);  // then speculation does not pay
+}
+
 TEST(AdaptiveK, EngineStaysExactAndBacksOff) {
   auto t = load(kTinyQwen);
   auto d = load(kTinyQwen3);
