@@ -20,13 +20,6 @@ namespace ember::cli {
 
 namespace {
 
-Result<std::string> read_all(const std::string& path) {
-  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::errorf("cannot read '{}'", path);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
 
 namespace ember::cli {
 
@@ -14,6 +17,13 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kDefaultModel = "gemma-3-270m-q4_k_m.gguf";
+}
+
+Result<std::string> read_all(const std::string& path) {
+  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Status::errorf("cannot read '{}'", path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 std::string default_model_path() {

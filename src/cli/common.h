@@ -19,6 +19,9 @@ std::string default_model_path();
 // prints a clear message and returns an empty string.
 std::string resolve_model_path(const ArgParser& p, const std::string& m);
 
+// The whole content of a file ("-": standard input); error: cannot read it.
+Result<std::string> read_all(const std::string& path);
+
 // A size such as "1073741824", "512M", "2G", "1.5GiB" in bytes; false if malformed.
 bool parse_bytes(const std::string& s, size_t* out);
 // "235.2 MiB" / "1.25 GiB".

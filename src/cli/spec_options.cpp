@@ -1,6 +1,9 @@
 // Speculative-decoding flags; see spec_options.h.
 #include "cli/spec_options.h"
 
+#include "cli/common.h"
+
+#include "engine/spec/draft_head.h"
 #include "engine/spec/draft_proposer.h"
 #include "engine/spec/layerskip.h"
 #include "tokenizer/tokenizer.h"
@@ -14,6 +17,8 @@ void SpecOptions::add_to(ArgParser& p) {
   p.option("--num-speculative-tokens", &k, "K", "draft tokens per step and request (default 4)");
   p.option("--ngram-min", &ngram_min, "N", "n-gram lookup: shortest suffix matched (default 1)");
   p.option("--ngram-max", &ngram_max, "N", "n-gram lookup: longest suffix matched, tried first (default 4)");
+  p.flag("--ngram-k-by-match", &ngram_k_by_match,
+         "n-gram lookup: a match of n tokens proposes at most 2^(n-1) drafts (1, 2, 4, 8; at most K)");
   p.option("--speculative-max-running", &max_running, "N",
            "no speculation in steps with more running sequences than this, 0 = always (default 4)");
   p.option("--speculative-model", &draft_model, "PATH",
@@ -21,10 +26,15 @@ void SpecOptions::add_to(ArgParser& p) {
   p.option("--skip-layers", &skip_layers, "SPEC",
            "layers the layerskip draft skips: odd, even, last-third, last-half, middle-third or a list like 4,6,8-11 "
            "(default last-third)");
+  p.option("--draft-vocab", &draft_vocab, "N",
+           "draft / layerskip: the draft's output head scores only the N most frequent tokens (default 0: all)");
+  p.option("--draft-vocab-text", &draft_vocab_text, "FILE",
+           "--draft-vocab: count token frequencies over this text (default: the tokenizer's scores rank them)");
   p.flag("--speculative-adaptive", &adaptive,
          "adaptive k: per request and step 0..K drafts from its acceptance and the measured draft cost");
   p.option("--speculative-verify-cost", &verify_cost, "C",
-           "adaptive k: cost of one more verified position, as a fraction of a decode step (default 0.05)");
+           "adaptive k: cost of one more verified position, as a fraction of a decode step (default -1: measured "
+           "from the step times)");
 }
 
 namespace {
@@ -36,13 +46,39 @@ Metadata vocabulary_metadata(const Model& m) {
     (void)metadata_from_hf_tokenizer(*dir, &md);  // no tokenizer files: compared by size only
   return md;
 }
+
+// The --draft-vocab head tokens: ranked by their counts in --draft-vocab-text
+// (tokenized with the target's tokenizer), then the tokenizer's scores.
+Result<std::vector<int32_t>> head_tokens(const Model& target, int n, const std::string& text_path) {
+  const Metadata md = vocabulary_metadata(target);
+  std::vector<int32_t> text;
+  if (!text_path.empty()) {
+    auto txt = read_all(text_path);
+    if (!txt) return Status::errorf("--draft-vocab-text: {}", txt.status().message());
+    auto tk = Tokenizer::from_metadata(md);
+    if (!tk) return Status::errorf("--draft-vocab-text: the target's tokenizer: {}", tk.status().message());
+    text = tk.value()->encode(txt.value());
+  }
+  auto r = rank_head_tokens(md, target.config().n_vocab, text, n);
+  if (!r) return Status::errorf("--draft-vocab: {}", r.status().message());
+  return r;
+}
 }  // namespace
 
 Status SpecOptions::load_draft(const Model& target, std::unique_ptr<Model>* holder, SpecConfig* c) const {
+  if (draft_vocab != 0 && c->method != SpecMethod::kLayerSkip && c->method != SpecMethod::kDraft)
+    return Status::error("--draft-vocab is for --speculative-method draft or layerskip");
+  if (draft_vocab < 0) return Status::errorf("--draft-vocab must be >= 0 (got {})", draft_vocab);
+  std::vector<int32_t> head;
+  if (draft_vocab > 0) {
+    auto h = head_tokens(target, draft_vocab, draft_vocab_text);
+    if (!h) return h.status();
+    head = std::move(h.value());
+  }
   if (c->method == SpecMethod::kLayerSkip) {
     auto skip = parse_skip_layers(skip_layers, target.config().n_layer);
     if (!skip) return Status::errorf("--skip-layers: {}", skip.status().message());
-    auto d = make_layer_skip_model(target, skip.value());
+    auto d = make_draft_view(target, skip.value(), head);
     if (!d) return d.status();
     *holder = std::move(d.value());
   } else if (c->method == SpecMethod::kDraft) {
@@ -52,6 +88,11 @@ Status SpecOptions::load_draft(const Model& target, std::unique_ptr<Model>* hold
     const Metadata tv = vocabulary_metadata(target), dv = vocabulary_metadata(*d.value());
     if (Status st = check_same_vocabulary(tv, target.config().n_vocab, dv, d.value()->config().n_vocab); !st)
       return Status::errorf("--speculative-model {}: {}", draft_model, st.message());
+    if (!head.empty()) {
+      auto v = make_draft_view(*d.value(), {}, head);
+      if (!v) return v.status().with_context("--draft-vocab");
+      d = std::move(v);
+    }
     *holder = std::move(d.value());
   } else {
     return Status::ok();
@@ -70,6 +111,7 @@ Result<SpecConfig> SpecOptions::to_config() const {
   c.num_speculative_tokens = k;
   c.ngram_min = ngram_min;
   c.ngram_max = ngram_max;
+  c.ngram_k_by_match = ngram_k_by_match;
   c.max_running = max_running;
   c.adaptive = adaptive;
   c.verify_cost = verify_cost;

@@ -3,7 +3,8 @@
 // --num-speculative-tokens, --ngram-min/--ngram-max (vLLM's
 // prompt_lookup_min/max), --speculative-max-running (engine-wide switch-off),
 // --speculative-model PATH (draft), --skip-layers SPEC (layerskip),
-// --speculative-adaptive and --speculative-verify-cost (adaptive k).
+// --speculative-adaptive and --speculative-verify-cost (adaptive k),
+// --draft-vocab N / --draft-vocab-text FILE (truncated draft head).
 #pragma once
 
 #include <memory>
@@ -18,11 +19,14 @@ struct SpecOptions {
   std::string method;  // empty: not given
   int k = 4;
   int ngram_min = 1, ngram_max = 4;
+  bool ngram_k_by_match = false;  // --ngram-k-by-match
   int max_running = kDefaultSpecMaxRunning;
   std::string draft_model;  // --speculative-model
   std::string skip_layers = "last-third";  // --skip-layers
+  int draft_vocab = 0;             // --draft-vocab: truncated draft head of this many tokens (0: full)
+  std::string draft_vocab_text;    // --draft-vocab-text: frequencies counted over this file
   bool adaptive = false;     // --speculative-adaptive
-  float verify_cost = 0.05f;  // --speculative-verify-cost
+  float verify_cost = -1.f;  // --speculative-verify-cost (< 0: measured)
   static constexpr int kDefaultSpecMaxRunning = 4;
 
   void add_to(ArgParser& p);
@@ -32,7 +36,9 @@ struct SpecOptions {
   // For draft / layerskip: loads the draft model (checking that its
   // vocabulary is the target's, tokenizer files of Hugging Face folders
   // included) or builds the layer-skipped target into *holder, and points
-  // c->draft_model at it. Nothing to do for other methods.
+  // c->draft_model at it; with --draft-vocab N its head scores only the N
+  // most frequent tokens (engine/spec/draft_head.h). Nothing to do for other
+  // methods.
   Status load_draft(const Model& target, std::unique_ptr<Model>* holder, SpecConfig* c) const;
 };
 

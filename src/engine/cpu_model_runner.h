@@ -20,7 +20,7 @@ class CpuModelRunner final : public ModelRunner {
   // max_batch: most tokens per forward pass; kv_types: the page formats.
   CpuModelRunner(const Model& model, ThreadPool& pool, int max_batch, KvTypes kv_types = {});
 
-  int n_vocab() const override { return model_.config().n_vocab; }
+  int n_vocab() const override { return model_.config().n_logits(); }  // a truncated head's rows
   int64_t n_ctx_train() const override { return model_.config().n_ctx_train; }
   int max_batch_tokens() const override { return fwd_.max_batch(); }
   KvSpec kv_spec() const override { return kv_spec_from_config(model_.config(), kv_types_); }

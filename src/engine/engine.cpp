@@ -39,7 +39,7 @@ Status SpecConfig::validate() const {
     return Status::errorf("number of speculative tokens must be in [1, {}] (got {})", kMaxSpecTokens,
                           num_speculative_tokens);
   if (max_running < 0) return Status::errorf("speculation max running must be >= 0 (got {})", max_running);
-  if (!(draft_cost < 100) || !(verify_cost >= 0 && verify_cost < 100))
+  if (!(draft_cost < 100) || !(verify_cost < 100))
     return Status::errorf("speculation costs out of range (draft {}, verify {})", draft_cost, verify_cost);
   if ((method == SpecMethod::kDraft || method == SpecMethod::kLayerSkip) && !draft_model)
     return Status::errorf("speculative method '{}' needs a draft model", spec_method_name(method));
@@ -55,6 +55,8 @@ Status SpecConfig::validate() const {
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& pool, const EngineConfig& cfg) {
   if (cfg.max_num_batched_tokens < 1 || cfg.max_num_batched_tokens > (1 << 16))
     return Status::errorf("max_num_batched_tokens {} out of range [1, 65536]", cfg.max_num_batched_tokens);
+  if (!model.config().head_tokens.empty())
+    return Status::error("a model with a truncated output head is a draft, not a target");
   EngineConfig base = cfg;
   const bool draft = cfg.spec.method == SpecMethod::kDraft || cfg.spec.method == SpecMethod::kLayerSkip;
   if (draft) EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
@@ -96,6 +98,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
     NgramConfig nc;
     nc.min_n = cfg.spec.ngram_min;
     nc.max_n = cfg.spec.ngram_max;
+    nc.k_by_match = cfg.spec.ngram_k_by_match;
     e->proposer_ = std::make_unique<NgramProposer>(nc);
   }
   const KvLayout layout = KvLayout::from_spec(runner->kv_spec(), cfg.sliding_window_release);
@@ -286,9 +289,14 @@ Result<StepOutput> Engine::step() {
   const double t_exec = now_seconds();
   auto rows = runner_->execute(so);
   if (!rows) return rows.status();
-  if (propose_k_ > 0) {  // draft cost per draft step, relative to this target step
+  if (proposer_ && cfg_.spec.adaptive) {  // the costs adaptive k weighs
     const double exec = now_seconds() - t_exec;
-    if (exec > 0) draft_cost_ = 0.8 * draft_cost_ + 0.2 * (propose_seconds_ / propose_k_ / exec);
+    bool decode_only = true;
+    for (const ScheduledRequest& sr : so.scheduled) decode_only &= sr.n_tokens == 1 + sr.n_spec;
+    if (decode_only && !so.scheduled.empty()) step_cost_.observe(so.n_tokens, exec);
+    // Draft cost per draft step, relative to a one-token target step.
+    const double one = step_cost_.one_token_seconds() > 0 ? step_cost_.one_token_seconds() : exec;
+    if (propose_k_ > 0 && one > 0) draft_cost_ = 0.8 * draft_cost_ + 0.2 * (propose_seconds_ / propose_k_ / one);
   }
   if (so.scheduled.empty()) {
     out.seconds = now_seconds() - t0;
@@ -354,7 +362,12 @@ Status Engine::propose() {
     if (k <= 0) continue;
     if (cfg_.spec.adaptive) {
       const double cd = cfg_.spec.draft_cost >= 0 ? cfg_.spec.draft_cost : draft_cost_;
-      k = spec_choose_k(spec_alpha(r->spec_acc), k, cd, cfg_.spec.verify_cost);
+      const double cv = cfg_.spec.verify_cost >= 0 ? cfg_.spec.verify_cost : step_cost_.verify_cost(0.05);
+      const int k_max = k;
+      k = spec_choose_k(spec_alpha(r->spec_acc), k, cd, cv);
+      // A probe once the evidence has decayed (~11 steps at k = 0): one
+      // draft, so acceptance and the measured cost are seen again.
+      if (k == 0 && r->spec_acc.s + r->spec_acc.f < 0.5) k = std::min(k_max, 1);
       if (k == 0) {
         spec_idle(&r->spec_acc);
         continue;

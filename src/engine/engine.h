@@ -35,6 +35,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/spec/adaptive_k.h"
 #include "engine/spec/proposer.h"
 #include "model/model.h"
 
@@ -50,6 +51,7 @@ struct SpecConfig {
   SpecMethod method = SpecMethod::kNone;
   int num_speculative_tokens = 0;  // k (a request may override it)
   int ngram_min = 1, ngram_max = 4;  // n-gram lookup: suffix sizes tried, longest first
+  bool ngram_k_by_match = false;     // n-gram lookup: at most 2^(n-1) drafts for a match of n (ngram_proposer.h)
   // Engine-wide switch-off: no proposals in a step with more running
   // sequences than this (0: no limit). Large batches make decode compute-
   // bound, where verifying k extra positions per sequence costs more than
@@ -68,7 +70,7 @@ struct SpecConfig {
   // (verify_cost, a fraction of a target decode step).
   bool adaptive = false;
   double draft_cost = -1;
-  double verify_cost = 0.05;
+  double verify_cost = 0.05;  // < 0: measured (SpecStepCost over decode-only steps)
   Status validate() const;
 };
 
@@ -266,6 +268,7 @@ class Engine {
   std::vector<Proposal> proposals_;
   std::vector<int32_t> drafts_;
   double draft_cost_ = 0;    // measured draft-step cost relative to a target step (adaptive k)
+  SpecStepCost step_cost_;   // measured forward seconds of decode steps by positions (adaptive k)
   double propose_seconds_ = 0;  // this step's proposer time
   int propose_k_ = 0;           // this step's largest k asked
   EngineStats stats_;

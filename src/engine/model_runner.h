@@ -22,6 +22,7 @@ class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
 
+  // Width of a logits row: the vocabulary (a truncated draft head: its rows).
   virtual int n_vocab() const = 0;
   // Trained context length (the default max_model_len).
   virtual int64_t n_ctx_train() const = 0;

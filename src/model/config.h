@@ -56,6 +56,11 @@ struct ModelConfig {
   int head_dim_v = 0;   // V head size
   int n_ff = 0;
   int n_vocab = 0;
+  // The tokens the output head scores when it scores only a subset of the
+  // vocabulary (a truncated draft head, engine/spec/layerskip.h): ascending
+  // ids; logits rows are n_logits() wide, entry j the score of
+  // head_tokens[j]. Empty: the whole vocabulary (every model from a file).
+  std::vector<int32_t> head_tokens;
   int n_ctx_train = 0;
   float norm_eps = 1e-5f;
 
@@ -76,6 +81,8 @@ struct ModelConfig {
   int n_kv_dim() const { return n_head_kv * head_dim; }
   int n_q_dim() const { return n_head * head_dim; }
   int n_v_dim() const { return n_head_kv * head_dim_v; }
+  // Width of a logits row: the head's tokens when it is truncated.
+  int n_logits() const { return head_tokens.empty() ? n_vocab : static_cast<int>(head_tokens.size()); }
   // Largest per-layer sizes (buffer sizes).
   int max_n_head() const;
   int max_n_head_kv() const;

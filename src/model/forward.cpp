@@ -53,7 +53,7 @@ Status ForwardContext::forward(const int32_t* tokens, int64_t n, int64_t pos0, K
   for (int64_t i = 0; i < n; ++i)
     if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab)
       return Status::errorf("forward: token id {} out of range [0, {})", tokens[i], cfg_.n_vocab);
-  const int64_t V = cfg_.n_vocab;
+  const int64_t V = cfg_.n_logits();
   for (int64_t b = 0; b < n; b += max_batch_) {
     const int64_t nb = std::min<int64_t>(max_batch_, n - b);
     const bool last = b + nb == n;
@@ -160,7 +160,7 @@ void ForwardContext::head(const int64_t* rows, int64_t n_rows, float* logits) {
   EMBER_CHECK(n_rows >= 0 && n_rows <= max_batch_);
   if (n_rows == 0) return;
   const ModelWeights& w = model_.weights();
-  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab;
+  const int64_t E = cfg_.n_embd, V = cfg_.n_logits();
   for (int64_t r = 0; r < n_rows; ++r) {
     EMBER_CHECK(rows[r] >= 0 && rows[r] < n_);
     std::copy(x_.data() + rows[r] * E, x_.data() + (rows[r] + 1) * E, xn_.data() + r * E);

@@ -58,7 +58,11 @@ Status check_forward_support(const ModelConfig& c, const ModelWeights& w) {
                                          x.n_in));
   }
   if (!w.tok_embd || !w.output_norm) return Status::error("missing token embeddings or output norm");
-  EMBER_RETURN_IF_ERROR(check_linear(w.output, linear_role_name(LinearRole::kOutput), c.n_vocab, E));
+  for (size_t i = 0; i < c.head_tokens.size(); ++i)
+    if (c.head_tokens[i] < 0 || c.head_tokens[i] >= c.n_vocab || (i > 0 && c.head_tokens[i] <= c.head_tokens[i - 1]))
+      return Status::errorf("truncated output head: token {} at row {} is out of order or out of range [0, {})",
+                            c.head_tokens[i], i, c.n_vocab);
+  EMBER_RETURN_IF_ERROR(check_linear(w.output, linear_role_name(LinearRole::kOutput), c.n_logits(), E));
   return Status::ok();
 }
 

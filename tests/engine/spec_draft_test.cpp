@@ -147,6 +147,34 @@ TEST(LayerSkipSpec, GreedyIdenticalTinyQwen2SkippingLayer0) {
   greedy_exactness(m.get(), d.value().get());
 }
 
+// Self-speculation with a truncated draft head (--draft-vocab): the draft
+// scores 24 of the 64 tokens, proposes only those, and greedy output stays
+// the plain output; the same head on the target itself (no skipped layer).
+// n of the 64 tokens, spread over the vocabulary (ascending, not a prefix).
+std::vector<int32_t> head_subset(int n) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = i * 64 / n + 1;
+  return t;
+}
+TEST(LayerSkipSpec, GreedyIdenticalTinyGemma3SkippingOddWithTruncatedHead) {
+  auto m = load(kTinyGemma);
+  ASSERT_TRUE(m);
+  auto skip = parse_skip_layers("odd", m->config().n_layer);
+  ASSERT_TRUE(skip.is_ok());
+  auto d = make_draft_view(*m, skip.value(), head_subset(24));
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  EXPECT_EQ(d.value()->config().n_logits(), 24);
+  greedy_exactness(m.get(), d.value().get(), false);
+}
+TEST(DraftSpec, GreedyIdenticalSelfDraftTinyQwen2WithTruncatedHead) {
+  auto m = load(kTinyQwen);
+  ASSERT_TRUE(m);
+  auto d = make_draft_view(*m, {}, head_subset(24));
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  EXPECT_EQ(d.value()->config().n_layer, m->config().n_layer);
+  greedy_exactness(m.get(), d.value().get());
+}
+
 // The skipped model is the target's forward without those blocks: for a
 // 2-layer model skipping layer 1, its logits equal (bit for bit) the
 // target's stages embed, run_layers(0, 1), head; and differ from the full
@@ -254,17 +282,26 @@ std::vector<RequestParams> seeded_runs(int n, uint64_t seed0, const SamplingPara
 // the target's: tokens 2 and 3 (drafted and verified by the rejection rule)
 // have the plain distribution; the draft model's own samples do not (the
 // test has the power to see a wrong rule).
-void sampled_distribution(const SamplingParams& sp, int n) {
+// head > 0: the draft's head truncated to that many tokens (q = 0 off it).
+void sampled_distribution(const SamplingParams& sp, int n, int head = 0) {
   auto target = load(kTinyQwen);
-  auto draft = load(kTinyQwen3);
-  ASSERT_TRUE(target && draft);
+  auto full_draft = load(kTinyQwen3);
+  ASSERT_TRUE(target && full_draft);
+  std::unique_ptr<Model> draft = std::move(full_draft);
+  if (head > 0) {
+    auto v = make_draft_view(*draft, {}, head_subset(head));
+    ASSERT_TRUE(v.is_ok()) << v.status().message();
+    full_draft = std::move(draft);
+    draft = std::move(v.value());
+  }
+  const Model& own_model = head > 0 ? *full_draft : *draft;
   const int V = target->config().n_vocab;
   ThreadPool pool(2);
   EngineConfig cfg;
   cfg.num_kv_blocks = 4096;
   cfg.max_num_batched_tokens = 256;
   const RunResult plain = run(*target, pool, cfg, seeded_runs(n, 1, sp));
-  const RunResult own = run(*draft, pool, cfg, seeded_runs(n, 1, sp));
+  const RunResult own = run(own_model, pool, cfg, seeded_runs(n, 1, sp));
   EngineConfig spec = cfg;
   spec.spec.num_speculative_tokens = 2;
   const RunResult sp_run = run_draft(*target, *draft, pool, spec, seeded_runs(n, 500000, sp), 4096);
@@ -283,6 +320,8 @@ void sampled_distribution(const SamplingParams& sp, int n) {
 }
 
 TEST(DraftSpec, SampledMatchesPlainDistributionFull) { sampled_distribution(test::seeded(0), 3000); }
+
+TEST(DraftSpec, SampledMatchesPlainDistributionTruncatedDraftHead) { sampled_distribution(test::seeded(0), 3000, 40); }
 
 TEST(DraftSpec, SampledMatchesPlainDistributionTruncatedWithPenalties) {
   SamplingParams sp = test::seeded(0);
@@ -372,6 +411,27 @@ TEST(AdaptiveK, ChoiceFollowsAcceptanceAndCost) {
 
 // Adaptive k in the engine: outputs stay identical; on drafts that are
 // never right (another model as the draft) it drafts far less than fixed k.
+// The measured verification cost: steps of t = a + b n seconds give
+// c_verify = b / (a + b); before two sizes were seen, the fallback.
+TEST(AdaptiveK, StepCostFitsTheVerificationCost) {
+  SpecStepCost c;
+  EXPECT_EQ(c.verify_cost(0.05), 0.05);
+  EXPECT_EQ(c.one_token_seconds(), 0.0);
+  for (int i = 0; i < 20; ++i) c.observe(1, 0.010);
+  EXPECT_EQ(c.verify_cost(0.05), 0.05);  // one size only
+  EXPECT_NEAR(c.one_token_seconds(), 0.010, 1e-12);
+  for (int i = 0; i < 40; ++i) {
+    const int n = 1 + i % 5;
+    c.observe(n, 0.008 + 0.002 * n);  // a = 8 ms, b = 2 ms: c_verify 0.2
+  }
+  EXPECT_NEAR(c.verify_cost(0.05), 0.2, 1e-6);
+  EXPECT_NEAR(c.one_token_seconds(), 0.010, 1e-9);
+  SpecStepCost busy;  // compute-bound: every position costs a full step
+  for (int i = 0; i < 30; ++i) busy.observe(1 + i % 4, 0.01 * (1 + i % 4));
+  EXPECT_NEAR(busy.verify_cost(0.05), 1.0, 1e-6);
+  EXPECT_EQ(spec_choose_k(0.7, 8, 0.0, busy.verify_cost(0.05)), 0);  // then speculation does not pay
+}
+
 TEST(AdaptiveK, EngineStaysExactAndBacksOff) {
   auto t = load(kTinyQwen);
   auto d = load(kTinyQwen3);

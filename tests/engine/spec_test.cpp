@@ -45,6 +45,19 @@ TEST(NgramProposer, LongestSuffixMostRecentOccurrence) {
   EXPECT_EQ(lookup({1, 2, 3}, 4), (std::vector<int32_t>{}));
   EXPECT_EQ(lookup({7}, 4), (std::vector<int32_t>{}));
   EXPECT_EQ(lookup({1, 2, 1, 2}, 0), (std::vector<int32_t>{}));
+  // k_by_match: a match of n tokens proposes at most 2^(n-1).
+  NgramConfig bym;
+  bym.max_n = 4;
+  bym.k_by_match = true;
+  auto lk = [&](const std::vector<int32_t>& t, int k) {
+    std::vector<int32_t> out;
+    NgramProposer::lookup(bym, t.data(), static_cast<int64_t>(t.size()), k, &out);
+    return out;
+  };
+  EXPECT_EQ(lk({5, 1, 6, 7, 8, 9, 1}, 8), (std::vector<int32_t>{6}));                 // n = 1: 1
+  EXPECT_EQ(lk({2, 1, 6, 7, 8, 9, 2, 1}, 8), (std::vector<int32_t>{6, 7}));           // n = 2: 2
+  EXPECT_EQ(lk({3, 2, 1, 6, 7, 8, 9, 4, 3, 2, 1}, 8), (std::vector<int32_t>{6, 7, 8, 9}));  // n = 3: 4
+  EXPECT_EQ(lk({4, 3, 2, 1, 6, 7, 8, 9, 5, 5, 5, 4, 3, 2, 1}, 3), (std::vector<int32_t>{6, 7, 8}));  // n = 4: 8, k 3
   NgramConfig bad;
   bad.min_n = 3;
   bad.max_n = 2;

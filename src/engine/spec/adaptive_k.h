@@ -15,7 +15,17 @@
 // uniform prior: a = (s + 1) / (s + f + 2). A step without drafts decays
 // the counts too, so a request at k = 0 drifts back towards the prior and
 // tries again (k recovers); a workload that keeps rejecting drops back.
+//
+// The verification cost can be measured instead of given (SpecStepCost):
+// a decayed least-squares fit of the forward time of decode-only steps,
+// t = a + b * n over the n positions of the step, gives c_verify = b / (a +
+// b), one more verified position relative to a one-token step. On an idle
+// CPU small batches are weight-bandwidth-bound (b small); on a busy one
+// (or with a large vocabulary head computed per position) b grows, and k
+// shrinks with it.
 #pragma once
+
+#include <cstdint>
 
 namespace ember {
 
@@ -33,5 +43,17 @@ void spec_observe(SpecAcceptance* a, int k, int accepted);
 void spec_idle(SpecAcceptance* a);
 // The best k in [0, k_max] for acceptance a and the relative costs.
 int spec_choose_k(double a, int k_max, double c_draft, double c_verify);
+
+// Online fit of a decode step's forward seconds against its positions.
+struct SpecStepCost {
+  static constexpr double kDecay = 0.97;  // weight of the past per observed step
+  double w = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  void observe(int64_t n_positions, double seconds);
+  // Seconds of a one-token step (a + b), or 0 before the fit exists.
+  double one_token_seconds() const;
+  // b / (a + b) in [0, 4], or `fallback` until steps of at least two sizes
+  // were seen.
+  double verify_cost(double fallback) const;
+};
 
 }  // namespace ember

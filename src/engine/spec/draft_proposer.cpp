@@ -2,6 +2,7 @@
 #include "engine/spec/draft_proposer.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/check.h"
 
@@ -47,7 +48,9 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target
   if (cfg.block_size < 1) return Status::errorf("draft KV block size must be >= 1 (got {})", cfg.block_size);
   if (cfg.max_batch < 1 || cfg.max_batch > (1 << 16))
     return Status::errorf("draft batch of {} tokens out of range [1, 65536]", cfg.max_batch);
+  if (!target.config().head_tokens.empty()) return Status::error("the target's output head is truncated");
   auto p = std::unique_ptr<DraftProposer>(new DraftProposer(cfg, target.config().n_vocab));
+  p->draft_head_tokens_ = draft.config().head_tokens;
   p->runner_ = std::make_unique<CpuModelRunner>(draft, pool, cfg.max_batch);
   const KvLayout layout = KvLayout::from_spec(p->runner_->kv_spec(), true);
   auto n_blocks = p->runner_->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks);
@@ -158,6 +161,11 @@ Status DraftProposer::propose(const std::vector<ProposeItem>& items) {
     act.push_back({&s, &it, s.shadow.num_tokens(), false});
   }
   const int V = n_vocab_;
+  // A truncated draft head (draft_head.h): rows of W < V scores, entry j
+  // the score of head_tokens[j]; spread over a full row, -inf elsewhere.
+  const std::vector<int32_t>& head = draft_head_tokens_;
+  const int W = runner_->n_vocab();
+  if (!head.empty()) full_row_.resize(static_cast<size_t>(V));
   // Rounds: one draft forward each over every active request's uncomputed
   // tokens (chunked to the batch), then a draft token for each request whose
   // slice reached its last token.
@@ -201,7 +209,12 @@ Status DraftProposer::propose(const std::vector<ProposeItem>& items) {
       Request& sh = a.s->shadow;
       sh.num_computed_tokens += sr.n_tokens;
       if (!sr.want_logits) continue;
-      float* lg = rows.value() + static_cast<size_t>(row++) * V;
+      float* lg = rows.value() + static_cast<size_t>(row++) * W;
+      if (!head.empty()) {
+        std::fill(full_row_.begin(), full_row_.end(), -std::numeric_limits<float>::infinity());
+        for (size_t t = 0; t < head.size(); ++t) full_row_[static_cast<size_t>(head[t])] = lg[t];
+        lg = full_row_.data();
+      }
       Proposal& p = *a.it->out;
       std::vector<float> q;
       const int32_t tok = draw(*a.s, lg, &q);

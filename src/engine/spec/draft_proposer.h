@@ -14,6 +14,10 @@
 // longer running at the next proposal); when the draft pool is full, the
 // KV of requests not drafting in this step is freed first.
 //
+// A draft with a truncated head (config().head_tokens, draft_head.h) drafts
+// only those tokens: its logits are spread over the full vocabulary with
+// -inf elsewhere before the draft token is chosen (q = 0 off the head).
+//
 // Draft tokens: a greedy request gets the draft's greedy token (penalties
 // applied: the plain sampler's choice on the draft's logits) as a point mass;
 // a sampled request gets a token drawn from the draft distribution q = the
@@ -68,6 +72,7 @@ class DraftProposer final : public Proposer {
   int64_t n_tokens_run() const { return n_tokens_run_; }  // tokens through the draft model so far
   int n_tracked() const { return static_cast<int>(seqs_.size()); }  // requests holding draft KV
   int32_t n_used_blocks() const { return kv_->n_used_blocks(); }
+  int draft_logits_width() const { return runner_->n_vocab(); }  // a truncated head's rows, else n_vocab
 
  private:
   struct Seq {
@@ -85,6 +90,8 @@ class DraftProposer final : public Proposer {
 
   DraftConfig cfg_;
   int n_vocab_;
+  std::vector<int32_t> draft_head_tokens_;  // a truncated draft head's tokens (empty: full)
+  std::vector<float> full_row_;             // [n_vocab] its scores spread over the vocabulary
   std::unique_ptr<CpuModelRunner> runner_;
   std::unique_ptr<KvCacheManager> kv_;
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;  // by Request::seq_id

@@ -55,10 +55,17 @@ Result<std::vector<int>> parse_skip_layers(const std::string& spec, int n_layer)
 }
 
 Result<std::unique_ptr<Model>> make_layer_skip_model(const Model& target, const std::vector<int>& skip) {
-  auto file = std::make_unique<ModelFile>(target.file());  // views of the same mapped tensors
-  ModelConfig cfg = target.config();
+  if (skip.empty()) return Status::error("layer-skip draft: no layer skipped");
+  return make_draft_view(target, skip, {});
+}
+
+Result<std::unique_ptr<Model>> make_draft_view(const Model& model, const std::vector<int>& skip,
+                                               const std::vector<int32_t>& head_tokens) {
+  auto file = std::make_unique<ModelFile>(model.file());  // views of the same mapped tensors
+  ModelConfig cfg = model.config();
+  if (!cfg.head_tokens.empty()) return Status::error("draft view: the model's head is truncated already");
   auto w = bind_weights(*file, &cfg);
-  if (!w) return w.status().with_context("layer-skip draft");
+  if (!w) return w.status().with_context("draft view");
   std::vector<bool> drop(static_cast<size_t>(cfg.n_layer), false);
   for (int i : skip) {
     if (i < 0 || i >= cfg.n_layer) return Status::errorf("layer-skip draft: layer {} out of range", i);
@@ -75,7 +82,35 @@ Result<std::unique_ptr<Model>> make_layer_skip_model(const Model& target, const 
   cfg.layers = std::move(layers);
   cfg.n_layer = static_cast<int>(cfg.layers.size());
   w.value()->layers = std::move(lw);
-  cfg.name += "-layerskip";
+  if (!skip.empty()) cfg.name += "-layerskip";
+  if (!head_tokens.empty()) {
+    // The head rows of the chosen tokens, gathered into an owned buffer.
+    const TensorView& full = *w.value()->output.weight;
+    const size_t rb = full.row_bytes();
+    auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[rb * head_tokens.size()]);
+    for (size_t j = 0; j < head_tokens.size(); ++j) {
+      const int32_t t = head_tokens[j];
+      if (t < 0 || t >= full.ne[1] || (j > 0 && t <= head_tokens[j - 1]))
+        return Status::errorf("truncated draft head: token {} out of order or out of range [0, {})", t, full.ne[1]);
+      std::copy(full.row(t), full.row(t) + rb, buf.get() + j * rb);
+    }
+    TensorView v = full;
+    v.name = "output.draft_head";
+    v.ne[1] = static_cast<int64_t>(head_tokens.size());
+    v.data = buf.get();
+    v.nbytes = rb * head_tokens.size();
+    file->owners.push_back(buf);
+    const TensorView* tv = &(file->tensors[v.name] = v);
+    w.value()->output.weight = tv;
+    if (const float* b = w.value()->output.bias) {
+      auto nb = std::make_unique<float[]>(head_tokens.size());
+      for (size_t j = 0; j < head_tokens.size(); ++j) nb[j] = b[head_tokens[j]];
+      w.value()->output.bias = nb.get();
+      w.value()->owned.push_back(std::move(nb));
+    }
+    cfg.head_tokens = head_tokens;
+    cfg.name += fmt::format("-head{}", head_tokens.size());
+  }
   return Model::from_parts(std::move(cfg), std::move(w.value()), std::move(file));
 }
 

@@ -8,6 +8,8 @@
 // the first skipped one would match). Exactness does not depend on the
 // draft: the verifier checks every draft against the full target.
 //
+// The same function also truncates the output head of a draft (draft_head.h).
+//
 // Ownership: the returned Model borrows nothing from `target` (it holds its
 // own references to the mapped file); it may outlive it.
 #pragma once
@@ -30,5 +32,14 @@ Result<std::vector<int>> parse_skip_layers(const std::string& spec, int n_layer)
 
 // The target without the given layers (ascending, in range, not all).
 Result<std::unique_ptr<Model>> make_layer_skip_model(const Model& target, const std::vector<int>& skip);
+
+// A draft view of `model`: the layers in `skip` left out (may be empty) and,
+// when head_tokens is not empty (ascending ids, draft_head.h), an output
+// head that scores only those tokens: a copy of their rows of the output
+// matrix (the only weights copied: head_tokens.size() rows of the head's
+// type, owned by the returned Model), config().head_tokens set, logits rows
+// head_tokens.size() wide. Everything else views the model's mapped file.
+Result<std::unique_ptr<Model>> make_draft_view(const Model& model, const std::vector<int>& skip,
+                                               const std::vector<int32_t>& head_tokens);
 
 }  // namespace ember

@@ -42,7 +42,8 @@ void NgramProposer::lookup(const NgramConfig& cfg, const int32_t* t, int64_t n, 
     for (int64_t s = n - len - 1; s >= lo; --s) {
       if (t[s] != suffix[0] || !std::equal(suffix, suffix + len, t + s)) continue;
       const int64_t from = s + len;
-      const int64_t take = std::min<int64_t>(max_k, n - from);
+      int64_t take = std::min<int64_t>(max_k, n - from);
+      if (cfg.k_by_match) take = std::min<int64_t>(take, int64_t{1} << std::min<int64_t>(len - 1, 30));
       out->assign(t + from, t + from + take);
       return;
     }

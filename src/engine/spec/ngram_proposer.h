@@ -5,6 +5,9 @@
 // drafts are point masses (q = 1), so the verifier accepts a draft token
 // with the target's probability of it (see verify.h).
 //
+// With k_by_match the proposal is at most 2^(n-1) tokens for a match of n
+// tokens (docs/engine.md, "How k is chosen").
+//
 // Cost: O(length * n) compares per request and step, a few microseconds
 // for the contexts ember serves.
 #pragma once
@@ -18,6 +21,12 @@ struct NgramConfig {
   int max_n = 4;  // longest suffix to match (tried first)
   // Look back at most this many tokens for a match (0: the whole context).
   int64_t max_lookback = 0;
+  // Proposal length grows with the evidence: a match of n tokens proposes
+  // at most 2^(n-1) tokens (1, 2, 4, 8 ...; never more than k). A one-token
+  // match is a weak guess and each extra verified position costs a
+  // fraction of a decode step (more on a busy CPU), so short matches
+  // propose little and long ones (a passage being copied) a long burst.
+  bool k_by_match = false;
   Status validate() const;
 };
 
