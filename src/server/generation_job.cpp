@@ -99,10 +99,16 @@ json GenerationJob::chunk_base() const {
 }
 
 json GenerationJob::usage() const {
-  int64_t prompt = 0, completion = 0;
+  int64_t prompt = 0, completion = 0, forced = 0;
   for (const auto& p : prompts_) prompt += static_cast<int64_t>(p.tokens.size());
-  for (const auto& c : choices_) completion += c.n_tokens;
-  return json{{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  for (const auto& c : choices_) {
+    completion += c.n_tokens;
+    forced += c.n_forced;
+  }
+  json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  // Extension: completion tokens appended by forced-token jumps (structured output), not sampled.
+  if (req_.constraint.kind != OutputConstraint::Kind::kNone) u["forced_tokens"] = forced;
+  return u;
 }
 
 void GenerationJob::send_chunk(json chunk) { resp_->write("data: " + json_text(chunk) + "\n\n"); }
@@ -265,6 +271,7 @@ void GenerationJob::on_update(int p, const RequestUpdate& u) {
         c.tools->is_marker(tok_.token_text(u.tokens[i])))
       piece += c.dec->flush() + tok_.token_text(u.tokens[i]);
     ++c.n_tokens;
+    if (i < u.forced.size()) c.n_forced += u.forced[i];
     if (req_.logprobs) append_logprobs(c, u, i, piece, &lp);
     out += c.stop->push(piece);
     if (c.stop->stopped()) {

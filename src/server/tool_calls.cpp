@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "grammar/json_schema.h"
 
 namespace ember {
 
@@ -325,11 +326,7 @@ std::string tool_call_gbnf(ToolCallFormat format, const std::string& call_gbnf, 
   // Calls are written compactly: at most one space between JSON tokens (the
   // schema grammar's bounded whitespace lets a model pad with tabs and
   // newlines, tokens that carry nothing).
-  constexpr std::string_view kWs = "\nj-ws ::= ";
-  if (const size_t at = rules.find(kWs); at != std::string::npos) {
-    const size_t end = rules.find('\n', at + 1);
-    rules.replace(at, end - at, std::string(kWs) + "| \" \"");
-  }
+  rules = grammar::with_json_whitespace(std::move(rules), "| \" \"");
   std::string root;
   switch (format) {
     case ToolCallFormat::kHermes:
