@@ -338,7 +338,8 @@ std::string GenerationJob::take_tool_calls(Choice& c, int idx, const std::string
                                  {"finish_reason", nullptr}});
     send_chunk(std::move(ch));
   }
-  if (c.done && !c.calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
+  // A call cut inside its arguments keeps the reason it was cut for.
+  if (c.done && !c.calls.empty() && c.finish_reason == "stop" && !c.tools->cut()) c.finish_reason = "tool_calls";
   return content;
 }
 

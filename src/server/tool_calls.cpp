@@ -452,6 +452,7 @@ void ToolCallParser::finish(std::vector<ToolCallEvent>* out) {
   if (in_call_ && stream_ != Stream::kUndecided && stream_ != Stream::kWhole) {
     // A streamed call cut short (a stop string, max_tokens): it stands with
     // the arguments written so far.
+    cut_ = stream_ == Stream::kArgs;
   } else if (in_call_) {
     bool ok = false;
     std::string raw = buf_;

@@ -67,6 +67,8 @@ class ToolCallParser {
   // the calls so far: pass the same vector every time).
   void push(std::string_view text, std::string* content, std::vector<ToolCall>* calls);
   void finish(std::string* content, std::vector<ToolCall>* calls);
+  // After finish(): the output ended inside a committed call's arguments.
+  bool cut() const { return cut_; }
   // Texts of control tokens that carry meaning for this format (passed to
   // the parser even when special tokens are not shown).
   bool is_marker(std::string_view token_text) const;
@@ -92,6 +94,7 @@ class ToolCallParser {
   int call_ = -1;  // the committed call
   int depth_ = 0;  // nesting inside its arguments
   bool in_string_ = false, escape_ = false;
+  bool cut_ = false;
 
   ToolCallFormat format_;
   std::string buf_;         // text held back
