@@ -14,7 +14,7 @@ schema through its response_format json_schema, GBNF sampling; no ember
 extensions, no step metrics).
 
   python3 tools/bench_structured.py --base-url http://127.0.0.1:PORT [--concurrency 16] [--rounds 2]
-      [--modes free,json_object,small_schema,small_schema_compact] [--server ember|llama]
+      [--modes free,json_object,small_schema,small_schema_compact] [--server ember|llama] [--api-key KEY]
 """
 import argparse
 import concurrent.futures
@@ -37,10 +37,13 @@ MODES = {  # mode -> (response_format, extra body fields)
 }
 
 
+HEADERS = {"Content-Type": "application/json"}
+
+
 def metrics(url):
     out = {"ember:engine_steps_total": 0.0, "ember:engine_step_seconds_total": 0.0}
     try:
-        text = urllib.request.urlopen(url + "/metrics").read().decode()
+        text = urllib.request.urlopen(urllib.request.Request(url + "/metrics", headers=HEADERS)).read().decode()
     except OSError:
         return out  # llama-server without --metrics
     for line in text.splitlines():
@@ -57,8 +60,7 @@ def one(url, k, mode, max_tokens):
     if rf:
         body["response_format"] = rf
     body.update(extra)
-    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), HEADERS)
     r = json.loads(urllib.request.urlopen(req, timeout=600).read())
     text = r["choices"][0]["message"].get("content") or ""
     if rf:  # JSON (or its start, when max_tokens cut it)
@@ -74,7 +76,10 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=40)
     ap.add_argument("--modes", default="free,json_object,small_schema,small_schema_compact")
     ap.add_argument("--server", choices=["ember", "llama"], default="ember")
+    ap.add_argument("--api-key", default="")
     a = ap.parse_args()
+    if a.api_key:
+        HEADERS["Authorization"] = "Bearer " + a.api_key
     url = a.base_url.rstrip("/")
     modes = a.modes.split(",")
     if a.server == "llama":
