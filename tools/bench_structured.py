@@ -2,13 +2,19 @@
 """Structured vs free generation speed against a running `ember serve`.
 
 Sends rounds of `--concurrency` chat requests (ignore_eos, fixed
-max_tokens, seeded), alternating free / json_object / a small json_schema,
-and reports per round the output tokens/s and the engine's seconds per step
-(from /metrics: ember:engine_step_seconds_total / ember:engine_steps_total),
-then the medians per mode and their ratio to free. Paired and alternating,
-so a noisy shared machine affects every mode alike.
+max_tokens, seeded), alternating free / json_object / a small json_schema
+(flexible whitespace; `compact`: ember's json_whitespace "compact"; `nojump`:
+forced-token jumps off), and reports per round the output tokens/s, the
+tokens appended by forced-token jumps (usage.forced_tokens) and the
+engine's seconds per step (from /metrics: ember:engine_step_seconds_total /
+ember:engine_steps_total), then the medians per mode and their ratio to
+free. Paired and alternating, so a noisy shared machine affects every mode
+alike. `--server llama` drives llama.cpp's llama-server instead (the same
+schema through its response_format json_schema, GBNF sampling; no ember
+extensions, no step metrics).
 
   python3 tools/bench_structured.py --base-url http://127.0.0.1:PORT [--concurrency 16] [--rounds 2]
+      [--modes free,json_object,small_schema,small_schema_compact] [--server ember|llama] [--api-key KEY]
 """
 import argparse
 import concurrent.futures
@@ -21,30 +27,45 @@ SMALL_SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "max
                                                  "temp_c": {"type": "integer", "minimum": -50, "maximum": 50},
                                                  "sky": {"enum": ["clear", "cloudy", "rain"]}},
                 "required": ["city", "temp_c", "sky"], "additionalProperties": False}
-MODES = {
-    "free": None,
-    "json_object": {"type": "json_object"},
-    "small_schema": {"type": "json_schema", "json_schema": {"name": "w", "schema": SMALL_SCHEMA}},
+SCHEMA_RF = {"type": "json_schema", "json_schema": {"name": "w", "schema": SMALL_SCHEMA}}
+MODES = {  # mode -> (response_format, extra body fields)
+    "free": (None, {}),
+    "json_object": ({"type": "json_object"}, {}),
+    "small_schema": (SCHEMA_RF, {}),
+    "small_schema_compact": (SCHEMA_RF, {"json_whitespace": "compact"}),
+    "small_schema_nojump": (SCHEMA_RF, {"forced_tokens": False}),
 }
 
 
+HEADERS = {"Content-Type": "application/json"}
+
+
 def metrics(url):
-    out = {}
-    for line in urllib.request.urlopen(url + "/metrics").read().decode().splitlines():
+    out = {"ember:engine_steps_total": 0.0, "ember:engine_step_seconds_total": 0.0}
+    try:
+        text = urllib.request.urlopen(urllib.request.Request(url + "/metrics", headers=HEADERS)).read().decode()
+    except OSError:
+        return out  # llama-server without --metrics
+    for line in text.splitlines():
         if line.startswith("ember:engine_step"):
             k, v = line.split()
             out[k] = float(v)
     return out
 
 
-def one(url, k, rf, max_tokens):
+def one(url, k, mode, max_tokens):
+    rf, extra = MODES[mode]
     body = {"messages": [{"role": "user", "content": "Answer in JSON."}], "max_tokens": max_tokens,
             "temperature": 0.8, "seed": k, "ignore_eos": True}
     if rf:
         body["response_format"] = rf
-    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    return json.loads(urllib.request.urlopen(req, timeout=600).read())["usage"]["completion_tokens"]
+    body.update(extra)
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), HEADERS)
+    r = json.loads(urllib.request.urlopen(req, timeout=600).read())
+    text = r["choices"][0]["message"].get("content") or ""
+    if rf:  # JSON (or its start, when max_tokens cut it)
+        assert text.lstrip().startswith("{"), text
+    return r["usage"]["completion_tokens"], r["usage"].get("forced_tokens", 0)
 
 
 def main():
@@ -53,28 +74,38 @@ def main():
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=40)
+    ap.add_argument("--modes", default="free,json_object,small_schema,small_schema_compact")
+    ap.add_argument("--server", choices=["ember", "llama"], default="ember")
+    ap.add_argument("--api-key", default="")
     a = ap.parse_args()
+    if a.api_key:
+        HEADERS["Authorization"] = "Bearer " + a.api_key
     url = a.base_url.rstrip("/")
-    res = {m: [] for m in MODES}
+    modes = a.modes.split(",")
+    if a.server == "llama":
+        modes = [m for m in modes if not MODES[m][1]]  # no ember extensions
+    res = {m: [] for m in modes}
     for r in range(a.rounds):
-        for mode, rf in MODES.items():
+        for mode in modes:
             m0, t0 = metrics(url), time.time()
             with concurrent.futures.ThreadPoolExecutor(a.concurrency) as ex:
-                toks = sum(ex.map(lambda k: one(url, 1000 * r + k, rf, a.max_tokens), range(a.concurrency)))
+                outs = list(ex.map(lambda k: one(url, 1000 * r + k, mode, a.max_tokens), range(a.concurrency)))
             wall = time.time() - t0
+            toks, forced = sum(o[0] for o in outs), sum(o[1] for o in outs)
             m1 = metrics(url)
             steps = m1["ember:engine_steps_total"] - m0["ember:engine_steps_total"]
             secs = m1["ember:engine_step_seconds_total"] - m0["ember:engine_step_seconds_total"]
-            res[mode].append((toks / wall, secs / max(steps, 1)))
-            print(f"round {r} {mode:12s} tokens {toks} wall {wall:.2f} s  {toks / wall:.1f} tok/s  "
+            res[mode].append((toks / wall, secs / max(steps, 1), forced / max(toks, 1)))
+            print(f"round {r} {mode:20s} tokens {toks} forced {forced} wall {wall:.2f} s  {toks / wall:.1f} tok/s  "
                   f"{1000 * secs / max(steps, 1):.1f} ms/step", flush=True)
     free_tps = statistics.median(x[0] for x in res["free"])
-    free_step = statistics.median(x[1] for x in res["free"])
+    free_step = statistics.median(x[1] for x in res["free"]) or 1e-9
     for mode, xs in res.items():
         tps = statistics.median(x[0] for x in xs)
         step = statistics.median(x[1] for x in xs)
-        print(f"median {mode:12s} {tps:.1f} tok/s ({tps / free_tps:.2f}x free)  {1000 * step:.1f} ms/step "
-              f"({step / free_step:.2f}x free)")
+        fr = statistics.median(x[2] for x in xs)
+        print(f"median {mode:20s} {tps:.1f} tok/s ({tps / free_tps:.2f}x free)  {1000 * step:.1f} ms/step "
+              f"({step / free_step:.2f}x free)  forced {100 * fr:.0f}% of tokens")
 
 
 if __name__ == "__main__":

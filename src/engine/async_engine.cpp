@@ -159,6 +159,7 @@ void AsyncEngine::deliver(const StepOutput& out) {
     u.tokens.push_back(t.token);
     u.logprobs.push_back(t.logprob);
     u.top_logprobs.push_back(t.top);
+    u.forced.push_back(t.forced ? 1 : 0);
     if (t.queue_seconds >= 0) u.queue_seconds = t.queue_seconds;
   }
   for (const PromptLogprobEvent& e : out.prompt_logprobs) {

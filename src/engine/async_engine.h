@@ -28,6 +28,7 @@ struct RequestUpdate {
   std::vector<int32_t> tokens;   // new tokens since the last update
   std::vector<float> logprobs;   // matching log-probabilities (if requested)
   std::vector<TopLogprobs> top_logprobs;  // matching top alternatives (if requested)
+  std::vector<uint8_t> forced;   // matching: 1 where a forced-token jump appended the token
   double queue_seconds = -1;     // set with the sample's first token (see TokenEvent)
   // Prompt log-probabilities (RequestParams::prompt_logprobs), sample 0 only:
   // prompt tokens [prompt_lp_first, prompt_lp_first + prompt_logprobs.size()).

@@ -194,6 +194,7 @@ void Engine::finish(Request* r, FinishReason reason, StepOutput* out) {
   f.reason = reason;
   f.output.assign(r->tokens.begin() + r->n_prompt, r->tokens.end());
   f.logprobs = std::move(r->logprobs);
+  f.n_forced = r->n_forced;
   f.n_prompt = r->n_prompt;
   f.n_cached_prompt = std::max<int64_t>(0, r->n_cached_prompt);
   f.queue_seconds = r->queue_seconds;
@@ -244,9 +245,26 @@ bool Engine::stop_sample(const std::string& id, int index) {
 }
 
 void Engine::sample_into(Request* r, float* logits, StepOutput* out) {
-  const FinishReason reason = output_->sample(*r, logits, &out->tokens);
+  FinishReason reason = output_->sample(*r, logits, &out->tokens);
   ++stats_.n_generated_tokens;
+  if (reason == FinishReason::kNone) {
+    output_->forced(*r, &forced_);
+    reason = append_forced(r, out);
+  }
   if (reason != FinishReason::kNone) finish(r, reason, out);
+}
+
+// Forced-token jump (structured output): the tokens in forced_ (what r's
+// logits processor forces after its last token) join r unsampled; the
+// scheduler computes them with the next step's slice (num_tokens -
+// num_computed_tokens > 1), like a prompt chunk.
+FinishReason Engine::append_forced(Request* r, StepOutput* out) {
+  const int64_t n0 = r->n_forced;
+  const FinishReason reason = output_->append_forced(*r, forced_, &out->tokens);
+  forced_.clear();
+  stats_.n_forced_tokens += r->n_forced - n0;
+  stats_.n_generated_tokens += r->n_forced - n0;
+  return reason;
 }
 
 // The parent just computed the whole prompt: samples 1..n-1 start from its
@@ -403,7 +421,9 @@ Status Engine::propose() {
 // as without speculation (logits processor, sampler, logprobs of the raw
 // row); a draft is accepted iff it equals that token (rejection.h: the
 // rejection rule for q = 1), and the first mismatch (or, all accepted, the
-// token after the last draft) ends the burst. So neither the sampler nor
+// token after the last draft) ends the burst, as does a token after which
+// the logits processor forces a jump (the forced tokens follow it, not the
+// drafts: the output is the same as without speculation). So neither the sampler nor
 // the logits processor ever sees a rejected token: nothing to roll back
 // there; the KV slots past the last accepted token are given back.
 void Engine::verify(const ScheduledRequest& sr, float* rows, StepOutput* out) {
@@ -428,9 +448,15 @@ void Engine::verify(const ScheduledRequest& sr, float* rows, StepOutput* out) {
     }
     ++stats_.n_generated_tokens;
     accepted += match;
-    if (reason != FinishReason::kNone || !match) break;  // a stop inside the burst drops the drafts after it
+    if (reason != FinishReason::kNone) break;  // a stop inside the burst drops the drafts after it
+    // A forced-token jump ends the burst too: the forced tokens, not the
+    // drafts, follow (as without speculation).
+    output_->forced(*r, &forced_);
+    if (!match || !forced_.empty()) break;
   }
+  if (reason != FinishReason::kNone) forced_.clear();
   scheduler_->on_verified(sr);
+  if (reason == FinishReason::kNone) reason = append_forced(r, out);  // after on_verified: its KV slots are new
   r->spec_q.clear();
   spec_observe(&r->spec_acc, k, accepted);
   SpecCounters& c = stats_.spec;

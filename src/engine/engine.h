@@ -127,6 +127,7 @@ struct FinishedRequest {
   FinishReason reason = FinishReason::kNone;
   std::vector<int32_t> output;   // generated tokens
   std::vector<float> logprobs;   // per generated token, if requested
+  int64_t n_forced = 0;          // output tokens appended by forced-token jumps
   int64_t n_prompt = 0;
   int64_t n_cached_prompt = 0;   // prompt tokens served by the prefix cache at first admission
   int n_preemptions = 0;
@@ -179,7 +180,8 @@ struct EngineStats {
   int64_t n_cow_copies = 0;        // shared partial blocks copied before a write
   int64_t n_steps = 0;
   int64_t n_computed_tokens = 0;   // tokens run through the model, all steps
-  int64_t n_generated_tokens = 0;
+  int64_t n_generated_tokens = 0;  // output tokens, sampled or forced
+  int64_t n_forced_tokens = 0;     // of which appended by forced-token jumps (structured output)
   int64_t last_step_tokens = 0;
   double last_step_seconds = 0;
   double total_step_seconds = 0;
@@ -243,6 +245,7 @@ class Engine {
   void finish(Request* r, FinishReason reason, StepOutput* out);
   void fork_samples(Request* parent, const float* logits, StepOutput* out);
   void sample_into(Request* r, float* logits, StepOutput* out);
+  FinishReason append_forced(Request* r, StepOutput* out);
   // Asks the proposer for drafts of the running requests that decode.
   Status propose();
   // Verifies r's drafts against the rows of its verification slice: emits
@@ -267,6 +270,7 @@ class Engine {
   std::vector<ProposeItem> propose_items_;
   std::vector<Proposal> proposals_;
   std::vector<int32_t> drafts_;
+  std::vector<int32_t> forced_;  // a forced-token jump's tokens (verify, append_forced)
   double draft_cost_ = 0;    // measured draft-step cost relative to a target step (adaptive k)
   SpecStepCost step_cost_;   // measured forward seconds of decode steps by positions (adaptive k)
   double propose_seconds_ = 0;  // this step's proposer time

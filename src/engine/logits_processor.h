@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace ember {
 
@@ -25,6 +26,12 @@ class LogitsProcessor {
   // The last k accepted tokens were withdrawn (speculative decoding); false
   // if the processor cannot go back that far.
   virtual bool rollback(int k) { return k == 0; }
+  // Forced-token jump: the tokens the constraint admits as the only
+  // continuation after the accepted ones (JSON keys, punctuation, closing
+  // brackets), appended to *out, tokenized as the model would write them.
+  // The engine appends them unsampled (each through accept()) and computes
+  // them as one chunk in the next step. Default: none.
+  virtual void forced_tokens(std::vector<int32_t>* out) {}
   // An independent copy in the same state (a forked sample, n > 1).
   virtual std::unique_ptr<LogitsProcessor> clone() const = 0;
 };

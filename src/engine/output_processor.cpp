@@ -119,6 +119,31 @@ FinishReason OutputProcessor::emit(Request& r, int32_t tok, double lse, std::vec
   return FinishReason::kNone;
 }
 
+void OutputProcessor::forced(Request& r, std::vector<int32_t>* toks) {
+  toks->clear();
+  if (r.logits_processor && !r.want_logprobs) r.logits_processor->forced_tokens(toks);
+}
+
+FinishReason OutputProcessor::append_forced(Request& r, const std::vector<int32_t>& toks,
+                                            std::vector<TokenEvent>* out) {
+  if (toks.empty()) return FinishReason::kNone;
+  for (int32_t tok : toks) {
+    if (tok < 0 || tok >= n_vocab_) break;
+    // A stop token is never forced (the grammar admits no end-of-generation token).
+    if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tok) != r.stop_token_ids.end()) break;
+    if (r.n_output() >= r.max_tokens || r.num_tokens() >= max_seq_len_) break;
+    r.sampler->accept(tok);
+    r.logits_processor->accept(tok);
+    r.tokens.push_back(tok);
+    ++r.n_forced;
+    TokenEvent ev{r.id, r.index, tok, std::numeric_limits<float>::quiet_NaN(), {}, -1.0};
+    ev.forced = true;
+    out->push_back(std::move(ev));
+  }
+  if (r.n_output() >= r.max_tokens || r.num_tokens() >= max_seq_len_) return FinishReason::kLength;
+  return FinishReason::kNone;
+}
+
 std::unique_ptr<Request> OutputProcessor::fork(const Request& p, int k) {
   auto c = std::make_unique<Request>();
   c->id = p.id;

@@ -34,6 +34,7 @@ struct TokenEvent {
   float logprob;  // log-softmax of the raw logits at `token`; NaN unless requested
   TopLogprobs top;  // the top_logprobs most likely tokens (empty unless requested)
   double queue_seconds = -1;  // with a sequence's first token: its wait before first scheduled
+  bool forced = false;        // appended by a forced-token jump (not sampled; logprob NaN)
 };
 
 // Log-probabilities of prompt tokens [first, first + logprobs.size()).
@@ -80,6 +81,17 @@ class OutputProcessor {
   // distributed exactly as p.
   FinishReason sample_draft(Request& r, float* logits, int32_t draft, const float* q, bool* accepted,
                             std::vector<TokenEvent>* out);
+
+  // Forced-token jump after r's last token was chosen: the tokens r's
+  // logits processor forces (LogitsProcessor::forced_tokens) into *toks
+  // (cleared; empty for requests that want log-probabilities: forced tokens
+  // have no logits row to take them from).
+  void forced(Request& r, std::vector<int32_t>* toks);
+  // Appends them unsampled, through the sampler's and the processor's
+  // accept(), reported as forced events; at most what max_tokens and
+  // max_seq_len leave. Returns kLength when the jump reaches the length
+  // cap, else kNone.
+  FinishReason append_forced(Request& r, const std::vector<int32_t>& toks, std::vector<TokenEvent>* out);
 
   // Sample k (1 <= k <= parent.n_fork) of a request whose prompt was just
   // computed: the same tokens and settings, seed + k, its own sampler and a

@@ -52,6 +52,7 @@ struct Request {
   int prompt_logprobs = -1;      // see RequestParams
   int64_t n_prompt_lp_done = 1;  // prompt positions whose log p was reported (position 0 has none)
   std::vector<float> logprobs;   // per generated token, if requested
+  int64_t n_forced = 0;          // output tokens appended by forced-token jumps (not sampled)
 
   int priority = 0;
   uint64_t arrival = 0;          // admission order (FCFS within a priority)

@@ -546,6 +546,16 @@ Result<std::string> json_schema_to_gbnf(const json& schema, SchemaError* err) {
   return SchemaConverter(schema).run(err);
 }
 
+std::string with_json_whitespace(std::string gbnf, std::string_view ws_body) {
+  constexpr std::string_view kWs = "j-ws ::= ";
+  size_t at = gbnf.rfind(std::string("\n") + std::string(kWs));
+  at = at == std::string::npos ? (gbnf.rfind(kWs, 0) == 0 ? 0 : std::string::npos) : at + 1;
+  if (at == std::string::npos) return gbnf;
+  const size_t end = std::min(gbnf.find('\n', at), gbnf.size());
+  gbnf.replace(at, end - at, std::string(kWs) + std::string(ws_body));
+  return gbnf;
+}
+
 std::string json_object_gbnf() { return std::string("root ::= j-object\n") + kGenericRules; }
 
 std::string choice_gbnf(const std::vector<std::string>& choices) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +40,11 @@ struct SchemaError {
 Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema, SchemaError* err = nullptr);
 // Any JSON value whose top level is an object (OpenAI's json_object mode).
 std::string json_object_gbnf();
+// The same grammar with the whitespace between JSON tokens (the `j-ws`
+// rule of the two above) replaced by `ws_body` (GBNF alternatives, e.g.
+// `""` for none: compact JSON, so that keys and punctuation are forced and
+// can be jumped over). Grammars without the rule are returned unchanged.
+std::string with_json_whitespace(std::string gbnf, std::string_view ws_body);
 // Exactly one of these strings.
 std::string choice_gbnf(const std::vector<std::string>& choices);
 

@@ -89,7 +89,11 @@ StateId StackPool::chain_state(const uint32_t* pos, int n) {
 StateId StackPool::advance(StateId s, uint8_t byte) {
   if (s == kDeadState) return kDeadState;
   const uint64_t key = (static_cast<uint64_t>(s) << 8) | byte;
-  if (auto it = trans_.find(key); it != trans_.end()) return it->second;
+  if (dense_on_) {
+    if (key < dense_.size() && dense_[key] >= 0) return dense_[key];
+  } else if (auto it = trans_.find(key); it != trans_.end()) {
+    return it->second;
+  }
   std::vector<uint32_t> next;
   visited_.clear();
   for (uint32_t t : states_[s]) {
@@ -98,7 +102,12 @@ StateId StackPool::advance(StateId s, uint8_t byte) {
     if (g_->byte_sets[g_->elems[n.pos].arg].test(byte)) closure(n.pos + 1, n.parent, &next);
   }
   const StateId r = intern_state(&next);
-  trans_[key] = r;
+  if (dense_on_) {
+    if (dense_.size() < states_.size() * 256) dense_.resize(states_.size() * 256 * 2, -1);
+    dense_[key] = r;
+  } else {
+    trans_[key] = r;
+  }
   return r;
 }
 
@@ -108,6 +117,26 @@ StateId StackPool::advance(StateId s, std::string_view bytes) {
     if (s == kDeadState) break;
   }
   return s;
+}
+
+std::string StackPool::forced_bytes(StateId s, size_t max_bytes) {
+  std::string out;
+  while (out.size() < max_bytes && s != kDeadState && !accepting(s)) {
+    ByteSet u;
+    for (uint32_t t : states_[s]) {
+      const ByteSet& b = g_->byte_sets[g_->elems[nodes_[t].pos].arg];
+      for (int k = 0; k < 4; ++k) u.w[k] |= b.w[k];
+    }
+    int n = 0, byte = -1;
+    for (int k = 0; k < 4 && n < 2; ++k) {
+      n += __builtin_popcountll(u.w[k]);
+      if (u.w[k] != 0 && byte < 0) byte = k * 64 + __builtin_ctzll(u.w[k]);
+    }
+    if (n != 1) break;
+    out.push_back(static_cast<char>(byte));
+    s = advance(s, static_cast<uint8_t>(byte));
+  }
+  return out;
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<StackPool> pool) : pool_(std::move(pool)) {

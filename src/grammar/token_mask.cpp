@@ -139,6 +139,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(Grammar g, std::
   c->vocab_ = std::move(vocab);
   for (int32_t id : c->vocab_->sorted) c->max_len_ = std::max(c->max_len_, c->vocab_->bytes[id].size());
   c->scratch_ = std::make_unique<StackPool>(c->grammar_);
+  c->scratch_->use_dense_transitions();
   // The contexts of the start state (the first step's mask).
   StackPool pool(c->grammar_);
   std::vector<uint64_t> bits((c->vocab_->n_vocab + 63) / 64);

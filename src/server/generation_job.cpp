@@ -99,10 +99,16 @@ json GenerationJob::chunk_base() const {
 }
 
 json GenerationJob::usage() const {
-  int64_t prompt = 0, completion = 0;
+  int64_t prompt = 0, completion = 0, forced = 0;
   for (const auto& p : prompts_) prompt += static_cast<int64_t>(p.tokens.size());
-  for (const auto& c : choices_) completion += c.n_tokens;
-  return json{{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  for (const auto& c : choices_) {
+    completion += c.n_tokens;
+    forced += c.n_forced;
+  }
+  json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  // Extension: completion tokens appended by forced-token jumps (structured output), not sampled.
+  if (req_.constraint.kind != OutputConstraint::Kind::kNone) u["forced_tokens"] = forced;
+  return u;
 }
 
 void GenerationJob::send_chunk(json chunk) { resp_->write("data: " + json_text(chunk) + "\n\n"); }
@@ -265,6 +271,7 @@ void GenerationJob::on_update(int p, const RequestUpdate& u) {
         c.tools->is_marker(tok_.token_text(u.tokens[i])))
       piece += c.dec->flush() + tok_.token_text(u.tokens[i]);
     ++c.n_tokens;
+    if (i < u.forced.size()) c.n_forced += u.forced[i];
     if (req_.logprobs) append_logprobs(c, u, i, piece, &lp);
     out += c.stop->push(piece);
     if (c.stop->stopped()) {
@@ -291,39 +298,48 @@ void GenerationJob::on_update(int p, const RequestUpdate& u) {
 }
 
 std::string GenerationJob::take_tool_calls(Choice& c, int idx, const std::string& out) {
+  std::vector<ToolCallEvent> events;
+  c.tools->push(out, &events);
+  if (c.done) c.tools->finish(&events);
   std::string content;
-  std::vector<ToolCall> calls;
-  c.tools->push(out, &content, &calls);
-  if (c.done) c.tools->finish(&content, &calls);
-  for (auto& call : calls) {
-    const size_t k = c.calls.size();
-    std::string id = fmt::format("call_{}{:x}x{:x}", id_.substr(id_.find('-') + 1, 12), idx, k);
-    if (req_.stream && !client_gone_) {
-      // Content before the call first, then the call: its id, type and name,
-      // then its arguments.
-      if (!content.empty()) {
-        emit_stream(c, idx, content, json(nullptr), false);
-        c.text += content;
-        content.clear();
-      }
-      for (int part = 0; part < 2; ++part) {
-        json fn = part == 0 ? json{{"name", call.name}, {"arguments", ""}} : json{{"arguments", call.arguments}};
-        json delta = {{"index", k}, {"function", std::move(fn)}};
-        if (part == 0) {
-          delta["id"] = id;
-          delta["type"] = "function";
-        }
-        json ch = chunk_base();
-        ch["choices"].push_back(json{{"index", idx},
-                                     {"delta", {{"tool_calls", json::array({std::move(delta)})}}},
-                                     {"logprobs", nullptr},
-                                     {"finish_reason", nullptr}});
-        send_chunk(std::move(ch));
-      }
+  const bool stream = req_.stream && !client_gone_;
+  for (ToolCallEvent& e : events) {
+    if (e.call < 0) {
+      content += e.text;
+      continue;
     }
-    c.calls.emplace_back(std::move(id), std::move(call));
+    // Content before the call first, then the call: its id, type and name
+    // when it starts, then its arguments as they come.
+    if (stream && !content.empty()) {
+      emit_stream(c, idx, content, json(nullptr), false);
+      c.text += content;
+      content.clear();
+    }
+    const size_t k = static_cast<size_t>(e.call);
+    json delta = {{"index", k}};
+    if (k >= c.calls.size()) {
+      std::string id = fmt::format("call_{}{:x}x{:x}", id_.substr(id_.find('-') + 1, 12), idx, k);
+      delta["id"] = id;
+      delta["type"] = "function";
+      delta["function"] = {{"name", e.name}, {"arguments", ""}};
+      c.calls.emplace_back(std::move(id), ToolCall{std::move(e.name), ""});
+    } else if (e.text.empty()) {
+      continue;
+    } else {
+      delta["function"] = {{"arguments", e.text}};
+    }
+    c.calls[k].second.arguments += e.text;
+    if (!stream) continue;
+    if (delta.contains("id") && !e.text.empty()) delta["function"]["arguments"] = e.text;
+    json ch = chunk_base();
+    ch["choices"].push_back(json{{"index", idx},
+                                 {"delta", {{"tool_calls", json::array({std::move(delta)})}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}});
+    send_chunk(std::move(ch));
   }
-  if (c.done && !c.calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
+  // A call cut inside its arguments keeps the reason it was cut for.
+  if (c.done && !c.calls.empty() && c.finish_reason == "stop" && !c.tools->cut()) c.finish_reason = "tool_calls";
   return content;
 }
 

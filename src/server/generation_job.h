@@ -64,6 +64,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::unique_ptr<StopMatcher> stop;
     std::string text;           // emitted text (non-streaming: the whole answer)
     int64_t n_tokens = 0;
+    int64_t n_forced = 0;       // of which appended by forced-token jumps
     size_t text_len = 0;        // bytes produced by the decoder so far (for text_offset)
     nlohmann::json lp;          // accumulated logprobs (non-streaming)
     std::string finish_reason;  // set when done

@@ -415,6 +415,20 @@ void parse_constraint(Fields& f, GenerationRequest* r) {
   }
 }
 
+// Extension json_whitespace: "flexible" (default) or "compact", for JSON constraints.
+void parse_json_whitespace(Fields& f, GenerationRequest* r) {
+  const json* ws = f.get("json_whitespace");
+  if (!ws || !f.ok()) return;
+  using Kind = OutputConstraint::Kind;
+  const Kind k = r->constraint.kind;
+  if (!ws->is_string() || (*ws != "flexible" && *ws != "compact"))
+    return f.fail("'json_whitespace' must be 'flexible' or 'compact'", "json_whitespace");
+  if (k != Kind::kJsonObject && k != Kind::kJsonSchema)
+    return f.fail("'json_whitespace' needs a JSON output constraint (response_format or guided_json)",
+                  "json_whitespace");
+  r->constraint.compact = *ws == "compact";
+}
+
 // OpenAI logit_bias: {"token id": bias in [-100, 100]}.
 void parse_logit_bias(Fields& f, GenerationRequest* r) {
   const json* lb = f.get("logit_bias");
@@ -515,6 +529,7 @@ std::optional<GenerationRequest> parse_generation_request(const json& body, Endp
     }
   }
   parse_constraint(f, &r);
+  parse_json_whitespace(f, &r);
   if (ep == Endpoint::kChat) {
     if (f.ok()) parse_tools(f, &r);
   } else if (f.get("tools") && f.ok()) {
@@ -529,6 +544,7 @@ std::optional<GenerationRequest> parse_generation_request(const json& body, Endp
   if (const json* bo = f.get("best_of"); bo && f.ok() && !(bo->is_number_integer() && bo->get<int64_t>() == r.n))
     f.fail("'best_of' other than n is not supported", "best_of");
   f.boolean("ignore_eos", &r.ignore_eos);
+  f.boolean("forced_tokens", &r.forced_tokens);
   f.boolean("skip_special_tokens", &r.skip_special_tokens);
   f.string("user", &r.user);
   if (f.get("num_speculative_tokens")) {

@@ -54,6 +54,9 @@ struct OutputConstraint {
   std::string param;                 // the field it came from (for errors)
   ToolCallFormat tool_format = ToolCallFormat::kNone;  // kToolCall
   bool parallel = false;                               // kToolCall
+  // kJsonObject / kJsonSchema: no whitespace between JSON tokens (extension
+  // `json_whitespace: "compact"`; the default "flexible" allows a little).
+  bool compact = false;
 };
 
 // tool_choice: kAuto lets the model choose (the default with tools), kNone
@@ -85,6 +88,7 @@ struct GenerationRequest {
   bool echo = false;        // completions: prepend the prompt to the text
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
+  bool forced_tokens = true;      // extension: forced-token jumps under an output constraint (off: every token sampled)
   bool ignore_eos = false;        // vLLM extension: do not stop at end-of-generation tokens
   bool skip_special_tokens = true;
   std::string user;

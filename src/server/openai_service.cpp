@@ -321,7 +321,7 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
     }
     std::vector<int32_t> may_end = rp.stop_token_ids;  // where the grammar is complete
     may_end.insert(may_end.end(), tok_.eog_ids().begin(), tok_.eog_ids().end());
-    rp.logits_processor = structured_.processor(constraint, r.logit_bias, may_end);
+    rp.logits_processor = structured_.processor(constraint, r.logit_bias, may_end, r.forced_tokens);
     rp.logprobs = r.logprobs;
     rp.top_logprobs = r.top_logprobs;
     if (r.echo && r.logprobs) rp.prompt_logprobs = r.top_logprobs;

@@ -14,7 +14,8 @@ namespace ember {
 using nlohmann::ordered_json;
 using Kind = OutputConstraint::Kind;
 
-StructuredOutput::StructuredOutput(const Tokenizer& tok) : vocab_(grammar::TokenVocab::from_tokenizer(tok)) {}
+StructuredOutput::StructuredOutput(const Tokenizer& tok)
+    : tok_(tok), vocab_(grammar::TokenVocab::from_tokenizer(tok)), worker_(std::make_shared<grammar::MaskWorker>(1)) {}
 
 namespace {
 
@@ -135,6 +136,7 @@ std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile(const 
       break;
     }
   }
+  if (c.compact) gbnf = grammar::with_json_whitespace(std::move(gbnf), "\"\"");
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (auto it = by_text_.find(gbnf); it != by_text_.end()) {
@@ -161,31 +163,52 @@ std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile(const 
 
 std::shared_ptr<const LogitsProcessor> StructuredOutput::processor(
     std::shared_ptr<const grammar::CompiledGrammar> g, const std::vector<std::pair<int32_t, float>>& logit_bias,
-    const std::vector<int32_t>& stop_ids) const {
+    const std::vector<int32_t>& stop_ids, bool forced_jumps) const {
   if (!g && logit_bias.empty()) return nullptr;
-  return std::make_shared<ConstrainedLogits>(std::move(g), logit_bias, stop_ids);
+  return std::make_shared<ConstrainedLogits>(std::move(g), logit_bias, stop_ids, forced_jumps ? &tok_ : nullptr,
+                                             worker_);
 }
 
 ConstrainedLogits::ConstrainedLogits(std::shared_ptr<const grammar::CompiledGrammar> g,
-                                     std::vector<std::pair<int32_t, float>> bias, std::vector<int32_t> stop_ids)
-    : g_(std::move(g)), bias_(std::move(bias)), stop_ids_(std::move(stop_ids)) {
+                                     std::vector<std::pair<int32_t, float>> bias, std::vector<int32_t> stop_ids,
+                                     const Tokenizer* jump_tok, std::shared_ptr<grammar::MaskWorker> worker)
+    : jump_tok_(jump_tok),
+      worker_(std::move(worker)),
+      g_(std::move(g)),
+      bias_(std::move(bias)),
+      stop_ids_(std::move(stop_ids)) {
   if (g_) {
     pool_ = g_->new_pool();
+    pool_mu_ = std::make_shared<std::mutex>();
     matcher_ = std::make_unique<grammar::GrammarMatcher>(pool_);
     bits_.resize((g_->vocab().n_vocab + 63) / 64);
+    if (worker_) prefetch_ = std::make_unique<grammar::MaskPrefetch>(worker_, g_, pool_, pool_mu_);
   }
+}
+
+void ConstrainedLogits::prefetch() {
+  if (prefetch_) prefetch_->want(matcher_->state());
 }
 
 void ConstrainedLogits::process(const int32_t*, int64_t, int64_t, float* logits, int n_vocab) {
   for (auto [id, b] : bias_)
     if (id < n_vocab) logits[id] += b;
   if (!g_) return;
-  g_->fill_mask(*pool_, matcher_->state(), bits_.data());
+  const grammar::StateId s = matcher_->state();
+  std::unique_lock<std::mutex> lk(*pool_mu_, std::defer_lock);
+  if (!prefetch_ || !prefetch_->take(s, &bits_)) {
+    lk.lock();
+    g_->fill_mask(*pool_, s, bits_.data());
+  } else {
+    lk.lock();
+  }
+  const bool can_end = matcher_->can_end();
+  lk.unlock();
   bool any = false;
   for (uint64_t w : bits_) any |= w != 0;
   // End-of-generation tokens where the grammar may end (or, should it ever
   // admit nothing, so that generation can stop).
-  if (matcher_->can_end() || !any)
+  if (can_end || !any)
     for (int32_t t : stop_ids_)
       if (t >= 0 && t < g_->vocab().n_vocab) bits_[t >> 6] |= uint64_t{1} << (t & 63);
   const int nv = std::min(n_vocab, g_->vocab().n_vocab);
@@ -194,6 +217,10 @@ void ConstrainedLogits::process(const int32_t*, int64_t, int64_t, float* logits,
     const uint64_t m = bits_[w];
     if (m == ~uint64_t{0}) continue;
     const int end = std::min(nv, w * 64 + 64);
+    if (m == 0) {
+      std::fill(logits + w * 64, logits + end, kNegInf);
+      continue;
+    }
     for (int i = w * 64; i < end; ++i)
       if (!((m >> (i - w * 64)) & 1)) logits[i] = kNegInf;
   }
@@ -202,19 +229,57 @@ void ConstrainedLogits::process(const int32_t*, int64_t, int64_t, float* logits,
 
 void ConstrainedLogits::accept(int32_t token) {
   if (!g_) return;
-  if (std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end() || token < 0 ||
-      token >= g_->vocab().n_vocab || !matcher_->accept(g_->vocab().bytes[token]))
+  if (std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end()) {
     matcher_->accept_nothing();
+    return;  // the end: no next mask
+  }
+  {
+    std::lock_guard<std::mutex> lk(*pool_mu_);
+    if (token < 0 || token >= g_->vocab().n_vocab || !matcher_->accept(g_->vocab().bytes[token]))
+      matcher_->accept_nothing();
+  }
+  prefetch();
 }
 
-bool ConstrainedLogits::rollback(int k) { return g_ ? matcher_->rollback(k) : true; }
+bool ConstrainedLogits::rollback(int k) {
+  if (!g_) return true;
+  if (!matcher_->rollback(k)) return false;
+  prefetch();
+  return true;
+}
+
+void ConstrainedLogits::forced_tokens(std::vector<int32_t>* out) {
+  if (!g_ || !jump_tok_) return;
+  std::lock_guard<std::mutex> lk(*pool_mu_);
+  const std::string bytes = matcher_->forced_bytes(kMaxForcedBytes);
+  if (bytes.empty()) return;
+  EncodeOptions eo;
+  eo.add_bos = false;
+  const std::vector<int32_t> ids = jump_tok_->encode(bytes, eo);
+  grammar::StackPool& pool = *pool_;
+  const bool complete = !pool.live(pool.advance(matcher_->state(), bytes));
+  const size_t keep = complete || ids.empty() ? ids.size() : ids.size() - 1;
+  grammar::StateId s = matcher_->state();
+  for (size_t i = 0; i < keep; ++i) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= g_->vocab().n_vocab || g_->vocab().bytes[id].empty()) break;
+    s = pool.advance(s, g_->vocab().bytes[id]);
+    if (s == grammar::kDeadState) break;
+    out->push_back(id);
+  }
+}
 
 std::unique_ptr<LogitsProcessor> ConstrainedLogits::clone() const {
-  auto c = std::make_unique<ConstrainedLogits>(nullptr, bias_, stop_ids_);
+  auto c = std::make_unique<ConstrainedLogits>(nullptr, bias_, stop_ids_, jump_tok_, worker_);
   c->g_ = g_;
   c->pool_ = pool_;
+  c->pool_mu_ = pool_mu_;
   if (matcher_) c->matcher_ = std::make_unique<grammar::GrammarMatcher>(*matcher_);
   c->bits_.resize(bits_.size());
+  if (g_ && worker_) {
+    c->prefetch_ = std::make_unique<grammar::MaskPrefetch>(worker_, g_, pool_, pool_mu_);
+    c->prefetch();  // the first mask, while the prompt is computed
+  }
   return c;
 }
 

@@ -8,7 +8,9 @@
 //
 // Threading: StructuredOutput is called on HTTP handler threads (its cache
 // is locked); the processors run on the engine thread, one per sample (a
-// request's samples share one stack pool, on that thread only).
+// request's samples share one stack pool, locked by a mutex they share:
+// each sample's next mask is computed ahead on the StructuredOutput's mask
+// worker thread, grammar/mask_worker.h, while the forward pass runs).
 #pragma once
 
 #include <list>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "engine/logits_processor.h"
+#include "grammar/mask_worker.h"
 #include "grammar/token_mask.h"
 #include "server/openai_protocol.h"
 #include "tokenizer/tokenizer.h"
@@ -35,16 +38,20 @@ class StructuredOutput {
   // the raw request body (schemas are read from it in their key order).
   std::shared_ptr<const grammar::CompiledGrammar> compile(const OutputConstraint& c, const std::string& body_text,
                                                           ApiError* err);
-  // The processor for one prompt, or nullptr when there is nothing to do.
+  // The processor for one prompt, or nullptr when there is nothing to do;
+  // `forced_jumps`: the grammar's forced continuations are appended
+  // unsampled (LogitsProcessor::forced_tokens).
   std::shared_ptr<const LogitsProcessor> processor(std::shared_ptr<const grammar::CompiledGrammar> g,
                                                    const std::vector<std::pair<int32_t, float>>& logit_bias,
-                                                   const std::vector<int32_t>& stop_ids) const;
+                                                   const std::vector<int32_t>& stop_ids, bool forced_jumps = true) const;
   const grammar::TokenVocab& vocab() const { return *vocab_; }
 
  private:
   std::optional<std::string> tool_call_grammar(const OutputConstraint& c, const std::string& body_text, ApiError* err);
 
+  const Tokenizer& tok_;
   std::shared_ptr<const grammar::TokenVocab> vocab_;
+  std::shared_ptr<grammar::MaskWorker> worker_;  // masks ahead of use, for every request
   std::mutex mu_;
   // LRU cache of compiled grammars by GBNF text.
   std::list<std::pair<std::string, std::shared_ptr<const grammar::CompiledGrammar>>> lru_;
@@ -53,17 +60,32 @@ class StructuredOutput {
 };
 
 // Applies logit biases, then masks every token the grammar does not admit
-// (exposed for tests).
+// (exposed for tests). With a tokenizer (`jump_tok`), forced_tokens() gives
+// the grammar's forced continuation (StackPool::forced_bytes, at most
+// kMaxForcedBytes) tokenized canonically: the tokenizer's encoding of those
+// bytes alone, less its last token unless the grammar is complete after
+// them (the last token may merge with what the model writes next), cut at
+// the first token the grammar would not admit. The tokenizer must outlive
+// the processor (the server's does). With a worker, the mask of the state
+// after each accept() or rollback() is computed there ahead of process().
 class ConstrainedLogits final : public LogitsProcessor {
  public:
+  static constexpr size_t kMaxForcedBytes = 256;
   ConstrainedLogits(std::shared_ptr<const grammar::CompiledGrammar> g, std::vector<std::pair<int32_t, float>> bias,
-                    std::vector<int32_t> stop_ids);
+                    std::vector<int32_t> stop_ids, const Tokenizer* jump_tok = nullptr,
+                    std::shared_ptr<grammar::MaskWorker> worker = nullptr);
   void process(const int32_t* tokens, int64_t n_tokens, int64_t n_prompt, float* logits, int n_vocab) override;
   void accept(int32_t token) override;
   bool rollback(int k) override;
+  void forced_tokens(std::vector<int32_t>* out) override;
   std::unique_ptr<LogitsProcessor> clone() const override;
 
  private:
+  void prefetch();
+  const Tokenizer* jump_tok_ = nullptr;
+  std::shared_ptr<grammar::MaskWorker> worker_;
+  std::shared_ptr<std::mutex> pool_mu_;             // guards pool_ (shared with clones and mask jobs)
+  std::unique_ptr<grammar::MaskPrefetch> prefetch_;  // with a worker
   std::shared_ptr<const grammar::CompiledGrammar> g_;
   std::vector<std::pair<int32_t, float>> bias_;
   std::vector<int32_t> stop_ids_;

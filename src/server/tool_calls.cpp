@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "grammar/json_schema.h"
 
 namespace ember {
 
@@ -96,6 +97,63 @@ std::optional<ToolCall> call_from_text(std::string_view text) {
 
 }  // namespace
 
+// The head of a call object, `{"name": "<name>", "arguments": {` (or
+// "parameters"), with any whitespace between its tokens: kYes with the name
+// and the offset of the arguments' `{`; kPartial while `s` may still become
+// one; kNo when it cannot (another key order, quoted arguments, ...: the
+// block is then parsed whole when it closes).
+ToolCallParser::Head ToolCallParser::parse_head(std::string_view s, std::string* name, size_t* args_at) {
+  size_t i = 0;
+  auto ws = [&] {
+    while (i < s.size() && is_space(s[i])) ++i;
+    return i < s.size();
+  };
+  // 1: matched, 0: partial, -1: no.
+  auto lit = [&](std::string_view l) {
+    const std::string_view r = s.substr(i, l.size());
+    if (r != l.substr(0, r.size())) return -1;
+    if (r.size() < l.size()) return 0;
+    i += l.size();
+    return 1;
+  };
+  for (std::string_view l : {"{", "\"name\"", ":"}) {
+    if (!ws()) return Head::kPartial;
+    const int m = lit(l);
+    if (m <= 0) return m < 0 ? Head::kNo : Head::kPartial;
+  }
+  if (!ws()) return Head::kPartial;
+  if (s[i] != '"') return Head::kNo;
+  size_t j = i + 1;
+  for (bool esc = false; j < s.size(); ++j) {
+    if (esc) esc = false;
+    else if (s[j] == '\\') esc = true;
+    else if (s[j] == '"') break;
+  }
+  if (j >= s.size()) return Head::kPartial;
+  const ordered_json n = ordered_json::parse(s.substr(i, j + 1 - i), nullptr, false);
+  if (n.is_discarded() || !n.is_string() || n.get<std::string>().empty()) return Head::kNo;
+  i = j + 1;
+  if (!ws()) return Head::kPartial;
+  if (s[i] != ',') return Head::kNo;
+  ++i;
+  if (!ws()) return Head::kPartial;
+  const size_t at = i;
+  int m = lit("\"arguments\"");
+  if (m < 0) {
+    i = at;
+    m = lit("\"parameters\"");
+  }
+  if (m <= 0) return m < 0 ? Head::kNo : Head::kPartial;
+  if (!ws()) return Head::kPartial;
+  if (s[i] != ':') return Head::kNo;
+  ++i;
+  if (!ws()) return Head::kPartial;
+  if (s[i] != '{') return Head::kNo;
+  *name = n.get<std::string>();
+  *args_at = i;
+  return Head::kYes;
+}
+
 std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name) {
   if (name == "none") return ToolCallFormat::kNone;
   if (name == "hermes") return ToolCallFormat::kHermes;
@@ -134,7 +192,7 @@ bool ToolCallParser::is_marker(std::string_view text) const {
 // Content is written with its trailing whitespace held back: whitespace
 // right before a call, right after one or at the end of an answer with calls
 // is layout, not content. The same text in any fragments gives the same result.
-void ToolCallParser::emit_content(std::string_view s, std::string* content) {
+void ToolCallParser::emit_content(std::string_view s) {
   if (strip_leading_) {
     while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
     if (s.empty()) return;
@@ -146,13 +204,21 @@ void ToolCallParser::emit_content(std::string_view s, std::string* content) {
     ws_.append(s);
     return;
   }
-  *content += ws_;
-  content->append(s.substr(0, end));
+  content(ws_);
+  content(s.substr(0, end));
   ws_.assign(s.substr(end));
 }
 
-void ToolCallParser::add_call(ToolCall call, std::vector<ToolCall>* calls) {
-  calls->push_back(std::move(call));
+void ToolCallParser::content(std::string_view s) {
+  if (s.empty()) return;
+  if (out_->empty() || out_->back().call >= 0) out_->push_back({-1, "", ""});
+  out_->back().text.append(s);
+}
+
+void ToolCallParser::add_call(ToolCall call) {
+  const int k = n_calls_++;
+  out_->push_back({k, std::move(call.name), ""});
+  out_->push_back({k, "", std::move(call.arguments)});
   any_call_ = true;
   ws_.clear();
   strip_leading_ = true;
@@ -161,37 +227,106 @@ void ToolCallParser::add_call(ToolCall call, std::vector<ToolCall>* calls) {
 // Formats whose calls sit after an opening marker: the text before it is
 // content; with a closing marker each block is parsed when it closes,
 // without one (Mistral) everything after the marker waits for the end.
-void ToolCallParser::push_marked(std::string_view open, std::string_view close, std::string* content,
-                                 std::vector<ToolCall>* calls) {
+void ToolCallParser::push_marked(std::string_view open, std::string_view close) {
   for (;;) {
     if (!in_call_) {
       const size_t at = buf_.find(open);
       if (at == std::string::npos) {
         const size_t keep = partial_marker(buf_, open);
-        emit_content(std::string_view(buf_).substr(0, buf_.size() - keep), content);
+        emit_content(std::string_view(buf_).substr(0, buf_.size() - keep));
         buf_.erase(0, buf_.size() - keep);
         return;
       }
-      emit_content(std::string_view(buf_).substr(0, at), content);
+      emit_content(std::string_view(buf_).substr(0, at));
       buf_.erase(0, at + open.size());
       in_call_ = true;
+      stream_ = Stream::kUndecided;
     }
     if (close.empty()) return;
+    if (stream_ == Stream::kUndecided) {
+      std::string name;
+      size_t args_at = 0;
+      const Head h = parse_head(buf_, &name, &args_at);
+      if (h == Head::kPartial) return;
+      if (h == Head::kYes) {
+        // Committed: the call's name now, its arguments as they come.
+        stream_ = Stream::kArgs;
+        call_ = n_calls_++;
+        out_->push_back({call_, std::move(name), ""});
+        any_call_ = true;
+        ws_.clear();
+        buf_.erase(0, args_at);
+        depth_ = 0;
+        in_string_ = escape_ = false;
+      } else {
+        stream_ = Stream::kWhole;
+      }
+    }
+    if (stream_ == Stream::kArgs || stream_ == Stream::kTail) {
+      if (!stream_call(close)) return;
+      in_call_ = false;
+      strip_leading_ = true;
+      continue;
+    }
     const size_t end = buf_.find(close);
     if (end == std::string::npos) return;
     if (auto call = call_from_text(std::string_view(buf_).substr(0, end))) {
-      add_call(std::move(*call), calls);
+      add_call(std::move(*call));
     } else {
-      emit_content(std::string(open) + buf_.substr(0, end + close.size()), content);
+      emit_content(std::string(open) + buf_.substr(0, end + close.size()));
     }
     buf_.erase(0, end + close.size());
     in_call_ = false;
   }
 }
 
+// The arguments object of a committed call, streamed without the whitespace
+// between JSON tokens, up to its end (depth 0); then the rest of the block
+// up to the closing marker (the call object's end) is skipped. A closing
+// marker outside a string ends the block even inside the arguments. True
+// when the block has closed.
+bool ToolCallParser::stream_call(std::string_view close) {
+  std::string frag;
+  size_t i = 0;
+  for (; i < buf_.size() && stream_ == Stream::kArgs; ++i) {
+    const char c = buf_[i];
+    if (in_string_) {
+      frag.push_back(c);
+      if (escape_) escape_ = false;
+      else if (c == '\\') escape_ = true;
+      else if (c == '"') in_string_ = false;
+      continue;
+    }
+    if (c == close.front()) {
+      const std::string_view rest = std::string_view(buf_).substr(i);
+      if (rest.substr(0, close.size()) == close) {
+        stream_ = Stream::kTail;
+        break;
+      }
+      if (close.substr(0, rest.size()) == rest) break;  // may be the marker: wait
+    }
+    if (is_space(c)) continue;
+    frag.push_back(c);
+    if (c == '"') in_string_ = true;
+    else if (c == '{' || c == '[') ++depth_;
+    else if ((c == '}' || c == ']') && --depth_ == 0) stream_ = Stream::kTail;
+  }
+  buf_.erase(0, i);
+  if (!frag.empty()) out_->push_back({call_, "", std::move(frag)});
+  if (stream_ != Stream::kTail) return false;
+  const size_t end = buf_.find(close);
+  if (end == std::string::npos) {
+    buf_.erase(0, buf_.size() - partial_marker(buf_, close));
+    return false;
+  }
+  buf_.erase(0, end + close.size());
+  stream_ = Stream::kUndecided;
+  return true;
+}
+
 // Llama 3: the answer is a call when its first non-space text is '{' or
 // <|python_tag|>; then all of it waits for the end.
-void ToolCallParser::push_llama3(std::string* content) {
+void ToolCallParser::push_llama3() {
   if (!decided_) {
     const size_t first = buf_.find_first_not_of(" \n\t\r");
     if (first == std::string::npos) return;
@@ -205,11 +340,11 @@ void ToolCallParser::push_llama3(std::string* content) {
     }
   }
   if (in_call_) return;
-  emit_content(buf_, content);
+  emit_content(buf_);
   buf_.clear();
 }
 
-bool ToolCallParser::finish_llama3(std::vector<ToolCall>* calls) {
+bool ToolCallParser::finish_llama3() {
   std::string_view s = trim(buf_);
   if (s.substr(0, kPythonTag.size()) == kPythonTag) s.remove_prefix(kPythonTag.size());
   std::vector<ToolCall> found;
@@ -226,13 +361,13 @@ bool ToolCallParser::finish_llama3(std::vector<ToolCall>* calls) {
     i = end;
   }
   if (found.empty()) return false;
-  for (auto& c : found) add_call(std::move(c), calls);
+  for (auto& c : found) add_call(std::move(c));
   return true;
 }
 
 // After [TOOL_CALLS]: a JSON array of calls (or one call), or the v11 form
 // name[ARGS]{...} repeated with [TOOL_CALLS] between calls.
-bool ToolCallParser::finish_mistral(std::vector<ToolCall>* calls) {
+bool ToolCallParser::finish_mistral() {
   const std::string_view s = trim(buf_);
   std::vector<ToolCall> found;
   if (!s.empty() && (s.front() == '[' || s.front() == '{')) {
@@ -269,49 +404,82 @@ bool ToolCallParser::finish_mistral(std::vector<ToolCall>* calls) {
     }
   }
   if (found.empty()) return false;
-  for (auto& c : found) add_call(std::move(c), calls);
+  for (auto& c : found) add_call(std::move(c));
   return true;
 }
 
-void ToolCallParser::push(std::string_view text, std::string* content, std::vector<ToolCall>* calls) {
+void ToolCallParser::push(std::string_view text, std::vector<ToolCallEvent>* out) {
+  out_ = out;
   buf_.append(text);
   switch (format_) {
-    case ToolCallFormat::kHermes: return push_marked(kHermesOpen, kHermesClose, content, calls);
-    case ToolCallFormat::kMistral: return push_marked(kMistralOpen, {}, content, calls);
-    case ToolCallFormat::kLlama3Json: return push_llama3(content);
+    case ToolCallFormat::kHermes: return push_marked(kHermesOpen, kHermesClose);
+    case ToolCallFormat::kMistral: return push_marked(kMistralOpen, {});
+    case ToolCallFormat::kLlama3Json: return push_llama3();
     default:
-      content->append(buf_);
+      content(buf_);
       buf_.clear();
   }
 }
 
+void apply_tool_call_events(const std::vector<ToolCallEvent>& events, std::string* content,
+                            std::vector<ToolCall>* calls) {
+  for (const ToolCallEvent& e : events) {
+    if (e.call < 0) {
+      content->append(e.text);
+      continue;
+    }
+    if (static_cast<size_t>(e.call) >= calls->size()) calls->resize(static_cast<size_t>(e.call) + 1);
+    ToolCall& c = (*calls)[static_cast<size_t>(e.call)];
+    c.name += e.name;
+    c.arguments += e.text;
+  }
+}
+
+void ToolCallParser::push(std::string_view text, std::string* content, std::vector<ToolCall>* calls) {
+  std::vector<ToolCallEvent> ev;
+  push(text, &ev);
+  apply_tool_call_events(ev, content, calls);
+}
+
 void ToolCallParser::finish(std::string* content, std::vector<ToolCall>* calls) {
-  if (in_call_) {
+  std::vector<ToolCallEvent> ev;
+  finish(&ev);
+  apply_tool_call_events(ev, content, calls);
+}
+
+void ToolCallParser::finish(std::vector<ToolCallEvent>* out) {
+  out_ = out;
+  if (in_call_ && stream_ != Stream::kUndecided && stream_ != Stream::kWhole) {
+    // A streamed call cut short (a stop string, max_tokens): it stands with
+    // the arguments written so far.
+    cut_ = stream_ == Stream::kArgs;
+  } else if (in_call_) {
     bool ok = false;
     std::string raw = buf_;
     switch (format_) {
       case ToolCallFormat::kHermes:  // no closing tag: the block up to the end
         raw = std::string(kHermesOpen) + buf_;
         if (auto call = call_from_text(buf_)) {
-          add_call(std::move(*call), calls);
+          add_call(std::move(*call));
           ok = true;
         }
         break;
       case ToolCallFormat::kMistral:
         raw = std::string(kMistralOpen) + buf_;
-        ok = finish_mistral(calls);
+        ok = finish_mistral();
         break;
-      case ToolCallFormat::kLlama3Json: ok = finish_llama3(calls); break;
+      case ToolCallFormat::kLlama3Json: ok = finish_llama3(); break;
       default: break;
     }
-    if (!ok) emit_content(raw, content);
+    if (!ok) emit_content(raw);
   } else {
-    emit_content(buf_, content);
+    emit_content(buf_);
   }
   buf_.clear();
   in_call_ = false;
-  if (!any_call_) content->append(ws_);
+  if (!any_call_) content(ws_);
   ws_.clear();
+  stream_ = Stream::kUndecided;
 }
 
 const char* tool_arguments_key(ToolCallFormat format) {
@@ -325,11 +493,7 @@ std::string tool_call_gbnf(ToolCallFormat format, const std::string& call_gbnf, 
   // Calls are written compactly: at most one space between JSON tokens (the
   // schema grammar's bounded whitespace lets a model pad with tabs and
   // newlines, tokens that carry nothing).
-  constexpr std::string_view kWs = "\nj-ws ::= ";
-  if (const size_t at = rules.find(kWs); at != std::string::npos) {
-    const size_t end = rules.find('\n', at + 1);
-    rules.replace(at, end - at, std::string(kWs) + "| \" \"");
-  }
+  rules = grammar::with_json_whitespace(std::move(rules), "| \" \"");
   std::string root;
   switch (format) {
     case ToolCallFormat::kHermes:

@@ -8,7 +8,16 @@
 //   mistral      Mistral: [TOOL_CALLS][{"name": .., "arguments": {..}}, ...] or the v11 form
 //                [TOOL_CALLS]name[ARGS]{..}
 // A call block that does not parse (invalid JSON, no name) is passed through
-// as content, never dropped. Also: the grammar that forces a call in a format
+// as content, never dropped.
+//
+// Streaming (hermes): a call is committed as soon as its head
+// `{"name": "...", "arguments": {` has been read: its name is reported then,
+// and its arguments as they arrive (whitespace between JSON tokens removed),
+// so a client sees the id and name first and the arguments in fragments. A
+// committed call stands even if the text stops inside it (its arguments are
+// then what was written). Blocks whose head reads otherwise (another key
+// order, quoted arguments), and the llama3_json and mistral formats, are
+// parsed whole when they end and reported at once. Also: the grammar that forces a call in a format
 // (tool_choice "required" or a named function) and the format a chat
 // template implies (--tool-call-parser auto).
 #pragma once
@@ -34,25 +43,58 @@ struct ToolCall {
   bool operator==(const ToolCall&) const = default;
 };
 
+// One piece of parser output, in order: content text (call < 0), or the
+// start of call `call` (its name; calls are numbered 0, 1, ... in order) or
+// a fragment of its arguments text (name empty).
+struct ToolCallEvent {
+  int call = -1;
+  std::string name;
+  std::string text;
+};
+
+// Folds events into content and calls (calls indexed by ToolCallEvent::call).
+void apply_tool_call_events(const std::vector<ToolCallEvent>& events, std::string* content,
+                            std::vector<ToolCall>* calls);
+
 class ToolCallParser {
  public:
   explicit ToolCallParser(ToolCallFormat f) : format_(f) {}
-  // Feeds model text: appends the content that can be shown now to *content
-  // and the calls completed by this text to *calls.
-  void push(std::string_view text, std::string* content, std::vector<ToolCall>* calls);
+  // Feeds model text: appends what can be shown now to *out.
+  void push(std::string_view text, std::vector<ToolCallEvent>* out);
   // The end of the output: whatever was held back.
+  void finish(std::vector<ToolCallEvent>* out);
+  // The same folded (apply_tool_call_events) into *content and *calls (all
+  // the calls so far: pass the same vector every time).
+  void push(std::string_view text, std::string* content, std::vector<ToolCall>* calls);
   void finish(std::string* content, std::vector<ToolCall>* calls);
+  // After finish(): the output ended inside a committed call's arguments.
+  bool cut() const { return cut_; }
   // Texts of control tokens that carry meaning for this format (passed to
   // the parser even when special tokens are not shown).
   bool is_marker(std::string_view token_text) const;
 
  private:
-  void emit_content(std::string_view s, std::string* content);
-  void add_call(ToolCall call, std::vector<ToolCall>* calls);
-  void push_marked(std::string_view open, std::string_view close, std::string* content, std::vector<ToolCall>* calls);
-  void push_llama3(std::string* content);
-  bool finish_llama3(std::vector<ToolCall>* calls);
-  bool finish_mistral(std::vector<ToolCall>* calls);
+  enum class Head { kNo, kPartial, kYes };
+  // A block being read: head not read yet, parsed whole at its end, or a
+  // committed call in its arguments / past them.
+  enum class Stream { kUndecided, kWhole, kArgs, kTail };
+  static Head parse_head(std::string_view s, std::string* name, size_t* args_at);
+  bool stream_call(std::string_view close);
+  void content(std::string_view s);
+  void emit_content(std::string_view s);
+  void add_call(ToolCall call);
+  void push_marked(std::string_view open, std::string_view close);
+  void push_llama3();
+  bool finish_llama3();
+  bool finish_mistral();
+
+  std::vector<ToolCallEvent>* out_ = nullptr;  // the events of the current push / finish
+  int n_calls_ = 0;
+  Stream stream_ = Stream::kUndecided;
+  int call_ = -1;  // the committed call
+  int depth_ = 0;  // nesting inside its arguments
+  bool in_string_ = false, escape_ = false;
+  bool cut_ = false;
 
   ToolCallFormat format_;
   std::string buf_;         // text held back

@@ -1,7 +1,7 @@
 // The grammar room: GBNF parsing and the byte-level recognizer (UTF-8
 // classes, quantifiers, left recursion), regular expressions against
 // std::regex (ECMAScript) as the independent reference, JSON Schema
-// compilation on valid and invalid documents, rollback.
+// compilation on valid and invalid documents, rollback, forced bytes.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -267,6 +267,51 @@ TEST(Matcher, RollbackRestoresTheState) {
   EXPECT_FALSE(m.rollback(2));
   EXPECT_TRUE(m.rollback(1));
   EXPECT_EQ(m.n_accepted(), 0);
+}
+
+// The forced bytes of a state are those every accepted continuation starts
+// with, checked against brute force: all strings of the grammar's language
+// (up to a length) that continue the state.
+TEST(Matcher, ForcedBytesAreTheCommonPrefixOfEveryContinuation) {
+  auto g = std::make_shared<const Grammar>(must_parse(
+      "root ::= \"{\\\"name\\\": \" ( \"\\\"ab\\\"\" | \"\\\"ac\\\"\" ) \", \\\"n\\\": \" [0-9] [0-9]? \"}\"\n"));
+  StackPool pool(g);
+  const StateId s0 = pool.initial();
+  EXPECT_EQ(pool.forced_bytes(s0, 100), "{\"name\": \"a");
+  EXPECT_EQ(pool.forced_bytes(s0, 3), "{\"n");  // capped
+  EXPECT_EQ(pool.forced_bytes(pool.advance(s0, "{\"name\": \"ab"), 100), "\", \"n\": ");
+  EXPECT_EQ(pool.forced_bytes(pool.advance(s0, "{\"name\": \"a"), 100), "");  // b or c
+  EXPECT_EQ(pool.forced_bytes(pool.advance(s0, "{\"name\": \"ab\", \"n\": 4"), 100), "");  // digit or }
+  EXPECT_EQ(pool.forced_bytes(pool.advance(s0, "{\"name\": \"ab\", \"n\": 42"), 100), "}");
+  EXPECT_EQ(pool.forced_bytes(pool.advance(s0, "{\"name\": \"ab\", \"n\": 42}"), 100), "");  // complete
+  EXPECT_EQ(pool.forced_bytes(kDeadState, 100), "");
+  // A grammar that may end or go on forces nothing; JSON keys under the
+  // schema grammar's flexible whitespace force the key's bytes.
+  StackPool opt(std::make_shared<const Grammar>(must_parse("root ::= \"ab\" \"c\"?\n")));
+  EXPECT_EQ(opt.forced_bytes(opt.initial(), 100), "ab");
+  EXPECT_EQ(opt.forced_bytes(opt.advance(opt.initial(), "ab"), 100), "");
+  auto text = json_schema_to_gbnf(json::parse(
+      R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})"));
+  ASSERT_TRUE(text.is_ok());
+  StackPool js(std::make_shared<const Grammar>(must_parse(*text)));
+  EXPECT_EQ(js.forced_bytes(js.initial(), 100), "{");
+  EXPECT_EQ(js.forced_bytes(js.advance(js.initial(), "{"), 100), "");  // whitespace or the key
+  EXPECT_EQ(js.forced_bytes(js.advance(js.initial(), "{\""), 100), "city\"");
+  // Brute force over every continuation of up to 2 bytes from a few states:
+  // each has the forced bytes as its prefix (or is a prefix of them).
+  for (const char* pre : {"", "{\"name\": \"", "{\"name\": \"ac\", \"n\": 1"}) {
+    const StateId s = pool.advance(s0, pre);
+    const std::string f = pool.forced_bytes(s, 100);
+    for (int len = 1; len <= 2; ++len) {
+      std::string t(len, '\0');
+      for (int c = 0; c < (1 << (8 * len)); ++c) {
+        for (int i = 0; i < len; ++i) t[i] = static_cast<char>((c >> (8 * i)) & 0xFF);
+        if (pool.advance(s, t) == kDeadState) continue;
+        const size_t n = std::min(f.size(), t.size());
+        EXPECT_EQ(t.substr(0, n), f.substr(0, n)) << pre;
+      }
+    }
+  }
 }
 
 }  // namespace

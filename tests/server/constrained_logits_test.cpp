@@ -1,13 +1,19 @@
 // ConstrainedLogits (server/structured_output.h): logit_bias is added, the
 // grammar masks every token it does not admit, end-of-generation tokens are
 // admitted only where the grammar may end, clones are independent and
-// rollback(k) restores the earlier mask.
+// rollback(k) restores the earlier mask; forced-token jumps on the default
+// model's tokenizer are admitted by the mask, tokenized canonically, and
+// save tokens on a schema with fixed keys.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <random>
 #include <vector>
 
+#include "grammar/json_schema.h"
 #include "grammar/token_mask.h"
+#include "model/io/model_file.h"
 #include "server/structured_output.h"
 
 namespace ember {
@@ -49,6 +55,104 @@ TEST(ConstrainedLogits, LogitBiasAlone) {
   p.process(nullptr, 0, 0, lg.data(), 4);
   EXPECT_EQ(lg, (std::vector<float>{1, 1, 6, -99}));
   EXPECT_TRUE(p.rollback(3));
+}
+
+// A walk through a schema's grammar: at each step either the forced tokens
+// (each must be admitted by the mask where it is appended) or a random
+// admitted token; returns the text and the number of forced tokens.
+struct Walk {
+  std::string text;
+  int n_forced = 0, n_sampled = 0;
+  bool complete = false;
+};
+
+Walk walk(ConstrainedLogits& p, const Tokenizer& tok, int V, uint32_t seed, bool jumps) {
+  std::mt19937 rng(seed);
+  Walk w;
+  for (int step = 0; step < 80 && !w.complete; ++step) {
+    std::vector<int32_t> forced;
+    if (jumps) p.forced_tokens(&forced);
+    for (int32_t t : forced) {
+      const std::vector<int> ok = admitted(p, V);
+      EXPECT_TRUE(std::binary_search(ok.begin(), ok.end(), t)) << tok.token_to_piece(t) << " in " << w.text;
+      p.accept(t);
+      w.text += tok.token_to_piece(t, false);
+      ++w.n_forced;
+    }
+    std::vector<int> ok = admitted(p, V);
+    if (ok.empty()) break;
+    // End as soon as the grammar allows (eos is admitted), else prefer short
+    // tokens so strings stay short: pick among the admitted ones at random.
+    if (std::find(ok.begin(), ok.end(), tok.eos_id()) != ok.end()) {
+      w.complete = true;
+      break;
+    }
+    std::vector<int> short_ok;
+    for (int t : ok)
+      if (tok.token_to_piece(t, false).size() <= 2) short_ok.push_back(t);
+    const std::vector<int>& from = short_ok.empty() ? ok : short_ok;
+    const int t = from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
+    p.accept(t);
+    w.text += tok.token_to_piece(t, false);
+    ++w.n_sampled;
+  }
+  return w;
+}
+
+TEST(ConstrainedLogits, ForcedTokensOnFixedKeysAreAdmittedAndCanonical) {
+  const char* model = EMBER_SOURCE_DIR "/models/gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "default model not installed";
+  auto f = open_model_file(model);
+  ASSERT_TRUE(f.is_ok());
+  auto tok = Tokenizer::from_metadata((*f)->metadata);
+  ASSERT_TRUE(tok.is_ok());
+  const Tokenizer& tk = **tok;
+  auto vocab = grammar::TokenVocab::from_tokenizer(tk);
+  const auto schema = nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
+          "is_active": {"type": "boolean"}, "level": {"enum": ["low", "high"]}},
+          "required": ["name", "is_active", "level"], "additionalProperties": false})");
+  auto text = grammar::json_schema_to_gbnf(schema);
+  ASSERT_TRUE(text.is_ok());
+  const int V = vocab->n_vocab;
+  for (const bool compact : {false, true}) {
+    auto g = grammar::parse_gbnf(compact ? grammar::with_json_whitespace(*text, "\"\"") : *text);
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    auto cg = grammar::CompiledGrammar::compile(std::move(g.value()), vocab);
+    int forced_total = 0, sampled_with = 0, sampled_without = 0;
+    for (uint32_t seed = 1; seed <= 3; ++seed) {
+      ConstrainedLogits with(cg, {}, {tk.eos_id()}, &tk);
+      const Walk w = walk(with, tk, V, seed, true);
+      EXPECT_TRUE(w.complete) << w.text;
+      const auto parsed = nlohmann::json::parse(w.text, nullptr, false);
+      ASSERT_FALSE(parsed.is_discarded()) << w.text;
+      EXPECT_TRUE(parsed["name"].is_string() && parsed["is_active"].is_boolean() && parsed["level"].is_string())
+          << w.text;
+      forced_total += w.n_forced;
+      sampled_with += w.n_sampled;
+      // Without a tokenizer there are no jumps.
+      ConstrainedLogits without(cg, {}, {tk.eos_id()});
+      const Walk w0 = walk(without, tk, V, seed, true);
+      EXPECT_EQ(w0.n_forced, 0);
+      sampled_without += w0.n_sampled;
+    }
+    EXPECT_GT(forced_total, compact ? 12 : 3) << "compact " << compact;
+    EXPECT_LT(sampled_with, sampled_without) << "compact " << compact;
+  }
+  // Canonical: a forced run is the tokenizer's own encoding of its bytes
+  // (less the last token, which may merge with what follows).
+  auto g = grammar::parse_gbnf(grammar::with_json_whitespace(*text, "\"\""));
+  ASSERT_TRUE(g.is_ok());
+  auto cg = grammar::CompiledGrammar::compile(std::move(g.value()), vocab);
+  ConstrainedLogits p(cg, {}, {tk.eos_id()}, &tk);
+  const std::vector<int32_t> brace = tk.encode("{", {.add_bos = false});
+  ASSERT_EQ(brace.size(), 1u);
+  p.accept(brace[0]);
+  std::vector<int32_t> forced;
+  p.forced_tokens(&forced);
+  std::vector<int32_t> want = tk.encode("\"name\":\"", {.add_bos = false});
+  want.pop_back();
+  EXPECT_EQ(forced, want);
 }
 
 }  // namespace

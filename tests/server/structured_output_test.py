@@ -4,7 +4,9 @@
 Covers client.beta.chat.completions.parse with a pydantic model,
 response_format json_object / json_schema (streamed and not, n > 1),
 vLLM's guided_regex / guided_grammar / guided_choice, logit_bias, unsupported
-schemas (400 with param), and a schema suite: over 100 JSON schemas of
+schemas (400 with param), forced-token jumps (usage.forced_tokens > 0 on a
+schema with fixed keys, more with json_whitespace "compact", none when
+turned off; outputs valid either way), and a schema suite: over 100 JSON schemas of
 real-world shapes plus regexes and GBNF grammars, each sampled with a seed;
 every output must parse and validate (Python `jsonschema` as the
 independent validator, `re.fullmatch` for regexes). The default model is a
@@ -83,6 +85,36 @@ def test_json_schema_n2_and_stream(client, srv):
         stream=True) if ch.choices)
     assert text == one.choices[0].message.content, (text, one.choices[0].message.content)
     jsonschema.validate(json.loads(text), SCHEMA)
+
+
+def test_forced_jumps(client, srv):
+    def run(seed, **extra):
+        r = client.chat.completions.create(model=srv.model_id(), messages=CHAT, max_tokens=80, temperature=1.0,
+                                           seed=seed, response_format=RF, extra_body=extra)
+        c = r.choices[0]
+        assert c.finish_reason == "stop", c
+        jsonschema.validate(json.loads(c.message.content), SCHEMA)
+        return r.usage.forced_tokens, r.usage.completion_tokens, c.message.content
+
+    jobs = [(seed, mode) for seed in (21, 22) for mode in ("flexible", "compact", "off")]
+    extra = {"flexible": {}, "compact": {"json_whitespace": "compact"}, "off": {"forced_tokens": False}}
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as ex:
+        out = dict(zip(jobs, ex.map(lambda j: run(j[0], **extra[j[1]]), jobs)))
+    for seed in (21, 22):
+        f_flex, _, _ = out[(seed, "flexible")]
+        f_compact, n_compact, text = out[(seed, "compact")]
+        assert out[(seed, "off")][0] == 0, out[(seed, "off")]
+        assert f_flex > 0, out[(seed, "flexible")]  # the keys' bodies after their opening quote
+        assert f_compact > f_flex and f_compact * 3 > n_compact, (out[(seed, "compact")], out[(seed, "flexible")])
+        assert " " not in text.replace(json.loads(text)["city"], ""), text  # compact: no whitespace between tokens
+    # /metrics counts them; json_whitespace needs a JSON constraint.
+    assert srv.metrics().get("ember:forced_tokens_total", 0) > 0
+    try:
+        client.chat.completions.create(model=srv.model_id(), messages=CHAT, max_tokens=4,
+                                       extra_body={"json_whitespace": "compact"})
+        raise AssertionError("json_whitespace without a JSON constraint was accepted")
+    except openai.BadRequestError as e:
+        assert e.body.get("param") == "json_whitespace", e.body
 
 
 def test_guided_regex_choice_grammar(client, srv):
@@ -201,10 +233,13 @@ def test_schema_suite(client, srv):
 
     def run_schema(k):
         sc = schemas[k]
+        # Every other schema in compact whitespace: more forced-token jumps,
+        # fewer engine steps (the suite stays fast on a small CI machine).
         r = client.chat.completions.create(
             model=srv.model_id(), messages=[{"role": "user", "content": "Answer in JSON."}], max_tokens=400,
             temperature=0.8, seed=100 + k,
-            response_format={"type": "json_schema", "json_schema": {"name": f"s{k}", "schema": sc, "strict": True}})
+            response_format={"type": "json_schema", "json_schema": {"name": f"s{k}", "schema": sc, "strict": True}},
+            extra_body={"json_whitespace": "compact"} if k % 2 else None)
         c = r.choices[0]
         if c.finish_reason != "stop":
             return f"schema {k}: finish_reason {c.finish_reason}: {c.message.content!r}"
@@ -252,6 +287,7 @@ def main():
         ("json_schema_n2_and_stream", test_json_schema_n2_and_stream),
         ("guided_regex_choice_grammar", test_guided_regex_choice_grammar),
         ("logit_bias", test_logit_bias),
+        ("forced_jumps", test_forced_jumps),
         ("unsupported_schema_400", test_unsupported_schema_400),
         ("schema_suite", test_schema_suite),
     ]:

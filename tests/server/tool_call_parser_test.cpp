@@ -62,9 +62,20 @@ const std::vector<Case>& cases() {
       // A block that is not a call stays content; so does an unclosed one that does not parse.
       {ToolCallFormat::kHermes, "a <tool_call>not json</tool_call> b", "a <tool_call>not json</tool_call> b", {}},
       {ToolCallFormat::kHermes, "x<tool_call>{\"name\": \"f\", \"argu", "x<tool_call>{\"name\": \"f\", \"argu", {}},
-      // Unclosed but complete (the model stopped after the JSON).
-      {ToolCallFormat::kHermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"\\u00e9t\\u00e9\"}}\n", "",
-       {{"f", "{\"q\":\"\xc3\xa9t\xc3\xa9\"}"}}},
+      // Unclosed but complete (the model stopped after the JSON); a streamed
+      // call's arguments are the model's text less the whitespace between tokens.
+      {ToolCallFormat::kHermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"\\u00e9 t\\u00e9\"}}\n", "",
+       {{"f", "{\"q\":\"\\u00e9 t\\u00e9\"}"}}},
+      // Cut inside its arguments (max_tokens): a committed call stands as written.
+      {ToolCallFormat::kHermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": [1, 2", "", {{"f", "{\"q\":[1,2"}}},
+      // Another key order, quoted arguments: parsed whole when the block closes.
+      {ToolCallFormat::kHermes, "<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"g\"}</tool_call>", "",
+       {{"g", "{\"a\":1}"}}},
+      {ToolCallFormat::kHermes, "<tool_call>{\"name\": \"g\", \"arguments\": \"{\\\"a\\\": 2}\"}</tool_call>ok", "ok",
+       {{"g", "{\"a\": 2}"}}},
+      // A closing marker inside an argument string is text; outside, it ends the block.
+      {ToolCallFormat::kHermes, "<tool_call>{\"name\": \"h\", \"arguments\": {\"s\": \"</tool_call>\"}}</tool_call> done",
+       "done", {{"h", "{\"s\":\"</tool_call>\"}"}}},
       // Llama 3.x: the whole answer is the call (parameters), optionally after <|python_tag|>.
       {ToolCallFormat::kLlama3Json,
        "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "", {{"get_weather", R"({"city":"Paris"})"}}},
@@ -122,6 +133,45 @@ TEST(ToolCallParser, ContentIsShownBeforeTheOutputEnds) {
   EXPECT_EQ(calls[0].name, "f");
   EXPECT_TRUE(p.is_marker("<tool_call>"));
   EXPECT_FALSE(ToolCallParser(ToolCallFormat::kLlama3Json).is_marker("<tool_call>"));
+}
+
+TEST(ToolCallParser, StreamedCallsStartWithTheirNameAndArriveInFragments) {
+  const std::string text =
+      "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
+  for (uint32_t seed = 0; seed < 30; ++seed) {
+    std::mt19937 rng(seed);
+    ToolCallParser p(ToolCallFormat::kHermes);
+    std::vector<ToolCallEvent> all;
+    size_t i = 0, fragments_before_close = 0;
+    while (i < text.size()) {
+      const size_t n = 1 + rng() % 5;
+      std::vector<ToolCallEvent> ev;
+      p.push(std::string_view(text).substr(i, n), &ev);
+      i += n;
+      for (const ToolCallEvent& e : ev)
+        if (e.call == 0 && !e.text.empty() && text.find("</tool_call>") > i) ++fragments_before_close;
+      all.insert(all.end(), ev.begin(), ev.end());
+    }
+    p.finish(&all);
+    // Content, then call 0 (name first), then call 1; arguments in several fragments.
+    size_t first = 0;
+    std::string before;
+    while (first < all.size() && all[first].call < 0) before += all[first++].text;
+    EXPECT_EQ(before, "Sure.");
+    ASSERT_LT(first, all.size());
+    EXPECT_EQ(all[first].call, 0);
+    EXPECT_EQ(all[first].name, "get_weather");
+    EXPECT_TRUE(all[first].text.empty());
+    for (size_t k = first + 1; k < all.size(); ++k) EXPECT_GE(all[k].call, all[k - 1].call) << seed;
+    EXPECT_GT(fragments_before_close, 1u) << seed;
+    std::string content;
+    std::vector<ToolCall> calls;
+    apply_tool_call_events(all, &content, &calls);
+    EXPECT_EQ(content, "Sure.");
+    EXPECT_EQ(calls, (std::vector<ToolCall>{{"get_weather", R"({"city":"Paris","unit":"celsius"})"},
+                                             {"add", R"({"a":1,"b":2})"}}));
+  }
 }
 
 TEST(ToolCallParser, FormatNamesAndDetection) {

@@ -6,8 +6,9 @@ model with a Gemma template, which shows no tool-call format of its own).
 tool_choice "required" and a named function force calls by a grammar: every
 call's arguments must validate (Python `jsonschema`) against the function's
 parameters, streamed and not, with n > 1, logprobs and stop strings; the
-streamed tool_calls deltas (id, type and name first, then the arguments)
-must concatenate to exactly the non-streamed calls of the same seed.
+streamed tool_calls deltas (id, type and name first, then the arguments in
+fragments as they are generated) must concatenate to exactly the
+non-streamed calls of the same seed.
 tool_choice "auto" parses calls the model writes (forced here with a
 guided_regex) and leaves plain text as content; bad tools give a 400 with
 `param`.
@@ -86,9 +87,10 @@ def collect_stream(stream):
                 if d.index not in st["calls"]:
                     # The first delta of a call names it.
                     assert d.id and d.type == "function" and d.function.name, d
-                    st["calls"][d.index] = {"id": d.id, "name": d.function.name, "arguments": ""}
+                    st["calls"][d.index] = {"id": d.id, "name": d.function.name, "arguments": "", "n_deltas": 0}
                 else:
                     assert d.id is None and (d.function.name is None), d
+                    st["calls"][d.index]["n_deltas"] += 1
                 st["calls"][d.index]["arguments"] += d.function.arguments or ""
             if ch.finish_reason:
                 st["finish"] = ch.finish_reason
@@ -127,6 +129,8 @@ def test_named_stream_equals_plain(client, srv):
         assert len(c.message.tool_calls) == 1  # a named function: one call
         st = out[(seed, True)][0]
         assert st["finish"] == "tool_calls", st
+        # The arguments arrive in fragments as they are generated, not in one final delta.
+        assert all(x["n_deltas"] > 3 for x in st["calls"].values()), st
         got = [(x["name"], x["arguments"]) for _, x in sorted(st["calls"].items())]
         want = [(t.function.name, t.function.arguments) for t in c.message.tool_calls]
         assert got == want, (got, want)
@@ -135,7 +139,8 @@ def test_named_stream_equals_plain(client, srv):
 
 def test_required_parallel_stream(client, srv):
     # A base model goes on calling until max_tokens: every complete call is
-    # reported (and validates); the cut one stays content.
+    # reported (and validates); one cut inside its arguments stands with what
+    # was written, one cut before them stays content.
     kw = dict(model=srv.model_id(), messages=CHAT, tools=TOOLS, tool_choice="required", max_tokens=80,
               temperature=1.0, seed=5, n=2, stream=True)
     streamed = collect_stream(client.chat.completions.create(**kw))
@@ -143,7 +148,10 @@ def test_required_parallel_stream(client, srv):
     for st in streamed.values():
         assert st["finish"] in ("tool_calls", "length"), st
         assert st["calls"], st
-        for x in st["calls"].values():
+        calls = [x for _, x in sorted(st["calls"].items())]
+        for i, x in enumerate(calls):
+            if st["finish"] == "length" and i == len(calls) - 1:
+                continue  # possibly cut
             jsonschema.validate(json.loads(x["arguments"]), PARAMS[x["name"]])
         # Cut inside a call: its start is content (or nothing, when the cut fell between calls).
         assert st["finish"] == "tool_calls" or st["content"] in ("", "<") or st["content"].startswith("<tool"), st
@@ -159,11 +167,20 @@ def test_stop_string_and_single_call(client, srv):
     assert c.finish_reason == "tool_calls", c
     assert len(c.message.tool_calls) == 1
     check_calls(c.message.tool_calls)
-    # A stop string inside the call's text cuts it: what is left is content, no call.
-    r = client.chat.completions.create(model=srv.model_id(), messages=CHAT, tools=TOOLS,
-                                       tool_choice={"type": "function", "function": {"name": "add"}},
-                                       stop=["\"a\""], max_tokens=40, temperature=0.8, seed=4)
-    c = r.choices[0]
+    # A stop string inside the call's arguments cuts it: the call (committed
+    # when its name was written) stands with what was written, finish_reason
+    # "stop"; streamed the same.
+    kw = dict(model=srv.model_id(), messages=CHAT, tools=TOOLS,
+              tool_choice={"type": "function", "function": {"name": "add"}},
+              stop=["\"a\""], max_tokens=40, temperature=0.8, seed=4)
+    c = client.chat.completions.create(**kw).choices[0]
+    assert c.finish_reason == "stop", c
+    assert [(t.function.name, t.function.arguments) for t in c.message.tool_calls] == [("add", "{")], c
+    st = collect_stream(client.chat.completions.create(stream=True, **kw))[0]
+    assert st["finish"] == "stop" and [(x["name"], x["arguments"]) for x in st["calls"].values()] == [("add", "{")], st
+    # A stop string before the call's head: no call, the text is content.
+    kw["stop"] = ["\"name\""]
+    c = client.chat.completions.create(**kw).choices[0]
     assert c.finish_reason == "stop" and not c.message.tool_calls, c
     assert c.message.content.startswith("<tool_call>"), c.message.content
 
