@@ -162,9 +162,7 @@ void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
 // K-quant tile kernels (VecDotTileFn, avx512/kquants_tile.cpp), bit-identical
 // to the vec_dot above for every (row, token) pair: up to kTileRows weight
@@ -176,11 +174,7 @@ void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (avx512/lanes_tile.cpp): 32 rows (two
@@ -206,9 +200,7 @@ void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_byt
 // the tile kernels' 1 row x 1 token arithmetic (any nr >= 1).
 void vec_dot_rows_q2_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q3_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q5_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q4_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);

@@ -104,9 +104,7 @@ void fill_avx512(Table& t) {
   at(t, DType::kQ8_0, v).vec_dot = avx512::vec_dot_q8_0_q8_0;
   at(t, DType::kQ2_K, v).vec_dot = avx512::vec_dot_q2_K_q8_K;
   at(t, DType::kQ3_K, v).vec_dot = avx512::vec_dot_q3_K_q8_K;
-  at(t, DType::kQ4_K, v).vec_dot = avx512::vec_dot_q4_K_q8_K;
   at(t, DType::kQ5_K, v).vec_dot = avx512::vec_dot_q5_K_q8_K;
-  at(t, DType::kQ6_K, v).vec_dot = avx512::vec_dot_q6_K_q8_K;
   set_tile(at(t, DType::kQ4_0, v), avx512::vec_dot_tile_q4_0_q8_0, avx512::kLaneTileRows, avx512::kLaneTileCols);
   at(t, DType::kQ4_0, v).vec_dot_rows = avx512::vec_dot_rows_q4_0_q8_0;
   set_tile(at(t, DType::kQ4_1, v), avx512::vec_dot_tile_q4_1_q8_1, avx512::kLaneTileRows, avx512::kLaneTileCols);
@@ -119,14 +117,10 @@ void fill_avx512(Table& t) {
   at(t, DType::kQ8_0, v).vec_dot_rows = avx512::vec_dot_rows_q8_0_q8_0;
   set_tile(at(t, DType::kQ2_K, v), avx512::vec_dot_tile_q2_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
   set_tile(at(t, DType::kQ3_K, v), avx512::vec_dot_tile_q3_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
-  set_tile(at(t, DType::kQ4_K, v), avx512::vec_dot_tile_q4_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
   set_tile(at(t, DType::kQ5_K, v), avx512::vec_dot_tile_q5_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
-  set_tile(at(t, DType::kQ6_K, v), avx512::vec_dot_tile_q6_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
   at(t, DType::kQ2_K, v).vec_dot_rows = avx512::vec_dot_rows_q2_K_q8_K;
   at(t, DType::kQ3_K, v).vec_dot_rows = avx512::vec_dot_rows_q3_K_q8_K;
-  at(t, DType::kQ4_K, v).vec_dot_rows = avx512::vec_dot_rows_q4_K_q8_K;
   at(t, DType::kQ5_K, v).vec_dot_rows = avx512::vec_dot_rows_q5_K_q8_K;
-  at(t, DType::kQ6_K, v).vec_dot_rows = avx512::vec_dot_rows_q6_K_q8_K;
   // Q4_K, Q6_K: the row-lane kernels (one arithmetic for vec_dot, decode and
   // tiles).
   at(t, DType::kQ4_K, v).vec_dot = avx512::vec_dot_lanes_q4_K_q8_K;

@@ -1,5 +1,5 @@
-// AVX-512 (BW/VL + VNNI) vec_dot kernels for the k-quants: Q2_K..Q6_K x
-// Q8_K. Same scheme as the AVX2 kernels
+// AVX-512 (BW/VL + VNNI) vec_dot kernels for the k-quants Q2_K, Q3_K and
+// Q5_K x Q8_K (Q4_K and Q6_K: avx512/lanes_kquants.cpp). Same scheme as the AVX2 kernels
 // (maddubs u8 x s8 -> i16 pairs), but the sub-block scale multiply and the
 // i32 accumulation fuse into one vpdpwssd (two accumulator chains hide its
 // latency), scale vectors come from one vpermw instead of shuffle pairs, and
@@ -24,83 +24,6 @@ inline __m256i pick2(int a, int b) {
 }
 
 }  // namespace
-
-void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ4_K*>(vw);
-  const auto* x = static_cast<const BlockQ8_K*>(vx);
-  const int64_t nb = n / kQK_K;
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = load_f16(w[i].d) * x[i].d;
-    const float dmin = load_f16(w[i].dmin) * x[i].d;
-    alignas(16) uint8_t sc[8], m[8];
-    simd::unpack_k4_scales(w[i].scales, sc, m);
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
-    const __m256i pm = _mm256_madd_epi16(loadu(x[i].bsums), mins);
-    acc_m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm), _mm256_set1_ps(dmin), acc_m);
-
-    // 16 x i16: sc[0..7] in both halves (vpermw picks from the low 8).
-    const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
-    const uint8_t* q = w[i].qs;
-    const int8_t* y = x[i].qs;
-    // Two accumulator chains: vpdpwssd's latency would serialize one chain.
-    __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __m256i qv = loadu(q + 32 * j);
-      const __m256i lo = _mm256_and_si256(qv, m4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
-      const __m256i p_lo = _mm256_maddubs_epi16(lo, loadu(y + 64 * j));
-      const __m256i p_hi = _mm256_maddubs_epi16(hi, loadu(y + 64 * j + 32));
-      sum_lo = _mm256_dpwssd_epi32(sum_lo, p_lo, _mm256_permutexvar_epi16(_mm256_set1_epi16(2 * j), sc16));
-      sum_hi = _mm256_dpwssd_epi32(sum_hi, p_hi, _mm256_permutexvar_epi16(_mm256_set1_epi16(2 * j + 1), sc16));
-    }
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(sum_lo, sum_hi)), _mm256_set1_ps(d), acc);
-  }
-  *s = simd::hsum_f32x8(acc) - simd::hsum_f32x8(acc_m);
-}
-
-void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ6_K*>(vw);
-  const auto* x = static_cast<const BlockQ8_K*>(vx);
-  const int64_t nb = n / kQK_K;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = load_f16(w[i].d) * x[i].d;
-    const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(w[i].scales));
-    // Offset 32: subtract 32 * sum_s sc[s] * bsum[s] at the end.
-    const __m256i corr = _mm256_madd_epi16(loadu(x[i].bsums), sc16);
-    // Two accumulator chains (vpdpwssd latency), seeded with -32 * corr.
-    __m256i sum0 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
-    __m256i sum1 = _mm256_setzero_si256();
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = w[i].ql + 64 * h;
-      const __m256i qh = loadu(w[i].qh + 32 * h);
-      const __m256i ql0 = loadu(ql), ql1 = loadu(ql + 32);
-      const int8_t* y = x[i].qs + 128 * h;
-      const int b = 8 * h;
-      const __m256i u0 = _mm256_ternarylogic_epi32(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(qh, 4), m2, 0xf8);
-      const __m256i u1 = _mm256_ternarylogic_epi32(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(qh, 2), m2, 0xf8);
-      const __m256i u2 = _mm256_ternarylogic_epi32(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), qh, m2, 0xf8);
-      const __m256i u3 =
-          _mm256_ternarylogic_epi32(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_srli_epi16(qh, 2), m2, 0xf8);
-      sum0 = _mm256_dpwssd_epi32(sum0, _mm256_maddubs_epi16(u0, loadu(y)), _mm256_permutexvar_epi16(pick2(b, b + 1), sc16));
-      sum1 = _mm256_dpwssd_epi32(sum1, _mm256_maddubs_epi16(u1, loadu(y + 32)),
-                                 _mm256_permutexvar_epi16(pick2(b + 2, b + 3), sc16));
-      sum0 = _mm256_dpwssd_epi32(sum0, _mm256_maddubs_epi16(u2, loadu(y + 64)),
-                                 _mm256_permutexvar_epi16(pick2(b + 4, b + 5), sc16));
-      sum1 = _mm256_dpwssd_epi32(sum1, _mm256_maddubs_epi16(u3, loadu(y + 96)),
-                                 _mm256_permutexvar_epi16(pick2(b + 6, b + 7), sc16));
-    }
-    const __m256i sumi = _mm256_add_epi32(sum0, sum1);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
-  }
-  *s = simd::hsum_f32x8(acc);
-}
 
 void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_K*>(vw);

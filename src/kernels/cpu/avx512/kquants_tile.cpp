@@ -1,5 +1,6 @@
 // AVX-512 (F/BW/VL + VNNI) tile kernels for the k-quant weight types Q2_K,
-// Q3_K, Q4_K, Q5_K and Q6_K x Q8_K activations (kernels/registry.h,
+// Q3_K and Q5_K x Q8_K activations (Q4_K and Q6_K have the row-lane kernels
+// of avx512/lanes_kquants.cpp at this level; kernels/registry.h,
 // VecDotTileFn): kTileRows weight rows x up to kWideTileCols tokens per call,
 // in register blocks of 1 row x 16 tokens (see the driver below).
 // (Single tokens go to the row kernels, vec_dot_rows_*_q8_K at the end of
@@ -11,15 +12,14 @@
 // 4l..4l+3 of each 32-byte chunk, weighted by the sub-block scales; integer
 // sums are exact, so any grouping gives the same values) and then do the only
 // rounding steps, which we replicate in order:
-//   Q4_K: acc   = fma(float(sumi), f16(d) * x.d,    acc)
-//         acc_m = fma(float(pm),   f16(dmin) * x.d, acc_m),  pm = bsums . mins
-//         result = hsum_f32x8(acc) - hsum_f32x8(acc_m)
-//   Q5_K, Q2_K: as Q4_K (Q2_K's mins pair with bsums one to one)
-//   Q6_K: acc = fma(float(sumi - 32 * bsums . sc), f16(d) * x.d, acc)
+//   Q5_K, Q2_K: acc   = fma(float(sumi), f16(d) * x.d,    acc)
+//               acc_m = fma(float(pm),   f16(dmin) * x.d, acc_m),  pm = bsums . mins
+//               result = hsum_f32x8(acc) - hsum_f32x8(acc_m)
+//         (Q2_K's mins pair with bsums one to one)
 //   Q3_K: acc = fma(float(sumi -  4 * bsums . sc), f16(d) * x.d, acc)
 //         result = hsum_f32x8(acc)
 // Here two 32-byte chunks share one zmm; the integer sums use vpdpbusd and
-// one scale multiply per two zmm (dot_row); Q4_K, Q5_K and Q2_K pack
+// one scale multiply per two zmm (dot_row); Q5_K and Q2_K pack
 // acc | acc_m in one zmm.
 #include <immintrin.h>
 
@@ -72,7 +72,7 @@ inline __m512i scale_index(int p) {
   return _mm512_load_si512(idx);
 }
 
-// ---- Q4_K ----
+// ---- the Q4_K row layout with mins (Q5_K, Q2_K) ----
 
 // One weight row's super-block, unpacked for the pair loop.
 struct RowQ4K {
@@ -82,30 +82,10 @@ struct RowQ4K {
   __m512 dmul;    // [f16(d) x 8 | f16(dmin) x 8]
 };
 
-inline void unpack_row_q4_K(const BlockQ4_K& b, RowQ4K& o) {
-  alignas(16) uint8_t sc[8], m[8];
-  simd::unpack_k4_scales(b.scales, sc, m);
-  const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
-  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  o.mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const __m512i q = _mm512_broadcast_i64x4(loadu(b.qs + 32 * j));
-    o.u[j] = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), m4);
-  }
-  o.sc[0] = _mm512_permutexvar_epi16(scale_index<8, 2>(0), sc16);
-  o.sc[1] = _mm512_permutexvar_epi16(scale_index<8, 2>(1), sc16);
-  o.dmul = _mm512_insertf32x8(_mm512_set1_ps(simd::load_f16(b.d)), _mm256_set1_ps(simd::load_f16(b.dmin)), 1);
-}
-
-struct TraitsQ4K {
-  using Block = BlockQ4_K;
+struct TraitsMinsK {
   using Row = RowQ4K;
   using Acc = __m512;  // [acc | acc_m]
   static Acc zero() { return _mm512_setzero_ps(); }
-  static void unpack(const Block& b, Row& o) { unpack_row_q4_K(b, o); }
   static void pair(const Row& row, const BlockQ8_K& xb, Acc& acc) {
     const __m512i sum = dot_row(row.u, row.sc, xb.qs);
     const __m256i pm = _mm256_madd_epi16(loadu(xb.bsums), row.mins);
@@ -116,7 +96,7 @@ struct TraitsQ4K {
   }
 };
 
-// ---- Q5_K: Q4_K plus a fifth bit per element ----
+// ---- Q5_K: Q4_K's nibbles plus a fifth bit per element ----
 
 // Bit 4 of element 32k + l is bit k of qh[l]; chunk j's halves are
 // sub-blocks 2j and 2j + 1.
@@ -142,7 +122,7 @@ inline void unpack_row_q5_K(const BlockQ5_K& b, RowQ4K& o) {
   o.dmul = _mm512_insertf32x8(_mm512_set1_ps(simd::load_f16(b.d)), _mm256_set1_ps(simd::load_f16(b.dmin)), 1);
 }
 
-struct TraitsQ5K : TraitsQ4K {
+struct TraitsQ5K : TraitsMinsK {
   using Block = BlockQ5_K;
   static void unpack(const Block& b, Row& o) { unpack_row_q5_K(b, o); }
 };
@@ -170,12 +150,12 @@ inline void unpack_row_q2_K(const BlockQ2_K& b, RowQ4K& o) {
   o.dmul = _mm512_insertf32x8(_mm512_set1_ps(simd::load_f16(b.d)), _mm256_set1_ps(simd::load_f16(b.dmin)), 1);
 }
 
-struct TraitsQ2K : TraitsQ4K {
+struct TraitsQ2K : TraitsMinsK {
   using Block = BlockQ2_K;
   static void unpack(const Block& b, Row& o) { unpack_row_q2_K(b, o); }
 };
 
-// ---- Q6_K ----
+// ---- the Q6_K row layout (Q3_K) ----
 
 struct RowQ6K {
   __m512i u[4];   // h = 0, 1: [u0 | u1], [u2 | u3] of the 128-element half h
@@ -184,27 +164,7 @@ struct RowQ6K {
   float d;
 };
 
-inline void unpack_row_q6_K(const BlockQ6_K& b, RowQ6K& o) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
-  o.sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-  const __m512i sc = _mm512_castsi256_si512(o.sc16);
-  // qh shifts: [<< 4 | << 2] for u0/u1, [>> 0 | >> 2] for u2/u3.
-  const __m512i sl = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
-  const __m512i sr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const __m512i ql = loadu512(b.ql + 64 * h);  // [ql0 | ql1]
-    const __m512i qh = _mm512_broadcast_i64x4(loadu(b.qh + 32 * h));
-    o.u[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4), _mm512_sllv_epi16(qh, sl), m2, 0xf8);
-    o.u[2 * h + 1] =
-        _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_srlv_epi16(qh, sr), m2, 0xf8);
-  }
-  o.sc[0] = _mm512_permutexvar_epi16(scale_index<4, 4>(0), sc);
-  o.sc[1] = _mm512_permutexvar_epi16(scale_index<4, 4>(1), sc);
-  o.d = simd::load_f16(b.d);
-}
-
-// Types with a constant offset (Q6_K: 32 = 1 << 5, Q3_K: 4 = 1 << 2):
+// Types with a constant offset (Q3_K: 4 = 1 << 2):
 // sumi - offset * (bsums . scales).
 template <int kOffsetShift>
 struct TraitsOffsetK {
@@ -217,11 +177,6 @@ struct TraitsOffsetK {
     const __m256i sumi = _mm256_sub_epi32(fold_halves(sum), _mm256_slli_epi32(corr, kOffsetShift));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(row.d * xb.d), acc);
   }
-};
-
-struct TraitsQ6K : TraitsOffsetK<5> {
-  using Block = BlockQ6_K;
-  static void unpack(const Block& b, Row& o) { unpack_row_q6_K(b, o); }
 };
 
 // ---- Q3_K: 2 low bits + a high bit (hmask), offset 4, 16 signed 6-bit scales ----
@@ -373,9 +328,7 @@ void kquant_rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, cons
   }
 EMBER_KQUANT_ROWS(q2_K, TraitsQ2K)
 EMBER_KQUANT_ROWS(q3_K, TraitsQ3K)
-EMBER_KQUANT_ROWS(q4_K, TraitsQ4K)
 EMBER_KQUANT_ROWS(q5_K, TraitsQ5K)
-EMBER_KQUANT_ROWS(q6_K, TraitsQ6K)
 #undef EMBER_KQUANT_ROWS
 
 void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
@@ -388,19 +341,9 @@ void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
   kquant_tile<TraitsQ3K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
                          x_row_bytes, nr, nc);
 }
-void vec_dot_tile_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
-  kquant_tile<TraitsQ4K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
-                         x_row_bytes, nr, nc);
-}
 void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
   kquant_tile<TraitsQ5K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
-                         x_row_bytes, nr, nc);
-}
-void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
-  kquant_tile<TraitsQ6K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
                          x_row_bytes, nr, nc);
 }
 
