@@ -94,7 +94,7 @@ Result<std::unique_ptr<ModelFile>> run_gptq(std::unique_ptr<ModelFile> src, Quan
   }
   auto base = Model::from_file(std::make_unique<ModelFile>(*src));
   if (!base) return base.status();
-  const ModelConfig& cfg = (*base)->config();
+  const ModelConfig cfg = (*base)->config();  // a copy: the model is replaced block by block below
   const int64_t E = cfg.n_embd;
 
   // Hidden states of every chunk entering block 0.

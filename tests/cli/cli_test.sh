@@ -105,7 +105,7 @@ if [ -f "$MODEL" ]; then
   expect_rc 2 "bad kv dtype" "$EMBER" run -m "$MODEL" -p hi --kv-cache-dtype q5
   expect_rc 0 "run -ctk/-ctv" "$EMBER" run -m "$MODEL" -p hi -n 2 --temp 0 -ctk q4 -ctv f16
   out=$("$EMBER" bench throughput -m "$MODEL" --num-prompts 2 --input-len 8 --output-len 2 --kv-cache-dtype q8 2>&1)
-  if ! grep -Eq "KV cache q8: [0-9]+ bytes per token" <<<"$out"; then
+  if ! grep -Eq "KV cache q8(\+hadamard)?: [0-9]+ bytes per token" <<<"$out"; then
     echo "FAIL: bench throughput KV line: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 else
   echo "default model not installed: model checks skipped"
