@@ -241,9 +241,13 @@ Result<TargetBpwReport> plan_target_bpw(const ModelFile& src, QuantPlan* plan, c
     errs[k] = std::move(*er);
     TargetBpwTensor t;
     t.name = e.name;
-    size_t p = 0;  // probe type: the largest candidate at or below the target, else the smallest
+    // Probe type: the largest candidate at or below the target whose error is
+    // not negligible (a source dequantized from that very type re-rounds to
+    // itself with no error, which would make s_t 0 and every choice look
+    // free), else the smallest candidate.
+    size_t p = 0;
     for (size_t c = 0; c < cands[k].size(); ++c)
-      if (type_bits(cands[k][c]) <= opts.target_bpw) p = c;
+      if (type_bits(cands[k][c]) <= opts.target_bpw && errs[k][c] >= 0.05 * errs[k][0]) p = c;
     t.probe = cands[k][p];
     rep.tensors.push_back(t);
   }

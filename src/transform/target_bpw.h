@@ -14,7 +14,8 @@
 // Sensitivity (the probe): the mean KL divergence of the model's next-token
 // distributions (f32 softmax, calibration windows, every position) when only
 // t is quantized to its probe type p_t (the candidate nearest to B from
-// below) against the unquantized model, s_t = KL_t / E_t(p_t); then the
+// below whose error is at least 5% of the smallest candidate's: a source
+// dequantized from a candidate re-rounds to it without error) against the unquantized model, s_t = KL_t / E_t(p_t); then the
 // predicted damage of c is s_t * E_t(c) (first order: KL adds over tensors
 // and scales with the output error). Without a probe s_t = 1 (the raw
 // weighted error).

@@ -229,5 +229,31 @@ TEST_F(TargetBpwModelTest, ProbedMixBeatsOneTypeAtTheSameSize) {
   EXPECT_LT(rep->predicted_kl, kl_chosen * 10);
 }
 
+TEST_F(TargetBpwModelTest, SourceInACandidateTypeStillHasASensitivity) {
+  // A source whose matrices are q5_0 (as the default model's f32 copy holds
+  // values dequantized from its types): q5_0 re-rounds without error, so a
+  // probe at q5_0 would measure nothing and every choice would look free.
+  QuantPlan to_q5 = base_plan(DType::kQ5_0);
+  RtnQuantizer rtn;
+  const QuantizerFor qf = [&](QuantMethod m) -> Quantizer* { return m == QuantMethod::kRtn ? &rtn : nullptr; };
+  auto q5 = execute_quant_plan(std::make_unique<ModelFile>(*src_), to_q5, qf, pool_);
+  ASSERT_TRUE(q5.is_ok());
+  ConvertOptions co;
+  co.type = DType::kQ8_0;
+  auto plan = plan_quantization(**q5, co);
+  ASSERT_TRUE(plan.is_ok());
+  TargetBpwOptions o;
+  o.candidates = {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0};
+  o.target_bpw = 6.0;
+  o.probe_tokens = tokens(256, 31, 5);
+  auto rep = plan_target_bpw(**q5, &*plan, {}, o, pool_);
+  ASSERT_TRUE(rep.is_ok()) << rep.status().message();
+  for (const TargetBpwTensor& t : rep->tensors) {
+    EXPECT_EQ(t.probe, DType::kQ4_0) << t.name;
+    EXPECT_GT(t.sensitivity, 0) << t.name;
+  }
+  EXPECT_GT(rep->bpw, 5.2);  // the lossless q5_0 is bought where it fits, not q4_0 everywhere
+}
+
 }  // namespace
 }  // namespace ember
