@@ -25,7 +25,9 @@ if [ ! -d "$DIR/src/llama.cpp" ]; then
   sdist=$(ls "$DIR"/dl/llama_cpp_python-*.tar.gz 2>/dev/null | head -1 || true)
   if [ -z "$sdist" ]; then
     echo "== downloading the llama-cpp-python source package"
-    python3 -m pip download -q --no-binary :all: --no-deps llama-cpp-python -d "$DIR/dl"
+    # Only this package from source: with ":all:" pip also builds its build
+    # dependencies (cmake, ninja, scikit-build-core) from source first (hours).
+    python3 -m pip download -q --no-binary llama-cpp-python --no-deps llama-cpp-python -d "$DIR/dl"
     sdist=$(ls "$DIR"/dl/llama_cpp_python-*.tar.gz | head -1)
   fi
   echo "== unpacking $(basename "$sdist")"

@@ -9,6 +9,7 @@
 # names (Q4_K_M, Q3_K_S, Q4_0, ...) are the mixes (`ember quantize --type`).
 # Needs OUTDIR/f32.gguf (ember quantize models/gemma-3-270m-q4_k_m.gguf OUTDIR/f32.gguf --type f32)
 # and, for imatrix, OUTDIR/ember_imatrix.gguf (ember imatrix OUTDIR/f32.gguf --chunks 16 -o ...).
+# KEEP=1 keeps the quantized files (for tools/quant_quality_llama_cpp.sh's round trip).
 set -u
 OUT=$1
 TYPES=${2:-"q4_0 q4_k q3_k q2_k"}
@@ -27,11 +28,12 @@ for T in $TYPES; do
     LOG="$OUT/$T.$M.log"
     case $T in *[a-z]*) PURE=--pure ;; *) PURE= ;; esac
     /usr/bin/time -v "$EMBER" quantize "$OUT/f32.gguf" "$OUT/$T.$M.gguf" --type $T $PURE $ARGS -t 2 --no-check > "$LOG" 2>&1
-    "$EMBER" eval kl "$OUT/f32.gguf" "$OUT/$T.$M.gguf" -f data/persuasion.txt --chunks 2 -t 2 >> "$LOG" 2>&1
+    "$EMBER" eval kl "$OUT/f32.gguf" "$OUT/$T.$M.gguf" -f data/persuasion.txt --chunks 2 --kv-cache-dtype f32 -t 2 >> "$LOG" 2>&1
     Q=$(grep '^KL divergence' "$LOG")
     W=$(grep 'Elapsed (wall' "$LOG" | awk '{print $NF}')
     R=$(grep 'Maximum resident' "$LOG" | awk '{print $NF}')
-    echo "$T $M | wall $W | maxrss_kb $R | $Q"
-    rm -f "$OUT/$T.$M.gguf"
+    S=$("$EMBER" info "$OUT/$T.$M.gguf" 2>/dev/null | sed -n 's/.* \([0-9.]*\) bits\/weight.*/\1/p')
+    echo "$T $M | wall $W | maxrss_kb $R | bpw $S | $Q"
+    [ "${KEEP:-0}" = 1 ] || rm -f "$OUT/$T.$M.gguf"
   done
 done
