@@ -178,6 +178,7 @@ int cmd_quantize(int argc, char** argv, int first) {
   bool act_order = false;
   std::string awq_rounding = "imatrix";
   int awq_grid = 20;
+  bool awq_clip = false;
   float damp = 0.01f;
   std::vector<std::string> pos;
   bool pure = false;
@@ -208,6 +209,7 @@ int cmd_quantize(int argc, char** argv, int first) {
            "awq (activation-aware scales folded into the norms / preceding matrices, then rounding)");
   p.option("--awq-rounding", &awq_rounding, "R", "awq: rounding after the scales, imatrix (default) or rtn");
   p.option("--awq-grid", &awq_grid, "N", "awq: alphas searched per group (default 20)");
+  p.flag("--awq-clip", &awq_clip, "awq: also search a clipping ratio per block (not Q/K), as AutoAWQ does");
   p.flag("--act-order", &act_order, "gptq: quantize columns by decreasing activation energy");
   p.option("--gptq-damp", &damp, "F", "gptq: dampening, fraction of the mean Hessian diagonal (default 0.01)");
   p.option("--imatrix", &imatrix_path, "FILE",
@@ -275,6 +277,7 @@ int cmd_quantize(int argc, char** argv, int first) {
   if (awq_rounding != "imatrix" && awq_rounding != "rtn")
     return usage_error(p, fmt::format("unsupported --awq-rounding '{}' (imatrix, rtn)", awq_rounding));
   if (awq_grid < 1 || awq_grid > 1000) return usage_error(p, "--awq-grid must be in [1, 1000]");
+  if (awq_clip && method != "awq") return usage_error(p, "--awq-clip goes with --method awq");
   if (!(damp >= 0 && damp < 10)) return usage_error(p, "--gptq-damp must be in [0, 10)");
   if (method == "rtn" && target_bpw == 0 && (!calib_path.empty() || calib_tokens != -1))
     return usage_error(p, "--calib and --calib-tokens need --method imatrix, gptq or awq");
@@ -396,6 +399,7 @@ int cmd_quantize(int argc, char** argv, int first) {
       AwqRunOptions ao;
       ao.search.imatrix_rounding = awq_imatrix;
       ao.search.n_grid = awq_grid;
+      ao.search.clip = awq_clip;
       ao.chunk_size = kChunk;
       ao.bos_id = bos;
       ao.progress = on_progress;
@@ -405,13 +409,25 @@ int cmd_quantize(int argc, char** argv, int first) {
     if (!done) return usage_error(p, done.status().message());
     file = std::move(done);
     if (!report.empty()) {
-      double alpha = 0, gain = 0;
-      for (const AwqGroupReport& r : report)
-        alpha += r.alpha, gain += r.error_plain > 0 ? 1.0 - r.error / r.error_plain : 0.0;
-      std::printf("awq: %zu groups, mean alpha %.2f, layer output error %.1f%% below plain rounding on average "
-                  "(%.0f s)\n",
-                  report.size(), alpha / report.size(), 100.0 * gain / report.size(),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - tg).count());
+      double alpha = 0, gain = 0, clip_gain = 0;
+      size_t n_groups = 0, n_clip = 0;
+      int64_t blocks = 0, clipped = 0;
+      for (const AwqGroupReport& r : report) {
+        const double g = r.error_plain > 0 ? 1.0 - r.error / r.error_plain : 0.0;
+        if (r.clip) {
+          ++n_clip, clip_gain += g, blocks += r.blocks, clipped += r.clipped;
+        } else {
+          ++n_groups, alpha += r.alpha, gain += g;
+        }
+      }
+      if (n_groups)
+        std::printf("awq: %zu groups, mean alpha %.2f, layer output error %.1f%% below plain rounding on average\n",
+                    n_groups, alpha / n_groups, 100.0 * gain / n_groups);
+      if (n_clip)
+        std::printf("awq clipping: %zu matrices, %lld of %lld blocks clipped, block output error %.1f%% below "
+                    "unclipped on average\n",
+                    n_clip, static_cast<long long>(clipped), static_cast<long long>(blocks), 100.0 * clip_gain / n_clip);
+      std::printf("awq: %.0f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - tg).count());
     }
   }
   std::printf("%s\n", quant_plan_summary(*plan).c_str());

@@ -22,15 +22,17 @@ std::vector<float> awq_scales(const float* mean_abs, int64_t n_in, float alpha) 
   return s;
 }
 
+bool awq_can_round(DType t, bool imatrix_rounding) {
+  return imatrix_rounding ? can_quantize_imatrix(t) : can_quantize(t) && dtype_block_size(t) > 1;
+}
+
 namespace {
 
 Status check_group(int64_t n_tok, int64_t n_in, const std::vector<AwqMatrix>& mats, bool imatrix_rounding) {
   if (mats.empty()) return Status::error("AWQ: a group without matrices");
   if (n_tok < 1 || n_in < 1) return Status::error("AWQ: no calibration rows");
   for (const AwqMatrix& m : mats) {
-    const bool ok = imatrix_rounding ? can_quantize_imatrix(m.target)
-                                     : can_quantize(m.target) && dtype_block_size(m.target) > 1;
-    if (!ok) return Status::errorf("AWQ cannot round to {}", dtype_name(m.target));
+    if (!awq_can_round(m.target, imatrix_rounding)) return Status::errorf("AWQ cannot round to {}", dtype_name(m.target));
     if (n_in % dtype_block_size(m.target) != 0)
       return Status::errorf("AWQ: rows of {} are not a multiple of {}'s block size", n_in, dtype_name(m.target));
     if (!m.w || m.n_out < 1) return Status::error("AWQ: an empty matrix");
@@ -100,6 +102,85 @@ Result<AwqSearchResult> awq_search_scales(const float* x, int64_t n_tok, int64_t
     if (*err < best.error) best.error = *err, best.alpha = alpha, best.scales = std::move(s);
   }
   return best;
+}
+
+Result<AwqClipResult> awq_clip_search(float* w, int64_t n_out, int64_t n_in, DType target, const float* x,
+                                      int64_t n_tok, const float* importance, int grid, float max_shrink,
+                                      ThreadPool& pool) {
+  const bool weighted = importance != nullptr;
+  if (!awq_can_round(target, weighted)) return Status::errorf("AWQ clipping cannot round to {}", dtype_name(target));
+  const int64_t B = dtype_block_size(target);
+  if (n_in % B != 0) return Status::errorf("AWQ clipping: rows of {} are not a multiple of {}'s block", n_in, dtype_name(target));
+  if (n_tok < 1) return Status::error("AWQ clipping: no sample rows");
+  if (grid < 1 || grid > 1000 || !(max_shrink > 0.f && max_shrink < 1.f))
+    return Status::errorf("AWQ clipping grid {} / max shrink {} out of range", grid, max_shrink);
+  const int64_t nb = n_in / B;
+  int n_ratio = 0;
+  while (n_ratio < grid && static_cast<float>(n_ratio) / static_cast<float>(grid) < max_shrink) ++n_ratio;
+  // G_b for every block, in double then float: [nb][B][B].
+  std::vector<float> gram(static_cast<size_t>(nb * B * B));
+  pool.parallel_for(nb, 1, [&](int64_t b0, int64_t b1, int) {
+    std::vector<double> acc(static_cast<size_t>(B * B));
+    for (int64_t b = b0; b < b1; ++b) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t n = 0; n < n_tok; ++n) {
+        const float* xr = x + n * n_in + b * B;
+        for (int64_t i = 0; i < B; ++i) {
+          const double xi = xr[i];
+          double* a = acc.data() + i * B;
+          for (int64_t j = 0; j < B; ++j) a[j] += xi * xr[j];
+        }
+      }
+      float* g = gram.data() + b * B * B;
+      for (int64_t k = 0; k < B * B; ++k) g[k] = static_cast<float>(acc[k]);
+    }
+  });
+  const size_t block_bytes = dtype_row_size(target, B);
+  std::vector<double> err_row(static_cast<size_t>(n_out)), plain_row(static_cast<size_t>(n_out));
+  std::vector<int64_t> clipped_row(static_cast<size_t>(n_out));
+  pool.parallel_for(n_out, 4, [&](int64_t r0, int64_t r1, int) {
+    std::vector<float> c(static_cast<size_t>(B)), back(static_cast<size_t>(B)), d(static_cast<size_t>(B)),
+        best(static_cast<size_t>(B));
+    std::vector<uint8_t> q(block_bytes);
+    for (int64_t r = r0; r < r1; ++r) {
+      double row_err = 0, row_plain = 0;
+      int64_t row_clipped = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        float* wb = w + r * n_in + b * B;
+        const float* g = gram.data() + b * B * B;
+        float amax = 0.f;
+        for (int64_t i = 0; i < B; ++i) amax = std::max(amax, std::fabs(wb[i]));
+        double best_e = std::numeric_limits<double>::infinity();
+        int best_k = 0;
+        for (int k = 0; k < n_ratio; ++k) {
+          const float lim = amax * (1.f - static_cast<float>(k) / static_cast<float>(grid));
+          for (int64_t i = 0; i < B; ++i) c[i] = std::clamp(wb[i], -lim, lim);
+          if (weighted) quantize_row_imatrix(target, c.data(), q.data(), B, importance + b * B);
+          else quantize_row_ref(target, c.data(), q.data(), B);
+          dequantize_row_ref(target, q.data(), back.data(), B);
+          for (int64_t i = 0; i < B; ++i) d[i] = back[i] - wb[i];
+          double e = 0;
+          for (int64_t i = 0; i < B; ++i) {
+            const float* gi = g + i * B;
+            float t = 0.f;
+            for (int64_t j = 0; j < B; ++j) t += gi[j] * d[j];
+            e += static_cast<double>(d[i]) * t;
+          }
+          if (k == 0) row_plain += e;
+          if (e < best_e) best_e = e, best_k = k, std::copy(c.begin(), c.end(), best.begin());
+          if (amax == 0.f) break;
+        }
+        row_err += best_e;
+        if (best_k > 0) ++row_clipped, std::copy(best.begin(), best.end(), wb);
+      }
+      err_row[r] = row_err, plain_row[r] = row_plain, clipped_row[r] = row_clipped;
+    }
+  });
+  AwqClipResult res;
+  res.blocks = n_out * nb;
+  for (int64_t r = 0; r < n_out; ++r)
+    res.error += err_row[r], res.error_plain += plain_row[r], res.clipped += clipped_row[r];
+  return res;
 }
 
 }  // namespace ember

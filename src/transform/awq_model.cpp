@@ -54,10 +54,6 @@ struct F32Tensor {
   bool changed = false;
 };
 
-bool awq_can_round(DType t, bool imatrix_rounding) {
-  return imatrix_rounding ? can_quantize_imatrix(t) : can_quantize(t) && dtype_block_size(t) > 1;
-}
-
 // The method of an entry whose source became f32.
 QuantMethod method_from_f32(DType target) {
   if (target == DType::kF32) return QuantMethod::kCopy;
@@ -202,12 +198,34 @@ class LayerFolder {
         EMBER_RETURN_IF_ERROR(fold_prev(s));
       }
     }
+    std::vector<float> xs;  // the sample rows as the scaled matrices see them: x / s
     for (const char* m : awq) {
       QuantPlanEntry* e = awq_entry(name(m));
+      std::vector<float>* imp = nullptr;
       if (o_.search.imatrix_rounding) {
-        std::vector<float>& imp = (*importance_)[e->name];
-        imp.resize(static_cast<size_t>(n_in));
-        for (int64_t j = 0; j < n_in; ++j) imp[j] = mean_sq[j] / (s[j] * s[j]);
+        imp = &(*importance_)[e->name];
+        imp->resize(static_cast<size_t>(n_in));
+        for (int64_t j = 0; j < n_in; ++j) (*imp)[j] = mean_sq[j] / (s[j] * s[j]);
+      }
+      const bool qk = std::strcmp(m, "attn_q") == 0 || std::strcmp(m, "attn_k") == 0;
+      if (o_.search.clip && !qk && g->n_samples() > 0) {
+        if (xs.empty()) {
+          xs = g->samples;
+          for (size_t i = 0; i < xs.size(); ++i) xs[i] /= s[i % static_cast<size_t>(n_in)];
+        }
+        F32Tensor* t = get(name(m));
+        auto c = awq_clip_search(t->v.data(), t->n_out, n_in, e->target, xs.data(), g->n_samples(),
+                                 imp ? imp->data() : nullptr, o_.search.clip_grid, o_.search.clip_max_shrink, pool_);
+        if (!c) return c.status().with_context(fmt::format("block {} {} clipping", l_, m));
+        if (c->clipped > 0) t->changed = true;
+        if (report_) {
+          AwqGroupReport r;
+          r.group = fmt::format("blk.{}.{}", l_, m);
+          r.clip = true;
+          r.error = c->error, r.error_plain = c->error_plain;
+          r.blocks = c->blocks, r.clipped = c->clipped;
+          report_->push_back(r);
+        }
       }
       done_.push_back(e);
     }

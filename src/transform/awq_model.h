@@ -75,10 +75,15 @@ struct AwqRunOptions {
 };
 
 // What the search found, per group ("blk.3.attn_q" names the Q/K/V group).
+// With clipping, each clipped matrix adds a report of its own (clip true,
+// group = the matrix, e.g. "blk.3.ffn_down"; errors are the within-block
+// ones of awq_clip_search, blocks / clipped its counts).
 struct AwqGroupReport {
   std::string group;
   float alpha = 0.f;
   double error = 0, error_plain = 0;
+  bool clip = false;
+  int64_t blocks = 0, clipped = 0;
 };
 
 // Folds AWQ scales into every block that has entries of method kAwq, as

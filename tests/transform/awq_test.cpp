@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -18,6 +19,7 @@
 
 #include "model/model.h"
 #include "quant/quantize.h"
+#include "quant/quantize_imatrix.h"
 #include "transform/convert.h"
 #include "transform/gen_model.h"
 #include "transform/quantizer.h"
@@ -113,6 +115,86 @@ TEST(AwqSearch, MatchesReferenceAndBeatsPlainRounding) {
                                  {{w.data(), n_out, DType::kQ4_K}}, {}, *backend, pool).is_ok());  // 128 % 256
   EXPECT_FALSE(awq_search_scales(x.data(), n_tok, n_in, mean_abs.data(), mean_sq.data(),
                                  {{w.data(), n_out, DType::kF16}}, {}, *backend, pool).is_ok());
+}
+
+// Reference of one block's clipping error in double, by loops over the
+// sample rows: sum_n (x_nb . (deq(q(c)) - w_b))^2.
+double reference_clip_error(const std::vector<float>& x, int64_t n_tok, int64_t n_in, int64_t b, int64_t B,
+                            const float* w_b, const std::vector<float>& c, DType t, const float* imp) {
+  std::vector<uint8_t> q(dtype_row_size(t, B));
+  std::vector<float> back(B);
+  if (imp) quantize_row_imatrix(t, c.data(), q.data(), B, imp + b * B);
+  else quantize_row_ref(t, c.data(), q.data(), B);
+  dequantize_row_ref(t, q.data(), back.data(), B);
+  double err = 0;
+  for (int64_t n = 0; n < n_tok; ++n) {
+    double y = 0;
+    for (int64_t i = 0; i < B; ++i) y += static_cast<double>(x[n * n_in + b * B + i]) * (back[i] - w_b[i]);
+    err += y * y;
+  }
+  return err;
+}
+
+TEST(AwqClip, PicksTheBestRatioPerBlockAndNeverWorsens) {
+  const int64_t n_out = 12, n_tok = 48;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  std::student_t_distribution<float> heavy(2.f);  // a few large weights per block: clipping pays
+  for (DType t : {DType::kQ4_0, DType::kQ3_K, DType::kQ4_K}) {
+    for (bool weighted : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype_name(t), weighted ? "imatrix" : "rtn"));
+      const int64_t B = dtype_block_size(t), n_in = 2 * std::max<int64_t>(B, 128);
+      std::vector<float> x(n_tok * n_in), w(n_out * n_in), imp(n_in);
+      for (float& v : x) v = nd(rng);
+      for (float& v : w) v = heavy(rng) * 0.02f;
+      for (int64_t j = 0; j < n_in; ++j) imp[j] = 0.5f + static_cast<float>(j % 7);
+      const float* ip = weighted ? imp.data() : nullptr;
+      const int grid = 20;
+      const float shrink = 0.5f;
+      std::vector<float> got = w, got1 = w;
+      ThreadPool pool(2), pool1(1);
+      auto r = awq_clip_search(got.data(), n_out, n_in, t, x.data(), n_tok, ip, grid, shrink, pool);
+      ASSERT_TRUE(r.is_ok()) << r.status().message();
+      ASSERT_TRUE(awq_clip_search(got1.data(), n_out, n_in, t, x.data(), n_tok, ip, grid, shrink, pool1).is_ok());
+      ASSERT_EQ(got, got1);  // thread count does not matter
+      EXPECT_EQ(r->blocks, n_out * (n_in / B));
+      EXPECT_GT(r->clipped, 0);
+      EXPECT_LE(r->error, r->error_plain);
+      double ref_chosen = 0, ref_plain = 0;
+      for (int64_t row = 0; row < n_out; ++row)
+        for (int64_t b = 0; b < n_in / B; ++b) {
+          const float* wb = w.data() + row * n_in + b * B;
+          const std::vector<float> res(got.begin() + row * n_in + b * B, got.begin() + row * n_in + (b + 1) * B);
+          float amax = 0.f;
+          for (int64_t i = 0; i < B; ++i) amax = std::max(amax, std::fabs(wb[i]));
+          double best = INFINITY;
+          bool is_candidate = false;
+          for (int k = 0; k < 10; ++k) {  // 1, 0.95, ..., 0.55
+            const float lim = amax * (1.f - static_cast<float>(k) / grid);
+            std::vector<float> c(B);
+            for (int64_t i = 0; i < B; ++i) c[i] = std::clamp(wb[i], -lim, lim);
+            const double e = reference_clip_error(x, n_tok, n_in, b, B, wb, c, t, ip);
+            if (k == 0) ref_plain += e;
+            best = std::min(best, e);
+            is_candidate |= c == res;
+          }
+          ASSERT_TRUE(is_candidate) << "row " << row << " block " << b;
+          const double e = reference_clip_error(x, n_tok, n_in, b, B, wb, res, t, ip);
+          EXPECT_LE(e, best * (1 + 1e-4) + 1e-12) << "row " << row << " block " << b;
+          ref_chosen += e;
+        }
+      EXPECT_NEAR(r->error, ref_chosen, 1e-3 * ref_plain);
+      EXPECT_NEAR(r->error_plain, ref_plain, 1e-3 * ref_plain);
+      EXPECT_LT(ref_chosen, 0.97 * ref_plain);
+    }
+  }
+  ThreadPool pool(1);
+  std::vector<float> x(64 * 8, 1.f), w(64 * 2, 1.f);
+  EXPECT_FALSE(awq_clip_search(w.data(), 2, 64, DType::kF16, x.data(), 8, nullptr, 20, 0.5f, pool).is_ok());
+  EXPECT_FALSE(awq_clip_search(w.data(), 2, 64, DType::kQ4_K, x.data(), 8, nullptr, 20, 0.5f, pool).is_ok());
+  EXPECT_FALSE(awq_clip_search(w.data(), 2, 64, DType::kQ4_0, x.data(), 0, nullptr, 20, 0.5f, pool).is_ok());
+  EXPECT_FALSE(awq_clip_search(w.data(), 2, 64, DType::kQ4_0, x.data(), 8, nullptr, 0, 0.5f, pool).is_ok());
+  EXPECT_FALSE(awq_clip_search(w.data(), 2, 64, DType::kQ4_0, x.data(), 8, nullptr, 20, 1.f, pool).is_ok());
 }
 
 class AwqModelTest : public ::testing::Test {
@@ -211,7 +293,9 @@ TEST_F(AwqModelTest, FoldedModelIsTheSameFunction) {
     EXPECT_GE(scaled, 6);
     for (const QuantPlanEntry& e : plan.entries) {
       EXPECT_NE(e.method, QuantMethod::kAwq) << e.name;
-      if (e.layer >= 0 && e.ne.size() == 2) EXPECT_EQ(e.method, QuantMethod::kRtn) << e.name;
+      if (e.layer >= 0 && e.ne.size() == 2) {
+        EXPECT_EQ(e.method, QuantMethod::kRtn) << e.name;
+      }
       EXPECT_EQ((*folded)->tensor(e.name)->type, e.source) << e.name;
     }
     // Changed (attn_norm divided by the Q/K/V scales) ...
@@ -251,16 +335,28 @@ TEST_F(AwqModelTest, BeatsRoundToNearest) {
   ConvertOptions opts;
   opts.type = DType::kQ4_0;
   const double e_rtn = error(std::move(convert_model(source(path), opts, pool_).value()));
-  for (bool imatrix : {false, true}) {
-    SCOPED_TRACE(imatrix ? "imatrix rounding" : "rtn rounding");
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool imatrix = variant & 1, clip = variant & 2;
+    SCOPED_TRACE(fmt::format("{} rounding{}", imatrix ? "imatrix" : "rtn", clip ? ", clipping" : ""));
     int n = 0;
     QuantPlan plan = awq_plan(*source(path), DType::kQ4_0, &n);
     AwqRunOptions o;
     o.chunk_size = 64;
     o.search.imatrix_rounding = imatrix;
+    o.search.clip = clip;
     std::map<std::string, std::vector<float>> importance;
-    auto folded = run_awq(source(path), &plan, tokens(512, 17, 3), o, pool_, &importance);
+    std::vector<AwqGroupReport> report;
+    auto folded = run_awq(source(path), &plan, tokens(512, 17, 3), o, pool_, &importance, &report);
     ASSERT_TRUE(folded.is_ok()) << folded.status().message();
+    int clipped_mats = 0;
+    for (const AwqGroupReport& r : report) {
+      if (!r.clip) continue;
+      ++clipped_mats;
+      EXPECT_EQ(r.group.find("attn_q"), std::string::npos);
+      EXPECT_EQ(r.group.find("attn_k"), std::string::npos);
+      EXPECT_LE(r.error, r.error_plain) << r.group;
+    }
+    EXPECT_EQ(clipped_mats, clip ? 10 : 0);  // 2 blocks x (V, O, gate, up, down)
     EXPECT_EQ(importance.size(), imatrix ? 14u : 0u);
     RtnQuantizer rtn;
     ImatrixQuantizer imq;
@@ -275,6 +371,7 @@ TEST_F(AwqModelTest, BeatsRoundToNearest) {
     const double e_awq = error(std::move(out.value()));
     // Measured 0.215 (RTN rounding) and 0.174 (imatrix rounding) vs 0.284.
     EXPECT_LT(e_awq, 0.85 * e_rtn) << "awq " << e_awq << " rtn " << e_rtn;
+    std::printf("awq%s%s: logits MSE %.4f (rtn %.4f)\n", imatrix ? " imatrix" : "", clip ? " clip" : "", e_awq, e_rtn);
   }
 }
 
