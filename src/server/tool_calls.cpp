@@ -241,23 +241,20 @@ void ToolCallParser::push_marked(std::string_view open, std::string_view close) 
       buf_.erase(0, at + open.size());
       in_call_ = true;
       stream_ = Stream::kUndecided;
+      if (close.empty()) start_list(List::kMistral);
     }
-    if (close.empty()) return;
+    if (close.empty()) {  // Mistral: a list of calls after the marker
+      stream_list();
+      if (in_call_) return;
+      continue;
+    }
     if (stream_ == Stream::kUndecided) {
       std::string name;
       size_t args_at = 0;
       const Head h = parse_head(buf_, &name, &args_at);
       if (h == Head::kPartial) return;
       if (h == Head::kYes) {
-        // Committed: the call's name now, its arguments as they come.
-        stream_ = Stream::kArgs;
-        call_ = n_calls_++;
-        out_->push_back({call_, std::move(name), ""});
-        any_call_ = true;
-        ws_.clear();
-        buf_.erase(0, args_at);
-        depth_ = 0;
-        in_string_ = escape_ = false;
+        commit(std::move(name), args_at, 0);
       } else {
         stream_ = Stream::kWhole;
       }
@@ -324,8 +321,190 @@ bool ToolCallParser::stream_call(std::string_view close) {
   return true;
 }
 
-// Llama 3: the answer is a call when its first non-space text is '{' or
-// <|python_tag|>; then all of it waits for the end.
+// Committed: the call's name now, its arguments (the '{' at args_at) as
+// they come. tail_depth: the nesting around the arguments that closes the
+// call (1: a call object; 0: mistral v11, whose arguments are the call).
+void ToolCallParser::commit(std::string name, size_t args_at, int tail_depth) {
+  stream_ = Stream::kArgs;
+  call_ = n_calls_++;
+  out_->push_back({call_, std::move(name), ""});
+  any_call_ = true;
+  ws_.clear();
+  buf_.erase(0, args_at);
+  depth_ = 0;
+  in_string_ = escape_ = false;
+  tail_depth_ = tail_depth;
+}
+
+// The arguments of a committed list call, streamed as in stream_call, then
+// the rest of its call object skipped to its end. True when it has ended.
+bool ToolCallParser::stream_object() {
+  std::string frag;
+  size_t i = 0;
+  for (; i < buf_.size(); ++i) {
+    const char c = buf_[i];
+    if (stream_ == Stream::kTail) {
+      if (tail_depth_ == 0) break;
+      if (in_string_) {
+        if (escape_) escape_ = false;
+        else if (c == '\\') escape_ = true;
+        else if (c == '"') in_string_ = false;
+      } else if (c == '"') {
+        in_string_ = true;
+      } else if (c == '{' || c == '[') {
+        ++tail_depth_;
+      } else if (c == '}' || c == ']') {
+        --tail_depth_;
+      }
+      continue;
+    }
+    if (in_string_) {
+      frag.push_back(c);
+      if (escape_) escape_ = false;
+      else if (c == '\\') escape_ = true;
+      else if (c == '"') in_string_ = false;
+      continue;
+    }
+    if (is_space(c)) continue;
+    frag.push_back(c);
+    if (c == '"') in_string_ = true;
+    else if (c == '{' || c == '[') ++depth_;
+    else if ((c == '}' || c == ']') && --depth_ == 0) stream_ = Stream::kTail;
+  }
+  buf_.erase(0, i);
+  if (!frag.empty()) out_->push_back({call_, "", std::move(frag)});
+  return stream_ == Stream::kTail && tail_depth_ == 0;
+}
+
+void ToolCallParser::start_list(List kind) {
+  list_ = kind;
+  list_calls_ = 0;
+  expect_obj_ = true;
+  stream_ = Stream::kUndecided;
+}
+
+void ToolCallParser::end_list() {
+  in_call_ = false;
+  list_ = List::kNone;
+  list_calls_ = 0;
+  expect_obj_ = true;
+  stream_ = Stream::kUndecided;
+  strip_leading_ = true;
+}
+
+// The calls of a llama3_json / mistral list as they arrive. Until the first
+// call commits nothing is erased from buf_, so a list that turns out not to
+// stream (kWhole) is parsed whole at the end from the same text.
+void ToolCallParser::stream_list() {
+  while (in_call_) {
+    if (stream_ == Stream::kWhole) return;
+    if (stream_ == Stream::kArgs || stream_ == Stream::kTail) {
+      if (!stream_object()) return;
+      ++list_calls_;
+      stream_ = Stream::kUndecided;
+      expect_obj_ = false;
+      if (list_ == List::kSingle || list_ == List::kV11) end_list();
+      continue;
+    }
+    size_t i = 0;
+    auto skip = [&] {
+      while (i < buf_.size() && is_space(buf_[i])) ++i;
+      return i < buf_.size();
+    };
+    if (!skip()) {
+      if (list_calls_ > 0) buf_.clear();
+      return;
+    }
+    if (list_calls_ == 0) {  // the list's opening, read again until a call commits
+      if (list_ == List::kLlama3 && std::string_view(buf_).substr(i, kPythonTag.size()) == kPythonTag) {
+        i += kPythonTag.size();
+        if (!skip()) return;
+      }
+      if (list_ == List::kMistral) list_ = buf_[i] == '[' ? List::kArray : buf_[i] == '{' ? List::kSingle : List::kV11;
+      if (list_ == List::kArray && buf_[i] == '[') {
+        ++i;
+        if (!skip()) return;
+      }
+    } else if (!expect_obj_) {  // after a call: a separator, the list's end, or content
+      const char c = buf_[i];
+      if ((list_ == List::kLlama3 && c == ';') || (list_ == List::kArray && c == ',')) {
+        buf_.erase(0, i + 1);
+        expect_obj_ = true;
+      } else if (list_ == List::kArray && c == ']') {
+        buf_.erase(0, i + 1);
+        end_list();
+      } else {
+        buf_.erase(0, i);
+        end_list();
+      }
+      continue;
+    }
+    if (list_ == List::kV11) {  // name[ARGS]{...}
+      const size_t a = buf_.find(kMistralArgs, i);
+      if (a == std::string::npos) return;
+      size_t j = a + kMistralArgs.size();
+      while (j < buf_.size() && is_space(buf_[j])) ++j;
+      if (j == buf_.size()) return;
+      std::string name(trim(std::string_view(buf_).substr(i, a - i)));
+      if (name.empty() || buf_[j] != '{') {
+        stream_ = Stream::kWhole;
+        return;
+      }
+      commit(std::move(name), j, 0);
+      continue;
+    }
+    std::string name;
+    size_t args_at = 0;
+    const Head h = buf_[i] == '{' ? parse_head(std::string_view(buf_).substr(i), &name, &args_at) : Head::kNo;
+    if (h == Head::kPartial) return;
+    if (h == Head::kYes) {
+      commit(std::move(name), i + args_at, 1);
+      continue;
+    }
+    if (list_calls_ == 0) {  // not a streamed list: all or nothing at the end
+      stream_ = Stream::kWhole;
+      return;
+    }
+    // After a committed call, an object of another shape: parsed when it ends.
+    const size_t end = buf_[i] == '{' ? json_value_end(buf_, i) : i;
+    if (end == std::string::npos) return;
+    std::optional<ToolCall> call;
+    if (end > i) call = call_from_text(std::string_view(buf_).substr(i, end - i));
+    if (!call) {
+      buf_.erase(0, i);
+      end_list();
+      continue;
+    }
+    add_call(std::move(*call));
+    ++list_calls_;
+    buf_.erase(0, end);
+    expect_obj_ = false;
+  }
+}
+
+// The end of the output inside a streamed list: a call cut in its arguments
+// stands as written; a last object of another shape is a call if it parses;
+// anything else left is content.
+bool ToolCallParser::finish_list() {
+  if (stream_ == Stream::kArgs) {
+    cut_ = true;
+    return true;
+  }
+  if (stream_ == Stream::kTail) return true;
+  const std::string_view rest = trim(buf_);
+  if (rest.empty()) return true;
+  if (expect_obj_ && list_ != List::kV11 && rest.front() == '{') {
+    if (auto call = call_from_text(rest)) {
+      add_call(std::move(*call));
+      return true;
+    }
+  }
+  emit_content(rest);
+  return true;
+}
+
+// Llama 3: the answer is a call list when its first non-space text is '{'
+// or <|python_tag|>.
 void ToolCallParser::push_llama3() {
   if (!decided_) {
     const size_t first = buf_.find_first_not_of(" \n\t\r");
@@ -333,13 +512,17 @@ void ToolCallParser::push_llama3() {
     const std::string_view rest = std::string_view(buf_).substr(first);
     if (rest.front() == '{' || rest.substr(0, kPythonTag.size()) == kPythonTag) {
       decided_ = in_call_ = true;
+      start_list(List::kLlama3);
     } else if (rest.size() < kPythonTag.size() && kPythonTag.substr(0, rest.size()) == rest) {
       return;  // may still become <|python_tag|>
     } else {
       decided_ = true;
     }
   }
-  if (in_call_) return;
+  if (in_call_) {
+    stream_list();
+    if (in_call_) return;
+  }
   emit_content(buf_);
   buf_.clear();
 }
@@ -449,7 +632,11 @@ void ToolCallParser::finish(std::string* content, std::vector<ToolCall>* calls) 
 
 void ToolCallParser::finish(std::vector<ToolCallEvent>* out) {
   out_ = out;
-  if (in_call_ && stream_ != Stream::kUndecided && stream_ != Stream::kWhole) {
+  const bool streamed_list = list_ != List::kNone && stream_ != Stream::kWhole &&
+                             (list_calls_ > 0 || stream_ == Stream::kArgs || stream_ == Stream::kTail);
+  if (in_call_ && streamed_list) {
+    finish_list();
+  } else if (in_call_ && stream_ != Stream::kUndecided && stream_ != Stream::kWhole) {
     // A streamed call cut short (a stop string, max_tokens): it stands with
     // the arguments written so far.
     cut_ = stream_ == Stream::kArgs;
@@ -477,6 +664,9 @@ void ToolCallParser::finish(std::vector<ToolCallEvent>* out) {
   }
   buf_.clear();
   in_call_ = false;
+  list_ = List::kNone;
+  list_calls_ = 0;
+  expect_obj_ = true;
   if (!any_call_) content(ws_);
   ws_.clear();
   stream_ = Stream::kUndecided;

@@ -10,16 +10,21 @@
 // A call block that does not parse (invalid JSON, no name) is passed through
 // as content, never dropped.
 //
-// Streaming (hermes): a call is committed as soon as its head
-// `{"name": "...", "arguments": {` has been read: its name is reported then,
-// and its arguments as they arrive (whitespace between JSON tokens removed),
-// so a client sees the id and name first and the arguments in fragments. A
+// Streaming: a call is committed as soon as its head
+// `{"name": "...", "arguments": {` (llama3_json: "parameters"; mistral v11:
+// `name[ARGS]{`) has been read: its name is reported then, and its
+// arguments as they arrive (whitespace between JSON tokens removed), so a
+// client sees the id and name first and the arguments in fragments. A
 // committed call stands even if the text stops inside it (its arguments are
-// then what was written). Blocks whose head reads otherwise (another key
-// order, quoted arguments), and the llama3_json and mistral formats, are
-// parsed whole when they end and reported at once. Also: the grammar that forces a call in a format
-// (tool_choice "required" or a named function) and the format a chat
-// template implies (--tool-call-parser auto).
+// then what was written). In llama3_json and mistral the calls are a list
+// (objects separated by ';', a JSON array, one object, or v11 calls): after
+// a committed call, the next object (or the list's end) follows; text that
+// is neither ends the list and is content. A block or list whose first head
+// reads otherwise (another key order, quoted arguments) is parsed whole when
+// it ends and reported at once, all or nothing, as before streaming. Also:
+// the grammar that forces a call in a format (tool_choice "required" or a
+// named function) and the format a chat template implies
+// (--tool-call-parser auto).
 #pragma once
 
 #include <optional>
@@ -80,6 +85,14 @@ class ToolCallParser {
   enum class Stream { kUndecided, kWhole, kArgs, kTail };
   static Head parse_head(std::string_view s, std::string* name, size_t* args_at);
   bool stream_call(std::string_view close);
+  // The llama3_json / mistral call lists (see above).
+  enum class List { kNone, kLlama3, kMistral, kArray, kSingle, kV11 };
+  void start_list(List kind);
+  void stream_list();
+  void end_list();
+  void commit(std::string name, size_t args_at, int tail_depth);
+  bool stream_object();
+  bool finish_list();
   void content(std::string_view s);
   void emit_content(std::string_view s);
   void add_call(ToolCall call);
@@ -95,6 +108,10 @@ class ToolCallParser {
   int depth_ = 0;  // nesting inside its arguments
   bool in_string_ = false, escape_ = false;
   bool cut_ = false;
+  List list_ = List::kNone;
+  int list_calls_ = 0;     // calls committed in the current list
+  bool expect_obj_ = true; // at the list's start or after a separator
+  int tail_depth_ = 0;     // nesting of the call object around its arguments
 
   ToolCallFormat format_;
   std::string buf_;         // text held back

@@ -98,6 +98,24 @@ const std::vector<Case>& cases() {
        {{"search", R"({"q":"ember"})"}, {"open", R"({"id":3})"}}},
       {ToolCallFormat::kMistral, "Plain [TOOL answer", "Plain [TOOL answer", {}},
       {ToolCallFormat::kMistral, "[TOOL_CALLS][{\"name\": 3}]", "[TOOL_CALLS][{\"name\": 3}]", {}},
+      // Streamed lists: what follows a committed call is the next call, the
+      // list's end, or content; a list cut short keeps its committed calls.
+      {ToolCallFormat::kLlama3Json, "{\"name\": \"a\", \"parameters\": {\"x\": 1}} Done.", "Done.", {{"a", R"({"x":1})"}}},
+      {ToolCallFormat::kLlama3Json, "{\"name\": \"a\", \"parameters\": {}};\n{\"parameters\": {\"y\": 2}, \"name\": \"b\"}",
+       "", {{"a", "{}"}, {"b", R"({"y":2})"}}},
+      {ToolCallFormat::kLlama3Json, "{\"name\": \"f\", \"parameters\": {\"q\": [1, 2", "", {{"f", R"({"q":[1,2)"}}},
+      {ToolCallFormat::kLlama3Json, "{\"name\": \"a\", \"parameters\": {\"s\": \"}\"}}; {\"name\": \"b\", \"param", "{\"name\": \"b\", \"param",
+       {{"a", R"({"s":"}"})"}}},
+      {ToolCallFormat::kMistral,
+       "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}", "",
+       {{"a", R"({"x":1})"}, {"b", "{}"}}},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}] ok", "ok", {{"a", "{}"}}},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS] {\"name\": \"a\", \"arguments\": {\"k\": \"v\"}}", "", {{"a", R"({"k":"v"})"}}},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS]f[ARGS] {\"s\": \"}{\", \"n\": {\"m\": 1}}", "", {{"f", R"({"s":"}{","n":{"m":1}})"}}},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}, \"id\": \"9}\"}]", "",
+       {{"a", R"({"x":1})"}}},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS][{\"arguments\": {}, \"name\": \"z\"}]", "", {{"z", "{}"}}},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS]no args here", "[TOOL_CALLS]no args here", {}},
       {ToolCallFormat::kNone, "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>",
        "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>", {}},
   };
@@ -136,12 +154,34 @@ TEST(ToolCallParser, ContentIsShownBeforeTheOutputEnds) {
 }
 
 TEST(ToolCallParser, StreamedCallsStartWithTheirNameAndArriveInFragments) {
-  const std::string text =
-      "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
-      "</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
+  struct Stream {
+    ToolCallFormat format;
+    std::string text, before, first_end;  // content before the calls; the text that ends call 0
+  };
+  const std::vector<Stream> streams = {
+      {ToolCallFormat::kHermes,
+       "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
+       "</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>",
+       "Sure.", "</tool_call>"},
+      {ToolCallFormat::kLlama3Json,
+       "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}; "
+       "{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}",
+       "", "}}"},
+      {ToolCallFormat::kMistral,
+       "Sure.[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}, "
+       "{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}]",
+       "Sure.", "}}"},
+      {ToolCallFormat::kMistral,
+       "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}[TOOL_CALLS]add[ARGS]"
+       "{\"a\": 1, \"b\": 2}",
+       "Sure.", "\"}"},
+  };
+  for (const Stream& st : streams)
   for (uint32_t seed = 0; seed < 30; ++seed) {
+    SCOPED_TRACE(st.text);
+    const std::string& text = st.text;
     std::mt19937 rng(seed);
-    ToolCallParser p(ToolCallFormat::kHermes);
+    ToolCallParser p(st.format);
     std::vector<ToolCallEvent> all;
     size_t i = 0, fragments_before_close = 0;
     while (i < text.size()) {
@@ -150,7 +190,7 @@ TEST(ToolCallParser, StreamedCallsStartWithTheirNameAndArriveInFragments) {
       p.push(std::string_view(text).substr(i, n), &ev);
       i += n;
       for (const ToolCallEvent& e : ev)
-        if (e.call == 0 && !e.text.empty() && text.find("</tool_call>") > i) ++fragments_before_close;
+        if (e.call == 0 && !e.text.empty() && text.find(st.first_end) + st.first_end.size() > i) ++fragments_before_close;
       all.insert(all.end(), ev.begin(), ev.end());
     }
     p.finish(&all);
@@ -158,7 +198,7 @@ TEST(ToolCallParser, StreamedCallsStartWithTheirNameAndArriveInFragments) {
     size_t first = 0;
     std::string before;
     while (first < all.size() && all[first].call < 0) before += all[first++].text;
-    EXPECT_EQ(before, "Sure.");
+    EXPECT_EQ(before, st.before);
     ASSERT_LT(first, all.size());
     EXPECT_EQ(all[first].call, 0);
     EXPECT_EQ(all[first].name, "get_weather");
@@ -168,7 +208,7 @@ TEST(ToolCallParser, StreamedCallsStartWithTheirNameAndArriveInFragments) {
     std::string content;
     std::vector<ToolCall> calls;
     apply_tool_call_events(all, &content, &calls);
-    EXPECT_EQ(content, "Sure.");
+    EXPECT_EQ(content, st.before);
     EXPECT_EQ(calls, (std::vector<ToolCall>{{"get_weather", R"({"city":"Paris","unit":"celsius"})"},
                                              {"add", R"({"a":1,"b":2})"}}));
   }
