@@ -10,7 +10,8 @@ namespace ember::cli {
 void KvOptions::add_to(ArgParser& p) {
   p.option("--kv-cache-dtype", &both, "T",
            fmt::format("KV cache storage for K and V: f32, f16, bf16, q8, q4 (default {})", kv_type_name(kDefaultKvType)));
-  p.option("-ctk,--kv-cache-dtype-k", &k, "T", "KV cache storage for K (overrides --kv-cache-dtype)");
+  p.option("-ctk,--kv-cache-dtype-k", &k, "T",
+           "KV cache storage for K (overrides --kv-cache-dtype); also q4c: 4-bit per channel over 16 tokens (KIVI)");
   p.option("-ctv,--kv-cache-dtype-v", &v, "T", "KV cache storage for V (overrides --kv-cache-dtype)");
   p.option("--kv-rotation", &rotation, "R",
            "Hadamard rotation of cached K/V heads: auto (default: rotate what is stored in q8 / q4), hadamard, none");
@@ -30,6 +31,9 @@ Result<KvTypes> KvOptions::to_types(const ModelConfig& cfg) const {
   t.v = t.k;
   EMBER_RETURN_IF_ERROR(parse(k, "--kv-cache-dtype-k", &t.k));
   EMBER_RETURN_IF_ERROR(parse(v, "--kv-cache-dtype-v", &t.v));
+  if (kv_token_grouped(t.v))
+    return Status::errorf("{}: q4c is a key format (keys per channel, values per token: -ctk q4c -ctv q4)",
+                          v.empty() ? "--kv-cache-dtype" : "--kv-cache-dtype-v");
   EMBER_RETURN_IF_ERROR(kv_type_check(t.k, cfg.head_dim));
   EMBER_RETURN_IF_ERROR(kv_type_check(t.v, cfg.head_dim_v));
   EMBER_RETURN_IF_ERROR(apply_kv_rotation(rotation, cfg, &t));
