@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "core/fp16.h"
 
 namespace ember {
 

@@ -18,6 +18,7 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/spec_test_util.h"
 #include "kernels/ops.h"
 #include "model/tiny_layered_model.h"
 
@@ -211,6 +212,48 @@ TEST(EngineKvDtypeErrors, Q4cNeedsWholeGroupsPerPageAndIsForKeys) {
   auto v = Engine::create(*m, pool, ec);
   ASSERT_FALSE(v.is_ok());
   EXPECT_NE(v.status().message().find("key format"), std::string::npos) << v.status().message();
+}
+
+// q4c under speculative decoding: verification writes draft keys that may
+// finish a token group, rejected ones are withdrawn and rewritten (the
+// group's f16 tail is kept until the next pass, so the rewrite is exact).
+// Replayed drafts (mostly right, some corrupted) give every accept length;
+// each request's outputs and log-probabilities must equal its plain run's.
+TEST(EngineKvDtypeQ4c, SpeculativeRollbackKeepsTheBits) {
+  for (test::TinySpec spec : test::tiny_specs()) {
+    if (spec.arch != "qwen2" && spec.arch != "gemma3") continue;
+    spec.head_dim = 32;
+    SCOPED_TRACE(spec.arch);
+    std::unique_ptr<Model> m = test::load_tiny(spec);
+    ASSERT_TRUE(m);
+    ThreadPool pool(2);
+    const int V = m->config().n_vocab;
+    EngineConfig base;
+    base.block_size = kKvTokenGroup;
+    base.max_num_batched_tokens = 48;
+    base.num_kv_blocks = 256;
+    base.kv_types = {KvType::kQ4C, KvType::kQ4};
+    const std::vector<RequestParams> reqs = test::workload(8, V, 9);
+    test::RunResult want;
+    for (size_t i = 0; i < reqs.size(); ++i)
+      for (auto& [k, f] : test::run(*m, pool, base, {reqs[i]}).finished) {
+        const std::string kk = std::to_string(i) + k.substr(k.find('/'));
+        f.id = std::to_string(i);
+        want.finished[kk] = f;
+        want.streamed[kk] = f.output;
+      }
+    EngineConfig sc = base;
+    sc.spec.method = SpecMethod::kNgram;
+    sc.spec.num_speculative_tokens = 5;
+    auto replay = [&](const Engine&) -> std::unique_ptr<Proposer> {
+      return std::make_unique<test::ReplayProposer>(
+          [&](const Request& r) { return want.finished.at(test::key(r.id, r.index)).output; }, V, 4, 0.3);
+    };
+    const test::RunResult got = test::run(*m, pool, sc, reqs, replay);
+    test::expect_same(want, got, "replay");
+    EXPECT_GT(got.stats.spec.n_accepted_tokens, 0);
+    EXPECT_LT(got.stats.spec.n_accepted_tokens, got.stats.spec.n_draft_tokens);  // some were rolled back
+  }
 }
 
 }  // namespace
