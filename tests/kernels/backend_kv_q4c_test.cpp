@@ -18,7 +18,9 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/fp16.h"
+#include "kernels/attention.h"
 #include "kernels/backend_under_test.h"
 #include "kernels/kv_types.h"
 #include "kernels/ref/attention_ref.h"
@@ -165,44 +167,76 @@ AttentionShape shape(int n_head, int n_head_kv, int hd, int hdv, float softcap, 
   return s;
 }
 
-TEST_P(BackendTest, Q4cKeysAgainstReference) {
-  const AttentionShape shapes[] = {shape(8, 2, 64, 64, 0.f, 0), shape(4, 1, 128, 64, 30.f, 100),
-                                   shape(3, 3, 32, 32, 0.f, 0)};
-  for (KvType vt : {KvType::kF16, KvType::kQ4})
-    for (const AttentionShape& s : shapes) {
-      SCOPED_TRACE(std::string("v=") + kv_type_name(vt) + " hd=" + std::to_string(s.head_dim));
-      std::vector<Q4cPages> seqs;
-      std::vector<KvView> views;
-      std::vector<int32_t> pos, view_of;
-      for (size_t i = 0; i < std::size(kSeqs); ++i) {
-        const SeqSpec& sp = kSeqs[i];
-        const int64_t first = s.sliding_window > 0 ? std::max<int64_t>(0, sp.pos0 - s.sliding_window + 1) : 0;
-        seqs.emplace_back(vt, sp.n_pos, sp.block_size, s.n_head_kv, s.head_dim, s.head_dim_v, first, sp.pos0 + sp.n,
-                          70 + static_cast<uint32_t>(i));
+// The ragged batch of kSeqs over q4c K pages and vt V pages.
+struct Q4cBatch {
+  Q4cBatch(const AttentionShape& s, KvType vt) {
+    for (size_t i = 0; i < std::size(kSeqs); ++i) {
+      const SeqSpec& sp = kSeqs[i];
+      const int64_t first = s.sliding_window > 0 ? std::max<int64_t>(0, sp.pos0 - s.sliding_window + 1) : 0;
+      seqs.emplace_back(vt, sp.n_pos, sp.block_size, s.n_head_kv, s.head_dim, s.head_dim_v, first, sp.pos0 + sp.n,
+                        70 + static_cast<uint32_t>(i));
+    }
+    for (const Q4cPages& p : seqs) views.push_back(p.view());
+    for (int i : {2, 0, 1})
+      for (int j = 0; j < kSeqs[i].n; ++j) {
+        pos.push_back(kSeqs[i].pos0 + j);
+        view_of.push_back(i);
       }
-      for (const Q4cPages& p : seqs) views.push_back(p.view());
-      for (int i : {2, 0, 1})
-        for (int j = 0; j < kSeqs[i].n; ++j) {
-          pos.push_back(kSeqs[i].pos0 + j);
-          view_of.push_back(i);
-        }
-      const int64_t n = static_cast<int64_t>(pos.size());
-      const std::vector<float> q = gaussian(n * s.n_head * s.head_dim, 2.f, 99);
+    q = gaussian(pos.size() * s.n_head * s.head_dim, 2.f, 99);
+  }
+  int64_t n() const { return static_cast<int64_t>(pos.size()); }
+  std::vector<Q4cPages> seqs;
+  std::vector<KvView> views;
+  std::vector<int32_t> pos, view_of;
+  std::vector<float> q;
+};
+
+const AttentionShape kShapes[] = {shape(8, 2, 64, 64, 0.f, 0), shape(4, 1, 128, 64, 30.f, 100),
+                                  shape(3, 3, 32, 32, 0.f, 0)};
+
+TEST_P(BackendTest, Q4cKeysAgainstReference) {
+  for (KvType vt : {KvType::kF16, KvType::kQ4})
+    for (const AttentionShape& s : kShapes) {
+      SCOPED_TRACE(std::string("v=") + kv_type_name(vt) + " hd=" + std::to_string(s.head_dim));
+      const Q4cBatch b(s, vt);
+      const int64_t n = b.n();
       const int64_t q_row = int64_t{s.n_head} * s.head_dim, o_row = int64_t{s.n_head} * s.head_dim_v;
       std::vector<float> want(n * o_row), got(n * o_row, std::nanf("")), one_thread(n * o_row);
-      ref::attention(s, q.data(), pos.data(), n, views.data(), view_of.data(), want.data());
+      ref::attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of.data(), want.data());
       for (float w : want) ASSERT_FALSE(std::isnan(w)) << "the reference read a poisoned key";
-      backend_->attention(s, q.data(), pos.data(), n, views.data(), view_of.data(), got.data());
+      backend_->attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of.data(), got.data());
       EXPECT_TRUE(near_all(got.data(), want.data(), n * o_row, exact(),
                            [&](int64_t i) { return 2e-5 * (1 + std::fabs(want[i])); }));
-      backend1_->attention(s, q.data(), pos.data(), n, views.data(), view_of.data(), one_thread.data());
+      backend1_->attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of.data(), one_thread.data());
       EXPECT_TRUE(same_all(one_thread, got)) << "one thread";
       for (int64_t t = 0; t < n; ++t) {
         std::vector<float> out(o_row);
-        const KvView& kv = views[view_of[t]];
-        backend_->attention(s, q.data() + t * q_row, &pos[t], 1, &kv, nullptr, out.data());
+        const KvView& kv = b.views[b.view_of[t]];
+        backend_->attention(s, b.q.data() + t * q_row, &b.pos[t], 1, &kv, nullptr, out.data());
         ASSERT_TRUE(same_all(out.data(), got.data() + t * o_row, o_row)) << "token " << t << " alone";
       }
+    }
+}
+
+// The AVX-512 build of the tiled kernel gives the AVX2 level's bits on q4c
+// keys too (kernels/cpu/attention_tiles.h: the same lanes and sums).
+TEST(KvQ4c, Avx512MatchesAvx2BitForBit) {
+  if (cpu_max_isa() < Isa::kAvx512) GTEST_SKIP() << "CPU without AVX-512";
+  ThreadPool pool(2);
+  for (KvType vt : {KvType::kF16, KvType::kQ4})
+    for (const AttentionShape& s : kShapes) {
+      SCOPED_TRACE(std::string("v=") + kv_type_name(vt) + " hd=" + std::to_string(s.head_dim));
+      const Q4cBatch b(s, vt);
+      std::vector<float> out[2];
+      for (int l = 0; l < 2; ++l) {
+        const Isa saved = set_active_isa(l == 0 ? Isa::kAvx2 : Isa::kAvx512);
+        out[l].assign(b.n() * s.n_head * s.head_dim_v, std::nanf(""));
+        std::vector<float> scratch(attention_scratch_floats(s, b.n(), pool.size(), 600));
+        attention_ragged(s, b.q.data(), b.pos.data(), b.n(), b.views.data(), b.view_of.data(), out[l].data(),
+                         scratch.data(), pool);
+        set_active_isa(saved);
+      }
+      EXPECT_TRUE(same_all(out[1], out[0]));
     }
 }
 
