@@ -14,7 +14,8 @@ void KvOptions::add_to(ArgParser& p) {
            "KV cache storage for K (overrides --kv-cache-dtype); also q4c: 4-bit per channel over 16 tokens (KIVI)");
   p.option("-ctv,--kv-cache-dtype-v", &v, "T", "KV cache storage for V (overrides --kv-cache-dtype)");
   p.option("--kv-rotation", &rotation, "R",
-           "Hadamard rotation of cached K/V heads: auto (default: rotate what is stored in q8 / q4), hadamard, none");
+           "Hadamard rotation of cached K/V heads: auto (default: rotate what is stored in q8 / q4, not q4c keys), "
+           "hadamard, none");
 }
 
 Result<KvTypes> KvOptions::to_types(const ModelConfig& cfg) const {
@@ -43,6 +44,8 @@ Result<KvTypes> KvOptions::to_types(const ModelConfig& cfg) const {
 Status apply_kv_rotation(const std::string& rotation, const ModelConfig& cfg, KvTypes* t) {
   const std::string r = rotation.empty() ? "auto" : rotation;
   if (r == "auto") {
+    // q4c keys stay unrotated: their scales are per channel, and a rotation
+    // mixes the channels (docs/performance.md, "KIVI keys").
     auto quantized = [](KvType d) { return d == KvType::kQ8 || d == KvType::kQ4; };
     t->rot_k = quantized(t->k) ? KvRotation::kHadamard : KvRotation::kNone;
     t->rot_v = quantized(t->v) ? KvRotation::kHadamard : KvRotation::kNone;

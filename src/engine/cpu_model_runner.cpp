@@ -43,6 +43,11 @@ Result<float*> CpuModelRunner::execute(const SchedulerOutput& so) {
   EMBER_CHECK_MSG(kv_, "execute before allocate_kv");
   for (const KvOp& op : so.kv_ops) apply(op);
   if (so.scheduled.empty()) return logits_.data();
+  if (kv_token_grouped(kv_->types().k)) {  // q4c: full-group tails of pages no one in this pass holds
+    tables_in_pass_.clear();
+    for (const ScheduledRequest& sr : so.scheduled) tables_in_pass_.push_back(sr.tables);
+    kv_->release_full_tails(tables_in_pass_);
+  }
   while (views_.size() < so.scheduled.size()) views_.push_back(std::make_unique<PagedKvCache>(*kv_, kNoTables));
   batch_.clear();
   if (spec_tokens_.size() < so.scheduled.size()) spec_tokens_.resize(so.scheduled.size());

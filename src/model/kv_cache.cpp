@@ -14,6 +14,7 @@ void KvCache::store_k(int layer, int64_t pos, const float* src, int64_t n) {
 void KvGroupTails::init(int64_t n_ids, int64_t row_elems, int head_dim) {
   tails_.clear();
   tails_.resize(static_cast<size_t>(n_ids));
+  full_.clear();
   row_elems_ = row_elems;
   head_dim_ = head_dim;
 }
@@ -37,6 +38,7 @@ void KvGroupTails::store(int64_t id, int r, const float* src, int64_t n, uint8_t
   if (r == kKvTokenGroup - 1) {
     kv_q4c_encode_group(t.rows.get(), rb, static_cast<int>(n / head_dim_), head_dim_, region);
     t.full = true;
+    full_.push_back(id);
   }
 }
 
@@ -57,6 +59,7 @@ void KvGroupTails::copy(int64_t src, int64_t dst) {
   if (!d.rows) d.rows.reset(new uint8_t[kKvTokenGroup * row_bytes()]);
   std::memcpy(d.rows.get(), tails_[src].rows.get(), static_cast<size_t>(kKvTokenGroup * row_bytes()));
   d.full = tails_[src].full;
+  if (d.full) full_.push_back(dst);
 }
 
 void KvGroupTails::save(int64_t id, uint8_t* dst) const {
@@ -76,6 +79,7 @@ void KvGroupTails::load(int64_t id, const uint8_t* src) {
   if (!t.rows) t.rows.reset(new uint8_t[kKvTokenGroup * row_bytes()]);
   std::memcpy(t.rows.get(), src + 16, static_cast<size_t>(kKvTokenGroup * row_bytes()));
   t.full = src[0] == 2;
+  if (t.full) full_.push_back(id);
 }
 
 ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int64_t capacity, KvTypes types)

@@ -75,6 +75,20 @@ class KvGroupTails {
   const uint8_t* rows(int64_t id) const { return tails_[id].rows.get(); }
   // Frees id's tail if its group is full; true if one was there (full or not).
   bool release_full(int64_t id);
+  // Frees the tails of every full group whose id keep(id) rejects.
+  template <class Keep>
+  void release_full_unless(Keep keep) {
+    size_t n = 0;
+    for (int64_t id : full_) {
+      Tail& t = tails_[id];
+      if (!t.rows || !t.full) continue;  // freed or rewritten since
+      if (keep(id))
+        full_[n++] = id;
+      else
+        t.rows.reset();
+    }
+    full_.resize(n);
+  }
   // Copies / removes a tail (copy-on-write); src == -1 removes dst's.
   void copy(int64_t src, int64_t dst);
   // Bytes save() writes per id; save / load for swap space.
@@ -88,6 +102,7 @@ class KvGroupTails {
     bool full = false;
   };
   std::vector<Tail> tails_;
+  std::vector<int64_t> full_;  // ids whose group was encoded (some since freed or rewritten)
   int64_t row_elems_ = 0;
   int head_dim_ = 0;
 };

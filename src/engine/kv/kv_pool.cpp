@@ -170,6 +170,17 @@ void KvBlockPool::copy_block(int32_t src, int32_t dst, int n_rows) {
   }
 }
 
+void KvBlockPool::release_full_tails(const std::vector<const std::vector<std::vector<int32_t>>*>& tables) {
+  if (tails_.empty()) return;
+  in_use_.assign(static_cast<size_t>(n_blocks_), 0);
+  for (const auto* t : tables)
+    for (const std::vector<int32_t>& g : *t)
+      for (int32_t b : g)
+        if (b >= 0) in_use_[b] = 1;
+  const int gpp = groups_per_page();
+  for (KvGroupTails& t : tails_) t.release_full_unless([&](int64_t id) { return in_use_[id / gpp] != 0; });
+}
+
 size_t KvBlockPool::swap_page_bytes() const {
   size_t bytes = bytes_per_block();
   for (const KvGroupTails& t : tails_) bytes += static_cast<size_t>(t.saved_bytes()) * groups_per_page();

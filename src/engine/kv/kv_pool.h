@@ -131,6 +131,12 @@ class KvBlockPool {
   // Bytes read_page / write_page move: bytes_per_block(), plus the q4c tails.
   size_t swap_page_bytes() const;
 
+  // q4c: frees the tails of full groups on every page that none of `tables`
+  // holds (before a forward pass over the sequences of those tables: only
+  // that pass's own sequences could still read a full group's tail, and
+  // only a sequence's later pass would rewrite one). Unfinished tails stay.
+  void release_full_tails(const std::vector<const std::vector<std::vector<int32_t>>*>& tables);
+
   // q4c: token groups per page, the head dim, and slot s's tails.
   int groups_per_page() const { return block_size_ / kKvTokenGroup; }
   int head_dim() const { return head_dim_; }
@@ -147,6 +153,7 @@ class KvBlockPool {
   int head_dim_ = 0;
   std::vector<std::unique_ptr<uint8_t[]>> k_, v_;  // per slot: [n_blocks, block_size, row bytes]
   std::vector<KvGroupTails> tails_;                // q4c: per slot
+  std::vector<uint8_t> in_use_;                    // release_full_tails' page marks
 };
 
 // One sequence's view of the pool through its block tables (not owned; one
