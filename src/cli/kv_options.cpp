@@ -36,7 +36,8 @@ Result<KvTypes> KvOptions::to_types(const ModelConfig& cfg) const {
   EMBER_RETURN_IF_ERROR(parse(k, "--kv-cache-dtype-k", &t.k));
   EMBER_RETURN_IF_ERROR(parse(v, "--kv-cache-dtype-v", &t.v));
   if (kv_token_grouped(t.v))
-    return Status::error("--kv-cache-dtype-v: q4c is a key format (keys per channel, values per token: -ctk q4c -ctv q4)");
+    return Status::error(
+        "--kv-cache-dtype-v: q4c is a key format (keys per channel, values per token: -ctk q4c -ctv q4)");
   EMBER_RETURN_IF_ERROR(kv_type_check(t.k, cfg.head_dim));
   EMBER_RETURN_IF_ERROR(kv_type_check(t.v, cfg.head_dim_v));
   EMBER_RETURN_IF_ERROR(apply_kv_rotation(rotation, cfg, &t));

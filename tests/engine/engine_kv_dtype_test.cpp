@@ -108,10 +108,10 @@ void expect_matches_contiguous(const Model& m, ThreadPool& pool, KvTypes kv, con
   }
 }
 
-class EngineKvDtype : public ::testing::TestWithParam<KvTypes> {};
-
-TEST_P(EngineKvDtype, PagedCompressedCacheMatchesContiguousUnderPressure) {
-  const KvTypes kv = GetParam();
+// f(arch, model, pool) for the tiny qwen2 and gemma3 models at a head dim
+// of 32 (one q8 / q4 group per head).
+template <class F>
+void for_tiny_archs(F f) {
   for (test::TinySpec spec : test::tiny_specs()) {
     if (spec.arch != "qwen2" && spec.arch != "gemma3") continue;
     spec.head_dim = 32;
@@ -119,11 +119,20 @@ TEST_P(EngineKvDtype, PagedCompressedCacheMatchesContiguousUnderPressure) {
     std::unique_ptr<Model> m = test::load_tiny(spec);
     ASSERT_TRUE(m);
     ThreadPool pool(2);
+    f(spec.arch, *m, pool);
+  }
+}
+
+class EngineKvDtype : public ::testing::TestWithParam<KvTypes> {};
+
+TEST_P(EngineKvDtype, PagedCompressedCacheMatchesContiguousUnderPressure) {
+  const KvTypes kv = GetParam();
+  for_tiny_archs([&](const std::string& arch, const Model& m, ThreadPool& pool) {
     for (bool swap : {false, true}) {
       SCOPED_TRACE(swap ? "swap" : "recompute");
       // Gemma's three groups (one global, two sliding) release pages; qwen2 keeps all.
       const int scale = block_size_for(kv) / 4;  // q4c: about the same pressure in positions
-      const ServeRun r = serve(*m, pool, kv, swap, (spec.arch == "gemma3" ? 48 : 24) / scale + (scale > 1 ? 4 : 0));
+      const ServeRun r = serve(m, pool, kv, swap, (arch == "gemma3" ? 48 : 24) / scale + (scale > 1 ? 4 : 0));
       ASSERT_EQ(r.done.size(), 7u);
       EXPECT_GT(r.stats.n_preemptions, 0);
       EXPECT_GT(r.stats.prefix.hit_tokens, 0);
@@ -131,9 +140,9 @@ TEST_P(EngineKvDtype, PagedCompressedCacheMatchesContiguousUnderPressure) {
       if (swap) {
         EXPECT_GT(r.stats.n_swap_outs, 0);
       }
-      expect_matches_contiguous(*m, pool, kv, r);
+      expect_matches_contiguous(m, pool, kv, r);
     }
-  }
+  });
 }
 
 // The dtype reaches the pages: bytes per token follow the format, and the
@@ -220,28 +229,15 @@ TEST(EngineKvDtypeErrors, Q4cNeedsWholeGroupsPerPageAndIsForKeys) {
 // Replayed drafts (mostly right, some corrupted) give every accept length;
 // each request's outputs and log-probabilities must equal its plain run's.
 TEST(EngineKvDtypeQ4c, SpeculativeRollbackKeepsTheBits) {
-  for (test::TinySpec spec : test::tiny_specs()) {
-    if (spec.arch != "qwen2" && spec.arch != "gemma3") continue;
-    spec.head_dim = 32;
-    SCOPED_TRACE(spec.arch);
-    std::unique_ptr<Model> m = test::load_tiny(spec);
-    ASSERT_TRUE(m);
-    ThreadPool pool(2);
-    const int V = m->config().n_vocab;
+  for_tiny_archs([&](const std::string& arch, const Model& m, ThreadPool& pool) {
+    const int V = m.config().n_vocab;
     EngineConfig base;
     base.block_size = kKvTokenGroup;
     base.max_num_batched_tokens = 48;
     base.num_kv_blocks = 256;
     base.kv_types = {KvType::kQ4C, KvType::kQ4};
     const std::vector<RequestParams> reqs = test::workload(8, V, 9);
-    test::RunResult want;
-    for (size_t i = 0; i < reqs.size(); ++i)
-      for (auto& [k, f] : test::run(*m, pool, base, {reqs[i]}).finished) {
-        const std::string kk = std::to_string(i) + k.substr(k.find('/'));
-        f.id = std::to_string(i);
-        want.finished[kk] = f;
-        want.streamed[kk] = f.output;
-      }
+    const test::RunResult want = test::run_each_alone(m, pool, base, reqs);
     EngineConfig sc = base;
     sc.spec.method = SpecMethod::kNgram;
     sc.spec.num_speculative_tokens = 5;
@@ -249,11 +245,11 @@ TEST(EngineKvDtypeQ4c, SpeculativeRollbackKeepsTheBits) {
       return std::make_unique<test::ReplayProposer>(
           [&](const Request& r) { return want.finished.at(test::key(r.id, r.index)).output; }, V, 4, 0.3);
     };
-    const test::RunResult got = test::run(*m, pool, sc, reqs, replay);
+    const test::RunResult got = test::run(m, pool, sc, reqs, replay);
     test::expect_same(want, got, "replay");
     EXPECT_GT(got.stats.spec.n_accepted_tokens, 0);
     EXPECT_LT(got.stats.spec.n_accepted_tokens, got.stats.spec.n_draft_tokens);  // some were rolled back
-  }
+  });
 }
 
 }  // namespace

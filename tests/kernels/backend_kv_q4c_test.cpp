@@ -21,6 +21,7 @@
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "kernels/attention.h"
+#include "kernels/attention_batch_check.h"
 #include "kernels/backend_under_test.h"
 #include "kernels/kv_types.h"
 #include "kernels/ref/attention_ref.h"
@@ -30,7 +31,7 @@ namespace {
 
 using testing_backend::BackendTest;
 using testing_backend::gaussian;
-using testing_backend::near_all;
+using testing_backend::SeqSpec;
 using testing_backend::same_all;
 
 TEST(KvQ4c, RowBytesNamesAndChecks) {
@@ -121,18 +122,12 @@ struct Q4cPages {
       }
     }
     for (int64_t b = 0; b < n_blocks; ++b)  // by logical block, as the caches build them
-      for (int64_t g = 0; g < gpb; ++g) tails.push_back(kb[b] ? tail[(b * 5 + 2) % n_blocks * gpb + g].data() : nullptr);
+      for (int64_t g = 0; g < gpb; ++g)
+        tails.push_back(kb[b] ? tail[(b * 5 + 2) % n_blocks * gpb + g].data() : nullptr);
     tail_row_bytes = kd * 2;
   }
   KvView view() const {
-    KvView r;
-    r.k_blocks = kb.data();
-    r.v_blocks = vb.data();
-    r.block_size = block_size;
-    r.k_row_bytes = kb_row;
-    r.v_row_bytes = vb_row;
-    r.k_type = KvType::kQ4C;
-    r.v_type = v_type;
+    KvView r = testing_backend::paged_view(kb, vb, block_size, kb_row, vb_row, KvType::kQ4C, v_type);
     r.k_tails = tails.data();
     r.k_tail_row_bytes = tail_row_bytes;
     return r;
@@ -145,27 +140,10 @@ struct Q4cPages {
   std::vector<const uint8_t*> kb, vb, tails;
 };
 
-struct SeqSpec {
-  int32_t pos0;
-  int n;
-  int block_size;
-  int64_t n_pos;
-};
 // A prefill of 40 across the chunk boundary and 3 groups, a lone decode at
 // position 520 (inside its group), a burst 524..527 that ends a group.
 const SeqSpec kSeqs[] = {{230, 40, 16, 300}, {520, 1, 32, 544}, {524, 4, 16, 544}};
 
-AttentionShape shape(int n_head, int n_head_kv, int hd, int hdv, float softcap, int window) {
-  AttentionShape s;
-  s.n_head = n_head;
-  s.n_head_kv = n_head_kv;
-  s.head_dim = hd;
-  s.head_dim_v = hdv;
-  s.scale = 1.f / std::sqrt(static_cast<float>(hd));
-  s.softcap = softcap;
-  s.sliding_window = window;
-  return s;
-}
 
 // The ragged batch of kSeqs over q4c K pages and vt V pages.
 struct Q4cBatch {
@@ -191,30 +169,18 @@ struct Q4cBatch {
   std::vector<float> q;
 };
 
-const AttentionShape kShapes[] = {shape(8, 2, 64, 64, 0.f, 0), shape(4, 1, 128, 64, 30.f, 100),
-                                  shape(3, 3, 32, 32, 0.f, 0)};
+const std::vector<AttentionShape> kShapes = testing_backend::compressed_page_shapes();
 
 TEST_P(BackendTest, Q4cKeysAgainstReference) {
   for (KvType vt : {KvType::kF16, KvType::kQ4})
     for (const AttentionShape& s : kShapes) {
       SCOPED_TRACE(std::string("v=") + kv_type_name(vt) + " hd=" + std::to_string(s.head_dim));
       const Q4cBatch b(s, vt);
-      const int64_t n = b.n();
-      const int64_t q_row = int64_t{s.n_head} * s.head_dim, o_row = int64_t{s.n_head} * s.head_dim_v;
-      std::vector<float> want(n * o_row), got(n * o_row, std::nanf("")), one_thread(n * o_row);
-      ref::attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of.data(), want.data());
+      std::vector<float> want(b.n() * s.n_head * s.head_dim_v);
+      ref::attention(s, b.q.data(), b.pos.data(), b.n(), b.views.data(), b.view_of.data(), want.data());
       for (float w : want) ASSERT_FALSE(std::isnan(w)) << "the reference read a poisoned key";
-      backend_->attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of.data(), got.data());
-      EXPECT_TRUE(near_all(got.data(), want.data(), n * o_row, exact(),
-                           [&](int64_t i) { return 2e-5 * (1 + std::fabs(want[i])); }));
-      backend1_->attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of.data(), one_thread.data());
-      EXPECT_TRUE(same_all(one_thread, got)) << "one thread";
-      for (int64_t t = 0; t < n; ++t) {
-        std::vector<float> out(o_row);
-        const KvView& kv = b.views[b.view_of[t]];
-        backend_->attention(s, b.q.data() + t * q_row, &b.pos[t], 1, &kv, nullptr, out.data());
-        ASSERT_TRUE(same_all(out.data(), got.data() + t * o_row, o_row)) << "token " << t << " alone";
-      }
+      testing_backend::expect_attention_batch_matches(*backend_, *backend1_, exact(), s, b.q, b.pos, b.views,
+                                                      b.view_of);
     }
 }
 

@@ -114,7 +114,8 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, con
     return Status::error("KV pool: layout does not match the model");
   if (spec.head_dim > 0) EMBER_RETURN_IF_ERROR(kv_type_check(spec.types.k, spec.head_dim));
   if (spec.head_dim_v > 0) EMBER_RETURN_IF_ERROR(kv_type_check(spec.types.v, spec.head_dim_v));
-  if (kv_token_grouped(spec.types.v)) return Status::error("KV cache dtype q4c is a key format (V: f32, f16, bf16, q8, q4)");
+  if (kv_token_grouped(spec.types.v))
+    return Status::error("KV cache dtype q4c is a key format (V: f32, f16, bf16, q8, q4)");
   if (kv_token_grouped(spec.types.k) && (block_size % kKvTokenGroup != 0 || spec.head_dim <= 0))
     return Status::errorf("KV cache dtype q4c needs a block size that is a multiple of {} (have {})", kKvTokenGroup,
                           block_size);
