@@ -28,7 +28,7 @@ void CpuModelRunner::apply(const KvOp& op) {
       break;
     case KvOp::Kind::kSwapOut:
       if (swap_.size() <= static_cast<size_t>(op.dst)) swap_.resize(op.dst + 1);
-      swap_[op.dst].resize(kv_->swap_page_bytes());
+      swap_[op.dst].resize(kv_->swap_page_bytes(op.src));
       kv_->read_page(op.src, swap_[op.dst].data());
       break;
     case KvOp::Kind::kSwapIn:

@@ -62,24 +62,25 @@ void KvGroupTails::copy(int64_t src, int64_t dst) {
   if (d.full) full_.push_back(dst);
 }
 
-void KvGroupTails::save(int64_t id, uint8_t* dst) const {
+int64_t KvGroupTails::save(int64_t id, uint8_t* dst) const {
   const Tail& t = tails_[id];
-  std::memset(dst, 0, 16);
   dst[0] = t.rows ? (t.full ? 2 : 1) : 0;
-  if (t.rows) std::memcpy(dst + 16, t.rows.get(), static_cast<size_t>(kKvTokenGroup * row_bytes()));
+  if (t.rows) std::memcpy(dst + 1, t.rows.get(), static_cast<size_t>(kKvTokenGroup * row_bytes()));
+  return saved_bytes(id);
 }
 
-void KvGroupTails::load(int64_t id, const uint8_t* src) {
+int64_t KvGroupTails::load(int64_t id, const uint8_t* src) {
   Tail& t = tails_[id];
   if (src[0] == 0) {
     t.rows.reset();
     t.full = false;
-    return;
+    return 1;
   }
   if (!t.rows) t.rows.reset(new uint8_t[kKvTokenGroup * row_bytes()]);
-  std::memcpy(t.rows.get(), src + 16, static_cast<size_t>(kKvTokenGroup * row_bytes()));
+  std::memcpy(t.rows.get(), src + 1, static_cast<size_t>(kKvTokenGroup * row_bytes()));
   t.full = src[0] == 2;
   if (t.full) full_.push_back(id);
+  return saved_bytes(id);
 }
 
 ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int64_t capacity, KvTypes types)

@@ -91,10 +91,11 @@ class KvGroupTails {
   }
   // Copies / removes a tail (copy-on-write); src == -1 removes dst's.
   void copy(int64_t src, int64_t dst);
-  // Bytes save() writes per id; save / load for swap space.
-  int64_t saved_bytes() const { return 16 + kKvTokenGroup * row_bytes(); }
-  void save(int64_t id, uint8_t* dst) const;
-  void load(int64_t id, const uint8_t* src);
+  // Swap space: bytes save() writes for id (a state byte, then the rows if
+  // there is a tail); save / load return the bytes written / read.
+  int64_t saved_bytes(int64_t id) const { return 1 + (tails_[id].rows ? kKvTokenGroup * row_bytes() : 0); }
+  int64_t save(int64_t id, uint8_t* dst) const;
+  int64_t load(int64_t id, const uint8_t* src);
 
  private:
   struct Tail {

@@ -164,8 +164,9 @@ TEST(KvBlockPool, Q4cTailsLiveUntilTheNextPass) {
   EXPECT_EQ(std::memcmp(t.rows(1), t.rows(0), 16 * 64), 0);
   pool.copy_block(2, 1, 0);
   EXPECT_EQ(t.rows(1), nullptr);
-  std::vector<uint8_t> host(pool.swap_page_bytes());
-  EXPECT_GT(pool.swap_page_bytes(), pool.bytes_per_block());
+  std::vector<uint8_t> host(pool.swap_page_bytes(0));
+  EXPECT_EQ(pool.swap_page_bytes(0), pool.bytes_per_block() + 1 + 16 * 64);  // one tail of 16 f16 rows of 32
+  EXPECT_EQ(pool.swap_page_bytes(3), pool.bytes_per_block() + 1);            // none
   pool.read_page(0, host.data());
   pool.write_page(3, host.data());
   ASSERT_NE(t.rows(3), nullptr);

@@ -182,9 +182,11 @@ void KvBlockPool::release_full_tails(const std::vector<const std::vector<std::ve
   for (KvGroupTails& t : tails_) t.release_full_unless([&](int64_t id) { return in_use_[id / gpp] != 0; });
 }
 
-size_t KvBlockPool::swap_page_bytes() const {
+size_t KvBlockPool::swap_page_bytes(int32_t b) const {
   size_t bytes = bytes_per_block();
-  for (const KvGroupTails& t : tails_) bytes += static_cast<size_t>(t.saved_bytes()) * groups_per_page();
+  for (const KvGroupTails& t : tails_)
+    for (int g = 0; g < groups_per_page(); ++g)
+      bytes += static_cast<size_t>(t.saved_bytes(int64_t{b} * groups_per_page() + g));
   return bytes;
 }
 
@@ -198,7 +200,7 @@ void KvBlockPool::read_page(int32_t b, uint8_t* dst) {
     dst += vn;
   }
   for (const KvGroupTails& t : tails_)
-    for (int g = 0; g < groups_per_page(); ++g, dst += t.saved_bytes()) t.save(int64_t{b} * groups_per_page() + g, dst);
+    for (int g = 0; g < groups_per_page(); ++g) dst += t.save(int64_t{b} * groups_per_page() + g, dst);
 }
 
 void KvBlockPool::write_page(int32_t b, const uint8_t* src) {
@@ -211,7 +213,7 @@ void KvBlockPool::write_page(int32_t b, const uint8_t* src) {
     src += vn;
   }
   for (KvGroupTails& t : tails_)
-    for (int g = 0; g < groups_per_page(); ++g, src += t.saved_bytes()) t.load(int64_t{b} * groups_per_page() + g, src);
+    for (int g = 0; g < groups_per_page(); ++g) src += t.load(int64_t{b} * groups_per_page() + g, src);
 }
 
 PagedKvCache::PagedKvCache(KvBlockPool& pool, const std::vector<std::vector<int32_t>>& tables)

@@ -21,7 +21,7 @@
 // (block_size a multiple of kKvTokenGroup) also have f16 tails per (slot,
 // page, token group) (model/kv_cache.h KvGroupTails) that the page ops move
 // with the page: copy_block copies those of the copied groups, a swapped
-// page carries them after its bytes (swap_page_bytes()).
+// page carries those it has after its bytes (swap_page_bytes(b)).
 //
 // Block ownership (reference counts, free lists, prefix cache) lives in
 // BlockManager and KvCacheManager; this file only owns memory. Not
@@ -125,11 +125,13 @@ class KvBlockPool {
   // (copy-on-write of a shared partial block).
   void copy_block(int32_t src, int32_t dst, int n_rows);
   // Copies of a whole page (bytes_per_block(): all slots, K then V per
-  // slot, in the pool's formats) to / from a host buffer (swap space).
+  // slot, in the pool's formats; q4c: then its tails) to / from a host
+  // buffer (swap space) of swap_page_bytes(b) bytes.
   void read_page(int32_t b, uint8_t* dst);
   void write_page(int32_t b, const uint8_t* src);
-  // Bytes read_page / write_page move: bytes_per_block(), plus the q4c tails.
-  size_t swap_page_bytes() const;
+  // Bytes read_page(b) writes: bytes_per_block(), plus q4c's tail states
+  // and the rows of the tails page b has.
+  size_t swap_page_bytes(int32_t b) const;
 
   // q4c: frees the tails of full groups on every page that none of `tables`
   // holds (before a forward pass over the sequences of those tables: only
