@@ -35,10 +35,10 @@ struct ServeRun {
 // pages).
 int block_size_for(KvTypes kv) { return kv_token_grouped(kv.k) ? kKvTokenGroup : 4; }
 
-ServeRun serve(const Model& m, ThreadPool& pool, KvTypes kv, bool swap, int n_blocks = 48) {
+ServeRun serve(const Model& m, ThreadPool& pool, KvTypes kv, bool swap, int n_blocks = 48, int block_size = 0) {
   const ModelConfig& cfg = m.config();
   EngineConfig ec;
-  ec.block_size = block_size_for(kv);
+  ec.block_size = block_size > 0 ? block_size : block_size_for(kv);
   ec.num_kv_blocks = n_blocks;  // tight: preemptions
   ec.max_num_batched_tokens = 16;
   ec.preempt_swap = swap;
@@ -141,6 +141,12 @@ TEST_P(EngineKvDtype, PagedCompressedCacheMatchesContiguousUnderPressure) {
         EXPECT_GT(r.stats.n_swap_outs, 0);
       }
       expect_matches_contiguous(m, pool, kv, r);
+      if (kv_token_grouped(kv.k)) {  // pages of two token groups: the same bits again
+        SCOPED_TRACE("pages of 32");
+        const ServeRun r32 = serve(m, pool, kv, swap, arch == "gemma3" ? 12 : 8, 32);
+        ASSERT_EQ(r32.done.size(), 7u);
+        expect_matches_contiguous(m, pool, kv, r32);
+      }
     }
   });
 }
