@@ -1,6 +1,7 @@
 // Contiguous KV cache; see kv_cache.h.
 #include "model/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
@@ -38,8 +39,18 @@ void KvGroupTails::store(int64_t id, int r, const float* src, int64_t n, uint8_t
   if (r == kKvTokenGroup - 1) {
     kv_q4c_encode_group(t.rows.get(), rb, static_cast<int>(n / head_dim_), head_dim_, region);
     t.full = true;
-    full_.push_back(id);
+    note_full(id);
   }
+}
+
+void KvGroupTails::note_full(int64_t id) {
+  full_.push_back(id);
+  if (full_.size() <= 2 * tails_.size() + 64) return;
+  // Entries of tails since freed or rewritten pile up where nothing sweeps
+  // (a contiguous cache): keep each full one once.
+  std::sort(full_.begin(), full_.end());
+  full_.erase(std::unique(full_.begin(), full_.end()), full_.end());
+  release_full_unless([](int64_t) { return true; });
 }
 
 bool KvGroupTails::release_full(int64_t id) {
@@ -59,7 +70,7 @@ void KvGroupTails::copy(int64_t src, int64_t dst) {
   if (!d.rows) d.rows.reset(new uint8_t[kKvTokenGroup * row_bytes()]);
   std::memcpy(d.rows.get(), tails_[src].rows.get(), static_cast<size_t>(kKvTokenGroup * row_bytes()));
   d.full = tails_[src].full;
-  if (d.full) full_.push_back(dst);
+  if (d.full) note_full(dst);
 }
 
 int64_t KvGroupTails::save(int64_t id, uint8_t* dst) const {
@@ -79,7 +90,7 @@ int64_t KvGroupTails::load(int64_t id, const uint8_t* src) {
   if (!t.rows) t.rows.reset(new uint8_t[kKvTokenGroup * row_bytes()]);
   std::memcpy(t.rows.get(), src + 1, static_cast<size_t>(kKvTokenGroup * row_bytes()));
   t.full = src[0] == 2;
-  if (t.full) full_.push_back(id);
+  if (t.full) note_full(id);
   return saved_bytes(id);
 }
 
@@ -112,7 +123,8 @@ ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int64_t capacity, K
 void ContiguousKvCache::store_k(int layer, int64_t pos, const float* src, int64_t n) {
   if (!kv_token_grouped(types_.k)) return KvCache::store_k(layer, pos, src, n);
   const int64_t g = pos / kKvTokenGroup;
-  tails_[layer].store(g, static_cast<int>(pos % kKvTokenGroup), src, n, k_[layer].get() + g * kKvTokenGroup * k_bytes_);
+  tails_[layer].store(g, static_cast<int>(pos % kKvTokenGroup), src, n,
+                      k_[layer].get() + g * kKvTokenGroup * k_bytes_);
 }
 
 void ContiguousKvCache::begin_k_writes(int layer, int64_t first_pos) {

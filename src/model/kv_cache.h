@@ -102,6 +102,7 @@ class KvGroupTails {
     std::unique_ptr<uint8_t[]> rows;
     bool full = false;
   };
+  void note_full(int64_t id);
   std::vector<Tail> tails_;
   std::vector<int64_t> full_;  // ids whose group was encoded (some since freed or rewritten)
   int64_t row_elems_ = 0;

@@ -11,9 +11,9 @@
 //         exp_shifted_row, avx2::scale_row, and the chunk merge / final
 //         division of avx2/attention.cpp (one compiled copy for both levels).
 // K/V rows in any format of kernels/kv_types.h are decoded in registers, 16
-// elements at a time, as they are read (q4c keys from their group region,
-// or from the f16 tail for a query's own unfinished group: dot_key) (never a page or a row to memory,
-// except one head row for the odd head dims).
+// elements at a time, as they are read (never a page or a row to memory,
+// except one head row for the odd head dims); q4c keys from their group
+// region, or from the f16 tail for a query's own unfinished group (dot_key).
 //
 // Prefill shares each K/V load among many query rows: all query heads of a
 // kv head (GQA), for every token of a token tile whose keys in a chunk start
