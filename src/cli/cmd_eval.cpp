@@ -6,8 +6,9 @@
 // --kv-cache-dtype (-ctk / -ctv) and --kv-rotation set MODEL's KV cache
 // format (BASE keeps f32, unrotated): `ember eval kl M M --kv-cache-dtype q8`
 // measures the cache alone. --kv-cache-dtype and --kv-rotation take comma
-// lists: every combination is measured against one pass of BASE
-// (`--kv-cache-dtype f16,q8,q4 --kv-rotation none,hadamard`), one line each.
+// lists, and so do -ctk / -ctv: every combination is measured against one
+// pass of BASE (`--kv-cache-dtype f16,q8,q4 --kv-rotation none,hadamard`,
+// `-ctk q4,q4c -ctv f16,q4`), one line each.
 // --score-from P scores positions P.. of each window only (llama-perplexity
 // --kl-divergence scores the second half: --score-from ctx/2).
 #include <algorithm>
@@ -76,14 +77,18 @@ int cmd_eval(int argc, char** argv, int first) {
   o.score_from = score_from;
   std::vector<KvTypes> kvs;
   for (const std::string& dtype : split_commas(kv_opts.both))
-    for (const std::string& rotation : split_commas(kv_opts.rotation)) {
-      KvOptions one = kv_opts;
-      one.both = dtype;
-      one.rotation = rotation;
-      auto t = one.to_types(mod.model->config());
-      if (!t) return usage_error(p, t.status().message());
-      if (std::find(kvs.begin(), kvs.end(), *t) == kvs.end()) kvs.push_back(*t);  // "q4 x auto,hadamard": once
-    }
+    for (const std::string& kd : split_commas(kv_opts.k))
+      for (const std::string& vd : split_commas(kv_opts.v))
+        for (const std::string& rotation : split_commas(kv_opts.rotation)) {
+          KvOptions one = kv_opts;
+          one.both = dtype;
+          one.k = kd;
+          one.v = vd;
+          one.rotation = rotation;
+          auto t = one.to_types(mod.model->config());
+          if (!t) return usage_error(p, t.status().message());
+          if (std::find(kvs.begin(), kvs.end(), *t) == kvs.end()) kvs.push_back(*t);  // "q4 x auto,hadamard": once
+        }
   ThreadPool pool(threads);
   auto cs = compare_models_windows(*base.model, *mod.model, tokens, o, kvs, pool);
   if (!cs) return usage_error(p, cs.status().message());

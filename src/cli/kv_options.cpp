@@ -9,11 +9,15 @@ namespace ember::cli {
 
 void KvOptions::add_to(ArgParser& p) {
   p.option("--kv-cache-dtype", &both, "T",
-           fmt::format("KV cache storage for K and V: f32, f16, bf16, q8, q4 (default {})", kv_type_name(kDefaultKvType)));
-  p.option("-ctk,--kv-cache-dtype-k", &k, "T", "KV cache storage for K (overrides --kv-cache-dtype)");
+           fmt::format("KV cache storage for K and V: f32, f16, bf16, q8, q4, q4c (= K q4c, V q4: the closest 4-bit "
+                       "cache) (default {})",
+                       kv_type_name(kDefaultKvType)));
+  p.option("-ctk,--kv-cache-dtype-k", &k, "T",
+           "KV cache storage for K (overrides --kv-cache-dtype); also q4c: 4-bit per channel over 16 tokens (KIVI)");
   p.option("-ctv,--kv-cache-dtype-v", &v, "T", "KV cache storage for V (overrides --kv-cache-dtype)");
   p.option("--kv-rotation", &rotation, "R",
-           "Hadamard rotation of cached K/V heads: auto (default: rotate what is stored in q8 / q4), hadamard, none");
+           "Hadamard rotation of cached K/V heads: auto (default: rotate what is stored in q8 / q4, not q4c keys), "
+           "hadamard, none");
 }
 
 Result<KvTypes> KvOptions::to_types(const ModelConfig& cfg) const {
@@ -27,9 +31,13 @@ Result<KvTypes> KvOptions::to_types(const ModelConfig& cfg) const {
     return Status::ok();
   };
   EMBER_RETURN_IF_ERROR(parse(both, "--kv-cache-dtype", &t.k));
-  t.v = t.k;
+  // q4c for both: KIVI's pairing, keys per channel (q4c), values per token (q4).
+  t.v = kv_token_grouped(t.k) ? KvType::kQ4 : t.k;
   EMBER_RETURN_IF_ERROR(parse(k, "--kv-cache-dtype-k", &t.k));
   EMBER_RETURN_IF_ERROR(parse(v, "--kv-cache-dtype-v", &t.v));
+  if (kv_token_grouped(t.v))
+    return Status::error(
+        "--kv-cache-dtype-v: q4c is a key format (keys per channel, values per token: -ctk q4c -ctv q4)");
   EMBER_RETURN_IF_ERROR(kv_type_check(t.k, cfg.head_dim));
   EMBER_RETURN_IF_ERROR(kv_type_check(t.v, cfg.head_dim_v));
   EMBER_RETURN_IF_ERROR(apply_kv_rotation(rotation, cfg, &t));
@@ -39,6 +47,8 @@ Result<KvTypes> KvOptions::to_types(const ModelConfig& cfg) const {
 Status apply_kv_rotation(const std::string& rotation, const ModelConfig& cfg, KvTypes* t) {
   const std::string r = rotation.empty() ? "auto" : rotation;
   if (r == "auto") {
+    // q4c keys stay unrotated: their scales are per channel, and a rotation
+    // mixes the channels (docs/performance.md, "KIVI keys").
     auto quantized = [](KvType d) { return d == KvType::kQ8 || d == KvType::kQ4; };
     t->rot_k = quantized(t->k) ? KvRotation::kHadamard : KvRotation::kNone;
     t->rot_v = quantized(t->v) ? KvRotation::kHadamard : KvRotation::kNone;

@@ -1,8 +1,12 @@
 // KV-cache storage flags shared by `ember run`, `ember serve`, `ember bench`
 // and `ember eval kl`: --kv-cache-dtype T (K and V), --kv-cache-dtype-k /
 // --kv-cache-dtype-v (llama.cpp's -ctk / -ctv, also accepted), T one of
-// f32 | f16 | bf16 | q8 | q4 (kernels/kv_types.h), and --kv-rotation
-// auto | hadamard | none (KvRotation: auto rotates what is stored in q8 or q4).
+// f32 | f16 | bf16 | q8 | q4 (kernels/kv_types.h), for K also q4c (KIVI:
+// per-channel 4 bits over 16-token groups; --kv-cache-dtype q4c stores K in
+// q4c and V in q4, at mean KL 12x below rotated q4 on the f32 default
+// model: docs/performance.md, "KIVI keys"), and --kv-rotation auto |
+// hadamard | none (KvRotation: auto rotates what is stored in q8 or q4, not
+// q4c keys, whose per-channel scales a rotation would mix: measured worse).
 #pragma once
 
 #include <string>
@@ -32,7 +36,8 @@ struct KvOptions {
 };
 
 // Resolves --kv-rotation ("auto", "hadamard", "none") for the given storage
-// types: auto = kHadamard for a part stored in q8 or q4, kNone otherwise; the
+// types: auto = kHadamard for a part stored in q8 or q4, kNone otherwise
+// (f32 / f16 / bf16, and q4c keys); the
 // result is checked against the head dims (a Hadamard size, kernels/hadamard.h).
 Status apply_kv_rotation(const std::string& rotation, const ModelConfig& cfg, KvTypes* t);
 

@@ -28,7 +28,7 @@ void CpuModelRunner::apply(const KvOp& op) {
       break;
     case KvOp::Kind::kSwapOut:
       if (swap_.size() <= static_cast<size_t>(op.dst)) swap_.resize(op.dst + 1);
-      swap_[op.dst].resize(kv_->bytes_per_block());
+      swap_[op.dst].resize(kv_->swap_page_bytes(op.src));
       kv_->read_page(op.src, swap_[op.dst].data());
       break;
     case KvOp::Kind::kSwapIn:
@@ -43,6 +43,11 @@ Result<float*> CpuModelRunner::execute(const SchedulerOutput& so) {
   EMBER_CHECK_MSG(kv_, "execute before allocate_kv");
   for (const KvOp& op : so.kv_ops) apply(op);
   if (so.scheduled.empty()) return logits_.data();
+  if (kv_token_grouped(kv_->types().k)) {  // q4c: full-group tails of pages no one in this pass holds
+    tables_in_pass_.clear();
+    for (const ScheduledRequest& sr : so.scheduled) tables_in_pass_.push_back(sr.tables);
+    kv_->release_full_tails(tables_in_pass_);
+  }
   while (views_.size() < so.scheduled.size()) views_.push_back(std::make_unique<PagedKvCache>(*kv_, kNoTables));
   batch_.clear();
   if (spec_tokens_.size() < so.scheduled.size()) spec_tokens_.resize(so.scheduled.size());

@@ -37,6 +37,7 @@ class CpuModelRunner final : public ModelRunner {
   std::unique_ptr<KvBlockPool> kv_;
   std::vector<std::vector<uint8_t>> swap_;           // host pages by swap slot (empty: unused)
   std::vector<std::unique_ptr<PagedKvCache>> views_;  // reused across steps, one per scheduled slice
+  std::vector<const BlockTables*> tables_in_pass_;    // q4c: the scheduled slices' tables
   std::vector<SeqBatch> batch_;
   std::vector<std::vector<int32_t>> spec_tokens_;     // per slice: the tokens of a verification slice
   std::vector<float> logits_;                         // [rows, n_vocab]

@@ -17,6 +17,7 @@
 // active ISA level (core/cpu_features.h).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "core/thread_pool.h"
@@ -30,7 +31,12 @@ constexpr int kAttnChunk = 256;
 // p for kv head h is blocks[p / block_size] + (p % block_size) * row_bytes
 // + h * kv_row_bytes(type, head_dim) (bytes; the format of kernels/
 // kv_types.h, f32 by default). A contiguous cache is one block of size >=
-// capacity.
+// capacity. q4c keys (block_size % kKvTokenGroup == 0): the group of
+// position p is the region at blocks[p / block_size] + (p % block_size /
+// kKvTokenGroup * kKvTokenGroup) * k_row_bytes, and k_tails[(p /
+// block_size) * (block_size / kKvTokenGroup) + p % block_size /
+// kKvTokenGroup] the f16 rows of that group (k_tail_row_bytes apart; null
+// when the cache holds none), read only where kv_key_in_tail says.
 struct KvView {
   const uint8_t* const* k_blocks = nullptr;
   const uint8_t* const* v_blocks = nullptr;
@@ -39,6 +45,8 @@ struct KvView {
   int64_t v_row_bytes = 0;
   KvType k_type = KvType::kF32;
   KvType v_type = KvType::kF32;
+  const uint8_t* const* k_tails = nullptr;  // q4c only
+  int64_t k_tail_row_bytes = 0;
 };
 
 struct AttentionShape {
@@ -66,6 +74,35 @@ inline const uint8_t* kv_key_row(const KvView& kv, int64_t p, int h, int hd) {
 inline const uint8_t* kv_value_row(const KvView& kv, int64_t p, int h, int hd) {
   return kv.v_blocks[p / kv.block_size] + (p % kv.block_size) * kv.v_row_bytes +
          static_cast<int64_t>(h) * static_cast<int64_t>(kv_row_bytes(kv.v_type, hd));
+}
+
+// q4c: the first key position a query at position qpos reads from the f16
+// tail (the keys of its own group when that group is not full at qpos + 1
+// positions; INT64_MAX for other formats or a query that ends its group).
+inline int64_t kv_tail_from(const KvView& kv, int64_t qpos) {
+  if (kv.k_type != KvType::kQ4C || (qpos + 1) % kKvTokenGroup == 0) return INT64_MAX;
+  return qpos / kKvTokenGroup * kKvTokenGroup;
+}
+// q4c: head h's part of the group region of position p, and the f16 tail
+// row of (p, h).
+inline const uint8_t* kv_q4c_region(const KvView& kv, int64_t p, int h, int hd) {
+  return kv.k_blocks[p / kv.block_size] + (p % kv.block_size / kKvTokenGroup * kKvTokenGroup) * kv.k_row_bytes +
+         static_cast<int64_t>(h) * 12 * hd;
+}
+inline const uint8_t* kv_q4c_tail_row(const KvView& kv, int64_t p, int h, int hd) {
+  const int64_t gpb = kv.block_size / kKvTokenGroup;
+  return kv.k_tails[p / kv.block_size * gpb + p % kv.block_size / kKvTokenGroup] +
+         p % kKvTokenGroup * kv.k_tail_row_bytes + static_cast<int64_t>(h) * 2 * hd;
+}
+// The key of position p (kv head h) as a query at qpos sees it, decoded to
+// floats (every format; the reference and the odd-head-dim paths).
+inline void kv_load_key(const KvView& kv, int64_t p, int64_t qpos, int h, int hd, float* dst) {
+  if (kv.k_type != KvType::kQ4C)
+    kv_load_row(kv.k_type, kv_key_row(kv, p, h, hd), hd, dst);
+  else if (p >= kv_tail_from(kv, qpos))
+    kv_load_row(KvType::kF16, kv_q4c_tail_row(kv, p, h, hd), hd, dst);
+  else
+    kv_q4c_load_row(kv_q4c_region(kv, p, h, hd), static_cast<int>(p % kKvTokenGroup), hd, dst);
 }
 
 // Scratch (floats, 8-byte aligned as any new / vector buffer is) needed by

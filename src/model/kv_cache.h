@@ -10,6 +10,13 @@
 // heads, head h at byte offset h * kv_row_bytes(type, head_dim); the rest
 // of a shorter layer's row is never read. The view's row strides are the
 // full row.
+//
+// q4c keys (kernels/kv_types.h) go through store_k(): the cache keeps the
+// f16 rows of each token group in a KvGroupTails until the group's last
+// position is written, then encodes the group into its region; the tails of
+// full groups stay readable for the rest of the forward pass (queries of
+// that pass inside the group read them) and are freed by the next pass's
+// begin_k_writes().
 #pragma once
 
 #include <cstdint>
@@ -32,10 +39,74 @@ class KvCache {
   virtual uint8_t* v_row(int layer, int64_t pos) = 0;
   // Storage formats of the K and V rows.
   virtual KvTypes types() const = 0;
+  // Stores the K row of `pos` (n floats): kv_store_row into k_row() for
+  // every per-row format; q4c caches override it (tails).
+  virtual void store_k(int layer, int64_t pos, const float* src, int64_t n);
+  // Before a forward pass stores K rows of positions >= first_pos of layer:
+  // q4c caches free the tails of full groups that end at or before
+  // first_pos (no query of this pass or later reads them).
+  virtual void begin_k_writes(int layer, int64_t first_pos) {
+    (void)layer;
+    (void)first_pos;
+  }
   // Read view of a layer for the attention kernel.
   virtual KvView view(int layer) const = 0;
   // Bytes held.
   virtual size_t memory_bytes() const = 0;
+};
+
+// The f16 tails of q4c token groups for a set of group ids (a paged cache:
+// page * groups per page + group; a contiguous one: the group index). A
+// tail holds kKvTokenGroup f16 rows of row_elems elements and a flag
+// `full` (its group has been encoded). Memory outside the page budget: at
+// most the groups a sequence's last forward pass wrote, plus one unfinished
+// group per sequence.
+class KvGroupTails {
+ public:
+  void init(int64_t n_ids, int64_t row_elems, int head_dim);
+  int64_t row_bytes() const { return row_elems_ * 2; }
+  // Stores row r of group id (f16 of src, n elements) and encodes the group
+  // into `region` (its q4c region) when r is its last row. A tail is started
+  // fresh at r == 0; one that is missing at r > 0 (the group was encoded and
+  // its tail freed, then positions were withdrawn) is first filled from the
+  // encoded region.
+  void store(int64_t id, int r, const float* src, int64_t n, uint8_t* region);
+  // The tail's rows (null: none).
+  const uint8_t* rows(int64_t id) const { return tails_[id].rows.get(); }
+  // Frees id's tail if its group is full; true if one was there (full or not).
+  bool release_full(int64_t id);
+  // Frees the tails of every full group whose id keep(id) rejects.
+  template <class Keep>
+  void release_full_unless(Keep keep) {
+    size_t n = 0;
+    for (int64_t id : full_) {
+      Tail& t = tails_[id];
+      if (!t.rows || !t.full) continue;  // freed or rewritten since
+      if (keep(id))
+        full_[n++] = id;
+      else
+        t.rows.reset();
+    }
+    full_.resize(n);
+  }
+  // Copies / removes a tail (copy-on-write); src == -1 removes dst's.
+  void copy(int64_t src, int64_t dst);
+  // Swap space: bytes save() writes for id (a state byte, then the rows if
+  // there is a tail); save / load return the bytes written / read.
+  int64_t saved_bytes(int64_t id) const { return 1 + (tails_[id].rows ? kKvTokenGroup * row_bytes() : 0); }
+  int64_t save(int64_t id, uint8_t* dst) const;
+  int64_t load(int64_t id, const uint8_t* src);
+
+ private:
+  struct Tail {
+    std::unique_ptr<uint8_t[]> rows;
+    bool full = false;
+  };
+  void note_full(int64_t id);
+  std::vector<Tail> tails_;
+  std::vector<int64_t> full_;  // ids whose group was encoded (some since freed or rewritten)
+  int64_t row_elems_ = 0;
+  int head_dim_ = 0;
 };
 
 // One contiguous buffer per layer: [capacity, max_n_head_kv * head_dim]
@@ -49,15 +120,20 @@ class ContiguousKvCache final : public KvCache {
   uint8_t* k_row(int layer, int64_t pos) override { return k_[layer].get() + pos * k_bytes_; }
   uint8_t* v_row(int layer, int64_t pos) override { return v_[layer].get() + pos * v_bytes_; }
   KvTypes types() const override { return types_; }
+  void store_k(int layer, int64_t pos, const float* src, int64_t n) override;
+  void begin_k_writes(int layer, int64_t first_pos) override;
   KvView view(int layer) const override;
   size_t memory_bytes() const override;
 
  private:
   int64_t capacity_;
+  int64_t alloc_;  // positions allocated (capacity, rounded up to whole q4c groups)
   KvTypes types_;
   int64_t k_bytes_, v_bytes_;  // per position
   std::vector<std::unique_ptr<uint8_t[]>> k_, v_;
   std::vector<const uint8_t*> k_ptr_, v_ptr_;  // one-entry block tables
+  std::vector<KvGroupTails> tails_;             // q4c: per layer
+  mutable std::vector<const uint8_t*> tail_ptr_;  // q4c: [layer][group] (view())
 };
 
 }  // namespace ember

@@ -104,6 +104,13 @@ if [ -f "$MODEL" ]; then
   if ! grep -q "capital" <<<"$out"; then echo "FAIL: q8 KV run: unexpected text: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
   expect_rc 2 "bad kv dtype" "$EMBER" run -m "$MODEL" -p hi --kv-cache-dtype q5
   expect_rc 0 "run -ctk/-ctv" "$EMBER" run -m "$MODEL" -p hi -n 2 --temp 0 -ctk q4 -ctv f16
+  # q4c (KIVI keys; --kv-cache-dtype q4c = K q4c, V q4) runs; as a V format it is a usage error.
+  out=$("$EMBER" run -m "$MODEL" -p "The capital of France is" -n 12 --temp 0 -t 2 --kv-cache-dtype q4c 2>/dev/null)
+  if ! grep -q "capital" <<<"$out"; then echo "FAIL: q4c KV run: unexpected text: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+  out=$("$EMBER" bench throughput -m "$MODEL" --num-prompts 2 --input-len 20 --output-len 4 --kv-cache-dtype q4c 2>&1)
+  if ! grep -Eq "KV cache k=q4c,v=q4\+hadamard-v: [0-9]+ bytes per token" <<<"$out"; then
+    echo "FAIL: bench throughput q4c KV line: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+  expect_rc 2 "q4c for V" "$EMBER" run -m "$MODEL" -p hi -n 2 -ctv q4c
   out=$("$EMBER" bench throughput -m "$MODEL" --num-prompts 2 --input-len 8 --output-len 2 --kv-cache-dtype q8 2>&1)
   if ! grep -Eq "KV cache q8(\+hadamard)?: [0-9]+ bytes per token" <<<"$out"; then
     echo "FAIL: bench throughput KV line: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "engine/kv/kv_pool.h"
@@ -123,6 +124,63 @@ TEST(KvBlockPool, PagedCacheAddressesThroughTable) {
   }
   pool.copy_block(2, 0, 3);
   EXPECT_EQ(f32_at(pool.k_block(1, 0), 2 * 4 + 1), f32_at(pool.k_block(1, 2), 2 * 4 + 1));
+}
+
+// q4c keys: the f16 tails of token groups through their life in a pool of
+// 16-position pages: written rows land in the tail, a full group is encoded
+// and its tail stays until the next pass (begin_k_writes) or until a pass
+// without its page (release_full_tails); copy-on-write and swap carry the
+// unfinished tail.
+TEST(KvBlockPool, Q4cTailsLiveUntilTheNextPass) {
+  ModelConfig c = tiny_config();
+  c.n_layer = 1;
+  c.head_dim = c.head_dim_v = 32;
+  auto p = KvBlockPool::create(c, 16, 0, 4, {KvType::kQ4C, KvType::kF16});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  KvBlockPool& pool = *p.value();
+  EXPECT_EQ(pool.k_row_bytes(0), 24);  // 32 elements x 3/4 byte
+  std::vector<std::vector<int32_t>> table = {{2, 0}};
+  PagedKvCache cache(pool, table);
+  cache.sync();
+  std::vector<float> row(32);
+  auto put = [&](int pos) {
+    for (int i = 0; i < 32; ++i) row[i] = static_cast<float>(pos) + 0.25f * static_cast<float>(i % 5);
+    cache.store_k(0, pos, row.data(), 32);
+  };
+  cache.begin_k_writes(0, 0);
+  for (int pos = 0; pos < 20; ++pos) put(pos);
+  const KvGroupTails& t = pool.tails(0);
+  ASSERT_NE(t.rows(2), nullptr);  // page 2 (positions 0-15): full, kept for this pass
+  ASSERT_NE(t.rows(0), nullptr);  // page 0 (16-19): unfinished
+  KvView v = cache.view(0);
+  float got[32];
+  kv_load_key(v, 18, 19, 0, 32, got);  // a query in the unfinished group: the f16 row
+  EXPECT_EQ(got[3], 18.75f);
+  kv_load_key(v, 3, 19, 0, 32, got);  // a full group: the encoded key, within a step
+  EXPECT_NEAR(got[3], 3.75f, 16.f / 15 / 2 + 1e-2);
+  // Copy-on-write of the partial page, and swap to and from a host page.
+  pool.copy_block(0, 1, 4);
+  ASSERT_NE(t.rows(1), nullptr);
+  EXPECT_EQ(std::memcmp(t.rows(1), t.rows(0), 16 * 64), 0);
+  pool.copy_block(2, 1, 0);
+  EXPECT_EQ(t.rows(1), nullptr);
+  std::vector<uint8_t> host(pool.swap_page_bytes(0));
+  EXPECT_EQ(pool.swap_page_bytes(0), pool.bytes_per_block() + 1 + 16 * 64);  // one tail of 16 f16 rows of 32
+  EXPECT_EQ(pool.swap_page_bytes(3), pool.bytes_per_block() + 1);            // none
+  pool.read_page(0, host.data());
+  pool.write_page(3, host.data());
+  ASSERT_NE(t.rows(3), nullptr);
+  EXPECT_EQ(std::memcmp(t.rows(3), t.rows(0), 16 * 64), 0);
+  // The next pass starts at 20: the full group's tail goes, the unfinished stays.
+  cache.begin_k_writes(0, 20);
+  EXPECT_EQ(t.rows(2), nullptr);
+  EXPECT_NE(t.rows(0), nullptr);
+  for (int pos = 20; pos < 32; ++pos) put(pos);
+  pool.release_full_tails({&table});
+  EXPECT_NE(t.rows(0), nullptr);  // its sequence is in the pass
+  pool.release_full_tails({});
+  EXPECT_EQ(t.rows(0), nullptr);
+  EXPECT_NE(t.rows(3), nullptr);  // unfinished tails stay
 }
 
 TEST(BlockManager, AllocateFreeAndShare) {

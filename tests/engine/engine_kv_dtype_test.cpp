@@ -1,5 +1,8 @@
 // The serving engine with every KV-cache dtype (f32, f16, bf16, q8, q4, and
-// mixed K/V types, q4 with the Hadamard rotation): tiny models with a head dim of 32 (one q8 / q4 group
+// mixed K/V types, q4 with the Hadamard rotation, q4c keys with q4 / f16
+// values, rotated and not, in pages of 16 positions, the q4c group: partial
+// groups live in f16 tails that COW, swap and chunked prefill must carry):
+// tiny models with a head dim of 32 (one q8 / q4 group
 // per head), layers that differ in width, Gemma 3's sliding-window groups
 // (page release), under a tight pool (preemption by recomputation and by
 // swap to host memory), shared prompt prefixes (prefix-cache hits) and n = 2
@@ -15,6 +18,7 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/spec_test_util.h"
 #include "kernels/ops.h"
 #include "model/tiny_layered_model.h"
 
@@ -27,10 +31,14 @@ struct ServeRun {
   EngineStats stats;
 };
 
-ServeRun serve(const Model& m, ThreadPool& pool, KvTypes kv, bool swap, int n_blocks = 48) {
+// Pages of 4 positions (16 for q4c, whose token groups must not straddle
+// pages).
+int block_size_for(KvTypes kv) { return kv_token_grouped(kv.k) ? kKvTokenGroup : 4; }
+
+ServeRun serve(const Model& m, ThreadPool& pool, KvTypes kv, bool swap, int n_blocks = 48, int block_size = 0) {
   const ModelConfig& cfg = m.config();
   EngineConfig ec;
-  ec.block_size = 4;
+  ec.block_size = block_size > 0 ? block_size : block_size_for(kv);
   ec.num_kv_blocks = n_blocks;  // tight: preemptions
   ec.max_num_batched_tokens = 16;
   ec.preempt_swap = swap;
@@ -41,7 +49,7 @@ ServeRun serve(const Model& m, ThreadPool& pool, KvTypes kv, bool swap, int n_bl
   if (!e) return r;
   std::mt19937 rng(23);
   std::vector<int32_t> shared;
-  for (int j = 0; j < 9; ++j) shared.push_back(static_cast<int32_t>(rng() % cfg.n_vocab));
+  for (int j = 0; j < 2 * ec.block_size + 1; ++j) shared.push_back(static_cast<int32_t>(rng() % cfg.n_vocab));
   for (int i = 0; i < 6; ++i) {
     RequestParams p;
     p.prompt = shared;  // two full blocks in common, then a tail of its own
@@ -100,10 +108,10 @@ void expect_matches_contiguous(const Model& m, ThreadPool& pool, KvTypes kv, con
   }
 }
 
-class EngineKvDtype : public ::testing::TestWithParam<KvTypes> {};
-
-TEST_P(EngineKvDtype, PagedCompressedCacheMatchesContiguousUnderPressure) {
-  const KvTypes kv = GetParam();
+// f(arch, model, pool) for the tiny qwen2 and gemma3 models at a head dim
+// of 32 (one q8 / q4 group per head).
+template <class F>
+void for_tiny_archs(F f) {
   for (test::TinySpec spec : test::tiny_specs()) {
     if (spec.arch != "qwen2" && spec.arch != "gemma3") continue;
     spec.head_dim = 32;
@@ -111,10 +119,20 @@ TEST_P(EngineKvDtype, PagedCompressedCacheMatchesContiguousUnderPressure) {
     std::unique_ptr<Model> m = test::load_tiny(spec);
     ASSERT_TRUE(m);
     ThreadPool pool(2);
+    f(spec.arch, *m, pool);
+  }
+}
+
+class EngineKvDtype : public ::testing::TestWithParam<KvTypes> {};
+
+TEST_P(EngineKvDtype, PagedCompressedCacheMatchesContiguousUnderPressure) {
+  const KvTypes kv = GetParam();
+  for_tiny_archs([&](const std::string& arch, const Model& m, ThreadPool& pool) {
     for (bool swap : {false, true}) {
       SCOPED_TRACE(swap ? "swap" : "recompute");
       // Gemma's three groups (one global, two sliding) release pages; qwen2 keeps all.
-      const ServeRun r = serve(*m, pool, kv, swap, spec.arch == "gemma3" ? 48 : 24);
+      const int scale = block_size_for(kv) / 4;  // q4c: about the same pressure in positions
+      const ServeRun r = serve(m, pool, kv, swap, (arch == "gemma3" ? 48 : 24) / scale + (scale > 1 ? 4 : 0));
       ASSERT_EQ(r.done.size(), 7u);
       EXPECT_GT(r.stats.n_preemptions, 0);
       EXPECT_GT(r.stats.prefix.hit_tokens, 0);
@@ -122,9 +140,15 @@ TEST_P(EngineKvDtype, PagedCompressedCacheMatchesContiguousUnderPressure) {
       if (swap) {
         EXPECT_GT(r.stats.n_swap_outs, 0);
       }
-      expect_matches_contiguous(*m, pool, kv, r);
+      expect_matches_contiguous(m, pool, kv, r);
+      if (kv_token_grouped(kv.k)) {  // pages of two token groups: the same bits again
+        SCOPED_TRACE("pages of 32");
+        const ServeRun r32 = serve(m, pool, kv, swap, arch == "gemma3" ? 12 : 8, 32);
+        ASSERT_EQ(r32.done.size(), 7u);
+        expect_matches_contiguous(m, pool, kv, r32);
+      }
     }
-  }
+  });
 }
 
 // The dtype reaches the pages: bytes per token follow the format, and the
@@ -160,6 +184,9 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, EngineKvDtype,
                                            KvTypes{KvType::kBF16, KvType::kBF16}, KvTypes{KvType::kQ8, KvType::kQ8},
                                            KvTypes{KvType::kQ4, KvType::kQ4}, KvTypes{KvType::kQ8, KvType::kF16},
                                            KvTypes{KvType::kQ4, KvType::kQ4, KvRotation::kHadamard,
+                                                   KvRotation::kHadamard},
+                                           KvTypes{KvType::kQ4C, KvType::kQ4}, KvTypes{KvType::kQ4C, KvType::kF16},
+                                           KvTypes{KvType::kQ4C, KvType::kQ4, KvRotation::kHadamard,
                                                    KvRotation::kHadamard}),
                          kv_name);
 
@@ -178,6 +205,57 @@ TEST(EngineKvDtypeErrors, GroupedDtypeNeedsHeadDimMultipleOf32) {
   EXPECT_NE(e.status().message().find("multiple of 32"), std::string::npos) << e.status().message();
   ec.kv_types = {KvType::kF16, KvType::kBF16};  // no groups: any head dim
   EXPECT_TRUE(Engine::create(*m, pool, ec).is_ok());
+}
+
+// q4c keys need pages of whole token groups and are a key format only.
+TEST(EngineKvDtypeErrors, Q4cNeedsWholeGroupsPerPageAndIsForKeys) {
+  test::TinySpec spec;
+  spec.head_dim = 32;
+  std::unique_ptr<Model> m = test::load_tiny(spec);
+  ASSERT_TRUE(m);
+  ThreadPool pool(1);
+  EngineConfig ec;
+  ec.num_kv_blocks = 16;
+  ec.block_size = 8;
+  ec.kv_types = {KvType::kQ4C, KvType::kQ4};
+  auto e = Engine::create(*m, pool, ec);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.status().message().find("multiple of 16"), std::string::npos) << e.status().message();
+  ec.block_size = 32;
+  EXPECT_TRUE(Engine::create(*m, pool, ec).is_ok());
+  ec.kv_types = {KvType::kQ4, KvType::kQ4C};
+  auto v = Engine::create(*m, pool, ec);
+  ASSERT_FALSE(v.is_ok());
+  EXPECT_NE(v.status().message().find("key format"), std::string::npos) << v.status().message();
+}
+
+// q4c under speculative decoding: verification writes draft keys that may
+// finish a token group, rejected ones are withdrawn and rewritten (the
+// group's f16 tail is kept until the next pass, so the rewrite is exact).
+// Replayed drafts (mostly right, some corrupted) give every accept length;
+// each request's outputs and log-probabilities must equal its plain run's.
+TEST(EngineKvDtypeQ4c, SpeculativeRollbackKeepsTheBits) {
+  for_tiny_archs([&](const std::string& arch, const Model& m, ThreadPool& pool) {
+    const int V = m.config().n_vocab;
+    EngineConfig base;
+    base.block_size = kKvTokenGroup;
+    base.max_num_batched_tokens = 48;
+    base.num_kv_blocks = 256;
+    base.kv_types = {KvType::kQ4C, KvType::kQ4};
+    const std::vector<RequestParams> reqs = test::workload(8, V, 9);
+    const test::RunResult want = test::run_each_alone(m, pool, base, reqs);
+    EngineConfig sc = base;
+    sc.spec.method = SpecMethod::kNgram;
+    sc.spec.num_speculative_tokens = 5;
+    auto replay = [&](const Engine&) -> std::unique_ptr<Proposer> {
+      return std::make_unique<test::ReplayProposer>(
+          [&](const Request& r) { return want.finished.at(test::key(r.id, r.index)).output; }, V, 4, 0.3);
+    };
+    const test::RunResult got = test::run(m, pool, sc, reqs, replay);
+    test::expect_same(want, got, "replay");
+    EXPECT_GT(got.stats.spec.n_accepted_tokens, 0);
+    EXPECT_LT(got.stats.spec.n_accepted_tokens, got.stats.spec.n_draft_tokens);  // some were rolled back
+  });
 }
 
 }  // namespace

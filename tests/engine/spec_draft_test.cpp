@@ -40,17 +40,7 @@ std::unique_ptr<Model> load(const char* path) {
 // Each request alone, without speculation.
 RunResult solo_reference(const Model& m, ThreadPool& pool, const EngineConfig& base,
                          const std::vector<RequestParams>& reqs) {
-  RunResult want;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    RunResult one = run(m, pool, base, {reqs[i]});
-    for (auto& [k, f] : one.finished) {
-      const std::string kk = std::to_string(i) + k.substr(k.find('/'));
-      f.id = std::to_string(i);
-      want.finished[kk] = f;
-      want.streamed[kk] = f.output;
-    }
-  }
-  return want;
+  return test::run_each_alone(m, pool, base, reqs);
 }
 
 // A draft-model engine run that also checks the draft KV is all given back.

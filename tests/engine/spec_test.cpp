@@ -149,16 +149,7 @@ void exactness(const char* path) {
   const std::vector<RequestParams> reqs = workload(32, V, 5);
 
   // Each request alone, without speculation: the reference.
-  RunResult want;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    RunResult one = run(m, pool, base, {reqs[i]});
-    for (auto& [k, f] : one.finished) {
-      const std::string kk = std::to_string(i) + k.substr(k.find('/'));
-      f.id = std::to_string(i);
-      want.finished[kk] = f;
-      want.streamed[kk] = f.output;
-    }
-  }
+  const RunResult want = test::run_each_alone(m, pool, base, reqs);
 
   EngineConfig spec = base;
   spec.spec.method = SpecMethod::kNgram;

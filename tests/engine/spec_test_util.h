@@ -71,6 +71,23 @@ inline void expect_same(const RunResult& want, const RunResult& got, const std::
   }
 }
 
+// Each request run alone through an engine of cfg: the reference runs of
+// speculative tests, keyed "i/index" by request index.
+inline RunResult run_each_alone(const Model& m, ThreadPool& pool, const EngineConfig& cfg,
+                                const std::vector<RequestParams>& reqs) {
+  RunResult want;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    RunResult one = run(m, pool, cfg, {reqs[i]});
+    for (auto& [k, f] : one.finished) {
+      const std::string kk = std::to_string(i) + k.substr(k.find('/'));
+      f.id = std::to_string(i);
+      want.finished[kk] = f;
+      want.streamed[kk] = f.output;
+    }
+  }
+  return want;
+}
+
 // Prompts that repeat themselves (so n-gram lookup finds matches), some
 // sharing a long prefix (prefix-cache hits), greedy and seeded, n = 2,
 // penalties and stop tokens.

@@ -1,6 +1,7 @@
 // Tiled online-softmax attention against the plain-softmax reference, and
 // its batch invariance (same bits whatever the batch split or thread count).
 #include "kernels/attention.h"
+#include "kernels/attention_batch_check.h"
 #include "kernels/ref/attention_ref.h"
 
 #include <gtest/gtest.h>
@@ -48,14 +49,7 @@ struct PagedKv {
 };
 
 AttentionShape shape(int n_head, int n_head_kv, int hd, int window) {
-  AttentionShape s;
-  s.n_head = n_head;
-  s.n_head_kv = n_head_kv;
-  s.head_dim = hd;
-  s.head_dim_v = hd;
-  s.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  s.sliding_window = window;
-  return s;
+  return testing_backend::attention_shape(n_head, n_head_kv, hd, hd, 0.f, window);
 }
 
 std::vector<float> run(const AttentionShape& s, const std::vector<float>& q, const std::vector<int32_t>& pos,

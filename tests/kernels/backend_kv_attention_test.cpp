@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/fp16.h"
+#include "kernels/attention_batch_check.h"
 #include "kernels/backend_under_test.h"
 #include "kernels/kv_types.h"
 #include "kernels/ref/attention_ref.h"
@@ -27,8 +28,7 @@ namespace {
 
 using testing_backend::BackendTest;
 using testing_backend::gaussian;
-using testing_backend::near_all;
-using testing_backend::same_all;
+using testing_backend::SeqSpec;
 
 TEST(KvTypes, RowBytesAndNames) {
   EXPECT_EQ(kv_row_bytes(KvType::kF32, 64), 256u);
@@ -58,6 +58,7 @@ TEST(KvTypes, EncodeDecodeRoundTrip) {
   x[7] = 6.f;  // an outlier: its group's scale grows, the others' do not
   for (int i = 0; i < kKvTypeCount; ++i) {
     const KvType t = static_cast<KvType>(i);
+    if (kv_token_grouped(t)) continue;  // a group format (backend_kv_q4c_test.cpp)
     SCOPED_TRACE(kv_type_name(t));
     std::vector<uint8_t> buf(kv_row_bytes(t, n));
     std::vector<float> y(n);
@@ -75,6 +76,7 @@ TEST(KvTypes, EncodeDecodeRoundTrip) {
           case KvType::kBF16: tol = std::fabs(x[k]) * 0x1p-8; break;
           case KvType::kQ8: tol = amax / 127 * 0.5 * 1.01 + std::fabs(x[k]) * 0x1p-10; break;
           case KvType::kQ4: tol = amax / 8 * 0.5 * 1.01 + std::fabs(x[k]) * 0x1p-10; break;
+          case KvType::kQ4C: break;
         }
         ASSERT_LE(std::fabs(y[k] - x[k]), tol) << "element " << k;
       }
@@ -132,17 +134,7 @@ struct KvPages {
     const f16_t nan = 0x7E00;
     for (int64_t g = 0; g < n / kKvGroup; ++g) std::memcpy(dst + g * group, &nan, 2);
   }
-  KvView view() const {
-    KvView r;
-    r.k_blocks = kb.data();
-    r.v_blocks = vb.data();
-    r.block_size = block_size;
-    r.k_row_bytes = kb_row;
-    r.v_row_bytes = vb_row;
-    r.k_type = types.k;
-    r.v_type = types.v;
-    return r;
-  }
+  KvView view() const { return testing_backend::paged_view(kb, vb, block_size, kb_row, vb_row, types.k, types.v); }
   KvTypes types;
   int block_size;
   int64_t kb_row = 0, vb_row = 0;
@@ -151,30 +143,12 @@ struct KvPages {
   std::vector<const uint8_t*> kb, vb;
 };
 
-struct SeqSpec {
-  int32_t pos0;
-  int n;
-  int block_size;
-  int64_t n_pos;
-};
 const SeqSpec kSeqs[] = {{250, 21, 16, 300}, {520, 1, 16, 530}, {515, 4, 32, 530}};
 
 const KvTypes kTypes[] = {{KvType::kF16, KvType::kF16}, {KvType::kBF16, KvType::kBF16}, {KvType::kQ8, KvType::kQ8},
                           {KvType::kQ4, KvType::kQ4},   {KvType::kQ8, KvType::kF16},   {KvType::kF32, KvType::kQ4}};
 
-AttentionShape shape(int n_head, int n_head_kv, int hd, int hdv, float softcap, int window) {
-  AttentionShape s;
-  s.n_head = n_head;
-  s.n_head_kv = n_head_kv;
-  s.head_dim = hd;
-  s.head_dim_v = hdv;
-  s.scale = 1.f / std::sqrt(static_cast<float>(hd));
-  s.softcap = softcap;
-  s.sliding_window = window;
-  return s;
-}
-const AttentionShape kShapes[] = {shape(8, 2, 64, 64, 0.f, 0), shape(4, 1, 128, 64, 30.f, 100),
-                                  shape(3, 3, 32, 32, 0.f, 0)};
+const std::vector<AttentionShape> kShapes = testing_backend::compressed_page_shapes();
 
 struct Batch {
   std::vector<KvPages> seqs;
@@ -207,22 +181,8 @@ TEST_P(BackendTest, AttentionOnCompressedPagesAgainstReference) {
       SCOPED_TRACE(std::string("k=") + kv_type_name(ty.k) + " v=" + kv_type_name(ty.v) +
                    " hd=" + std::to_string(s.head_dim));
       const Batch b = make_batch(s, ty);
-      const int64_t n = static_cast<int64_t>(b.pos.size());
-      const int64_t q_row = int64_t{s.n_head} * s.head_dim, o_row = int64_t{s.n_head} * s.head_dim_v;
-      std::vector<float> want(n * o_row), got(n * o_row, std::nanf("")), one_thread(n * o_row);
-      ref::attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of_token.data(), want.data());
-      backend_->attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of_token.data(), got.data());
-      EXPECT_TRUE(near_all(got.data(), want.data(), n * o_row, exact(),
-                           [&](int64_t i) { return 2e-5 * (1 + std::fabs(want[i])); }));
-      backend1_->attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of_token.data(),
-                           one_thread.data());
-      EXPECT_TRUE(same_all(one_thread, got)) << "one thread";
-      for (int64_t t = 0; t < n; ++t) {
-        std::vector<float> out(o_row);
-        const KvView& kv = b.views[b.view_of_token[t]];
-        backend_->attention(s, b.q.data() + t * q_row, &b.pos[t], 1, &kv, nullptr, out.data());
-        ASSERT_TRUE(same_all(out.data(), got.data() + t * o_row, o_row)) << "token " << t << " alone";
-      }
+      testing_backend::expect_attention_batch_matches(*backend_, *backend1_, exact(), s, b.q, b.pos, b.views,
+                                                      b.view_of_token);
     }
 }
 
@@ -254,6 +214,7 @@ TEST_P(BackendTest, CompressedPagesStayCloseToF32) {
         case KvType::kBF16: return 1e-2;
         case KvType::kQ8: return 3e-2;
         case KvType::kQ4: return 0.3;
+        case KvType::kQ4C: return 0.3;
       }
       return 0.0;
     };

@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   Result<KvType> kt = parse_kv_type(argv[6]);
   const int reps = atoi(argv[7]);
   if (!kt || nh < 1 || nkv < 1 || nh % nkv != 0 || hd < 1 || nt < 1 || ctx < nt || reps < 1 ||
-      !kv_type_check(*kt, hd).is_ok()) {
+      !kv_type_check(*kt, hd).is_ok() || kv_token_grouped(*kt)) {  // q4c: a key format with tails
     std::fprintf(stderr, "bench_attention: bad arguments\n");
     return 2;
   }

@@ -114,7 +114,12 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, con
     return Status::error("KV pool: layout does not match the model");
   if (spec.head_dim > 0) EMBER_RETURN_IF_ERROR(kv_type_check(spec.types.k, spec.head_dim));
   if (spec.head_dim_v > 0) EMBER_RETURN_IF_ERROR(kv_type_check(spec.types.v, spec.head_dim_v));
-  auto grouped = [](KvType t) { return t == KvType::kQ8 || t == KvType::kQ4; };
+  if (kv_token_grouped(spec.types.v))
+    return Status::error("KV cache dtype q4c is a key format (V: f32, f16, bf16, q8, q4)");
+  if (kv_token_grouped(spec.types.k) && (block_size % kKvTokenGroup != 0 || spec.head_dim <= 0))
+    return Status::errorf("KV cache dtype q4c needs a block size that is a multiple of {} (have {})", kKvTokenGroup,
+                          block_size);
+  auto grouped = [](KvType t) { return t == KvType::kQ8 || t == KvType::kQ4 || t == KvType::kQ4C; };
   for (const KvLayerSpec& l : spec.layers)
     if ((grouped(spec.types.k) && l.k_dim % kKvGroup) || (grouped(spec.types.v) && l.v_dim % kKvGroup))
       return Status::errorf("KV pool: rows of {} / {} elements do not split into groups of {}", l.k_dim, l.v_dim,
@@ -143,6 +148,12 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, con
     p->k_.emplace_back(k);  // uninitialised: only written rows are read
     p->v_.emplace_back(v);
   }
+  p->head_dim_ = spec.head_dim;
+  if (kv_token_grouped(spec.types.k)) {
+    p->tails_.resize(layout.layers_per_group);
+    for (int s = 0; s < layout.layers_per_group; ++s)
+      p->tails_[s].init(n_blocks * p->groups_per_page(), p->dims_.k_dim[s], spec.head_dim);
+  }
   return p;
 }
 
@@ -150,10 +161,33 @@ size_t KvBlockPool::bytes_per_block() const { return dims_.page_bytes(block_size
 
 void KvBlockPool::copy_block(int32_t src, int32_t dst, int n_rows) {
   n_rows = std::clamp(n_rows, 0, block_size_);
+  const int gpp = groups_per_page();
   for (int s = 0; s < layout_.layers_per_group; ++s) {
     std::copy(k_block(s, src), k_block(s, src) + n_rows * k_row_bytes(s), k_block(s, dst));
     std::copy(v_block(s, src), v_block(s, src) + n_rows * v_row_bytes(s), v_block(s, dst));
+    if (!tails_.empty())
+      for (int g = 0; g < gpp; ++g)
+        tails_[s].copy(g * kKvTokenGroup < n_rows ? int64_t{src} * gpp + g : -1, int64_t{dst} * gpp + g);
   }
+}
+
+void KvBlockPool::release_full_tails(const std::vector<const std::vector<std::vector<int32_t>>*>& tables) {
+  if (tails_.empty()) return;
+  in_use_.assign(static_cast<size_t>(n_blocks_), 0);
+  for (const auto* t : tables)
+    for (const std::vector<int32_t>& g : *t)
+      for (int32_t b : g)
+        if (b >= 0) in_use_[b] = 1;
+  const int gpp = groups_per_page();
+  for (KvGroupTails& t : tails_) t.release_full_unless([&](int64_t id) { return in_use_[id / gpp] != 0; });
+}
+
+size_t KvBlockPool::swap_page_bytes(int32_t b) const {
+  size_t bytes = bytes_per_block();
+  for (const KvGroupTails& t : tails_)
+    for (int g = 0; g < groups_per_page(); ++g)
+      bytes += static_cast<size_t>(t.saved_bytes(int64_t{b} * groups_per_page() + g));
+  return bytes;
 }
 
 void KvBlockPool::read_page(int32_t b, uint8_t* dst) {
@@ -165,6 +199,8 @@ void KvBlockPool::read_page(int32_t b, uint8_t* dst) {
     std::copy(v_block(s, b), v_block(s, b) + vn, dst);
     dst += vn;
   }
+  for (const KvGroupTails& t : tails_)
+    for (int g = 0; g < groups_per_page(); ++g) dst += t.save(int64_t{b} * groups_per_page() + g, dst);
 }
 
 void KvBlockPool::write_page(int32_t b, const uint8_t* src) {
@@ -176,6 +212,8 @@ void KvBlockPool::write_page(int32_t b, const uint8_t* src) {
     std::copy(src, src + vn, v_block(s, b));
     src += vn;
   }
+  for (KvGroupTails& t : tails_)
+    for (int g = 0; g < groups_per_page(); ++g) src += t.load(int64_t{b} * groups_per_page() + g, src);
 }
 
 PagedKvCache::PagedKvCache(KvBlockPool& pool, const std::vector<std::vector<int32_t>>& tables)
@@ -188,6 +226,7 @@ void PagedKvCache::sync() {
   const size_t L = l.group_of_layer.size();
   k_ptr_.resize(L * n_synced_);
   v_ptr_.resize(L * n_synced_);
+  if (kv_token_grouped(pool_.types().k)) tail_ptr_.resize(L * n_synced_ * pool_.groups_per_page());
   for (size_t il = 0; il < L; ++il) {
     const std::vector<int32_t>& t = (*tables_)[l.group_of_layer[il]];
     const int s = l.slot_of_layer[il];
@@ -208,7 +247,41 @@ KvView PagedKvCache::view(int layer) const {
   v.v_row_bytes = pool_.v_row_bytes(s);
   v.k_type = pool_.types().k;
   v.v_type = pool_.types().v;
+  if (kv_token_grouped(v.k_type)) {
+    const int gpp = pool_.groups_per_page();
+    const std::vector<int32_t>& t = (*tables_)[pool_.layout().group_of_layer[layer]];
+    const uint8_t** tp = tail_ptr_.data() + static_cast<size_t>(layer) * n_synced_ * gpp;
+    for (size_t i = 0; i < n_synced_; ++i)
+      for (int g = 0; g < gpp; ++g)
+        tp[i * gpp + g] = t[i] >= 0 ? pool_.tails(s).rows(int64_t{t[i]} * gpp + g) : nullptr;
+    v.k_tails = tp;
+    v.k_tail_row_bytes = pool_.tails(s).row_bytes();
+  }
   return v;
+}
+
+void PagedKvCache::store_k(int layer, int64_t pos, const float* src, int64_t n) {
+  if (!kv_token_grouped(pool_.types().k)) return KvCache::store_k(layer, pos, src, n);
+  const KvLayout& l = pool_.layout();
+  const int s = l.slot_of_layer[layer], bs = pool_.block_size();
+  const int32_t page = (*tables_)[l.group_of_layer[layer]][pos / bs];
+  const int g = static_cast<int>(pos % bs / kKvTokenGroup);
+  pool_.tails(s).store(int64_t{page} * pool_.groups_per_page() + g, static_cast<int>(pos % kKvTokenGroup), src, n,
+                       pool_.k_block(s, page) + int64_t{g} * kKvTokenGroup * pool_.k_row_bytes(s));
+}
+
+void PagedKvCache::begin_k_writes(int layer, int64_t first_pos) {
+  if (!kv_token_grouped(pool_.types().k)) return;
+  const KvLayout& l = pool_.layout();
+  const int s = l.slot_of_layer[layer], bs = pool_.block_size();
+  const std::vector<int32_t>& t = (*tables_)[l.group_of_layer[layer]];
+  // Tails exist only for the groups of the last passes: walk back from the
+  // last group ending at or before first_pos until one holds none.
+  for (int64_t g = first_pos / kKvTokenGroup - 1; g >= 0; --g) {
+    const int64_t p = g * kKvTokenGroup;
+    if (static_cast<size_t>(p / bs) >= t.size() || t[p / bs] < 0) break;
+    if (!pool_.tails(s).release_full(int64_t{t[p / bs]} * pool_.groups_per_page() + p % bs / kKvTokenGroup)) break;
+  }
 }
 
 size_t PagedKvCache::memory_bytes() const {

@@ -16,8 +16,12 @@
 // bookkeeping never need the model itself. Layers may differ in K/V row
 // size (structured pruning): each page slot is as wide as the widest layer
 // stored in that slot. Rows are stored in the spec's KvTypes (f32, f16,
-// bf16, q8, q4: kernels/kv_types.h, scales inside the page), so the page
-// ops (copy-on-write, swap) move bytes whatever the format.
+// bf16, q8, q4, q4c: kernels/kv_types.h, scales inside the page), so the
+// page ops (copy-on-write, swap) move bytes whatever the format. q4c keys
+// (block_size a multiple of kKvTokenGroup) also have f16 tails per (slot,
+// page, token group) (model/kv_cache.h KvGroupTails) that the page ops move
+// with the page: copy_block copies those of the copied groups, a swapped
+// page carries those it has after its bytes (swap_page_bytes(b)).
 //
 // Block ownership (reference counts, free lists, prefix cache) lives in
 // BlockManager and KvCacheManager; this file only owns memory. Not
@@ -121,9 +125,25 @@ class KvBlockPool {
   // (copy-on-write of a shared partial block).
   void copy_block(int32_t src, int32_t dst, int n_rows);
   // Copies of a whole page (bytes_per_block(): all slots, K then V per
-  // slot, in the pool's formats) to / from a host buffer (swap space).
+  // slot, in the pool's formats; q4c: then its tails) to / from a host
+  // buffer (swap space) of swap_page_bytes(b) bytes.
   void read_page(int32_t b, uint8_t* dst);
   void write_page(int32_t b, const uint8_t* src);
+  // Bytes read_page(b) writes: bytes_per_block(), plus q4c's tail states
+  // and the rows of the tails page b has.
+  size_t swap_page_bytes(int32_t b) const;
+
+  // q4c: frees the tails of full groups on every page that none of `tables`
+  // holds (before a forward pass over the sequences of those tables: only
+  // that pass's own sequences could still read a full group's tail, and
+  // only a sequence's later pass would rewrite one). Unfinished tails stay.
+  void release_full_tails(const std::vector<const std::vector<std::vector<int32_t>>*>& tables);
+
+  // q4c: token groups per page, the head dim, and slot s's tails.
+  int groups_per_page() const { return block_size_ / kKvTokenGroup; }
+  int head_dim() const { return head_dim_; }
+  KvGroupTails& tails(int slot) { return tails_[slot]; }
+  const KvGroupTails& tails(int slot) const { return tails_[slot]; }
 
  private:
   KvBlockPool() = default;
@@ -132,7 +152,10 @@ class KvBlockPool {
   int block_size_ = 0;
   int32_t n_blocks_ = 0;
   KvSlotDims dims_;
+  int head_dim_ = 0;
   std::vector<std::unique_ptr<uint8_t[]>> k_, v_;  // per slot: [n_blocks, block_size, row bytes]
+  std::vector<KvGroupTails> tails_;                // q4c: per slot
+  std::vector<uint8_t> in_use_;                    // release_full_tails' page marks
 };
 
 // One sequence's view of the pool through its block tables (not owned; one
@@ -160,6 +183,8 @@ class PagedKvCache final : public KvCache {
            (pos % pool_.block_size()) * pool_.v_row_bytes(s);
   }
   KvTypes types() const override { return pool_.types(); }
+  void store_k(int layer, int64_t pos, const float* src, int64_t n) override;
+  void begin_k_writes(int layer, int64_t first_pos) override;
   KvView view(int layer) const override;
   size_t memory_bytes() const override;
 
@@ -168,6 +193,7 @@ class PagedKvCache final : public KvCache {
   const std::vector<std::vector<int32_t>>* tables_;
   size_t n_synced_ = 0;
   std::vector<const uint8_t*> k_ptr_, v_ptr_;  // [n_layer, n_synced] page pointers (null: released)
+  mutable std::vector<const uint8_t*> tail_ptr_;  // q4c: [n_layer, n_synced * groups per page] (view())
 };
 
 }  // namespace ember

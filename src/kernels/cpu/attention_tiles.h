@@ -12,7 +12,8 @@
 //         division of avx2/attention.cpp (one compiled copy for both levels).
 // K/V rows in any format of kernels/kv_types.h are decoded in registers, 16
 // elements at a time, as they are read (never a page or a row to memory,
-// except one head row for the odd head dims).
+// except one head row for the odd head dims); q4c keys from their group
+// region, or from the f16 tail for a query's own unfinished group (dot_key).
 //
 // Prefill shares each K/V load among many query rows: all query heads of a
 // kv head (GQA), for every token of a token tile whose keys in a chunk start
@@ -79,15 +80,20 @@ inline float group_scale(const uint8_t* b) {
 // buffer this large.
 constexpr int kMaxOddHeadDim = 1024;
 
-// out[r] = q[r]·k for r < M (K decoded by V::load_kv<KT>), loading and
-// decoding each K vector once for the M rows. Requires dk % 16 == 0.
+// out[r] = q[r]·k for r < M (K decoded by V::load_kv<KT>; q4c: position
+// kr of the group region k, V::load_q4c), loading and decoding each K vector
+// once for the M rows. Requires dk % 16 == 0.
 template <class V, KvType KT, int M>
-void dot_rows(const float* const* q, int dk, const uint8_t* k, float* out) {
+void dot_rows(const float* const* q, int dk, const uint8_t* k, int kr, float* out) {
   typename V::Vec a[M];
 #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) a[r] = V::zero();
   for (int i = 0; i < dk; i += 16) {
-    const typename V::Vec kv = V::template load_kv<KT>(k, i);
+    typename V::Vec kv;
+    if constexpr (KT == KvType::kQ4C)
+      kv = V::load_q4c(k, kr, dk, i);
+    else
+      kv = V::template load_kv<KT>(k, i);
 #pragma GCC unroll 8
     for (int r = 0; r < M; ++r) a[r] = V::fmadd(V::load(q[r] + i), kv, a[r]);
   }
@@ -97,31 +103,66 @@ void dot_rows(const float* const* q, int dk, const uint8_t* k, float* out) {
 
 // dot_rows for the last nr < M + 1 rows.
 template <class V, KvType KT, int M>
-void dot_tail(const float* const* q, int nr, int dk, const uint8_t* k, float* out) {
+void dot_tail(const float* const* q, int nr, int dk, const uint8_t* k, int kr, float* out) {
   if constexpr (M > 0) {
     if (nr == M)
-      dot_rows<V, KT, M>(q, dk, k, out);
+      dot_rows<V, KT, M>(q, dk, k, kr, out);
     else
-      dot_tail<V, KT, M - 1>(q, nr, dk, k, out);
+      dot_tail<V, KT, M - 1>(q, nr, dk, k, kr, out);
   }
 }
 
 template <class V, KvType KT>
-void dot_group(const float* const* q, int nr, int dk, const uint8_t* k, float* out) {
-  if (dk % 16 != 0) {  // odd head dims: one decoded head row (not f32), then the f32 dot
-    float row[kMaxOddHeadDim];
-    const float* kf = reinterpret_cast<const float*>(k);
-    if (KT != KvType::kF32) {
-      kv_load_row(KT, k, dk, row);
-      kf = row;
+void dot_group(const float* const* q, int nr, int dk, const uint8_t* k, int kr, float* out) {
+  if constexpr (KT != KvType::kQ4C) {  // q4c head dims are multiples of 32
+    if (dk % 16 != 0) {  // odd head dims: one decoded head row (not f32), then the f32 dot
+      float row[kMaxOddHeadDim];
+      const float* kf = reinterpret_cast<const float*>(k);
+      if (KT != KvType::kF32) {
+        kv_load_row(KT, k, dk, row);
+        kf = row;
+      }
+      for (int r = 0; r < nr; ++r) out[r] = avx2::dot_f32(q[r], kf, dk);
+      return;
     }
-    for (int r = 0; r < nr; ++r) out[r] = avx2::dot_f32(q[r], kf, dk);
-    return;
   }
   constexpr int kW = V::kDotRows;
   int r = 0;
-  for (; r + kW <= nr; r += kW) dot_rows<V, KT, kW>(q + r, dk, k, out + r);
-  dot_tail<V, KT, kW - 1>(q + r, nr - r, dk, k, out + r);
+  for (; r + kW <= nr; r += kW) dot_rows<V, KT, kW>(q + r, dk, k, kr, out + r);
+  dot_tail<V, KT, kW - 1>(q + r, nr - r, dk, k, kr, out + r);
+}
+
+// q·k of key position p for the first `rows` rows: every format but q4c
+// through dot_group; q4c rows whose tail starts at or before p (tail_from)
+// read the key's f16 tail row, the others the encoded group, each row with
+// exactly the arithmetic it has alone.
+template <class V, KvType KT>
+void dot_key(const float* const* q, int rows, int dk, const KvView& kv, int64_t p, int hkv, const int64_t* tail_from,
+             float* out) {
+  if constexpr (KT != KvType::kQ4C) {
+    dot_group<V, KT>(q, rows, dk, kv_key_row(kv, p, hkv, dk), 0, out);
+  } else {
+    const float* qs[2][kMaxRows];
+    int idx[2][kMaxRows], n[2] = {0, 0};
+    for (int r = 0; r < rows; ++r) {
+      const int t = p >= tail_from[r] ? 1 : 0;
+      qs[t][n[t]] = q[r];
+      idx[t][n[t]++] = r;
+    }
+    float d[kMaxRows];
+    const uint8_t* region = kv_q4c_region(kv, p, hkv, dk);
+    const int kr = static_cast<int>(p % kKvTokenGroup);
+    if (n[0] == rows) {
+      dot_group<V, KvType::kQ4C>(q, rows, dk, region, kr, out);
+      return;
+    }
+    if (n[0] > 0) {
+      dot_group<V, KvType::kQ4C>(qs[0], n[0], dk, region, kr, d);
+      for (int i = 0; i < n[0]; ++i) out[idx[0][i]] = d[i];
+    }
+    dot_group<V, KvType::kF16>(qs[1], n[1], dk, kv_q4c_tail_row(kv, p, hkv, dk), 0, d);
+    for (int i = 0; i < n[1]; ++i) out[idx[1][i]] = d[i];
+  }
 }
 
 // acc_r[i] += p[r][j] * v_j[i] for j = j0..j1-1 in order, for M rows, with
@@ -179,10 +220,11 @@ void pv_group(float* const* acc, int nr, const float (*p)[kTile], const uint8_t*
 // fresh states for nr <= kMaxRows query rows q[r] that attend to the same kv
 // head, in 64-key tiles aligned to kb. ke must not increase with r (so the
 // rows that see a key are a prefix). Each row's arithmetic is independent of
-// which other rows share the call.
+// which other rows share the call. tail_from[r]: kv_tail_from of row r's
+// query (q4c keys; ignored otherwise).
 template <class V, KvType KT, KvType VT>
 void reduce_chunk_t(const AttentionShape& s, const float* const* q, int nr, int hkv, const KvView& kv, int64_t kb,
-                    const int64_t* ke, AttnRowState* const* st) {
+                    const int64_t* ke, const int64_t* tail_from, AttnRowState* const* st) {
   const int dk = s.head_dim, dv = s.head_dim_v;
   for (int r = 0; r < nr; ++r) {
     st[r]->m = -INFINITY;
@@ -204,7 +246,7 @@ void reduce_chunk_t(const AttentionShape& s, const float* const* q, int nr, int 
     int rows = na;  // rows that see key j
     for (int j = 0; j < n; ++j) {
       while (nk[rows - 1] <= j) --rows;
-      dot_group<V, KT>(q, rows, dk, kv_key_row(kv, t0 + j, hkv, dk), dots);
+      dot_key<V, KT>(q, rows, dk, kv, t0 + j, hkv, tail_from, dots);
       for (int r = 0; r < rows; ++r) {
         float v = dots[r] * s.scale;
         if (s.softcap > 0.f) v = s.softcap * std::tanh(v / s.softcap);
@@ -237,7 +279,7 @@ void reduce_chunk_t(const AttentionShape& s, const float* const* q, int nr, int 
 }
 
 using ReduceChunkFn = void (*)(const AttentionShape&, const float* const*, int, int, const KvView&, int64_t,
-                               const int64_t*, AttnRowState* const*);
+                               const int64_t*, const int64_t*, AttnRowState* const*);
 
 template <class V, KvType KT>
 ReduceChunkFn reduce_for_v(KvType v) {
@@ -247,6 +289,7 @@ ReduceChunkFn reduce_for_v(KvType v) {
     case KvType::kBF16: return reduce_chunk_t<V, KT, KvType::kBF16>;
     case KvType::kQ8: return reduce_chunk_t<V, KT, KvType::kQ8>;
     case KvType::kQ4: return reduce_chunk_t<V, KT, KvType::kQ4>;
+    case KvType::kQ4C: break;  // a key format (refused for V at start-up)
   }
   return reduce_chunk_t<V, KT, KvType::kF32>;
 }
@@ -260,6 +303,7 @@ ReduceChunkFn reduce_for(const KvView& kv) {
     case KvType::kBF16: return reduce_for_v<V, KvType::kBF16>(kv.v_type);
     case KvType::kQ8: return reduce_for_v<V, KvType::kQ8>(kv.v_type);
     case KvType::kQ4: return reduce_for_v<V, KvType::kQ4>(kv.v_type);
+    case KvType::kQ4C: return reduce_for_v<V, KvType::kQ4C>(kv.v_type);
   }
   return reduce_for_v<V, KvType::kF32>(kv.v_type);
 }
@@ -300,7 +344,7 @@ void decode(const AttentionShape& s, const float* q, const int32_t* pos, int64_t
     AttnRowState st[kMaxGroup];
     AttnRowState* sp[kMaxGroup];
     const float* qr[kMaxGroup];
-    int64_t ends[kMaxGroup];
+    int64_t ends[kMaxGroup], tails[kMaxGroup];
     for (int64_t it = b; it < e; ++it) {
       const int64_t c = it % n_chunks;
       const int64_t t = it / n_chunks / s.n_head_kv;
@@ -324,8 +368,9 @@ void decode(const AttentionShape& s, const float* q, const int32_t* pos, int64_t
           sp[r] = &st[r];
           qr[r] = q + t * q_stride + static_cast<int64_t>(h0 + r) * dk;
           ends[r] = ke;
+          tails[r] = kv_tail_from(kv, pos[t]);
         }
-        reduce_for<V>(kv)(s, qr, nr, hkv, kv, kb, ends, sp);
+        reduce_for<V>(kv)(s, qr, nr, hkv, kv, kb, ends, tails, sp);
         for (int r = 0; r < nr; ++r) {
           part(r)[0] = st[r].m;
           part(r)[1] = st[r].l;
@@ -371,7 +416,7 @@ void prefill(const AttentionShape& s, const float* q, const int32_t* pos, int64_
     AttnRowState run[kMaxRows], part[kMaxRows];
     AttnRowState* sp[kMaxRows];
     const float* qr[kMaxRows];
-    int64_t ends[kMaxRows];
+    int64_t ends[kMaxRows], tails[kMaxRows];
     int merge_rows[kMaxRows];
     for (int64_t task = b; task < e; ++task) {
       const int hkv = static_cast<int>(task / n_tiles);
@@ -424,6 +469,7 @@ void prefill(const AttentionShape& s, const float* q, const int32_t* pos, int64_
                   const int row = j * nr + r;
                   qr[n] = q + (t0 + j) * q_stride + static_cast<int64_t>(h0 + r) * dk;
                   ends[n] = tke[k];
+                  tails[n] = kv_tail_from(kv, pos[t0 + j]);
                   if (c == c0[j]) {
                     sp[n] = &run[row];
                   } else {
@@ -432,7 +478,7 @@ void prefill(const AttentionShape& s, const float* q, const int32_t* pos, int64_
                   }
                 }
               }
-              reduce_for<V>(kv)(s, qr, n, hkv, kv, kb, ends, sp);
+              reduce_for<V>(kv)(s, qr, n, hkv, kv, kb, ends, tails, sp);
               for (int k = 0; k < n_merge; ++k) avx2::attn_merge_state(&run[merge_rows[k]], part[merge_rows[k]], dv);
             }
           }

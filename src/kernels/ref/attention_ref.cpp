@@ -26,7 +26,7 @@ void attention_row(const AttentionShape& s, const float* q_head, int32_t pos, in
   attention_visible_range(s, pos, &lo, &hi);
   double mx = -INFINITY;
   for (int64_t j = lo; j < hi; ++j) {
-    kv_load_row(kv.k_type, kv_key_row(kv, j, hkv, dk), dk, row);
+    kv_load_key(kv, j, pos, hkv, dk, row);
     double d = 0;
     for (int i = 0; i < dk; ++i) d += static_cast<double>(q_head[i]) * row[i];
     d *= s.scale;

@@ -18,6 +18,7 @@ const char* kv_type_name(KvType t) {
     case KvType::kBF16: return "bf16";
     case KvType::kQ8: return "q8";
     case KvType::kQ4: return "q4";
+    case KvType::kQ4C: return "q4c";
   }
   return "?";
 }
@@ -30,11 +31,12 @@ Result<KvType> parse_kv_type(std::string_view s) {
   if (l == "bf16") return KvType::kBF16;
   if (l == "q8" || l == "q8_0") return KvType::kQ8;
   if (l == "q4" || l == "q4_0") return KvType::kQ4;
-  return Status::errorf("unknown KV cache dtype '{}' (f32, f16, bf16, q8, q4)", s);
+  if (l == "q4c" || l == "kivi") return KvType::kQ4C;
+  return Status::errorf("unknown KV cache dtype '{}' (f32, f16, bf16, q8, q4, q4c)", s);
 }
 
 Status kv_type_check(KvType t, int64_t head_dim) {
-  if ((t == KvType::kQ8 || t == KvType::kQ4) && head_dim % kKvGroup != 0)
+  if ((t == KvType::kQ8 || t == KvType::kQ4 || t == KvType::kQ4C) && head_dim % kKvGroup != 0)
     return Status::errorf("KV cache dtype {} needs a head dimension that is a multiple of {} (the model has {})",
                           kv_type_name(t), kKvGroup, head_dim);
   if (t != KvType::kF32 && head_dim > 1024)
@@ -101,6 +103,7 @@ void kv_store_row(KvType t, const float* src, int64_t n, uint8_t* dst) {
     case KvType::kQ4:
       for (int64_t g = 0; g < n / kKvGroup; ++g) store_q4(src + g * kKvGroup, dst + g * (2 + kKvGroup / 2));
       return;
+    case KvType::kQ4C: return;  // a group format: kv_q4c_encode_group
   }
 }
 
@@ -144,6 +147,55 @@ void kv_load_row(KvType t, const uint8_t* src, int64_t n, float* dst) {
         }
       }
       return;
+    case KvType::kQ4C: return;  // a group format: kv_q4c_load_row
+  }
+}
+
+void kv_q4c_encode_group(const uint8_t* f16_rows, int64_t row_stride, int n_heads, int head_dim, uint8_t* dst) {
+  const int hd = head_dim;
+  auto x = [&](int r, int64_t i) {
+    f16_t h;
+    std::memcpy(&h, f16_rows + r * row_stride + 2 * i, 2);
+    return f16_to_f32(h);
+  };
+  for (int h = 0; h < n_heads; ++h) {
+    uint8_t* reg = dst + static_cast<int64_t>(h) * 12 * hd;
+    uint8_t* nib = reg + 4 * hd;
+    std::memset(nib, 0, static_cast<size_t>(kKvTokenGroup) * hd / 2);
+    for (int c = 0; c < hd; ++c) {
+      const int64_t i = static_cast<int64_t>(h) * hd + c;
+      float lo = x(0, i), hi = lo;
+      for (int r = 1; r < kKvTokenGroup; ++r) {
+        lo = std::min(lo, x(r, i));
+        hi = std::max(hi, x(r, i));
+      }
+      const f16_t dh = f32_to_f16((hi - lo) / 15.f), mh = f32_to_f16(lo);
+      std::memcpy(reg + 2 * c, &dh, 2);
+      std::memcpy(reg + 2 * hd + 2 * c, &mh, 2);
+      const float d = f16_to_f32(dh), m = f16_to_f32(mh);
+      const float id = d > 0.f ? 1.f / d : 0.f;
+      // q4 order per 32 elements of a position row: elements 0-15 in the
+      // low nibbles of its 16 bytes, 16-31 in the high ones.
+      const int byte = c / kKvGroup * (kKvGroup / 2) + c % (kKvGroup / 2);
+      const int shift = c % kKvGroup < kKvGroup / 2 ? 0 : 4;
+      for (int r = 0; r < kKvTokenGroup; ++r) {
+        const int q = std::clamp(static_cast<int>(std::nearbyint((x(r, i) - m) * id)), 0, 15);
+        nib[r * (hd / 2) + byte] = static_cast<uint8_t>(nib[r * (hd / 2) + byte] | (q << shift));
+      }
+    }
+  }
+}
+
+void kv_q4c_load_row(const uint8_t* head_region, int r, int head_dim, float* dst) {
+  const int hd = head_dim;
+  const uint8_t* nib = head_region + 4 * hd + r * (hd / 2);
+  for (int c = 0; c < hd; ++c) {
+    f16_t dh, mh;
+    std::memcpy(&dh, head_region + 2 * c, 2);
+    std::memcpy(&mh, head_region + 2 * hd + 2 * c, 2);
+    const uint8_t b = nib[c / kKvGroup * (kKvGroup / 2) + c % (kKvGroup / 2)];
+    const int q = c % kKvGroup < kKvGroup / 2 ? (b & 15) : (b >> 4);
+    dst[c] = std::fma(f16_to_f32(dh), static_cast<float>(q), f16_to_f32(mh));
   }
 }
 

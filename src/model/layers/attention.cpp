@@ -2,6 +2,7 @@
 #include "model/layers/attention.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "model/layers/linear_ops.h"
@@ -59,12 +60,19 @@ void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTab
   });
 
   // K/V rows of this layer (the layer's width within the cache's row),
-  // encoded in the cache's formats.
+  // encoded in the cache's formats. q4c caches first learn where this
+  // pass's rows start (the f16 tails of groups full before it are freed).
+  for (int i = 0; i < tl.n_segs; ++i) {
+    if (!kv_token_grouped(tl.caches[i]->types().k)) continue;
+    int64_t first = INT64_MAX;
+    for (int64_t t = 0; t < n; ++t)
+      if (tl.seg[t] == i) first = std::min<int64_t>(first, tl.pos[t]);
+    if (first != INT64_MAX) tl.caches[i]->begin_k_writes(c.il, first);
+  }
   for (int64_t t = 0; t < n; ++t) {
     KvCache& cache = *tl.caches[tl.seg[t]];
-    const KvTypes ty = cache.types();
-    kv_store_row(ty.k, b.k + t * K, K, cache.k_row(c.il, tl.pos[t]));
-    kv_store_row(ty.v, b.v + t * Vd, Vd, cache.v_row(c.il, tl.pos[t]));
+    cache.store_k(c.il, tl.pos[t], b.k + t * K, K);
+    kv_store_row(cache.types().v, b.v + t * Vd, Vd, cache.v_row(c.il, tl.pos[t]));
   }
 
   AttentionShape s;

@@ -40,6 +40,18 @@ __m256 load8(const uint8_t* row, int i) {
   }
 }
 
+// q4c: elements i..i+7 (i % 8 == 0) of position r of a head's group region
+// (kernels/kv_types.h), fma(d, q, m) as kv_q4c_load_row computes it.
+__m256 load8_q4c(const uint8_t* region, int r, int hd, int i) {
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(region + 2 * i)));
+  const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(region + 2 * hd + 2 * i)));
+  const uint8_t* nib = region + 4 * hd + r * (hd / 2) + (i / kKvGroup) * (kKvGroup / 2);
+  const int o = i % kKvGroup;
+  __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(nib + (o & 15))));
+  q = o < kKvGroup / 2 ? _mm256_and_si256(q, _mm256_set1_epi32(15)) : _mm256_srli_epi32(q, 4);
+  return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q), m);
+}
+
 // 16 floats as two 8-lane halves: lo = elements 0-7, hi = 8-15.
 struct Avx2Vec16 {
   struct Vec {
@@ -62,6 +74,9 @@ struct Avx2Vec16 {
   template <KvType T>
   static Vec load_kv(const uint8_t* row, int i) {
     return {load8<T>(row, i), load8<T>(row, i + 8)};
+  }
+  static Vec load_q4c(const uint8_t* region, int r, int hd, int i) {
+    return {load8_q4c(region, r, hd, i), load8_q4c(region, r, hd, i + 8)};
   }
 };
 

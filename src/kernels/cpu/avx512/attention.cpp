@@ -59,6 +59,15 @@ struct Avx512Vec16 {
       return _mm512_mul_ps(_mm512_set1_ps(attn_tiles::group_scale(b)), _mm512_cvtepi32_ps(q));
     }
   }
+  // q4c: elements i..i+15 of position r of a head's group region, fma(d, q, m).
+  static Vec load_q4c(const uint8_t* region, int r, int hd, int i) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(region + 2 * i)));
+    const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(region + 2 * hd + 2 * i)));
+    const uint8_t* nib = region + 4 * hd + r * (hd / 2) + (i / kKvGroup) * (kKvGroup / 2);
+    __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(nib)));
+    q = i % kKvGroup < kKvGroup / 2 ? _mm512_and_si512(q, _mm512_set1_epi32(15)) : _mm512_srli_epi32(q, 4);
+    return _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(q), m);
+  }
 };
 
 }  // namespace
