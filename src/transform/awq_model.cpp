@@ -58,12 +58,6 @@ bool awq_can_round(DType t, bool imatrix_rounding) {
   return imatrix_rounding ? can_quantize_imatrix(t) : can_quantize(t) && dtype_block_size(t) > 1;
 }
 
-// The method of an entry whose source became f32.
-QuantMethod method_from_f32(DType target) {
-  if (target == DType::kF32) return QuantMethod::kCopy;
-  if (target == DType::kF16 || target == DType::kBF16) return QuantMethod::kConvert;
-  return QuantMethod::kRtn;
-}
 
 class LayerFolder {
  public:

@@ -50,6 +50,12 @@ Status qk_permutation(const ModelFile& src, bool* permute, int64_t* head_dim) {
 
 }  // namespace
 
+QuantMethod method_from_f32(DType target) {
+  if (target == DType::kF32) return QuantMethod::kCopy;
+  if (target == DType::kF16 || target == DType::kBF16) return QuantMethod::kConvert;
+  return QuantMethod::kRtn;
+}
+
 const char* quant_method_name(QuantMethod m) {
   switch (m) {
     case QuantMethod::kCopy: return "copy";

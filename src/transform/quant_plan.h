@@ -56,6 +56,9 @@ enum class QuantMethod : uint8_t {
   kAwq,      // AWQ scales folded layer by layer (run_awq, transform/awq_model.h), then kRtn / kImatrix
 };
 const char* quant_method_name(QuantMethod m);
+// The method of an entry whose source became f32 (a transform rewrote it):
+// copy to f32, convert to f16 / bf16, round-to-nearest otherwise.
+QuantMethod method_from_f32(DType target);
 
 // A change of the tensor's values on the way.
 enum class TensorTransform : uint8_t {

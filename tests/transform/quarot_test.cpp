@@ -1,0 +1,189 @@
+// QuaRot rotations fused into the weights (transform/quarot.h) on tiny
+// random-weight f32 models of three architectures (llama with non-power-of-
+// two widths, qwen2 with a V bias, gemma3 with post-norms): the rotated
+// model, whose online parts the forward pass applies from the metadata,
+// gives the source's logits to float rounding for every rotation alone and
+// all together (a wrong fold, or a missing online part, is far off); the
+// metadata survives a GGUF round trip; a rotated plan quantizes and runs
+// with 4-bit activations; rotating twice is an error.
+#include "transform/quarot.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "model/io/gguf.h"
+#include "model/model.h"
+#include "transform/convert.h"
+#include "transform/gen_model.h"
+
+namespace ember {
+namespace {
+
+namespace fs = std::filesystem;
+
+GenModelShape shape(const std::string& arch) {
+  GenModelShape s = *gen_model_arch_defaults(arch);
+  s.n_layer = 2, s.n_vocab = 300, s.n_ctx = 256;
+  if (arch == "llama") s.n_embd = 96, s.n_ff = 160, s.n_head = 4, s.n_head_kv = 2;  // 96 = 8 * 12, 160 = 8 * 20, hd 24
+  if (arch == "qwen2") s.n_embd = 128, s.n_ff = 256, s.n_head = 4, s.n_head_kv = 2, s.qkv_bias = true;
+  if (arch == "gemma3") s.n_embd = 128, s.n_ff = 192, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 32, s.sliding_window = 8;
+  return s;
+}
+
+Status write_file(const ModelFile& f, const std::string& path) {
+  GgufWriter w;
+  for (const auto& [k, v] : f.metadata.entries()) w.add(k, v);
+  for (const auto& [name, t] : f.tensors) {
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    EMBER_RETURN_IF_ERROR(w.add_tensor_ref(name, t.type, ne, t.data, t.nbytes));
+  }
+  return w.write(path);
+}
+
+class QuarotTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ember_quarot_" + GetParam() + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    GenModelOptions o;
+    o.type = DType::kF32;
+    o.seed = 5;
+    o.weight_std = 0.08f;
+    path_ = (dir_ / "src.gguf").string();
+    ASSERT_TRUE(write_random_model(shape(GetParam()), o, path_, pool_).is_ok());
+    auto src = Model::load(path_);
+    ASSERT_TRUE(src.is_ok()) << src.status().message();
+    want_ = logits(**src);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::vector<float> logits(const Model& m) {
+    const int64_t n = 24;
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back((i * 37 + 11) % 300);
+    ForwardContext ctx(m, pool_, 8);  // several steps: K/V (and rotated V rows) read back from the cache
+    ContiguousKvCache cache(m.config(), n);
+    std::vector<float> out(n * m.config().n_vocab);
+    EXPECT_TRUE(ctx.forward(t.data(), n, 0, cache, nullptr, out.data()).is_ok());
+    return out;
+  }
+
+  // RMS of (got - want) over RMS of want.
+  double rel_error(const std::vector<float>& got) const {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) num += std::pow(got[i] - want_[i], 2), den += std::pow(want_[i], 2);
+    return std::sqrt(num / den);
+  }
+
+  std::unique_ptr<ModelFile> rotated(const QuarotOptions& o, ModelRotation* r, QuantPlan* plan = nullptr) {
+    auto f = open_model_file(path_);
+    EXPECT_TRUE(f.is_ok());
+    auto out = apply_quarot(std::move(f.value()), plan, o, pool_, r);
+    EXPECT_TRUE(out.is_ok()) << out.status().message();
+    return out.is_ok() ? std::move(out.value()) : nullptr;
+  }
+
+  ThreadPool pool_{2};
+  fs::path dir_;
+  std::string path_;
+  std::vector<float> want_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Archs, QuarotTest, ::testing::Values("llama", "qwen2", "gemma3"));
+
+TEST_P(QuarotTest, RotatedFloatModelGivesTheSourceLogits) {
+  const QuarotOptions only[] = {{true, false, false, false}, {false, true, false, false},
+                                {false, false, true, false}, {false, false, false, true}, {}};
+  for (const QuarotOptions& o : only) {
+    SCOPED_TRACE(::testing::Message() << "attn_in " << o.attn_in << " ffn_in " << o.ffn_in << " ffn_down "
+                                      << o.ffn_down << " attn_v " << o.attn_v);
+    ModelRotation r;
+    std::unique_ptr<ModelFile> f = rotated(o, &r);
+    ASSERT_TRUE(f);
+    const GenModelShape s = shape(GetParam());
+    EXPECT_EQ(r.attn_in, o.attn_in ? s.n_embd : 0);  // the whole width is a Hadamard size in every shape here
+    EXPECT_EQ(r.ffn_down, o.ffn_down ? s.n_ff : 0);
+    EXPECT_EQ(r.attn_v, o.attn_v ? s.head_size() : 0);
+    // The weights really changed (the fold is not a no-op).
+    const char* changed = o.attn_in ? "blk.0.attn_k.weight" : o.ffn_in ? "blk.0.ffn_up.weight"
+                        : o.ffn_down ? "blk.0.ffn_down.weight" : "blk.1.attn_v.weight";
+    auto src = open_model_file(path_);
+    ASSERT_TRUE(src.is_ok());
+    const TensorView* a = (*src)->tensor(changed);
+    const TensorView* b = f->tensor(changed);
+    ASSERT_TRUE(a && b && a->nbytes == b->nbytes);
+    EXPECT_NE(std::memcmp(a->data, b->data, a->nbytes), 0) << changed;
+    // The online parts: without them the model is another function.
+    if (o.attn_in || o.ffn_in || o.ffn_down) {
+      auto broken = std::make_unique<ModelFile>(*f);
+      Metadata md;
+      for (const auto& [k, v] : broken->metadata.entries())
+        if (k.rfind("ember.quarot.", 0) != 0) md.set(k, v);
+      broken->metadata = md;
+      auto m = Model::from_file(std::move(broken));
+      ASSERT_TRUE(m.is_ok());
+      EXPECT_GT(rel_error(logits(**m)), 0.05);
+    }
+    auto m = Model::from_file(std::move(f));
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    EXPECT_EQ((*m)->config().rotation.attn_in, r.attn_in);
+    EXPECT_LT(rel_error(logits(**m)), 2e-5);  // the same function; float rounding only
+  }
+}
+
+TEST_P(QuarotTest, MetadataRoundTripsAndQuantizedRotatedModelRuns) {
+  ConvertOptions co;
+  co.type = DType::kQ4_0;
+  auto src = open_model_file(path_);
+  ASSERT_TRUE(src.is_ok());
+  auto plan = plan_quantization(**src, co);
+  ASSERT_TRUE(plan.is_ok());
+  ModelRotation r;
+  std::unique_ptr<ModelFile> f = rotated({}, &r, &*plan);
+  ASSERT_TRUE(f);
+  for (const QuantPlanEntry& e : plan->entries)
+    if (e.name == "blk.1.ffn_down.weight" || e.name == "blk.0.attn_output.weight") {
+      EXPECT_EQ(e.source, DType::kF32);
+      EXPECT_EQ(e.method, QuantMethod::kRtn);
+    }
+  // f32 round trip: the same config and the same logits bit for bit.
+  const std::string f32_path = (dir_ / "rot_f32.gguf").string();
+  ASSERT_TRUE(write_file(*f, f32_path).is_ok());
+  auto loaded = Model::load(f32_path);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  const ModelRotation& lr = (*loaded)->config().rotation;
+  EXPECT_EQ(lr.attn_in, r.attn_in);
+  EXPECT_EQ(lr.ffn_in, r.ffn_in);
+  EXPECT_EQ(lr.ffn_down, r.ffn_down);
+  EXPECT_EQ(lr.attn_v, r.attn_v);
+  auto in_memory = Model::from_file(std::make_unique<ModelFile>(*f));
+  ASSERT_TRUE(in_memory.is_ok());
+  EXPECT_EQ(logits(**loaded), logits(**in_memory));
+  // Rotating a rotated file again is refused.
+  auto again = open_model_file(f32_path);
+  ASSERT_TRUE(again.is_ok());
+  auto twice = apply_quarot(std::move(again.value()), nullptr, {}, pool_);
+  ASSERT_FALSE(twice.is_ok());
+  EXPECT_NE(twice.status().message().find("already rotated"), std::string::npos);
+  // The plan quantizes the rotated tensors to Q4_0; the result runs with
+  // 4-bit activations and stays near the source.
+  auto q = convert_model(std::move(f), *plan, pool_);
+  ASSERT_TRUE(q.is_ok()) << q.status().message();
+  auto qm = Model::from_file(std::move(q.value()));
+  ASSERT_TRUE(qm.is_ok()) << qm.status().message();
+  const double e8 = rel_error(logits(**qm));
+  ASSERT_TRUE((*qm)->set_activation_bits(4).is_ok());
+  EXPECT_EQ((*qm)->weights().layers[0].down.act_bits, 4);
+  EXPECT_EQ((*qm)->weights().output.act_bits, 0);  // the head keeps its activations
+  const double e4 = rel_error(logits(**qm));
+  EXPECT_LT(e8, 0.5);
+  EXPECT_LT(e4, 1.0);
+  EXPECT_GT(e4, e8);
+}
+
+}  // namespace
+}  // namespace ember
