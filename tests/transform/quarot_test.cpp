@@ -5,7 +5,9 @@
 // gives the source's logits to float rounding for every rotation alone and
 // all together (a wrong fold, or a missing online part, is far off); the
 // metadata survives a GGUF round trip; a rotated plan quantizes and runs
-// with 4-bit activations; rotating twice is an error.
+// with 4-bit activations; GPTQ composes (it calibrates on the rotated model,
+// whose observer sees the rotated inputs) and beats round-to-nearest there;
+// rotating twice is an error.
 #include "transform/quarot.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 #include "model/model.h"
 #include "transform/convert.h"
 #include "transform/gen_model.h"
+#include "transform/gptq_model.h"
 
 namespace ember {
 namespace {
@@ -183,6 +186,37 @@ TEST_P(QuarotTest, MetadataRoundTripsAndQuantizedRotatedModelRuns) {
   EXPECT_LT(e8, 0.5);
   EXPECT_LT(e4, 1.0);
   EXPECT_GT(e4, e8);
+}
+
+TEST_P(QuarotTest, GptqOnTheRotatedModelBeatsRoundToNearest) {
+  auto quantized = [&](bool gptq) {
+    ConvertOptions co;
+    co.type = DType::kQ4_0;
+    auto src = open_model_file(path_);
+    EXPECT_TRUE(src.is_ok());
+    auto plan = plan_quantization(**src, co);
+    EXPECT_TRUE(plan.is_ok());
+    std::unique_ptr<ModelFile> f = rotated({}, nullptr, &*plan);
+    if (gptq) {
+      for (QuantPlanEntry& e : plan->entries)
+        if (e.method == QuantMethod::kRtn && e.layer >= 0 && gptq_supports(e.target)) e.method = QuantMethod::kGptq;
+      std::vector<int32_t> t;
+      for (int i = 0; i < 512; ++i) t.push_back((i * 17 + 3 + (i * i) % 7) % 300);
+      GptqRunOptions go;
+      go.chunk_size = 64;
+      auto done = run_gptq(std::move(f), &*plan, t, go, pool_);
+      EXPECT_TRUE(done.is_ok()) << done.status().message();
+      f = std::move(done.value());
+    }
+    auto q = convert_model(std::move(f), *plan, pool_);
+    EXPECT_TRUE(q.is_ok()) << q.status().message();
+    auto m = Model::from_file(std::move(q.value()));
+    EXPECT_TRUE(m.is_ok());
+    EXPECT_EQ((*m)->config().rotation.ffn_down, shape(GetParam()).n_ff);
+    return rel_error(logits(**m));
+  };
+  const double rtn = quantized(false), gptq = quantized(true);
+  EXPECT_LT(gptq, rtn);
 }
 
 }  // namespace
