@@ -75,13 +75,7 @@ class Rotator {
   // Every changed tensor into the file as f32; its plan entry re-planned.
   Status store() {
     for (auto& [name, t] : t_) {
-      TensorView v = *f_->tensor(name);
-      auto buf = std::make_shared<std::vector<float>>(std::move(t.v));
-      v.type = DType::kF32;
-      v.data = buf->data();
-      v.nbytes = buf->size() * sizeof(float);
-      f_->tensors[name] = v;
-      f_->owners.push_back(std::move(buf));
+      replace_with_f32(f_, name, std::move(t.v));
       if (entries_.empty()) continue;
       auto it = entries_.find(name);
       if (it == entries_.end()) return Status::errorf("quarot: tensor '{}' is not in the plan", name);

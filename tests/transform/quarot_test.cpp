@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "model/io/gguf.h"
 #include "model/model.h"
@@ -90,6 +91,17 @@ class QuarotTest : public ::testing::TestWithParam<std::string> {
     return out.is_ok() ? std::move(out.value()) : nullptr;
   }
 
+  // The Q4_0 plan of the source.
+  std::optional<QuantPlan> q4_plan() {
+    ConvertOptions co;
+    co.type = DType::kQ4_0;
+    auto src = open_model_file(path_);
+    EXPECT_TRUE(src.is_ok());
+    auto plan = plan_quantization(**src, co);
+    EXPECT_TRUE(plan.is_ok());
+    return plan.is_ok() ? std::optional<QuantPlan>(std::move(plan.value())) : std::nullopt;
+  }
+
   ThreadPool pool_{2};
   fs::path dir_;
   std::string path_;
@@ -139,12 +151,7 @@ TEST_P(QuarotTest, RotatedFloatModelGivesTheSourceLogits) {
 }
 
 TEST_P(QuarotTest, MetadataRoundTripsAndQuantizedRotatedModelRuns) {
-  ConvertOptions co;
-  co.type = DType::kQ4_0;
-  auto src = open_model_file(path_);
-  ASSERT_TRUE(src.is_ok());
-  auto plan = plan_quantization(**src, co);
-  ASSERT_TRUE(plan.is_ok());
+  std::optional<QuantPlan> plan = q4_plan();
   ModelRotation r;
   std::unique_ptr<ModelFile> f = rotated({}, &r, &*plan);
   ASSERT_TRUE(f);
@@ -190,12 +197,7 @@ TEST_P(QuarotTest, MetadataRoundTripsAndQuantizedRotatedModelRuns) {
 
 TEST_P(QuarotTest, GptqOnTheRotatedModelBeatsRoundToNearest) {
   auto quantized = [&](bool gptq) {
-    ConvertOptions co;
-    co.type = DType::kQ4_0;
-    auto src = open_model_file(path_);
-    EXPECT_TRUE(src.is_ok());
-    auto plan = plan_quantization(**src, co);
-    EXPECT_TRUE(plan.is_ok());
+    std::optional<QuantPlan> plan = q4_plan();
     std::unique_ptr<ModelFile> f = rotated({}, nullptr, &*plan);
     if (gptq) {
       for (QuantPlanEntry& e : plan->entries)
