@@ -68,6 +68,9 @@ for bits in "" 8; do
   if ! grep -q "(KV cache f16, ${bits:-4}-bit activations)" <<<"$out"; then
     echo "FAIL: eval kl act bits ${bits:-file}: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 done
+out=$("$EMBER" info "$tmp/tiny-rot.gguf" 2>&1)
+if ! grep -q "rotation:      QuaRot Hadamard, online on the attention input 64" <<<"$out" || ! grep -q "activations:   4-bit" <<<"$out"; then
+  echo "FAIL: info on a rotated W4A4 file: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 expect_rc 2 "quantize: --act-bits 4 on f32" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type f32 --act-bits 4
 expect_rc 2 "quantize: --rotate with awq" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q4_0 --rotate --method awq
 expect_rc 2 "quantize: rotate twice" "$EMBER" quantize "$tmp/tiny-rot.gguf" "$tmp/x.gguf" --type q4_0 --rotate --no-check
