@@ -354,9 +354,9 @@ int cmd_quantize(int argc, char** argv, int first) {
     auto rotated = apply_quarot(std::move(file.value()), &*plan, QuarotOptions{}, pool, &r);
     if (!rotated) return usage_error(p, rotated.status().message());
     file = std::move(rotated);
-    std::printf("quarot: online Hadamard of the attention input (%d), FFN input (%d) and ffn_down input (%d); V/O "
-                "per head (%d)\n",
-                r.attn_in, r.ffn_in, r.ffn_down, r.attn_v);
+    std::printf("quarot: online Hadamard of the attention input (%d), FFN input (%d), ffn_down input (%d) and "
+                "attention output (%d); V/O per head (%d)\n",
+                r.attn_in, r.ffn_in, r.ffn_down, r.attn_out, r.attn_v);
   }
   std::map<std::string, std::vector<float>> importance;
   if (method == "imatrix") {

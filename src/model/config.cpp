@@ -147,16 +147,20 @@ Status read_rotation_metadata(const Metadata& meta, ModelConfig* cfg) {
   EMBER_RETURN_IF_ERROR(read(kRotAttnVKey, {cfg->head_dim_v}, &r.attn_v));
   if (r.attn_v && r.attn_v != cfg->head_dim_v)
     return Status::errorf("metadata key '{}': {} is not the V head size {}", kRotAttnVKey, r.attn_v, cfg->head_dim_v);
-  std::vector<int64_t> ff;  // the down input is n_ff wide, per layer
-  for (const LayerConfig& l : cfg->layers) ff.push_back(l.n_ff);
-  r.ffn_down = 0;
-  if (meta.find(kRotFfnDownKey)) {
-    EMBER_RETURN_IF_ERROR(read(kRotFfnDownKey, {}, &r.ffn_down));
-    for (size_t il = 0; il < ff.size(); ++il)
-      if (r.ffn_down && ff[il] % r.ffn_down != 0)
-        return Status::errorf("metadata key '{}': {} does not divide layer {}'s n_ff {}", kRotFfnDownKey,
-                              r.ffn_down, il, ff[il]);
-  }
+  // Per-layer widths: the down input is n_ff wide, O's input n_head * head_dim_v.
+  auto read_per_layer = [&](const char* key, const char* what, auto width, int* out) -> Status {
+    EMBER_RETURN_IF_ERROR(read(key, {}, out));
+    for (size_t il = 0; il < cfg->layers.size(); ++il)
+      if (*out && width(cfg->layers[il]) % *out != 0)
+        return Status::errorf("metadata key '{}': {} does not divide layer {}'s {} {}", key, *out, il, what,
+                              width(cfg->layers[il]));
+    return Status::ok();
+  };
+  EMBER_RETURN_IF_ERROR(read_per_layer(kRotFfnDownKey, "n_ff", [](const LayerConfig& l) { return l.n_ff; },
+                                       &r.ffn_down));
+  const int hdv = cfg->head_dim_v;
+  EMBER_RETURN_IF_ERROR(read_per_layer(kRotAttnOutKey, "attention output width",
+                                       [hdv](const LayerConfig& l) { return l.n_head * hdv; }, &r.attn_out));
   cfg->act_bits = 8;
   if (meta.find(kActBitsKey)) {
     auto b = meta.get_int(kActBitsKey);

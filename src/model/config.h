@@ -47,6 +47,7 @@ constexpr const char* kRotAttnInKey = "ember.quarot.attn_in_hadamard";    // Q/K
 constexpr const char* kRotFfnInKey = "ember.quarot.ffn_in_hadamard";      // gate/up input, g | n_embd
 constexpr const char* kRotFfnDownKey = "ember.quarot.ffn_down_hadamard";  // down input, g | every n_ff
 constexpr const char* kRotAttnVKey = "ember.quarot.attn_v_hadamard";      // V rows / O columns, g = head_dim_v
+constexpr const char* kRotAttnOutKey = "ember.quarot.attn_out_hadamard";  // O input, g | every n_head * head_dim_v
 constexpr const char* kActBitsKey = "ember.activation_bits";              // 8 (default) or 4
 
 // Rotations fused into the weights. An input rotation of width g: the
@@ -54,13 +55,15 @@ constexpr const char* kActBitsKey = "ember.activation_bits";              // 8 (
 // online (H_g the orthonormal Hadamard of kernels/hadamard.h) and the
 // weight's columns hold W blockdiag(H_g)^T, so x W^T is unchanged in exact
 // arithmetic. attn_v is offline only: V's rows hold H W_v per head and O's
-// columns W_o H^T per head (the attention output stays rotated between them).
+// columns W_o H^T per head (the attention output stays rotated between them);
+// attn_out is an input rotation of O on top of it (across heads).
 struct ModelRotation {
   int attn_in = 0;
   int ffn_in = 0;
   int ffn_down = 0;
   int attn_v = 0;
-  bool any() const { return attn_in || ffn_in || ffn_down || attn_v; }
+  int attn_out = 0;
+  bool any() const { return attn_in || ffn_in || ffn_down || attn_v || attn_out; }
 };
 
 struct ModelConfig {

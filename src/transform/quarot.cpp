@@ -133,6 +133,11 @@ Result<std::unique_ptr<ModelFile>> apply_quarot(std::unique_ptr<ModelFile> src, 
     for (const LayerConfig& l : cfg->layers) ff = std::gcd(ff, static_cast<int64_t>(l.n_ff));
     EMBER_RETURN_IF_ERROR(size_for(ff, "FFN", &r.ffn_down));
   }
+  if (o.attn_out) {
+    int64_t w = 0;
+    for (const LayerConfig& l : cfg->layers) w = std::gcd(w, static_cast<int64_t>(l.n_head) * cfg->head_dim_v);
+    EMBER_RETURN_IF_ERROR(size_for(w, "attention output", &r.attn_out));
+  }
   if (o.attn_v) {
     if (Status st = hadamard_check(cfg->head_dim_v); !st) return st.with_context("quarot: V head size");
     r.attn_v = cfg->head_dim_v;
@@ -156,10 +161,14 @@ Result<std::unique_ptr<ModelFile>> apply_quarot(std::unique_ptr<ModelFile> src, 
       EMBER_RETURN_IF_ERROR(
           rot.rotate_columns(name("attn_output"), r.attn_v, static_cast<int64_t>(lc.n_head) * cfg->head_dim_v));
     }
+    if (r.attn_out)
+      EMBER_RETURN_IF_ERROR(
+          rot.rotate_columns(name("attn_output"), r.attn_out, static_cast<int64_t>(lc.n_head) * cfg->head_dim_v));
   }
   EMBER_RETURN_IF_ERROR(rot.store());
   for (auto [key, g] : {std::pair{kRotAttnInKey, r.attn_in}, std::pair{kRotFfnInKey, r.ffn_in},
-                        std::pair{kRotFfnDownKey, r.ffn_down}, std::pair{kRotAttnVKey, r.attn_v}})
+                        std::pair{kRotFfnDownKey, r.ffn_down}, std::pair{kRotAttnVKey, r.attn_v},
+                        std::pair{kRotAttnOutKey, r.attn_out}})
     if (g) src->metadata.set(key, Metadata::make_int(g, GgufType::kUint32));
   if (applied) *applied = r;
   return src;

@@ -11,7 +11,10 @@
 //   ffn_down  down columns, g | n_ff (QuaRot's R4: online H before down);
 //   attn_v    V rows (and bias) H W_v per kv head, O columns W_o H^T per
 //             query head (QuaRot's R2, offline only: the attention output,
-//             a mix of rotated V rows, stays rotated until O).
+//             a mix of rotated V rows, stays rotated until O);
+//   attn_out  O columns W_o H_g^T, g | n_head * head_dim_v, on top of R2,
+//             and the attention output rotated online before O (QuaRot's
+//             Hadamard across heads).
 // g is the largest size of kernels/hadamard.h dividing the width (the whole
 // width when it is one: 640 = 32 * 20, 2048; else a block-diagonal H).
 // The group sizes go to the metadata (model/config.h kRot*Key), where the
@@ -35,6 +38,7 @@ struct QuarotOptions {
   bool ffn_in = true;
   bool ffn_down = true;
   bool attn_v = true;
+  bool attn_out = true;
 };
 
 // The largest Hadamard size (kernels/hadamard.h) that divides n, 0 if none.

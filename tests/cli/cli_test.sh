@@ -60,7 +60,7 @@ expect_rc 2 "quantize: missing --check-file" "$EMBER" quantize "$tmp/tiny.gguf" 
 # quantize --method quarot --act-bits 4 (W4A4): the rotations are printed, eval kl names the activation bits
 # (the file's, or --act-bits); bad combinations are usage errors.
 out=$("$EMBER" quantize "$tmp/tiny.gguf" "$tmp/tiny-rot.gguf" --type q4_0 --method quarot --act-bits 4 --no-check 2>&1)
-if ! grep -q "quarot: online Hadamard of the attention input (64), FFN input (64) and ffn_down input (128)" <<<"$out" \
+if ! grep -q "quarot: online Hadamard of the attention input (64), FFN input (64), ffn_down input (128) and attention output (64)" <<<"$out" \
   || [ ! -s "$tmp/tiny-rot.gguf" ]; then echo "FAIL: quantize --method quarot: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 for bits in "" 8; do
   out=$("$EMBER" eval kl "$tmp/tiny.gguf" "$tmp/tiny-rot.gguf" -f "$ROOT/data/persuasion.txt" --ctx 64 --chunks 1 -t 2 \

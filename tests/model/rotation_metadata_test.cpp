@@ -59,6 +59,7 @@ TEST_F(RotationMetadataTest, ReadsValidValues) {
   m.set(kRotFfnInKey, Metadata::make_int(64, GgufType::kUint32));  // block-diagonal: two blocks of 64
   m.set(kRotFfnDownKey, Metadata::make_int(96, GgufType::kUint32));  // 192 = 2 * 96 (96 = 8 * 12)
   m.set(kRotAttnVKey, Metadata::make_int(32, GgufType::kUint32));
+  m.set(kRotAttnOutKey, Metadata::make_int(128, GgufType::kUint32));  // n_head 4 * 32
   m.set(kActBitsKey, Metadata::make_int(4, GgufType::kUint32));
   auto c = config_from_metadata(m);
   ASSERT_TRUE(c.is_ok()) << c.status().message();
@@ -66,6 +67,7 @@ TEST_F(RotationMetadataTest, ReadsValidValues) {
   EXPECT_EQ(c->rotation.ffn_in, 64);
   EXPECT_EQ(c->rotation.ffn_down, 96);
   EXPECT_EQ(c->rotation.attn_v, 32);
+  EXPECT_EQ(c->rotation.attn_out, 128);
   EXPECT_EQ(c->act_bits, 4);
 }
 
@@ -80,6 +82,7 @@ TEST_F(RotationMetadataTest, BadValuesAreClearErrors) {
       {kRotFfnInKey, Metadata::make_string("128"), "must be an integer"},
       {kRotFfnDownKey, Metadata::make_int(128, GgufType::kUint32), "does not divide layer 0's n_ff 192"},
       {kRotAttnVKey, Metadata::make_int(16, GgufType::kUint32), "not the V head size 32"},
+      {kRotAttnOutKey, Metadata::make_int(256, GgufType::kUint32), "does not divide layer 0's attention output width 128"},
       {kRotAttnInKey, Metadata::make_int(8192, GgufType::kUint32), "not a rotation size"},
       {kActBitsKey, Metadata::make_int(5, GgufType::kUint32), "must be 4 or 8"},
       {kActBitsKey, Metadata::make_bool(true), "must be 4 or 8"},

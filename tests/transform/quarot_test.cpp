@@ -111,11 +111,12 @@ class QuarotTest : public ::testing::TestWithParam<std::string> {
 INSTANTIATE_TEST_SUITE_P(Archs, QuarotTest, ::testing::Values("llama", "qwen2", "gemma3"));
 
 TEST_P(QuarotTest, RotatedFloatModelGivesTheSourceLogits) {
-  const QuarotOptions only[] = {{true, false, false, false}, {false, true, false, false},
-                                {false, false, true, false}, {false, false, false, true}, {}};
+  const QuarotOptions only[] = {{true, false, false, false, false}, {false, true, false, false, false},
+                                {false, false, true, false, false}, {false, false, false, true, false},
+                                {false, false, false, false, true},  {}};
   for (const QuarotOptions& o : only) {
     SCOPED_TRACE(::testing::Message() << "attn_in " << o.attn_in << " ffn_in " << o.ffn_in << " ffn_down "
-                                      << o.ffn_down << " attn_v " << o.attn_v);
+                                      << o.ffn_down << " attn_v " << o.attn_v << " attn_out " << o.attn_out);
     ModelRotation r;
     std::unique_ptr<ModelFile> f = rotated(o, &r);
     ASSERT_TRUE(f);
@@ -123,9 +124,11 @@ TEST_P(QuarotTest, RotatedFloatModelGivesTheSourceLogits) {
     EXPECT_EQ(r.attn_in, o.attn_in ? s.n_embd : 0);  // the whole width is a Hadamard size in every shape here
     EXPECT_EQ(r.ffn_down, o.ffn_down ? s.n_ff : 0);
     EXPECT_EQ(r.attn_v, o.attn_v ? s.head_size() : 0);
+    EXPECT_EQ(r.attn_out, o.attn_out ? s.n_head * s.head_size() : 0);
     // The weights really changed (the fold is not a no-op).
     const char* changed = o.attn_in ? "blk.0.attn_k.weight" : o.ffn_in ? "blk.0.ffn_up.weight"
-                        : o.ffn_down ? "blk.0.ffn_down.weight" : "blk.1.attn_v.weight";
+                        : o.ffn_down ? "blk.0.ffn_down.weight" : o.attn_v ? "blk.1.attn_v.weight"
+                                                                   : "blk.1.attn_output.weight";
     auto src = open_model_file(path_);
     ASSERT_TRUE(src.is_ok());
     const TensorView* a = (*src)->tensor(changed);
@@ -133,7 +136,7 @@ TEST_P(QuarotTest, RotatedFloatModelGivesTheSourceLogits) {
     ASSERT_TRUE(a && b && a->nbytes == b->nbytes);
     EXPECT_NE(std::memcmp(a->data, b->data, a->nbytes), 0) << changed;
     // The online parts: without them the model is another function.
-    if (o.attn_in || o.ffn_in || o.ffn_down) {
+    if (o.attn_in || o.ffn_in || o.ffn_down || o.attn_out) {
       auto broken = std::make_unique<ModelFile>(*f);
       Metadata md;
       for (const auto& [k, v] : broken->metadata.entries())
@@ -170,6 +173,7 @@ TEST_P(QuarotTest, MetadataRoundTripsAndQuantizedRotatedModelRuns) {
   EXPECT_EQ(lr.ffn_in, r.ffn_in);
   EXPECT_EQ(lr.ffn_down, r.ffn_down);
   EXPECT_EQ(lr.attn_v, r.attn_v);
+  EXPECT_EQ(lr.attn_out, r.attn_out);
   auto in_memory = Model::from_file(std::make_unique<ModelFile>(*f));
   ASSERT_TRUE(in_memory.is_ok());
   EXPECT_EQ(logits(**loaded), logits(**in_memory));
@@ -203,7 +207,7 @@ TEST_P(QuarotTest, GptqOnTheRotatedModelBeatsRoundToNearest) {
       for (QuantPlanEntry& e : plan->entries)
         if (e.method == QuantMethod::kRtn && e.layer >= 0 && gptq_supports(e.target)) e.method = QuantMethod::kGptq;
       std::vector<int32_t> t;
-      for (int i = 0; i < 512; ++i) t.push_back((i * 17 + 3 + (i * i) % 7) % 300);
+      for (int i = 0; i < 1024; ++i) t.push_back((i * 17 + 3 + (i * i) % 7) % 300);
       GptqRunOptions go;
       go.chunk_size = 64;
       auto done = run_gptq(std::move(f), &*plan, t, go, pool_);
