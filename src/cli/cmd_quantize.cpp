@@ -181,7 +181,7 @@ int cmd_quantize(int argc, char** argv, int first) {
   bool strict = false, no_check = false;
   std::string check_file, output_type_name, embd_type_name, method = "rtn", imatrix_path, calib_path;
   int64_t calib_tokens = -1, check_windows = 2;
-  bool act_order = false, rotate = false;
+  bool act_order = false, rotate = false, rotate_attn_out = false;
   int act_bits = 0;
   std::string awq_rounding = "imatrix";
   int awq_grid = 20;
@@ -218,6 +218,8 @@ int cmd_quantize(int argc, char** argv, int first) {
   p.flag("--rotate", &rotate,
          "fuse QuaRot rotations into the weights before quantizing (online Hadamard of the attention / FFN inputs "
          "and before ffn_down, V/O per head; recorded in the metadata); --method quarot: --rotate with rtn");
+  p.flag("--rotate-attn-out", &rotate_attn_out,
+         "--rotate: also an online Hadamard of the attention output across heads (QuaRot's, on top of V/O per head)");
   p.option("--act-bits", &act_bits, "B",
            "activation bits the file asks for (ember.activation_bits): 8 or 4 (4-bit levels per 32 values; needs "
            "Q4_0 / Q5_0 / Q8_0 block matrices)");
@@ -288,6 +290,7 @@ int cmd_quantize(int argc, char** argv, int first) {
     return usage_error(p, fmt::format("unsupported --method '{}' (rtn, imatrix, gptq, awq, quarot)", method));
   if (rotate && (method == "imatrix" || method == "awq" || target_bpw > 0))
     return usage_error(p, "--rotate / --method quarot goes with --method rtn or gptq (not imatrix, awq, --target-bpw)");
+  if (rotate_attn_out && !rotate) return usage_error(p, "--rotate-attn-out goes with --rotate or --method quarot");
   if (act_bits != 0 && act_bits != 4 && act_bits != 8) return usage_error(p, "--act-bits must be 4 or 8");
   if (awq_rounding != "imatrix" && awq_rounding != "rtn")
     return usage_error(p, fmt::format("unsupported --awq-rounding '{}' (imatrix, rtn)", awq_rounding));
@@ -351,7 +354,9 @@ int cmd_quantize(int argc, char** argv, int first) {
   ThreadPool pool(threads);
   if (rotate) {
     ModelRotation r;
-    auto rotated = apply_quarot(std::move(file.value()), &*plan, QuarotOptions{}, pool, &r);
+    QuarotOptions qo;
+    qo.attn_out = rotate_attn_out;
+    auto rotated = apply_quarot(std::move(file.value()), &*plan, qo, pool, &r);
     if (!rotated) return usage_error(p, rotated.status().message());
     file = std::move(rotated);
     std::printf("quarot: online Hadamard of the attention input (%d), FFN input (%d), ffn_down input (%d) and "

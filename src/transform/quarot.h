@@ -14,7 +14,8 @@
 //             a mix of rotated V rows, stays rotated until O);
 //   attn_out  O columns W_o H_g^T, g | n_head * head_dim_v, on top of R2,
 //             and the attention output rotated online before O (QuaRot's
-//             Hadamard across heads).
+//             Hadamard across heads; off by default: on the default model it
+//             measured slightly worse than R2 alone, docs/quantization.md).
 // g is the largest size of kernels/hadamard.h dividing the width (the whole
 // width when it is one: 640 = 32 * 20, 2048; else a block-diagonal H).
 // The group sizes go to the metadata (model/config.h kRot*Key), where the
@@ -38,7 +39,7 @@ struct QuarotOptions {
   bool ffn_in = true;
   bool ffn_down = true;
   bool attn_v = true;
-  bool attn_out = true;
+  bool attn_out = false;
 };
 
 // The largest Hadamard size (kernels/hadamard.h) that divides n, 0 if none.
