@@ -5,7 +5,8 @@
 // one). The same statistics `ember quantize` prints after writing a file.
 // --kv-cache-dtype (-ctk / -ctv) and --kv-rotation set MODEL's KV cache
 // format (BASE keeps f32, unrotated): `ember eval kl M M --kv-cache-dtype q8`
-// measures the cache alone. --kv-cache-dtype and --kv-rotation take comma
+// measures the cache alone. --act-bits 8|4 sets MODEL's activation bits
+// (cli/act_options.h). --kv-cache-dtype and --kv-rotation take comma
 // lists, and so do -ctk / -ctv: every combination is measured against one
 // pass of BASE (`--kv-cache-dtype f16,q8,q4 --kv-rotation none,hadamard`,
 // `-ctk q4,q4c -ctv f16,q4`), one line each.
@@ -20,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "cli/common.h"
+#include "cli/act_options.h"
 #include "cli/kv_options.h"
 #include "eval/model_compare.h"
 
@@ -39,7 +41,7 @@ std::vector<std::string> split_commas(const std::string& s) {
 
 int cmd_eval(int argc, char** argv, int first) {
   ArgParser p("eval", "ember eval kl BASE MODEL -f TEXT [--ctx 512] [--chunks N] [--score-from P] "
-                      "[--kv-cache-dtype T[,T...]] [--kv-rotation R[,R...]] [-t THREADS]");
+                      "[--kv-cache-dtype T[,T...]] [--kv-rotation R[,R...]] [--act-bits 8|4] [-t THREADS]");
   std::string text_path;
   int64_t n_ctx = 512, chunks = 8, score_from = 0;
   int threads = default_thread_count();
@@ -52,6 +54,8 @@ int cmd_eval(int argc, char** argv, int first) {
   p.positionals(&pos, "kl BASE MODEL");
   KvOptions kv_opts;
   kv_opts.add_to(p);
+  ActOptions act_opts;
+  act_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -69,6 +73,7 @@ int cmd_eval(int argc, char** argv, int first) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   LoadedModel base, mod;
   if (!load_model_and_tokenizer(p, pos[1], &base) || !load_model_and_tokenizer(p, pos[2], &mod)) return kExitUsage;
+  if (Status st = act_opts.apply(mod.model.get()); !st) return usage_error(p, st.message());
   const std::vector<int32_t> tokens = base.tokenizer->encode(text, {.add_bos = false});
   WindowedCompareOptions o;
   o.n_ctx = n_ctx;
@@ -94,8 +99,9 @@ int cmd_eval(int argc, char** argv, int first) {
   if (!cs) return usage_error(p, cs.status().message());
   for (size_t i = 0; i < kvs.size(); ++i) {
     const ModelComparison& c = (*cs)[i];
-    std::printf("%s (KV cache %s) vs %s on %s: %lld positions in windows of %lld\n", pos[2].c_str(),
-                kv_types_name(kvs[i]).c_str(), pos[1].c_str(), text_path.c_str(),
+    std::printf("%s (KV cache %s, %d-bit activations) vs %s on %s: %lld positions in windows of %lld\n",
+                pos[2].c_str(), kv_types_name(kvs[i]).c_str(), mod.model->config().act_bits, pos[1].c_str(),
+                text_path.c_str(),
                 static_cast<long long>(c.n_positions), static_cast<long long>(n_ctx));
     std::printf(
         "KL divergence mean %.6f, p99 %.5f, max %.4f; top-1 agreement %.2f%%; perplexity %.4f -> %.4f (%+.2f%%)\n",

@@ -61,6 +61,11 @@ int cmd_info(int argc, char** argv, int first) {
                   c.layers[0].sliding_window ? c.layers[0].sliding_window : 0, c.n_layer - n_swa);
     std::printf("rope:          %s, base %.0f\n", c.rope_style == RopeStyle::kNeox ? "neox" : "normal",
                 c.layers.empty() ? 0.0 : c.layers.back().rope_base);
+    if (c.rotation.any())
+      std::printf("rotation:      QuaRot Hadamard, online on the attention input %d, FFN input %d, ffn_down input %d, "
+                  "attention output %d; V/O per head %d\n",
+                  c.rotation.attn_in, c.rotation.ffn_in, c.rotation.ffn_down, c.rotation.attn_out, c.rotation.attn_v);
+    if (c.act_bits != 8) std::printf("activations:   %d-bit (block linears)\n", c.act_bits);
   } else {
     std::printf("config:        not loadable: %s\n", cfg.status().message().c_str());
   }

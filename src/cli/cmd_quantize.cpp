@@ -8,7 +8,11 @@
 // scales folded into the model before rounding (--method awq; layer by
 // layer over calibration text). Then runs both models over a held-out text and
 // prints how far the new file is from IN (KL divergence mean / p99, top-1
-// agreement, perplexity), so a damaging quantization shows.
+// agreement, perplexity), so a damaging quantization shows. --rotate (or
+// --method quarot = --rotate with round-to-nearest) fuses QuaRot's Hadamard
+// rotations into the weights first (transform/quarot.h; composes with
+// --method gptq, which then calibrates on the rotated model); --act-bits 4
+// records 4-bit activations for the block linears (ember.activation_bits).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -26,6 +30,8 @@
 #include "model/io/gguf.h"
 #include "transform/convert.h"
 #include "transform/quantizer.h"
+#include "transform/quarot.h"
+#include "kernels/registry.h"
 #include "transform/target_bpw.h"
 #include "quant/quantize_imatrix.h"
 #include "tokenizer/tokenizer.h"
@@ -175,7 +181,8 @@ int cmd_quantize(int argc, char** argv, int first) {
   bool strict = false, no_check = false;
   std::string check_file, output_type_name, embd_type_name, method = "rtn", imatrix_path, calib_path;
   int64_t calib_tokens = -1, check_windows = 2;
-  bool act_order = false;
+  bool act_order = false, rotate = false, rotate_attn_out = false;
+  int act_bits = 0;
   std::string awq_rounding = "imatrix";
   int awq_grid = 20;
   bool awq_clip = false;
@@ -210,6 +217,14 @@ int cmd_quantize(int argc, char** argv, int first) {
   p.option("--awq-rounding", &awq_rounding, "R", "awq: rounding after the scales, imatrix (default) or rtn");
   p.option("--awq-grid", &awq_grid, "N", "awq: alphas searched per group (default 20)");
   p.flag("--awq-clip", &awq_clip, "awq: also search a clipping ratio per block (not Q/K), as AutoAWQ does");
+  p.flag("--rotate", &rotate,
+         "fuse QuaRot rotations into the weights before quantizing (online Hadamard of the attention / FFN inputs "
+         "and before ffn_down, V/O per head; recorded in the metadata); --method quarot: --rotate with rtn");
+  p.flag("--rotate-attn-out", &rotate_attn_out,
+         "--rotate: also an online Hadamard of the attention output across heads (QuaRot's, on top of V/O per head)");
+  p.option("--act-bits", &act_bits, "B",
+           "activation bits the file asks for (ember.activation_bits): 8 or 4 (4-bit levels per 32 values; needs "
+           "Q4_0 / Q5_0 / Q8_0 block matrices)");
   p.flag("--act-order", &act_order, "gptq: quantize columns by decreasing activation energy");
   p.option("--gptq-damp", &damp, "F", "gptq: dampening, fraction of the mean Hessian diagonal (default 0.01)");
   p.option("--imatrix", &imatrix_path, "FILE",
@@ -272,8 +287,13 @@ int cmd_quantize(int argc, char** argv, int first) {
     if (method != "rtn" && method != "imatrix") return usage_error(p, "--imatrix goes with --method imatrix");
     method = "imatrix";
   }
+  if (method == "quarot") method = "rtn", rotate = true;
   if (method != "rtn" && method != "imatrix" && method != "gptq" && method != "awq")
-    return usage_error(p, fmt::format("unsupported --method '{}' (rtn, imatrix, gptq, awq)", method));
+    return usage_error(p, fmt::format("unsupported --method '{}' (rtn, imatrix, gptq, awq, quarot)", method));
+  if (rotate && (method == "imatrix" || method == "awq" || target_bpw > 0))
+    return usage_error(p, "--rotate / --method quarot goes with --method rtn or gptq (not imatrix, awq, --target-bpw)");
+  if (rotate_attn_out && !rotate) return usage_error(p, "--rotate-attn-out goes with --rotate or --method quarot");
+  if (act_bits != 0 && act_bits != 4 && act_bits != 8) return usage_error(p, "--act-bits must be 4 or 8");
   if (awq_rounding != "imatrix" && awq_rounding != "rtn")
     return usage_error(p, fmt::format("unsupported --awq-rounding '{}' (imatrix, rtn)", awq_rounding));
   if (awq_grid < 1 || awq_grid > 1000) return usage_error(p, "--awq-grid must be in [1, 1000]");
@@ -328,7 +348,24 @@ int cmd_quantize(int argc, char** argv, int first) {
 
   auto plan = plan_quantization(**file, opts);
   if (!plan) return usage_error(p, plan.status().message());
+  if (act_bits == 4)
+    for (const QuantPlanEntry& e : plan->entries)
+      if (e.layer >= 0 && e.ne.size() == 2 && !kernels(vec_dot_type(e.target)).quantize_row_int4)
+        return usage_error(p, fmt::format("--act-bits 4: tensor '{}' would be {}, whose activations have no 4-bit "
+                                          "form (use Q4_0, Q5_0 or Q8_0 block matrices)",
+                                          e.name, dtype_name(e.target)));
   ThreadPool pool(threads);
+  if (rotate) {
+    ModelRotation r;
+    QuarotOptions qo;
+    qo.attn_out = rotate_attn_out;
+    auto rotated = apply_quarot(std::move(file.value()), &*plan, qo, pool, &r);
+    if (!rotated) return usage_error(p, rotated.status().message());
+    file = std::move(rotated);
+    std::printf("quarot: online Hadamard of the attention input (%d), FFN input (%d), ffn_down input (%d) and "
+                "attention output (%d); V/O per head (%d)\n",
+                r.attn_in, r.ffn_in, r.ffn_down, r.attn_out, r.attn_v);
+  }
   std::map<std::string, std::vector<float>> importance;
   if (method == "imatrix") {
     Result<Imatrix> im = Status::error("");
@@ -447,7 +484,8 @@ int cmd_quantize(int argc, char** argv, int first) {
 
   GgufWriter w;
   for (const auto& [k, v] : out.metadata.entries())
-    if (k.rfind("ember.hf.", 0) != 0) w.add(k, v);
+    if (k.rfind("ember.hf.", 0) != 0 && !(act_bits && k == kActBitsKey)) w.add(k, v);
+  if (act_bits) w.add(kActBitsKey, Metadata::make_int(act_bits, GgufType::kUint32));
   size_t bytes = 0;
   for (const auto& [name, t] : out.tensors) {
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cli/common.h"
+#include "cli/act_options.h"
 #include "cli/kv_options.h"
 #include "cli/spec_options.h"
 #include "engine/async_engine.h"
@@ -34,6 +35,7 @@ int cmd_serve(int argc, char** argv, int first) {
   bool prefix = false, no_prefix = false, no_log = false;
   SpecOptions spec_opts;
   KvOptions kv_opts;
+  ActOptions act_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file or Hugging Face folder (default: the bundled Gemma 3 270M)");
   p.option("--host", &host, "HOST", "address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)");
   p.option("--port", &port, "PORT", "port (default 8080; 0 picks a free one)");
@@ -68,6 +70,7 @@ int cmd_serve(int argc, char** argv, int first) {
   p.option("-t,--threads", &threads, "N", "compute threads (default: all cores)");
   spec_opts.add_to(p);
   kv_opts.add_to(p);
+  act_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -129,6 +132,7 @@ int cmd_serve(int argc, char** argv, int first) {
 
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  if (Status st = act_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
   const std::string& path = lm.path;
   const Model& m = *lm.model;
   const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;

@@ -35,10 +35,15 @@ enum class GatedActivation { kSwiGlu, kGeGluTanh };  // silu(gate) * up, gelu_ta
 
 // One output of a matmul that shares its input with others:
 // y[t * ldy + o] = dot(x row t, w row o) for o < w->ne[1].
+// act_bits 4: the activations are rounded to 4-bit levels inside their
+// int8 blocks (KernelSet::quantize_row_int4: symmetric [-7, 7] per 32
+// values, scale amax / 7), for weights whose activation type has that form
+// (Q8_0: Q4_0, Q5_0, Q8_0 weights); 0 or 8: the activation type as it is.
 struct MatmulTarget {
   const TensorView* w = nullptr;  // [n_out, n_in] (ne[0] = n_in)
   float* y = nullptr;             // [n_tokens, ldy]
   int64_t ldy = 0;
+  int act_bits = 0;
 };
 
 class Backend {
@@ -49,7 +54,8 @@ class Backend {
   // Every target's product with the same activations x [n_tokens, n_in]
   // (row stride ldx; every target's w has ne[0] = n_in). x is converted to
   // each distinct activation type (vec_dot_type of the weights) once and
-  // shared by all targets reading it (Q/K/V; gate/up). Results are
+  // shared by all targets reading it (Q/K/V; gate/up; the 4-bit form of a
+  // type counts as a type of its own, MatmulTarget::act_bits). Results are
   // bit-identical to one matmul per target.
   virtual void matmul(const float* x, int64_t ldx, int64_t n_tokens, const MatmulTarget* targets,
                       int n_targets) = 0;

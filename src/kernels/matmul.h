@@ -8,7 +8,10 @@
 // then every (row, token) pair is one vec_dot on the blocks. Several weight
 // matrices that read the same activations (Q/K/V; gate/up) go in one call:
 // x is converted once per distinct vec_dot_type and all their output rows
-// are split over the thread pool in one parallel section.
+// are split over the thread pool in one parallel section. A target with
+// MatmulTarget::act_bits 4 reads its activations rounded to 4-bit levels in
+// the same blocks (W4A4 / W8A4 through the int8 kernels; a format of its own
+// for the once-per-format conversion).
 //
 // Arithmetic contract: each output element is computed by the same kernel
 // with the same reduction order whatever n_tokens, the thread count, the

@@ -48,6 +48,10 @@ struct KernelSet {
   int tile_rows = 0;                     // largest nr vec_dot_tile accepts
   int tile_cols = 0;                     // largest nc vec_dot_tile accepts
   VecDotRowsFn vec_dot_rows = nullptr;   // one-token multi-row kernel (null: use the tile / vec_dot)
+  // Activation quantizer of an activation type (Q8_0) with 4-bit levels in
+  // the same blocks (values in [-7, 7], scale amax / 7): W4A4 / W8A4 through
+  // the int8 kernels (MatmulTarget::act_bits). Null: no 4-bit form.
+  QuantizeRowFn quantize_row_int4 = nullptr;
 };
 
 // The activation type a weight type is multiplied with.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/hadamard.h"
 #include "model/archs/archs.h"
 
 namespace ember {
@@ -120,7 +121,54 @@ Result<ModelConfig> config_from_metadata(const Metadata& meta) {
     if (l.n_head_kv == 0) l.n_head_kv = head_kv_l.empty() ? cfg.n_head_kv : head_kv_l[il];
     if (l.n_ff == 0) l.n_ff = ff_l.empty() ? cfg.n_ff : ff_l[il];
   }
+  EMBER_RETURN_IF_ERROR(read_rotation_metadata(meta, &cfg));
   return cfg;
+}
+
+Status read_rotation_metadata(const Metadata& meta, ModelConfig* cfg) {
+  // One key: absent -> 0; else a Hadamard size that divides every width.
+  auto read = [&](const char* key, std::initializer_list<int64_t> widths, int* out) -> Status {
+    *out = 0;
+    const GgufValue* v = meta.find(key);
+    if (!v) return Status::ok();
+    auto g = meta.get_int(key);
+    if (!g || v->type == GgufType::kBool) return Status::errorf("metadata key '{}' must be an integer", key);
+    if (*g == 0) return Status::ok();
+    if (Status st = hadamard_check(*g); !st)
+      return Status::errorf("metadata key '{}': {} is not a rotation size: {}", key, *g, st.message());
+    for (int64_t w : widths)
+      if (w % *g != 0) return Status::errorf("metadata key '{}': {} does not divide the input width {}", key, *g, w);
+    *out = static_cast<int>(*g);
+    return Status::ok();
+  };
+  ModelRotation& r = cfg->rotation;
+  EMBER_RETURN_IF_ERROR(read(kRotAttnInKey, {cfg->n_embd}, &r.attn_in));
+  EMBER_RETURN_IF_ERROR(read(kRotFfnInKey, {cfg->n_embd}, &r.ffn_in));
+  EMBER_RETURN_IF_ERROR(read(kRotAttnVKey, {cfg->head_dim_v}, &r.attn_v));
+  if (r.attn_v && r.attn_v != cfg->head_dim_v)
+    return Status::errorf("metadata key '{}': {} is not the V head size {}", kRotAttnVKey, r.attn_v, cfg->head_dim_v);
+  // Per-layer widths: the down input is n_ff wide, O's input n_head * head_dim_v.
+  auto read_per_layer = [&](const char* key, const char* what, auto width, int* out) -> Status {
+    EMBER_RETURN_IF_ERROR(read(key, {}, out));
+    for (size_t il = 0; il < cfg->layers.size(); ++il)
+      if (*out && width(cfg->layers[il]) % *out != 0)
+        return Status::errorf("metadata key '{}': {} does not divide layer {}'s {} {}", key, *out, il, what,
+                              width(cfg->layers[il]));
+    return Status::ok();
+  };
+  EMBER_RETURN_IF_ERROR(read_per_layer(kRotFfnDownKey, "n_ff", [](const LayerConfig& l) { return l.n_ff; },
+                                       &r.ffn_down));
+  const int hdv = cfg->head_dim_v;
+  EMBER_RETURN_IF_ERROR(read_per_layer(kRotAttnOutKey, "attention output width",
+                                       [hdv](const LayerConfig& l) { return l.n_head * hdv; }, &r.attn_out));
+  cfg->act_bits = 8;
+  if (meta.find(kActBitsKey)) {
+    auto b = meta.get_int(kActBitsKey);
+    if (!b || (*b != 4 && *b != 8))
+      return Status::errorf("metadata key '{}' must be 4 or 8", kActBitsKey);
+    cfg->act_bits = static_cast<int>(*b);
+  }
+  return Status::ok();
 }
 
 int ModelConfig::max_n_head() const {

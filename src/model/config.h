@@ -40,6 +40,32 @@ struct LayerConfig {
   int n_v_dim(int head_dim_v) const { return n_head_kv * head_dim_v; }
 };
 
+// GGUF keys of the rotations `ember quantize --rotate` fuses into the
+// weights (transform/quarot.h) and of the activation bits; each rotation
+// value is a Hadamard group size g (kernels/hadamard.h), 0 or absent: none.
+constexpr const char* kRotAttnInKey = "ember.quarot.attn_in_hadamard";    // Q/K/V input, g | n_embd
+constexpr const char* kRotFfnInKey = "ember.quarot.ffn_in_hadamard";      // gate/up input, g | n_embd
+constexpr const char* kRotFfnDownKey = "ember.quarot.ffn_down_hadamard";  // down input, g | every n_ff
+constexpr const char* kRotAttnVKey = "ember.quarot.attn_v_hadamard";      // V rows / O columns, g = head_dim_v
+constexpr const char* kRotAttnOutKey = "ember.quarot.attn_out_hadamard";  // O input, g | every n_head * head_dim_v
+constexpr const char* kActBitsKey = "ember.activation_bits";              // 8 (default) or 4
+
+// Rotations fused into the weights. An input rotation of width g: the
+// forward pass multiplies the linear's input rows by blockdiag(H_g, ...)
+// online (H_g the orthonormal Hadamard of kernels/hadamard.h) and the
+// weight's columns hold W blockdiag(H_g)^T, so x W^T is unchanged in exact
+// arithmetic. attn_v is offline only: V's rows hold H W_v per head and O's
+// columns W_o H^T per head (the attention output stays rotated between them);
+// attn_out is an input rotation of O on top of it (across heads).
+struct ModelRotation {
+  int attn_in = 0;
+  int ffn_in = 0;
+  int ffn_down = 0;
+  int attn_v = 0;
+  int attn_out = 0;
+  bool any() const { return attn_in || ffn_in || ffn_down || attn_v || attn_out; }
+};
+
 struct ModelConfig {
   std::string arch;
   std::string name;
@@ -78,6 +104,9 @@ struct ModelConfig {
   float attn_logit_softcap = 0.f;
   float final_logit_softcap = 0.f;
 
+  ModelRotation rotation;  // from the kRot*Key metadata
+  int act_bits = 8;        // kActBitsKey: activation bits of the block linears (Model::set_activation_bits)
+
   int n_kv_dim() const { return n_head_kv * head_dim; }
   int n_q_dim() const { return n_head * head_dim; }
   int n_v_dim() const { return n_head_kv * head_dim_v; }
@@ -96,6 +125,12 @@ struct ModelConfig {
 // length, with a non-positive entry, or with a layer whose head_count is not
 // a multiple of its head_count_kv: an error naming it.
 Result<ModelConfig> config_from_metadata(const Metadata& meta);
+
+// Reads the kRot*Key and kActBitsKey metadata into cfg (layers already
+// filled): each rotation 0 or a Hadamard size dividing its input width
+// (attn_v: equal to head_dim_v), activation bits 4 or 8. Errors name the key.
+// Part of config_from_metadata.
+Status read_rotation_metadata(const Metadata& meta, ModelConfig* cfg);
 
 // Names of the supported architectures (the registry of model/archs/archs.h).
 std::vector<std::string> supported_architectures();

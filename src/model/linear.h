@@ -31,6 +31,10 @@ struct Linear {
   // x columns are read in this order (GPTQ act-order without reordering the
   // stored rows); null: identity.
   const int32_t* input_perm = nullptr;  // [n_in]
+  // Activation bits of the product (MatmulTarget::act_bits): 0 = the weight
+  // type's activation type as it is (int8 blocks for quantized weights);
+  // 4 = 4-bit levels in those blocks (Model::set_activation_bits).
+  int act_bits = 0;
   LinearShard shard;
   SparsityFormat sparsity = SparsityFormat::kDense;
 

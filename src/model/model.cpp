@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "kernels/registry.h"
+
 namespace ember {
 
 namespace {
@@ -93,6 +95,7 @@ Result<std::unique_ptr<Model>> Model::from_parts(ModelConfig cfg, std::unique_pt
   m->weights_ = std::move(weights);
   m->file_ = std::move(file);
 
+  EMBER_RETURN_IF_ERROR(m->set_activation_bits(m->cfg_.act_bits));
   const ModelConfig& c = m->cfg_;
   const int half = c.n_rot / 2;
   for (int il = 0; il < c.n_layer; ++il) {
@@ -111,6 +114,24 @@ Result<std::unique_ptr<Model>> Model::from_parts(ModelConfig cfg, std::unique_pt
     m->inv_freq_.push_back(std::move(f));
   }
   return m;
+}
+
+Status Model::set_activation_bits(int bits) {
+  if (bits != 4 && bits != 8) return Status::errorf("activation bits must be 4 or 8, not {}", bits);
+  for (int il = 0; il < cfg_.n_layer; ++il) {
+    LayerWeights& l = weights_->layers[il];
+    for (Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+      const DType act = vec_dot_type(lin->weight->type);
+      if (bits == 4 && !kernels(act).quantize_row_int4)
+        return Status::errorf("4-bit activations need weights that multiply Q8_0 activations (Q4_0, Q5_0, Q8_0); "
+                              "layer {} has a {} matrix (activations {})",
+                              il, dtype_name(lin->weight->type), dtype_name(act));
+    }
+  }
+  for (LayerWeights& l : weights_->layers)
+    for (Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) lin->act_bits = bits == 4 ? 4 : 0;
+  cfg_.act_bits = bits;
+  return Status::ok();
 }
 
 int64_t Model::n_params() const {

@@ -32,6 +32,14 @@ class Model {
   static Result<std::unique_ptr<Model>> from_parts(ModelConfig cfg, std::unique_ptr<ModelWeights> weights,
                                                    std::unique_ptr<ModelFile> file);
 
+  // Activation bits of every block linear (Linear::act_bits; the output
+  // head keeps its own): 8, the weights' int8 activation blocks, or 4, 4-bit
+  // levels in them (W4A4 / W8A4; kernels/backend.h MatmulTarget). Set at
+  // load from the file's ember.activation_bits (default 8); a runtime
+  // override (--act-bits) calls this before any ForwardContext runs the
+  // model (not thread-safe). 4 needs every block weight to multiply Q8_0
+  // activations (Q4_0, Q5_0, Q8_0): an error names the first that does not.
+  Status set_activation_bits(int bits);
   const ModelConfig& config() const { return cfg_; }
   const ModelFile& file() const { return *file_; }
   const ModelWeights& weights() const { return *weights_; }

@@ -44,6 +44,10 @@ void dequantize_row_q5_1_ref(const void* src, float* dst, int64_t n);
 void quantize_row_q5_1_ref(const float* src, void* dst, int64_t n);
 void dequantize_row_q8_0_ref(const void* src, float* dst, int64_t n);
 void quantize_row_q8_0_ref(const float* src, void* dst, int64_t n);
+// 4-bit activations in Q8_0 blocks (W4A4 through the int8 kernels): per
+// 32 values d = amax / 7 (stored f16), q = round-half-away(x / d) clamped
+// to [-7, 7], so every Q8_0 vec_dot takes them unchanged.
+void quantize_row_q8_0_int4_ref(const float* src, void* dst, int64_t n);
 void dequantize_row_q8_1_ref(const void* src, float* dst, int64_t n);
 void quantize_row_q8_1_ref(const float* src, void* dst, int64_t n);
 void dequantize_row_q2_K_ref(const void* src, float* dst, int64_t n);

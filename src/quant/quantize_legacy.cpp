@@ -244,6 +244,20 @@ void quantize_row_q8_0_ref(const float* x, void* dst, int64_t n) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) y[i].d = f32_to_f16(quantize_block_q8(x, y[i].qs));
 }
 
+void quantize_row_q8_0_int4_ref(const float* x, void* dst, int64_t n) {
+  auto* y = static_cast<BlockQ8_0*>(dst);
+  const int64_t nb = n / kQK;
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 7.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < kQK; ++j)
+      y[i].qs[j] = static_cast<int8_t>(std::clamp(trunc_to_i32(std::round(x[j] * id)), -7, 7));
+    y[i].d = f32_to_f16(d);
+  }
+}
+
 void dequantize_row_q8_0_ref(const void* src, float* dst, int64_t n) {
   const auto* x = static_cast<const BlockQ8_0*>(src);
   const int64_t nb = n / kQK;

@@ -34,24 +34,30 @@ size_t partial_marker(std::string_view s, std::string_view marker) {
   return 0;
 }
 
+// One character of JSON text: updates *in_string / *escape and returns +1
+// for an opening bracket outside strings, -1 for a closing one, else 0.
+int json_step(char c, bool* in_string, bool* escape) {
+  if (*in_string) {
+    if (*escape) *escape = false;
+    else if (c == '\\') *escape = true;
+    else if (c == '"') *in_string = false;
+    return 0;
+  }
+  if (c == '"') *in_string = true;
+  else if (c == '{' || c == '[') return 1;
+  else if (c == '}' || c == ']') return -1;
+  return 0;
+}
+
 // Index just past the JSON object or array starting at s[i], or npos when it
 // does not end within s.
 size_t json_value_end(std::string_view s, size_t i) {
   int depth = 0;
   bool in_string = false, escape = false;
   for (; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (escape) escape = false;
-      else if (c == '\\') escape = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-    }
+    const int d = json_step(s[i], &in_string, &escape);
+    depth += d;
+    if (d < 0 && depth == 0) return i + 1;
   }
   return std::string_view::npos;
 }
@@ -287,14 +293,7 @@ bool ToolCallParser::stream_call(std::string_view close) {
   size_t i = 0;
   for (; i < buf_.size() && stream_ == Stream::kArgs; ++i) {
     const char c = buf_[i];
-    if (in_string_) {
-      frag.push_back(c);
-      if (escape_) escape_ = false;
-      else if (c == '\\') escape_ = true;
-      else if (c == '"') in_string_ = false;
-      continue;
-    }
-    if (c == close.front()) {
+    if (!in_string_ && c == close.front()) {
       const std::string_view rest = std::string_view(buf_).substr(i);
       if (rest.substr(0, close.size()) == close) {
         stream_ = Stream::kTail;
@@ -302,11 +301,9 @@ bool ToolCallParser::stream_call(std::string_view close) {
       }
       if (close.substr(0, rest.size()) == rest) break;  // may be the marker: wait
     }
-    if (is_space(c)) continue;
+    if (!in_string_ && is_space(c)) continue;
     frag.push_back(c);
-    if (c == '"') in_string_ = true;
-    else if (c == '{' || c == '[') ++depth_;
-    else if ((c == '}' || c == ']') && --depth_ == 0) stream_ = Stream::kTail;
+    if ((depth_ += json_step(c, &in_string_, &escape_)) == 0) stream_ = Stream::kTail;
   }
   buf_.erase(0, i);
   if (!frag.empty()) out_->push_back({call_, "", std::move(frag)});
@@ -345,31 +342,12 @@ bool ToolCallParser::stream_object() {
     const char c = buf_[i];
     if (stream_ == Stream::kTail) {
       if (tail_depth_ == 0) break;
-      if (in_string_) {
-        if (escape_) escape_ = false;
-        else if (c == '\\') escape_ = true;
-        else if (c == '"') in_string_ = false;
-      } else if (c == '"') {
-        in_string_ = true;
-      } else if (c == '{' || c == '[') {
-        ++tail_depth_;
-      } else if (c == '}' || c == ']') {
-        --tail_depth_;
-      }
+      tail_depth_ += json_step(c, &in_string_, &escape_);
       continue;
     }
-    if (in_string_) {
-      frag.push_back(c);
-      if (escape_) escape_ = false;
-      else if (c == '\\') escape_ = true;
-      else if (c == '"') in_string_ = false;
-      continue;
-    }
-    if (is_space(c)) continue;
+    if (!in_string_ && is_space(c)) continue;
     frag.push_back(c);
-    if (c == '"') in_string_ = true;
-    else if (c == '{' || c == '[') ++depth_;
-    else if ((c == '}' || c == ']') && --depth_ == 0) stream_ = Stream::kTail;
+    if ((depth_ += json_step(c, &in_string_, &escape_)) == 0) stream_ = Stream::kTail;
   }
   buf_.erase(0, i);
   if (!frag.empty()) out_->push_back({call_, "", std::move(frag)});

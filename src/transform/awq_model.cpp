@@ -54,12 +54,6 @@ struct F32Tensor {
   bool changed = false;
 };
 
-// The method of an entry whose source became f32.
-QuantMethod method_from_f32(DType target) {
-  if (target == DType::kF32) return QuantMethod::kCopy;
-  if (target == DType::kF16 || target == DType::kBF16) return QuantMethod::kConvert;
-  return QuantMethod::kRtn;
-}
 
 class LayerFolder {
  public:
@@ -236,13 +230,7 @@ class LayerFolder {
   Status store() {
     for (auto& [n, f] : t_) {
       if (!f.changed) continue;
-      TensorView v = *cur_->tensor(n);
-      auto buf = std::make_shared<std::vector<float>>(std::move(f.v));
-      v.type = DType::kF32;
-      v.data = buf->data();
-      v.nbytes = buf->size() * sizeof(float);
-      cur_->tensors[n] = v;
-      cur_->owners.push_back(std::move(buf));
+      replace_with_f32(cur_, n, std::move(f.v));
       auto it = entries_->find(n);
       if (it == entries_->end()) return Status::errorf("tensor '{}' is not in the plan", n);
       QuantPlanEntry* e = it->second;

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "core/check.h"
+
 #include "kernels/registry.h"
 #include "model/archs/archs.h"
 #include "model/config.h"
@@ -49,6 +51,23 @@ Status qk_permutation(const ModelFile& src, bool* permute, int64_t* head_dim) {
 }
 
 }  // namespace
+
+QuantMethod method_from_f32(DType target) {
+  if (target == DType::kF32) return QuantMethod::kCopy;
+  if (target == DType::kF16 || target == DType::kBF16) return QuantMethod::kConvert;
+  return QuantMethod::kRtn;
+}
+
+void replace_with_f32(ModelFile* f, const std::string& name, std::vector<float> v) {
+  TensorView t = *f->tensor(name);
+  EMBER_CHECK(static_cast<int64_t>(v.size()) == t.nelements());
+  auto buf = std::make_shared<std::vector<float>>(std::move(v));
+  t.type = DType::kF32;
+  t.data = buf->data();
+  t.nbytes = buf->size() * sizeof(float);
+  f->tensors[name] = t;
+  f->owners.push_back(std::move(buf));
+}
 
 const char* quant_method_name(QuantMethod m) {
   switch (m) {

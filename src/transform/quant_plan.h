@@ -56,6 +56,13 @@ enum class QuantMethod : uint8_t {
   kAwq,      // AWQ scales folded layer by layer (run_awq, transform/awq_model.h), then kRtn / kImatrix
 };
 const char* quant_method_name(QuantMethod m);
+// The method of an entry whose source became f32 (a transform rewrote it):
+// copy to f32, convert to f16 / bf16, round-to-nearest otherwise.
+QuantMethod method_from_f32(DType target);
+
+// Replaces tensor `name` of *f (which must exist) by the f32 values v of the
+// same shape, owned by *f (a transform's output: AWQ folds, QuaRot).
+void replace_with_f32(ModelFile* f, const std::string& name, std::vector<float> v);
 
 // A change of the tensor's values on the way.
 enum class TensorTransform : uint8_t {

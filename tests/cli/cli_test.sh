@@ -57,6 +57,31 @@ if grep -q "quality vs" <<<"$out" || [ ! -s "$tmp/tiny-q4.gguf" ]; then
   echo "FAIL: quantize --no-check: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 expect_rc 2 "quantize: bad --output-type" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q8_0 --output-type q8_k
 expect_rc 2 "quantize: missing --check-file" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q8_0 --check-file "$tmp/none.txt"
+# quantize --method quarot --act-bits 4 (W4A4): the rotations are printed, eval kl names the activation bits
+# (the file's, or --act-bits); bad combinations are usage errors.
+out=$("$EMBER" quantize "$tmp/tiny.gguf" "$tmp/tiny-rot.gguf" --type q4_0 --method quarot --act-bits 4 --no-check 2>&1)
+if ! grep -q "quarot: online Hadamard of the attention input (64), FFN input (64), ffn_down input (128) and attention output (0)" <<<"$out" \
+  || [ ! -s "$tmp/tiny-rot.gguf" ]; then echo "FAIL: quantize --method quarot: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+for bits in "" 8; do
+  out=$("$EMBER" eval kl "$tmp/tiny.gguf" "$tmp/tiny-rot.gguf" -f "$ROOT/data/persuasion.txt" --ctx 64 --chunks 1 -t 2 \
+    ${bits:+--act-bits $bits} 2>&1)
+  if ! grep -q "(KV cache f16, ${bits:-4}-bit activations)" <<<"$out"; then
+    echo "FAIL: eval kl act bits ${bits:-file}: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+done
+out=$("$EMBER" info "$tmp/tiny-rot.gguf" 2>&1)
+if ! grep -q "rotation:      QuaRot Hadamard, online on the attention input 64" <<<"$out" || ! grep -q "activations:   4-bit" <<<"$out"; then
+  echo "FAIL: info on a rotated W4A4 file: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+expect_rc 2 "quantize: --act-bits 4 on f32" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type f32 --act-bits 4
+out=$("$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q4_0 --method quarot --rotate-attn-out --no-check 2>&1)
+grep -q "and attention output (64)" <<<"$out" || { echo "FAIL: --rotate-attn-out: $out"; fail=$((fail + 1)); }
+expect_rc 2 "quantize: --rotate-attn-out without --rotate" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q4_0 --rotate-attn-out
+expect_rc 2 "quantize: --rotate with awq" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q4_0 --rotate --method awq
+expect_rc 2 "quantize: rotate twice" "$EMBER" quantize "$tmp/tiny-rot.gguf" "$tmp/x.gguf" --type q4_0 --rotate --no-check
+expect_rc 2 "eval: --act-bits 4 on f32" "$EMBER" eval kl "$tmp/tiny.gguf" "$tmp/tiny.gguf" -f "$ROOT/data/persuasion.txt" \
+  --ctx 64 --chunks 1 --act-bits 4
+grep -q "4-bit activations need weights that multiply Q8_0 activations" /tmp/ember_cli_out.$$ \
+  || { echo "FAIL: --act-bits 4 on f32 message"; fail=$((fail + 1)); }
+expect_rc 2 "run: bad --act-bits" "$EMBER" run -m "$tmp/tiny-rot.gguf" -p hi --act-bits 3
 # Hugging Face quantized checkpoints (GPTQ here): info names the scheme and the repacked type; run generates.
 hfq="$ROOT/tests/data/model/hf_quant_gptq"
 out=$("$EMBER" info "$hfq" 2>&1)

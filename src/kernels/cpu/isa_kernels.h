@@ -85,6 +85,7 @@ void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w
 
 // Activation quantizers (bit-identical to the scalar reference).
 void quantize_row_q8_0(const float* x, void* y, int64_t n);
+void quantize_row_q8_0_int4(const float* x, void* y, int64_t n);
 void quantize_row_q8_1(const float* x, void* y, int64_t n);
 void quantize_row_q8_K(const float* x, void* y, int64_t n);
 

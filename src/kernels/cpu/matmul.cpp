@@ -19,7 +19,7 @@ constexpr int64_t kDecodeRows = 64;  // weight rows per decode task (dynamic: ba
 // Activation bytes swept per pass over a row tile: stays in L2 next to the
 // other thread's share.
 constexpr size_t kTokenBlockBytes = 192 * 1024;
-constexpr int kMaxActTypes = 4;  // F32, Q8_0, Q8_1, Q8_K
+constexpr int kMaxActTypes = 5;  // F32, Q8_0, Q8_1, Q8_K, Q8_0 with 4-bit levels
 constexpr size_t kActAlign = 64;
 
 // Rows [rb, re) x all tokens with the tile kernel: for each token block (L2
@@ -122,19 +122,26 @@ void run(const Job& j, int64_t n_in, int64_t n_tokens, int64_t rb, int64_t re) {
   }
 }
 
-// The shared driver: jobs[i] reads the activations in act[i]'s type.
-void run_jobs(Job* jobs, const DType* act, int n_jobs, const float* x, int64_t ldx, int64_t n_in, int64_t n_tokens,
+// An activation format: a vec_dot_type, in its own levels or in 4-bit ones.
+struct ActType {
+  DType type = DType::kF32;
+  bool int4 = false;
+  bool operator==(const ActType&) const = default;
+};
+
+// The shared driver: jobs[i] reads the activations in act[i]'s format.
+void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t ldx, int64_t n_in, int64_t n_tokens,
               ThreadPool& pool, MatmulScratch& scratch) {
-  // 1. Activations -> each distinct vec_dot_type once (f32 stays as is).
-  DType types[kMaxActTypes];
+  // 1. Activations -> each distinct format once (f32 stays as is).
+  ActType types[kMaxActTypes];
   size_t offset[kMaxActTypes], row_bytes[kMaxActTypes];
   int n_types = 0;
   size_t total = 0;
   for (int i = 0; i < n_jobs; ++i) {
-    if (act[i] == DType::kF32 || std::find(types, types + n_types, act[i]) != types + n_types) continue;
+    if (act[i].type == DType::kF32 || std::find(types, types + n_types, act[i]) != types + n_types) continue;
     EMBER_CHECK(n_types < kMaxActTypes);
     types[n_types] = act[i];
-    row_bytes[n_types] = dtype_row_size(act[i], n_in);
+    row_bytes[n_types] = dtype_row_size(act[i].type, n_in);
     offset[n_types] = total;
     total += (row_bytes[n_types] * static_cast<size_t>(n_tokens) + kActAlign - 1) / kActAlign * kActAlign;
     ++n_types;
@@ -142,7 +149,11 @@ void run_jobs(Job* jobs, const DType* act, int n_jobs, const float* x, int64_t l
   uint8_t* buf = n_types ? scratch.get(total) : nullptr;
   if (n_types) {
     QuantizeRowFn quantize[kMaxActTypes];
-    for (int a = 0; a < n_types; ++a) quantize[a] = kernels(types[a]).quantize_row;
+    for (int a = 0; a < n_types; ++a) {
+      const KernelSet& k = kernels(types[a].type);
+      quantize[a] = types[a].int4 ? k.quantize_row_int4 : k.quantize_row;
+      EMBER_CHECK_MSG(quantize[a], "no 4-bit form of this activation type (checked at model load)");
+    }
     pool.parallel_for(n_tokens, 8, [&](int64_t b, int64_t e, int) {
       for (int a = 0; a < n_types; ++a)
         for (int64_t t = b; t < e; ++t)
@@ -151,7 +162,7 @@ void run_jobs(Job* jobs, const DType* act, int n_jobs, const float* x, int64_t l
     scratch.count_converted(n_types * n_tokens);
   }
   for (int i = 0; i < n_jobs; ++i) {
-    if (act[i] == DType::kF32) {
+    if (act[i].type == DType::kF32) {
       jobs[i].xq = reinterpret_cast<const uint8_t*>(x);
       jobs[i].x_row_bytes = static_cast<size_t>(ldx) * sizeof(float);
       continue;
@@ -189,12 +200,13 @@ void matmul(const float* x, int64_t ldx, int64_t n_tokens, const MatmulTarget* t
   for (int g = 0; g < n_targets; g += kMaxMatmulTargets) {
     const int ng = std::min(kMaxMatmulTargets, n_targets - g);
     Job jobs[kMaxMatmulTargets];
-    DType act[kMaxMatmulTargets];
+    ActType act[kMaxMatmulTargets];
     for (int i = 0; i < ng; ++i) {
       const MatmulTarget& tg = targets[g + i];
       EMBER_CHECK(tg.w->ne[0] == n_in);  // every target reads the same activation rows
       jobs[i] = plan(*tg.w, tg.y, tg.ldy, n_tokens, pool.size());
-      act[i] = vec_dot_type(tg.w->type);
+      act[i].type = vec_dot_type(tg.w->type);
+      act[i].int4 = tg.act_bits == 4 && act[i].type != DType::kF32;
     }
     run_jobs(jobs, act, ng, x, ldx, n_in, n_tokens, pool, scratch);
   }

@@ -47,6 +47,7 @@ void fill_scalar(Table& t) {
   at(t, DType::kQ5_0, s) = {dequantize_row_q5_0_ref, quantize_row_q5_0_ref, ref::vec_dot_q5_0_q8_0};
   at(t, DType::kQ5_1, s) = {dequantize_row_q5_1_ref, quantize_row_q5_1_ref, ref::vec_dot_q5_1_q8_1};
   at(t, DType::kQ8_0, s) = {dequantize_row_q8_0_ref, quantize_row_q8_0_ref, ref::vec_dot_q8_0_q8_0};
+  at(t, DType::kQ8_0, s).quantize_row_int4 = quantize_row_q8_0_int4_ref;
   at(t, DType::kQ8_1, s) = {dequantize_row_q8_1_ref, quantize_row_q8_1_ref, nullptr};
   at(t, DType::kQ2_K, s) = {dequantize_row_q2_K_ref, quantize_row_q2_K_ref, ref::vec_dot_q2_K_q8_K};
   at(t, DType::kQ3_K, s) = {dequantize_row_q3_K_ref, quantize_row_q3_K_ref, ref::vec_dot_q3_K_q8_K};
@@ -66,6 +67,7 @@ void fill_avx2(Table& t) {
   at(t, DType::kQ5_0, a) = {avx2::dequantize_row_q5_0, nullptr, avx2::vec_dot_q5_0_q8_0};
   at(t, DType::kQ5_1, a).vec_dot = avx2::vec_dot_q5_1_q8_1;
   at(t, DType::kQ8_0, a) = {avx2::dequantize_row_q8_0, avx2::quantize_row_q8_0, avx2::vec_dot_q8_0_q8_0};
+  at(t, DType::kQ8_0, a).quantize_row_int4 = avx2::quantize_row_q8_0_int4;
   at(t, DType::kQ8_1, a).quantize_row = avx2::quantize_row_q8_1;
   at(t, DType::kQ2_K, a).vec_dot = avx2::vec_dot_q2_K_q8_K;
   at(t, DType::kQ3_K, a).vec_dot = avx2::vec_dot_q3_K_q8_K;
@@ -141,6 +143,7 @@ void inherit_lower_levels(Table& t) {
       const KernelSet& lower = per_type[l - 1];
       if (!k.dequantize_row) k.dequantize_row = lower.dequantize_row;
       if (!k.quantize_row) k.quantize_row = lower.quantize_row;
+      if (!k.quantize_row_int4) k.quantize_row_int4 = lower.quantize_row_int4;
       if (!k.vec_dot) k.vec_dot = lower.vec_dot;
       // A tile kernel matches one vec_dot bit for bit: inherit it only along
       // with that same vec_dot.

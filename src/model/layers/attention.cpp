@@ -90,6 +90,8 @@ void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTab
     be.hadamard(b.attn + t0 * O, O, t1 - t0, c.lc.n_head, cfg.head_dim_v, true);
   });
 
+  // QuaRot's online rotation of O's input (ModelConfig::rotation.attn_out).
+  if (const int g = cfg.rotation.attn_out) be.hadamard(b.attn, O, n, static_cast<int>(O / g), g, false);
   const LinearOut o{&w.o, LinearRole::kO, y, E};
   run_linears(be, c.observer, c.il, b.attn, O, n, &o, 1);
 }

@@ -14,6 +14,8 @@ void dense_gated_ffn(const LayerContext& c, const float* xn, const FfnBuffers& b
   const GatedActivation act =
       c.cfg.activation == Activation::kGeluTanh ? GatedActivation::kGeGluTanh : GatedActivation::kSwiGlu;
   c.backend.gated_activation(act, b.gate, F, b.up, F, n, F);
+  // QuaRot's R4: down's columns hold W_down H^T (ModelConfig::rotation).
+  if (const int g = c.cfg.rotation.ffn_down) c.backend.hadamard(b.gate, F, n, static_cast<int>(F / g), g, false);
   const LinearOut down{&c.w.down, LinearRole::kDown, y, E};
   run_linears(c.backend, c.observer, c.il, b.gate, F, n, &down, 1);
 }

@@ -13,7 +13,7 @@ void run_linears(Backend& backend, ForwardObserver* observer, int layer, const f
     const Linear& l = *outs[i].lin;
     EMBER_DCHECK(l.weight && l.is_plain() && l.n_in() == outs[0].lin->n_in());
     if (observer) observer->on_linear_input(layer, outs[i].role, x, ldx, n, l.n_in());
-    targets[i] = MatmulTarget{l.weight, outs[i].y, outs[i].ldy};
+    targets[i] = MatmulTarget{l.weight, outs[i].y, outs[i].ldy, l.act_bits};
   }
   backend.matmul(x, ldx, n, targets, n_outs);
   for (int i = 0; i < n_outs; ++i)

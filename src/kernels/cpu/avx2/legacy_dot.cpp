@@ -123,6 +123,28 @@ void quantize_row_q8_0(const float* x, void* vy, int64_t n) {
   }
 }
 
+// 4-bit levels in Q8_0 blocks (quant/quantize.h quantize_row_q8_0_int4_ref):
+// d = amax / 7, q = round-half-away(x / d) clamped to [-7, 7].
+void quantize_row_q8_0_int4(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<BlockQ8_0*>(vy);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i lo = _mm256_set1_epi32(-7), hi = _mm256_set1_epi32(7);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const float* xb = x + i * kQK;
+    __m256 v[4];
+    for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(xb + 8 * k);
+    const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+                                   _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+    const float d = simd::hmax_f32x8(m) / 7.0f;
+    const __m256 vid = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k)
+      q[k] = _mm256_min_epi32(hi, _mm256_max_epi32(lo, simd::round_away_epi32(_mm256_mul_ps(v[k], vid))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), simd::pack_i32x32_to_i8(q[0], q[1], q[2], q[3]));
+    y[i].d = f32_to_f16(d);
+  }
+}
+
 void quantize_row_q8_1(const float* x, void* vy, int64_t n) {
   auto* y = static_cast<BlockQ8_1*>(vy);
   const int64_t nb = n / kQK;
