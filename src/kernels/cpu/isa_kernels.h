@@ -43,9 +43,7 @@ void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x);
 // K-quants (256-element super-blocks).
 void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
 // Tile kernels (VecDotTileFn), bit-identical to the vec_dot above for every
 // (row, token) pair. Legacy types (avx2/legacy_tile.cpp): up to
@@ -58,7 +56,7 @@ void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
-// K-quants (avx2/kquants_tile.cpp): up to kKquantTileRows rows x
+// K-quants Q2_K, Q3_K, Q5_K (avx2/kquants_tile.cpp): up to kKquantTileRows rows x
 // kKquantTileCols tokens.
 constexpr int kKquantTileRows = 4;
 constexpr int kKquantTileCols = 64;
@@ -66,11 +64,7 @@ void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 // Float weights (avx2/float_tile.cpp): up to kFloatTileRows rows x
 // kFloatTileCols tokens.

@@ -49,6 +49,12 @@ static_assert(kLaneKTileRows == kR, "one lane group per tile");
 inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 inline __m256i bcast32(const void* p) { return _mm256_set1_epi32(static_cast<int>(simd::load_u32(p))); }
+// An opaque register copy: keeps GCC from re-associating a chain of integer
+// adds into a tree that holds every product live (it spilled them all).
+inline __m256i chain(__m256i v) {
+  asm("" : "+x"(v));
+  return v;
+}
 
 // Out[k] lane r = in[r] dword k (8 x 8 dword transpose).
 inline void transpose8(const __m256i in[8], __m256i out[8]) {
@@ -211,7 +217,7 @@ struct TileQ4K {
           const __m256i wv = _mm256_load_si256(&p.w[8 * s + l]);
 #pragma GCC unroll 4
           for (int c = 0; c < kT; ++c)
-            a[c] = _mm256_add_epi16(a[c], _mm256_maddubs_epi16(wv, bcast32(xc[c][i].qs + 32 * s + 4 * l)));
+            a[c] = chain(_mm256_add_epi16(a[c], _mm256_maddubs_epi16(wv, bcast32(xc[c][i].qs + 32 * s + 4 * l))));
         }
 #pragma GCC unroll 4
         for (int c = 0; c < kT; ++c) sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(a[c], p.sc[s]));
@@ -276,7 +282,7 @@ struct TileQ6K {
             const int8_t* y = xc[c][i].qs + 16 * g + 8 * h;
             const __m256i a =
                 _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast32(y)), _mm256_maddubs_epi16(w1, bcast32(y + 4)));
-            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(a, p.sc[g]));
+            sumi[c] = chain(_mm256_add_epi32(sumi[c], _mm256_madd_epi16(a, p.sc[g])));
           }
         }
       }
