@@ -28,6 +28,14 @@
 
 namespace ember {
 
+// The three row-lane K-quant entry points of a type (both levels).
+#define EMBER_DECLARE_LANES_K(name)                                                                             \
+  void vec_dot_lanes_##name##_q8_K(int64_t n, float* s, const void* w, const void* x);                         \
+  void vec_dot_rows_lanes_##name##_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, \
+                                        int64_t nr);                                                           \
+  void vec_dot_tile_lanes_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,   \
+                                        const void* x, size_t x_row_bytes, int nr, int nc);
+
 namespace avx2 {
 
 // Float weights x f32 activations.
@@ -84,14 +92,8 @@ void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w
 // kLaneKTileCols tokens (each call transposes its rows once).
 constexpr int kLaneKTileRows = 8;
 constexpr int kLaneKTileCols = 64;
-void vec_dot_lanes_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_rows_lanes_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_tile_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                  size_t x_row_bytes, int nr, int nc);
-void vec_dot_lanes_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_rows_lanes_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_tile_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                  size_t x_row_bytes, int nr, int nc);
+EMBER_DECLARE_LANES_K(q4_K)
+EMBER_DECLARE_LANES_K(q6_K)
 
 // Activation quantizers (bit-identical to the scalar reference).
 void quantize_row_q8_0(const float* x, void* y, int64_t n);
@@ -227,14 +229,8 @@ void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, siz
 // its rows once).
 constexpr int kLaneKTileRows = 16;
 constexpr int kLaneKTileCols = 64;
-void vec_dot_lanes_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_rows_lanes_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_tile_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                  size_t x_row_bytes, int nr, int nc);
-void vec_dot_lanes_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_rows_lanes_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_tile_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                  size_t x_row_bytes, int nr, int nc);
+EMBER_DECLARE_LANES_K(q4_K)
+EMBER_DECLARE_LANES_K(q6_K)
 
 }  // namespace avx512
 

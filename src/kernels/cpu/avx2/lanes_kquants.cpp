@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/lanes_kquants_common.h"
 #include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 
@@ -41,6 +42,8 @@
 
 namespace ember::avx2 {
 namespace {
+
+using lanes::block_at;
 
 constexpr int kR = 8;  // rows per lane group (one per 32-bit ymm lane)
 constexpr int kT = 4;  // tokens per register group of the tile kernel
@@ -102,11 +105,6 @@ inline void gather_f16_pair(const uint8_t* base, __m256i offsets, __m256& lo, __
       _MM_SHUFFLE(3, 1, 2, 0));
   lo = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
   hi = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
-}
-
-template <class Block>
-inline const Block* block_at(const uint8_t* w, size_t w_row_bytes, int nr, int r, int64_t i) {
-  return reinterpret_cast<const Block*>(w + static_cast<size_t>(std::min(r, nr - 1)) * w_row_bytes) + i;
 }
 
 // u[m] = the unsigned quants of elements 32m .. 32m + 31 in order.
@@ -324,8 +322,6 @@ void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes
 
 // ---- decode: one token over 8-row groups ----
 
-constexpr size_t kPrefetchBytes = 512;
-
 struct RowsQ4K {
   using Block = BlockQ4_K;
   static constexpr bool kMins = true;
@@ -403,23 +399,13 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
     __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
       __m256i va[kR], vm[kR];
-      // Each row's stream is prefetched kPrefetchBytes ahead, past the row's
-      // end in the same row of the next group (within this call), as in
-      // avx512/lanes_kquants.cpp.
-      const size_t ahead = static_cast<size_t>(i) * sizeof(Block) + kPrefetchBytes;
-      const bool in_row = ahead < w_row_bytes;
+      // Each row's stream prefetched ahead, continuing into the next group.
       for (int r = 0; r < kR; ++r) {
         if (r >= gr) {  // rows past the group's end: zero sums, not stored
           va[r] = vm[r] = _mm256_setzero_si256();
           continue;
         }
-        const int64_t pr = in_row ? r : kR + r;
-        if (r0 + pr < nr && ahead < 2 * w_row_bytes) {
-          const char* p = reinterpret_cast<const char*>(g) + static_cast<size_t>(pr) * w_row_bytes +
-                          (in_row ? ahead : ahead - w_row_bytes);
-#pragma GCC unroll 4
-          for (size_t l = 0; l < sizeof(Block); l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
-        }
+        lanes::prefetch_row_stream<kR, Block>(g, w_row_bytes, r0, r, nr, i);
         T::sums(*block_at<Block>(g, w_row_bytes, gr, r, i), x[i], va[r], vm[r]);
       }
       const __m256i a = reduce8(va);
@@ -439,23 +425,7 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
 
 }  // namespace
 
-#define EMBER_LANES_K(name, rows_traits, tile_traits)                                                              \
-  void vec_dot_rows_lanes_##name##_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,    \
-                                        int64_t nr) {                                                              \
-    rows<rows_traits>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_K*>(x), nr);    \
-  }                                                                                                                \
-  void vec_dot_lanes_##name##_q8_K(int64_t n, float* s, const void* w, const void* x) {                           \
-    rows<rows_traits>(n, s, static_cast<const uint8_t*>(w),                                                        \
-                      sizeof(rows_traits::Block) * static_cast<size_t>(n / kQK_K), static_cast<const BlockQ8_K*>(x), \
-                      1);                                                                                          \
-  }                                                                                                                \
-  void vec_dot_tile_lanes_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,      \
-                                        const void* x, size_t x_row_bytes, int nr, int nc) {                       \
-    tile<tile_traits>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),      \
-                      x_row_bytes, nr, nc);                                                                        \
-  }
-EMBER_LANES_K(q4_K, RowsQ4K, TileQ4K)
-EMBER_LANES_K(q6_K, RowsQ6K, TileQ6K)
-#undef EMBER_LANES_K
+EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
+EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
 
 }  // namespace ember::avx2
