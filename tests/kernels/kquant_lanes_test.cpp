@@ -1,8 +1,9 @@
-// The AVX-512 row-lane Q4_K and Q6_K kernels
-// (kernels/cpu/avx512/lanes_kquants.cpp) against their scalar twins
+// The row-lane Q4_K and Q6_K kernels of the AVX2 and AVX-512 levels
+// (kernels/cpu/avx2/lanes_kquants.cpp: 8-row groups; avx512/lanes_kquants.cpp:
+// 16-row groups) against their scalar twins
 // (kernels/ref/kquants_lanes_ref.h), bit for bit:
-// vec_dot, decode over any row count (partial 16-row groups), tiles of every
-// shape up to 16 rows x 70 tokens (partial token groups), the
+// vec_dot, decode over any row count (partial row groups), tiles of every
+// shape up to the level's rows x 70 tokens (partial token groups), the
 // extremes of the integer sums (largest quants and scales, activations
 // +-127), and the matmul driver at several thread counts and
 // token counts (more tokens than one tile call takes). The twin itself must
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -29,13 +31,15 @@ namespace {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
-class KQuantLanes : public ::testing::TestWithParam<DType> {
+class KQuantLanes : public ::testing::TestWithParam<std::tuple<DType, Isa>> {
  protected:
   void SetUp() override {
-    if (cpu_max_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+    if (cpu_max_isa() < isa()) GTEST_SKIP() << "CPU lacks " << isa_name(isa());
   }
-  DType t() const { return GetParam(); }
-  const KernelSet& k() const { return kernels(t(), Isa::kAvx512); }
+  DType t() const { return std::get<0>(GetParam()); }
+  Isa isa() const { return std::get<1>(GetParam()); }
+  const KernelSet& k() const { return kernels(t(), isa()); }
+  int tile_rows() const { return k().tile_rows; }
   float twin(int64_t n, const uint8_t* w, const BlockQ8_K* x) const {
     float s;
     if (t() == DType::kQ4_K) ref::vec_dot_q4_K_q8_K_lanes(n, &s, w, x);
@@ -44,8 +48,22 @@ class KQuantLanes : public ::testing::TestWithParam<DType> {
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Types, KQuantLanes, ::testing::Values(DType::kQ4_K, DType::kQ6_K),
-                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Types, KQuantLanes,
+                         ::testing::Combine(::testing::Values(DType::kQ4_K, DType::kQ6_K),
+                                            ::testing::Values(Isa::kAvx2, Isa::kAvx512)),
+                         [](const ::testing::TestParamInfo<std::tuple<DType, Isa>>& i) {
+                           return std::string(dtype_name(std::get<0>(i.param))) + "_" +
+                                  isa_name(std::get<1>(i.param));
+                         });
+
+// Both levels' lane kernels are registered for these types (the vec_dot,
+// tile and decode of one arithmetic).
+TEST_P(KQuantLanes, LaneKernelsAreRegistered) {
+  EXPECT_NE(k().vec_dot_rows, nullptr);
+  EXPECT_NE(k().vec_dot_tile, nullptr);
+  EXPECT_EQ(tile_rows(), isa() == Isa::kAvx2 ? 8 : 16);
+  EXPECT_NE(k().vec_dot, kernels(t(), Isa::kScalar).vec_dot);
+}
 
 // Activation rows [tokens, n] quantized to Q8_K by the level's quantizer.
 std::vector<BlockQ8_K> make_x(int64_t tokens, int64_t n, uint32_t seed) {
@@ -56,7 +74,7 @@ std::vector<BlockQ8_K> make_x(int64_t tokens, int64_t n, uint32_t seed) {
   for (int64_t t = 0; t < tokens; ++t) {
     const float mag = t % 11 == 3 ? 0.0f : std::ldexp(1.0f, static_cast<int>(t % 9) - 4);
     for (auto& v : f) v = gauss(rng) * mag;
-    kernels(DType::kQ8_K, Isa::kAvx512).quantize_row(f.data(), &x[static_cast<size_t>(t * n / kQK_K)], n);
+    kernels(DType::kQ8_K, Isa::kAvx2).quantize_row(f.data(), &x[static_cast<size_t>(t * n / kQK_K)], n);
   }
   return x;
 }
@@ -99,12 +117,14 @@ TEST_P(KQuantLanes, VecDotAndRowsMatchTwin) {
 
 TEST_P(KQuantLanes, TilesMatchTwin) {
   constexpr int64_t kRows = 16, kTokens = 70;
+  ASSERT_LE(tile_rows(), kRows);
   for (int64_t n : {256, 1280}) {
     const std::vector<uint8_t> w = make_weights(t(), kRows, n, static_cast<uint32_t>(n));
     const std::vector<BlockQ8_K> x = make_x(kTokens, n, 6);
     const size_t rb = dtype_row_size(t(), n), xrb = dtype_row_size(DType::kQ8_K, n);
     const int64_t xb = n / kQK_K;
-    for (int nr : {1, 3, 15, 16}) {
+    for (int nr : {1, 3, 7, 8, 15, 16}) {
+      if (nr > tile_rows()) continue;
       for (int nc : {2, 3, 4, 5, 9, 70}) {
         const int64_t lds = kRows + 3;
         std::vector<float> s(static_cast<size_t>(lds * kTokens), -7.0f);
@@ -170,22 +190,23 @@ TEST_P(KQuantLanes, ExtremeSumsMatchTwin) {
   const size_t xrb = dtype_row_size(DType::kQ8_K, n);
   std::vector<float> rows(kRows);
   k().vec_dot_rows(n, rows.data(), w.data(), rb, x.data(), kRows);
-  std::vector<float> tile(static_cast<size_t>(16 * kTokens));
-  k().vec_dot_tile(n, tile.data(), 16, w.data(), rb, x.data(), xrb, 16, kTokens);
+  const int tr = tile_rows();
+  std::vector<float> tile(static_cast<size_t>(tr * kTokens));
+  k().vec_dot_tile(n, tile.data(), tr, w.data(), rb, x.data(), xrb, tr, kTokens);
   for (int64_t r = 0; r < kRows; ++r) {
     ASSERT_TRUE(same_bits(rows[r], twin(n, w.data() + rb * r, x.data()))) << "rows r=" << r;
-    for (int64_t c = 0; r < 16 && c < kTokens; ++c)
-      ASSERT_TRUE(same_bits(tile[c * 16 + r], twin(n, w.data() + rb * r, x.data() + c * n / kQK_K)))
+    for (int64_t c = 0; r < tr && c < kTokens; ++c)
+      ASSERT_TRUE(same_bits(tile[c * tr + r], twin(n, w.data() + rb * r, x.data() + c * n / kQK_K)))
           << "tile r=" << r << " c=" << c;
   }
 }
 
-// The driver at the AVX-512 level: any token count (1: decode rows; 300:
-// more than one tile call's tokens) and thread count gives the twin's bits.
+// The driver at the level: any token count (1: decode rows; 300: more than
+// one tile call's tokens) and thread count gives the twin's bits.
 TEST_P(KQuantLanes, MatmulMatchesTwin) {
   constexpr int64_t kRows = 45, n = 512;
   const Isa saved = active_isa();
-  set_active_isa(Isa::kAvx512);
+  set_active_isa(isa());
   const std::vector<uint8_t> wb = make_weights(t(), kRows, n, 21);
   const TensorView w = matrix_view(t(), kRows, n, wb);
   const size_t rb = dtype_row_size(t(), n);

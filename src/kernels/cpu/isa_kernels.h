@@ -8,8 +8,8 @@
 //
 // Files are named <family>_<kind>.cpp: family float (F32/F16/BF16), legacy
 // (32-element blocks), kquants (256-element super-blocks) or lanes (the
-// AVX-512 row-lane form of the legacy types; lanes_kquants.cpp: of Q4_K and
-// Q6_K, all three kinds); kind dot (vec_dot and the row conversions), tile
+// AVX-512 row-lane form of the legacy types; lanes_kquants.cpp, at both
+// levels: of Q4_K and Q6_K, all three kinds); kind dot (vec_dot and the row conversions), tile
 // (vec_dot_tile) or rows (vec_dot_rows). A file whose
 // kernels share one arithmetic contract may hold several kinds of its
 // family; its header says which. row_ops.cpp, hadamard.cpp and attention.cpp hold the ops
@@ -28,6 +28,14 @@
 
 namespace ember {
 
+// The three row-lane K-quant entry points of a type (both levels).
+#define EMBER_DECLARE_LANES_K(name)                                                                             \
+  void vec_dot_lanes_##name##_q8_K(int64_t n, float* s, const void* w, const void* x);                         \
+  void vec_dot_rows_lanes_##name##_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, \
+                                        int64_t nr);                                                           \
+  void vec_dot_tile_lanes_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,   \
+                                        const void* x, size_t x_row_bytes, int nr, int nc);
+
 namespace avx2 {
 
 // Float weights x f32 activations.
@@ -43,9 +51,7 @@ void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x);
 // K-quants (256-element super-blocks).
 void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
 // Tile kernels (VecDotTileFn), bit-identical to the vec_dot above for every
 // (row, token) pair. Legacy types (avx2/legacy_tile.cpp): up to
@@ -58,7 +64,7 @@ void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
-// K-quants (avx2/kquants_tile.cpp): up to kKquantTileRows rows x
+// K-quants Q2_K, Q3_K, Q5_K (avx2/kquants_tile.cpp): up to kKquantTileRows rows x
 // kKquantTileCols tokens.
 constexpr int kKquantTileRows = 4;
 constexpr int kKquantTileCols = 64;
@@ -66,11 +72,7 @@ void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 // Float weights (avx2/float_tile.cpp): up to kFloatTileRows rows x
 // kFloatTileCols tokens.
@@ -82,6 +84,16 @@ void vec_dot_tile_f16(int64_t n, float* s, int64_t lds, const void* w, size_t w_
                       size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                        size_t x_row_bytes, int nr, int nc);
+
+// Q4_K and Q6_K in the row-lane form (avx2/lanes_kquants.cpp): the
+// arithmetic of the AVX-512 row lanes (twins in kernels/ref/kquants_lanes_ref.h),
+// so these types give the same bits at both levels. vec_dot, decode over any
+// nr >= 1 rows in 8-row groups, and the tile of kLaneKTileRows rows x up to
+// kLaneKTileCols tokens (each call transposes its rows once).
+constexpr int kLaneKTileRows = 8;
+constexpr int kLaneKTileCols = 64;
+EMBER_DECLARE_LANES_K(q4_K)
+EMBER_DECLARE_LANES_K(q6_K)
 
 // Activation quantizers (bit-identical to the scalar reference).
 void quantize_row_q8_0(const float* x, void* y, int64_t n);
@@ -218,14 +230,8 @@ void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, siz
 // its rows once).
 constexpr int kLaneKTileRows = 16;
 constexpr int kLaneKTileCols = 64;
-void vec_dot_lanes_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_rows_lanes_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_tile_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                  size_t x_row_bytes, int nr, int nc);
-void vec_dot_lanes_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_rows_lanes_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_tile_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                  size_t x_row_bytes, int nr, int nc);
+EMBER_DECLARE_LANES_K(q4_K)
+EMBER_DECLARE_LANES_K(q6_K)
 
 }  // namespace avx512
 

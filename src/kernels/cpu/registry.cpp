@@ -71,21 +71,26 @@ void fill_avx2(Table& t) {
   at(t, DType::kQ8_1, a).quantize_row = avx2::quantize_row_q8_1;
   at(t, DType::kQ2_K, a).vec_dot = avx2::vec_dot_q2_K_q8_K;
   at(t, DType::kQ3_K, a).vec_dot = avx2::vec_dot_q3_K_q8_K;
-  at(t, DType::kQ4_K, a) = {avx2::dequantize_row_q4_K, nullptr, avx2::vec_dot_q4_K_q8_K};
+  at(t, DType::kQ4_K, a).dequantize_row = avx2::dequantize_row_q4_K;
   at(t, DType::kQ5_K, a).vec_dot = avx2::vec_dot_q5_K_q8_K;
-  at(t, DType::kQ6_K, a) = {avx2::dequantize_row_q6_K, nullptr, avx2::vec_dot_q6_K_q8_K};
+  at(t, DType::kQ6_K, a).dequantize_row = avx2::dequantize_row_q6_K;
   at(t, DType::kQ8_K, a).quantize_row = avx2::quantize_row_q8_K;
   set_tile(at(t, DType::kQ4_0, a), avx2::vec_dot_tile_q4_0_q8_0, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
   set_tile(at(t, DType::kQ5_0, a), avx2::vec_dot_tile_q5_0_q8_0, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
   set_tile(at(t, DType::kQ8_0, a), avx2::vec_dot_tile_q8_0_q8_0, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
   set_tile(at(t, DType::kQ2_K, a), avx2::vec_dot_tile_q2_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
   set_tile(at(t, DType::kQ3_K, a), avx2::vec_dot_tile_q3_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
-  set_tile(at(t, DType::kQ4_K, a), avx2::vec_dot_tile_q4_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
   set_tile(at(t, DType::kQ5_K, a), avx2::vec_dot_tile_q5_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
-  set_tile(at(t, DType::kQ6_K, a), avx2::vec_dot_tile_q6_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
   set_tile(at(t, DType::kF32, a), avx2::vec_dot_tile_f32, avx2::kFloatTileRows, avx2::kFloatTileCols);
   set_tile(at(t, DType::kF16, a), avx2::vec_dot_tile_f16, avx2::kFloatTileRows, avx2::kFloatTileCols);
   set_tile(at(t, DType::kBF16, a), avx2::vec_dot_tile_bf16, avx2::kFloatTileRows, avx2::kFloatTileCols);
+  // Q4_K, Q6_K: the row-lane kernels (the AVX-512 lanes' arithmetic).
+  at(t, DType::kQ4_K, a).vec_dot = avx2::vec_dot_lanes_q4_K_q8_K;
+  at(t, DType::kQ4_K, a).vec_dot_rows = avx2::vec_dot_rows_lanes_q4_K_q8_K;
+  set_tile(at(t, DType::kQ4_K, a), avx2::vec_dot_tile_lanes_q4_K_q8_K, avx2::kLaneKTileRows, avx2::kLaneKTileCols);
+  at(t, DType::kQ6_K, a).vec_dot = avx2::vec_dot_lanes_q6_K_q8_K;
+  at(t, DType::kQ6_K, a).vec_dot_rows = avx2::vec_dot_rows_lanes_q6_K_q8_K;
+  set_tile(at(t, DType::kQ6_K, a), avx2::vec_dot_tile_lanes_q6_K_q8_K, avx2::kLaneKTileRows, avx2::kLaneKTileCols);
 }
 
 void fill_avx512(Table& t) {

@@ -1,5 +1,6 @@
 // AVX2 kernels for the k-quant types (256-element super-blocks): vec_dot of
-// Q2_K..Q6_K x Q8_K and the Q8_K activation quantizer.
+// Q2_K, Q3_K, Q5_K x Q8_K (Q4_K and Q6_K: the row lanes of
+// avx2/lanes_kquants.cpp), the Q8_K activation quantizer and dequantizers.
 //
 // Scheme (all types): unsigned quants u (offset removed later) x Q8_K quants
 // via maddubs -> i16 pairs, times the 16-bit sub-block scale via madd -> i32,
@@ -44,73 +45,6 @@ inline __m256i mins_for_bsums(const uint8_t* m) {
 }
 
 }  // namespace
-
-void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ4_K*>(vw);
-  const auto* x = static_cast<const BlockQ8_K*>(vx);
-  const int64_t nb = n / kQK_K;
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = load_f16(w[i].d) * x[i].d;
-    const float dmin = load_f16(w[i].dmin) * x[i].d;
-    alignas(16) uint8_t sc[8], m[8];
-    simd::unpack_k4_scales(w[i].scales, sc, m);
-    const __m256i pm = _mm256_madd_epi16(loadu(x[i].bsums), mins_for_bsums(m));
-    acc_m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm), _mm256_set1_ps(dmin), acc_m);
-
-    const __m256i sc16 = _mm256_broadcastsi128_si256(
-        _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
-    const uint8_t* q = w[i].qs;
-    const int8_t* y = x[i].qs;
-    __m256i sumi = _mm256_setzero_si256();
-    for (int j = 0; j < 4; ++j) {
-      const __m256i qv = loadu(q + 32 * j);
-      const __m256i lo = _mm256_and_si256(qv, m4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
-      const __m256i p_lo = _mm256_maddubs_epi16(lo, loadu(y + 64 * j));
-      const __m256i p_hi = _mm256_maddubs_epi16(hi, loadu(y + 64 * j + 32));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p_lo, splat_i16(sc16, 2 * j)));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p_hi, splat_i16(sc16, 2 * j + 1)));
-    }
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
-  }
-  *s = simd::hsum_f32x8(acc) - simd::hsum_f32x8(acc_m);
-}
-
-void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ6_K*>(vw);
-  const auto* x = static_cast<const BlockQ8_K*>(vx);
-  const int64_t nb = n / kQK_K;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = load_f16(w[i].d) * x[i].d;
-    const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(w[i].scales));
-    // Offset 32: sum_s sc[s] * 32 * bsum[s].
-    const __m256i corr = _mm256_madd_epi16(loadu(x[i].bsums), sc16);
-    __m256i sumi = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = w[i].ql + 64 * h;
-      const __m256i qh = loadu(w[i].qh + 32 * h);
-      const __m256i ql0 = loadu(ql), ql1 = loadu(ql + 32);
-      const int8_t* y = x[i].qs + 128 * h;
-      const __m256i u0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
-      const __m256i u1 = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
-      const __m256i u2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2));
-      const __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
-      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, loadu(y)), scale_pair_i16(sc16, 4 * h + 0));
-      const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, loadu(y + 32)), scale_pair_i16(sc16, 4 * h + 1));
-      const __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(u2, loadu(y + 64)), scale_pair_i16(sc16, 4 * h + 2));
-      const __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(u3, loadu(y + 96)), scale_pair_i16(sc16, 4 * h + 3));
-      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
-    }
-    sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
-  }
-  *s = simd::hsum_f32x8(acc);
-}
 
 void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_K*>(vw);

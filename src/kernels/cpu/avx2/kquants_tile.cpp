@@ -1,5 +1,7 @@
 // AVX2 tile kernels (VecDotTileFn, kernels/registry.h) for the k-quant
-// weight types Q2_K, Q3_K, Q4_K, Q5_K and Q6_K x Q8_K activations: up to
+// weight types Q2_K, Q3_K and Q5_K x Q8_K activations (Q4_K and Q6_K have
+// the row-lane kernels of avx2/lanes_kquants.cpp; Q4_K's traits here are
+// the base of Q5_K's): up to
 // kKquantTileRows weight rows x kKquantTileCols tokens per call, in register
 // blocks of one row x kGroup (8) tokens. (Single tokens go to the row
 // kernels: kernels/matmul.cpp.)
@@ -9,11 +11,10 @@
 // sums (lane l covers bytes 4l..4l+3 of each 32-byte chunk, weighted by the
 // sub-block scales; integer sums are exact, so any grouping gives the same
 // values) and then rounds only in these steps, which we replicate in order:
-//   Q4_K: acc   = fma(float(sumi), f16(d) * x.d,    acc)
+//   Q5_K: acc   = fma(float(sumi), f16(d) * x.d,    acc)
 //         acc_m = fma(float(pm),   f16(dmin) * x.d, acc_m),  pm = bsums . mins
 //         result = hsum_f32x8(acc) - hsum_f32x8(acc_m)
-//   Q5_K, Q2_K: as Q4_K (Q2_K's mins pair with bsums one to one)
-//   Q6_K: acc = fma(float(sumi - 32 * bsums . sc), f16(d) * x.d, acc)
+//   Q2_K: as Q5_K (its mins pair with bsums one to one)
 //   Q3_K: acc = fma(float(sumi -  4 * bsums . sc), f16(d) * x.d, acc)
 //         result = hsum_f32x8(acc)
 // A weight row's super-block is unpacked (nibbles, high bits, scale splats)
@@ -220,45 +221,6 @@ struct TraitsQ3K {
   static float result(const Acc& a) { return simd::hsum_f32x8(a); }
 };
 
-// ---- Q6_K ----
-
-struct TraitsQ6K {
-  using Block = BlockQ6_K;
-  using Acc = __m256;
-  static Acc zero() { return _mm256_setzero_ps(); }
-
-  template <int NT>
-  static void pass(const Block& b, const BlockQ8_K* const xb[kGroup], Acc acc[kGroup]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-    __m256i sumi[NT];
-#pragma GCC unroll 8
-    for (int c = 0; c < NT; ++c) sumi[c] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = b.ql + 64 * h;
-      const __m256i qh = loadu(b.qh + 32 * h);
-      const __m256i ql0 = loadu(ql), ql1 = loadu(ql + 32);
-      __m256i u[4];
-      u[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
-      u[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
-      u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2));
-      u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const __m256i s = scale_pair_i16(sc16, 4 * h + k);
-#pragma GCC unroll 8
-        for (int c = 0; c < NT; ++c) {
-          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], loadu(xb[c]->qs + 128 * h + 32 * k)), s);
-          sumi[c] = _mm256_add_epi32(sumi[c], p);
-        }
-      }
-    }
-    finish_with_offset<NT, 5>(sumi, sc16, b.d, xb, acc);
-  }
-  static float result(const Acc& a) { return simd::hsum_f32x8(a); }
-};
 
 // ---- shared driver ----
 
@@ -319,16 +281,6 @@ void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
 void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc) {
   kquant_tile<TraitsQ5K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
-                         x_row_bytes, nr, nc);
-}
-void vec_dot_tile_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
-  kquant_tile<TraitsQ4K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
-                         x_row_bytes, nr, nc);
-}
-void vec_dot_tile_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
-  kquant_tile<TraitsQ6K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
                          x_row_bytes, nr, nc);
 }
 

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/lanes_kquants_common.h"
 #include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 
@@ -50,6 +51,8 @@
 
 namespace ember::avx512 {
 namespace {
+
+using lanes::block_at;
 
 constexpr int kR = 16;  // rows per lane group (one per zmm lane)
 constexpr int kT = 4;   // tokens per register group of the tile kernel
@@ -127,12 +130,6 @@ inline void gather_f16_pair(const uint8_t* base, __m512i offsets, __m512& lo, __
   const __m512i dd = _mm512_i32gather_epi32(offsets, base, 1);
   lo = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
   hi = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
-}
-
-// Row pointer of row r (< nr: rows past nr repeat the last) at block i.
-template <class Block>
-inline const Block* block_at(const uint8_t* w, size_t w_row_bytes, int nr, int r, int64_t i) {
-  return reinterpret_cast<const Block*>(w + static_cast<size_t>(std::min(r, nr - 1)) * w_row_bytes) + i;
 }
 
 // ---- tile: 16 rows x up to kLaneKTileCols tokens ----
@@ -313,8 +310,6 @@ void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes
 
 // ---- decode: one token over 16-row groups ----
 
-constexpr size_t kPrefetchBytes = 512;
-
 // vpermw indices for the vpdpwssd weights of piece m's vpdpbusd sums: lane k
 // low word = the scale of the lane's sub-block (Q4_K: 2m + k / 8) or group
 // (Q6_K: 4m + k / 4), high word = a zero word (the sums fit the low word).
@@ -414,22 +409,10 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
     __m512 acc = _mm512_setzero_ps(), acc_m = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
       __m512i v[kR];
-      // Each row's stream is prefetched kPrefetchBytes ahead; past the row's
-      // end the stream goes on in the same row of the next group (within
-      // this call), so a group's first blocks are not fetched cold: with
-      // short rows (1024 elements: 4 super-blocks) that stall was paid on
-      // every group.
-      const size_t ahead = static_cast<size_t>(i) * sizeof(Block) + kPrefetchBytes;
-      const bool in_row = ahead < w_row_bytes;
+      // Each row's stream prefetched ahead, continuing into the next group.
       for (int r = 0; r < kR; ++r) {
         const Block* b = block_at<Block>(g, w_row_bytes, gr, r, i);
-        const int64_t pr = in_row ? r : kR + r;  // the row (from g) whose bytes are prefetched
-        if (r < gr && r0 + pr < nr && ahead < 2 * w_row_bytes) {
-          const char* p = reinterpret_cast<const char*>(g) + static_cast<size_t>(pr) * w_row_bytes +
-                          (in_row ? ahead : ahead - w_row_bytes);
-#pragma GCC unroll 4
-          for (size_t l = 0; l < sizeof(Block); l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
-        }
+        if (r < gr) lanes::prefetch_row_stream<kR, Block>(g, w_row_bytes, r0, r, nr, i);
         v[r] = T::sums(*b, x[i]);
       }
       __m512i a, b;
@@ -442,23 +425,7 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
 
 }  // namespace
 
-#define EMBER_LANES_K(name, rows_traits, tile_traits)                                                              \
-  void vec_dot_rows_lanes_##name##_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,    \
-                                        int64_t nr) {                                                              \
-    rows<rows_traits>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_K*>(x), nr);    \
-  }                                                                                                                \
-  void vec_dot_lanes_##name##_q8_K(int64_t n, float* s, const void* w, const void* x) {                           \
-    rows<rows_traits>(n, s, static_cast<const uint8_t*>(w),                                                        \
-                      sizeof(rows_traits::Block) * static_cast<size_t>(n / kQK_K), static_cast<const BlockQ8_K*>(x), \
-                      1);                                                                                          \
-  }                                                                                                                \
-  void vec_dot_tile_lanes_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,      \
-                                        const void* x, size_t x_row_bytes, int nr, int nc) {                       \
-    tile<tile_traits>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),      \
-                      x_row_bytes, nr, nc);                                                                        \
-  }
-EMBER_LANES_K(q4_K, RowsQ4K, TileQ4K)
-EMBER_LANES_K(q6_K, RowsQ6K, TileQ6K)
-#undef EMBER_LANES_K
+EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
+EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
 
 }  // namespace ember::avx512

@@ -1,0 +1,431 @@
+// AVX2 "row lanes" kernels for Q4_K and Q6_K x Q8_K: vec_dot, vec_dot_rows
+// (decode) and the tile kernel (kLaneKTileRows = 8 weight rows x up to
+// kLaneKTileCols tokens), the kernels of these types at this level.
+//
+// Arithmetic: the row-lane contract of avx512/lanes_kquants.cpp (scalar twins
+// in kernels/ref/kquants_lanes_ref.h): per super-block one exact int32 sumi
+// (Q4_K also summ), converted once and fma'd with f16(d) * x.d (Q4_K:
+// acc_m with f16(dmin) * x.d; result acc - acc_m). So these kernels agree
+// bit for bit with the twins and with the AVX-512 level, whatever the row
+// grouping or token count.
+//
+// Tile: one output row per 32-bit ymm lane. Each call unpacks its 8 rows'
+// quants (unsigned: Q4_K nibbles, Q6_K q = stored 6 bits) and transposes
+// them super-block by super-block (dword k of the 32-element piece m of row
+// r -> lane r of vector 8m + k), so one vpmaddubsw with a broadcast
+// activation dword advances 8 rows. Without VNNI the pair sums stay in i16:
+// Q4_K adds the 8 pieces of a 32-element sub-block in i16 (16 products per
+// word: <= 16 * 15 * 127 < 2^15) and weights them with one vpmaddwd by the
+// (sc, sc) word pair of the row; Q6_K adds 2 pieces (4 products per word:
+// <= 4 * 63 * 127 < 2^15) per vpmaddwd with (sc_g, sc_g), and its offset 32
+// enters once per super-block as -32 * sum_g sc_g * bsums[g]. The mins / the
+// offset and the float steps are one instruction per 8 outputs.
+// Decode: rows in groups of 8 (super-block i of the 8 rows, one after
+// another, each row's bytes prefetched ahead, continuing into the next
+// group), each row's 8 exact i32 lane sums formed in the natural layout
+// (vpmaddubsw, vpmaddwd with the sub-block scales), the 8 rows' sums reduced
+// together (horizontal adds) so the float work is once per 8 rows.
+// (AVX-VNNI `vpdpbusd ymm` would fold the i16 adds; not used yet.)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/lanes_kquants_common.h"
+#include "kernels/cpu/simd.h"
+#include "quant/blocks.h"
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace ember::avx2 {
+namespace {
+
+using lanes::block_at;
+
+constexpr int kR = 8;  // rows per lane group (one per 32-bit ymm lane)
+constexpr int kT = 4;  // tokens per register group of the tile kernel
+static_assert(kLaneKTileRows == kR, "one lane group per tile");
+
+inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m256i bcast32(const void* p) { return _mm256_set1_epi32(static_cast<int>(simd::load_u32(p))); }
+// An opaque register copy: keeps GCC from re-associating a chain of integer
+// adds into a tree that holds every product live (it spilled them all).
+inline __m256i chain(__m256i v) {
+  asm("" : "+x"(v));
+  return v;
+}
+
+// Out[k] lane r = in[r] dword k (8 x 8 dword transpose).
+inline void transpose8(const __m256i in[8], __m256i out[8]) {
+  __m256i t[8], u[8];
+#pragma GCC unroll 4
+  for (int r = 0; r < 8; r += 2) {
+    t[r] = _mm256_unpacklo_epi32(in[r], in[r + 1]);      // r0 r1 (0,1 | 4,5)
+    t[r + 1] = _mm256_unpackhi_epi32(in[r], in[r + 1]);  // (2,3 | 6,7)
+  }
+#pragma GCC unroll 2
+  for (int g = 0; g < 8; g += 4) {
+    u[g] = _mm256_unpacklo_epi64(t[g], t[g + 2]);          // rows g..g+3, dword 0 | 4
+    u[g + 1] = _mm256_unpackhi_epi64(t[g], t[g + 2]);      // dword 1 | 5
+    u[g + 2] = _mm256_unpacklo_epi64(t[g + 1], t[g + 3]);  // dword 2 | 6
+    u[g + 3] = _mm256_unpackhi_epi64(t[g + 1], t[g + 3]);  // dword 3 | 7
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    out[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
+    out[4 + c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+  }
+}
+
+// Lane r of the result = the total of v[r]'s 8 lanes (exact).
+inline __m256i reduce8(const __m256i v[8]) {
+  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// Byte offsets of the 8 rows (rows past nr repeat the last one).
+inline __m256i row_offsets(size_t w_row_bytes, int nr) {
+  alignas(32) int32_t off[kR];
+  for (int r = 0; r < kR; ++r) off[r] = static_cast<int32_t>(static_cast<size_t>(std::min(r, nr - 1)) * w_row_bytes);
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(off));
+}
+
+// The f16 words at byte offset 0 and 2 of the dword at `base` + offsets[r]
+// of the 8 rows, as f32 (lane r = row r).
+inline void gather_f16_pair(const uint8_t* base, __m256i offsets, __m256& lo, __m256& hi) {
+  const __m256i dd = _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), offsets, 1);
+  const __m256i w = _mm256_permute4x64_epi64(
+      _mm256_packus_epi32(_mm256_and_si256(dd, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(dd, 16)),
+      _MM_SHUFFLE(3, 1, 2, 0));
+  lo = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+  hi = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
+}
+
+// u[m] = the unsigned quants of elements 32m .. 32m + 31 in order.
+inline void unpack_q4(const BlockQ4_K& b, __m256i u[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256i q = loadu(b.qs + 32 * j);
+    u[2 * j] = _mm256_and_si256(q, m4);
+    u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+  }
+}
+inline void unpack_q6(const BlockQ6_K& b, __m256i u[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m256i qh = loadu(b.qh + 32 * h);
+    const __m256i ql0 = loadu(b.ql + 64 * h), ql1 = loadu(b.ql + 64 * h + 32);
+    u[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
+    u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
+    u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2));
+    u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+  }
+}
+
+// ---- tile: 8 rows x up to kLaneKTileCols tokens ----
+
+// w[8m + k] lane r <- dword k of u_r[m] for the 8 rows.
+inline void transpose_quants(__m256i u[kR][8], __m256i* w) {
+  __m256i in[kR];
+#pragma GCC unroll 1
+  for (int m = 0; m < 8; ++m) {
+    for (int r = 0; r < kR; ++r) in[r] = u[r][m];
+    transpose8(in, w + 8 * m);
+  }
+}
+
+// Word pairs (v, v) of each dword lane's low 16 bits (sign kept).
+inline __m256i dup_words(__m256i v) {
+  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+}
+
+struct alignas(32) PackedQ4K {
+  __m256i w[64];  // w[8s + l] lane r: unsigned quants 32s + 4l .. + 3 of row r
+  __m256i sc[8];  // sc[s] lane r: i16 pair (sc_s, sc_s) of row r
+  __m256i mn[8];  // mn[s] lane r: i16 pair (m_s, m_s) of row r
+  __m256 d, dmin;
+};
+
+struct alignas(32) PackedQ6K {
+  __m256i w[64];   // w[4g + l] lane r: quants 16g + 4l .. + 3
+  __m256i sc[16];  // sc[g] lane r: i16 pair (sc_g, sc_g)
+  __m256i scp[8];  // scp[k] lane r: i16 pair (sc_2k, sc_2k+1)
+  __m256 d;
+};
+
+struct TileQ4K {
+  using Block = BlockQ4_K;
+  using Packed = PackedQ4K;
+
+  static void pack(const uint8_t* w, size_t w_row_bytes, __m256i offsets, int nr, int64_t i, Packed& pk) {
+    __m256i in_s[kR], in_m[kR];
+    __m256i u[kR][8];
+    for (int r = 0; r < kR; ++r) {
+      const Block* b = block_at<Block>(w, w_row_bytes, nr, r, i);
+      alignas(16) uint8_t sm[16];
+      simd::unpack_k4_scales(b->scales, sm, sm + 8);
+      in_s[r] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm)));
+      in_m[r] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
+      unpack_q4(*b, u[r]);
+    }
+    __m256i ts[8], tm[8];
+    transpose8(in_s, ts);
+    transpose8(in_m, tm);
+    for (int s = 0; s < 8; ++s) {
+      pk.sc[s] = dup_words(ts[s]);
+      pk.mn[s] = dup_words(tm[s]);
+    }
+    transpose_quants(u, pk.w);
+    gather_f16_pair(w + static_cast<size_t>(i) * sizeof(Block), offsets, pk.d, pk.dmin);
+  }
+
+  // Tokens xc[0 .. kT) against the packed rows: out[c] lane r = result.
+  static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[kT], __m256 out[kT]) {
+    __m256 acc[kT], acc_m[kT];
+    for (int c = 0; c < kT; ++c) acc[c] = acc_m[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const Packed& p = pk[i];
+#pragma GCC unroll 4
+      for (int c = 0; c < kT; ++c) {
+        __m256i summ = _mm256_madd_epi16(p.mn[0], bcast32(xc[c][i].bsums));
+#pragma GCC unroll 7
+        for (int s = 1; s < 8; ++s)
+          summ = _mm256_add_epi32(summ, _mm256_madd_epi16(p.mn[s], bcast32(xc[c][i].bsums + 2 * s)));
+        acc_m[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_mul_ps(p.dmin, _mm256_set1_ps(xc[c][i].d)),
+                                   acc_m[c]);
+      }
+      __m256i sumi[kT];
+      for (int c = 0; c < kT; ++c) sumi[c] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+      for (int s = 0; s < 8; ++s) {
+        __m256i a[kT];
+#pragma GCC unroll 4
+        for (int c = 0; c < kT; ++c) a[c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; ++l) {
+          const __m256i wv = _mm256_load_si256(&p.w[8 * s + l]);
+#pragma GCC unroll 4
+          for (int c = 0; c < kT; ++c)
+            a[c] = chain(_mm256_add_epi16(a[c], _mm256_maddubs_epi16(wv, bcast32(xc[c][i].qs + 32 * s + 4 * l))));
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < kT; ++c) sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(a[c], p.sc[s]));
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < kT; ++c)
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_mul_ps(p.d, _mm256_set1_ps(xc[c][i].d)), acc[c]);
+    }
+    for (int c = 0; c < kT; ++c) out[c] = _mm256_sub_ps(acc[c], acc_m[c]);
+  }
+};
+
+struct TileQ6K {
+  using Block = BlockQ6_K;
+  using Packed = PackedQ6K;
+
+  static void pack(const uint8_t* w, size_t w_row_bytes, __m256i offsets, int nr, int64_t i, Packed& pk) {
+    __m256i in_a[kR], in_b[kR];
+    __m256i u[kR][8];
+    for (int r = 0; r < kR; ++r) {
+      const Block* b = block_at<Block>(w, w_row_bytes, nr, r, i);
+      const __m128i sc = loadu128(b->scales);
+      in_a[r] = _mm256_cvtepi8_epi32(sc);
+      in_b[r] = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(sc, sc));
+      unpack_q6(*b, u[r]);
+    }
+    __m256i t[16];
+    transpose8(in_a, t);
+    transpose8(in_b, t + 8);
+    const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+    for (int g = 0; g < 16; ++g) pk.sc[g] = dup_words(t[g]);
+    for (int k = 0; k < 8; ++k)
+      pk.scp[k] = _mm256_or_si256(_mm256_and_si256(t[2 * k], lo16), _mm256_slli_epi32(t[2 * k + 1], 16));
+    transpose_quants(u, pk.w);
+    // d is the last word of the block: gather the dword ending with it.
+    __m256 unused;
+    gather_f16_pair(w + static_cast<size_t>(i) * sizeof(Block) + offsetof(Block, d) - 2, offsets, unused, pk.d);
+  }
+
+  static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[kT], __m256 out[kT]) {
+    __m256 acc[kT];
+    for (int c = 0; c < kT; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const Packed& p = pk[i];
+      __m256i sumi[kT];
+#pragma GCC unroll 4
+      for (int c = 0; c < kT; ++c) {
+        __m256i corr = _mm256_madd_epi16(p.scp[0], bcast32(xc[c][i].bsums));
+#pragma GCC unroll 7
+        for (int k = 1; k < 8; ++k)
+          corr = _mm256_add_epi32(corr, _mm256_madd_epi16(p.scp[k], bcast32(xc[c][i].bsums + 2 * k)));
+        sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+      }
+#pragma GCC unroll 1
+      for (int g = 0; g < 16; ++g) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i w0 = _mm256_load_si256(&p.w[4 * g + 2 * h]);
+          const __m256i w1 = _mm256_load_si256(&p.w[4 * g + 2 * h + 1]);
+#pragma GCC unroll 4
+          for (int c = 0; c < kT; ++c) {
+            const int8_t* y = xc[c][i].qs + 16 * g + 8 * h;
+            const __m256i a =
+                _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast32(y)), _mm256_maddubs_epi16(w1, bcast32(y + 4)));
+            sumi[c] = chain(_mm256_add_epi32(sumi[c], _mm256_madd_epi16(a, p.sc[g])));
+          }
+        }
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < kT; ++c)
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_mul_ps(p.d, _mm256_set1_ps(xc[c][i].d)), acc[c]);
+    }
+    for (int c = 0; c < kT; ++c) out[c] = acc[c];
+  }
+};
+
+template <class T>
+void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
+          size_t x_row_bytes, int nr, int nc) {
+  const int64_t nb = n / kQK_K;
+  thread_local std::vector<typename T::Packed> packed;
+  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
+  const __m256i offsets = row_offsets(w_row_bytes, nr);
+  for (int64_t i = 0; i < nb; ++i) T::pack(w, w_row_bytes, offsets, nr, i, packed[static_cast<size_t>(i)]);
+  for (int t0 = 0; t0 < nc; t0 += kT) {
+    const int gt = std::min(kT, nc - t0);
+    const BlockQ8_K* xc[kT];
+    for (int c = 0; c < kT; ++c)
+      xc[c] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t0 + std::min(c, gt - 1)) * x_row_bytes);
+    __m256 out[kT];
+    T::group(packed.data(), nb, xc, out);
+    for (int c = 0; c < gt; ++c) {
+      float* dst = s + (t0 + c) * lds;
+      if (nr == kR) {
+        _mm256_storeu_ps(dst, out[c]);
+      } else {
+        alignas(32) float tmp[kR];
+        _mm256_store_ps(tmp, out[c]);
+        for (int r = 0; r < nr; ++r) dst[r] = tmp[r];
+      }
+    }
+  }
+}
+
+// ---- decode: one token over 8-row groups ----
+
+struct RowsQ4K {
+  using Block = BlockQ4_K;
+  static constexpr bool kMins = true;
+  // a: 8 lanes whose total is sumi; b: 8 lanes whose total is summ.
+  static void sums(const Block& b, const BlockQ8_K& x, __m256i& a, __m256i& m) {
+    alignas(16) uint8_t sc[8], mn[8];
+    simd::unpack_k4_scales(b.scales, sc, mn);
+    const __m256i sc16 =
+        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i mins =
+        _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)), dup));
+    m = _mm256_madd_epi16(loadu(x.bsums), mins);
+    __m256i u[8];
+    unpack_q4(b, u);
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m256i w0 = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(static_cast<short>(((4 * j + 1) << 8) | (4 * j))));
+      const __m256i w1 =
+          _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(static_cast<short>(((4 * j + 3) << 8) | (4 * j + 2))));
+      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(u[2 * j], loadu(x.qs + 64 * j)), w0));
+      s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(u[2 * j + 1], loadu(x.qs + 64 * j + 32)), w1));
+    }
+    a = _mm256_add_epi32(s0, s1);
+  }
+  static void step(const uint8_t* blocks, __m256i offsets, __m256i a, __m256i m, float xd, __m256& acc,
+                   __m256& acc_m) {
+    __m256 d, dmin;
+    gather_f16_pair(blocks, offsets, d, dmin);
+    const __m256 vxd = _mm256_set1_ps(xd);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(d, vxd), acc);
+    acc_m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin, vxd), acc_m);
+  }
+};
+
+struct RowsQ6K {
+  using Block = BlockQ6_K;
+  static constexpr bool kMins = false;
+  // a: 8 lanes whose total is sum_g sc_g * sum((q - 32) * x); m unused.
+  static void sums(const Block& b, const BlockQ8_K& x, __m256i& a, __m256i& m) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b.scales));
+    const __m256i corr = _mm256_madd_epi16(loadu(x.bsums), sc16);
+    __m256i u[8];
+    unpack_q6(b, u);
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    const __m256i ctrl = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p) {
+      // lanes 0-7: sc[2p], lanes 8-15: sc[2p + 1] (the two groups of piece p)
+      const __m256i sp = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(p)), ctrl);
+      const __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(u[p], loadu(x.qs + 32 * p)), sp);
+      if (p % 2) s1 = _mm256_add_epi32(s1, v);
+      else s0 = _mm256_add_epi32(s0, v);
+    }
+    a = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_slli_epi32(corr, 5));
+    m = _mm256_setzero_si256();
+  }
+  static void step(const uint8_t* blocks, __m256i offsets, __m256i a, __m256i, float xd, __m256& acc, __m256&) {
+    __m256 unused, d;
+    gather_f16_pair(blocks + offsetof(Block, d) - 2, offsets, unused, d);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(d, _mm256_set1_ps(xd)), acc);
+  }
+};
+
+template <class T>
+void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const BlockQ8_K* x, int64_t nr) {
+  using Block = typename T::Block;
+  const int64_t nb = n / kQK_K;
+  for (int64_t r0 = 0; r0 < nr; r0 += kR) {
+    const int gr = static_cast<int>(std::min<int64_t>(kR, nr - r0));
+    const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
+    const __m256i offsets = row_offsets(w_row_bytes, gr);
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i va[kR], vm[kR];
+      // Each row's stream prefetched ahead, continuing into the next group.
+      for (int r = 0; r < kR; ++r) {
+        if (r >= gr) {  // rows past the group's end: zero sums, not stored
+          va[r] = vm[r] = _mm256_setzero_si256();
+          continue;
+        }
+        lanes::prefetch_row_stream<kR, Block>(g, w_row_bytes, r0, r, nr, i);
+        T::sums(*block_at<Block>(g, w_row_bytes, gr, r, i), x[i], va[r], vm[r]);
+      }
+      const __m256i a = reduce8(va);
+      const __m256i m = T::kMins ? reduce8(vm) : _mm256_setzero_si256();
+      T::step(g + static_cast<size_t>(i) * sizeof(Block), offsets, a, m, x[i].d, acc, acc_m);
+    }
+    const __m256 res = _mm256_sub_ps(acc, acc_m);
+    if (gr == kR) {
+      _mm256_storeu_ps(s + r0, res);
+    } else {
+      alignas(32) float tmp[kR];
+      _mm256_store_ps(tmp, res);
+      for (int r = 0; r < gr; ++r) s[r0 + r] = tmp[r];
+    }
+  }
+}
+
+}  // namespace
+
+EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
+EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
+
+}  // namespace ember::avx2
