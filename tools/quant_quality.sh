@@ -5,6 +5,7 @@
 # 512 tokens, `ember eval kl`), with the wall time and peak RSS of the
 # quantization alone (GNU time, `ember quantize --no-check`).
 # Usage: tools/quant_quality.sh OUTDIR "q4_0 q4_k q3_k q2_k" "rtn imatrix gptq awq"
+# (also gptq-act, gptq-static, gptq-refit, awq-rtn, awq-clip)
 # Lower-case types are one type for every matrix (--pure); llama.cpp mix
 # names (Q4_K_M, Q3_K_S, Q4_0, ...) are the mixes (`ember quantize --type`).
 # Needs OUTDIR/f32.gguf (ember quantize models/gemma-3-270m-q4_k_m.gguf OUTDIR/f32.gguf --type f32)
@@ -22,8 +23,11 @@ for T in $TYPES; do
       imatrix) ARGS="--imatrix $OUT/ember_imatrix.gguf" ;;
       gptq) ARGS="--method gptq" ;;
       gptq-act) ARGS="--method gptq --act-order" ;;
+      gptq-static) ARGS="--method gptq --gptq-scales static" ;;
+      gptq-refit) ARGS="--method gptq --gptq-scales refit" ;;
       awq) ARGS="--method awq" ;;
       awq-rtn) ARGS="--method awq --awq-rounding rtn" ;;
+      awq-clip) ARGS="--method awq --awq-clip" ;;
     esac
     LOG="$OUT/$T.$M.log"
     case $T in *[a-z]*) PURE=--pure ;; *) PURE= ;; esac

@@ -182,6 +182,7 @@ int cmd_quantize(int argc, char** argv, int first) {
   std::string check_file, output_type_name, embd_type_name, method = "rtn", imatrix_path, calib_path;
   int64_t calib_tokens = -1, check_windows = 2;
   bool act_order = false, rotate = false, rotate_attn_out = false;
+  std::string gptq_scales = "dynamic";
   int act_bits = 0;
   std::string awq_rounding = "imatrix";
   int awq_grid = 20;
@@ -226,6 +227,10 @@ int cmd_quantize(int argc, char** argv, int first) {
            "activation bits the file asks for (ember.activation_bits): 8 or 4 (4-bit levels per 32 values; needs "
            "Q4_0 / Q5_0 / Q8_0 block matrices)");
   p.flag("--act-order", &act_order, "gptq: quantize columns by decreasing activation energy");
+  p.option("--gptq-scales", &gptq_scales, "S",
+           "gptq: when each block's scales are chosen: dynamic (default: when the pass reaches the block, from its "
+           "error-updated values), static (before the pass, from the original weights; always with --act-order), "
+           "refit (from what a first pass rounded, then a second pass)");
   p.option("--gptq-damp", &damp, "F", "gptq: dampening, fraction of the mean Hessian diagonal (default 0.01)");
   p.option("--imatrix", &imatrix_path, "FILE",
            "importance matrix from `ember imatrix` or llama-imatrix (GGUF or .dat); implies --method imatrix");
@@ -298,6 +303,8 @@ int cmd_quantize(int argc, char** argv, int first) {
     return usage_error(p, fmt::format("unsupported --awq-rounding '{}' (imatrix, rtn)", awq_rounding));
   if (awq_grid < 1 || awq_grid > 1000) return usage_error(p, "--awq-grid must be in [1, 1000]");
   if (awq_clip && method != "awq") return usage_error(p, "--awq-clip goes with --method awq");
+  if (!gptq_scales_from_name(gptq_scales))
+    return usage_error(p, fmt::format("unsupported --gptq-scales '{}' (dynamic, static, refit)", gptq_scales));
   if (!(damp >= 0 && damp < 10)) return usage_error(p, "--gptq-damp must be in [0, 10)");
   if (method == "rtn" && target_bpw == 0 && (!calib_path.empty() || calib_tokens != -1))
     return usage_error(p, "--calib and --calib-tokens need --method imatrix, gptq or awq");
@@ -427,6 +434,7 @@ int cmd_quantize(int argc, char** argv, int first) {
     if (gptq) {
       GptqRunOptions go;
       go.gptq.act_order = act_order;
+      go.gptq.scales = *gptq_scales_from_name(gptq_scales);
       go.gptq.damp = damp;
       go.chunk_size = kChunk;
       go.bos_id = bos;

@@ -12,6 +12,13 @@
 
 namespace ember {
 
+std::optional<GptqOptions::Scales> gptq_scales_from_name(std::string_view name) {
+  if (name == "dynamic") return GptqOptions::Scales::kDynamic;
+  if (name == "static") return GptqOptions::Scales::kStatic;
+  if (name == "refit") return GptqOptions::Scales::kRefit;
+  return std::nullopt;
+}
+
 bool gptq_supports(DType t) { return has_block_levels(t) && can_quantize_imatrix(t); }
 
 bool gptq_inverse_cholesky(const double* H, int64_t n, double lambda, double* u) {
@@ -103,23 +110,20 @@ Status gptq_quantize(const float* W, int64_t n_out, int64_t n_in, const double* 
       quantize_row_imatrix(t, x, blk, G, qw.data() + c0);
       block_affine(t, blk, a.data() + c0, b.data() + c0);
     };
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* wr = W + r * n_in;
-      uint8_t* row = dst + r * row_bytes;
+    // One error-feedback pass over row r. fixed: every block's scales are
+    // already in the row; else each is chosen when the pass reaches it.
+    // rounded (non-null): the value each column had when it was rounded.
+    auto pass = [&](const float* wr, uint8_t* row, bool fixed, float* rounded) {
       for (int64_t p = 0; p < n_in; ++p) w[p] = dead[perm[p]] ? 0.0 : wr[perm[p]];
-      if (o.act_order)  // static groups: every block's scales from the original weights
-        for (int64_t c0 = 0; c0 < n_in; c0 += G) {
-          for (int64_t e = 0; e < G; ++e) xg[e] = dead[c0 + e] ? 0.0f : wr[c0 + e];
-          choose_block(row, c0, xg.data());
-        }
       for (int64_t p1 = 0; p1 < n_in; p1 += B) {
         const int64_t p2 = std::min(n_in, p1 + B);
         for (int64_t p = p1; p < p2; ++p) {
-          if (!o.act_order && p % G == 0) {  // the block starts here: its scales from its current values
+          if (!fixed && p % G == 0) {  // the block starts here: its scales from its current values
             for (int64_t e = 0; e < G; ++e) xg[e] = static_cast<float>(w[p + e]);
             choose_block(row, p, xg.data());
           }
           const int64_t c = perm[p];
+          if (rounded) rounded[c] = static_cast<float>(w[p]);
           const double ac = a[c], bc = b[c];
           int l = 0;
           if (ac != 0) l = quant::nearest_int(static_cast<float>(std::clamp((w[p] - bc) / ac, lo - 1.0, hi + 1.0)));
@@ -136,6 +140,26 @@ Status gptq_quantize(const float* W, int64_t n_out, int64_t n_in, const double* 
           const double* up = &U[p * n_in];
           for (int64_t k = p2; k < n_in; ++k) w[k] -= e * up[k];
         }
+      }
+    };
+    std::vector<float> rounded(o.scales == GptqOptions::Scales::kRefit && !o.act_order ? n_in : 0);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* wr = W + r * n_in;
+      uint8_t* row = dst + r * row_bytes;
+      if (o.act_order || o.scales == GptqOptions::Scales::kStatic) {
+        // Every block's scales from the original weights, up front.
+        for (int64_t c0 = 0; c0 < n_in; c0 += G) {
+          for (int64_t e = 0; e < G; ++e) xg[e] = dead[c0 + e] ? 0.0f : wr[c0 + e];
+          choose_block(row, c0, xg.data());
+        }
+        pass(wr, row, true, nullptr);
+      } else if (!rounded.empty()) {
+        // Refit: the scales of what the first pass rounded, then a second pass with them.
+        pass(wr, row, false, rounded.data());
+        for (int64_t c0 = 0; c0 < n_in; c0 += G) choose_block(row, c0, rounded.data() + c0);
+        pass(wr, row, true, nullptr);
+      } else {
+        pass(wr, row, false, nullptr);
       }
       for (int64_t c0 = 0; c0 < n_in; c0 += G) pack_levels(t, L.data() + c0, row + (c0 / G) * block_bytes);
     }

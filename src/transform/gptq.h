@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "core/dtype.h"
 #include "core/status.h"
@@ -31,7 +33,20 @@ struct GptqOptions {
   double damp = 0.01;     // dampening, a fraction of the mean diagonal of H
   int block_size = 128;   // lazy-batch width, rounded up to a multiple of the GGUF block
   bool act_order = false; // columns by decreasing H_ii
+  // How each GGUF block's scales (and mins) are chosen, by importance-
+  // weighted rounding with importance diag H:
+  //   kDynamic  when the pass reaches the block, from its error-updated values;
+  //   kStatic   before the pass, from the original weights (always so with
+  //             act_order: the columns of a block are not reached together);
+  //   kRefit    after a first (kDynamic) pass, from the values that pass
+  //             rounded (each column's error-updated value when reached);
+  //             then a second pass rounds with those scales fixed.
+  enum class Scales { kDynamic, kStatic, kRefit };
+  Scales scales = Scales::kDynamic;
 };
+
+// "dynamic", "static", "refit" (nullopt otherwise).
+std::optional<GptqOptions::Scales> gptq_scales_from_name(std::string_view name);
 
 // True for the types GPTQ writes (those with block levels: Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).

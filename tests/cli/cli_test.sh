@@ -57,6 +57,8 @@ if grep -q "quality vs" <<<"$out" || [ ! -s "$tmp/tiny-q4.gguf" ]; then
   echo "FAIL: quantize --no-check: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 expect_rc 2 "quantize: bad --output-type" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q8_0 --output-type q8_k
 expect_rc 2 "quantize: missing --check-file" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q8_0 --check-file "$tmp/none.txt"
+expect_rc 2 "quantize: bad --gptq-scales" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q4_0 --method gptq --gptq-scales after
+expect_rc 2 "quantize: --awq-clip without awq" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q4_0 --awq-clip
 # quantize --method quarot --act-bits 4 (W4A4): the rotations are printed, eval kl names the activation bits
 # (the file's, or --act-bits); bad combinations are usage errors.
 out=$("$EMBER" quantize "$tmp/tiny.gguf" "$tmp/tiny-rot.gguf" --type q4_0 --method quarot --act-bits 4 --no-check 2>&1)

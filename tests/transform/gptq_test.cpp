@@ -61,7 +61,11 @@ double loss(const Problem& p, DType t, const std::vector<uint8_t>& q) {
 }
 
 // The plain reference. Returns U (upper, H^-1 = U^T U) through *u_out.
-std::vector<uint8_t> reference_gptq(const Problem& p, DType t, double damp, std::vector<double>* u_out) {
+// scale_src (non-null): every block's scales from these values ([n_out, n])
+// instead of the current ones; rounded (non-null): each value when rounded.
+std::vector<uint8_t> reference_gptq(const Problem& p, DType t, double damp, std::vector<double>* u_out,
+                                    const std::vector<float>* scale_src = nullptr,
+                                    std::vector<float>* rounded = nullptr) {
   const int64_t n = p.n_in, G = dtype_block_size(t);
   double mean = 0;
   for (int64_t i = 0; i < n; ++i) mean += p.H[i * n + i];
@@ -112,11 +116,12 @@ std::vector<uint8_t> reference_gptq(const Problem& p, DType t, double damp, std:
     for (int64_t i = 0; i < n; ++i) {
       uint8_t* blk = out.data() + r * rb + (i / G) * bb;
       if (i % G == 0) {
-        for (int64_t e = 0; e < G; ++e) xg[e] = static_cast<float>(w[i + e]);
+        for (int64_t e = 0; e < G; ++e) xg[e] = scale_src ? (*scale_src)[r * n + i + e] : static_cast<float>(w[i + e]);
         quantize_row_imatrix(t, xg.data(), blk, G, qw.data() + i);
         block_affine(t, blk, a.data(), b.data());
       }
       const int64_t e = i % G;
+      if (rounded) (*rounded)[r * n + i] = static_cast<float>(w[i]);
       int l = a[e] != 0 ? static_cast<int>(std::nearbyint(std::clamp((w[i] - b[e]) / a[e], lo - 1.0, hi + 1.0))) : 0;
       l = std::max(lo, std::min(hi, l));
       L[e] = l;
@@ -141,6 +146,10 @@ TEST(Gptq, InverseCholeskyMatchesExplicitInverse) {
   std::vector<double> bad(4 * 4, 0.0);
   bad[0] = -1;
   EXPECT_FALSE(gptq_inverse_cholesky(bad.data(), 4, 0.0, u.data()));
+  EXPECT_EQ(gptq_scales_from_name("refit"), GptqOptions::Scales::kRefit);
+  EXPECT_EQ(gptq_scales_from_name("static"), GptqOptions::Scales::kStatic);
+  EXPECT_EQ(gptq_scales_from_name("dynamic"), GptqOptions::Scales::kDynamic);
+  EXPECT_FALSE(gptq_scales_from_name("after"));
 }
 
 TEST(Gptq, MatchesPlainReferenceAndBeatsRoundingInEveryType) {
@@ -172,6 +181,29 @@ TEST(Gptq, MatchesPlainReferenceAndBeatsRoundingInEveryType) {
     const double l_rtn = loss(p, t, rtn), l_imx = loss(p, t, imx);
     EXPECT_LT(l_gptq, 0.9 * l_imx) << "gptq " << l_gptq << " imatrix " << l_imx << " rtn " << l_rtn;
     EXPECT_LT(l_imx, l_rtn);
+
+    // Scales before the pass (from the original weights) and refit after it
+    // (from what a first pass rounded, then a second pass), each against the
+    // reference doing the same.
+    std::vector<float> rounded(p.W.size());
+    (void)reference_gptq(p, t, o.damp, &u, nullptr, &rounded);
+    for (auto [mode, src] : {std::pair{GptqOptions::Scales::kStatic, &p.W}, std::pair{GptqOptions::Scales::kRefit,
+                                                                                   static_cast<const std::vector<float>*>(&rounded)}}) {
+      SCOPED_TRACE(mode == GptqOptions::Scales::kStatic ? "static" : "refit");
+      GptqOptions so = o;
+      so.scales = mode;
+      std::vector<uint8_t> st(bytes);
+      ASSERT_TRUE(gptq_quantize(p.W.data(), p.n_out, n_in, p.H.data(), t, so, st.data(), pool));
+      const std::vector<uint8_t> want_st = reference_gptq(p, t, o.damp, &u, src);
+      size_t same_st = 0, differ = 0;
+      for (size_t i = 0; i < bytes; ++i) same_st += st[i] == want_st[i], differ += st[i] != got[i];
+      EXPECT_GE(static_cast<double>(same_st) / bytes, 0.995);
+      // Static scales differ from the default pass's from the second block of a row on.
+      if (mode == GptqOptions::Scales::kRefit || n_in > dtype_block_size(t)) EXPECT_GT(differ, 0u);
+      EXPECT_LT(loss(p, t, st), 0.9 * l_imx);
+      std::printf("%s %s: loss %.5g (dynamic %.5g, imatrix %.5g)\n", dtype_name(t),
+                  mode == GptqOptions::Scales::kStatic ? "static" : "refit", loss(p, t, st), l_gptq, l_imx);
+    }
 
     GptqOptions ao = o;
     ao.act_order = true;
