@@ -5,15 +5,16 @@
 # `llama-quantize --pure --imatrix` per type), each file evaluated by ember's
 # `eval kl` (the harness of ember's rows) and by `llama-perplexity
 # --kl-divergence` on the same evaluation text (llama.cpp's own harness:
-# its first 2 windows of 512 tokens). With KEEP_EMBER=1 it also runs
-# llama-perplexity on ember's files OUTDIR/T.M.gguf kept by quant_quality.sh
-# (KEEP=1): llama.cpp loading and scoring ember's output is the round trip.
+# its first 2 windows of 512 tokens). The optional 4th argument lists
+# ember-written GGUFs (e.g. OUTDIR/q4_k.gptq.gguf, kept by
+# `KEEP=1 tools/quant_quality.sh`) that llama-perplexity also scores:
+# llama.cpp loading and scoring ember's output is the round trip.
 # Usage: tools/quant_quality_llama_cpp.sh OUTDIR LLAMA_BIN "q4_0 q4_k q3_k q2_k" ["ember GGUFs to score"]
 # Needs OUTDIR/f32.gguf (see tools/quant_quality.sh); LLAMA_BIN from tools/build_llama_cpp.sh.
 set -u
 OUT=$1
 BIN=$2
-TYPES=${3:-"q4_0 q4_k q3_k q2_k"}
+TYPES=${3-"q4_0 q4_k q3_k q2_k"}  # "" : no llama.cpp quantization, only the 4th argument
 EXTRA=${4:-}
 EMBER=${EMBER:-build/ember}
 TEXT=data/persuasion.txt
@@ -29,7 +30,7 @@ fi
 # llama-perplexity's summary lines: "Mean    KLD:", "99.0%   KLD:", "Same top p:", "Mean PPL(Q)".
 llama_kl() {
   "$BIN/llama-perplexity" -m "$1" --kl-divergence-base "$OUT/llama.base.kld" --kl-divergence -t 2 > "$2" 2>&1
-  echo "llama-perplexity: KL mean $(grep 'Mean    KLD:' "$2" | awk '{print $3}') | p99 $(grep '99.0%   KLD:' "$2" | awk '{print $3}') | top-1 $(grep 'Same top p:' "$2" | awk '{print $4, $5, $6}') | ppl $(grep 'Mean PPL(Q)' "$2" | awk '{print $4, $5, $6}')"
+  echo "llama-perplexity: KL mean $(grep 'Mean    KLD:' "$2" | awk '{print $3}') | p99 $(grep '99.0%   KLD:' "$2" | awk '{print $3}') | top-1 $(grep 'Same top p:' "$2" | awk '{print $4, $5, $6}') | ppl $(grep 'Mean PPL(Q) *:' "$2" | awk '{print $4, $5, $6}')"
 }
 for T in $TYPES; do
   LT=$(echo "$T" | tr a-z A-Z)
