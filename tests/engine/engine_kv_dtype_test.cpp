@@ -1,5 +1,6 @@
 // The serving engine with every KV-cache dtype (f32, f16, bf16, q8, q4, and
-// mixed K/V types, q4 with the Hadamard rotation, q4c keys with q4 / f16
+// mixed K/V types, q8 and q4 with the Hadamard rotation (what
+// --kv-rotation auto picks for them), q4c keys with q4 / f16
 // values, rotated and not, in pages of 16 positions, the q4c group: partial
 // groups live in f16 tails that COW, swap and chunked prefill must carry):
 // tiny models with a head dim of 32 (one q8 / q4 group
@@ -183,6 +184,8 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, EngineKvDtype,
                          ::testing::Values(KvTypes{}, KvTypes{KvType::kF16, KvType::kF16},
                                            KvTypes{KvType::kBF16, KvType::kBF16}, KvTypes{KvType::kQ8, KvType::kQ8},
                                            KvTypes{KvType::kQ4, KvType::kQ4}, KvTypes{KvType::kQ8, KvType::kF16},
+                                           KvTypes{KvType::kQ8, KvType::kQ8, KvRotation::kHadamard,
+                                                   KvRotation::kHadamard},
                                            KvTypes{KvType::kQ4, KvType::kQ4, KvRotation::kHadamard,
                                                    KvRotation::kHadamard},
                                            KvTypes{KvType::kQ4C, KvType::kQ4}, KvTypes{KvType::kQ4C, KvType::kF16},
