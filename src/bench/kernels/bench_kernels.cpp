@@ -1,6 +1,7 @@
 // Single-thread throughput benchmark for the registry's vec_dot kernels:
 // rows x n weight matrix (default 4096 x 4096) times one activation row, at
-// every ISA level this CPU supports. Prints GB/s of weight bytes streamed.
+// every ISA level this CPU supports, and the decode rows kernel (vec_dot_rows)
+// over all rows in one call. Prints GB/s of weight bytes streamed.
 //
 // Built with -DEMBER_BUILD_BENCH=ON:
 //   cmake -S . -B build-bench -G Ninja -DEMBER_BUILD_BENCH=ON && ninja -C build-bench bench_kernels
@@ -74,6 +75,22 @@ int main(int argc, char** argv) {
         if (s < best) best = s;
       }
       std::printf("  %s %7.2f GB/s (%6.3f ms)", isa_name(isa), static_cast<double>(w.size()) / best * 1e-9, best * 1e3);
+    }
+    // Decode over all rows in one call (the one-token path of the matmul
+    // driver): the rows kernel of the highest level that has one.
+    for (Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+      if (isa > cpu_max_isa() || !kernels(t, isa).vec_dot_rows) continue;
+      const auto rows_fn = kernels(t, isa).vec_dot_rows;
+      double best = 1e30;
+      for (int r = 0; r < 12; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        rows_fn(n, out.data(), w.data(), row_bytes, x.data(), rows);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (s < best) best = s;
+      }
+      std::printf("  rows-%s %7.2f GB/s (%6.3f ms)", isa_name(isa), static_cast<double>(w.size()) / best * 1e-9,
+                  best * 1e3);
+      break;
     }
     std::printf("\n");
   }
