@@ -1,6 +1,6 @@
 // ISA-independent pieces of the row-lane Q4_K / Q6_K kernels
 // (kernels/cpu/avx2/lanes_kquants.cpp: 8-row groups, avx512/lanes_kquants.cpp:
-// 16-row groups): row addressing, the decode kernels' prefetch stream, and
+// 16-row groups): row addressing, the decode kernels' group prefetch, and
 // the three entry points (vec_dot, vec_dot_rows, vec_dot_tile) each level
 // defines from its templates rows<RowsTraits> and tile<TileTraits>.
 #pragma once
@@ -19,25 +19,40 @@ inline const Block* block_at(const uint8_t* w, size_t w_row_bytes, int nr, int r
   return reinterpret_cast<const Block*>(w + static_cast<size_t>(std::min(r, nr - 1)) * w_row_bytes) + i;
 }
 
-// How far ahead of block i each row of a decode group is prefetched.
-constexpr size_t kPrefetchBytes = 512;
+// Decode prefetch. A group's kR rows are contiguous, and so is the next
+// group: while this group's super-blocks are computed, the next group's
+// bytes are prefetched line by line, spread evenly over this group's
+// super-blocks (the Q4_0 decode kernels' scheme, avx512/lanes_rows.cpp).
+// One sequential prefetch stream replaces kR per-row streams, which the
+// hardware prefetchers could not follow: with one stream per row the Q4_K /
+// Q6_K decode kernels drew ~5.6 GB/s from DRAM on one thread against ~10.5
+// for Q4_0 (docs/performance.md, "Q4_K / Q6_K decode").
+class GroupPrefetch {
+ public:
+  // next: the first byte of the next group (null: none), bytes long;
+  // steps: the super-blocks of this group over which to spread it.
+  GroupPrefetch(const uint8_t* next, size_t bytes, int64_t steps)
+      : p_(reinterpret_cast<const char*>(next)),
+        lines_(next ? static_cast<int64_t>((bytes + 63) / 64) : 0),
+        per_step_(steps > 0 ? (lines_ + steps - 1) / steps : lines_) {}
+  // Before super-block i's work: the next per_step lines.
+  void step() {
+    const int64_t end = std::min(lines_, done_ + per_step_);
+    for (; done_ < end; ++done_) _mm_prefetch(p_ + done_ * 64, _MM_HINT_T0);
+  }
 
-// Decode groups of kR rows walk super-block i of all their rows, then i + 1.
-// Row r's stream (the group starting at row r0 of the call's nr rows at g)
-// is prefetched kPrefetchBytes ahead of block i; past the row's end it goes
-// on in the same row of the next group, so a group's first blocks are not
-// fetched cold (with short rows, 1024 elements, that stall was paid on every
-// group).
-template <int kR, class Block>
-inline void prefetch_row_stream(const uint8_t* g, size_t w_row_bytes, int64_t r0, int r, int64_t nr, int64_t i) {
-  const size_t ahead = static_cast<size_t>(i) * sizeof(Block) + kPrefetchBytes;
-  const bool in_row = ahead < w_row_bytes;
-  const int64_t pr = in_row ? r : kR + r;  // the row (from g) whose bytes are prefetched
-  if (r0 + pr >= nr || ahead >= 2 * w_row_bytes) return;
-  const char* p = reinterpret_cast<const char*>(g) + static_cast<size_t>(pr) * w_row_bytes +
-                  (in_row ? ahead : ahead - w_row_bytes);
-#pragma GCC unroll 4
-  for (size_t l = 0; l < sizeof(Block); l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+ private:
+  const char* p_;
+  int64_t lines_, per_step_, done_ = 0;
+};
+
+// The prefetch for the group at rows [r0, r0 + kR) of nr rows at w.
+template <int kR>
+inline GroupPrefetch next_group_prefetch(const uint8_t* w, size_t w_row_bytes, int64_t r0, int64_t nr, int64_t nb) {
+  const int64_t next_rows = std::min<int64_t>(kR, nr - r0 - kR);
+  if (next_rows <= 0) return GroupPrefetch(nullptr, 0, nb);
+  return GroupPrefetch(w + static_cast<size_t>(r0 + kR) * w_row_bytes, static_cast<size_t>(next_rows) * w_row_bytes,
+                       nb);
 }
 
 }  // namespace ember::lanes

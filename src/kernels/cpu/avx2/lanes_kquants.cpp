@@ -21,8 +21,8 @@
 // enters once per super-block as -32 * sum_g sc_g * bsums[g]. The mins / the
 // offset and the float steps are one instruction per 8 outputs.
 // Decode: rows in groups of 8 (super-block i of the 8 rows, one after
-// another, each row's bytes prefetched ahead, continuing into the next
-// group), each row's 8 exact i32 lane sums formed in the natural layout
+// another, the next group's bytes prefetched a share per super-block:
+// lanes::GroupPrefetch), each row's 8 exact i32 lane sums formed in the natural layout
 // (vpmaddubsw, vpmaddwd with the sub-block scales), the 8 rows' sums reduced
 // together (horizontal adds) so the float work is once per 8 rows.
 // (AVX-VNNI `vpdpbusd ymm` would fold the i16 adds; not used yet.)
@@ -397,15 +397,15 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
     const __m256i offsets = row_offsets(w_row_bytes, gr);
     __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb);
     for (int64_t i = 0; i < nb; ++i) {
       __m256i va[kR], vm[kR];
-      // Each row's stream prefetched ahead, continuing into the next group.
+      pf.step();  // the next group's bytes, a share per super-block
       for (int r = 0; r < kR; ++r) {
         if (r >= gr) {  // rows past the group's end: zero sums, not stored
           va[r] = vm[r] = _mm256_setzero_si256();
           continue;
         }
-        lanes::prefetch_row_stream<kR, Block>(g, w_row_bytes, r0, r, nr, i);
         T::sums(*block_at<Block>(g, w_row_bytes, gr, r, i), x[i], va[r], vm[r]);
       }
       const __m256i a = reduce8(va);

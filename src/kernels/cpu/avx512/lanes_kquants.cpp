@@ -30,7 +30,8 @@
 // Q6_K: each 16-element group's sum (up to 16 * 63 * 127, too wide for i16)
 // is weighted with one vpmulld, and the offset 32 enters once per super-block
 // as -32 * sum_g sc_g * bsums[g]. Decode walks 16-row groups (the rows'
-// super-block i one after another, each row's bytes prefetched ahead): per
+// super-block i one after another, the next group's bytes prefetched a share
+// per super-block: lanes::GroupPrefetch): per
 // row four zmm vpdpbusd and four vpdpwssd give 16 lane sums (4-product sums
 // fit i16 for both types), and the 16 rows' lane sums are reduced together
 // so the float work is again one instruction per 16 rows.
@@ -407,14 +408,11 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
     const __m512i offsets = row_offsets(w_row_bytes, gr);
     __m512 acc = _mm512_setzero_ps(), acc_m = _mm512_setzero_ps();
+    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb);
     for (int64_t i = 0; i < nb; ++i) {
       __m512i v[kR];
-      // Each row's stream prefetched ahead, continuing into the next group.
-      for (int r = 0; r < kR; ++r) {
-        const Block* b = block_at<Block>(g, w_row_bytes, gr, r, i);
-        if (r < gr) lanes::prefetch_row_stream<kR, Block>(g, w_row_bytes, r0, r, nr, i);
-        v[r] = T::sums(*b, x[i]);
-      }
+      pf.step();  // the next group's bytes, a share per super-block
+      for (int r = 0; r < kR; ++r) v[r] = T::sums(*block_at<Block>(g, w_row_bytes, gr, r, i), x[i]);
       __m512i a, b;
       reduce_rows(v, a, b);
       T::step(g + static_cast<size_t>(i) * sizeof(Block), offsets, a, b, x[i].d, acc, acc_m);
