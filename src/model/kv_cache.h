@@ -16,7 +16,8 @@
 // position is written, then encodes the group into its region; the tails of
 // full groups stay readable for the rest of the forward pass (queries of
 // that pass inside the group read them) and are freed by the next pass's
-// begin_k_writes().
+// begin_k_writes() (a paged pool also frees, before each step, every tail
+// but each sequence's frontier group's: KvBlockPool::release_tails).
 #pragma once
 
 #include <cstdint>
