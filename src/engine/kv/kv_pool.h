@@ -94,8 +94,9 @@ struct KvSlotDims {
 // q4c tails: the bound. A tail is the f16 copy of one token group of one
 // layer: kKvTokenGroup rows of its page slot's K width, 2 * 16 * k_dim
 // bytes. A query reads only its own group's tail, and only in a pass that
-// writes that group, so before each step's KV ops (and again after them)
-// the runner frees every tail but one per sequence that holds pages: that
+// writes that group, so before each step's KV ops (and after them, if a
+// swap-out read some first) the runner frees every tail but one per
+// sequence that holds pages: that
 // of the group holding its frontier (release_tails; a rollback may have
 // reopened that group, full or not). The ops carry only that tail
 // (copy_block, read_page). The forward pass then writes, per slice of n
