@@ -207,9 +207,17 @@ int bench_throughput(int argc, char** argv, int first) {
   std::printf("%d requests, %lld prompt + %lld output tokens; every request had its first token after %.2f s\n",
               r->num_requests, static_cast<long long>(r->prompt_tokens), static_cast<long long>(r->output_tokens),
               r->first_tokens_seconds);
-  std::printf("KV cache %s: %lld bytes per token, %lld tokens in the pool (%s)\n", kv_types_name(*kv_types).c_str(),
-              static_cast<long long>(r->stats.kv_bytes_per_token), static_cast<long long>(r->stats.kv_tokens_total),
-              human_bytes(static_cast<double>(o.engine.kv_cache_bytes)).c_str());
+  const EngineStats& st = r->stats;
+  const std::string tails =
+      st.kv_tail_reserve_bytes > 0
+          ? fmt::format(" ({} in pages + {} of the q4c tails reserve of {} spread over the pool; tails peaked at {})",
+                        st.kv_bytes_per_token, st.kv_tail_bytes_per_token(),
+                        human_bytes(static_cast<double>(st.kv_tail_reserve_bytes)),
+                        human_bytes(static_cast<double>(st.kv_tail_peak_bytes)))
+          : "";
+  std::printf("KV cache %s: %lld bytes per token%s, %lld tokens in the pool (%s)\n", kv_types_name(*kv_types).c_str(),
+              static_cast<long long>(st.kv_bytes_per_token_with_tails()), tails.c_str(),
+              static_cast<long long>(st.kv_tokens_total), human_bytes(static_cast<double>(o.engine.kv_cache_bytes)).c_str());
   return kExitOk;
 }
 
@@ -258,9 +266,13 @@ Result<double> engine_row_tps(const Model& m, ThreadPool& pool, int batch, int n
   o.seed = seed;
   o.engine.max_num_seqs = batch;
   o.engine.kv_types = kv_types;
-  const size_t per_token = kv_bytes_per_token(kv_spec_from_config(c, kv_types));
+  const KvSpec spec = kv_spec_from_config(c, kv_types);
+  const size_t per_token = kv_bytes_per_token(spec);
+  // Room for every sequence, plus the q4c tails reserve (0 for other formats).
   o.engine.kv_cache_bytes = per_token * static_cast<size_t>(batch) * (o.input_len + o.output_len + 32) * 5 / 4 +
-                            (size_t{16} << 20);
+                            (size_t{16} << 20) +
+                            kv_tail_reserve_bytes(spec, KvLayout::from_spec(spec, o.engine.sliding_window_release),
+                                                  batch, o.engine.max_num_batched_tokens);
   auto r = run_throughput_bench(m, pool, o);
   if (!r) return r.status();
   if (n_gen == 0) return static_cast<double>(batch) * n_prompt / r->first_tokens_seconds;

@@ -181,21 +181,32 @@ int cmd_serve(int argc, char** argv, int first) {
     return kExitFailure;
   }
   const EngineStats st = (*engine)->stats();
+  // q4c keys: the f16 tails' reserve is part of the budget and of the cost
+  // per token (engine/kv/kv_pool.h, "q4c tails").
+  const std::string reserve =
+      st.kv_tail_reserve_bytes > 0
+          ? fmt::format(" (of which q4c tails reserve {})", human_bytes(static_cast<double>(st.kv_tail_reserve_bytes)))
+          : "";
+  const std::string per_token =
+      st.kv_tail_reserve_bytes > 0
+          ? fmt::format("{} bytes per token ({} in pages + {} of the q4c tails reserve spread over the pool)",
+                        st.kv_bytes_per_token_with_tails(), st.kv_bytes_per_token, st.kv_tail_bytes_per_token())
+          : fmt::format("{} bytes per token", st.kv_bytes_per_token);
   std::fprintf(stderr,
                "ember serve: model %s (%s), weights %s, %d compute threads\n"
-               "ember serve: KV cache %s in %d blocks of %d tokens: %lld tokens per sequence at most, "
+               "ember serve: KV cache %s%s in %d blocks of %d tokens: %lld tokens per sequence at most, "
                "max %d sequences per step, %s batching, prefix caching %s, preemption by %s\n",
                path.c_str(), m.config().arch.c_str(), human_bytes(static_cast<double>(m.weight_bytes())).c_str(),
-               threads, human_bytes(static_cast<double>(ec.kv_cache_bytes)).c_str(), st.blocks_total, block_size,
+               threads, human_bytes(static_cast<double>(ec.kv_cache_bytes)).c_str(), reserve.c_str(), st.blocks_total,
+               block_size,
                static_cast<long long>((*engine)->max_seq_len()), max_num_seqs, batching_policy_name(ec.batching),
                ec.enable_prefix_caching ? "on" : "off",
                ec.preempt_swap ? fmt::format("swap ({} of host memory)", human_bytes(static_cast<double>(ec.swap_space_bytes))).c_str()
                                : "recomputation");
   std::fprintf(stderr,
-               "ember serve: KV cache dtype %s, %lld bytes per token: %lld tokens, %lld sequences of %lld tokens "
+               "ember serve: KV cache dtype %s, %s: %lld tokens, %lld sequences of %lld tokens "
                "(--max-model-len)\n",
-               kv_types_name(ec.kv_types).c_str(), static_cast<long long>(st.kv_bytes_per_token),
-               static_cast<long long>(st.kv_tokens_total),
+               kv_types_name(ec.kv_types).c_str(), per_token.c_str(), static_cast<long long>(st.kv_tokens_total),
                static_cast<long long>((*engine)->kv_sequences_of_max_len()),
                static_cast<long long>((*engine)->max_seq_len()));
   if (ec.spec.method != SpecMethod::kNone)

@@ -28,8 +28,8 @@ void CpuModelRunner::apply(const KvOp& op) {
       break;
     case KvOp::Kind::kSwapOut:
       if (swap_.size() <= static_cast<size_t>(op.dst)) swap_.resize(op.dst + 1);
-      swap_[op.dst].resize(kv_->swap_page_bytes(op.src));
-      kv_->read_page(op.src, swap_[op.dst].data());
+      swap_[op.dst].resize(kv_->swap_page_bytes(op.src, op.n_rows));
+      kv_->read_page(op.src, swap_[op.dst].data(), op.n_rows);
       break;
     case KvOp::Kind::kSwapIn:
       EMBER_CHECK(static_cast<size_t>(op.src) < swap_.size() && !swap_[op.src].empty());
@@ -41,13 +41,21 @@ void CpuModelRunner::apply(const KvOp& op) {
 
 Result<float*> CpuModelRunner::execute(const SchedulerOutput& so) {
   EMBER_CHECK_MSG(kv_, "execute before allocate_kv");
-  for (const KvOp& op : so.kv_ops) apply(op);
-  if (so.scheduled.empty()) return logits_.data();
-  if (kv_token_grouped(kv_->types().k)) {  // q4c: full-group tails of pages no one in this pass holds
-    tables_in_pass_.clear();
-    for (const ScheduledRequest& sr : so.scheduled) tables_in_pass_.push_back(sr.tables);
-    kv_->release_full_tails(tables_in_pass_);
+  // q4c: only the tail of each live sequence's frontier group outlives a
+  // step (kv_pool.h, "q4c tails"): dead ones go before the ops add any
+  // (except on pages a swap-out still reads), the rest after them.
+  const bool q4c = kv_token_grouped(kv_->types().k);
+  if (q4c) {
+    frontiers_.assign(so.idle.begin(), so.idle.end());
+    for (const ScheduledRequest& sr : so.scheduled) frontiers_.push_back({sr.tables, sr.pos0});
+    swap_out_pages_.clear();
+    for (const KvOp& op : so.kv_ops)
+      if (op.kind == KvOp::Kind::kSwapOut) swap_out_pages_.push_back(op.src);
+    kv_->release_tails(frontiers_, swap_out_pages_);
   }
+  for (const KvOp& op : so.kv_ops) apply(op);
+  if (q4c && !swap_out_pages_.empty()) kv_->release_tails(frontiers_);
+  if (so.scheduled.empty()) return logits_.data();
   while (views_.size() < so.scheduled.size()) views_.push_back(std::make_unique<PagedKvCache>(*kv_, kNoTables));
   batch_.clear();
   if (spec_tokens_.size() < so.scheduled.size()) spec_tokens_.resize(so.scheduled.size());

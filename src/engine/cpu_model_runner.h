@@ -26,6 +26,8 @@ class CpuModelRunner final : public ModelRunner {
   KvSpec kv_spec() const override { return kv_spec_from_config(model_.config(), kv_types_); }
   Result<int32_t> allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes, int64_t n_blocks) override;
   size_t kv_page_bytes() const override { return kv_ ? kv_->bytes_per_block() : 0; }
+  size_t kv_tail_bytes() const override { return kv_ ? kv_->tail_bytes() : 0; }
+  size_t kv_tail_peak_bytes() const override { return kv_ ? kv_->tail_peak_bytes() : 0; }
   Result<float*> execute(const SchedulerOutput& so) override;
 
  private:
@@ -37,7 +39,8 @@ class CpuModelRunner final : public ModelRunner {
   std::unique_ptr<KvBlockPool> kv_;
   std::vector<std::vector<uint8_t>> swap_;           // host pages by swap slot (empty: unused)
   std::vector<std::unique_ptr<PagedKvCache>> views_;  // reused across steps, one per scheduled slice
-  std::vector<const BlockTables*> tables_in_pass_;    // q4c: the scheduled slices' tables
+  std::vector<KvFrontier> frontiers_;                 // q4c: where every live sequence writes next
+  std::vector<int32_t> swap_out_pages_;               // q4c: pages this step's kSwapOut ops read
   std::vector<SeqBatch> batch_;
   std::vector<std::vector<int32_t>> spec_tokens_;     // per slice: the tokens of a verification slice
   std::vector<float> logits_;                         // [rows, n_vocab]

@@ -38,6 +38,10 @@ class ModelRunner {
                                       int64_t n_blocks) = 0;
   // Bytes of one page (after allocate_kv), the unit of swap space.
   virtual size_t kv_page_bytes() const = 0;
+  // q4c keys: bytes of f16 tails held outside the pages now, and their
+  // high-water mark (kv_pool.h, "q4c tails"; 0 for other formats).
+  virtual size_t kv_tail_bytes() const { return 0; }
+  virtual size_t kv_tail_peak_bytes() const { return 0; }
 
   // Applies so.kv_ops in order, then runs every scheduled slice (if any) in
   // one forward pass. Returns so.n_logit_rows rows of n_vocab logits, in

@@ -214,6 +214,12 @@ SchedulerOutput Scheduler::schedule_at(double now) {
     budget -= n;
   }
 
+  std::vector<const Request*> picked;
+  for (const Pick& p : picks) picked.push_back(p.r);
+  std::sort(picked.begin(), picked.end());
+  for (const Request* r : running_)
+    if (kv_.holds_blocks(*r) && !std::binary_search(picked.begin(), picked.end(), r))
+      out.idle.push_back({&kv_.tables(*r), r->num_computed_tokens});
   for (const Pick& p : picks) {
     ScheduledRequest sr;
     sr.req = p.r;

@@ -84,6 +84,10 @@ struct ScheduledRequest {
 struct SchedulerOutput {
   std::vector<ScheduledRequest> scheduled;  // in schedule order (the order of the logits rows)
   std::vector<KvOp> kv_ops;                 // memory ops to apply, in order, before the forward pass
+  // The other sequences that hold KV pages (running, not in this step), at
+  // num_computed_tokens: with the slices, where every live sequence writes
+  // next (the q4c tails a runner must keep, kv_pool.h).
+  std::vector<KvFrontier> idle;
   int64_t n_tokens = 0;                     // tokens in the forward pass
   int n_logit_rows = 0;                     // rows of logits it returns
   int n_preempted = 0;                      // requests preempted by this schedule

@@ -15,16 +15,35 @@ void KvCache::store_k(int layer, int64_t pos, const float* src, int64_t n) {
 void KvGroupTails::init(int64_t n_ids, int64_t row_elems, int head_dim) {
   tails_.clear();
   tails_.resize(static_cast<size_t>(n_ids));
-  full_.clear();
+  live_.clear();
+  n_live_ = peak_live_ = 0;
   row_elems_ = row_elems;
   head_dim_ = head_dim;
+}
+
+void KvGroupTails::allocate(int64_t id) {
+  Tail& t = tails_[id];
+  t.rows.reset(new uint8_t[tail_bytes()]);
+  t.full = false;
+  peak_live_ = std::max(peak_live_, ++n_live_);
+  if (!t.listed) {
+    t.listed = true;
+    live_.push_back(id);
+  }
+}
+
+void KvGroupTails::drop(Tail& t) {
+  if (!t.rows) return;
+  t.rows.reset();
+  t.full = false;
+  --n_live_;
 }
 
 void KvGroupTails::store(int64_t id, int r, const float* src, int64_t n, uint8_t* region) {
   Tail& t = tails_[id];
   const int64_t rb = row_bytes();
   if (!t.rows) {
-    t.rows.reset(new uint8_t[kKvTokenGroup * rb]);
+    allocate(id);
     // Rows before r exist only encoded (withdrawn positions after the tail
     // was freed): start from their decoded values.
     std::vector<float> row(static_cast<size_t>(row_elems_));
@@ -39,58 +58,43 @@ void KvGroupTails::store(int64_t id, int r, const float* src, int64_t n, uint8_t
   if (r == kKvTokenGroup - 1) {
     kv_q4c_encode_group(t.rows.get(), rb, static_cast<int>(n / head_dim_), head_dim_, region);
     t.full = true;
-    note_full(id);
   }
-}
-
-void KvGroupTails::note_full(int64_t id) {
-  full_.push_back(id);
-  if (full_.size() <= 2 * tails_.size() + 64) return;
-  // Entries of tails since freed or rewritten pile up where nothing sweeps
-  // (a contiguous cache): keep each full one once.
-  std::sort(full_.begin(), full_.end());
-  full_.erase(std::unique(full_.begin(), full_.end()), full_.end());
-  release_full_unless([](int64_t) { return true; });
 }
 
 bool KvGroupTails::release_full(int64_t id) {
   Tail& t = tails_[id];
   if (!t.rows) return false;
-  if (t.full) t.rows.reset();
+  if (t.full) drop(t);
   return true;
 }
 
 void KvGroupTails::copy(int64_t src, int64_t dst) {
   Tail& d = tails_[dst];
   if (src < 0 || !tails_[src].rows) {
-    d.rows.reset();
-    d.full = false;
+    drop(d);
     return;
   }
-  if (!d.rows) d.rows.reset(new uint8_t[kKvTokenGroup * row_bytes()]);
-  std::memcpy(d.rows.get(), tails_[src].rows.get(), static_cast<size_t>(kKvTokenGroup * row_bytes()));
+  if (!d.rows) allocate(dst);
+  std::memcpy(d.rows.get(), tails_[src].rows.get(), static_cast<size_t>(tail_bytes()));
   d.full = tails_[src].full;
-  if (d.full) note_full(dst);
 }
 
 int64_t KvGroupTails::save(int64_t id, uint8_t* dst) const {
   const Tail& t = tails_[id];
   dst[0] = t.rows ? (t.full ? 2 : 1) : 0;
-  if (t.rows) std::memcpy(dst + 1, t.rows.get(), static_cast<size_t>(kKvTokenGroup * row_bytes()));
+  if (t.rows) std::memcpy(dst + 1, t.rows.get(), static_cast<size_t>(tail_bytes()));
   return saved_bytes(id);
 }
 
 int64_t KvGroupTails::load(int64_t id, const uint8_t* src) {
   Tail& t = tails_[id];
   if (src[0] == 0) {
-    t.rows.reset();
-    t.full = false;
+    drop(t);
     return 1;
   }
-  if (!t.rows) t.rows.reset(new uint8_t[kKvTokenGroup * row_bytes()]);
-  std::memcpy(t.rows.get(), src + 1, static_cast<size_t>(kKvTokenGroup * row_bytes()));
+  if (!t.rows) allocate(id);
+  std::memcpy(t.rows.get(), src + 1, static_cast<size_t>(tail_bytes()));
   t.full = src[0] == 2;
-  if (t.full) note_full(id);
   return saved_bytes(id);
 }
 

@@ -16,7 +16,8 @@
 // position is written, then encodes the group into its region; the tails of
 // full groups stay readable for the rest of the forward pass (queries of
 // that pass inside the group read them) and are freed by the next pass's
-// begin_k_writes().
+// begin_k_writes() (a paged pool also frees, before each step, every tail
+// but each sequence's frontier group's: KvBlockPool::release_tails).
 #pragma once
 
 #include <cstdint>
@@ -58,42 +59,53 @@ class KvCache {
 // The f16 tails of q4c token groups for a set of group ids (a paged cache:
 // page * groups per page + group; a contiguous one: the group index). A
 // tail holds kKvTokenGroup f16 rows of row_elems elements and a flag
-// `full` (its group has been encoded). Memory outside the page budget: at
-// most the groups a sequence's last forward pass wrote, plus one unfinished
-// group per sequence.
+// `full` (its group has been encoded). Memory outside the pages: a paged
+// pool bounds it by freeing every tail a later pass cannot need
+// (KvBlockPool::release_tails) and reserves the bound out of the KV budget
+// (engine/kv/kv_pool.h kv_tail_reserve_bytes); live_bytes() / peak_bytes()
+// measure it.
 class KvGroupTails {
  public:
   void init(int64_t n_ids, int64_t row_elems, int head_dim);
   int64_t row_bytes() const { return row_elems_ * 2; }
+  // Bytes of one tail (kKvTokenGroup rows).
+  int64_t tail_bytes() const { return kKvTokenGroup * row_bytes(); }
+  // Bytes of the tails allocated now, and the most there ever were.
+  int64_t live_bytes() const { return n_live_ * tail_bytes(); }
+  int64_t peak_bytes() const { return peak_live_ * tail_bytes(); }
   // Stores row r of group id (f16 of src, n elements) and encodes the group
   // into `region` (its q4c region) when r is its last row. A tail is started
   // fresh at r == 0; one that is missing at r > 0 (the group was encoded and
   // its tail freed, then positions were withdrawn) is first filled from the
   // encoded region.
   void store(int64_t id, int r, const float* src, int64_t n, uint8_t* region);
-  // The tail's rows (null: none).
+  // The tail's rows (null: none); whether its group is encoded.
   const uint8_t* rows(int64_t id) const { return tails_[id].rows.get(); }
+  bool full(int64_t id) const { return tails_[id].full; }
   // Frees id's tail if its group is full; true if one was there (full or not).
   bool release_full(int64_t id);
-  // Frees the tails of every full group whose id keep(id) rejects.
+  // Frees every tail, full or not, whose id keep(id) rejects.
   template <class Keep>
-  void release_full_unless(Keep keep) {
+  void release_unless(Keep keep) {
     size_t n = 0;
-    for (int64_t id : full_) {
+    for (int64_t id : live_) {
       Tail& t = tails_[id];
-      if (!t.rows || !t.full) continue;  // freed or rewritten since
-      if (keep(id))
-        full_[n++] = id;
-      else
-        t.rows.reset();
+      if (t.rows && !keep(id)) drop(t);
+      if (t.rows) {
+        live_[n++] = id;
+      } else {
+        t.listed = false;
+      }
     }
-    full_.resize(n);
+    live_.resize(n);
   }
   // Copies / removes a tail (copy-on-write); src == -1 removes dst's.
   void copy(int64_t src, int64_t dst);
+  // Frees id's tail (full or not).
+  void remove(int64_t id) { drop(tails_[id]); }
   // Swap space: bytes save() writes for id (a state byte, then the rows if
   // there is a tail); save / load return the bytes written / read.
-  int64_t saved_bytes(int64_t id) const { return 1 + (tails_[id].rows ? kKvTokenGroup * row_bytes() : 0); }
+  int64_t saved_bytes(int64_t id) const { return 1 + (tails_[id].rows ? tail_bytes() : 0); }
   int64_t save(int64_t id, uint8_t* dst) const;
   int64_t load(int64_t id, const uint8_t* src);
 
@@ -101,10 +113,13 @@ class KvGroupTails {
   struct Tail {
     std::unique_ptr<uint8_t[]> rows;
     bool full = false;
+    bool listed = false;  // its id is in live_
   };
-  void note_full(int64_t id);
+  void allocate(int64_t id);
+  void drop(Tail& t);
   std::vector<Tail> tails_;
-  std::vector<int64_t> full_;  // ids whose group was encoded (some since freed or rewritten)
+  std::vector<int64_t> live_;  // each id with a tail once (a freed one's entry goes at the next sweep)
+  int64_t n_live_ = 0, peak_live_ = 0;
   int64_t row_elems_ = 0;
   int head_dim_ = 0;
 };

@@ -128,9 +128,9 @@ TEST(KvBlockPool, PagedCacheAddressesThroughTable) {
 
 // q4c keys: the f16 tails of token groups through their life in a pool of
 // 16-position pages: written rows land in the tail, a full group is encoded
-// and its tail stays until the next pass (begin_k_writes) or until a pass
-// without its page (release_full_tails); copy-on-write and swap carry the
-// unfinished tail.
+// and its tail stays for the pass; before the next step everything but the
+// frontier group's tail of each live sequence goes (release_tails);
+// copy-on-write and swap carry only that one.
 TEST(KvBlockPool, Q4cTailsLiveUntilTheNextPass) {
   ModelConfig c = tiny_config();
   c.n_layer = 1;
@@ -147,40 +147,58 @@ TEST(KvBlockPool, Q4cTailsLiveUntilTheNextPass) {
     for (int i = 0; i < 32; ++i) row[i] = static_cast<float>(pos) + 0.25f * static_cast<float>(i % 5);
     cache.store_k(0, pos, row.data(), 32);
   };
+  const size_t tail = 16 * 64;  // 16 f16 rows of 32
   cache.begin_k_writes(0, 0);
   for (int pos = 0; pos < 20; ++pos) put(pos);
   const KvGroupTails& t = pool.tails(0);
   ASSERT_NE(t.rows(2), nullptr);  // page 2 (positions 0-15): full, kept for this pass
   ASSERT_NE(t.rows(0), nullptr);  // page 0 (16-19): unfinished
+  EXPECT_TRUE(t.full(2));
+  EXPECT_EQ(pool.tail_bytes(), 2 * tail);
   KvView v = cache.view(0);
   float got[32];
   kv_load_key(v, 18, 19, 0, 32, got);  // a query in the unfinished group: the f16 row
   EXPECT_EQ(got[3], 18.75f);
   kv_load_key(v, 3, 19, 0, 32, got);  // a full group: the encoded key, within a step
   EXPECT_NEAR(got[3], 3.75f, 16.f / 15 / 2 + 1e-2);
-  // Copy-on-write of the partial page, and swap to and from a host page.
+  // Copy-on-write of the partial page: the frontier group's tail only.
   pool.copy_block(0, 1, 4);
   ASSERT_NE(t.rows(1), nullptr);
-  EXPECT_EQ(std::memcmp(t.rows(1), t.rows(0), 16 * 64), 0);
+  EXPECT_EQ(std::memcmp(t.rows(1), t.rows(0), tail), 0);
   pool.copy_block(2, 1, 0);
   EXPECT_EQ(t.rows(1), nullptr);
-  std::vector<uint8_t> host(pool.swap_page_bytes(0));
-  EXPECT_EQ(pool.swap_page_bytes(0), pool.bytes_per_block() + 1 + 16 * 64);  // one tail of 16 f16 rows of 32
-  EXPECT_EQ(pool.swap_page_bytes(3), pool.bytes_per_block() + 1);            // none
-  pool.read_page(0, host.data());
+  pool.copy_block(2, 1, 16);  // a full page: nothing to carry
+  EXPECT_EQ(t.rows(1), nullptr);
+  // Swap to and from a host page: the tail of the group holding the next
+  // position travels, none of a page computed to its end.
+  EXPECT_EQ(pool.swap_page_bytes(0, 4), pool.bytes_per_block() + 1 + tail);
+  EXPECT_EQ(pool.swap_page_bytes(2, 16), pool.bytes_per_block() + 1);
+  EXPECT_EQ(pool.swap_page_bytes(3, 4), pool.bytes_per_block() + 1);  // none there
+  std::vector<uint8_t> host(pool.swap_page_bytes(0, 4));
+  pool.read_page(0, host.data(), 4);
   pool.write_page(3, host.data());
   ASSERT_NE(t.rows(3), nullptr);
-  EXPECT_EQ(std::memcmp(t.rows(3), t.rows(0), 16 * 64), 0);
-  // The next pass starts at 20: the full group's tail goes, the unfinished stays.
-  cache.begin_k_writes(0, 20);
+  EXPECT_EQ(std::memcmp(t.rows(3), t.rows(0), tail), 0);
+  EXPECT_EQ(pool.tail_bytes(), 3 * tail);
+  // The next step: the sequence's frontier is 20 (page 0, group 0); the
+  // full group's tail and the copy on page 3 (held by no one) go.
+  pool.release_tails({{&table, 20}});
   EXPECT_EQ(t.rows(2), nullptr);
   EXPECT_NE(t.rows(0), nullptr);
+  EXPECT_EQ(t.rows(3), nullptr);
+  EXPECT_EQ(pool.tail_bytes(), tail);
+  EXPECT_EQ(pool.tail_peak_bytes(), 3 * tail);
+  cache.begin_k_writes(0, 20);
   for (int pos = 20; pos < 32; ++pos) put(pos);
-  pool.release_full_tails({&table});
-  EXPECT_NE(t.rows(0), nullptr);  // its sequence is in the pass
-  pool.release_full_tails({});
+  EXPECT_TRUE(t.full(0));
+  // A rollback to 30 reopens the full group: its tail is the frontier's.
+  pool.release_tails({{&table, 30}});
+  ASSERT_NE(t.rows(0), nullptr);
+  pool.release_tails({{&table, 32}}, {0});  // past the page's groups, but a swap-out still reads page 0
+  EXPECT_NE(t.rows(0), nullptr);
+  pool.release_tails({{&table, 32}});
   EXPECT_EQ(t.rows(0), nullptr);
-  EXPECT_NE(t.rows(3), nullptr);  // unfinished tails stay
+  EXPECT_EQ(pool.tail_bytes(), 0u);
 }
 
 TEST(BlockManager, AllocateFreeAndShare) {

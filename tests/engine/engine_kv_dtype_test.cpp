@@ -261,5 +261,202 @@ TEST(EngineKvDtypeQ4c, SpeculativeRollbackKeepsTheBits) {
   });
 }
 
+// q4c keys under a byte budget: the f16 tails' worst case comes out of the
+// budget (kv_pool.h, "q4c tails"). Many more requests than max_num_seqs
+// (each leaves an unfinished group when it finishes), prefills across
+// groups, n = 2 samples (copy-on-write), preemption by recomputation and by
+// swap, speculative rollbacks: after every step the high-water mark of the
+// tail bytes stays within the reserve and pages + tails within the budget,
+// and every output is the bits of its request run alone.
+TEST(EngineKvDtypeQ4c, TailsStayWithinTheReserveAndTheBudget) {
+  int64_t preemptions = 0, swap_outs = 0, cow = 0, rolled_back = 0;
+  for_tiny_archs([&](const std::string& arch, const Model& m, ThreadPool& pool) {
+    const int V = m.config().n_vocab;
+    const std::vector<RequestParams> reqs = test::workload(20, V, 31);
+    for (int variant = 0; variant < 5; ++variant) {
+      // 0-3: a tight pool; 4: a roomy one, whose freed pages wait long
+      // before they are written again (a tail left on them must not).
+      const bool swap = variant % 2 == 1, spec = variant == 2 || variant == 3, roomy = variant == 4;
+      const int bs = variant == 1 || variant == 2 ? 2 * kKvTokenGroup : kKvTokenGroup;
+      SCOPED_TRACE(fmt::format("{}, {}, pages of {}{}", swap ? "swap" : "recompute", spec ? "spec" : "no spec", bs,
+                               roomy ? ", roomy" : ""));
+      EngineConfig ec;
+      ec.block_size = bs;
+      ec.kv_types = {KvType::kQ4C, KvType::kQ4};
+      ec.max_num_seqs = 4;
+      ec.max_num_batched_tokens = 24;
+      ec.preempt_swap = swap;
+      // The page size and the reserve, then a budget of that reserve plus a
+      // tight pool (and half a page that must stay unused).
+      ec.num_kv_blocks = 4;
+      auto probe = Engine::create(m, pool, ec);
+      ASSERT_TRUE(probe.is_ok()) << probe.status().message();
+      const size_t page = (*probe)->runner().kv_page_bytes();
+      const int64_t reserve = (*probe)->stats().kv_tail_reserve_bytes;
+      ASSERT_GT(reserve, 0);
+      ec.num_kv_blocks = 0;
+      const int n_pages = (arch == "gemma3" ? 40 : 16) * kKvTokenGroup / bs * (roomy ? 8 : 1);
+      ec.kv_cache_bytes = static_cast<size_t>(reserve) + n_pages * page + page / 2;
+      const test::RunResult want = test::run_each_alone(m, pool, ec, reqs);
+
+      EngineConfig rc = ec;
+      if (spec) {
+        rc.spec.method = SpecMethod::kNgram;
+        rc.spec.num_speculative_tokens = 5;
+      }
+      auto e = Engine::create(m, pool, rc);
+      ASSERT_TRUE(e.is_ok()) << e.status().message();
+      Engine& eng = **e;
+      EXPECT_EQ(eng.stats().kv_tail_reserve_bytes, reserve);
+      EXPECT_EQ(eng.stats().blocks_total, n_pages);
+      if (spec)
+        eng.set_proposer(std::make_unique<test::ReplayProposer>(
+            [&](const Request& r) { return want.finished.at(test::key(r.id, r.index)).output; }, V, 5, 0.3));
+      for (size_t i = 0; i < reqs.size(); ++i) ASSERT_TRUE(eng.add_request(std::to_string(i), reqs[i]).is_ok());
+      test::RunResult got;
+      int64_t peak = 0;
+      for (int guard = 0; eng.has_unfinished() && guard < 100000; ++guard) {
+        auto out = eng.step();
+        ASSERT_TRUE(out.is_ok()) << out.status().message();
+        for (auto& t : out->tokens) got.streamed[test::key(t.id, t.index)].push_back(t.token);
+        for (auto& f : out->finished) got.finished[test::key(f.id, f.index)] = f;
+        const EngineStats st = eng.stats();
+        ASSERT_LE(st.kv_tail_bytes, st.kv_tail_peak_bytes);
+        ASSERT_LE(st.kv_tail_peak_bytes, reserve) << "step " << guard;
+        ASSERT_LE(static_cast<size_t>(st.blocks_total) * page + static_cast<size_t>(st.kv_tail_peak_bytes),
+                  ec.kv_cache_bytes)
+            << "step " << guard;
+        peak = st.kv_tail_peak_bytes;
+        const Status inv = eng.check_invariants();
+        ASSERT_TRUE(inv.is_ok()) << inv.message();
+      }
+      got.stats = eng.stats();
+      EXPECT_GT(peak, 0);
+      test::expect_same(want, got, "under the budget");
+      preemptions += got.stats.n_preemptions;
+      swap_outs += got.stats.n_swap_outs;
+      cow += got.stats.n_cow_copies;
+      rolled_back += got.stats.spec.n_draft_tokens - got.stats.spec.n_accepted_tokens;
+    }
+  });
+  EXPECT_GT(preemptions, 0);
+  EXPECT_GT(swap_outs, 0);
+  EXPECT_GT(cow, 0);
+  EXPECT_GT(rolled_back, 0);
+}
+
+// The tail a finished sequence leaves in its last, unfinished group goes
+// with it: one sequence at a time in pages of four token groups, each
+// request ending one group earlier in the page the previous one freed (and
+// the next one takes first), never finishing the groups left there. Kept,
+// those tails would reach four per layer; the reserve (one sequence, steps
+// of 2 tokens) holds two.
+TEST(EngineKvDtypeQ4c, TailsOfFinishedSequencesDoNotPileUp) {
+  test::TinySpec spec;
+  spec.head_dim = 32;
+  std::unique_ptr<Model> m = test::load_tiny(spec);
+  ASSERT_TRUE(m);
+  ThreadPool pool(1);
+  EngineConfig ec;
+  ec.block_size = 4 * kKvTokenGroup;
+  ec.kv_types = {KvType::kQ4C, KvType::kQ4};
+  ec.max_num_seqs = 1;
+  ec.max_num_batched_tokens = 2;
+  ec.enable_prefix_caching = false;
+  EXPECT_EQ(kv_tails_per_layer(1, 2), 2);
+  ec.num_kv_blocks = 4;
+  auto probe = Engine::create(*m, pool, ec);
+  ASSERT_TRUE(probe.is_ok()) << probe.status().message();
+  const size_t page = (*probe)->runner().kv_page_bytes();
+  const int64_t reserve = (*probe)->stats().kv_tail_reserve_bytes;
+  ec.num_kv_blocks = 0;
+  ec.kv_cache_bytes = static_cast<size_t>(reserve) + 4 * page;
+  auto e = Engine::create(*m, pool, ec);
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  Engine& eng = **e;
+  std::mt19937 rng(5);
+  int64_t peak = 0;
+  for (int len : {56, 40, 24, 8}) {  // ends in group 3, 2, 1, 0 of the page
+    RequestParams p;
+    for (int j = 0; j < len; ++j) p.prompt.push_back(static_cast<int32_t>(rng() % m->config().n_vocab));
+    p.max_tokens = 1;
+    ASSERT_TRUE(eng.add_request(std::to_string(len), p).is_ok());
+    while (eng.has_unfinished()) {
+      auto out = eng.step();
+      ASSERT_TRUE(out.is_ok()) << out.status().message();
+      const EngineStats st = eng.stats();
+      ASSERT_LE(st.kv_tail_peak_bytes, reserve) << "request of " << len;
+      ASSERT_LE(static_cast<size_t>(st.blocks_total) * page + static_cast<size_t>(st.kv_tail_peak_bytes),
+                ec.kv_cache_bytes);
+      peak = st.kv_tail_peak_bytes;
+    }
+  }
+  EXPECT_EQ(peak, reserve / 2);  // one tail per layer: 2-token steps from 0 never straddle two groups
+}
+
+// A budget that cannot hold the q4c tails reserve (or the reserve and one
+// page) is refused at start-up with a message; so is a request with more
+// samples than the max_num_seqs the reserve is sized for.
+TEST(EngineKvDtypeErrors, Q4cBudgetMustHoldTheTailsReserve) {
+  test::TinySpec spec;  // qwen2, layers of 2, 4, 1 KV heads
+  spec.head_dim = 32;
+  std::unique_ptr<Model> m = test::load_tiny(spec);
+  ASSERT_TRUE(m);
+  ThreadPool pool(1);
+  EngineConfig ec;
+  ec.block_size = 16;
+  ec.kv_types = {KvType::kQ4C, KvType::kQ4};
+  ec.max_num_seqs = 8;
+  ec.max_num_batched_tokens = 64;
+  // 8 + (64 + 14 * 8) / 16 = 19 tails per layer, of 16 f16 rows of 64, 128
+  // and 32 elements.
+  EXPECT_EQ(kv_tails_per_layer(8, 64), 19);
+  const size_t reserve = 19 * 16 * 2 * (64 + 128 + 32);
+  const KvSpec ks = kv_spec_from_config(m->config(), ec.kv_types);
+  EXPECT_EQ(kv_tail_reserve_bytes(ks, KvLayout::from_spec(ks, true), 8, 64), reserve);
+  ec.num_kv_blocks = 3;  // a page count: the reserve is reported, not taken out
+  auto fixed = Engine::create(*m, pool, ec);
+  ASSERT_TRUE(fixed.is_ok()) << fixed.status().message();
+  EXPECT_EQ((*fixed)->stats().kv_tail_reserve_bytes, static_cast<int64_t>(reserve));
+  const size_t page = (*fixed)->runner().kv_page_bytes();
+  ec.num_kv_blocks = 0;
+
+  ec.kv_cache_bytes = reserve;
+  auto none = Engine::create(*m, pool, ec);
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_NE(none.status().message().find("cannot hold the q4c key tails reserve of " + std::to_string(reserve)),
+            std::string::npos)
+      << none.status().message();
+  EXPECT_NE(none.status().message().find("max_num_seqs"), std::string::npos);
+  ec.kv_cache_bytes = reserve + page - 1;
+  auto below = Engine::create(*m, pool, ec);
+  ASSERT_FALSE(below.is_ok());
+  EXPECT_NE(below.status().message().find("tails reserve"), std::string::npos) << below.status().message();
+  EXPECT_NE(below.status().message().find("below one block"), std::string::npos) << below.status().message();
+
+  ec.kv_cache_bytes = reserve + 3 * page + page / 2;
+  auto ok = Engine::create(*m, pool, ec);
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  const EngineStats st = (*ok)->stats();
+  EXPECT_EQ(st.blocks_total, 3);
+  EXPECT_EQ(st.kv_tail_reserve_bytes, static_cast<int64_t>(reserve));
+  EXPECT_EQ(st.kv_tail_bytes_per_token(), (static_cast<int64_t>(reserve) + 3 * 16 - 1) / (3 * 16));
+  EXPECT_EQ(st.kv_bytes_per_token_with_tails(), st.kv_bytes_per_token + st.kv_tail_bytes_per_token());
+  RequestParams p;
+  p.prompt = {1, 2, 3};
+  p.n = 9;
+  const Status many = (*ok)->add_request("many", p);
+  ASSERT_FALSE(many.is_ok());
+  EXPECT_NE(many.message().find("max_num_seqs 8"), std::string::npos) << many.message();
+  p.n = 8;
+  EXPECT_TRUE((*ok)->add_request("eight", p).is_ok());
+
+  ec.kv_types = {KvType::kQ4, KvType::kQ4};  // other key formats reserve nothing
+  ec.kv_cache_bytes = reserve;
+  auto q4 = Engine::create(*m, pool, ec);
+  ASSERT_TRUE(q4.is_ok()) << q4.status().message();
+  EXPECT_EQ((*q4)->stats().kv_tail_reserve_bytes, 0);
+}
+
 }  // namespace
 }  // namespace ember

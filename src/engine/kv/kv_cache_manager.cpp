@@ -229,12 +229,14 @@ bool KvCacheManager::swap_out(const Request& r, std::vector<KvOp>* ops) {
   s.swap_present.assign(layout_.n_groups, {});
   s.swap_slots.clear();
   for (int g = 0; g < layout_.n_groups; ++g)
-    for (int32_t b : s.tables[g]) {
+    for (size_t i = 0; i < s.tables[g].size(); ++i) {
+      const int32_t b = s.tables[g][i];
       s.swap_present[g].push_back(b >= 0);
       if (b < 0) continue;
       const int32_t slot = take_swap_slot();
       s.swap_slots.push_back(slot);
-      ops->push_back({KvOp::Kind::kSwapOut, b, slot, 0});
+      const int64_t computed = r.num_computed_tokens - static_cast<int64_t>(i) * block_size_;
+      ops->push_back({KvOp::Kind::kSwapOut, b, slot, static_cast<int>(std::clamp<int64_t>(computed, 0, block_size_))});
     }
   s.swap_released = s.released;
   swap_used_ += n_pages;

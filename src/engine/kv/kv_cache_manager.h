@@ -40,7 +40,8 @@ struct KvOp {
   Kind kind = Kind::kCopy;
   int32_t src = -1;  // kCopy, kSwapOut: page id; kSwapIn: swap slot
   int32_t dst = -1;  // kCopy, kSwapIn: page id; kSwapOut: swap slot
-  int n_rows = 0;    // kCopy: leading positions of the page to copy (the rest is unwritten)
+  int n_rows = 0;    // kCopy: leading positions of the page to copy (the rest is unwritten);
+                     // kSwapOut: positions of the page its sequence has computed
 };
 
 struct KvCacheCounters {

@@ -44,6 +44,23 @@ size_t kv_bytes_per_token(const KvSpec& spec) {
   return b;
 }
 
+int64_t kv_tails_per_layer(int max_seqs, int max_batch_tokens) {
+  const int64_t r = std::max(0, max_seqs), b = std::max(0, max_batch_tokens);
+  return r + (b + 14 * std::min(r, b)) / kKvTokenGroup;
+}
+
+size_t kv_tail_reserve_bytes(const KvSpec& spec, const KvLayout& layout, int max_seqs, int max_batch_tokens) {
+  if (!kv_token_grouped(spec.types.k)) return 0;
+  const KvSlotDims d = KvSlotDims::of(spec, layout);
+  size_t per_tail_set = 0;  // one tail in every layer
+  for (size_t il = 0; il < layout.slot_of_layer.size(); ++il) {
+    const int s = layout.slot_of_layer[il];
+    if (s >= 0 && s < static_cast<int>(d.k_dim.size()))
+      per_tail_set += static_cast<size_t>(2 * kKvTokenGroup * d.k_dim[s]);
+  }
+  return per_tail_set * static_cast<size_t>(kv_tails_per_layer(max_seqs, max_batch_tokens));
+}
+
 KvLayout KvLayout::from_spec(const KvSpec& spec, bool split_windows) {
   KvLayout l;
   const int L = static_cast<int>(spec.layers.size());
@@ -162,35 +179,57 @@ size_t KvBlockPool::bytes_per_block() const { return dims_.page_bytes(block_size
 void KvBlockPool::copy_block(int32_t src, int32_t dst, int n_rows) {
   n_rows = std::clamp(n_rows, 0, block_size_);
   const int gpp = groups_per_page();
+  const int open = n_rows % kKvTokenGroup != 0 ? n_rows / kKvTokenGroup : -1;  // the group holding n_rows
   for (int s = 0; s < layout_.layers_per_group; ++s) {
     std::copy(k_block(s, src), k_block(s, src) + n_rows * k_row_bytes(s), k_block(s, dst));
     std::copy(v_block(s, src), v_block(s, src) + n_rows * v_row_bytes(s), v_block(s, dst));
     if (!tails_.empty())
-      for (int g = 0; g < gpp; ++g)
-        tails_[s].copy(g * kKvTokenGroup < n_rows ? int64_t{src} * gpp + g : -1, int64_t{dst} * gpp + g);
+      for (int g = 0; g < gpp; ++g) tails_[s].copy(g == open ? int64_t{src} * gpp + g : -1, int64_t{dst} * gpp + g);
   }
 }
 
-void KvBlockPool::release_full_tails(const std::vector<const std::vector<std::vector<int32_t>>*>& tables) {
+void KvBlockPool::release_tails(const std::vector<KvFrontier>& live, const std::vector<int32_t>& keep_pages) {
   if (tails_.empty()) return;
-  in_use_.assign(static_cast<size_t>(n_blocks_), 0);
-  for (const auto* t : tables)
-    for (const std::vector<int32_t>& g : *t)
-      for (int32_t b : g)
-        if (b >= 0) in_use_[b] = 1;
   const int gpp = groups_per_page();
-  for (KvGroupTails& t : tails_) t.release_full_unless([&](int64_t id) { return in_use_[id / gpp] != 0; });
+  keep_ids_.clear();
+  for (const KvFrontier& f : live) {
+    if (!f.tables || f.pos < 0) continue;
+    const size_t i = static_cast<size_t>(f.pos / block_size_);
+    for (const std::vector<int32_t>& t : *f.tables)
+      if (i < t.size() && t[i] >= 0) keep_ids_.push_back(int64_t{t[i]} * gpp + f.pos % block_size_ / kKvTokenGroup);
+  }
+  std::sort(keep_ids_.begin(), keep_ids_.end());
+  keep_pages_.assign(keep_pages.begin(), keep_pages.end());
+  std::sort(keep_pages_.begin(), keep_pages_.end());
+  auto keep = [&](int64_t id) {
+    return std::binary_search(keep_ids_.begin(), keep_ids_.end(), id) ||
+           std::binary_search(keep_pages_.begin(), keep_pages_.end(), static_cast<int32_t>(id / gpp));
+  };
+  for (KvGroupTails& t : tails_) t.release_unless(keep);
 }
 
-size_t KvBlockPool::swap_page_bytes(int32_t b) const {
-  size_t bytes = bytes_per_block();
-  for (const KvGroupTails& t : tails_)
-    for (int g = 0; g < groups_per_page(); ++g)
-      bytes += static_cast<size_t>(t.saved_bytes(int64_t{b} * groups_per_page() + g));
+size_t KvBlockPool::tail_bytes() const {
+  size_t b = 0;
+  for (const KvGroupTails& t : tails_) b += static_cast<size_t>(t.live_bytes());
+  return b;
+}
+
+size_t KvBlockPool::tail_peak_bytes() const {
+  size_t b = 0;
+  for (const KvGroupTails& t : tails_) b += static_cast<size_t>(t.peak_bytes());
+  return b;
+}
+
+size_t KvBlockPool::swap_page_bytes(int32_t b, int n_rows) const {
+  size_t bytes = bytes_per_block() + tails_.size() * static_cast<size_t>(groups_per_page());  // state bytes
+  const int open = n_rows % kKvTokenGroup != 0 && n_rows < block_size_ ? n_rows / kKvTokenGroup : -1;
+  if (open >= 0)
+    for (const KvGroupTails& t : tails_)
+      if (t.rows(int64_t{b} * groups_per_page() + open)) bytes += static_cast<size_t>(t.tail_bytes());
   return bytes;
 }
 
-void KvBlockPool::read_page(int32_t b, uint8_t* dst) {
+void KvBlockPool::read_page(int32_t b, uint8_t* dst, int n_rows) {
   for (int s = 0; s < layout_.layers_per_group; ++s) {
     const size_t kn = static_cast<size_t>(block_size_) * k_row_bytes(s);
     const size_t vn = static_cast<size_t>(block_size_) * v_row_bytes(s);
@@ -199,8 +238,15 @@ void KvBlockPool::read_page(int32_t b, uint8_t* dst) {
     std::copy(v_block(s, b), v_block(s, b) + vn, dst);
     dst += vn;
   }
+  const int open = n_rows % kKvTokenGroup != 0 && n_rows < block_size_ ? n_rows / kKvTokenGroup : -1;
   for (const KvGroupTails& t : tails_)
-    for (int g = 0; g < groups_per_page(); ++g) dst += t.save(int64_t{b} * groups_per_page() + g, dst);
+    for (int g = 0; g < groups_per_page(); ++g) {
+      if (g == open) {
+        dst += t.save(int64_t{b} * groups_per_page() + g, dst);
+      } else {
+        *dst++ = 0;  // no tail: the group is encoded, or holds no computed row
+      }
+    }
 }
 
 void KvBlockPool::write_page(int32_t b, const uint8_t* src) {

@@ -19,9 +19,9 @@
 // bf16, q8, q4, q4c: kernels/kv_types.h, scales inside the page), so the
 // page ops (copy-on-write, swap) move bytes whatever the format. q4c keys
 // (block_size a multiple of kKvTokenGroup) also have f16 tails per (slot,
-// page, token group) (model/kv_cache.h KvGroupTails) that the page ops move
-// with the page: copy_block copies those of the copied groups, a swapped
-// page carries those it has after its bytes (swap_page_bytes(b)).
+// page, token group) (model/kv_cache.h KvGroupTails), outside the pages and
+// bounded (below: "q4c tails"); the page ops move the one tail a copied or
+// swapped page still needs (that of its sequence's frontier group).
 //
 // Block ownership (reference counts, free lists, prefix cache) lives in
 // BlockManager and KvCacheManager; this file only owns memory. Not
@@ -58,6 +58,13 @@ KvSpec kv_spec_from_config(const ModelConfig& cfg, KvTypes types = {});
 // spec's formats, each layer its own width): the capacity unit users see.
 size_t kv_bytes_per_token(const KvSpec& spec);
 
+// Where a sequence that holds pages writes its next K row: its tables and
+// that position (its num_computed_tokens; a scheduled slice's pos0).
+struct KvFrontier {
+  const std::vector<std::vector<int32_t>>* tables = nullptr;
+  int64_t pos = 0;
+};
+
 struct KvLayout {
   int n_groups = 1;
   int layers_per_group = 0;
@@ -83,6 +90,35 @@ struct KvSlotDims {
   // Bytes of one page of block_size positions (all slots, K + V).
   size_t page_bytes(int block_size) const;
 };
+
+// q4c tails: the bound. A tail is the f16 copy of one token group of one
+// layer: kKvTokenGroup rows of its page slot's K width, 2 * 16 * k_dim
+// bytes. A query reads only its own group's tail, and only in a pass that
+// writes that group, so before each step's KV ops (and after them, if a
+// swap-out read some first) the runner frees every tail but one per
+// sequence that holds pages: that
+// of the group holding its frontier (release_tails; a rollback may have
+// reopened that group, full or not). The ops carry only that tail
+// (copy_block, read_page). The forward pass then writes, per slice of n
+// tokens, the groups [pos0, pos0 + n) touches: at most
+// floor((n + 14) / 16) + 1, the frontier group among them. Per layer, with
+// R sequences holding pages (running ones; R <= max_num_seqs: the engine
+// refuses more samples than that with q4c keys), S <= min(R, B) of them
+// in the pass and sum n <= B (max_num_batched_tokens):
+//
+//   tails <= sum over the slices (floor((n + 14) / 16) + 1) + (R - S)
+//         <= R + floor((B + 14 * min(R, B)) / 16)
+//
+// (floors of a sum bound the sum of floors from below; the bound grows with
+// S). Sequences a preemption swaps out keep their tails until their
+// kSwapOut ops have read them: they were running in the previous pass,
+// counted there, and are not running now (no admission in a step that
+// preempts). Finished sequences' tails go at the next step, before any op
+// adds one. kv_tails_per_layer is that count; kv_tail_reserve_bytes sums
+// it over the layers at their slots' widths: what the engine takes out of
+// the KV budget before sizing the pages (0 for other key formats).
+int64_t kv_tails_per_layer(int max_seqs, int max_batch_tokens);
+size_t kv_tail_reserve_bytes(const KvSpec& spec, const KvLayout& layout, int max_seqs, int max_batch_tokens);
 
 class KvBlockPool {
  public:
@@ -122,22 +158,30 @@ class KvBlockPool {
   int64_t v_row_bytes(int slot) const { return dims_.v_bytes[slot]; }
 
   // Copies the first n_rows positions of page src into dst in every slot
-  // (copy-on-write of a shared partial block).
+  // (copy-on-write of a shared partial block; q4c: dst gets only the tail of
+  // the group holding position n_rows, the copier's frontier: the groups
+  // before it are encoded).
   void copy_block(int32_t src, int32_t dst, int n_rows);
   // Copies of a whole page (bytes_per_block(): all slots, K then V per
-  // slot, in the pool's formats; q4c: then its tails) to / from a host
-  // buffer (swap space) of swap_page_bytes(b) bytes.
-  void read_page(int32_t b, uint8_t* dst);
+  // slot, in the pool's formats; q4c: then its tail states) to / from a
+  // host buffer (swap space) of swap_page_bytes(b, n_rows) bytes. n_rows:
+  // the positions of the page its sequence has computed (q4c: only the tail
+  // of the group holding the next one travels).
+  void read_page(int32_t b, uint8_t* dst, int n_rows);
   void write_page(int32_t b, const uint8_t* src);
-  // Bytes read_page(b) writes: bytes_per_block(), plus q4c's tail states
-  // and the rows of the tails page b has.
-  size_t swap_page_bytes(int32_t b) const;
+  size_t swap_page_bytes(int32_t b, int n_rows) const;
 
-  // q4c: frees the tails of full groups on every page that none of `tables`
-  // holds (before a forward pass over the sequences of those tables: only
-  // that pass's own sequences could still read a full group's tail, and
-  // only a sequence's later pass would rewrite one). Unfinished tails stay.
-  void release_full_tails(const std::vector<const std::vector<std::vector<int32_t>>*>& tables);
+  // q4c: frees every tail a later pass cannot read or rewrite, which is all
+  // but the tail of the group holding each frontier in `live` (every
+  // sequence that holds pages), full or not, and the tails of keep_pages
+  // (sources of swap-outs still to be read). Groups before a frontier are
+  // full and read encoded, rows past it are withdrawn or unwritten, pages no
+  // one holds are dead.
+  void release_tails(const std::vector<KvFrontier>& live, const std::vector<int32_t>& keep_pages = {});
+  // q4c: bytes of the tails allocated now, and the sum over the slots of
+  // the most each ever held (>= the peak of their sum).
+  size_t tail_bytes() const;
+  size_t tail_peak_bytes() const;
 
   // q4c: token groups per page, the head dim, and slot s's tails.
   int groups_per_page() const { return block_size_ / kKvTokenGroup; }
@@ -155,7 +199,8 @@ class KvBlockPool {
   int head_dim_ = 0;
   std::vector<std::unique_ptr<uint8_t[]>> k_, v_;  // per slot: [n_blocks, block_size, row bytes]
   std::vector<KvGroupTails> tails_;                // q4c: per slot
-  std::vector<uint8_t> in_use_;                    // release_full_tails' page marks
+  std::vector<int64_t> keep_ids_;                  // release_tails' frontier groups (sorted)
+  std::vector<int32_t> keep_pages_;                // and pages (sorted)
 };
 
 // One sequence's view of the pool through its block tables (not owned; one

@@ -198,6 +198,12 @@ Status DraftProposer::propose(const std::vector<ProposeItem>& items) {
     }
     if (so.scheduled.empty()) break;
     for (ScheduledRequest& sr : so.scheduled) sr.tables = &kv_->tables(*sr.req);
+    for (const auto& [id, seq] : seqs_) {  // the draft pool's other sequences (SchedulerOutput::idle)
+      const Request& sh = seq->shadow;
+      const bool in = std::any_of(so.scheduled.begin(), so.scheduled.end(),
+                                  [&](const ScheduledRequest& sr) { return sr.req == &sh; });
+      if (!in && kv_->holds_blocks(sh)) so.idle.push_back({&kv_->tables(sh), sh.num_computed_tokens});
+    }
     auto rows = runner_->execute(so);
     if (!rows) return rows.status().with_context("draft model");
     ++n_forwards_;
