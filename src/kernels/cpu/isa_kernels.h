@@ -203,9 +203,9 @@ void vec_dot_tile_q4_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, siz
 void vec_dot_tile_q5_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 // Decode over many rows (KernelSet::vec_dot_rows), bit-identical to the
-// vec_dot of this level for every row: Q4_0 / Q4_1 / Q5_1 in lanes_rows.cpp
-// (groups of kDecodeGroupRows rows share the activation work; any nr >= 1),
-// Q8_0 / Q5_0 in lanes_tile.cpp (sequential rows, two at a time when short,
+// vec_dot of this level for every row: Q4_0 / Q8_0 / Q4_1 / Q5_1 in
+// lanes_rows.cpp (groups of kDecodeGroupRows rows share the activation work;
+// any nr >= 1), Q5_0 in lanes_tile.cpp (sequential rows, two at a time when short,
 // the activation side prepared once per call).
 constexpr int kDecodeGroupRows = 16;
 void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);

@@ -1,4 +1,4 @@
-// AVX-512 VNNI decode kernels for Q4_0 x Q8_0 and Q4_1 / Q5_1 x Q8_1 over
+// AVX-512 VNNI decode kernels for Q4_0 / Q8_0 x Q8_0 and Q4_1 / Q5_1 x Q8_1 over
 // many rows (KernelSet::vec_dot_rows, see kernels/cpu/isa_kernels.h): groups of
 // kDecodeGroupRows (16) consecutive weight rows share the activation work,
 // and their per-block integer sums are reduced together so that the float
@@ -8,7 +8,8 @@
 // Arithmetic: the lane contract of avx512/lanes_tile.cpp (per block in
 // order acc = fma(float(isum_b), d_w[b] * d_x[b], acc), then for Q4_1 / Q5_1
 // acc = fma(m_w[b], s_x[b], acc); isum_b the exact integer dot of the weight
-// quants (Q4_0: minus 8) and activation quants), so every output is
+// quants (Q4_0: minus 8; Q8_0: taken as q ^ 0x80, minus 128) and activation
+// quants), so every output is
 // bit-identical to that file's vec_dot and tile kernel of the same type.
 //
 // Per block pair and row, one ymm holds both blocks' quants; two ymm
@@ -83,6 +84,12 @@ struct DecodeQ4_0 {
   static constexpr int kOffset = 8;
   static constexpr bool kMin = false;
 };
+struct DecodeQ8_0 {  // signed quants: stored as q ^ 0x80 = q + 128, offset 128
+  using Block = BlockQ8_0;
+  using XBlock = BlockQ8_0;
+  static constexpr int kOffset = 128;
+  static constexpr bool kMin = false;
+};
 struct DecodeQ4_1 {
   using Block = BlockQ4_1;
   using XBlock = BlockQ8_1;
@@ -98,6 +105,14 @@ struct DecodeQ5_1 {
 
 template <class W, bool kTwo>
 inline void quants2(const typename W::Block& a, const typename W::Block& b, __m256i m4, __m256i& lo, __m256i& hi) {
+  if constexpr (std::is_same_v<typename W::Block, BlockQ8_0>) {
+    // Elements 0..15 of a | of b, and 16..31 of a | of b, made unsigned.
+    const __m256i k80 = _mm256_set1_epi8(static_cast<char>(0x80));
+    const __m256i va = loadu(a.qs), vb = kTwo ? loadu(b.qs) : _mm256_set1_epi8(static_cast<char>(0x80));
+    lo = _mm256_xor_si256(_mm256_permute2x128_si256(va, vb, 0x20), k80);
+    hi = _mm256_xor_si256(_mm256_permute2x128_si256(va, vb, 0x31), k80);
+    return;
+  }
   const __m128i qa = loadu128(a.qs);
   __m256i v;
   if constexpr (kTwo) {
@@ -150,7 +165,7 @@ __attribute__((noinline)) void pair_step(const typename W::Block* const wr[kR], 
   const __m256i ylo = _mm256_permute2x128_si256(xa, xb, 0x20), yhi = _mm256_permute2x128_si256(xa, xb, 0x31);
   __m256i seed = _mm256_setzero_si256();
   if constexpr (W::kOffset != 0) {
-    const __m256i k = _mm256_set1_epi8(W::kOffset);
+    const __m256i k = _mm256_set1_epi8(static_cast<char>(W::kOffset));
     seed = _mm256_sub_epi32(seed, _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), k, ylo), k, yhi));
   }
   __m256i p[kR];
@@ -220,6 +235,10 @@ void rows_dispatch(int64_t n, float* s, const void* w, size_t w_row_bytes, const
 
 void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows_dispatch<DecodeQ4_0>(n, s, w, w_row_bytes, x, nr);
+}
+
+void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+  rows_dispatch<DecodeQ8_0>(n, s, w, w_row_bytes, x, nr);
 }
 
 void vec_dot_rows_q4_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {

@@ -41,11 +41,13 @@
 // prepared once per call). Decode (one token) walks the rows sequentially
 // (two at a time for rows of up to 20 blocks, one at a time above: see
 // lanes_decode): weights then stream from memory and the hardware
-// prefetchers keep up (for Q8_0 a transposed 16-row group, even with
-// software prefetch, measured ~1.5x slower). Q4_0, Q4_1 and Q5_1 decode use a 16-row
-// group kernel instead (avx512/lanes_rows.cpp, same arithmetic): with
-// their short blocks the per-row work of this walk dominates (Q4_0: measured
-// 30-45% slower than the group kernel).
+// prefetchers keep up; Q5_0 decode uses it. Q4_0, Q4_1, Q5_1 and Q8_0
+// decode use a 16-row group kernel instead (avx512/lanes_rows.cpp, same
+// arithmetic): with their short blocks the per-row work of this walk
+// dominates (Q4_0: measured 30-45% slower than the group kernel; Q8_0 on
+// an AMD EPYC VM, one thread from DRAM: 4.5-5 GB/s at rows of 640 and
+// 22-25 GB/s at 2048 against 27-40 and 30-34 for the group kernel, 2026-12-03;
+// Q5_0 in the group form, with its fifth-bit masked adds, measured ~20% slower).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -487,10 +489,6 @@ void vec_dot_tile_q5_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, siz
 }
 
 void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ5_0>(n, w, x); }
-
-void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
-  lanes_decode<LanesQ8_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, x, nr);
-}
 
 void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   lanes_decode<LanesQ5_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, x, nr);
