@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
       std::printf("  %s %7.2f GB/s (%6.3f ms)", isa_name(isa), static_cast<double>(w.size()) / best * 1e-9, best * 1e3);
     }
     // Decode over all rows in one call (the one-token path of the matmul
-    // driver): the rows kernel of the highest level that has one.
+    // driver): every level's rows kernel.
     for (Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
       if (isa > cpu_max_isa() || !kernels(t, isa).vec_dot_rows) continue;
       const auto rows_fn = kernels(t, isa).vec_dot_rows;
@@ -90,7 +90,6 @@ int main(int argc, char** argv) {
       }
       std::printf("  rows-%s %7.2f GB/s (%6.3f ms)", isa_name(isa), static_cast<double>(w.size()) / best * 1e-9,
                   best * 1e3);
-      break;
     }
     std::printf("\n");
   }
