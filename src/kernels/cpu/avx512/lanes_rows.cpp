@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
@@ -182,11 +183,10 @@ __attribute__((noinline)) void pair_step(const typename W::Block* const wr[kR], 
 }
 
 // kR rows starting at w (rows `rs` bytes apart; row r clamped to nr - 1)
-// into s[0:nr]. pf: start of the next group's bytes to prefetch (may be
-// null), pf_lines lines of it spread over the block pairs.
+// into s[0:nr]. pf: the next group's bytes, a share per block pair.
 template <class W>
 void group_rows(int64_t nb, float* s, const uint8_t* w, size_t rs, const typename W::XBlock* x, int nr,
-                const uint8_t* pf, int64_t pf_lines) {
+                lanes::GroupPrefetch& pf) {
   using WB = typename W::Block;
   const WB* wr[kR];
   alignas(64) int32_t ofs[kR];
@@ -196,20 +196,13 @@ void group_rows(int64_t nb, float* s, const uint8_t* w, size_t rs, const typenam
   }
   const __m512i idx = _mm512_load_si512(ofs);
   const int64_t nb2 = nb & ~int64_t{1};
-  const int64_t npairs = nb2 / 2;
   __m512 acc = _mm512_setzero_ps();
-  const int64_t per_pair = npairs > 0 ? (pf_lines + npairs - 1) / npairs : 0;
-  int64_t pf_done = 0;
   for (int64_t b = 0; b < nb2; b += 2) {
-    if (pf) {
-      const int64_t end = std::min(pf_lines, pf_done + per_pair);
-      for (; pf_done < end; ++pf_done) _mm_prefetch(reinterpret_cast<const char*>(pf + pf_done * 64), _MM_HINT_T0);
-    }
+    pf.step();
     pair_step<W, true>(wr, w, idx, x, b, acc);
   }
   if (nb2 < nb) pair_step<W, false>(wr, w, idx, x, nb2, acc);  // odd block count: the last block alone
-  if (pf)
-    for (; pf_done < pf_lines; ++pf_done) _mm_prefetch(reinterpret_cast<const char*>(pf + pf_done * 64), _MM_HINT_T0);
+  pf.finish();
   _mm512_mask_storeu_ps(s, static_cast<__mmask16>((1u << nr) - 1), acc);
 }
 
@@ -218,16 +211,12 @@ void rows_dispatch(int64_t n, float* s, const void* w, size_t w_row_bytes, const
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const typename W::XBlock*>(x);
   const int64_t nb = n / kQK;
-  const size_t group_bytes = static_cast<size_t>(kR) * w_row_bytes;
   for (int64_t r = 0; r < nr; r += kR) {
     const int64_t rows = std::min<int64_t>(kR, nr - r);
     const uint8_t* g = wb + static_cast<size_t>(r) * w_row_bytes;
     // Prefetch the group after this one (within this call's rows).
-    const int64_t next_rows = std::min<int64_t>(kR, nr - r - kR);
-    const uint8_t* pf = next_rows > 0 ? g + group_bytes : nullptr;
-    const int64_t pf_lines =
-        next_rows > 0 ? static_cast<int64_t>((static_cast<size_t>(next_rows) * w_row_bytes + 63) / 64) : 0;
-    group_rows<W>(nb, s + r, g, w_row_bytes, xb, static_cast<int>(rows), pf, pf_lines);
+    auto pf = lanes::next_group_prefetch<kR>(wb, w_row_bytes, r, nr, nb / 2);
+    group_rows<W>(nb, s + r, g, w_row_bytes, xb, static_cast<int>(rows), pf);
   }
 }
 
