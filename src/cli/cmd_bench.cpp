@@ -301,7 +301,8 @@ int cmd_bench(int argc, char** argv, int first) {
            "sequences run together (> 1: through the serving engine, aggregate tokens/s)");
   p.option("--json", &json_path, "FILE", "also write the results as JSON");
   p.flag("--no-bandwidth", &no_bw, "skip the memory-bandwidth measurement");
-  p.option("-d,--n-depth", &depth, "D", "tg tests decode after D context tokens (prefilled untimed; with -b N, per sequence)");
+  p.option("-d,--n-depth", &depth, "D",
+           "tg tests decode after D context tokens (prefilled untimed; with -b N, per sequence)");
   kv_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
@@ -376,8 +377,8 @@ int cmd_bench(int argc, char** argv, int first) {
         for (int len : pass == 0 ? prompts : gens) {
           if (len <= 0) continue;
           const int np = pass == 0 ? len : 0, ng = pass == 0 ? 0 : len;
-          BenchRow row{(pass == 0 ? "pp" : "tg") + std::to_string(len) + (pass == 1 && depth > 0 ? "@d" + std::to_string(depth) : ""),
-                       threads, np, ng, b, {}};
+          const std::string at_depth = pass == 1 && depth > 0 ? "@d" + std::to_string(depth) : "";
+          BenchRow row{(pass == 0 ? "pp" : "tg") + std::to_string(len) + at_depth, threads, np, ng, b, {}};
           for (int r = 0; r <= reps; ++r) {
             const double c0 = process_cpu_seconds();
             // tg rows decode after -d context tokens per sequence (llama-batched-bench's -npp).
