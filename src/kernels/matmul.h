@@ -34,9 +34,12 @@ namespace ember {
 // Reusable scratch memory for activation conversion (grows, never shrinks).
 class MatmulScratch {
  public:
+  // `bytes` bytes at a 64-byte aligned address (contents not kept across calls).
   uint8_t* get(size_t bytes) {
-    if (buf_.size() < bytes) buf_.resize(bytes);
-    return buf_.data();
+    constexpr size_t kAlign = 64;
+    if (buf_.size() < bytes + kAlign) buf_.resize(bytes + kAlign);
+    const size_t mis = reinterpret_cast<uintptr_t>(buf_.data()) % kAlign;
+    return buf_.data() + (mis ? kAlign - mis : 0);
   }
   // Activation rows converted so far (one per token per distinct
   // vec_dot_type of a call; f32 activations are used as they are).

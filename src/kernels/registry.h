@@ -39,6 +39,19 @@ using VecDotTileFn = void (*)(int64_t n, float* s, int64_t lds, const void* w, s
 // vec_dot of the same KernelSet for every row (batch invariance).
 using VecDotRowsFn = void (*)(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 
+// Token lanes (optional, for a few tokens against many rows): pack_tokens
+// rearranges nc (1 <= nc <= KernelSet::tokens_max) activation rows of
+// vec_dot_type, `x_row_bytes` apart, into `packed` (tokens_pack_bytes(n, nc)
+// bytes, 64-byte aligned), writing the part of activation blocks [b, e)
+// (blocks of the vec_dot_type; disjoint ranges may be packed concurrently).
+// vec_dot_tokens then computes s[c * lds + r] = dot(w row r, x row c) for
+// r < nr (any nr >= 1), c < nc, bit-identical to vec_dot.
+using TokensPackBytesFn = size_t (*)(int64_t n, int nc);
+using PackTokensFn = void (*)(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
+                              int64_t e);
+using VecDotTokensFn = void (*)(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                const void* packed, int64_t nr, int nc);
+
 struct KernelSet {
   DequantizeRowFn dequantize_row = nullptr;
   QuantizeRowFn quantize_row = nullptr;  // fast activation quantizer (may differ from the
@@ -52,6 +65,12 @@ struct KernelSet {
   // the same blocks (values in [-7, 7], scale amax / 7): W4A4 / W8A4 through
   // the int8 kernels (MatmulTarget::act_bits). Null: no 4-bit form.
   QuantizeRowFn quantize_row_int4 = nullptr;
+  // Token-lane form (null: none; the matmul driver then uses the tile).
+  VecDotTokensFn vec_dot_tokens = nullptr;
+  PackTokensFn pack_tokens = nullptr;
+  TokensPackBytesFn tokens_pack_bytes = nullptr;
+  int tokens_max = 0;  // largest nc vec_dot_tokens accepts
+  int tokens_min = 0;  // the driver uses it for tokens_min <= nc <= tokens_max (where it beats the tile)
 };
 
 // The activation type a weight type is multiplied with.

@@ -6,7 +6,8 @@
 // shape up to the level's rows x 70 tokens (partial token groups), the
 // extremes of the integer sums (largest quants and scales, activations
 // +-127), and the matmul driver at several thread counts and
-// token counts (more tokens than one tile call takes). The twin itself must
+// token counts (more tokens than one tile call takes), and the AVX-512 token
+// lanes (a few tokens x any rows, activations packed once). The twin itself must
 // agree with the plain reference dot product within rounding.
 #include <gtest/gtest.h>
 
@@ -63,6 +64,12 @@ TEST_P(KQuantLanes, LaneKernelsAreRegistered) {
   EXPECT_NE(k().vec_dot_tile, nullptr);
   EXPECT_EQ(tile_rows(), isa() == Isa::kAvx2 ? 8 : 16);
   EXPECT_NE(k().vec_dot, kernels(t(), Isa::kScalar).vec_dot);
+  // The token-lane form exists at AVX-512 (AVX2 batched decode uses the tile).
+  if (isa() == Isa::kAvx512) {
+    EXPECT_NE(k().vec_dot_tokens, nullptr);
+    EXPECT_NE(k().pack_tokens, nullptr);
+    EXPECT_GE(k().tokens_max, 16);
+  }
 }
 
 // Activation rows [tokens, n] quantized to Q8_K by the level's quantizer.
@@ -144,6 +151,42 @@ TEST_P(KQuantLanes, TilesMatchTwin) {
   }
 }
 
+// Token lanes: activations packed (in two block ranges, as two threads
+// would), then any row count x 1 .. tokens_max tokens, against the twin bit
+// for bit, nothing written outside the outputs.
+TEST_P(KQuantLanes, TokensMatchTwin) {
+  if (!k().vec_dot_tokens) GTEST_SKIP() << "no token lanes at " << isa_name(isa());
+  const int kmax = k().tokens_max;
+  for (int64_t n : {256, 1280, 3072}) {
+    const int64_t xb = n / kQK_K;
+    const std::vector<BlockQ8_K> x = make_x(kmax, n, static_cast<uint32_t>(7 + n));
+    const size_t rb = dtype_row_size(t(), n), xrb = dtype_row_size(DType::kQ8_K, n);
+    for (int64_t nr : {1, 3, 16, 17, 37, 70}) {
+      const std::vector<uint8_t> w = make_weights(t(), nr, n, static_cast<uint32_t>(n * 3 + nr));
+      for (int nc : {1, 2, 3, 5, 12, 15, kmax}) {
+        if (nc > kmax) continue;
+        std::vector<uint8_t> pk(k().tokens_pack_bytes(n, nc) + 64);
+        uint8_t* packed = pk.data() + (64 - reinterpret_cast<uintptr_t>(pk.data()) % 64) % 64;
+        k().pack_tokens(n, x.data(), xrb, nc, packed, 0, xb / 2);
+        k().pack_tokens(n, x.data(), xrb, nc, packed, xb / 2, xb);
+        const int64_t lds = nr + 3;
+        std::vector<float> s(static_cast<size_t>(lds * (kmax + 1)), -7.0f);
+        k().vec_dot_tokens(n, s.data(), lds, w.data(), rb, packed, nr, nc);
+        for (int c = 0; c <= kmax; ++c)
+          for (int64_t r = 0; r < lds; ++r) {
+            const float got = s[static_cast<size_t>(c * lds + r)];
+            if (c >= nc || r >= nr) {
+              ASSERT_EQ(got, -7.0f) << "wrote outside: r=" << r << " c=" << c << " nr=" << nr << " nc=" << nc;
+              continue;
+            }
+            const float want = twin(n, w.data() + rb * r, x.data() + xb * c);
+            ASSERT_TRUE(same_bits(got, want)) << "n=" << n << " nr=" << nr << " nc=" << nc << " r=" << r << " c=" << c;
+          }
+      }
+    }
+  }
+}
+
 // The largest integer sums: Q4_K nibbles 15 with scales and mins 63, Q6_K
 // quants -32 or 31 with scales -128 or 127, activations +-127 (sums near
 // 2^25 and 2^27: float(sumi) rounds, identically everywhere).
@@ -193,6 +236,17 @@ TEST_P(KQuantLanes, ExtremeSumsMatchTwin) {
   const int tr = tile_rows();
   std::vector<float> tile(static_cast<size_t>(tr * kTokens));
   k().vec_dot_tile(n, tile.data(), tr, w.data(), rb, x.data(), xrb, tr, kTokens);
+  std::vector<float> tok(static_cast<size_t>(kRows * kTokens));
+  if (k().vec_dot_tokens) {
+    std::vector<uint8_t> pk(k().tokens_pack_bytes(n, kTokens) + 64);
+    uint8_t* packed = pk.data() + (64 - reinterpret_cast<uintptr_t>(pk.data()) % 64) % 64;
+    k().pack_tokens(n, x.data(), xrb, kTokens, packed, 0, n / kQK_K);
+    k().vec_dot_tokens(n, tok.data(), kRows, w.data(), rb, packed, kRows, kTokens);
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t c = 0; c < kTokens; ++c)
+        ASSERT_TRUE(same_bits(tok[c * kRows + r], twin(n, w.data() + rb * r, x.data() + c * n / kQK_K)))
+            << "tokens r=" << r << " c=" << c;
+  }
   for (int64_t r = 0; r < kRows; ++r) {
     ASSERT_TRUE(same_bits(rows[r], twin(n, w.data() + rb * r, x.data()))) << "rows r=" << r;
     for (int64_t c = 0; r < tr && c < kTokens; ++c)
@@ -201,10 +255,11 @@ TEST_P(KQuantLanes, ExtremeSumsMatchTwin) {
   }
 }
 
-// The driver at the level: any token count (1: decode rows; 300: more than
-// one tile call's tokens) and thread count gives the twin's bits.
+// The driver at the level: any token count (1: decode rows; 12 .. 16: token
+// lanes at AVX-512; 300: more than one tile call's tokens) and thread count
+// gives the twin's bits.
 TEST_P(KQuantLanes, MatmulMatchesTwin) {
-  constexpr int64_t kRows = 45, n = 512;
+  constexpr int64_t kRows = 150, n = 512;  // several row tasks on 2 threads
   const Isa saved = active_isa();
   set_active_isa(isa());
   const std::vector<uint8_t> wb = make_weights(t(), kRows, n, 21);
@@ -212,7 +267,7 @@ TEST_P(KQuantLanes, MatmulMatchesTwin) {
   const size_t rb = dtype_row_size(t(), n);
   ThreadPool pool1(1), pool2(2);
   MatmulScratch scratch;
-  for (int64_t tokens : {1, 2, 33, 300}) {
+  for (int64_t tokens : {1, 2, 11, 12, 16, 17, 33, 300}) {
     std::mt19937 rng(static_cast<uint32_t>(tokens));
     std::normal_distribution<float> gauss(0.0f, 1.0f);
     std::vector<float> xf(static_cast<size_t>(tokens * n));

@@ -232,6 +232,18 @@ constexpr int kLaneKTileRows = 16;
 constexpr int kLaneKTileCols = 64;
 EMBER_DECLARE_LANES_K(q4_K)
 EMBER_DECLARE_LANES_K(q6_K)
+// The token-lane form of the same arithmetic (avx512/lanes_kquants_tokens.cpp):
+// kLaneKTokensMin .. kLaneKTokensMax tokens (where it beats the tile),
+// activations packed once per matmul (KernelSet::pack_tokens), any number of
+// rows per call (the kernel accepts 1 .. kLaneKTokensMax tokens).
+constexpr int kLaneKTokensMin = 12;
+constexpr int kLaneKTokensMax = 16;
+size_t tokens_pack_bytes_q8_K(int64_t n, int nc);
+void pack_tokens_q8_K(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b, int64_t e);
+void vec_dot_tokens_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                    const void* packed, int64_t nr, int nc);
+void vec_dot_tokens_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                    const void* packed, int64_t nr, int nc);
 
 }  // namespace avx512
 

@@ -54,7 +54,7 @@ void tile_rows_range(const KernelSet& wk, int64_t n_in, int64_t rb, int64_t re, 
   }
 }
 
-enum class Path { kRows, kTile, kDots };
+enum class Path { kRows, kTokens, kTile, kDots };
 
 // One weight matrix's share of the work: its output rows [0, n_rows), swept
 // along `path` in tasks of `grain` rows.
@@ -67,6 +67,7 @@ struct Job {
   size_t w_row_bytes;
   const uint8_t* xq;  // the activations in this weight's vec_dot_type
   size_t x_row_bytes;
+  const uint8_t* packed = nullptr;  // kTokens: the activations packed by wk->pack_tokens
   float* y;
   int64_t ldy;
 };
@@ -84,6 +85,11 @@ Job plan(const TensorView& w, float* y, int64_t ldy, int64_t n_tokens, int n_thr
     // its call (hardware prefetchers miss its access pattern).
     j.path = Path::kRows;
     j.grain = std::max<int64_t>(kDecodeRows, j.n_rows / (4 * static_cast<int64_t>(n_threads)) / 8 * 8);
+  } else if (j.wk->vec_dot_tokens && n_tokens >= std::max(2, j.wk->tokens_min) && n_tokens <= j.wk->tokens_max) {
+    // A few tokens (batched decode): each weight row streamed once for all of
+    // them, in runs of rows as long as decode's.
+    j.path = Path::kTokens;
+    j.grain = std::max<int64_t>(kDecodeRows, j.n_rows / (4 * static_cast<int64_t>(n_threads)) / 16 * 16);
   } else if (j.wk->vec_dot_tile) {
     // Panels of consecutive tiles per task (several per thread for balance):
     // tile kernels prefetch the rows that follow them.
@@ -106,6 +112,10 @@ void run(const Job& j, int64_t n_in, int64_t n_tokens, int64_t rb, int64_t re) {
     case Path::kRows:
       j.wk->vec_dot_rows(n_in, j.y + rb, j.wrows + static_cast<size_t>(rb) * j.w_row_bytes, j.w_row_bytes, j.xq,
                          re - rb);
+      return;
+    case Path::kTokens:
+      j.wk->vec_dot_tokens(n_in, j.y + rb, j.ldy, j.wrows + static_cast<size_t>(rb) * j.w_row_bytes, j.w_row_bytes,
+                           j.packed, re - rb, static_cast<int>(n_tokens));
       return;
     case Path::kTile:
       tile_rows_range(*j.wk, n_in, rb, re, j.wrows, j.w_row_bytes, j.xq, j.x_row_bytes, n_tokens, j.y, j.ldy);
@@ -146,6 +156,25 @@ void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t
     total += (row_bytes[n_types] * static_cast<size_t>(n_tokens) + kActAlign - 1) / kActAlign * kActAlign;
     ++n_types;
   }
+  // Token-lane packs: each (format, pack function) once.
+  struct Pack {
+    int act;
+    PackTokensFn fn;
+    size_t offset;
+  };
+  Pack packs[kMaxMatmulTargets];
+  int n_packs = 0;
+  for (int i = 0; i < n_jobs; ++i) {
+    if (jobs[i].path != Path::kTokens) continue;
+    const int a = static_cast<int>(std::find(types, types + n_types, act[i]) - types);
+    EMBER_CHECK(a < n_types);
+    bool seen = false;
+    for (int p = 0; p < n_packs; ++p) seen = seen || (packs[p].act == a && packs[p].fn == jobs[i].wk->pack_tokens);
+    if (seen) continue;
+    packs[n_packs++] = {a, jobs[i].wk->pack_tokens, total};
+    const size_t bytes = jobs[i].wk->tokens_pack_bytes(n_in, static_cast<int>(n_tokens));
+    total += (bytes + kActAlign - 1) / kActAlign * kActAlign;
+  }
   uint8_t* buf = n_types ? scratch.get(total) : nullptr;
   if (n_types) {
     QuantizeRowFn quantize[kMaxActTypes];
@@ -160,6 +189,13 @@ void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t
           quantize[a](x + t * ldx, buf + offset[a] + static_cast<size_t>(t) * row_bytes[a], n_in);
     });
     scratch.count_converted(n_types * n_tokens);
+    for (int p = 0; p < n_packs; ++p) {
+      const int a = packs[p].act;
+      const PackTokensFn fn = packs[p].fn;
+      pool.parallel_for(n_in / dtype_block_size(types[a].type), 1, [&](int64_t b, int64_t e, int) {
+        fn(n_in, buf + offset[a], row_bytes[a], static_cast<int>(n_tokens), buf + packs[p].offset, b, e);
+      });
+    }
   }
   for (int i = 0; i < n_jobs; ++i) {
     if (act[i].type == DType::kF32) {
@@ -170,6 +206,9 @@ void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t
     const int a = static_cast<int>(std::find(types, types + n_types, act[i]) - types);
     jobs[i].xq = buf + offset[a];
     jobs[i].x_row_bytes = row_bytes[a];
+    for (int p = 0; p < n_packs; ++p)
+      if (jobs[i].path == Path::kTokens && packs[p].act == a && packs[p].fn == jobs[i].wk->pack_tokens)
+        jobs[i].packed = buf + packs[p].offset;
   }
 
   // 2. Every job's output rows, cut into tasks of its grain, in one parallel

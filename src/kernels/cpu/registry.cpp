@@ -37,6 +37,14 @@ void set_tile(KernelSet& k, VecDotTileFn f, int rows, int cols) {
   k.tile_cols = cols;
 }
 
+void set_tokens(KernelSet& k, VecDotTokensFn f, PackTokensFn pack, TokensPackBytesFn bytes, int min, int max) {
+  k.vec_dot_tokens = f;
+  k.pack_tokens = pack;
+  k.tokens_pack_bytes = bytes;
+  k.tokens_min = min;
+  k.tokens_max = max;
+}
+
 void fill_scalar(Table& t) {
   const Isa s = Isa::kScalar;
   at(t, DType::kF32, s) = {copy_row_f32_out, copy_row_f32, ref::vec_dot_f32};
@@ -138,6 +146,11 @@ void fill_avx512(Table& t) {
   at(t, DType::kQ6_K, v).vec_dot_rows = avx512::vec_dot_rows_lanes_q6_K_q8_K;
   set_tile(at(t, DType::kQ6_K, v), avx512::vec_dot_tile_lanes_q6_K_q8_K, avx512::kLaneKTileRows,
            avx512::kLaneKTileCols);
+  // ... and their token-lane form for a few tokens (batched decode).
+  set_tokens(at(t, DType::kQ4_K, v), avx512::vec_dot_tokens_lanes_q4_K_q8_K, avx512::pack_tokens_q8_K,
+             avx512::tokens_pack_bytes_q8_K, avx512::kLaneKTokensMin, avx512::kLaneKTokensMax);
+  set_tokens(at(t, DType::kQ6_K, v), avx512::vec_dot_tokens_lanes_q6_K_q8_K, avx512::pack_tokens_q8_K,
+             avx512::tokens_pack_bytes_q8_K, avx512::kLaneKTokensMin, avx512::kLaneKTokensMax);
 }
 
 // Fills null fields at each level from the level below.
@@ -157,6 +170,9 @@ void inherit_lower_levels(Table& t) {
         k.tile_rows = lower.tile_rows;
         k.tile_cols = lower.tile_cols;
       }
+      if (!k.vec_dot_tokens && k.vec_dot == lower.vec_dot)
+        set_tokens(k, lower.vec_dot_tokens, lower.pack_tokens, lower.tokens_pack_bytes, lower.tokens_min,
+                   lower.tokens_max);
     }
   }
 }
