@@ -165,6 +165,29 @@ void dot_key(const float* const* q, int rows, int dk, const KvView& kv, int64_t 
   }
 }
 
+// Scores of the 16 keys p0 .. p0 + 15 for `rows` rows that all see them:
+// sc[r][j + k] = (q[r]·k_{p0+k}) * scale, each dot with dot_rows' fmas and
+// V::hsum's adds (the levels with V::kHsum16 reduce 16 keys together). Rows
+// run one at a time against the 16 keys (16 accumulators in registers; the
+// keys' rows stay in L1 for the next row). Not for q4c keys; dk % 16 == 0.
+template <class V, KvType KT>
+void dot_keys16(const float* const* q, int rows, int dk, const KvView& kv, int64_t p0, int hkv, float scale,
+                float (*sc)[kTile], int j) {
+  const uint8_t* kr[16];
+  for (int k = 0; k < 16; ++k) kr[k] = kv_key_row(kv, p0 + k, hkv, dk);
+  for (int r = 0; r < rows; ++r) {
+    typename V::Vec a[16];
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; ++k) a[k] = V::zero();
+    for (int i = 0; i < dk; i += 16) {
+      const typename V::Vec qv = V::load(q[r] + i);
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) a[k] = V::fmadd(qv, V::template load_kv<KT>(kr[k], i), a[k]);
+    }
+    V::hsum16_scaled(a, scale, sc[r] + j);
+  }
+}
+
 // acc_r[i] += p[r][j] * v_j[i] for j = j0..j1-1 in order, for M rows, with
 // accumulators kept in registers across keys (16 floats at a time), V rows
 // decoded by V::load_kv<VT>. Requires dv % 16 == 0.
@@ -246,6 +269,14 @@ void reduce_chunk_t(const AttentionShape& s, const float* const* q, int nr, int 
     int rows = na;  // rows that see key j
     for (int j = 0; j < n; ++j) {
       while (nk[rows - 1] <= j) --rows;
+      if constexpr (V::kHsum16 && KT != KvType::kQ4C) {
+        // 16 keys every row here sees, no softcap: their scores at once.
+        if (!(s.softcap > 0.f) && dk % 16 == 0 && j + 16 <= nk[rows - 1]) {
+          dot_keys16<V, KT>(q, rows, dk, kv, t0 + j, hkv, s.scale, sc, j);
+          j += 15;
+          continue;
+        }
+      }
       dot_key<V, KT>(q, rows, dk, kv, t0 + j, hkv, tail_from, dots);
       for (int r = 0; r < rows; ++r) {
         float v = dots[r] * s.scale;

@@ -71,6 +71,8 @@ struct Avx2Vec16 {
   }
   static Vec fmadd(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
   static float hsum(Vec v) { return simd::hsum_f32x8(_mm256_add_ps(v.lo, v.hi)); }
+  static constexpr bool kHsum16 = false;  // 16 accumulators would not fit 16 registers
+  static void hsum16_scaled(const Vec*, float, float*) {}
   template <KvType T>
   static Vec load_kv(const uint8_t* row, int i) {
     return {load8<T>(row, i), load8<T>(row, i + 8)};

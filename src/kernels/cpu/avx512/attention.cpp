@@ -34,6 +34,26 @@ struct Avx512Vec16 {
   static float hsum(Vec v) {
     return simd::hsum_f32x8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
   }
+  // out[k] = hsum(a[k]) * scale for 16 accumulators at once: the same adds
+  // as hsum lane for lane (lanes i + 8, then i + 4, then 0 + 2 and 1 + 3,
+  // then those two), done for 16 keys in 15 vector adds.
+  static constexpr bool kHsum16 = true;
+  static void hsum16_scaled(const Vec a[16], float scale, float* out) {
+    Vec l1[8], l2[4], l3[2];
+    for (int m = 0; m < 8; ++m)  // chunks 0-1: a[2m] lanes i + i+8; 2-3: a[2m + 1]
+      l1[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44),
+                            _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE));
+    for (int n = 0; n < 4; ++n)  // chunk c: key 4n + c, lanes i + i+4
+      l2[n] = _mm512_add_ps(_mm512_shuffle_f32x4(l1[2 * n], l1[2 * n + 1], 0x88),
+                            _mm512_shuffle_f32x4(l1[2 * n], l1[2 * n + 1], 0xDD));
+    for (int o = 0; o < 2; ++o)  // chunk c: (0+2, 1+3) of keys 8o + c, 8o + 4 + c
+      l3[o] = _mm512_add_ps(_mm512_shuffle_ps(l2[2 * o], l2[2 * o + 1], 0x44),
+                            _mm512_shuffle_ps(l2[2 * o], l2[2 * o + 1], 0xEE));
+    // lane 4c + l: key 4l + c; the 4 x 4 transpose puts key k in lane k.
+    const Vec r = _mm512_add_ps(_mm512_shuffle_ps(l3[0], l3[1], 0x88), _mm512_shuffle_ps(l3[0], l3[1], 0xDD));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_permutexvar_ps(idx, r), _mm512_set1_ps(scale)));
+  }
   // Elements i..i+15 (i % 16 == 0) of a K/V head row of type T, decoded to
   // exactly the floats kv_load_row gives.
   template <KvType T>
