@@ -69,7 +69,9 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
   const double cpu0 = process_cpu_seconds();
   auto drain = [&]() -> Status {
     while (e.has_unfinished()) {
+      const double step_cpu0 = process_cpu_seconds();
       auto out = e.step();
+      const double step_cpu = process_cpu_seconds() - step_cpu0;
       if (!out) return out.status();
       res.output_tokens += static_cast<int64_t>(out->tokens.size());
       n_finished += static_cast<int>(out->finished.size());
@@ -80,14 +82,17 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
         const size_t i = std::stoul(t.id.substr(6));  // "bench-<i>"
         if (i < started.size() && !started[i]) {
           started[i] = 1;
-          if (++n_started == started.size())
+          if (++n_started == started.size()) {
             res.first_tokens_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            res.first_tokens_cpu_seconds = process_cpu_seconds() - cpu0;
+          }
         }
       }
       // Pure decode steps: one known token per sequence (+ its drafts).
       if (out->n_seqs > 0 && out->n_batched_tokens == out->n_seqs + out->n_spec_tokens) {
         decode_s += out->seconds;
         decode_tokens += static_cast<int64_t>(out->tokens.size());
+        res.decode_cpu_seconds += step_cpu;
         waste_sum += e.stats().kv_waste();
         ++waste_steps;
       }
@@ -107,6 +112,7 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
   res.tokens_per_s = (res.prompt_tokens + res.output_tokens) / res.seconds;
   res.output_tokens_per_s = res.output_tokens / res.seconds;
   res.decode_tokens_per_s = decode_s > 0 ? decode_tokens / decode_s : 0;
+  res.decode_tokens = decode_tokens;
   res.cpu_seconds_per_1k_output_tokens = cpu_seconds_per_1k(res.cpu_seconds, static_cast<double>(res.output_tokens));
   res.mean_kv_waste = waste_steps > 0 ? waste_sum / waste_steps : 0;
   res.stats = e.stats();

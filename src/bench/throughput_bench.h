@@ -43,6 +43,9 @@ struct ThroughputResult {
   int num_requests = 0;
   double cpu_seconds = 0;                     // process CPU time (all threads) of the run
   double cpu_seconds_per_1k_output_tokens = 0;
+  double first_tokens_cpu_seconds = 0;  // process CPU time until every request had its first token
+  double decode_cpu_seconds = 0;        // process CPU time of the pure-decode steps
+  int64_t decode_tokens = 0;            // tokens those steps produced
   EngineStats stats;
   // One-line summary.
   std::string summary() const;

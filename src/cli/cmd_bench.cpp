@@ -256,8 +256,16 @@ struct BenchRow {
 // Batched latency rows run through the serving engine: `batch` sequences
 // together, prefill (n_gen == 0: tokens/s until every prompt is computed) or
 // decode (n_prompt == 0: tokens/s of the pure decode steps).
-Result<double> engine_row_tps(const Model& m, ThreadPool& pool, int batch, int n_prompt, int n_gen, uint64_t seed,
-                              KvTypes kv_types) {
+// One batched row's measurement: tokens/s of its phase (all prompts, or the
+// pure-decode steps) and the process CPU time that phase took.
+struct EngineRowResult {
+  double tps = 0;
+  double cpu_seconds = 0;
+  double tokens = 0;
+};
+
+Result<EngineRowResult> engine_row_tps(const Model& m, ThreadPool& pool, int batch, int n_prompt, int n_gen,
+                                       uint64_t seed, KvTypes kv_types) {
   const ModelConfig& c = m.config();
   ThroughputOptions o;
   o.num_prompts = batch;
@@ -275,8 +283,10 @@ Result<double> engine_row_tps(const Model& m, ThreadPool& pool, int batch, int n
                                                   batch, o.engine.max_num_batched_tokens);
   auto r = run_throughput_bench(m, pool, o);
   if (!r) return r.status();
-  if (n_gen == 0) return static_cast<double>(batch) * n_prompt / r->first_tokens_seconds;
-  return r->decode_tokens_per_s;
+  if (n_gen == 0)
+    return EngineRowResult{static_cast<double>(batch) * n_prompt / r->first_tokens_seconds,
+                           r->first_tokens_cpu_seconds, static_cast<double>(batch) * n_prompt};
+  return EngineRowResult{r->decode_tokens_per_s, r->decode_cpu_seconds, static_cast<double>(r->decode_tokens)};
 }
 
 }  // namespace
@@ -380,18 +390,17 @@ int cmd_bench(int argc, char** argv, int first) {
           const std::string at_depth = pass == 1 && depth > 0 ? "@d" + std::to_string(depth) : "";
           BenchRow row{(pass == 0 ? "pp" : "tg") + std::to_string(len) + at_depth, threads, np, ng, b, {}};
           for (int r = 0; r <= reps; ++r) {
-            const double c0 = process_cpu_seconds();
             // tg rows decode after -d context tokens per sequence (llama-batched-bench's -npp).
-            auto tps = engine_row_tps(m, pool, b, pass == 0 ? np : depth, ng, 1000 + r, *kv_types);
-            if (!tps) {
-              std::fprintf(stderr, "ember bench: %s\n", tps.status().message().c_str());
+            auto res = engine_row_tps(m, pool, b, pass == 0 ? np : depth, ng, 1000 + r, *kv_types);
+            if (!res) {
+              std::fprintf(stderr, "ember bench: %s\n", res.status().message().c_str());
               return kExitFailure;
             }
             if (r > 0) {
-              // The whole engine run (prompts and decode) per processed token of the row's kind.
-              row.tps.push_back(*tps);
-              row.cpu_seconds += process_cpu_seconds() - c0;
-              row.tokens += static_cast<double>(b) * (np + ng);
+              // CPU time of the row's phase only (the prompts, or the decode steps).
+              row.tps.push_back(res->tps);
+              row.cpu_seconds += res->cpu_seconds;
+              row.tokens += res->tokens;
             }
             tick(row.test + " b" + std::to_string(b), threads, r);
           }

@@ -28,6 +28,13 @@ TEST(ThroughputBench, CountsAndModes) {
     EXPECT_GT(r->tokens_per_s, 0);
     EXPECT_EQ(r->stats.blocks_used, 0);
     EXPECT_FALSE(r->summary().empty());
+    // The CPU time of each phase is part of the run's, and decode steps ran.
+    EXPECT_GT(r->decode_tokens, 0);
+    EXPECT_LE(r->decode_tokens, r->output_tokens);
+    EXPECT_GT(r->decode_cpu_seconds, 0);
+    EXPECT_GT(r->first_tokens_cpu_seconds, 0);
+    EXPECT_LE(r->first_tokens_cpu_seconds, r->cpu_seconds);
+    EXPECT_LE(r->decode_cpu_seconds, r->cpu_seconds);
     if (sequential) {
       EXPECT_EQ(r->stats.n_computed_tokens, 6 * (20 + 7 - 1));  // no prefix sharing (random prompts)
     }
