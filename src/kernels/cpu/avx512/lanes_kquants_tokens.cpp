@@ -25,7 +25,7 @@
 // Rows run four at a time (their accumulators stay in registers), the next
 // four prefetched meanwhile; 16 rows' results are transposed back to the
 // [token][row] output with one 16 x 16 transpose. Measured against the tile
-// (bench_gemm, one thread): about 1.17x (Q4_K) and 1.45x (Q6_K) at 16
+// (bench_gemm, one thread): about 1.24x (Q4_K) and 1.5x (Q6_K) at 16
 // tokens, even at 12, behind it below that (idle lanes) and at 24-32 tokens
 // (where the tile's transposition is shared by enough tokens): hence
 // kLaneKTokensMin .. kLaneKTokensMax.
@@ -205,12 +205,16 @@ void row_pass(int64_t nb, const uint8_t* g16, size_t w_row_bytes, int gr, int r0
   using Block = typename T::Block;
   __m512 acc[kP], acc_m[kP];
   for (int p = 0; p < kP; ++p) acc[p] = acc_m[p] = _mm512_setzero_ps();
-  typename T::Row rw[kP];
+  // Unpacked one super-block ahead, so the step's 4-byte loads come well
+  // after the wide stores that wrote them (measured: ~5% faster).
+  typename T::Row rw[2][kP];
   const uint8_t* next = g16 + static_cast<size_t>(r0 + kP) * w_row_bytes;
+  for (int p = 0; p < kP; ++p) T::prep(*block_at<Block>(g16, w_row_bytes, gr, r0 + p, 0), rw[0][p]);
   for (int64_t i = 0; i < nb; ++i) {
     prefetch_next<Block>(next, w_row_bytes, n_next, i);
-    for (int p = 0; p < kP; ++p) T::prep(*block_at<Block>(g16, w_row_bytes, gr, r0 + p, i), rw[p]);
-    T::template step<kP>(rw, packed[i], acc, acc_m);
+    if (i + 1 < nb)
+      for (int p = 0; p < kP; ++p) T::prep(*block_at<Block>(g16, w_row_bytes, gr, r0 + p, i + 1), rw[(i + 1) & 1][p]);
+    T::template step<kP>(rw[i & 1], packed[i], acc, acc_m);
   }
   for (int p = 0; p < kP; ++p) res[r0 + p] = _mm512_sub_ps(acc[p], acc_m[p]);
 }
