@@ -37,18 +37,8 @@ declare -A S  # results: key -> newline-separated samples
 add() { S[$1]+="$2"$'\n'; }
 
 # ---- 1. batched decode ----
-if [ "${SKIP_BATCHED:-0}" != 1 ]; then
-  for r in $(seq 1 "$ROUNDS"); do
-    e=$("$EMBER" bench throughput -m "$MODEL" --num-prompts 16 --input-len 128 --output-len 64 --max-num-seqs 16 \
-        --kv-cache-memory 1G -t "$T" 2>/dev/null | tee "$OUT/batched-ember-$r.txt" |
-        grep -o 'decode steps [0-9.]* tokens/s' | awk '{print $3}' | head -1)
-    l=$("$LLAMA_BIN/llama-batched-bench" -m "$MODEL" -c 4096 -b 2048 -ub 512 -npp 128 -ntg 64 -npl 16 -t "$T" \
-        2>/dev/null | tee "$OUT/batched-llama-$r.txt" | awk -F'|' '/^\|[ ]*128[ ]*\|/ {gsub(/ /,"",$9); print $9}' |
-        head -1)
-    echo "batched round $r: ember decode ${e:-?} tok/s, llama.cpp S_TG ${l:-?} t/s"
-    [ -n "$e" ] && add be "$e"
-    [ -n "$l" ] && add bl "$l"
-  done
+if [ "${SKIP_BATCHED:-0}" != 1 ]; then  # its own rounds, medians and per-round ratios
+  LLAMA_BIN=$LLAMA_BIN THREADS=$T tools/bench_batched.sh "$MODEL" "$ROUNDS" "$EMBER" | tee "$OUT/batched.txt"
 fi
 
 wait_ready() {  # URL SECONDS
@@ -94,10 +84,6 @@ if [ "${SKIP_SERVE:-0}" != 1 ]; then
 fi
 
 echo "== medians (load after: $(cut -d' ' -f1-3 /proc/loadavg))"
-if [ -n "${S[be]:-}" ]; then
-  a=$(printf '%s' "${S[be]}" | median); b=$(printf '%s' "${S[bl]:-}" | median)
-  echo "batched decode 16 x (128 + 64): ember $a tok/s, llama.cpp $b t/s, ratio $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", a/b}')"
-fi
 for c in $CONC; do
   for IN in 250 64; do
     [ -n "${S[se-$c-$IN]:-}" ] || continue

@@ -163,7 +163,7 @@ TEST_P(KQuantLanes, TokensMatchTwin) {
     const size_t rb = dtype_row_size(t(), n), xrb = dtype_row_size(DType::kQ8_K, n);
     for (int64_t nr : {1, 3, 16, 17, 37, 70}) {
       const std::vector<uint8_t> w = make_weights(t(), nr, n, static_cast<uint32_t>(n * 3 + nr));
-      for (int nc : {1, 2, 3, 5, 12, 15, kmax}) {
+      for (int nc : {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, kmax}) {
         if (nc > kmax) continue;
         std::vector<uint8_t> pk(k().tokens_pack_bytes(n, nc) + 64);
         uint8_t* packed = pk.data() + (64 - reinterpret_cast<uintptr_t>(pk.data()) % 64) % 64;
