@@ -46,6 +46,12 @@ using VecDotRowsFn = void (*)(int64_t n, float* s, const void* w, size_t w_row_b
 // (blocks of the vec_dot_type; disjoint ranges may be packed concurrently).
 // vec_dot_tokens then computes s[c * lds + r] = dot(w row r, x row c) for
 // r < nr (any nr >= 1), c < nc, bit-identical to vec_dot.
+// A few tokens over many rows (optional): s[c * lds + r] = dot(w row r, x
+// row c) for r < nr (any nr >= 1), c < nc (1 <= nc <= KernelSet::few_max),
+// activation rows of vec_dot_type `x_row_bytes` apart. Bit-identical to
+// vec_dot.
+using VecDotFewFn = void (*)(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                             size_t x_row_bytes, int64_t nr, int nc);
 using TokensPackBytesFn = size_t (*)(int64_t n, int nc);
 using PackTokensFn = void (*)(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
                               int64_t e);
@@ -65,6 +71,9 @@ struct KernelSet {
   // the same blocks (values in [-7, 7], scale amax / 7): W4A4 / W8A4 through
   // the int8 kernels (MatmulTarget::act_bits). Null: no 4-bit form.
   QuantizeRowFn quantize_row_int4 = nullptr;
+  // Few-token form (null: none): the driver uses it for 2 <= nc <= few_max.
+  VecDotFewFn vec_dot_few = nullptr;
+  int few_max = 0;
   // Token-lane form (null: none; the matmul driver then uses the tile).
   VecDotTokensFn vec_dot_tokens = nullptr;
   PackTokensFn pack_tokens = nullptr;

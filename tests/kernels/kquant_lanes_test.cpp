@@ -187,6 +187,36 @@ TEST_P(KQuantLanes, TokensMatchTwin) {
   }
 }
 
+// The few-token decode form: any row count x 1 .. few_max tokens, bit for
+// bit against the twin, nothing written outside the outputs.
+TEST_P(KQuantLanes, FewMatchTwin) {
+  if (!k().vec_dot_few) GTEST_SKIP() << "no few-token kernel at " << isa_name(isa());
+  const int kmax = k().few_max;
+  for (int64_t n : {256, 1280}) {
+    const int64_t xb = n / kQK_K;
+    const std::vector<BlockQ8_K> x = make_x(kmax, n, static_cast<uint32_t>(17 + n));
+    const size_t rb = dtype_row_size(t(), n), xrb = dtype_row_size(DType::kQ8_K, n);
+    for (int64_t nr : {1, 5, 16, 17, 37}) {
+      const std::vector<uint8_t> w = make_weights(t(), nr, n, static_cast<uint32_t>(n * 5 + nr));
+      for (int nc = 1; nc <= kmax; ++nc) {
+        const int64_t lds = nr + 3;
+        std::vector<float> s(static_cast<size_t>(lds * (kmax + 1)), -7.0f);
+        k().vec_dot_few(n, s.data(), lds, w.data(), rb, x.data(), xrb, nr, nc);
+        for (int c = 0; c <= kmax; ++c)
+          for (int64_t r = 0; r < lds; ++r) {
+            const float got = s[static_cast<size_t>(c * lds + r)];
+            if (c >= nc || r >= nr) {
+              ASSERT_EQ(got, -7.0f) << "wrote outside: r=" << r << " c=" << c << " nr=" << nr << " nc=" << nc;
+              continue;
+            }
+            ASSERT_TRUE(same_bits(got, twin(n, w.data() + rb * r, x.data() + xb * c)))
+                << "n=" << n << " nr=" << nr << " nc=" << nc << " r=" << r << " c=" << c;
+          }
+      }
+    }
+  }
+}
+
 // The largest integer sums: Q4_K nibbles 15 with scales and mins 63, Q6_K
 // quants -32 or 31 with scales -128 or 127, activations +-127 (sums near
 // 2^25 and 2^27: float(sumi) rounds, identically everywhere).
@@ -236,6 +266,14 @@ TEST_P(KQuantLanes, ExtremeSumsMatchTwin) {
   const int tr = tile_rows();
   std::vector<float> tile(static_cast<size_t>(tr * kTokens));
   k().vec_dot_tile(n, tile.data(), tr, w.data(), rb, x.data(), xrb, tr, kTokens);
+  if (k().vec_dot_few && kTokens <= k().few_max) {
+    std::vector<float> few(static_cast<size_t>(kRows * kTokens));
+    k().vec_dot_few(n, few.data(), kRows, w.data(), rb, x.data(), xrb, kRows, kTokens);
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t c = 0; c < kTokens; ++c)
+        ASSERT_TRUE(same_bits(few[c * kRows + r], twin(n, w.data() + rb * r, x.data() + c * n / kQK_K)))
+            << "few r=" << r << " c=" << c;
+  }
   std::vector<float> tok(static_cast<size_t>(kRows * kTokens));
   if (k().vec_dot_tokens) {
     std::vector<uint8_t> pk(k().tokens_pack_bytes(n, kTokens) + 64);
@@ -255,9 +293,9 @@ TEST_P(KQuantLanes, ExtremeSumsMatchTwin) {
   }
 }
 
-// The driver at the level: any token count (1: decode rows; 12 .. 16: token
-// lanes at AVX-512; 300: more than one tile call's tokens) and thread count
-// gives the twin's bits.
+// The driver at the level: any token count (1: decode rows; 2 .. 8: the
+// few-token decode form and 12 .. 16: token lanes at AVX-512; 300: more than
+// one tile call's tokens) and thread count gives the twin's bits.
 TEST_P(KQuantLanes, MatmulMatchesTwin) {
   constexpr int64_t kRows = 150, n = 512;  // several row tasks on 2 threads
   const Isa saved = active_isa();
@@ -267,7 +305,7 @@ TEST_P(KQuantLanes, MatmulMatchesTwin) {
   const size_t rb = dtype_row_size(t(), n);
   ThreadPool pool1(1), pool2(2);
   MatmulScratch scratch;
-  for (int64_t tokens : {1, 2, 11, 12, 16, 17, 33, 300}) {
+  for (int64_t tokens : {1, 2, 5, 8, 9, 11, 12, 16, 17, 33, 300}) {
     std::mt19937 rng(static_cast<uint32_t>(tokens));
     std::normal_distribution<float> gauss(0.0f, 1.0f);
     std::vector<float> xf(static_cast<size_t>(tokens * n));

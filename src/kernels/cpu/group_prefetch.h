@@ -19,7 +19,11 @@ namespace ember::lanes {
 // One sequential prefetch stream replaces kR per-row streams, which the
 // hardware prefetchers could not follow: with one stream per row the Q4_K /
 // Q6_K decode kernels drew ~5.6 GB/s from DRAM on one thread against ~10.5
-// for Q4_0 (docs/performance.md, "Q4_K / Q6_K decode").
+// for Q4_0 (docs/performance.md, "Q4_K / Q6_K decode"). The lines go to L2
+// (_MM_HINT_T1), not L1: a group of 16 rows is 36 KB (Q4_K, 4096 wide) to
+// 129 KB (14336 wide), so the next group prefetched into L1 evicted the
+// current one; one thread out of DRAM, 2026-12-04: Q4_K 4096-wide 11-15 GB/s
+// against 9-12, Q6_K 14336-wide 14-16 against 5-7.
 class GroupPrefetch {
  public:
   // next: the first byte of the next group (null: none), bytes long;
@@ -31,11 +35,11 @@ class GroupPrefetch {
   // Before super-block i's work: the next per_step lines.
   void step() {
     const int64_t end = std::min(lines_, done_ + per_step_);
-    for (; done_ < end; ++done_) _mm_prefetch(p_ + done_ * 64, _MM_HINT_T0);
+    for (; done_ < end; ++done_) _mm_prefetch(p_ + done_ * 64, _MM_HINT_T1);
   }
   // After the last step: whatever is left (fewer steps than planned).
   void finish() {
-    for (; done_ < lines_; ++done_) _mm_prefetch(p_ + done_ * 64, _MM_HINT_T0);
+    for (; done_ < lines_; ++done_) _mm_prefetch(p_ + done_ * 64, _MM_HINT_T1);
   }
 
  private:

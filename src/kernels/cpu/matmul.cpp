@@ -54,7 +54,7 @@ void tile_rows_range(const KernelSet& wk, int64_t n_in, int64_t rb, int64_t re, 
   }
 }
 
-enum class Path { kRows, kTokens, kTile, kDots };
+enum class Path { kRows, kFew, kTokens, kTile, kDots };
 
 // One weight matrix's share of the work: its output rows [0, n_rows), swept
 // along `path` in tasks of `grain` rows.
@@ -85,6 +85,10 @@ Job plan(const TensorView& w, float* y, int64_t ldy, int64_t n_tokens, int n_thr
     // its call (hardware prefetchers miss its access pattern).
     j.path = Path::kRows;
     j.grain = std::max<int64_t>(kDecodeRows, j.n_rows / (4 * static_cast<int64_t>(n_threads)) / 8 * 8);
+  } else if (j.wk->vec_dot_few && n_tokens <= j.wk->few_max) {
+    // 2 .. few_max tokens: decode's row kernel, each row unpacked once for all of them.
+    j.path = Path::kFew;
+    j.grain = std::max<int64_t>(kDecodeRows, j.n_rows / (4 * static_cast<int64_t>(n_threads)) / 16 * 16);
   } else if (j.wk->vec_dot_tokens && n_tokens >= std::max(2, j.wk->tokens_min) && n_tokens <= j.wk->tokens_max) {
     // A few tokens (batched decode): each weight row streamed once for all of
     // them, in runs of rows as long as decode's.
@@ -112,6 +116,10 @@ void run(const Job& j, int64_t n_in, int64_t n_tokens, int64_t rb, int64_t re) {
     case Path::kRows:
       j.wk->vec_dot_rows(n_in, j.y + rb, j.wrows + static_cast<size_t>(rb) * j.w_row_bytes, j.w_row_bytes, j.xq,
                          re - rb);
+      return;
+    case Path::kFew:
+      j.wk->vec_dot_few(n_in, j.y + rb, j.ldy, j.wrows + static_cast<size_t>(rb) * j.w_row_bytes, j.w_row_bytes, j.xq,
+                        j.x_row_bytes, re - rb, static_cast<int>(n_tokens));
       return;
     case Path::kTokens:
       j.wk->vec_dot_tokens(n_in, j.y + rb, j.ldy, j.wrows + static_cast<size_t>(rb) * j.w_row_bytes, j.w_row_bytes,

@@ -146,7 +146,11 @@ void fill_avx512(Table& t) {
   at(t, DType::kQ6_K, v).vec_dot_rows = avx512::vec_dot_rows_lanes_q6_K_q8_K;
   set_tile(at(t, DType::kQ6_K, v), avx512::vec_dot_tile_lanes_q6_K_q8_K, avx512::kLaneKTileRows,
            avx512::kLaneKTileCols);
-  // ... and their token-lane form for a few tokens (batched decode).
+  // ... their decode form for a few tokens (speculative verification, small batches) ...
+  at(t, DType::kQ4_K, v).vec_dot_few = avx512::vec_dot_few_lanes_q4_K_q8_K;
+  at(t, DType::kQ6_K, v).vec_dot_few = avx512::vec_dot_few_lanes_q6_K_q8_K;
+  at(t, DType::kQ4_K, v).few_max = at(t, DType::kQ6_K, v).few_max = avx512::kLaneKFewUse;
+  // ... and their token-lane form for 12-16 tokens (batched decode).
   set_tokens(at(t, DType::kQ4_K, v), avx512::vec_dot_tokens_lanes_q4_K_q8_K, avx512::pack_tokens_q8_K,
              avx512::tokens_pack_bytes_q8_K, avx512::kLaneKTokensMin, avx512::kLaneKTokensMax);
   set_tokens(at(t, DType::kQ6_K, v), avx512::vec_dot_tokens_lanes_q6_K_q8_K, avx512::pack_tokens_q8_K,
@@ -169,6 +173,10 @@ void inherit_lower_levels(Table& t) {
         k.vec_dot_tile = lower.vec_dot_tile;
         k.tile_rows = lower.tile_rows;
         k.tile_cols = lower.tile_cols;
+      }
+      if (!k.vec_dot_few && k.vec_dot == lower.vec_dot) {
+        k.vec_dot_few = lower.vec_dot_few;
+        k.few_max = lower.few_max;
       }
       if (!k.vec_dot_tokens && k.vec_dot == lower.vec_dot)
         set_tokens(k, lower.vec_dot_tokens, lower.pack_tokens, lower.tokens_pack_bytes, lower.tokens_min,

@@ -276,17 +276,29 @@ struct ScaleWordIndex {
 constexpr ScaleWordIndex<8, 8> kQ4KWords;
 constexpr ScaleWordIndex<4, 16> kQ6KWords;
 
-// sum over the 4 pieces of vpdpwssd(vpdpbusd(u[m], x piece m), words[m]).
+// A row's super-block ready for the dot with any token: the unpacked quants,
+// the vpdpwssd weight words of each 64-element piece, the (mins / scales)
+// words for the bsums term.
+struct PreppedRow {
+  __m512i u[4];
+  __m512i sw[4];  // sw[m]: words[m] gathered from the row's scales
+  __m256i mw;     // Q4_K: the mins, each twice; Q6_K: the scales
+};
+
 template <class Words>
-inline __m256i weighted_sum8(const __m512i u[4], const int8_t* y, __m512i sc16, const Words& words) {
+inline void scale_words(__m512i sc16, const Words& words, __m512i sw[4]) {
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) sw[m] = _mm512_permutexvar_epi16(_mm512_load_si512(words.idx[m]), sc16);
+}
+
+// sum over the 4 pieces of vpdpwssd(vpdpbusd(u[m], x piece m), sw[m]).
+inline __m256i weighted_sum8(const __m512i u[4], const int8_t* y, const __m512i sw[4]) {
   const __m512i z = _mm512_setzero_si512();
   __m512i s[2];
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
-    s[h] = _mm512_dpwssd_epi32(z, _mm512_dpbusd_epi32(z, u[h], _mm512_loadu_si512(y + 64 * h)),
-                               _mm512_permutexvar_epi16(_mm512_load_si512(words.idx[h]), sc16));
-    s[h] = _mm512_dpwssd_epi32(s[h], _mm512_dpbusd_epi32(z, u[h + 2], _mm512_loadu_si512(y + 64 * (h + 2))),
-                               _mm512_permutexvar_epi16(_mm512_load_si512(words.idx[h + 2]), sc16));
+    s[h] = _mm512_dpwssd_epi32(z, _mm512_dpbusd_epi32(z, u[h], _mm512_loadu_si512(y + 64 * h)), sw[h]);
+    s[h] = _mm512_dpwssd_epi32(s[h], _mm512_dpbusd_epi32(z, u[h + 2], _mm512_loadu_si512(y + 64 * (h + 2))), sw[h + 2]);
   }
   const __m512i t = _mm512_add_epi32(s[0], s[1]);
   return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
@@ -296,21 +308,24 @@ inline __m512i join(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_cas
 
 struct RowsQ4K {
   using Block = BlockQ4_K;
-  // [a | b]: 8 lanes whose total is sumi, 8 whose total is summ.
-  static __m512i sums(const Block& b, const BlockQ8_K& x) {
+  static void prep(const Block& b, PreppedRow& p) {
     alignas(16) uint8_t sc[8], m[8];
     simd::unpack_k4_scales(b.scales, sc, m);
-    const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    scale_words(_mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)))),
+                kQ4KWords, p.sw);
     const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
-    __m512i u[4];
-    unpack_nibbles(b, u);
-    return join(weighted_sum8(u, x.qs, sc16, kQ4KWords), _mm256_madd_epi16(loadu(x.bsums), mins));
+    p.mw = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
+    unpack_nibbles(b, p.u);
   }
-  static void step(const uint8_t* blocks, __m512i offsets, __m512i a, __m512i b, float xd, __m512& acc,
-                   __m512& acc_m) {
-    __m512 d, dmin;
+  // [a | b]: 8 lanes whose total is sumi, 8 whose total is summ.
+  static __m512i dot(const PreppedRow& p, const BlockQ8_K& x) {
+    return join(weighted_sum8(p.u, x.qs, p.sw), _mm256_madd_epi16(loadu(x.bsums), p.mw));
+  }
+  // The 16 rows' d and dmin of the super-block at `blocks`.
+  static void scales(const uint8_t* blocks, __m512i offsets, __m512& d, __m512& dmin) {
     gather_f16_pair(blocks, offsets, d, dmin);
+  }
+  static void step(__m512i a, __m512i b, __m512 d, __m512 dmin, float xd, __m512& acc, __m512& acc_m) {
     const __m512 vxd = _mm512_set1_ps(xd);
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(d, vxd), acc);
     acc_m = _mm512_fmadd_ps(_mm512_cvtepi32_ps(b), _mm512_mul_ps(dmin, vxd), acc_m);
@@ -319,16 +334,19 @@ struct RowsQ4K {
 
 struct RowsQ6K {
   using Block = BlockQ6_K;
-  // [a | b]: totals sum_g sc_g * sum(q * x) and sum_g sc_g * bsums[g].
-  static __m512i sums(const Block& b, const BlockQ8_K& x) {
-    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-    __m512i u[4];
-    unpack_q6(b, u);
-    return join(weighted_sum8(u, x.qs, _mm512_zextsi256_si512(sc), kQ6KWords), _mm256_madd_epi16(loadu(x.bsums), sc));
+  static void prep(const Block& b, PreppedRow& p) {
+    p.mw = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    scale_words(_mm512_zextsi256_si512(p.mw), kQ6KWords, p.sw);
+    unpack_q6(b, p.u);
   }
-  static void step(const uint8_t* blocks, __m512i offsets, __m512i a, __m512i b, float xd, __m512& acc, __m512&) {
-    __m512 unused, d;
+  // [a | b]: totals sum_g sc_g * sum(q * x) and sum_g sc_g * bsums[g].
+  static __m512i dot(const PreppedRow& p, const BlockQ8_K& x) {
+    return join(weighted_sum8(p.u, x.qs, p.sw), _mm256_madd_epi16(loadu(x.bsums), p.mw));
+  }
+  static void scales(const uint8_t* blocks, __m512i offsets, __m512& d, __m512& unused) {
     gather_f16_pair(blocks + offsetof(Block, d) - 2, offsets, unused, d);
+  }
+  static void step(__m512i a, __m512i b, __m512 d, __m512, float xd, __m512& acc, __m512&) {
     const __m512i sumi = _mm512_sub_epi32(a, _mm512_slli_epi32(b, 5));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(d, _mm512_set1_ps(xd)), acc);
   }
@@ -360,18 +378,75 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
     for (int64_t i = 0; i < nb; ++i) {
       __m512i v[kR];
       pf.step();  // the next group's bytes, a share per super-block
-      for (int r = 0; r < kR; ++r) v[r] = T::sums(*block_at<Block>(g, w_row_bytes, gr, r, i), x[i]);
+      for (int r = 0; r < kR; ++r) {
+        PreppedRow p;
+        T::prep(*block_at<Block>(g, w_row_bytes, gr, r, i), p);
+        v[r] = T::dot(p, x[i]);
+      }
       __m512i a, b;
       reduce_rows(v, a, b);
-      T::step(g + static_cast<size_t>(i) * sizeof(Block), offsets, a, b, x[i].d, acc, acc_m);
+      __m512 d, dmin;
+      T::scales(g + static_cast<size_t>(i) * sizeof(Block), offsets, d, dmin);
+      T::step(a, b, d, dmin, x[i].d, acc, acc_m);
     }
     _mm512_mask_storeu_ps(s + r0, static_cast<__mmask16>((1u << gr) - 1), _mm512_sub_ps(acc, acc_m));
   }
 }
 
+// A few tokens (2 .. kLaneKFewMax) over many rows: rows() for each token,
+// with each row's super-block unpacked once for all of them and the rows'
+// d / dmin gathered once. The same arithmetic as rows() token by token.
+template <class T>
+void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
+         size_t x_row_bytes, int64_t nr, int nc) {
+  using Block = typename T::Block;
+  const int64_t nb = n / kQK_K;
+  const BlockQ8_K* xt[kLaneKFewMax];
+  for (int t = 0; t < nc; ++t) xt[t] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t) * x_row_bytes);
+  for (int64_t r0 = 0; r0 < nr; r0 += kR) {
+    const int gr = static_cast<int>(std::min<int64_t>(kR, nr - r0));
+    const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
+    const __m512i offsets = row_offsets(w_row_bytes, gr);
+    __m512 acc[kLaneKFewMax], acc_m[kLaneKFewMax];
+    for (int t = 0; t < nc; ++t) acc[t] = acc_m[t] = _mm512_setzero_ps();
+    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb);
+    for (int64_t i = 0; i < nb; ++i) {
+      __m512i v[kLaneKFewMax][kR];
+      pf.step();
+      for (int r = 0; r < kR; ++r) {
+        PreppedRow p;
+        T::prep(*block_at<Block>(g, w_row_bytes, gr, r, i), p);
+        for (int t = 0; t < nc; ++t) v[t][r] = T::dot(p, xt[t][i]);
+      }
+      __m512 d, dmin;
+      T::scales(g + static_cast<size_t>(i) * sizeof(Block), offsets, d, dmin);
+      for (int t = 0; t < nc; ++t) {
+        __m512i a, b;
+        reduce_rows(v[t], a, b);
+        T::step(a, b, d, dmin, xt[t][i].d, acc[t], acc_m[t]);
+      }
+    }
+    for (int t = 0; t < nc; ++t)
+      _mm512_mask_storeu_ps(s + t * lds + r0, static_cast<__mmask16>((1u << gr) - 1), _mm512_sub_ps(acc[t], acc_m[t]));
+  }
+}
+
+
+
 }  // namespace
 
 EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
 EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
+
+void vec_dot_few_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                 size_t x_row_bytes, int64_t nr, int nc) {
+  few<RowsQ4K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
+               nr, nc);
+}
+void vec_dot_few_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                 size_t x_row_bytes, int64_t nr, int nc) {
+  few<RowsQ6K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
+               nr, nc);
+}
 
 }  // namespace ember::avx512
