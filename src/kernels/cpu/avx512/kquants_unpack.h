@@ -45,7 +45,7 @@ inline void unpack_q6(const BlockQ6_K& b, __m512i u[4]) {
 }
 
 // Out[k] lane r = in[r] dword k (16 x 16 dword transpose).
-inline void transpose16(const __m512i in[16], __m512i out[16]) {
+__attribute__((always_inline)) inline void transpose16(const __m512i in[16], __m512i out[16]) {
   __m512i t[16], u[16];
 #pragma GCC unroll 8
   for (int r = 0; r < 16; r += 2) {
