@@ -374,11 +374,11 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
     const __m512i offsets = row_offsets(w_row_bytes, gr);
     __m512 acc = _mm512_setzero_ps(), acc_m = _mm512_setzero_ps();
-    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb);
+    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * kR);
     for (int64_t i = 0; i < nb; ++i) {
       __m512i v[kR];
-      pf.step();  // the next group's bytes, a share per super-block
       for (int r = 0; r < kR; ++r) {
+        pf.step();  // the next group's bytes, a share per row of each super-block (no bursts)
         PreppedRow p;
         T::prep(*block_at<Block>(g, w_row_bytes, gr, r, i), p);
         v[r] = T::dot(p, x[i]);
@@ -409,11 +409,11 @@ void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     const __m512i offsets = row_offsets(w_row_bytes, gr);
     __m512 acc[kLaneKFewMax], acc_m[kLaneKFewMax];
     for (int t = 0; t < nc; ++t) acc[t] = acc_m[t] = _mm512_setzero_ps();
-    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb);
+    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * kR);
     for (int64_t i = 0; i < nb; ++i) {
       __m512i v[kLaneKFewMax][kR];
-      pf.step();
       for (int r = 0; r < kR; ++r) {
+        pf.step();
         PreppedRow p;
         T::prep(*block_at<Block>(g, w_row_bytes, gr, r, i), p);
         for (int t = 0; t < nc; ++t) v[t][r] = T::dot(p, xt[t][i]);
