@@ -22,6 +22,11 @@ ROUNDS=${2:-2}
 CONC=${3:-"8 32"}
 T=${THREADS:-2}
 N=${N:-32}
+# "PROMPT_WORDS OUTPUT_TOKENS" pairs. Prompts are random words: ~1 token a
+# word for real vocabularies, ~2.1 for `ember gen-model --synthetic-vocab`
+# files (use "118 64,30 256" there for ~250 / ~64 prompt tokens); each
+# slot of llama-server gets 4 tokens a word of room.
+WORKLOADS=${WORKLOADS:-"250 64,64 256"}
 LLAMA_BIN=${LLAMA_BIN:-/work/llama-cpp/bin}
 EMBER=${EMBER:-build/ember}
 OUT=${OUT:-bench_results/serve_llama}
@@ -58,9 +63,10 @@ bench() {
 }
 
 # ---- 2. serving ----
+IFS=, read -ra wls <<<"$WORKLOADS"
 if [ "${SKIP_SERVE:-0}" != 1 ]; then
   for c in $CONC; do
-    for wl in "250 64" "64 256"; do
+    for wl in "${wls[@]}"; do
       set -- $wl
       IN=$1 OL=$2
       for r in $(seq 1 "$ROUNDS"); do
@@ -70,7 +76,7 @@ if [ "${SKIP_SERVE:-0}" != 1 ]; then
         wait_ready http://127.0.0.1:18510 120 || { kill $P; die "ember serve did not start"; }
         read -r et ett en < <(bench ember 18510 "$c" "$IN" "$OL" "$r")
         kill -TERM $P; wait $P 2>/dev/null || true
-        "$LLAMA_BIN/llama-server" -m "$MODEL" --port 18511 -t "$T" -np "$c" -c $((c * (IN + OL + 64))) -cb \
+        "$LLAMA_BIN/llama-server" -m "$MODEL" --port 18511 -t "$T" -np "$c" -c $((c * (4 * IN + OL + 64))) -cb \
           --no-webui >"$OUT/llama-server.log" 2>&1 &
         P=$!
         wait_ready http://127.0.0.1:18511 120 || { kill $P; die "llama-server did not start"; }
@@ -85,7 +91,9 @@ fi
 
 echo "== medians (load after: $(cut -d' ' -f1-3 /proc/loadavg))"
 for c in $CONC; do
-  for IN in 250 64; do
+  for wl in "${wls[@]}"; do
+    set -- $wl
+    IN=$1
     [ -n "${S[se-$c-$IN]:-}" ] || continue
     a=$(printf '%s' "${S[se-$c-$IN]}" | median); b=$(printf '%s' "${S[sl-$c-$IN]}" | median)
     x=$(printf '%s' "${S[te-$c-$IN]}" | median); y=$(printf '%s' "${S[tl-$c-$IN]}" | median)
