@@ -47,6 +47,25 @@ class KQuantLanes : public ::testing::TestWithParam<std::tuple<DType, Isa>> {
     else ref::vec_dot_q6_K_q8_K_lanes(n, &s, w, x);
     return s;
   }
+  // s (cols x lds, filled with -7 before the call) holds the twin's bits
+  // at [c * lds + r] for r < nr, c < nc, and -7 everywhere else.
+  ::testing::AssertionResult outputs_match(const std::vector<float>& s, int64_t lds, int64_t nr, int nc, int64_t n,
+                                           const uint8_t* w, const BlockQ8_K* x) const {
+    const size_t rb = dtype_row_size(t(), n);
+    const int64_t xb = n / kQK_K;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const int64_t c = static_cast<int64_t>(i) / lds, r = static_cast<int64_t>(i) % lds;
+      const float got = s[i];
+      if (c >= nc || r >= nr) {
+        if (got != -7.0f) return ::testing::AssertionFailure() << "wrote outside: r=" << r << " c=" << c;
+        continue;
+      }
+      const float want = twin(n, w + rb * r, x + xb * c);
+      if (!same_bits(got, want))
+        return ::testing::AssertionFailure() << "r=" << r << " c=" << c << ": " << got << " vs " << want;
+    }
+    return ::testing::AssertionSuccess();
+  }
 };
 
 INSTANTIATE_TEST_SUITE_P(Types, KQuantLanes,
@@ -129,23 +148,13 @@ TEST_P(KQuantLanes, TilesMatchTwin) {
     const std::vector<uint8_t> w = make_weights(t(), kRows, n, static_cast<uint32_t>(n));
     const std::vector<BlockQ8_K> x = make_x(kTokens, n, 6);
     const size_t rb = dtype_row_size(t(), n), xrb = dtype_row_size(DType::kQ8_K, n);
-    const int64_t xb = n / kQK_K;
     for (int nr : {1, 3, 7, 8, 15, 16}) {
       if (nr > tile_rows()) continue;
       for (int nc : {2, 3, 4, 5, 9, 70}) {
         const int64_t lds = kRows + 3;
         std::vector<float> s(static_cast<size_t>(lds * kTokens), -7.0f);
         k().vec_dot_tile(n, s.data(), lds, w.data(), rb, x.data(), xrb, nr, nc);
-        for (int c = 0; c < kTokens; ++c)
-          for (int r = 0; r < lds; ++r) {
-            const float got = s[static_cast<size_t>(c * lds + r)];
-            if (c >= nc || r >= nr) {
-              ASSERT_EQ(got, -7.0f) << "wrote outside the tile: r=" << r << " c=" << c;
-              continue;
-            }
-            const float want = twin(n, w.data() + rb * r, x.data() + xb * c);
-            ASSERT_TRUE(same_bits(got, want)) << "n=" << n << " nr=" << nr << " nc=" << nc << " r=" << r << " c=" << c;
-          }
+        ASSERT_TRUE(outputs_match(s, lds, nr, nc, n, w.data(), x.data())) << "n=" << n << " nr=" << nr << " nc=" << nc;
       }
     }
   }
@@ -172,16 +181,7 @@ TEST_P(KQuantLanes, TokensMatchTwin) {
         const int64_t lds = nr + 3;
         std::vector<float> s(static_cast<size_t>(lds * (kmax + 1)), -7.0f);
         k().vec_dot_tokens(n, s.data(), lds, w.data(), rb, packed, nr, nc);
-        for (int c = 0; c <= kmax; ++c)
-          for (int64_t r = 0; r < lds; ++r) {
-            const float got = s[static_cast<size_t>(c * lds + r)];
-            if (c >= nc || r >= nr) {
-              ASSERT_EQ(got, -7.0f) << "wrote outside: r=" << r << " c=" << c << " nr=" << nr << " nc=" << nc;
-              continue;
-            }
-            const float want = twin(n, w.data() + rb * r, x.data() + xb * c);
-            ASSERT_TRUE(same_bits(got, want)) << "n=" << n << " nr=" << nr << " nc=" << nc << " r=" << r << " c=" << c;
-          }
+        ASSERT_TRUE(outputs_match(s, lds, nr, nc, n, w.data(), x.data())) << "n=" << n << " nr=" << nr << " nc=" << nc;
       }
     }
   }
@@ -193,7 +193,6 @@ TEST_P(KQuantLanes, FewMatchTwin) {
   if (!k().vec_dot_few) GTEST_SKIP() << "no few-token kernel at " << isa_name(isa());
   const int kmax = k().few_max;
   for (int64_t n : {256, 1280}) {
-    const int64_t xb = n / kQK_K;
     const std::vector<BlockQ8_K> x = make_x(kmax, n, static_cast<uint32_t>(17 + n));
     const size_t rb = dtype_row_size(t(), n), xrb = dtype_row_size(DType::kQ8_K, n);
     for (int64_t nr : {1, 5, 16, 17, 37}) {
@@ -202,16 +201,7 @@ TEST_P(KQuantLanes, FewMatchTwin) {
         const int64_t lds = nr + 3;
         std::vector<float> s(static_cast<size_t>(lds * (kmax + 1)), -7.0f);
         k().vec_dot_few(n, s.data(), lds, w.data(), rb, x.data(), xrb, nr, nc);
-        for (int c = 0; c <= kmax; ++c)
-          for (int64_t r = 0; r < lds; ++r) {
-            const float got = s[static_cast<size_t>(c * lds + r)];
-            if (c >= nc || r >= nr) {
-              ASSERT_EQ(got, -7.0f) << "wrote outside: r=" << r << " c=" << c << " nr=" << nr << " nc=" << nc;
-              continue;
-            }
-            ASSERT_TRUE(same_bits(got, twin(n, w.data() + rb * r, x.data() + xb * c)))
-                << "n=" << n << " nr=" << nr << " nc=" << nc << " r=" << r << " c=" << c;
-          }
+        ASSERT_TRUE(outputs_match(s, lds, nr, nc, n, w.data(), x.data())) << "n=" << n << " nr=" << nr << " nc=" << nc;
       }
     }
   }

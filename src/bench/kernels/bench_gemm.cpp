@@ -177,52 +177,39 @@ int main(int argc, char** argv) {
     const double sec_loop = time_median(reps, loop);
     std::printf("%-5s tile=%s  matmul %8.2f GMAC/s %8.3f ms   vec_dot loop %8.2f GMAC/s\n", dtype_name(t),
                 k.vec_dot_tile ? "yes" : "no ", macs / sec * 1e-9, sec * 1e3, macs / sec_loop * 1e-9);
-    // A few tokens: the few-token decode kernel against the tile over the
-    // same rows, one thread, alternating.
-    if (k.vec_dot_few && k.vec_dot_tile && tokens >= 2 && tokens <= k.few_max && tokens <= k.tile_cols) {
-      auto few = [&]() { k.vec_dot_few(n, y.data(), rows, w.data(), rb, xq.data(), xrb, rows, static_cast<int>(tokens)); };
+    // A few tokens: the few-token decode kernel and the token-lane kernel
+    // (activations packed once) each against the tile over the same rows,
+    // one thread, alternating.
+    if (k.vec_dot_tile && tokens >= 2 && tokens <= k.tile_cols) {
+      const int nc = static_cast<int>(tokens);
       auto tiles = [&]() {
         for (int64_t r = 0; r < rows; r += k.tile_rows)
           k.vec_dot_tile(n, y.data() + r, rows, w.data() + rb * r, rb, xq.data(), xrb,
-                         static_cast<int>(std::min<int64_t>(k.tile_rows, rows - r)), static_cast<int>(tokens));
+                         static_cast<int>(std::min<int64_t>(k.tile_rows, rows - r)), nc);
       };
-      std::vector<double> tf, tt;
-      for (int i = 0; i < std::max(reps, 40); ++i) {
-        double t0 = seconds_now();
-        few();
-        tf.push_back(seconds_now() - t0);
-        t0 = seconds_now();
-        tiles();
-        tt.push_back(seconds_now() - t0);
+      auto against_tile = [&](const char* name, auto&& f) {
+        std::vector<double> tf, tt;
+        for (int i = 0; i < std::max(reps, 40); ++i) {
+          double t0 = seconds_now();
+          f();
+          tf.push_back(seconds_now() - t0);
+          t0 = seconds_now();
+          tiles();
+          tt.push_back(seconds_now() - t0);
+        }
+        std::printf("      1 thread: %s %8.2f GMAC/s   tile %8.2f GMAC/s   (x%.2f)\n", name,
+                    macs / median(tf) * 1e-9, macs / median(tt) * 1e-9, median(tt) / median(tf));
+      };
+      if (k.vec_dot_few && nc <= k.few_max)
+        against_tile("few-token rows", [&]() { k.vec_dot_few(n, y.data(), rows, w.data(), rb, xq.data(), xrb, rows, nc); });
+      if (k.vec_dot_tokens && nc <= k.tokens_max) {
+        std::vector<uint8_t> pk(k.tokens_pack_bytes(n, nc) + 64);
+        uint8_t* packed = pk.data() + (64 - reinterpret_cast<uintptr_t>(pk.data()) % 64) % 64;
+        against_tile("token lanes", [&]() {
+          k.pack_tokens(n, xq.data(), xrb, nc, packed, 0, n / dtype_block_size(xt));
+          k.vec_dot_tokens(n, y.data(), rows, w.data(), rb, packed, rows, nc);
+        });
       }
-      std::printf("      1 thread: few-token rows %8.2f GMAC/s   tile %8.2f GMAC/s   (x%.2f)\n",
-                  macs / median(tf) * 1e-9, macs / median(tt) * 1e-9, median(tt) / median(tf));
-    }
-    // The token-lane kernel (activations packed once) against the tile
-    // kernel over the same rows, one thread, alternating.
-    if (k.vec_dot_tokens && k.vec_dot_tile && tokens >= 2 && tokens <= k.tokens_max && tokens <= k.tile_cols) {
-      std::vector<uint8_t> pk(k.tokens_pack_bytes(n, static_cast<int>(tokens)) + 64);
-      uint8_t* packed = pk.data() + (64 - reinterpret_cast<uintptr_t>(pk.data()) % 64) % 64;
-      auto lanes = [&]() {
-        k.pack_tokens(n, xq.data(), xrb, static_cast<int>(tokens), packed, 0, n / dtype_block_size(xt));
-        k.vec_dot_tokens(n, y.data(), rows, w.data(), rb, packed, rows, static_cast<int>(tokens));
-      };
-      auto tiles = [&]() {
-        for (int64_t r = 0; r < rows; r += k.tile_rows)
-          k.vec_dot_tile(n, y.data() + r, rows, w.data() + rb * r, rb, xq.data(), xrb,
-                         static_cast<int>(std::min<int64_t>(k.tile_rows, rows - r)), static_cast<int>(tokens));
-      };
-      std::vector<double> tl, tt;
-      for (int i = 0; i < std::max(reps, 40); ++i) {
-        double t0 = seconds_now();
-        lanes();
-        tl.push_back(seconds_now() - t0);
-        t0 = seconds_now();
-        tiles();
-        tt.push_back(seconds_now() - t0);
-      }
-      std::printf("      1 thread: token lanes %8.2f GMAC/s   tile %8.2f GMAC/s   (x%.2f)\n",
-                  macs / median(tl) * 1e-9, macs / median(tt) * 1e-9, median(tt) / median(tl));
     }
   }
   if ((!only || multi_only) && n % 32 == 0) {
