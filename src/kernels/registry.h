@@ -39,6 +39,12 @@ using VecDotTileFn = void (*)(int64_t n, float* s, int64_t lds, const void* w, s
 // vec_dot of the same KernelSet for every row (batch invariance).
 using VecDotRowsFn = void (*)(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 
+// A few tokens over many rows (optional): s[c * lds + r] = dot(w row r, x
+// row c) for r < nr (any nr >= 1), c < nc (1 <= nc <= KernelSet::few_max),
+// activation rows of vec_dot_type `x_row_bytes` apart. Bit-identical to
+// vec_dot.
+using VecDotFewFn = void (*)(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                             size_t x_row_bytes, int64_t nr, int nc);
 // Token lanes (optional, for a few tokens against many rows): pack_tokens
 // rearranges nc (1 <= nc <= KernelSet::tokens_max) activation rows of
 // vec_dot_type, `x_row_bytes` apart, into `packed` (tokens_pack_bytes(n, nc)
@@ -46,12 +52,6 @@ using VecDotRowsFn = void (*)(int64_t n, float* s, const void* w, size_t w_row_b
 // (blocks of the vec_dot_type; disjoint ranges may be packed concurrently).
 // vec_dot_tokens then computes s[c * lds + r] = dot(w row r, x row c) for
 // r < nr (any nr >= 1), c < nc, bit-identical to vec_dot.
-// A few tokens over many rows (optional): s[c * lds + r] = dot(w row r, x
-// row c) for r < nr (any nr >= 1), c < nc (1 <= nc <= KernelSet::few_max),
-// activation rows of vec_dot_type `x_row_bytes` apart. Bit-identical to
-// vec_dot.
-using VecDotFewFn = void (*)(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                             size_t x_row_bytes, int64_t nr, int nc);
 using TokensPackBytesFn = size_t (*)(int64_t n, int nc);
 using PackTokensFn = void (*)(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
                               int64_t e);

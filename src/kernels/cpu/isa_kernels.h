@@ -232,21 +232,20 @@ constexpr int kLaneKTileRows = 16;
 constexpr int kLaneKTileCols = 64;
 EMBER_DECLARE_LANES_K(q4_K)
 EMBER_DECLARE_LANES_K(q6_K)
-// The token-lane form of the same arithmetic (avx512/lanes_kquants_tokens.cpp):
-// kLaneKTokensMin .. kLaneKTokensMax tokens (where it beats the tile),
-// activations packed once per matmul (KernelSet::pack_tokens), any number of
-// rows per call (the kernel accepts 1 .. kLaneKTokensMax tokens).
-// A few tokens (2 .. kLaneKFewMax) over any number of rows in the decode
+// A few tokens (1 .. kLaneKFewMax) over any number of rows in the decode
 // form (avx512/lanes_kquants.cpp: each row unpacked once for all tokens).
-constexpr int kLaneKFewMax = 8;
-// ... registered for up to this many (bench_gemm, one thread, against the
-// tile: 1.7-2.0x at 2 tokens, 1.3x at 3, 1.0-1.4x at 4, 1.1x at 5, 1.0-1.1x at
-// 6, 0.75-0.9x at 8).
-constexpr int kLaneKFewUse = 6;
+// Up to 6 because that is where it beats the tile (bench_gemm, one thread:
+// 1.7-2.0x at 2 tokens, 1.3x at 3, 1.0-1.4x at 4, 1.1x at 5, 1.0-1.1x at 6,
+// 0.75-0.9x at 8).
+constexpr int kLaneKFewMax = 6;
 void vec_dot_few_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                  size_t x_row_bytes, int64_t nr, int nc);
 void vec_dot_few_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                  size_t x_row_bytes, int64_t nr, int nc);
+// The token-lane form of the same arithmetic (avx512/lanes_kquants_tokens.cpp):
+// kLaneKTokensMin .. kLaneKTokensMax tokens (where it beats the tile),
+// activations packed once per matmul (KernelSet::pack_tokens), any number of
+// rows per call (the kernel accepts 1 .. kLaneKTokensMax tokens).
 constexpr int kLaneKTokensMin = 12;
 constexpr int kLaneKTokensMax = 16;
 size_t tokens_pack_bytes_q8_K(int64_t n, int nc);

@@ -68,9 +68,17 @@ struct Job {
   const uint8_t* xq;  // the activations in this weight's vec_dot_type
   size_t x_row_bytes;
   const uint8_t* packed = nullptr;  // kTokens: the activations packed by wk->pack_tokens
+  int pack = -1;                    // kTokens: which of run_jobs' packs
   float* y;
   int64_t ldy;
 };
+
+// Rows per task of the row-streaming paths (decode, few tokens, token lanes):
+// long runs (the kernels prefetch within a call), a multiple of `unit`,
+// about four tasks per thread.
+int64_t streaming_grain(int64_t n_rows, int n_threads, int64_t unit) {
+  return std::max<int64_t>(kDecodeRows, n_rows / (4 * static_cast<int64_t>(n_threads)) / unit * unit);
+}
 
 Job plan(const TensorView& w, float* y, int64_t ldy, int64_t n_tokens, int n_threads) {
   Job j;
@@ -84,16 +92,16 @@ Job plan(const TensorView& w, float* y, int64_t ldy, int64_t n_tokens, int n_thr
     // Long runs of rows per call: the kernel prefetches the rows ahead within
     // its call (hardware prefetchers miss its access pattern).
     j.path = Path::kRows;
-    j.grain = std::max<int64_t>(kDecodeRows, j.n_rows / (4 * static_cast<int64_t>(n_threads)) / 8 * 8);
+    j.grain = streaming_grain(j.n_rows, n_threads, 8);
   } else if (j.wk->vec_dot_few && n_tokens <= j.wk->few_max) {
     // 2 .. few_max tokens: decode's row kernel, each row unpacked once for all of them.
     j.path = Path::kFew;
-    j.grain = std::max<int64_t>(kDecodeRows, j.n_rows / (4 * static_cast<int64_t>(n_threads)) / 16 * 16);
+    j.grain = streaming_grain(j.n_rows, n_threads, 16);
   } else if (j.wk->vec_dot_tokens && n_tokens >= std::max(2, j.wk->tokens_min) && n_tokens <= j.wk->tokens_max) {
     // A few tokens (batched decode): each weight row streamed once for all of
     // them, in runs of rows as long as decode's.
     j.path = Path::kTokens;
-    j.grain = std::max<int64_t>(kDecodeRows, j.n_rows / (4 * static_cast<int64_t>(n_threads)) / 16 * 16);
+    j.grain = streaming_grain(j.n_rows, n_threads, 16);
   } else if (j.wk->vec_dot_tile) {
     // Panels of consecutive tiles per task (several per thread for balance):
     // tile kernels prefetch the rows that follow them.
@@ -176,9 +184,10 @@ void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t
     if (jobs[i].path != Path::kTokens) continue;
     const int a = static_cast<int>(std::find(types, types + n_types, act[i]) - types);
     EMBER_CHECK(a < n_types);
-    bool seen = false;
-    for (int p = 0; p < n_packs; ++p) seen = seen || (packs[p].act == a && packs[p].fn == jobs[i].wk->pack_tokens);
-    if (seen) continue;
+    int p = 0;
+    while (p < n_packs && !(packs[p].act == a && packs[p].fn == jobs[i].wk->pack_tokens)) ++p;
+    jobs[i].pack = p;
+    if (p < n_packs) continue;
     packs[n_packs++] = {a, jobs[i].wk->pack_tokens, total};
     const size_t bytes = jobs[i].wk->tokens_pack_bytes(n_in, static_cast<int>(n_tokens));
     total += (bytes + kActAlign - 1) / kActAlign * kActAlign;
@@ -214,9 +223,7 @@ void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t
     const int a = static_cast<int>(std::find(types, types + n_types, act[i]) - types);
     jobs[i].xq = buf + offset[a];
     jobs[i].x_row_bytes = row_bytes[a];
-    for (int p = 0; p < n_packs; ++p)
-      if (jobs[i].path == Path::kTokens && packs[p].act == a && packs[p].fn == jobs[i].wk->pack_tokens)
-        jobs[i].packed = buf + packs[p].offset;
+    if (jobs[i].pack >= 0) jobs[i].packed = buf + packs[jobs[i].pack].offset;
   }
 
   // 2. Every job's output rows, cut into tasks of its grain, in one parallel

@@ -149,7 +149,7 @@ void fill_avx512(Table& t) {
   // ... their decode form for a few tokens (speculative verification, small batches) ...
   at(t, DType::kQ4_K, v).vec_dot_few = avx512::vec_dot_few_lanes_q4_K_q8_K;
   at(t, DType::kQ6_K, v).vec_dot_few = avx512::vec_dot_few_lanes_q6_K_q8_K;
-  at(t, DType::kQ4_K, v).few_max = at(t, DType::kQ6_K, v).few_max = avx512::kLaneKFewUse;
+  at(t, DType::kQ4_K, v).few_max = at(t, DType::kQ6_K, v).few_max = avx512::kLaneKFewMax;
   // ... and their token-lane form for 12-16 tokens (batched decode).
   set_tokens(at(t, DType::kQ4_K, v), avx512::vec_dot_tokens_lanes_q4_K_q8_K, avx512::pack_tokens_q8_K,
              avx512::tokens_pack_bytes_q8_K, avx512::kLaneKTokensMin, avx512::kLaneKTokensMax);
