@@ -34,7 +34,11 @@ constexpr Entry kTable[] = {
     {DType::kI64, {"i64", 1, 8, false}},
     {DType::kF64, {"f64", 1, 8, false}},
     {DType::kBF16, {"bf16", 1, 2, false}},
+    {DType::kQ4_K_R16, {"q4_K_r16", 256, 144, true}},
+    {DType::kQ6_K_R16, {"q6_K_r16", 256, 210, true}},
 };
+
+constexpr uint32_t kLayoutBit = 0x100;
 
 }  // namespace
 
@@ -44,7 +48,11 @@ const DTypeTraits* dtype_traits(DType t) {
   return nullptr;
 }
 
-bool dtype_valid(uint32_t id) { return dtype_traits(static_cast<DType>(id)) != nullptr; }
+bool dtype_valid(uint32_t id) { return (id & kLayoutBit) == 0 && dtype_traits(static_cast<DType>(id)) != nullptr; }
+
+int dtype_row_group(DType t) { return (static_cast<uint32_t>(t) & kLayoutBit) ? 16 : 1; }
+
+DType dtype_layout_base(DType t) { return static_cast<DType>(static_cast<uint32_t>(t) & ~kLayoutBit); }
 
 const char* dtype_name(DType t) {
   const DTypeTraits* tr = dtype_traits(t);
@@ -55,6 +63,7 @@ bool dtype_from_name(std::string_view name, DType* out) {
   std::string lower;
   for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (const Entry& e : kTable) {
+    if (static_cast<uint32_t>(e.type) & kLayoutBit) continue;
     std::string n = e.traits.name;
     for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (n == lower) {

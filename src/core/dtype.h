@@ -29,6 +29,11 @@ enum class DType : uint32_t {
   kI64 = 27,
   kF64 = 28,
   kBF16 = 30,
+  // ember's in-memory layouts, never in files (ids outside GGML's range):
+  // the rows of a base type interleaved in groups of 16 for the CPU
+  // kernels (kernels/interleave.h). Same bytes per row as the base type.
+  kQ4_K_R16 = 0x100 | 12,
+  kQ6_K_R16 = 0x100 | 14,
 };
 
 struct DTypeTraits {
@@ -40,10 +45,16 @@ struct DTypeTraits {
 
 // Returns nullptr for ids ember does not support.
 const DTypeTraits* dtype_traits(DType t);
-// True if `id` (e.g. read from a file) names a supported type.
+// True if `id` (e.g. read from a file) names a supported file type (the
+// in-memory layouts are not).
 bool dtype_valid(uint32_t id);
+// In-memory interleaved layouts: rows per interleave group (1: plain rows)
+// and the type whose blocks they hold (t itself for plain types).
+int dtype_row_group(DType t);
+DType dtype_layout_base(DType t);
 const char* dtype_name(DType t);
-// Parses "q4_k", "Q4_K", "f16", ... (case-insensitive). Returns false if unknown.
+// Parses "q4_k", "Q4_K", "f16", ... (case-insensitive; file types only).
+// Returns false if unknown.
 bool dtype_from_name(std::string_view name, DType* out);
 
 inline int64_t dtype_block_size(DType t) { return dtype_traits(t)->block_size; }

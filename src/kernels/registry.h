@@ -80,6 +80,12 @@ struct KernelSet {
   TokensPackBytesFn tokens_pack_bytes = nullptr;
   int tokens_max = 0;  // largest nc vec_dot_tokens accepts
   int tokens_min = 0;  // the driver uses it for tokens_min <= nc <= tokens_max (where it beats the tile)
+  // Interleaved layouts (kernels/interleave.h; dtype_row_group(t) > 1): only
+  // vec_dot_rows and vec_dot_tile exist, over whole 16-row groups (nr a
+  // multiple of 16 for vec_dot_rows, nr == 16 for the tile; the w pointer
+  // at a group's start). True where this level's kernels are native rather
+  // than de-interleaving into the base type's.
+  bool interleaved_native = false;
 };
 
 // The activation type a weight type is multiplied with.

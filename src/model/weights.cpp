@@ -26,7 +26,8 @@ class Binder {
     if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
       return Status::errorf("tensor '{}' has shape {}, expected [{}, {}]", name, t->shape_string(), cols, rows);
     const KernelSet& k = kernels(t->type);
-    if (!k.vec_dot || !k.dequantize_row)
+    const bool interleaved = dtype_row_group(t->type) > 1 && k.vec_dot_rows && k.vec_dot_tile;  // kernels/interleave.h
+    if (!interleaved && (!k.vec_dot || !k.dequantize_row))
       return Status::errorf("tensor '{}' has type {} which has no matmul kernel", name, dtype_name(t->type));
     *out = t;
     return Status::ok();

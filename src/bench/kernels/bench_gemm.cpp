@@ -28,6 +28,7 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/backend.h"
+#include "kernels/interleave.h"
 #include "kernels/matmul.h"
 #include "kernels/registry.h"
 #include "quant/quantize.h"
@@ -177,6 +178,30 @@ int main(int argc, char** argv) {
     const double sec_loop = time_median(reps, loop);
     std::printf("%-5s tile=%s  matmul %8.2f GMAC/s %8.3f ms   vec_dot loop %8.2f GMAC/s\n", dtype_name(t),
                 k.vec_dot_tile ? "yes" : "no ", macs / sec * 1e-9, sec * 1e3, macs / sec_loop * 1e-9);
+    // The interleaved layout of the type (kernels/interleave.h) against the
+    // plain rows through the whole driver, alternating.
+    if (interleaved_type(t) != t && rows % 16 == 0) {
+      std::vector<uint8_t> wi(w.size());
+      interleave_rows(t, w.data(), rows, n, wi.data());
+      TensorView ti = tv;
+      ti.type = interleaved_type(t);
+      ti.data = wi.data();
+      auto run_i = [&]() { matmul(ti, x.data(), n, y.data(), rows, tokens, pool, scratch); };
+      run_i();
+      std::vector<double> tp, tq;
+      for (int i = 0; i < std::max(reps, 10); ++i) {
+        double t0 = seconds_now();
+        run();
+        tp.push_back(seconds_now() - t0);
+        t0 = seconds_now();
+        run_i();
+        tq.push_back(seconds_now() - t0);
+      }
+      const double bytes = static_cast<double>(w.size());
+      std::printf("      interleaved %-9s %8.2f GMAC/s (%5.1f GB/s)   plain %8.2f GMAC/s (%5.1f GB/s)   (x%.2f)\n",
+                  dtype_name(ti.type), macs / median(tq) * 1e-9, bytes / median(tq) * 1e-9, macs / median(tp) * 1e-9,
+                  bytes / median(tp) * 1e-9, median(tp) / median(tq));
+    }
     // A few tokens: the few-token decode kernel and the token-lane kernel
     // (activations packed once) each against the tile over the same rows,
     // one thread, alternating.

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "kernels/interleave.h"
+
 namespace ember {
 
 namespace {
@@ -85,6 +87,8 @@ Result<std::unique_ptr<Model>> make_draft_view(const Model& model, const std::ve
   if (!skip.empty()) cfg.name += "-layerskip";
   if (!head_tokens.empty()) {
     // The head rows of the chosen tokens, gathered into an owned buffer.
+    // Interleaved heads (kernels/interleave.h) give their rows back in the
+    // base type: the gathered head is plain rows.
     const TensorView& full = *w.value()->output.weight;
     const size_t rb = full.row_bytes();
     auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[rb * head_tokens.size()]);
@@ -92,9 +96,10 @@ Result<std::unique_ptr<Model>> make_draft_view(const Model& model, const std::ve
       const int32_t t = head_tokens[j];
       if (t < 0 || t >= full.ne[1] || (j > 0 && t <= head_tokens[j - 1]))
         return Status::errorf("truncated draft head: token {} out of order or out of range [0, {})", t, full.ne[1]);
-      std::copy(full.row(t), full.row(t) + rb, buf.get() + j * rb);
+      copy_row_bytes(full, t, buf.get() + j * rb);
     }
     TensorView v = full;
+    v.type = dtype_layout_base(full.type);
     v.name = "output.draft_head";
     v.ne[1] = static_cast<int64_t>(head_tokens.size());
     v.data = buf.get();

@@ -31,7 +31,11 @@ class CpuBackend final : public Backend {
     const OpTable& ops = op_table();
     pool_.parallel_for(n, 8, [&](int64_t b, int64_t e, int) {
       for (int64_t t = b; t < e; ++t) {
-        dequantize(table.row(ids[t]), out + t * E, E);
+        if (dequantize) {
+          dequantize(table.row(ids[t]), out + t * E, E);
+        } else {
+          dequantize_row(table, ids[t], out + t * E);  // interleaved rows (a tied output head)
+        }
         if (scale != 1.f) ops.scale_row(out + t * E, scale, E);
       }
     });

@@ -25,6 +25,7 @@
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"
+#include "kernels/registry.h"
 
 namespace ember {
 
@@ -254,7 +255,32 @@ void vec_dot_tokens_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void
                                     const void* packed, int64_t nr, int nc);
 void vec_dot_tokens_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
                                     const void* packed, int64_t nr, int nc);
+// The interleaved layouts (kernels/interleave.h) of Q4_K / Q6_K, the same
+// arithmetic: decode over whole 16-row groups (avx512/lanes_kquants_r16.cpp)
+// and the tile of one group x up to kInterleavedTileCols tokens
+// (avx512/lanes_kquants.cpp: the row-lane tile's register blocks, its
+// packing reduced to nibble splits and scale shuffles).
+void vec_dot_rows_r16_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_rows_r16_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                size_t x_row_bytes, int nr, int nc);
+// ... and 1 .. kInterleavedFewMax tokens over whole groups, four per pass
+// (avx512/lanes_kquants_r16.cpp).
+constexpr int kInterleavedFewMax = 16;
+void vec_dot_few_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                               size_t x_row_bytes, int64_t nr, int nc);
+void vec_dot_few_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                               size_t x_row_bytes, int64_t nr, int nc);
+void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                size_t x_row_bytes, int nr, int nc);
 
 }  // namespace avx512
+
+// Interleaved layouts at every level (kernels/cpu/interleave.cpp): each
+// group de-interleaved into base-type rows for the base type's kernels at
+// `isa` (vec_dot_rows, vec_dot_tile with tile_rows 16 and
+// kInterleavedTileCols).
+constexpr int kInterleavedTileCols = 64;
+void set_interleaved_generic(KernelSet& k, DType t, Isa isa);
 
 }  // namespace ember

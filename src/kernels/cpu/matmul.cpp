@@ -4,8 +4,10 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "core/check.h"
+#include "kernels/interleave.h"
 #include "kernels/registry.h"
 
 namespace ember {
@@ -92,7 +94,7 @@ Job plan(const TensorView& w, float* y, int64_t ldy, int64_t n_tokens, int n_thr
     // Long runs of rows per call: the kernel prefetches the rows ahead within
     // its call (hardware prefetchers miss its access pattern).
     j.path = Path::kRows;
-    j.grain = streaming_grain(j.n_rows, n_threads, 8);
+    j.grain = streaming_grain(j.n_rows, n_threads, std::max(8, dtype_row_group(w.type)));
   } else if (j.wk->vec_dot_few && n_tokens <= j.wk->few_max) {
     // 2 .. few_max tokens: decode's row kernel, each row unpacked once for all of them.
     j.path = Path::kFew;
@@ -273,7 +275,14 @@ void matmul(const TensorView& w, const float* x, int64_t ldx, float* y, int64_t 
 }
 
 void dequantize_row(const TensorView& w, int64_t row, float* out) {
-  kernels(w.type).dequantize_row(w.row(row), out, w.ne[0]);
+  if (dtype_row_group(w.type) == 1) {
+    kernels(w.type).dequantize_row(w.row(row), out, w.ne[0]);
+    return;
+  }
+  thread_local std::vector<uint8_t> raw;  // an interleaved row, back in its base type
+  raw.resize(w.row_bytes());
+  copy_row_bytes(w, row, raw.data());
+  kernels(dtype_layout_base(w.type)).dequantize_row(raw.data(), out, w.ne[0]);
 }
 
 }  // namespace ember

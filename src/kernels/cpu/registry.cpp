@@ -18,10 +18,19 @@
 namespace ember {
 namespace {
 
-constexpr int kMaxTypeId = 31;  // DType ids are < 31 (BF16 = 30)
+constexpr int kMaxTypeId = 31;  // file DType ids are < 31 (BF16 = 30)
 constexpr int kLevels = 3;
 
-using Table = std::array<std::array<KernelSet, kLevels>, kMaxTypeId>;
+// Slots: file types by id, then the interleaved layouts by their base's id.
+using Table = std::array<std::array<KernelSet, kLevels>, 2 * kMaxTypeId>;
+
+int slot(DType t) {
+  const auto id = static_cast<uint32_t>(t);
+  if (id < static_cast<uint32_t>(kMaxTypeId)) return static_cast<int>(id);
+  const auto base = static_cast<uint32_t>(dtype_layout_base(t));
+  if (dtype_row_group(t) > 1 && base < static_cast<uint32_t>(kMaxTypeId)) return kMaxTypeId + static_cast<int>(base);
+  return -1;
+}
 
 // F32 rows are their own "quantized" form.
 void copy_row_f32(const float* x, void* y, int64_t n) { std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float)); }
@@ -29,7 +38,14 @@ void copy_row_f32_out(const void* x, float* y, int64_t n) {
   std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
 }
 
-KernelSet& at(Table& t, DType type, Isa isa) { return t[static_cast<int>(type)][static_cast<int>(isa)]; }
+KernelSet& at(Table& t, DType type, Isa isa) { return t[slot(type)][static_cast<int>(isa)]; }
+
+// Interleaved layouts: the de-interleaving kernels at every level (native
+// ones replace them where a level has them).
+void fill_interleaved(Table& t, Isa max) {
+  for (DType type : {DType::kQ4_K_R16, DType::kQ6_K_R16})
+    for (int l = 0; l <= static_cast<int>(max); ++l) set_interleaved_generic(at(t, type, static_cast<Isa>(l)), type, static_cast<Isa>(l));
+}
 
 void set_tile(KernelSet& k, VecDotTileFn f, int rows, int cols) {
   k.vec_dot_tile = f;
@@ -192,6 +208,17 @@ Table build_table() {
   if (max >= Isa::kAvx2) fill_avx2(t);
   if (max >= Isa::kAvx512) fill_avx512(t);
   inherit_lower_levels(t);
+  fill_interleaved(t, max);
+  if (max >= Isa::kAvx512) {
+    for (DType type : {DType::kQ4_K_R16, DType::kQ6_K_R16}) {
+      KernelSet& k = at(t, type, Isa::kAvx512);
+      k.vec_dot_rows = type == DType::kQ4_K_R16 ? avx512::vec_dot_rows_r16_q4_K_q8_K : avx512::vec_dot_rows_r16_q6_K_q8_K;
+      k.vec_dot_tile = type == DType::kQ4_K_R16 ? avx512::vec_dot_tile_r16_q4_K_q8_K : avx512::vec_dot_tile_r16_q6_K_q8_K;
+      k.vec_dot_few = type == DType::kQ4_K_R16 ? avx512::vec_dot_few_r16_q4_K_q8_K : avx512::vec_dot_few_r16_q6_K_q8_K;
+      k.few_max = avx512::kInterleavedFewMax;
+      k.interleaved_native = true;
+    }
+  }
   return t;
 }
 
@@ -203,7 +230,7 @@ const Table& table() {
 }  // namespace
 
 DType vec_dot_type(DType weight_type) {
-  switch (weight_type) {
+  switch (dtype_layout_base(weight_type)) {
     case DType::kQ4_0:
     case DType::kQ5_0:
     case DType::kQ8_0:
@@ -226,12 +253,12 @@ DType vec_dot_type(DType weight_type) {
 
 const KernelSet& kernels(DType t, Isa isa) {
   static const KernelSet kNone{};
-  const auto id = static_cast<uint32_t>(t);
-  if (id >= static_cast<uint32_t>(kMaxTypeId)) return kNone;
+  const int s = slot(t);
+  if (s < 0) return kNone;
   const Isa max = cpu_max_isa();
   if (isa > max) isa = max;
   if (isa < Isa::kScalar) isa = Isa::kScalar;
-  return table()[id][static_cast<int>(isa)];
+  return table()[static_cast<size_t>(s)][static_cast<int>(isa)];
 }
 
 }  // namespace ember

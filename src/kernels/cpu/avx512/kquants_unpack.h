@@ -73,6 +73,62 @@ __attribute__((always_inline)) inline void transpose16(const __m512i in[16], __m
   }
 }
 
+// ---- interleaved layouts (kernels/interleave.h): 16 rows per vector ----
+
+// vpshufb indices: pair_index(j) makes dword r of each 128-bit lane the i16
+// pair (b, b) of byte 4 (r % 4) + j of that lane (dword r's byte j).
+inline __m512i pair_index(int j) {
+  const __m512i q = _mm512_set_epi32(0xC000C, 0x80008, 0x40004, 0, 0xC000C, 0x80008, 0x40004, 0, 0xC000C, 0x80008,
+                                     0x40004, 0, 0xC000C, 0x80008, 0x40004, 0);
+  return _mm512_add_epi32(q, _mm512_set1_epi32(static_cast<int>(0x80008000u | (static_cast<unsigned>(j) << 16) |
+                                                                  static_cast<unsigned>(j))));
+}
+
+// Q4_K_R16 super-block at p: its 6-bit scales and mins unpacked, dword r of
+// each vector = row r's four values (sc: sub-blocks 0..3 | 4..7; m: same).
+struct R16Q4KScales {
+  __m512i sc_lo, sc_hi, m_lo, m_hi;
+};
+inline R16Q4KScales r16_q4k_scales(const uint8_t* p) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(63), m30 = _mm512_set1_epi8(0x30);
+  const __m512i z0 = _mm512_loadu_si512(p + 64), z1 = _mm512_loadu_si512(p + 128), z2 = _mm512_loadu_si512(p + 192);
+  R16Q4KScales r;
+  r.sc_lo = _mm512_and_si512(z0, m6);
+  r.m_lo = _mm512_and_si512(z1, m6);
+  r.sc_hi = _mm512_or_si512(_mm512_and_si512(z2, m4), _mm512_and_si512(_mm512_srli_epi16(z0, 2), m30));
+  r.m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z2, 4), m4), _mm512_and_si512(_mm512_srli_epi16(z1, 2), m30));
+  return r;
+}
+constexpr int kR16Q4KQuants = 256;  // byte offset of the qs vectors in a Q4_K_R16 super-block
+constexpr int kR16Q6KScales = 32, kR16Q6KQl = 288, kR16Q6KQh = 2336;  // Q6_K_R16 field offsets
+
+// Q6_K_R16: the unsigned quants of elements 128h + 32e + 4k .. + 3 (e = 0..3)
+// of the 16 rows, from ql vectors 16h + k, 16h + 8 + k and qh vector 8h + k.
+inline void r16_q6k_quants(const uint8_t* p, int h, int k, __m512i e[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i l0 = _mm512_loadu_si512(p + kR16Q6KQl + 64 * (16 * h + k));
+  const __m512i l1 = _mm512_loadu_si512(p + kR16Q6KQl + 64 * (16 * h + 8 + k));
+  const __m512i qh = _mm512_loadu_si512(p + kR16Q6KQh + 64 * (8 * h + k));
+  // a | (b & 0x30): one vpternlogd (0xF8) per vector.
+  e[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(l0, m4), _mm512_slli_epi16(qh, 4), m30, 0xF8);
+  e[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(l1, m4), _mm512_slli_epi16(qh, 2), m30, 0xF8);
+  e[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), qh, m30, 0xF8);
+  e[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4), _mm512_srli_epi16(qh, 2), m30, 0xF8);
+}
+
+// Q6_K_R16: lane r of the result = row r's signed scale of group g (i32).
+inline __m512i r16_q6k_scale(const uint8_t* p, int g) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kR16Q6KScales + 16 * g)));
+}
+// ... and dword r = the i16 pair (scale 2k, scale 2k + 1) of row r.
+inline __m512i r16_q6k_scale_pair(const uint8_t* p, int k) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i v =
+      _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kR16Q6KScales + 32 * k)));
+  return _mm512_permutexvar_epi16(idx, v);
+}
+
 }  // namespace ember::avx512::kq
 
 #pragma GCC diagnostic pop

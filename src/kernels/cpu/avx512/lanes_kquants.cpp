@@ -133,6 +133,26 @@ struct TileQ4K {
     gather_f16_pair(w + static_cast<size_t>(i) * sizeof(Block), offsets, pk.d, pk.dmin);
   }
 
+  // The same from the interleaved super-block at p (kernels/interleave.h):
+  // nibble splits and scale shuffles, no transposes.
+  static void pack_r16(const uint8_t* p, Packed& pk) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 8; ++l) {
+        const __m512i q = _mm512_loadu_si512(p + kq::kR16Q4KQuants + 64 * (8 * j + l));
+        pk.w[8 * (2 * j) + l] = _mm512_and_si512(q, m4);
+        pk.w[8 * (2 * j + 1) + l] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+      }
+    const kq::R16Q4KScales sc = kq::r16_q4k_scales(p);
+    for (int s = 0; s < 8; ++s) {
+      const __m512i ix = kq::pair_index(s & 3);
+      pk.sc[s] = _mm512_shuffle_epi8(s < 4 ? sc.sc_lo : sc.sc_hi, ix);
+      pk.mn[s] = _mm512_shuffle_epi8(s < 4 ? sc.m_lo : sc.m_hi, ix);
+    }
+    pk.d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    pk.dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+  }
+
   // Tokens xc[0 .. kT) against the packed rows: out[c] lane r = result.
   static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[kT], __m512 out[kT]) {
     __m512 acc[kT], acc_m[kT];
@@ -200,6 +220,20 @@ struct TileQ6K {
     gather_f16_pair(w + static_cast<size_t>(i) * sizeof(Block) + offsetof(Block, d) - 2, offsets, unused, pk.d);
   }
 
+  static void pack_r16(const uint8_t* p, Packed& pk) {
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 8; ++k) {
+        __m512i q[4];
+        kq::r16_q6k_quants(p, h, k, q);  // elements 128h + 32e + 4k: group 8h + 2e + k / 4, dword k % 4
+        for (int e = 0; e < 4; ++e) pk.w[4 * (8 * h + 2 * e + k / 4) + k % 4] = q[e];
+      }
+    for (int g = 0; g < 16; ++g) pk.sc[g] = kq::r16_q6k_scale(p, g);
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    for (int k = 0; k < 8; ++k)
+      pk.scp[k] = _mm512_or_si512(_mm512_and_si512(pk.sc[2 * k], lo16), _mm512_slli_epi32(pk.sc[2 * k + 1], 16));
+    pk.d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+
   static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[kT], __m512 out[kT]) {
     __m512 acc[kT];
     for (int c = 0; c < kT; ++c) acc[c] = _mm512_setzero_ps();
@@ -254,6 +288,25 @@ void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes
     __m512 out[kT];
     T::group(packed.data(), nb, xc, out);
     for (int c = 0; c < gt; ++c) _mm512_mask_storeu_ps(s + (t0 + c) * lds, mask, out[c]);
+  }
+}
+
+// The tile over one interleaved 16-row group (nr == 16).
+template <class T>
+void tile_r16(int64_t n, float* s, int64_t lds, const uint8_t* w, const uint8_t* x, size_t x_row_bytes, int nc) {
+  const int64_t nb = n / kQK_K;
+  thread_local std::vector<typename T::Packed> packed;
+  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
+  for (int64_t i = 0; i < nb; ++i)
+    T::pack_r16(w + static_cast<size_t>(i) * kR * sizeof(typename T::Block), packed[static_cast<size_t>(i)]);
+  for (int t0 = 0; t0 < nc; t0 += kT) {
+    const int gt = std::min(kT, nc - t0);
+    const BlockQ8_K* xc[kT];
+    for (int c = 0; c < kT; ++c)
+      xc[c] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t0 + std::min(c, gt - 1)) * x_row_bytes);
+    __m512 out[kT];
+    T::group(packed.data(), nb, xc, out);
+    for (int c = 0; c < gt; ++c) _mm512_storeu_ps(s + (t0 + c) * lds, out[c]);
   }
 }
 
@@ -447,6 +500,15 @@ void vec_dot_few_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w
                                  size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ6K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
+}
+
+void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
+                                size_t x_row_bytes, int, int nc) {
+  tile_r16<TileQ4K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
+}
+void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
+                                size_t x_row_bytes, int, int nc) {
+  tile_r16<TileQ6K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
 }
 
 }  // namespace ember::avx512
