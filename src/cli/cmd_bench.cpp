@@ -333,6 +333,7 @@ int cmd_bench(int argc, char** argv, int first) {
   if (path.empty()) return kExitUsage;
   auto model = Model::load(path);
   if (!model) return usage_error(p, model.status().message());
+  prepare_for_cpu(**model);
   const Model& m = **model;
   const ModelConfig& c = m.config();
   if (depth < 0) return usage_error(p, "-d must be >= 0");

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <thread>
 
 namespace ember::cli {
 
@@ -70,7 +72,14 @@ bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedMo
   }
   out->model = std::move(model.value());
   out->tokenizer = std::move(tok.value());
+  prepare_for_cpu(*out->model);
   return true;
+}
+
+void prepare_for_cpu(Model& model) {
+  const char* e = std::getenv("EMBER_REPACK");
+  if (e && std::string(e) == "0") return;
+  model.interleave_weights(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
 
 // "1073741824", "512M", "2G", "1.5GiB" -> bytes.

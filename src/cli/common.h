@@ -33,8 +33,12 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
 };
-// On failure prints a clear message (usage error) and returns false.
+// On failure prints a clear message (usage error) and returns false. The
+// model's weights are interleaved for the CPU kernels (prepare_for_cpu).
 bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out);
+// Model::interleave_weights on every core, unless EMBER_REPACK=0 (the plain
+// rows, for A/B measurements; results are bit-identical either way).
+void prepare_for_cpu(Model& model);
 
 // Calibration (cmd_imatrix.cpp): data/calibration.txt next to the working
 // directory or the ember binary (../data); and the importance matrix of

@@ -93,6 +93,7 @@ Status SpecOptions::load_draft(const Model& target, std::unique_ptr<Model>* hold
       if (!v) return v.status().with_context("--draft-vocab");
       d = std::move(v);
     }
+    prepare_for_cpu(*d.value());
     *holder = std::move(d.value());
   } else {
     return Status::ok();

@@ -3,10 +3,25 @@
 // layers/.
 #include "model/model.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <set>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "core/check.h"
+#include "kernels/interleave.h"
 #include "kernels/registry.h"
 
 namespace ember {
@@ -138,6 +153,85 @@ int64_t Model::n_params() const {
   int64_t n = 0;
   for (const auto& [name, t] : file_->tensors) n += t.nelements();
   return n;
+}
+
+namespace {
+
+// A buffer for a large tensor, 2 MiB aligned and marked for transparent
+// huge pages (far fewer page faults when it is filled).
+std::shared_ptr<uint8_t> huge_page_buffer(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, rounded);
+  EMBER_CHECK_MSG(p, "out of memory for an interleaved weight");
+  madvise(p, rounded, MADV_HUGEPAGE);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+// Address ranges of this process's file mappings (/proc/self/maps lines
+// with an inode): the mapped model files.
+std::vector<std::pair<uintptr_t, uintptr_t>> file_mappings() {
+  std::vector<std::pair<uintptr_t, uintptr_t>> out;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    unsigned long b = 0, e = 0, inode = 0;
+    char perms[8] = {}, dev[16] = {};
+    unsigned long long offset = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %llx %15s %lu", &b, &e, perms, &offset, dev, &inode) == 6 && inode)
+      out.emplace_back(b, e);
+  }
+  return out;
+}
+
+// The whole pages of [p, p + bytes), no longer read, leave the resident set
+// when they lie in a file mapping (MADV_DONTNEED: unwritten private file
+// pages are dropped from this process and read again from the page cache if
+// ever touched), so an interleaved model does not hold its weights twice.
+// Other memory is left alone.
+void release_pages(const void* p, size_t bytes, const std::vector<std::pair<uintptr_t, uintptr_t>>& files) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (e <= b) return;
+  for (const auto& [fb, fe] : files)
+    if (b >= fb && e <= fe) {
+      madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+      return;
+    }
+}
+
+}  // namespace
+
+int Model::interleave_weights(int threads) {
+  std::set<const TensorView*> mats;
+  for (const LayerWeights& l : weights_->layers)
+    for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      if (lin->weight) mats.insert(lin->weight);
+  if (weights_->output.weight) mats.insert(weights_->output.weight);
+  std::vector<TensorView*> todo;
+  for (auto& [name, t] : file_->tensors)
+    if (mats.count(&t) && t.n_dims == 2 && interleave_pays(t.type, t.ne[1])) todo.push_back(&t);
+  std::vector<std::shared_ptr<uint8_t>> bufs(todo.size());
+  for (size_t i = 0; i < todo.size(); ++i) bufs[i] = huge_page_buffer(todo[i]->nbytes);
+  const auto files = file_mappings();
+  std::atomic<size_t> next{0};
+  auto work = [&]() {
+    for (size_t i; (i = next++) < todo.size();) {
+      interleave_rows(todo[i]->type, todo[i]->data, todo[i]->ne[1], todo[i]->ne[0], bufs[i].get());
+      release_pages(todo[i]->data, todo[i]->nbytes, files);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int k = 1; k < std::max(1, threads); ++k) pool.emplace_back(work);
+  work();
+  for (std::thread& th : pool) th.join();
+  for (size_t i = 0; i < todo.size(); ++i) {
+    todo[i]->type = interleaved_type(todo[i]->type);
+    todo[i]->data = bufs[i].get();
+    file_->owners.push_back(bufs[i]);
+  }
+  return static_cast<int>(todo.size());
 }
 
 size_t Model::weight_bytes() const {

@@ -40,6 +40,15 @@ class Model {
   // model (not thread-safe). 4 needs every block weight to multiply Q8_0
   // activations (Q4_0, Q5_0, Q8_0): an error names the first that does not.
   Status set_activation_bits(int bits);
+  // Rewrites every matmul weight (block linears, the output head, tied or
+  // not) whose type has an interleaved layout that pays at the active ISA
+  // level (kernels/interleave.h: Q4_K, Q6_K with rows % 16 == 0 on
+  // AVX-512) into that layout, in owned memory, the tensors split over
+  // `threads` threads. Every forward result stays bit-identical; the mapped
+  // file's bytes are no longer read. Returns how many tensors were
+  // rewritten. Not thread-safe: call before any ForwardContext runs the
+  // model (like set_activation_bits).
+  int interleave_weights(int threads = 1);
   const ModelConfig& config() const { return cfg_; }
   const ModelFile& file() const { return *file_; }
   const ModelWeights& weights() const { return *weights_; }
