@@ -1,6 +1,6 @@
-// Interleaved weight layouts: a Q4_K / Q6_K matrix whose rows are stored in
-// groups of 16 with each super-block's fields transposed across the group
-// (DType::kQ4_K_R16 / kQ6_K_R16, in memory only, never written to files).
+// Interleaved weight layouts: a Q4_0 / Q8_0 / Q4_K / Q6_K matrix whose rows
+// are stored in groups of 16 with each block's fields transposed across the
+// group (DType::kQ4_0_R16 .. kQ6_K_R16, in memory only, never in files).
 // The decode and prefill kernels then read each group as one sequential
 // stream with no per-call transposes or scale shuffles: one 64-byte load
 // gives the same dword of all 16 rows, the lane order of the row-lane
@@ -9,11 +9,13 @@
 // its base-type rows, at every ISA level and token count).
 //
 // Layout (rows a multiple of 16; row_bytes as the base type, so group g
-// starts at 16 * g * row_bytes). Super-block i of group g, 16 x the base
+// starts at 16 * g * row_bytes). Block i of group g, 16 x the base
 // block's bytes at group + i * 16 * sizeof(block), is the base blocks'
 // fields one after another, each cut into units of u bytes (1, 2 or 4) and
 // stored as 16-row vectors of 16 u bytes: unit r of vector c = bytes
 // u c .. u c + u - 1 of row r's field.
+//   Q4_0_R16 (288 bytes): d (u = 2: one vector), qs (4: 4 vectors).
+//   Q8_0_R16 (544 bytes): d (2: one), qs (4: 8 vectors).
 //   Q4_K_R16 (2304 bytes): d (u = 2: one vector), dmin (2: one), scales (4:
 //   3 vectors), qs (4: 32 vectors).
 //   Q6_K_R16 (3360 bytes): d (2: one), scales (1: 16 vectors of 16 bytes,
@@ -30,8 +32,8 @@
 
 namespace ember {
 
-// The interleaved layout of `base` (kQ4_K -> kQ4_K_R16, kQ6_K -> kQ6_K_R16),
-// or base itself when it has none.
+// The interleaved layout of `base` (kQ4_0 -> kQ4_0_R16, ..., kQ6_K ->
+// kQ6_K_R16), or base itself when it has none.
 DType interleaved_type(DType base);
 // True when a [rows, n] matrix of `base` can be interleaved (a layout
 // exists, rows % 16 == 0) and the active ISA level has native kernels for

@@ -42,8 +42,8 @@ class Model {
   Status set_activation_bits(int bits);
   // Rewrites every matmul weight (block linears, the output head, tied or
   // not) whose type has an interleaved layout that pays at the active ISA
-  // level (kernels/interleave.h: Q4_K, Q6_K with rows % 16 == 0 on
-  // AVX-512) into that layout, in owned memory, the tensors split over
+  // level (kernels/interleave.h: Q4_0, Q8_0, Q4_K, Q6_K with rows % 16 ==
+  // 0 on AVX-512) into that layout, in owned memory, the tensors split over
   // `threads` threads. Every forward result stays bit-identical; the mapped
   // file's bytes are no longer read. Returns how many tensors were
   // rewritten. Not thread-safe: call before any ForwardContext runs the

@@ -30,6 +30,9 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 
 TEST(Interleave, TypesAreInMemoryOnly) {
   EXPECT_EQ(interleaved_type(DType::kQ4_K), DType::kQ4_K_R16);
   EXPECT_EQ(interleaved_type(DType::kQ6_K), DType::kQ6_K_R16);
+  EXPECT_EQ(interleaved_type(DType::kQ4_0), DType::kQ4_0_R16);
+  EXPECT_EQ(interleaved_type(DType::kQ8_0), DType::kQ8_0_R16);
+  EXPECT_EQ(vec_dot_type(DType::kQ4_0_R16), DType::kQ8_0);
   EXPECT_EQ(interleaved_type(DType::kQ5_K), DType::kQ5_K);
   EXPECT_EQ(dtype_layout_base(DType::kQ6_K_R16), DType::kQ6_K);
   EXPECT_EQ(dtype_row_group(DType::kQ4_K_R16), 16);
@@ -119,7 +122,7 @@ class Interleaved : public ::testing::TestWithParam<std::tuple<DType, Isa>> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Types, Interleaved,
-                         ::testing::Combine(::testing::Values(DType::kQ4_K, DType::kQ6_K),
+                         ::testing::Combine(::testing::Values(DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K),
                                             ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
                          [](const ::testing::TestParamInfo<std::tuple<DType, Isa>>& i) {
                            return std::string(dtype_name(std::get<0>(i.param))) + "_" +
@@ -130,7 +133,7 @@ TEST_P(Interleaved, KernelsRegistered) {
   const KernelSet& k = kernels(t(), isa());
   EXPECT_NE(k.vec_dot_rows, nullptr);
   EXPECT_NE(k.vec_dot_tile, nullptr);
-  EXPECT_EQ(k.tile_rows, 16);
+  EXPECT_EQ(k.tile_rows % 16, 0);
   EXPECT_EQ(k.interleaved_native, isa() == Isa::kAvx512);
 }
 
@@ -157,6 +160,20 @@ TEST_P(Interleaved, RoundTrips) {
   }
 }
 
+TEST(Interleave, Q4_0LayoutAsDocumented) {
+  constexpr int64_t kRows = 16, n = 64;
+  const std::vector<uint8_t> w = make_weights(DType::kQ4_0, kRows, n, 8);
+  std::vector<uint8_t> il(w.size());
+  interleave_rows(DType::kQ4_0, w.data(), kRows, n, il.data());
+  for (int r = 0; r < 16; ++r)
+    for (int b = 0; b < 2; ++b) {
+      const auto& blk = reinterpret_cast<const BlockQ4_0*>(w.data() + r * 2 * sizeof(BlockQ4_0))[b];
+      const uint8_t* sb = il.data() + b * 288;
+      EXPECT_EQ(std::memcmp(sb + 2 * r, &blk.d, 2), 0);
+      for (int c = 0; c < 4; ++c) ASSERT_EQ(std::memcmp(sb + 32 + 64 * c + 4 * r, blk.qs + 4 * c, 4), 0);
+    }
+}
+
 TEST_P(Interleaved, MatmulMatchesBaseType) {
   constexpr int64_t kRows = 160, n = 768;  // 10 groups: several row tasks on 2 threads
   expect_same_matmul(make_weights(base(), kRows, n, 21), kRows, n, {1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 33, 70, 300});
@@ -175,7 +192,14 @@ TEST_P(Interleaved, ExtremeBlocksMatchBaseType) {
   for (int64_t r = 0; r < kRows; ++r)
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const uint16_t d = f32_to_f16(0.0123f * static_cast<float>(r + 1));
-      if (base() == DType::kQ4_K) {
+      if (base() == DType::kQ4_0 || base() == DType::kQ8_0) {
+        const size_t bs = base() == DType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+        for (int64_t k = 0; k < kQK_K / 32; ++k) {
+          uint8_t* blk = w.data() + rb * r + (i * (kQK_K / 32) + k) * bs;
+          std::memcpy(blk, &d, 2);
+          fill(blk + 2, bs - 2, r % 3 == 0 ? 0xFF : r % 3 == 1 ? (base() == DType::kQ8_0 ? 0x80 : 0x00) : -1);
+        }
+      } else if (base() == DType::kQ4_K) {
         auto& b = reinterpret_cast<BlockQ4_K*>(w.data() + rb * r)[i];
         b.d = d;
         b.dmin = f32_to_f16(0.0071f);

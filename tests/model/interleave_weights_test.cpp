@@ -1,4 +1,4 @@
-// Model::interleave_weights (kernels/interleave.h): a Q4_K and a Q6_K model
+// Model::interleave_weights (kernels/interleave.h): Q4_0, Q8_0, Q4_K and Q6_K models
 // (random weights, llama layout, tied and untied heads) give the same logits
 // bit for bit before and after their weights are interleaved, for a prompt
 // and for decode steps (the one-token, few-token and tile kernels), and the
@@ -47,15 +47,16 @@ class InterleaveWeights : public ::testing::Test {
     return p;
   }
 
-  // Logits of a 13-token prompt, then of 1, 3 and 9 tokens appended.
+  // Logits of a 20-token prompt (the tile: more than the few-token form's
+  // 16), then of 1, 3 and 9 tokens appended.
   std::vector<float> run(const Model& m) {
     ForwardContext ctx(m, pool_, 32);
     ContiguousKvCache cache(m.config(), 64);
     std::vector<float> all;
     std::vector<int32_t> toks;
-    for (int i = 0; i < 26; ++i) toks.push_back((i * 37 + 11) % m.config().n_vocab);
+    for (int i = 0; i < 33; ++i) toks.push_back((i * 37 + 11) % m.config().n_vocab);
     int pos = 0;
-    for (int n : {13, 1, 3, 9}) {
+    for (int n : {20, 1, 3, 9}) {
       std::vector<float> logits(static_cast<size_t>(n) * m.config().n_vocab);
       EXPECT_TRUE(ctx.forward(toks.data() + pos, n, pos, cache, nullptr, logits.data()).is_ok());
       all.insert(all.end(), logits.begin(), logits.end());
@@ -69,7 +70,7 @@ class InterleaveWeights : public ::testing::Test {
 };
 
 TEST_F(InterleaveWeights, LogitsUnchanged) {
-  for (DType type : {DType::kQ4_K, DType::kQ6_K})
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
     for (bool tied : {false, true}) {
       SCOPED_TRACE(std::string(dtype_name(type)) + (tied ? " tied" : " untied"));
       const std::string path = write(type, tied);

@@ -29,6 +29,8 @@ struct Layout {
   Field fields[4];
 };
 constexpr Layout kLayouts[] = {
+    {DType::kQ4_0_R16, DType::kQ4_0, 18, {{0, 2, 1}, {2, 4, 4}, {0, 0, 0}, {0, 0, 0}}},
+    {DType::kQ8_0_R16, DType::kQ8_0, 34, {{0, 2, 1}, {2, 4, 8}, {0, 0, 0}, {0, 0, 0}}},
     {DType::kQ4_K_R16, DType::kQ4_K, 144, {{0, 2, 1}, {2, 2, 1}, {4, 4, 3}, {16, 4, 32}}},
     {DType::kQ6_K_R16, DType::kQ6_K, 210, {{208, 2, 1}, {192, 1, 16}, {0, 4, 32}, {128, 4, 16}}},
 };
@@ -128,9 +130,17 @@ void set_generic(KernelSet& k, Isa isa) {
 }  // namespace
 
 void set_interleaved_generic(KernelSet& k, DType t, Isa isa) {
-  if (t == DType::kQ4_K_R16) set_generic<DType::kQ4_K_R16>(k, isa);
-  if (t == DType::kQ6_K_R16) set_generic<DType::kQ6_K_R16>(k, isa);
+  switch (t) {
+    case DType::kQ4_0_R16: set_generic<DType::kQ4_0_R16>(k, isa); break;
+    case DType::kQ8_0_R16: set_generic<DType::kQ8_0_R16>(k, isa); break;
+    case DType::kQ4_K_R16: set_generic<DType::kQ4_K_R16>(k, isa); break;
+    case DType::kQ6_K_R16: set_generic<DType::kQ6_K_R16>(k, isa); break;
+    default: break;
+  }
 }
+
+const DType kInterleavedTypes[kNumInterleavedTypes] = {DType::kQ4_0_R16, DType::kQ8_0_R16, DType::kQ4_K_R16,
+                                                        DType::kQ6_K_R16};
 
 DType interleaved_type(DType base) {
   const Layout* l = layout_of(base);
@@ -145,7 +155,7 @@ bool interleave_pays(DType base, int64_t rows) {
 void interleave_rows(DType base, const void* src, int64_t rows, int64_t n, void* dst) {
   const Layout* l = layout_of(base);
   EMBER_CHECK(l && l->base == base && rows % kG == 0);
-  const int64_t nb = n / kQK_K;
+  const int64_t nb = n / dtype_block_size(l->base);
   const size_t rb = l->block * static_cast<size_t>(nb);
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
@@ -162,7 +172,7 @@ void interleave_rows(DType base, const void* src, int64_t rows, int64_t n, void*
 void deinterleave_row(DType t, const void* group, int q, int64_t n, void* dst) {
   const Layout* l = layout_of(t);
   EMBER_CHECK(l && l->type == t && q >= 0 && q < kG);
-  const int64_t nb = n / kQK_K;
+  const int64_t nb = n / dtype_block_size(l->base);
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* in = static_cast<const uint8_t*>(group) + static_cast<size_t>(i) * kG * l->block;
     uint8_t* out = static_cast<uint8_t*>(dst) + static_cast<size_t>(i) * l->block;

@@ -43,7 +43,7 @@ KernelSet& at(Table& t, DType type, Isa isa) { return t[slot(type)][static_cast<
 // Interleaved layouts: the de-interleaving kernels at every level (native
 // ones replace them where a level has them).
 void fill_interleaved(Table& t, Isa max) {
-  for (DType type : {DType::kQ4_K_R16, DType::kQ6_K_R16})
+  for (DType type : kInterleavedTypes)
     for (int l = 0; l <= static_cast<int>(max); ++l) set_interleaved_generic(at(t, type, static_cast<Isa>(l)), type, static_cast<Isa>(l));
 }
 
@@ -210,12 +210,30 @@ Table build_table() {
   inherit_lower_levels(t);
   fill_interleaved(t, max);
   if (max >= Isa::kAvx512) {
-    for (DType type : {DType::kQ4_K_R16, DType::kQ6_K_R16}) {
-      KernelSet& k = at(t, type, Isa::kAvx512);
-      k.vec_dot_rows = type == DType::kQ4_K_R16 ? avx512::vec_dot_rows_r16_q4_K_q8_K : avx512::vec_dot_rows_r16_q6_K_q8_K;
-      k.vec_dot_tile = type == DType::kQ4_K_R16 ? avx512::vec_dot_tile_r16_q4_K_q8_K : avx512::vec_dot_tile_r16_q6_K_q8_K;
-      k.vec_dot_few = type == DType::kQ4_K_R16 ? avx512::vec_dot_few_r16_q4_K_q8_K : avx512::vec_dot_few_r16_q6_K_q8_K;
+    struct Native {
+      DType type;
+      VecDotRowsFn rows;
+      VecDotFewFn few;
+      VecDotTileFn tile;
+    };
+    const Native natives[] = {
+        {DType::kQ4_0_R16, avx512::vec_dot_rows_r16_q4_0_q8_0, avx512::vec_dot_few_r16_q4_0_q8_0,
+         avx512::vec_dot_tile_r16_q4_0_q8_0},
+        {DType::kQ8_0_R16, avx512::vec_dot_rows_r16_q8_0_q8_0, avx512::vec_dot_few_r16_q8_0_q8_0,
+         avx512::vec_dot_tile_r16_q8_0_q8_0},
+        {DType::kQ4_K_R16, avx512::vec_dot_rows_r16_q4_K_q8_K, avx512::vec_dot_few_r16_q4_K_q8_K,
+         avx512::vec_dot_tile_r16_q4_K_q8_K},
+        {DType::kQ6_K_R16, avx512::vec_dot_rows_r16_q6_K_q8_K, avx512::vec_dot_few_r16_q6_K_q8_K,
+         avx512::vec_dot_tile_r16_q6_K_q8_K},
+    };
+    for (const Native& n : natives) {
+      KernelSet& k = at(t, n.type, Isa::kAvx512);
+      k.vec_dot_rows = n.rows;
+      k.vec_dot_few = n.few;
       k.few_max = avx512::kInterleavedFewMax;
+      k.vec_dot_tile = n.tile;
+      // Q4_0 / Q8_0: the tile takes two groups (shared activation broadcasts).
+      if (n.type == DType::kQ4_0_R16 || n.type == DType::kQ8_0_R16) k.tile_rows = 32;
       k.interleaved_native = true;
     }
   }

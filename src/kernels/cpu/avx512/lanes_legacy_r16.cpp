@@ -1,0 +1,205 @@
+// AVX-512 VNNI kernels over the interleaved Q4_0_R16 / Q8_0_R16 layouts
+// (kernels/interleave.h): lane r of every vector = row r of a 16-row group,
+// the activations Q8_0. Arithmetic: the lane contract of the plain-row
+// kernels (avx512/lanes_tile.cpp, lanes_rows.cpp): per block b in order
+// acc = fma(float(isum_b), d_w[b] * d_x[b], acc), isum_b the exact integer
+// dot of the weight quants (Q4_0: q - 8; Q8_0: q, taken as q ^ 0x80 minus
+// 128) and the activation quants, so results equal the base types' bit for
+// bit.
+//
+// Per block of a group: Q4_0 is 4 vector loads (dword r = 8 quants of row r),
+// a nibble split each and 8 vpdpbusd with broadcast activation dwords; Q8_0
+// 8 loads, 8 xor, 8 vpdpbusd; both seeded with -offset * sum(x_b), the
+// activation block sums computed once per call. Tokens go eight (or up to
+// four) per pass over
+// a group (the group stays in L1 / L2 between passes), which also serves as
+// the tile: one form for every token count.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "kernels/cpu/group_prefetch.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
+#include "quant/blocks.h"
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace ember::avx512 {
+namespace {
+
+constexpr int kR = 16;
+constexpr int kMaxTokens = std::max(kInterleavedFewMax, kInterleavedTileCols);
+
+inline __m512i bcast32(const void* p) { return _mm512_set1_epi32(static_cast<int>(simd::load_u32(p))); }
+
+// sum of the 32 activation quants of a block.
+inline int32_t block_sum(const BlockQ8_0& x) {
+  const __m256i u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs)),
+                                     _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());  // 4 sums of 8 (x + 128)
+  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  return static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+}
+
+template <bool kQ8>
+struct Layout {
+  static constexpr int kVectors = kQ8 ? 8 : 4;          // quant vectors per block
+  static constexpr size_t kBlock = 32 + 64 * kVectors;  // bytes per block of a group
+  static constexpr int kOffset = kQ8 ? 128 : 8;
+};
+
+// Tokens xt[0 .. T) (seeds[c][b] = -offset * sum(x_c block b)) over the nb
+// blocks of G groups (g[0 .. G), each activation broadcast shared by them):
+// out[G * c + j] lane r = result of row r of group j, token c.
+template <bool kQ8, int G, int T>
+void pass(const uint8_t* const* g, int64_t nb, const BlockQ8_0* const* xt, const int32_t* const* seeds, __m512 out[],
+          lanes::GroupPrefetch* pf) {
+  using L = Layout<kQ8>;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), k80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[G * T];
+  for (int c = 0; c < G * T; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (pf) pf->step();
+    const uint8_t* p[G];
+    for (int j = 0; j < G; ++j) p[j] = g[j] + static_cast<size_t>(b) * L::kBlock;
+    __m512i a[G * T], a2[G * T];
+#pragma GCC unroll 8
+    for (int c = 0; c < G * T; ++c) {
+      a[c] = _mm512_set1_epi32(seeds[c / G][b]);
+      a2[c] = _mm512_setzero_si512();
+    }
+    if constexpr (kQ8) {
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        __m512i q[G];
+#pragma GCC unroll 2
+        for (int j = 0; j < G; ++j) q[j] = _mm512_xor_si512(_mm512_loadu_si512(p[j] + 32 + 64 * k), k80);
+#pragma GCC unroll 8
+        for (int c = 0; c < T; ++c) {
+          const __m512i y = bcast32(xt[c][b].qs + 4 * k);
+#pragma GCC unroll 2
+          for (int j = 0; j < G; ++j) {
+            if (k % 2) a2[G * c + j] = _mm512_dpbusd_epi32(a2[G * c + j], q[j], y);
+            else a[G * c + j] = _mm512_dpbusd_epi32(a[G * c + j], q[j], y);
+          }
+        }
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        __m512i lo[G], hi[G];
+#pragma GCC unroll 2
+        for (int j = 0; j < G; ++j) {
+          const __m512i q = _mm512_loadu_si512(p[j] + 32 + 64 * k);
+          lo[j] = _mm512_and_si512(q, m4);
+          hi[j] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < T; ++c) {
+          const __m512i ylo = bcast32(xt[c][b].qs + 4 * k), yhi = bcast32(xt[c][b].qs + 16 + 4 * k);
+#pragma GCC unroll 2
+          for (int j = 0; j < G; ++j) {
+            a[G * c + j] = _mm512_dpbusd_epi32(a[G * c + j], lo[j], ylo);
+            a2[G * c + j] = _mm512_dpbusd_epi32(a2[G * c + j], hi[j], yhi);
+          }
+        }
+      }
+    }
+    __m512 d[G];
+    for (int j = 0; j < G; ++j) d[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[j])));
+#pragma GCC unroll 8
+    for (int c = 0; c < T; ++c) {
+      const __m512 xd = _mm512_set1_ps(simd::load_f16(xt[c][b].d));
+#pragma GCC unroll 2
+      for (int j = 0; j < G; ++j)
+        acc[G * c + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a[G * c + j], a2[G * c + j])),
+                                         _mm512_mul_ps(d[j], xd), acc[G * c + j]);
+    }
+  }
+  for (int c = 0; c < G * T; ++c) out[c] = acc[c];
+}
+
+// nc tokens (1 .. kMaxTokens) over nr rows (whole groups) at w.
+template <bool kQ8>
+void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x, size_t x_row_bytes,
+         int64_t nr, int nc) {
+  const int64_t nb = n / 32;
+  const BlockQ8_0* xt[kMaxTokens];
+  const int32_t* seeds[kMaxTokens];
+  thread_local std::vector<int32_t> sums;
+  sums.resize(static_cast<size_t>(nc * nb));
+  for (int t = 0; t < nc; ++t) {
+    xt[t] = reinterpret_cast<const BlockQ8_0*>(x + static_cast<size_t>(t) * x_row_bytes);
+    int32_t* st = sums.data() + static_cast<size_t>(t) * nb;
+    for (int64_t b = 0; b < nb; ++b) st[b] = -Layout<kQ8>::kOffset * block_sum(xt[t][b]);
+    seeds[t] = st;
+  }
+  for (int64_t r0 = 0; r0 < nr;) {
+    // Two groups per pass when both are here and there are tokens enough
+    // to share the broadcasts (prefill tiles); else one, prefetching the next.
+    const int G = nc >= 4 && r0 + 2 * kR <= nr ? 2 : 1;
+    const uint8_t* g[2] = {w + static_cast<size_t>(r0) * w_row_bytes, w + static_cast<size_t>(r0 + kR) * w_row_bytes};
+    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0 + (G - 1) * kR, nr, nb);
+    for (int t0 = 0; t0 < nc;) {
+      const int gt = G == 2 ? std::min(4, nc - t0) : nc - t0 >= 8 ? 8 : std::min(4, nc - t0);
+      lanes::GroupPrefetch* p = t0 == 0 ? &pf : nullptr;
+      __m512 out[8];
+      if (G == 2) {
+        switch (gt) {
+          case 1: pass<kQ8, 2, 1>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 2: pass<kQ8, 2, 2>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 3: pass<kQ8, 2, 3>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 4: pass<kQ8, 2, 4>(g, nb, xt + t0, seeds + t0, out, p); break;
+        }
+      } else {
+        switch (gt) {
+          case 1: pass<kQ8, 1, 1>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 2: pass<kQ8, 1, 2>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 3: pass<kQ8, 1, 3>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 4: pass<kQ8, 1, 4>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 8: pass<kQ8, 1, 8>(g, nb, xt + t0, seeds + t0, out, p); break;
+        }
+      }
+      for (int c = 0; c < gt; ++c)
+        for (int j = 0; j < G; ++j) _mm512_storeu_ps(s + (t0 + c) * lds + r0 + kR * j, out[G * c + j]);
+      t0 += gt;
+    }
+    pf.finish();
+    r0 += G * kR;
+  }
+}
+
+}  // namespace
+
+void vec_dot_rows_r16_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+  run<false>(n, s, 0, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), 0, nr, 1);
+}
+void vec_dot_rows_r16_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+  run<true>(n, s, 0, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), 0, nr, 1);
+}
+void vec_dot_few_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                               size_t x_row_bytes, int64_t nr, int nc) {
+  run<false>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
+             nc);
+}
+void vec_dot_few_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                               size_t x_row_bytes, int64_t nr, int nc) {
+  run<true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
+            nc);
+}
+void vec_dot_tile_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                size_t x_row_bytes, int nr, int nc) {
+  run<false>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
+             nc);
+}
+void vec_dot_tile_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                size_t x_row_bytes, int nr, int nc) {
+  run<true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
+            nc);
+}
+
+}  // namespace ember::avx512
