@@ -12,7 +12,10 @@
 // Q4_K is 32 vector loads, a nibble split each, 64 vpdpbusd with broadcast
 // activation dwords, one vpshufb per scale and min vector and 16 vpdpwssd;
 // each group is one sequential stream (the next one prefetched into L2, a
-// share per 64-element step).
+// share per 64-element step, also past the call's last group: a call is one
+// task of the matmul driver, and the rows after it are the next task's; a
+// prefetch past the matrix end cannot fault. 1B Q4_K_M tg128, four rounds
+// alternating: 1.03-1.20x over stopping at the call's rows).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -48,7 +51,7 @@ void rows_q4k(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const B
   const __m512i ix[4] = {pair_index(0), pair_index(1), pair_index(2), pair_index(3)};
   for (int64_t r0 = 0; r0 < nr; r0 += kR) {
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
-    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * 4);
+    auto pf = lanes::GroupPrefetch(g + kR * w_row_bytes, kR * w_row_bytes, nb * 4);
     __m512 acc = _mm512_setzero_ps(), acc_m = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
       const uint8_t* p = g + static_cast<size_t>(i) * sb;
@@ -98,7 +101,7 @@ void rows_q6k(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const B
   const size_t sb = kR * sizeof(BlockQ6_K);
   for (int64_t r0 = 0; r0 < nr; r0 += kR) {
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
-    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * 4);
+    auto pf = lanes::GroupPrefetch(g + kR * w_row_bytes, kR * w_row_bytes, nb * 4);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
       const uint8_t* p = g + static_cast<size_t>(i) * sb;
@@ -254,7 +257,7 @@ void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
   for (int t = 0; t < nc; ++t) xt[t] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t) * x_row_bytes);
   for (int64_t r0 = 0; r0 < nr; r0 += kR) {
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
-    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * 4);
+    auto pf = lanes::GroupPrefetch(g + kR * w_row_bytes, kR * w_row_bytes, nb * 4);
     for (int t0 = 0; t0 < nc; t0 += 4) {
       const int gt = std::min(4, nc - t0);
       lanes::GroupPrefetch* p = t0 == 0 ? &pf : nullptr;

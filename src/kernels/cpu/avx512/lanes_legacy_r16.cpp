@@ -140,10 +140,12 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
   }
   for (int64_t r0 = 0; r0 < nr;) {
     // Two groups per pass when both are here and there are tokens enough
-    // to share the broadcasts (prefill tiles); else one, prefetching the next.
+    // to share the broadcasts (prefill tiles); else one. The group after
+    // them is prefetched even past the call's rows (the next task's; see
+    // lanes_kquants_r16.cpp).
     const int G = nc >= 4 && r0 + 2 * kR <= nr ? 2 : 1;
     const uint8_t* g[2] = {w + static_cast<size_t>(r0) * w_row_bytes, w + static_cast<size_t>(r0 + kR) * w_row_bytes};
-    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0 + (G - 1) * kR, nr, nb);
+    auto pf = lanes::GroupPrefetch(w + static_cast<size_t>(r0 + G * kR) * w_row_bytes, kR * w_row_bytes, nb);
     for (int t0 = 0; t0 < nc;) {
       const int gt = G == 2 ? std::min(4, nc - t0) : nc - t0 >= 8 ? 8 : std::min(4, nc - t0);
       lanes::GroupPrefetch* p = t0 == 0 ? &pf : nullptr;
