@@ -265,8 +265,12 @@ void vec_dot_rows_r16_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row
 void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                 size_t x_row_bytes, int nr, int nc);
 // ... and 1 .. kInterleavedFewMax tokens over whole groups, four per pass
-// (avx512/lanes_kquants_r16.cpp).
-constexpr int kInterleavedFewMax = 16;
+// (avx512/lanes_kquants_r16.cpp): Q4_K / Q6_K use it up to 64 tokens (it
+// beats their tile there: bench_gemm 2048 x 4096, one thread, 32 tokens
+// 158 / 126 GMAC/s against 137 / 95), Q4_0 / Q8_0 up to
+// kInterleavedLegacyFewMax (their two-group tile is faster above).
+constexpr int kInterleavedFewMax = 64;
+constexpr int kInterleavedLegacyFewMax = 16;
 void vec_dot_few_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                size_t x_row_bytes, int64_t nr, int nc);
 void vec_dot_few_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,

@@ -232,8 +232,12 @@ Table build_table() {
       k.vec_dot_few = n.few;
       k.few_max = avx512::kInterleavedFewMax;
       k.vec_dot_tile = n.tile;
-      // Q4_0 / Q8_0: the tile takes two groups (shared activation broadcasts).
-      if (n.type == DType::kQ4_0_R16 || n.type == DType::kQ8_0_R16) k.tile_rows = 32;
+      // Q4_0 / Q8_0: the tile takes two groups (shared activation broadcasts)
+      // and beats the one-group passes above 16 tokens.
+      if (n.type == DType::kQ4_0_R16 || n.type == DType::kQ8_0_R16) {
+        k.tile_rows = 32;
+        k.few_max = avx512::kInterleavedLegacyFewMax;
+      }
       k.interleaved_native = true;
     }
   }
