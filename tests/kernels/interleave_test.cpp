@@ -182,39 +182,7 @@ TEST_P(Interleaved, MatmulMatchesBaseType) {
 // The integer sums at their extremes: largest quants and scales, +-127.
 TEST_P(Interleaved, ExtremeBlocksMatchBaseType) {
   constexpr int64_t kRows = 32, n = 512;
-  const size_t rb = dtype_row_size(base(), n);
-  std::vector<uint8_t> w(rb * kRows);
-  std::mt19937 rng(11);
-  auto fill = [&](void* p, size_t bytes, int extreme) {
-    if (extreme >= 0) std::memset(p, extreme, bytes);
-    else for (size_t i = 0; i < bytes; ++i) static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(rng());
-  };
-  for (int64_t r = 0; r < kRows; ++r)
-    for (int64_t i = 0; i < n / kQK_K; ++i) {
-      const uint16_t d = f32_to_f16(0.0123f * static_cast<float>(r + 1));
-      if (base() == DType::kQ4_0 || base() == DType::kQ8_0) {
-        const size_t bs = base() == DType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
-        for (int64_t k = 0; k < kQK_K / 32; ++k) {
-          uint8_t* blk = w.data() + rb * r + (i * (kQK_K / 32) + k) * bs;
-          std::memcpy(blk, &d, 2);
-          fill(blk + 2, bs - 2, r % 3 == 0 ? 0xFF : r % 3 == 1 ? (base() == DType::kQ8_0 ? 0x80 : 0x00) : -1);
-        }
-      } else if (base() == DType::kQ4_K) {
-        auto& b = reinterpret_cast<BlockQ4_K*>(w.data() + rb * r)[i];
-        b.d = d;
-        b.dmin = f32_to_f16(0.0071f);
-        fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0xFF : -1);
-        fill(b.qs, sizeof(b.qs), r % 2 == 0 ? 0xFF : -1);
-      } else {
-        auto& b = reinterpret_cast<BlockQ6_K*>(w.data() + rb * r)[i];
-        b.d = d;
-        fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0x80 : r % 3 == 1 ? 0x7F : -1);
-        const int q = r % 4 == 0 ? 0x00 : r % 4 == 1 ? 0xFF : -1;
-        fill(b.ql, sizeof(b.ql), q);
-        fill(b.qh, sizeof(b.qh), q);
-      }
-    }
-  expect_same_matmul(w, kRows, n, {1, 3, 6, 20});
+  expect_same_matmul(extreme_weights(base(), kRows, n, 11), kRows, n, {1, 3, 6, 20, 70});
 }
 
 }  // namespace

@@ -213,31 +213,7 @@ TEST_P(KQuantLanes, FewMatchTwin) {
 TEST_P(KQuantLanes, ExtremeSumsMatchTwin) {
   constexpr int64_t n = 512, kRows = 17, kTokens = 6;
   const size_t rb = dtype_row_size(t(), n);
-  std::vector<uint8_t> w(rb * kRows);
-  std::mt19937 rng(11);
-  auto fill = [&](void* p, size_t bytes, int extreme) {
-    if (extreme >= 0) std::memset(p, extreme, bytes);
-    else for (size_t i = 0; i < bytes; ++i) static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(rng());
-  };
-  for (int64_t r = 0; r < kRows; ++r) {
-    const uint16_t d = f32_to_f16(0.0123f * static_cast<float>(r + 1));
-    for (int64_t i = 0; i < n / kQK_K; ++i) {
-      if (t() == DType::kQ4_K) {
-        auto& b = reinterpret_cast<BlockQ4_K*>(w.data() + rb * r)[i];
-        b.d = d;
-        b.dmin = f32_to_f16(0.0071f);
-        fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0xFF : -1);
-        fill(b.qs, sizeof(b.qs), r % 2 == 0 ? 0xFF : -1);
-      } else {
-        auto& b = reinterpret_cast<BlockQ6_K*>(w.data() + rb * r)[i];
-        b.d = d;
-        fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0x80 : r % 3 == 1 ? 0x7F : -1);
-        const int q = r % 4 == 0 ? 0x00 : r % 4 == 1 ? 0xFF : -1;
-        fill(b.ql, sizeof(b.ql), q);
-        fill(b.qh, sizeof(b.qh), q);
-      }
-    }
-  }
+  const std::vector<uint8_t> w = extreme_weights(t(), kRows, n, 11);
   std::vector<BlockQ8_K> x(static_cast<size_t>(kTokens * n / kQK_K));
   for (int64_t t = 0; t < kTokens; ++t)
     for (int64_t i = 0; i < n / kQK_K; ++i) {

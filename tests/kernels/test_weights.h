@@ -89,4 +89,44 @@ inline std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint3
   return w;
 }
 
+// Blocks at the extremes of the integer sums, [rows, n] of Q4_0 / Q8_0 /
+// Q4_K / Q6_K: row r's scale grows with r, and by r % 3 (Q6_K also r % 4)
+// its quant and scale bytes are all 0xFF, the type's other extreme (Q8_0
+// -128, Q6_K scale -128 / quants 0) or random.
+inline std::vector<uint8_t> extreme_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
+  const size_t rb = dtype_row_size(t, n);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+  std::mt19937 rng(seed);
+  auto fill = [&](void* p, size_t bytes, int extreme) {
+    if (extreme >= 0) std::memset(p, extreme, bytes);
+    else for (size_t i = 0; i < bytes; ++i) static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(rng());
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t d = f32_to_f16(0.0123f * static_cast<float>(r + 1));
+    uint8_t* row = w.data() + rb * static_cast<size_t>(r);
+    for (int64_t i = 0; i < n / dtype_block_size(t); ++i) {
+      if (t == DType::kQ4_0 || t == DType::kQ8_0) {
+        const size_t bs = dtype_type_size(t);
+        uint8_t* blk = row + static_cast<size_t>(i) * bs;
+        std::memcpy(blk, &d, 2);
+        fill(blk + 2, bs - 2, r % 3 == 0 ? 0xFF : r % 3 == 1 ? (t == DType::kQ8_0 ? 0x80 : 0x00) : -1);
+      } else if (t == DType::kQ4_K) {
+        auto& b = reinterpret_cast<BlockQ4_K*>(row)[i];
+        b.d = d;
+        b.dmin = f32_to_f16(0.0071f);
+        fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0xFF : -1);
+        fill(b.qs, sizeof(b.qs), r % 2 == 0 ? 0xFF : -1);
+      } else {
+        auto& b = reinterpret_cast<BlockQ6_K*>(row)[i];
+        b.d = d;
+        fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0x80 : r % 3 == 1 ? 0x7F : -1);
+        const int q = r % 4 == 0 ? 0x00 : r % 4 == 1 ? 0xFF : -1;
+        fill(b.ql, sizeof(b.ql), q);
+        fill(b.qh, sizeof(b.qh), q);
+      }
+    }
+  }
+  return w;
+}
+
 }  // namespace ember

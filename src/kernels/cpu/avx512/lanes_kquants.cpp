@@ -271,6 +271,22 @@ struct TileQ6K {
   }
 };
 
+// The packed super-blocks against nc tokens, kT at a time: row lanes of
+// `mask` stored to s[c * lds + lane].
+template <class T>
+void tokens_over_packed(const typename T::Packed* packed, int64_t nb, float* s, int64_t lds, const uint8_t* x,
+                        size_t x_row_bytes, int nc, __mmask16 mask) {
+  for (int t0 = 0; t0 < nc; t0 += kT) {
+    const int gt = std::min(kT, nc - t0);
+    const BlockQ8_K* xc[kT];
+    for (int c = 0; c < kT; ++c)
+      xc[c] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t0 + std::min(c, gt - 1)) * x_row_bytes);
+    __m512 out[kT];
+    T::group(packed, nb, xc, out);
+    for (int c = 0; c < gt; ++c) _mm512_mask_storeu_ps(s + (t0 + c) * lds, mask, out[c]);
+  }
+}
+
 template <class T>
 void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
           size_t x_row_bytes, int nr, int nc) {
@@ -279,16 +295,7 @@ void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes
   if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
   const __m512i offsets = row_offsets(w_row_bytes, nr);
   for (int64_t i = 0; i < nb; ++i) T::pack(w, w_row_bytes, offsets, nr, i, packed[static_cast<size_t>(i)]);
-  const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1);
-  for (int t0 = 0; t0 < nc; t0 += kT) {
-    const int gt = std::min(kT, nc - t0);
-    const BlockQ8_K* xc[kT];
-    for (int c = 0; c < kT; ++c)
-      xc[c] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t0 + std::min(c, gt - 1)) * x_row_bytes);
-    __m512 out[kT];
-    T::group(packed.data(), nb, xc, out);
-    for (int c = 0; c < gt; ++c) _mm512_mask_storeu_ps(s + (t0 + c) * lds, mask, out[c]);
-  }
+  tokens_over_packed<T>(packed.data(), nb, s, lds, x, x_row_bytes, nc, static_cast<__mmask16>((1u << nr) - 1));
 }
 
 // The tile over one interleaved 16-row group (nr == 16).
@@ -299,15 +306,7 @@ void tile_r16(int64_t n, float* s, int64_t lds, const uint8_t* w, const uint8_t*
   if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
   for (int64_t i = 0; i < nb; ++i)
     T::pack_r16(w + static_cast<size_t>(i) * kR * sizeof(typename T::Block), packed[static_cast<size_t>(i)]);
-  for (int t0 = 0; t0 < nc; t0 += kT) {
-    const int gt = std::min(kT, nc - t0);
-    const BlockQ8_K* xc[kT];
-    for (int c = 0; c < kT; ++c)
-      xc[c] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t0 + std::min(c, gt - 1)) * x_row_bytes);
-    __m512 out[kT];
-    T::group(packed.data(), nb, xc, out);
-    for (int c = 0; c < gt; ++c) _mm512_storeu_ps(s + (t0 + c) * lds, out[c]);
-  }
+  tokens_over_packed<T>(packed.data(), nb, s, lds, x, x_row_bytes, nc, 0xFFFF);
 }
 
 // ---- decode: one token over 16-row groups ----

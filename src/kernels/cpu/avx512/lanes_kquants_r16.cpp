@@ -95,52 +95,7 @@ void rows_q4k(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const B
   }
 }
 
-// Q6_K: sumi = sum_g sc_g * sum(q * x) - 32 * sum_g sc_g * bsums[g].
-void rows_q6k(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const BlockQ8_K* x, int64_t nr) {
-  const int64_t nb = n / kQK_K;
-  const size_t sb = kR * sizeof(BlockQ6_K);
-  for (int64_t r0 = 0; r0 < nr; r0 += kR) {
-    const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
-    auto pf = lanes::GroupPrefetch(g + kR * w_row_bytes, kR * w_row_bytes, nb * 4);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
-      const uint8_t* p = g + static_cast<size_t>(i) * sb;
-      const BlockQ8_K& xb = x[i];
-      __m512i sumi = _mm512_setzero_si512(), corr = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        const __m512i pair = kq::r16_q6k_scale_pair(p, k);
-        corr = _mm512_dpwssd_epi32(corr, pair, bcast32(xb.bsums + 2 * k));
-      }
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h)
-#pragma GCC unroll 2
-        for (int half = 0; half < 2; ++half) {
-          pf.step();
-          // Groups 8h + 2e + half (e = 0..3): elements 128h + 32e + 16 half + 0..15.
-          __m512i a[4];
-#pragma GCC unroll 4
-          for (int e = 0; e < 4; ++e) a[e] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-          for (int kk = 0; kk < 4; ++kk) {
-            const int k = 4 * half + kk;
-            __m512i q[4];
-            kq::r16_q6k_quants(p, h, k, q);
-#pragma GCC unroll 4
-            for (int e = 0; e < 4; ++e) a[e] = _mm512_dpbusd_epi32(a[e], q[e], bcast32(xb.qs + 128 * h + 32 * e + 4 * k));
-          }
-#pragma GCC unroll 4
-          for (int e = 0; e < 4; ++e)
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(a[e], kq::r16_q6k_scale(p, 8 * h + 2 * e + half)));
-        }
-      const __m512i v = _mm512_sub_epi32(sumi, _mm512_slli_epi32(corr, 5));
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(load_f16x16(p), _mm512_set1_ps(xb.d)), acc);
-    }
-    _mm512_storeu_ps(s + r0, acc);  // acc - 0: the same bits
-  }
-}
-
-// ---- a few tokens: T (2 .. 4) at once per pass over a group ----
+// ---- 1 .. 4 tokens at once per pass over a group (Q6_K decode: T = 1) ----
 
 // One pass of tokens xt[0 .. T) over the group's nb super-blocks at g:
 // out[c] lane r = result of row r, token c.
@@ -194,6 +149,7 @@ void pass_q4k(const uint8_t* g, int64_t nb, const BlockQ8_K* const* xt, __m512 o
   for (int c = 0; c < T; ++c) out[c] = _mm512_sub_ps(acc[c], acc_m[c]);
 }
 
+// Q6_K: sumi = sum_g sc_g * sum(q * x) - 32 * sum_g sc_g * bsums[g].
 template <int T>
 void pass_q6k(const uint8_t* g, int64_t nb, const BlockQ8_K* const* xt, __m512 out[], lanes::GroupPrefetch* pf) {
   const size_t sb = kR * sizeof(BlockQ6_K);
@@ -291,7 +247,7 @@ void vec_dot_rows_r16_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row
   rows_q4k(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_K*>(x), nr);
 }
 void vec_dot_rows_r16_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
-  rows_q6k(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_K*>(x), nr);
+  few<false>(n, s, 0, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), 0, nr, 1);
 }
 
 }  // namespace ember::avx512
