@@ -62,6 +62,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   if (draft) EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
   if (draft) base.spec.method = SpecMethod::kNone;  // the proposer is set below
   auto e = create(std::make_unique<CpuModelRunner>(model, pool, cfg.max_num_batched_tokens, cfg.kv_types), base);
+  if (e) {
+    e.value()->pool_ = &pool;
+    e.value()->output_->set_slots(pool.size());
+  }
   if (!e || !draft) return e;
   DraftConfig dc;
   dc.block_size = cfg.block_size;
@@ -269,13 +273,54 @@ bool Engine::stop_sample(const std::string& id, int index) {
 }
 
 void Engine::sample_into(Request* r, float* logits, StepOutput* out) {
-  FinishReason reason = output_->sample(*r, logits, &out->tokens);
+  Choice c;
+  output_->choose(*r, logits, 0, &c);
+  commit_into(r, c, out);
+}
+
+void Engine::commit_into(Request* r, Choice& c, StepOutput* out) {
+  FinishReason reason = output_->commit(*r, c, &out->tokens);
   ++stats_.n_generated_tokens;
   if (reason == FinishReason::kNone) {
     output_->forced(*r, &forced_);
     reason = append_forced(r, out);
   }
   if (reason != FinishReason::kNone) finish(r, reason, out);
+}
+
+// The rows walked as step() walks them; choosing a token touches only its
+// request's sampler, logits processor and row, so the rows are independent
+// and the order of the calls does not matter (each sampler has its own RNG).
+void Engine::choose_rows(const SchedulerOutput& so, float* logits) {
+  const size_t n = so.scheduled.size();
+  chosen_.assign(n, 0);
+  if (choices_.size() < n) choices_.resize(n);
+  choose_rows_.clear();
+  int64_t row = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const ScheduledRequest& sr = so.scheduled[i];
+    if (sr.n_spec > 0) {
+      row += sr.n_tokens;
+      continue;
+    }
+    if (sr.all_logits) {  // prompt log-probabilities read these rows first: sampled in step()
+      row += sr.n_tokens;
+      continue;
+    }
+    if (!sr.want_logits) continue;
+    float* lg = logits + static_cast<size_t>(row++) * n_vocab_;
+    if (sr.req->n_fork > 0) continue;  // its samples fork from the raw row
+    choose_rows_.emplace_back(i, lg);
+  }
+  if (pool_ == nullptr || pool_->size() < 2 || choose_rows_.size() < 2) return;
+  // One scratch slot per pool thread (set_slots(pool.size()) at create).
+  pool_->parallel_for(static_cast<int64_t>(choose_rows_.size()), 1, [&](int64_t b, int64_t e, int ith) {
+    for (int64_t j = b; j < e; ++j) {
+      const auto [i, lg] = choose_rows_[static_cast<size_t>(j)];
+      output_->choose(*so.scheduled[i].req, lg, ith, &choices_[i]);
+    }
+  });
+  for (const auto& e : choose_rows_) chosen_[e.first] = 1;
 }
 
 // Forced-token jump (structured output): the tokens in forced_ (what r's
@@ -349,8 +394,10 @@ Result<StepOutput> Engine::step() {
 
   // Advance, cache full blocks, sample where a request reached its end.
   const int V = n_vocab_;
+  choose_rows(so, logits);
   int row = 0;
-  for (const ScheduledRequest& sr : so.scheduled) {
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    const ScheduledRequest& sr = so.scheduled[i];
     Request* r = sr.req;
     scheduler_->on_computed(sr);
     if (sr.n_spec > 0) {
@@ -371,6 +418,10 @@ Result<StepOutput> Engine::step() {
       continue;
     }
     float* lg = logits + static_cast<size_t>(row++) * V;
+    if (chosen_[i]) {
+      commit_into(r, choices_[i], &out);
+      continue;
+    }
     if (r->n_fork > 0) fork_samples(r, lg, &out);
     sample_into(r, lg, &out);
   }

@@ -258,6 +258,12 @@ class Engine {
   void finish(Request* r, FinishReason reason, StepOutput* out);
   void fork_samples(Request* parent, const float* logits, StepOutput* out);
   void sample_into(Request* r, float* logits, StepOutput* out);
+  // sample_into after the token was chosen (OutputProcessor::commit, forced jumps, finish).
+  void commit_into(Request* r, Choice& c, StepOutput* out);
+  // The tokens of this step's plain sampling rows (no fork, speculation or
+  // prompt log-probabilities), chosen ahead of the step's bookkeeping, in
+  // parallel on pool_ when there are several; indexed by schedule entry.
+  void choose_rows(const SchedulerOutput& so, float* logits);
   FinishReason append_forced(Request* r, StepOutput* out);
   // Asks the proposer for drafts of the running requests that decode.
   Status propose();
@@ -270,6 +276,10 @@ class Engine {
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<OutputProcessor> output_;
+  ThreadPool* pool_ = nullptr;  // the runner's pool (borrowed; null: sampling on the engine thread)
+  std::vector<std::pair<size_t, float*>> choose_rows_;  // (schedule entry, logits row) of choose_rows
+  std::vector<Choice> choices_;                         // [so.scheduled.size()] their tokens
+  std::vector<uint8_t> chosen_;                         // [so.scheduled.size()] entry has a choice
   int64_t max_seq_len_ = 0;
   int n_vocab_ = 0;
   size_t page_bytes_ = 0;

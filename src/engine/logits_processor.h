@@ -6,7 +6,12 @@
 //
 // Ownership and threading: a request's samples each own one processor
 // (cloned from the prototype in RequestParams at admission, and from the
-// parent's at a fork); they are called on the engine thread only.
+// parent's at a fork). process() may run on any thread of the engine's
+// pool, at the same time as other samples' processors (never two calls on
+// one processor at once, and each call happens-after the previous call to
+// any method of it); the other methods run on the engine thread. State a
+// processor shares with others (a compiled grammar's cache) must be
+// thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -39,11 +39,19 @@ TopLogprobs top_k_logprobs(const float* lg, int n, int k, double lse) {
   return top;
 }
 
-OutputProcessor::OutputProcessor(int n_vocab, int64_t max_seq_len) : n_vocab_(n_vocab), max_seq_len_(max_seq_len) {}
+OutputProcessor::OutputProcessor(int n_vocab, int64_t max_seq_len) : n_vocab_(n_vocab), max_seq_len_(max_seq_len) {
+  set_slots(1);
+}
+
+void OutputProcessor::set_slots(int n) {
+  n = std::max(1, n);
+  while (static_cast<int>(slots_.size()) < n) slots_.push_back(std::make_unique<Slot>());
+  slots_.resize(static_cast<size_t>(n));
+}
 
 void OutputProcessor::init_sampler(Request& r) {
   r.sampler = std::make_unique<Sampler>(r.sampling);
-  r.sampler->use_scratch(&sampler_scratch_);
+  r.sampler->use_scratch(&slots_[0]->sampler);
   for (int32_t t : r.tokens) r.sampler->accept(t);
 }
 
@@ -66,33 +74,53 @@ void OutputProcessor::prompt_logprobs(Request& r, int64_t pos0, int64_t n, const
 }
 
 FinishReason OutputProcessor::sample(Request& r, float* lg, std::vector<TokenEvent>* out) {
-  const double lse = prepare(r, lg);
-  const int32_t tok = r.sampler->sample(lg, n_vocab_);
-  return emit(r, tok, lse, out);
+  Choice c;
+  choose(r, lg, 0, &c);
+  return commit(r, c, out);
+}
+
+void OutputProcessor::choose(Request& r, float* lg, int slot, Choice* c) {
+  Slot& s = *slots_[static_cast<size_t>(slot)];
+  c->lse = prepare(r, lg, s);
+  r.sampler->use_scratch(&s.sampler);
+  c->token = r.sampler->sample(lg, n_vocab_);
+  r.sampler->use_scratch(&slots_[0]->sampler);
+  logprobs(r, s, c);
+}
+
+void OutputProcessor::logprobs(const Request& r, const Slot& s, Choice* c) const {
+  c->logprob = std::numeric_limits<float>::quiet_NaN();
+  c->top.clear();
+  if (r.want_logprobs) c->logprob = static_cast<float>(s.raw[c->token] - c->lse);
+  if (r.top_logprobs > 0) c->top = top_k_logprobs(s.raw.data(), n_vocab_, r.top_logprobs, c->lse);
 }
 
 FinishReason OutputProcessor::sample_draft(Request& r, float* lg, int32_t draft, const float* q, bool* accepted,
                                            std::vector<TokenEvent>* out) {
   const int V = n_vocab_;
-  const double lse = prepare(r, lg);
+  Slot& s = *slots_[0];
+  Choice c;
+  c.lse = prepare(r, lg, s);
   p_.resize(V);
   r.sampler->distribution(lg, V, p_.data());
   const double u = r.sampler->uniform();
   int32_t tok = draft;
   *accepted = spec_accept(p_[draft], q[draft], u);
   if (!*accepted) tok = spec_residual_sample(p_.data(), q, draft, V, r.sampler->uniform());
-  return emit(r, tok, lse, out);
+  c.token = tok;
+  logprobs(r, s, &c);
+  return commit(r, c, out);
 }
 
 // Before a token is chosen from row lg: the raw row's log-sum-exp and a copy
 // of it (log-probabilities), then the logits processor.
-double OutputProcessor::prepare(Request& r, float* lg) {
+double OutputProcessor::prepare(Request& r, float* lg, Slot& s) {
   const int V = n_vocab_;
   double lse = 0;
   if (r.want_logprobs) {
     // log-sum-exp of the raw logits, before sampling modifies them in place.
     lse = log_sum_exp_row(lg, V);
-    raw_.assign(lg, lg + V);
+    s.raw.assign(lg, lg + V);
   }
   if (r.logits_processor) r.logits_processor->process(r.tokens.data(), r.num_tokens(), r.n_prompt, lg, V);
   return lse;
@@ -100,19 +128,13 @@ double OutputProcessor::prepare(Request& r, float* lg) {
 
 // The chosen token joins the request: sampler and processor state, tokens,
 // log-probabilities, the event; then the stop / length decision.
-FinishReason OutputProcessor::emit(Request& r, int32_t tok, double lse, std::vector<TokenEvent>* out) {
-  const int V = n_vocab_;
+FinishReason OutputProcessor::commit(Request& r, Choice& c, std::vector<TokenEvent>* out) {
+  const int32_t tok = c.token;
   r.sampler->accept(tok);
   if (r.logits_processor) r.logits_processor->accept(tok);
   r.tokens.push_back(tok);
-  float lp = std::numeric_limits<float>::quiet_NaN();
-  if (r.want_logprobs) {
-    lp = static_cast<float>(raw_[tok] - lse);
-    r.logprobs.push_back(lp);
-  }
-  TopLogprobs top;
-  if (r.top_logprobs > 0) top = top_k_logprobs(raw_.data(), V, r.top_logprobs, lse);
-  out->push_back({r.id, r.index, tok, lp, std::move(top), r.n_output() == 1 ? r.queue_seconds : -1.0});
+  if (r.want_logprobs) r.logprobs.push_back(c.logprob);
+  out->push_back({r.id, r.index, tok, c.logprob, std::move(c.top), r.n_output() == 1 ? r.queue_seconds : -1.0});
   if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tok) != r.stop_token_ids.end())
     return FinishReason::kStop;
   if (r.n_output() >= r.max_tokens || r.num_tokens() >= max_seq_len_) return FinishReason::kLength;

@@ -5,11 +5,14 @@
 // parallel samples (n > 1), and the stop / length decision. It does not
 // touch the KV cache or the queues: the Engine acts on what it reports.
 //
-// Engine thread only. It owns the vocabulary-sized scratch that all
-// samplers share (a sequence costs no vocabulary-sized memory).
+// Threading: engine thread only, except choose(), which the engine may run
+// for different requests on the threads of its pool at once (each thread
+// with its own slot of scratch). It owns the vocabulary-sized scratch the
+// samplers share, one per slot (a sequence costs no vocabulary-sized memory).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -49,12 +52,23 @@ struct PromptLogprobEvent {
 // first on ties).
 TopLogprobs top_k_logprobs(const float* logits, int n, int k, double lse);
 
+// A token chosen from a logits row, with what its event reports.
+struct Choice {
+  int32_t token = -1;
+  double lse = 0;  // log-sum-exp of the raw row (want_logprobs)
+  float logprob = std::numeric_limits<float>::quiet_NaN();
+  TopLogprobs top;
+};
+
 class OutputProcessor {
  public:
   // max_seq_len: prompt + output cap (a sequence reaching it ends with kLength).
   OutputProcessor(int n_vocab, int64_t max_seq_len);
 
   int n_vocab() const { return n_vocab_; }
+  // Scratch slots for choose() (>= 1; slot 0 is the engine thread's).
+  void set_slots(int n);
+  int slots() const { return static_cast<int>(slots_.size()); }
 
   // A fresh sampler for r (its seed and parameters), sharing this
   // processor's scratch, with r's tokens accepted as context.
@@ -71,6 +85,14 @@ class OutputProcessor {
   // token is appended to r.tokens and reported in *out. Returns why r ends
   // now (kStop: a stop token; kLength: max_tokens or max_seq_len), or kNone.
   FinishReason sample(Request& r, float* logits, std::vector<TokenEvent>* out);
+  // sample() in two halves. choose(): the logits processor, the sampler and
+  // the log-probabilities, with scratch slot `slot`; touches only r's
+  // sampler and processor and the row, so choose() for different requests
+  // may run at once on different slots. commit(): the rest (accept, the
+  // token, its event, the stop / length decision), engine thread. Together
+  // exactly sample().
+  void choose(Request& r, float* logits, int slot, Choice* c);
+  FinishReason commit(Request& r, Choice& c, std::vector<TokenEvent>* out);
 
   // Speculative verification of a draft token drawn from the draft
   // distribution q [n_vocab]: as sample() up to the target distribution p
@@ -100,14 +122,18 @@ class OutputProcessor {
   std::unique_ptr<Request> fork(const Request& parent, int k);
 
  private:
-  double prepare(Request& r, float* logits);
-  FinishReason emit(Request& r, int32_t tok, double lse, std::vector<TokenEvent>* out);
+  struct Slot {
+    std::vector<float> raw;   // one raw logits row (logprobs)
+    SamplerScratch sampler;   // lent to the sampler being used on this slot
+  };
+  double prepare(Request& r, float* logits, Slot& s);
+  // The log-probabilities of c->token from the slot's raw row.
+  void logprobs(const Request& r, const Slot& s, Choice* c) const;
 
   int n_vocab_;
   int64_t max_seq_len_;
-  std::vector<float> p_;            // the target distribution (sample_draft)
-  std::vector<float> raw_;          // one raw logits row (logprobs)
-  SamplerScratch sampler_scratch_;  // shared by every request's sampler
+  std::vector<float> p_;  // the target distribution (sample_draft)
+  std::vector<std::unique_ptr<Slot>> slots_;
 };
 
 }  // namespace ember

@@ -7,8 +7,9 @@
 // end).
 //
 // Threading: StructuredOutput is called on HTTP handler threads (its cache
-// is locked); the processors run on the engine thread, one per sample (a
-// request's samples share one stack pool, locked by a mutex they share:
+// is locked); the processors run on the engine's threads, one per sample
+// (process() on any pool thread; a request's samples share one stack pool,
+// locked by a mutex they share, so two samples may process() at once:
 // each sample's next mask is computed ahead on the StructuredOutput's mask
 // worker thread, grammar/mask_worker.h, while the forward pass runs).
 #pragma once

@@ -10,6 +10,9 @@
 #include <map>
 #include <random>
 #include <set>
+#include <mutex>
+#include <thread>
+#include <limits>
 
 #include "engine/generator.h"
 #include "engine/test_sampling.h"
@@ -155,6 +158,79 @@ TEST(Engine, BatchInvarianceGreedy32) {
 TEST(Engine, BatchInvarianceSeeded) {
   auto m = load(kTinyQwen);
   batch_invariance(*m, 12, 10, 50, 24, true, 1);
+}
+
+// Bans every token id divisible by 5 and records the threads process() ran on.
+class BanFifths final : public LogitsProcessor {
+ public:
+  explicit BanFifths(std::shared_ptr<std::pair<std::mutex, std::set<std::thread::id>>> seen) : seen_(std::move(seen)) {}
+  void process(const int32_t*, int64_t, int64_t, float* logits, int n_vocab) override {
+    for (int i = 0; i < n_vocab; i += 5) logits[i] = -std::numeric_limits<float>::infinity();
+    if (!seen_) return;
+    std::lock_guard<std::mutex> lk(seen_->first);
+    seen_->second.insert(std::this_thread::get_id());
+  }
+  std::unique_ptr<LogitsProcessor> clone() const override { return std::make_unique<BanFifths>(seen_); }
+
+ private:
+  std::shared_ptr<std::pair<std::mutex, std::set<std::thread::id>>> seen_;
+};
+
+// The sampling rows of a step are chosen on the pool's threads at once
+// (Engine::choose_rows): the logits processors ran on more than one thread,
+// and every request (seeded, logprobs, top_logprobs, a processor, n = 3
+// forks, prompt log-probabilities, greedy) gets what it gets alone on one
+// thread.
+TEST(Engine, SamplingRowsOnThePoolMatchAlone) {
+  auto m = load(kTinyQwen);
+  ThreadPool pool(2), one(1);
+  auto seen = std::make_shared<std::pair<std::mutex, std::set<std::thread::id>>>();
+  std::mt19937 rng(31);
+  std::vector<RequestParams> reqs(10);
+  for (int i = 0; i < 10; ++i) {
+    RequestParams& r = reqs[i];
+    r.prompt = random_prompt(rng, 1 + static_cast<int>(rng() % 30), m->config().n_vocab);
+    r.sampling = i == 9 ? greedy() : seeded(300 + i);
+    r.max_tokens = 4 + i % 5;
+    r.logprobs = i % 2 == 0;
+    if (i == 2) r.top_logprobs = 3;
+    if (i % 3 == 0) r.logits_processor = std::make_shared<BanFifths>(seen);
+    if (i == 4) r.n = 3;
+    if (i == 6) r.prompt_logprobs = 0;
+  }
+  EngineConfig cfg;
+  cfg.max_num_batched_tokens = 32;
+  auto e = make_engine(*m, pool, cfg);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(e->add_request(std::to_string(i), reqs[i]).is_ok());
+  std::map<std::string, std::vector<int32_t>> got;
+  std::map<std::string, std::vector<float>> got_lp;
+  for (int guard = 0; e->has_unfinished() && guard < 1000; ++guard) {
+    auto out = e->step();
+    ASSERT_TRUE(out.is_ok()) << out.status().message();
+    for (const TokenEvent& t : out->tokens) {
+      const std::string key = t.id + "/" + std::to_string(t.index);
+      got[key].push_back(t.token);
+      got_lp[key].push_back(t.logprob);
+      if (t.id == "2") EXPECT_EQ(t.top.size(), 3u);
+    }
+  }
+  EXPECT_GT(seen->second.size(), 1u) << "processors never ran off the engine thread";
+  for (int i = 0; i < 10; ++i) {
+    for (int k = 0; k < reqs[i].n; ++k) {
+      RequestParams solo = reqs[i];
+      solo.n = 1;
+      solo.sampling.seed += static_cast<uint64_t>(k);  // sample k's seed
+      Out alone = run_alone(*m, one, solo);
+      const std::string key = std::to_string(i) + "/" + std::to_string(k);
+      EXPECT_EQ(got[key], alone.tokens) << key;
+      for (int32_t t : got[key])
+        if (reqs[i].logits_processor) EXPECT_NE(t % 5, 0) << key;
+      if (reqs[i].logprobs) {
+        ASSERT_EQ(got_lp[key].size(), alone.logprobs.size()) << key;
+        for (size_t j = 0; j < alone.logprobs.size(); ++j) EXPECT_EQ(got_lp[key][j], alone.logprobs[j]) << key;
+      }
+    }
+  }
 }
 
 TEST(Engine, DefaultModelBatchInvariance) {
