@@ -11,10 +11,14 @@ ember:engine_steps_total), then the medians per mode and their ratio to
 free. Paired and alternating, so a noisy shared machine affects every mode
 alike. `--server llama` drives llama.cpp's llama-server instead (the same
 schema through its response_format json_schema, GBNF sampling; no ember
-extensions, no step metrics).
+extensions, no step metrics, and without ignore_eos: llama-server's grammar
+sampler fails a request that samples past the grammar's end, so requests end
+at end-of-generation; `--no-ignore-eos` runs ember the same way for the
+side-by-side).
 
   python3 tools/bench_structured.py --base-url http://127.0.0.1:PORT [--concurrency 16] [--rounds 2]
       [--modes free,json_object,small_schema,small_schema_compact] [--server ember|llama] [--api-key KEY]
+      [--no-ignore-eos]
 """
 import argparse
 import concurrent.futures
@@ -53,10 +57,10 @@ def metrics(url):
     return out
 
 
-def one(url, k, mode, max_tokens):
+def one(url, k, mode, max_tokens, ignore_eos):
     rf, extra = MODES[mode]
     body = {"messages": [{"role": "user", "content": "Answer in JSON."}], "max_tokens": max_tokens,
-            "temperature": 0.8, "seed": k, "ignore_eos": True}
+            "temperature": 0.8, "seed": k, "ignore_eos": ignore_eos}
     if rf:
         body["response_format"] = rf
     body.update(extra)
@@ -77,7 +81,11 @@ def main():
     ap.add_argument("--modes", default="free,json_object,small_schema,small_schema_compact")
     ap.add_argument("--server", choices=["ember", "llama"], default="ember")
     ap.add_argument("--api-key", default="")
+    ap.add_argument("--no-ignore-eos", action="store_true",
+                    help="let requests end at end-of-generation (always so with --server llama, whose grammar "
+                         "sampler fails a request that samples past the grammar's end)")
     a = ap.parse_args()
+    ignore_eos = not a.no_ignore_eos and a.server != "llama"
     if a.api_key:
         HEADERS["Authorization"] = "Bearer " + a.api_key
     url = a.base_url.rstrip("/")
@@ -89,7 +97,7 @@ def main():
         for mode in modes:
             m0, t0 = metrics(url), time.time()
             with concurrent.futures.ThreadPoolExecutor(a.concurrency) as ex:
-                outs = list(ex.map(lambda k: one(url, 1000 * r + k, mode, a.max_tokens), range(a.concurrency)))
+                outs = list(ex.map(lambda k: one(url, 1000 * r + k, mode, a.max_tokens, ignore_eos), range(a.concurrency)))
             wall = time.time() - t0
             toks, forced = sum(o[0] for o in outs), sum(o[1] for o in outs)
             m1 = metrics(url)
