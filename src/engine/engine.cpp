@@ -288,39 +288,48 @@ void Engine::commit_into(Request* r, Choice& c, StepOutput* out) {
   if (reason != FinishReason::kNone) finish(r, reason, out);
 }
 
-// The rows walked as step() walks them; choosing a token touches only its
-// request's sampler, logits processor and row, so the rows are independent
-// and the order of the calls does not matter (each sampler has its own RNG).
+// First logits row of every schedule entry, in the order execute() wrote
+// them: a speculating entry has n_tokens rows (verified), a prompt-logprob
+// entry n_tokens rows (the last is its sampling row when it wants logits),
+// any other entry one row when it wants logits and none otherwise.
+void Engine::index_rows(const SchedulerOutput& so) {
+  row0_.resize(so.scheduled.size());
+  int64_t row = 0;
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    const ScheduledRequest& sr = so.scheduled[i];
+    row0_[i] = row;
+    if (sr.n_spec > 0 || sr.all_logits) {
+      row += sr.n_tokens;
+    } else if (sr.want_logits) {
+      ++row;
+    }
+  }
+}
+
+// The plain sampling rows (not speculating, not prompt-logprob rows, which
+// step() reads first, not fork parents, whose samples fork from the raw
+// row). Choosing a token touches only its request's sampler, logits
+// processor and row, so the rows are independent and the order of the calls
+// does not matter (each sampler has its own RNG).
 void Engine::choose_rows(const SchedulerOutput& so, float* logits) {
   const size_t n = so.scheduled.size();
   chosen_.assign(n, 0);
   if (choices_.size() < n) choices_.resize(n);
   choose_rows_.clear();
-  int64_t row = 0;
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = so.scheduled[i];
-    if (sr.n_spec > 0) {
-      row += sr.n_tokens;
-      continue;
-    }
-    if (sr.all_logits) {  // prompt log-probabilities read these rows first: sampled in step()
-      row += sr.n_tokens;
-      continue;
-    }
-    if (!sr.want_logits) continue;
-    float* lg = logits + static_cast<size_t>(row++) * n_vocab_;
-    if (sr.req->n_fork > 0) continue;  // its samples fork from the raw row
-    choose_rows_.emplace_back(i, lg);
+    if (sr.n_spec > 0 || sr.all_logits || !sr.want_logits || sr.req->n_fork > 0) continue;
+    choose_rows_.push_back(i);
   }
   if (pool_ == nullptr || pool_->size() < 2 || choose_rows_.size() < 2) return;
   // One scratch slot per pool thread (set_slots(pool.size()) at create).
   pool_->parallel_for(static_cast<int64_t>(choose_rows_.size()), 1, [&](int64_t b, int64_t e, int ith) {
     for (int64_t j = b; j < e; ++j) {
-      const auto [i, lg] = choose_rows_[static_cast<size_t>(j)];
-      output_->choose(*so.scheduled[i].req, lg, ith, &choices_[i]);
+      const size_t i = choose_rows_[static_cast<size_t>(j)];
+      output_->choose(*so.scheduled[i].req, logits + static_cast<size_t>(row0_[i]) * n_vocab_, ith, &choices_[i]);
     }
   });
-  for (const auto& e : choose_rows_) chosen_[e.first] = 1;
+  for (const size_t i : choose_rows_) chosen_[i] = 1;
 }
 
 // Forced-token jump (structured output): the tokens in forced_ (what r's
@@ -394,30 +403,23 @@ Result<StepOutput> Engine::step() {
 
   // Advance, cache full blocks, sample where a request reached its end.
   const int V = n_vocab_;
+  index_rows(so);
   choose_rows(so, logits);
-  int row = 0;
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     const ScheduledRequest& sr = so.scheduled[i];
     Request* r = sr.req;
     scheduler_->on_computed(sr);
+    float* lg = logits + static_cast<size_t>(row0_[i]) * V;
     if (sr.n_spec > 0) {
       out.n_spec_tokens += sr.n_spec;
-      verify(sr, logits + static_cast<size_t>(row) * V, &out);
-      row += static_cast<int>(sr.n_tokens);
+      verify(sr, lg, &out);
       continue;
     }
     if (sr.all_logits) {
-      output_->prompt_logprobs(*r, sr.pos0, sr.n_tokens, logits + static_cast<size_t>(row) * V,
-                               &out.prompt_logprobs);
-      row += static_cast<int>(sr.n_tokens) - 1;  // the last row is this slice's sampling row
-      if (!sr.want_logits) {
-        ++row;
-        continue;
-      }
-    } else if (!sr.want_logits) {
-      continue;
+      output_->prompt_logprobs(*r, sr.pos0, sr.n_tokens, lg, &out.prompt_logprobs);
+      lg += static_cast<size_t>(sr.n_tokens - 1) * V;  // the last row is this slice's sampling row
     }
-    float* lg = logits + static_cast<size_t>(row++) * V;
+    if (!sr.want_logits) continue;
     if (chosen_[i]) {
       commit_into(r, choices_[i], &out);
       continue;

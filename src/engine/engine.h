@@ -260,6 +260,8 @@ class Engine {
   void sample_into(Request* r, float* logits, StepOutput* out);
   // sample_into after the token was chosen (OutputProcessor::commit, forced jumps, finish).
   void commit_into(Request* r, Choice& c, StepOutput* out);
+  // row0_: each schedule entry's first row of the step's logits.
+  void index_rows(const SchedulerOutput& so);
   // The tokens of this step's plain sampling rows (no fork, speculation or
   // prompt log-probabilities), chosen ahead of the step's bookkeeping, in
   // parallel on pool_ when there are several; indexed by schedule entry.
@@ -277,7 +279,8 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<OutputProcessor> output_;
   ThreadPool* pool_ = nullptr;  // the runner's pool (borrowed; null: sampling on the engine thread)
-  std::vector<std::pair<size_t, float*>> choose_rows_;  // (schedule entry, logits row) of choose_rows
+  std::vector<int64_t> row0_;                           // [so.scheduled.size()] first logits row (index_rows)
+  std::vector<size_t> choose_rows_;                     // schedule entries choose_rows picks tokens for
   std::vector<Choice> choices_;                         // [so.scheduled.size()] their tokens
   std::vector<uint8_t> chosen_;                         // [so.scheduled.size()] entry has a choice
   int64_t max_seq_len_ = 0;

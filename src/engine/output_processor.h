@@ -68,7 +68,6 @@ class OutputProcessor {
   int n_vocab() const { return n_vocab_; }
   // Scratch slots for choose() (>= 1; slot 0 is the engine thread's).
   void set_slots(int n);
-  int slots() const { return static_cast<int>(slots_.size()); }
 
   // A fresh sampler for r (its seed and parameters), sharing this
   // processor's scratch, with r's tokens accepted as context.
