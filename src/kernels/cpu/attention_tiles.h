@@ -22,6 +22,12 @@
 // the rows that see key j are a prefix, and each row does exactly the
 // arithmetic it does alone (a key a row does not see is never added to it).
 //
+// Decode (a few tokens) splits each token's keys into 256-key chunks and
+// walks a chunk tile by tile for a block of kv heads at once, so it reads
+// the cache rows (all heads of a position) in order and prefetches the next
+// tile's rows while computing; compressed keys are decoded once per 16 keys
+// into an L1 buffer shared by the query heads of their kv head.
+//
 // Internal to the CPU backend; everything here has internal linkage (the
 // header is compiled into both ISA files with different flags). Stateless:
 // threading is the pool's parallel_for, each task writing only its rows.
@@ -69,11 +75,62 @@ constexpr int kMaxRows = kTokenTile * kMaxGroup;
 // up to 128 (proportionally fewer above: more rows per K/V load outgrow L1
 // with their q rows and accumulators).
 constexpr int kShareRows = 16;
+// K formats whose rows prefetch_head_rows can reach (q4c keys live in group
+// regions and tails).
+template <KvType KT>
+constexpr bool kKvPrefetch = KT != KvType::kQ4C;
 // The f16 scale that opens a q8 / q4 group at b.
 inline float group_scale(const uint8_t* b) {
   uint16_t h;
   std::memcpy(&h, b, 2);
   return _cvtsh_ss(h);
+}
+
+// out[k] = the row of position p0 + k (k < n) of head h in blocks of
+// block_size positions, row_bytes apart, head rows of head_bytes: one
+// division for the n rows instead of one per row.
+inline void kv_rows(const uint8_t* const* blocks, int block_size, int64_t row_bytes, int64_t head_bytes, int64_t p0,
+                    int n, int h, const uint8_t** out) {
+  int64_t b = p0 / block_size;
+  int64_t o = p0 % block_size;
+  const int64_t off = static_cast<int64_t>(h) * head_bytes;
+  for (int k = 0; k < n; ++k) {
+    out[k] = blocks[b] + o * row_bytes + off;
+    if (++o == block_size) {
+      o = 0;
+      ++b;
+    }
+  }
+}
+
+// Prefetches the cache line at p into L1 (T0) or L2 (T1). Inline asm: GCC
+// deletes loops whose only statements are __builtin_prefetch calls.
+template <bool L1>
+inline void prefetch_line(const char* p) {
+  if constexpr (L1)
+    asm volatile("prefetcht0 %0" : : "m"(*p));
+  else
+    asm volatile("prefetcht1 %0" : : "m"(*p));
+}
+
+// Prefetches (into L1) the head rows of n positions from p0 of one head:
+// the cache lines of each row's `bytes` bytes. Decode walks one head's rows
+// a cache row apart (all heads of a position are one row), a stride the
+// hardware prefetchers follow poorly across the pages of a paged cache.
+inline void prefetch_head_rows(const uint8_t* const* blocks, int block_size, int64_t row_bytes, int64_t head_bytes,
+                               int64_t p0, int n, int h) {
+  int64_t b = p0 / block_size;
+  int64_t o = p0 % block_size;
+  const int64_t off = static_cast<int64_t>(h) * head_bytes;
+  for (int k = 0; k < n; ++k) {
+    const char* r = reinterpret_cast<const char*>(blocks[b] + o * row_bytes + off);
+    for (int64_t x = 0; x < head_bytes; x += 64) prefetch_line<true>(r + x);
+    prefetch_line<true>(r + head_bytes - 1);
+    if (++o == block_size) {
+      o = 0;
+      ++b;
+    }
+  }
 }
 
 // Compressed rows of odd head dims are decoded one head row at a time into a
@@ -165,16 +222,31 @@ void dot_key(const float* const* q, int rows, int dk, const KvView& kv, int64_t 
   }
 }
 
-// Scores of the 16 keys p0 .. p0 + 15 for `rows` rows that all see them:
-// sc[r][j + k] = (q[r]·k_{p0+k}) * scale, each dot with dot_rows' fmas and
-// V::hsum's adds (the levels with V::kHsum16 reduce 16 keys together). Rows
-// run one at a time against the 16 keys (16 accumulators in registers; the
-// keys' rows stay in L1 for the next row). Not for q4c keys; dk % 16 == 0.
+// out[0..n) = the head row decoded (load_kv<KT>'s floats), n % 16 == 0.
+// Both halves of a 32-element group are decoded before either is stored,
+// so the group's scale is read and converted once.
 template <class V, KvType KT>
-void dot_keys16(const float* const* q, int rows, int dk, const KvView& kv, int64_t p0, int hkv, float scale,
-                float (*sc)[kTile], int j) {
-  const uint8_t* kr[16];
-  for (int k = 0; k < 16; ++k) kr[k] = kv_key_row(kv, p0 + k, hkv, dk);
+void decode_head_row(const uint8_t* row, int n, float* out) {
+  int i = 0;
+  if constexpr (KT == KvType::kQ8 || KT == KvType::kQ4) {
+    for (; i + 32 <= n; i += 32) {
+      const typename V::Vec a = V::template load_kv<KT>(row, i);
+      const typename V::Vec b = V::template load_kv<KT>(row, i + 16);
+      V::store(out + i, a);
+      V::store(out + i + 16, b);
+    }
+  }
+  for (; i < n; i += 16) V::store(out + i, V::template load_kv<KT>(row, i));
+}
+
+// Scores of 16 keys (rows kr[0..15] of type KT) for `rows` rows that all
+// see them: sc[r][j + k] = (q[r]·k_k) * scale, each dot with dot_rows' fmas
+// and V::hsum's adds (the levels with V::kHsum16 reduce 16 keys together).
+// Rows run one at a time against the 16 keys (16 accumulators in registers;
+// the keys' rows stay in L1 for the next row). dk % 16 == 0.
+template <class V, KvType KT>
+void keys16_rows(const float* const* q, int rows, int dk, const uint8_t* const* kr, float scale, float (*sc)[kTile],
+                 int j) {
   for (int r = 0; r < rows; ++r) {
     typename V::Vec a[16];
 #pragma GCC unroll 16
@@ -188,12 +260,70 @@ void dot_keys16(const float* const* q, int rows, int dk, const KvView& kv, int64
   }
 }
 
+// Head dims up to this many have the 16 keys of a compressed format decoded
+// once into an L1 buffer (16 KiB at 256) for all rows of dot_keys16.
+constexpr int kMaxDecodedKeyDim = 256;
+
+// keys16_rows for the keys p0 .. p0 + 15 of kv head hkv. With several rows
+// and a compressed K format, the 16 rows are decoded once (the exact floats
+// load_kv<KT> gives) into a buffer the rows then read as f32: the same
+// floats in the same fmas, so the same bits, without decoding each key once
+// per row. Not for q4c keys; dk % 16 == 0.
+template <class V, KvType KT>
+void dot_keys16(const float* const* q, int rows, int dk, const KvView& kv, int64_t p0, int hkv, float scale,
+                float (*sc)[kTile], int j) {
+  const uint8_t* kr[16];
+  kv_rows(kv.k_blocks, kv.block_size, kv.k_row_bytes, kv_row_bytes(KT, dk), p0, 16, hkv, kr);
+  if constexpr (KT != KvType::kF32) {
+    if (rows > 1 && dk <= kMaxDecodedKeyDim) {
+      alignas(64) float dec[16 * kMaxDecodedKeyDim];
+      const uint8_t* dr[16];
+      for (int k = 0; k < 16; ++k) {
+        float* d = dec + k * dk;
+        decode_head_row<V, KT>(kr[k], dk, d);
+        dr[k] = reinterpret_cast<const uint8_t*>(d);
+      }
+      keys16_rows<V, KvType::kF32>(q, rows, dk, dr, scale, sc, j);
+      return;
+    }
+  }
+  keys16_rows<V, KT>(q, rows, dk, kr, scale, sc, j);
+}
+
 // acc_r[i] += p[r][j] * v_j[i] for j = j0..j1-1 in order, for M rows, with
 // accumulators kept in registers across keys (16 floats at a time), V rows
 // decoded by V::load_kv<VT>. Requires dv % 16 == 0.
 template <class V, KvType VT, int M>
 void pv_rows(float* const* acc, const float (*p)[kTile], const uint8_t* const* vrows, int j0, int j1, int dv) {
-  for (int i = 0; i < dv; i += 16) {
+  int i0 = 0;
+  if constexpr ((VT == KvType::kQ8 || VT == KvType::kQ4) && M <= V::kPvPairRows) {
+    // A whole 32-element group per key (one scale for both halves), the
+    // same fmas per accumulator in the same key order.
+    for (; i0 + 32 <= dv; i0 += 32) {
+      typename V::Vec a[M], b[M];
+#pragma GCC unroll 8
+      for (int r = 0; r < M; ++r) {
+        a[r] = V::load(acc[r] + i0);
+        b[r] = V::load(acc[r] + i0 + 16);
+      }
+      for (int j = j0; j < j1; ++j) {
+        const typename V::Vec va = V::template load_kv<VT>(vrows[j], i0);
+        const typename V::Vec vb = V::template load_kv<VT>(vrows[j], i0 + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < M; ++r) {
+          const typename V::Vec pj = V::set1(p[r][j]);
+          a[r] = V::fmadd(pj, va, a[r]);
+          b[r] = V::fmadd(pj, vb, b[r]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < M; ++r) {
+        V::store(acc[r] + i0, a[r]);
+        V::store(acc[r] + i0 + 16, b[r]);
+      }
+    }
+  }
+  for (int i = i0; i < dv; i += 16) {
     typename V::Vec a[M];
 #pragma GCC unroll 8
     for (int r = 0; r < M; ++r) a[r] = V::load(acc[r] + i);
@@ -239,6 +369,86 @@ void pv_group(float* const* acc, int nr, const float (*p)[kTile], const uint8_t*
   pv_tail<V, VT, kW - 1>(acc + r, nr - r, p + r, vrows, j0, j1, dv);
 }
 
+// One 64-key tile [t0, t0 + 64) of a reduce (below) for nr <= kMaxRows rows
+// whose running states st[r] it updates: scores into sc (nr rows of
+// scratch), the tile's online-softmax step, p·V into the accumulators.
+// ke[r]: row r's key end (not increasing with r); only rows with ke[r] > t0
+// take part. Each row's arithmetic is independent of the other rows.
+template <class V, KvType KT, KvType VT>
+void reduce_tile(const AttentionShape& s, const float* const* q, int nr, int hkv, const KvView& kv, int64_t t0,
+                 const int64_t* ke, const int64_t* tail_from, AttnRowState* const* st, float (*sc)[kTile]) {
+  const int dk = s.head_dim, dv = s.head_dim_v;
+  float mn[kMaxRows];
+  int nk[kMaxRows];  // keys of the tile row r sees
+  float dots[kMaxRows];
+  float l[kMaxRows];
+  const uint8_t* vrows[kTile];
+  float* accs[kMaxRows];
+  int na = 0;  // rows that see keys of this tile (a prefix)
+  while (na < nr && ke[na] > t0) ++na;
+  if (na == 0) return;
+  for (int r = 0; r < na; ++r) {
+    nk[r] = static_cast<int>(std::min<int64_t>(ke[r], t0 + kTile) - t0);
+    accs[r] = st[r]->acc;
+  }
+  const int n = nk[0];
+  int rows = na;  // rows that see key j
+  for (int j = 0; j < n; ++j) {
+    while (nk[rows - 1] <= j) --rows;
+    if constexpr (V::kHsum16 && KT != KvType::kQ4C) {
+      // 16 keys every row here sees, no softcap: their scores at once.
+      if (!(s.softcap > 0.f) && dk % 16 == 0 && j + 16 <= nk[rows - 1]) {
+        dot_keys16<V, KT>(q, rows, dk, kv, t0 + j, hkv, s.scale, sc, j);
+        j += 15;
+        continue;
+      }
+    }
+    dot_key<V, KT>(q, rows, dk, kv, t0 + j, hkv, tail_from, dots);
+    for (int r = 0; r < rows; ++r) {
+      float v = dots[r] * s.scale;
+      if (s.softcap > 0.f) v = s.softcap * std::tanh(v / s.softcap);
+      sc[r][j] = v;
+    }
+  }
+  for (int r = 0; r < na; ++r) {
+    // The tile's maximum (max is exact: any order gives the same value).
+    mn[r] = std::max(st[r]->m, avx2::max_row(sc[r], nk[r]));
+    const float corr = std::exp(st[r]->m - mn[r]);
+    if (corr != 1.f) {
+      avx2::scale_row(st[r]->acc, corr, dv);
+      st[r]->l *= corr;
+    }
+    avx2::exp_shifted_row(sc[r], nk[r], mn[r]);
+    l[r] = st[r]->l;
+  }
+  // Each row's denominator adds its keys in order; the rows' chains are
+  // interleaved (independent, so the adds overlap).
+  for (int j = 0, rj = na; j < n; ++j) {
+    while (nk[rj - 1] <= j) --rj;
+    for (int r = 0; r < rj; ++r) l[r] += sc[r][j];
+  }
+  for (int r = 0; r < na; ++r) st[r]->l = l[r];
+  kv_rows(kv.v_blocks, kv.block_size, kv.v_row_bytes, kv_row_bytes(VT, dv), t0, n, hkv, vrows);
+  // Keys [j0, j1) seen by the first `rows` rows, from the last row's end up.
+  for (int j0 = 0; j0 < n;) {
+    rows = na;
+    while (nk[rows - 1] <= j0) --rows;
+    const int j1 = nk[rows - 1];
+    pv_group<V, VT>(accs, rows, sc, vrows, j0, j1, dv);
+    j0 = j1;
+  }
+  for (int r = 0; r < na; ++r) st[r]->m = mn[r];
+}
+
+// Fresh states (m = -inf, l = 0, acc = 0) for nr rows.
+inline void init_states(AttnRowState* const* st, int nr, int dv) {
+  for (int r = 0; r < nr; ++r) {
+    st[r]->m = -INFINITY;
+    st[r]->l = 0.f;
+    std::fill(st[r]->acc, st[r]->acc + dv, 0.f);
+  }
+}
+
 // Reduces keys [kb, ke[r]) (already clipped to row r's visible range) into
 // fresh states for nr <= kMaxRows query rows q[r] that attend to the same kv
 // head, in 64-key tiles aligned to kb. ke must not increase with r (so the
@@ -246,97 +456,70 @@ void pv_group(float* const* acc, int nr, const float (*p)[kTile], const uint8_t*
 // which other rows share the call. tail_from[r]: kv_tail_from of row r's
 // query (q4c keys; ignored otherwise).
 template <class V, KvType KT, KvType VT>
-void reduce_chunk_t(const AttentionShape& s, const float* const* q, int nr, int hkv, const KvView& kv, int64_t kb,
-                    const int64_t* ke, const int64_t* tail_from, AttnRowState* const* st) {
-  const int dk = s.head_dim, dv = s.head_dim_v;
-  for (int r = 0; r < nr; ++r) {
-    st[r]->m = -INFINITY;
-    st[r]->l = 0.f;
-    std::fill(st[r]->acc, st[r]->acc + dv, 0.f);
+struct ReduceChunk {
+  static void run(const AttentionShape& s, const float* const* q, int nr, int hkv, const KvView& kv, int64_t kb,
+                  const int64_t* ke, const int64_t* tail_from, AttnRowState* const* st) {
+    init_states(st, nr, s.head_dim_v);
+    float sc[kMaxRows][kTile];
+    const int64_t kbytes = kKvPrefetch<KT> ? kv_row_bytes(KT, s.head_dim) : 0;
+    const int64_t vbytes = kv_row_bytes(VT, s.head_dim_v);
+    for (int64_t t0 = kb; t0 < ke[0]; t0 += kTile) {
+      // The next tile's K and V rows of this head (the first tile's too).
+      for (int64_t pf = t0 == kb ? t0 : t0 + kTile; pf < std::min(ke[0], t0 + 2 * kTile); pf += kTile) {
+        const int np = static_cast<int>(std::min<int64_t>(ke[0], pf + kTile) - pf);
+        if (kbytes) prefetch_head_rows(kv.k_blocks, kv.block_size, kv.k_row_bytes, kbytes, pf, np, hkv);
+        prefetch_head_rows(kv.v_blocks, kv.block_size, kv.v_row_bytes, vbytes, pf, np, hkv);
+      }
+      reduce_tile<V, KT, VT>(s, q, nr, hkv, kv, t0, ke, tail_from, st, sc);
+    }
   }
-  float sc[kMaxRows][kTile];
-  float mn[kMaxRows];
-  int nk[kMaxRows];  // keys of the tile row r sees
-  float dots[kMaxRows];
-  const uint8_t* vrows[kTile];
-  float* accs[kMaxRows];
-  for (int r = 0; r < nr; ++r) accs[r] = st[r]->acc;
-  for (int64_t t0 = kb; t0 < ke[0]; t0 += kTile) {
-    int na = 0;  // rows that see keys of this tile (a prefix)
-    while (na < nr && ke[na] > t0) ++na;
-    for (int r = 0; r < na; ++r) nk[r] = static_cast<int>(std::min<int64_t>(ke[r], t0 + kTile) - t0);
-    const int n = nk[0];
-    int rows = na;  // rows that see key j
-    for (int j = 0; j < n; ++j) {
-      while (nk[rows - 1] <= j) --rows;
-      if constexpr (V::kHsum16 && KT != KvType::kQ4C) {
-        // 16 keys every row here sees, no softcap: their scores at once.
-        if (!(s.softcap > 0.f) && dk % 16 == 0 && j + 16 <= nk[rows - 1]) {
-          dot_keys16<V, KT>(q, rows, dk, kv, t0 + j, hkv, s.scale, sc, j);
-          j += 15;
-          continue;
-        }
-      }
-      dot_key<V, KT>(q, rows, dk, kv, t0 + j, hkv, tail_from, dots);
-      for (int r = 0; r < rows; ++r) {
-        float v = dots[r] * s.scale;
-        if (s.softcap > 0.f) v = s.softcap * std::tanh(v / s.softcap);
-        sc[r][j] = v;
-      }
-    }
-    for (int r = 0; r < na; ++r) {
-      float mt = -INFINITY;
-      for (int j = 0; j < nk[r]; ++j) mt = std::max(mt, sc[r][j]);
-      mn[r] = std::max(st[r]->m, mt);
-      const float corr = std::exp(st[r]->m - mn[r]);
-      if (corr != 1.f) {
-        avx2::scale_row(st[r]->acc, corr, dv);
-        st[r]->l *= corr;
-      }
-      avx2::exp_shifted_row(sc[r], nk[r], mn[r]);
-      for (int j = 0; j < nk[r]; ++j) st[r]->l += sc[r][j];
-    }
-    for (int j = 0; j < n; ++j) vrows[j] = kv_value_row(kv, t0 + j, hkv, dv);
-    // Keys [j0, j1) seen by the first `rows` rows, from the last row's end up.
-    for (int j0 = 0; j0 < n;) {
-      rows = na;
-      while (nk[rows - 1] <= j0) --rows;
-      const int j1 = nk[rows - 1];
-      pv_group<V, VT>(accs, rows, sc, vrows, j0, j1, dv);
-      j0 = j1;
-    }
-    for (int r = 0; r < na; ++r) st[r]->m = mn[r];
+};
+
+// reduce_tile as a dispatchable function.
+template <class V, KvType KT, KvType VT>
+struct ReduceTile {
+  static void run(const AttentionShape& s, const float* const* q, int nr, int hkv, const KvView& kv, int64_t t0,
+                  const int64_t* ke, const int64_t* tail_from, AttnRowState* const* st, float (*sc)[kTile]) {
+    reduce_tile<V, KT, VT>(s, q, nr, hkv, kv, t0, ke, tail_from, st, sc);
   }
-}
+};
 
 using ReduceChunkFn = void (*)(const AttentionShape&, const float* const*, int, int, const KvView&, int64_t,
                                const int64_t*, const int64_t*, AttnRowState* const*);
+using ReduceTileFn = void (*)(const AttentionShape&, const float* const*, int, int, const KvView&, int64_t,
+                              const int64_t*, const int64_t*, AttnRowState* const*, float (*)[kTile]);
 
-template <class V, KvType KT>
-ReduceChunkFn reduce_for_v(KvType v) {
+template <class V, template <class, KvType, KvType> class Op, KvType KT>
+auto op_for_v(KvType v) {
   switch (v) {
-    case KvType::kF32: return reduce_chunk_t<V, KT, KvType::kF32>;
-    case KvType::kF16: return reduce_chunk_t<V, KT, KvType::kF16>;
-    case KvType::kBF16: return reduce_chunk_t<V, KT, KvType::kBF16>;
-    case KvType::kQ8: return reduce_chunk_t<V, KT, KvType::kQ8>;
-    case KvType::kQ4: return reduce_chunk_t<V, KT, KvType::kQ4>;
+    case KvType::kF32: return &Op<V, KT, KvType::kF32>::run;
+    case KvType::kF16: return &Op<V, KT, KvType::kF16>::run;
+    case KvType::kBF16: return &Op<V, KT, KvType::kBF16>::run;
+    case KvType::kQ8: return &Op<V, KT, KvType::kQ8>::run;
+    case KvType::kQ4: return &Op<V, KT, KvType::kQ4>::run;
     case KvType::kQ4C: break;  // a key format (refused for V at start-up)
   }
-  return reduce_chunk_t<V, KT, KvType::kF32>;
+  return &Op<V, KT, KvType::kF32>::run;
+}
+
+// Op<V, K, V format>::run for a view's K/V formats.
+template <class V, template <class, KvType, KvType> class Op>
+auto op_for(const KvView& kv) {
+  switch (kv.k_type) {
+    case KvType::kF32: return op_for_v<V, Op, KvType::kF32>(kv.v_type);
+    case KvType::kF16: return op_for_v<V, Op, KvType::kF16>(kv.v_type);
+    case KvType::kBF16: return op_for_v<V, Op, KvType::kBF16>(kv.v_type);
+    case KvType::kQ8: return op_for_v<V, Op, KvType::kQ8>(kv.v_type);
+    case KvType::kQ4: return op_for_v<V, Op, KvType::kQ4>(kv.v_type);
+    case KvType::kQ4C: return op_for_v<V, Op, KvType::kQ4C>(kv.v_type);
+  }
+  return op_for_v<V, Op, KvType::kF32>(kv.v_type);
 }
 
 // The reduce of a view's K/V formats.
 template <class V>
 ReduceChunkFn reduce_for(const KvView& kv) {
-  switch (kv.k_type) {
-    case KvType::kF32: return reduce_for_v<V, KvType::kF32>(kv.v_type);
-    case KvType::kF16: return reduce_for_v<V, KvType::kF16>(kv.v_type);
-    case KvType::kBF16: return reduce_for_v<V, KvType::kBF16>(kv.v_type);
-    case KvType::kQ8: return reduce_for_v<V, KvType::kQ8>(kv.v_type);
-    case KvType::kQ4: return reduce_for_v<V, KvType::kQ4>(kv.v_type);
-    case KvType::kQ4C: return reduce_for_v<V, KvType::kQ4C>(kv.v_type);
-  }
-  return reduce_for_v<V, KvType::kF32>(kv.v_type);
+  return op_for<V, ReduceChunk>(kv);
 }
 
 // Chunk index range [c0, c1) intersecting the visible keys of position p.
@@ -357,8 +540,38 @@ inline int64_t scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_t
   return decode + prefill + 64;
 }
 
-// Decode (n_tokens <= kDecodeTokens): parallel over (token, kv head, chunk)
-// partials, then the ordered merge per row.
+// Row groups (of at most kMaxGroup query heads of one kv head) one decode
+// item reduces together, tile by tile.
+constexpr int kMaxDecodeUnits = 8;
+
+// Prefetches (into L1) the rows of heads [h0, h1) of positions [p0, p0 + n)
+// (for the whole row, a contiguous run within each block). Into L1 although
+// a tile of all heads can outgrow it (q8 1B shape: 70 KB): the lines a unit
+// prefetches are read one tile later, and what L1 evicts stays in L2; into
+// L2 (T1) measured the same for f32 and 5% slower for q8
+// (docs/performance.md, "Decode attention").
+inline void prefetch_heads(const uint8_t* const* blocks, int block_size, int64_t row_bytes, int64_t head_bytes,
+                           int64_t p0, int n, int h0, int h1) {
+  int64_t b = p0 / block_size;
+  int64_t o = p0 % block_size;
+  const int64_t off = static_cast<int64_t>(h0) * head_bytes, len = static_cast<int64_t>(h1 - h0) * head_bytes;
+  for (int k = 0; k < n; ++k) {
+    const char* r = reinterpret_cast<const char*>(blocks[b] + o * row_bytes + off);
+    for (int64_t x = 0; x < len; x += 64) prefetch_line<true>(r + x);
+    prefetch_line<true>(r + len - 1);
+    if (++o == block_size) {
+      o = 0;
+      ++b;
+    }
+  }
+}
+
+// Decode (n_tokens <= kDecodeTokens): parallel over (token, chunk, block of
+// kv heads) partials, then the ordered merge per row. An item walks its
+// chunk tile by tile, each tile for all of its heads (the heads of a
+// position are one row of the cache, so the item reads the cache in order),
+// prefetching the next tile's rows while it computes; each row's arithmetic
+// is that of reduce_chunk alone.
 template <class V>
 void decode(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens, const KvView* views,
             const int32_t* view_of_token, float* out, float* scratch, ThreadPool& pool) {
@@ -370,43 +583,81 @@ void decode(const AttentionShape& s, const float* q, const int32_t* pos, int64_t
   for (int64_t t = 0; t < n_tokens; ++t) max_pos = std::max<int64_t>(max_pos, pos[t]);
   const int64_t n_chunks = max_pos / kAttnChunk + 1;
   const int64_t part_size = dv + 2;
-  const int64_t n_items = n_tokens * s.n_head_kv * n_chunks;
+  // Heads per item: as many as fit kMaxDecodeUnits row groups, fewer while
+  // that leaves under two items per thread (short contexts).
+  const int groups = (rep + kMaxGroup - 1) / kMaxGroup;
+  int hb = std::max(1, std::min(s.n_head_kv, kMaxDecodeUnits / groups));
+  while (hb > 1 && n_tokens * n_chunks * ((s.n_head_kv + hb - 1) / hb) < 2 * pool.size()) hb = (hb + 1) / 2;
+  const int64_t n_hblocks = (s.n_head_kv + hb - 1) / hb;
+  const int64_t n_items = n_tokens * n_chunks * n_hblocks;
   pool.parallel_for(n_items, 1, [&](int64_t b, int64_t e, int) {
-    AttnRowState st[kMaxGroup];
-    AttnRowState* sp[kMaxGroup];
-    const float* qr[kMaxGroup];
-    int64_t ends[kMaxGroup], tails[kMaxGroup];
+    AttnRowState st[kMaxDecodeUnits][kMaxGroup];
+    AttnRowState* sp[kMaxDecodeUnits][kMaxGroup];
+    const float* qr[kMaxDecodeUnits][kMaxGroup];
+    int64_t ends[kMaxDecodeUnits][kMaxGroup], tails[kMaxDecodeUnits][kMaxGroup];
+    int unit_head[kMaxDecodeUnits], unit_rows[kMaxDecodeUnits];
+    float* parts[kMaxDecodeUnits][kMaxGroup];  // each row's partial: m, l, acc[dv]
+    float sc[kMaxGroup][kTile];
     for (int64_t it = b; it < e; ++it) {
-      const int64_t c = it % n_chunks;
-      const int64_t t = it / n_chunks / s.n_head_kv;
-      const int hkv = static_cast<int>(it / n_chunks % s.n_head_kv);
+      // Head block innermost: a thread's consecutive items read neighbouring
+      // parts of the same positions' rows.
+      const int h_lo = static_cast<int>(it % n_hblocks) * hb;
+      const int h_hi = std::min(s.n_head_kv, h_lo + hb);
+      const int64_t c = it / n_hblocks % n_chunks;
+      const int64_t t = it / n_hblocks / n_chunks;
       const KvView& kv = views[view_of_token ? view_of_token[t] : 0];
       int64_t lo, hi;
       attention_visible_range(s, pos[t], &lo, &hi);
       const int64_t kb = std::max(lo, c * kAttnChunk), ke = std::min(hi, (c + 1) * kAttnChunk);
-      for (int h0 = hkv * rep; h0 < (hkv + 1) * rep; h0 += kMaxGroup) {
-        const int nr = std::min(kMaxGroup, (hkv + 1) * rep - h0);
-        auto part = [&](int r) { return scratch + ((t * s.n_head + h0 + r) * n_chunks + c) * part_size; };
-        if (kb >= ke) {
+      auto part = [&](int h) { return scratch + ((t * s.n_head + h) * n_chunks + c) * part_size; };
+      if (kb >= ke) {
+        for (int h = h_lo * rep; h < h_hi * rep; ++h) {
+          part(h)[0] = -INFINITY;  // empty: skipped at merge
+          part(h)[1] = 0.f;
+        }
+        continue;
+      }
+      int nu = 0;
+      for (int hkv = h_lo; hkv < h_hi; ++hkv) {
+        for (int h0 = hkv * rep; h0 < (hkv + 1) * rep; h0 += kMaxGroup, ++nu) {
+          const int nr = std::min(kMaxGroup, (hkv + 1) * rep - h0);
+          unit_head[nu] = hkv;
+          unit_rows[nu] = nr;
           for (int r = 0; r < nr; ++r) {
-            part(r)[0] = -INFINITY;  // empty: skipped at merge
-            part(r)[1] = 0.f;
+            parts[nu][r] = part(h0 + r);
+            st[nu][r] = AttnRowState{0, 0, parts[nu][r] + 2};
+            sp[nu][r] = &st[nu][r];
+            qr[nu][r] = q + t * q_stride + static_cast<int64_t>(h0 + r) * dk;
+            ends[nu][r] = ke;
+            tails[nu][r] = kv_tail_from(kv, pos[t]);
           }
-          continue;
-        }
-        for (int r = 0; r < nr; ++r) {
-          st[r] = AttnRowState{0, 0, part(r) + 2};
-          sp[r] = &st[r];
-          qr[r] = q + t * q_stride + static_cast<int64_t>(h0 + r) * dk;
-          ends[r] = ke;
-          tails[r] = kv_tail_from(kv, pos[t]);
-        }
-        reduce_for<V>(kv)(s, qr, nr, hkv, kv, kb, ends, tails, sp);
-        for (int r = 0; r < nr; ++r) {
-          part(r)[0] = st[r].m;
-          part(r)[1] = st[r].l;
+          init_states(sp[nu], nr, dv);
         }
       }
+      const ReduceTileFn tile = op_for<V, ReduceTile>(kv);
+      const int64_t kbytes = kv.k_type != KvType::kQ4C ? kv_row_bytes(kv.k_type, dk) : 0;
+      const int64_t vbytes = kv_row_bytes(kv.v_type, dv);
+      for (int64_t t0 = kb; t0 < ke; t0 += kTile) {
+        // The rows of the next tile (the first tile's too), a share before
+        // each unit's step so the prefetches spread over the tile's work.
+        const int64_t pf = t0 == kb ? t0 : t0 + kTile;
+        const int64_t pf_end = std::min(ke, t0 + 2 * kTile);
+        const int64_t per_unit = (pf_end - pf + nu - 1) / std::max(1, nu);
+        for (int u = 0; u < nu; ++u) {
+          const int64_t p0 = pf + u * per_unit;
+          const int np = static_cast<int>(std::min(pf_end, p0 + per_unit) - p0);
+          if (np > 0) {
+            if (kbytes) prefetch_heads(kv.k_blocks, kv.block_size, kv.k_row_bytes, kbytes, p0, np, h_lo, h_hi);
+            prefetch_heads(kv.v_blocks, kv.block_size, kv.v_row_bytes, vbytes, p0, np, h_lo, h_hi);
+          }
+          tile(s, qr[u], unit_rows[u], unit_head[u], kv, t0, ends[u], tails[u], sp[u], sc);
+        }
+      }
+      for (int u = 0; u < nu; ++u)
+        for (int r = 0; r < unit_rows[u]; ++r) {
+          parts[u][r][0] = st[u][r].m;
+          parts[u][r][1] = st[u][r].l;
+        }
     }
   });
   pool.parallel_for(n_tokens * s.n_head, 1, [&](int64_t b, int64_t e, int) {

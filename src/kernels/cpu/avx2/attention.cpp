@@ -59,6 +59,7 @@ struct Avx2Vec16 {
   };
   static constexpr int kDotRows = 4;  // rows per K load in q·k
   static constexpr int kPvRows = 4;   // rows per V load in p·V
+  static constexpr int kPvPairRows = 2;  // rows whose two halves of a q8 / q4 group fit the registers
   static Vec zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static Vec load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
   static void store(float* p, Vec v) {

@@ -26,6 +26,7 @@ struct Avx512Vec16 {
   using Vec = __m512;
   static constexpr int kDotRows = 8;  // rows per K load in q·k
   static constexpr int kPvRows = 8;   // rows per V load in p·V
+  static constexpr int kPvPairRows = 8;  // rows whose two halves of a q8 / q4 group fit the registers
   static Vec zero() { return _mm512_setzero_ps(); }
   static Vec load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
