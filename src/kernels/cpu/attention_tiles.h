@@ -42,6 +42,7 @@
 #include <cstring>
 
 #include "kernels/attention.h"
+#include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
 
 namespace ember {
@@ -103,16 +104,6 @@ inline void kv_rows(const uint8_t* const* blocks, int block_size, int64_t row_by
   }
 }
 
-// Prefetches the cache line at p into L1 (T0) or L2 (T1). Inline asm: GCC
-// deletes loops whose only statements are __builtin_prefetch calls.
-template <bool L1>
-inline void prefetch_line(const char* p) {
-  if constexpr (L1)
-    asm volatile("prefetcht0 %0" : : "m"(*p));
-  else
-    asm volatile("prefetcht1 %0" : : "m"(*p));
-}
-
 // Prefetches (into L1) the head rows of n positions from p0 of one head:
 // the cache lines of each row's `bytes` bytes. Decode walks one head's rows
 // a cache row apart (all heads of a position are one row), a stride the
@@ -124,8 +115,8 @@ inline void prefetch_head_rows(const uint8_t* const* blocks, int block_size, int
   const int64_t off = static_cast<int64_t>(h) * head_bytes;
   for (int k = 0; k < n; ++k) {
     const char* r = reinterpret_cast<const char*>(blocks[b] + o * row_bytes + off);
-    for (int64_t x = 0; x < head_bytes; x += 64) prefetch_line<true>(r + x);
-    prefetch_line<true>(r + head_bytes - 1);
+    for (int64_t x = 0; x < head_bytes; x += 64) lanes::prefetch_line<true>(r + x);
+    lanes::prefetch_line<true>(r + head_bytes - 1);
     if (++o == block_size) {
       o = 0;
       ++b;
@@ -557,8 +548,8 @@ inline void prefetch_heads(const uint8_t* const* blocks, int block_size, int64_t
   const int64_t off = static_cast<int64_t>(h0) * head_bytes, len = static_cast<int64_t>(h1 - h0) * head_bytes;
   for (int k = 0; k < n; ++k) {
     const char* r = reinterpret_cast<const char*>(blocks[b] + o * row_bytes + off);
-    for (int64_t x = 0; x < len; x += 64) prefetch_line<true>(r + x);
-    prefetch_line<true>(r + len - 1);
+    for (int64_t x = 0; x < len; x += 64) lanes::prefetch_line<true>(r + x);
+    lanes::prefetch_line<true>(r + len - 1);
     if (++o == block_size) {
       o = 0;
       ++b;

@@ -10,6 +10,18 @@
 
 namespace ember::lanes {
 
+// Prefetches the cache line at p into L1 (L1 = true: prefetcht0) or L2
+// (prefetcht1). Inline asm, not _mm_prefetch: GCC 12 deletes a loop whose
+// only statements are __builtin_prefetch calls (a loop over a run of lines
+// compiled to nothing).
+template <bool L1>
+inline void prefetch_line(const void* p) {
+  if constexpr (L1)
+    asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+  else
+    asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
+}
+
 // Decode prefetch. A group's kR rows are contiguous, and so is the next
 // group: while this group's super-blocks are computed, the next group's
 // bytes are prefetched line by line, spread evenly over this group's

@@ -37,6 +37,7 @@
 
 #include "core/fp16.h"
 #include "kernels/cpu/avx512/kquants_unpack.h"
+#include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/lanes_kquants_common.h"
 #include "kernels/cpu/simd.h"
@@ -190,8 +191,8 @@ template <class Block>
 inline void prefetch_next(const uint8_t* next, size_t w_row_bytes, int n_next, int64_t i) {
   for (int p = 0; p < n_next; ++p) {
     const char* b = reinterpret_cast<const char*>(next + static_cast<size_t>(p) * w_row_bytes) + i * sizeof(Block);
-    for (size_t o = 0; o < sizeof(Block); o += 64) _mm_prefetch(b + o, _MM_HINT_T0);
-    _mm_prefetch(b + sizeof(Block) - 1, _MM_HINT_T0);
+    for (size_t o = 0; o < sizeof(Block); o += 64) lanes::prefetch_line<true>(b + o);
+    lanes::prefetch_line<true>(b + sizeof(Block) - 1);
   }
 }
 
