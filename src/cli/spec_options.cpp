@@ -24,7 +24,8 @@ void SpecOptions::add_to(ArgParser& p) {
   p.option("--speculative-model", &draft_model, "PATH",
            "draft model for --speculative-method draft (same tokenizer as the target)");
   p.option("--skip-layers", &skip_layers, "SPEC",
-           "layers the layerskip draft skips: odd, even, last-third, last-half, middle-third or a list like 4,6,8-11 "
+           "layers the layerskip draft skips: odd, even, last-third, last-half, middle-third, a list like 4,6,8-11, "
+           "or none (every layer kept; with --draft-vocab the draft is the target with a truncated head) "
            "(default last-third)");
   p.option("--draft-vocab", &draft_vocab, "N",
            "draft / layerskip: the draft's output head scores only the N most frequent tokens (default 0: all)");
@@ -78,6 +79,9 @@ Status SpecOptions::load_draft(const Model& target, std::unique_ptr<Model>* hold
   if (c->method == SpecMethod::kLayerSkip) {
     auto skip = parse_skip_layers(skip_layers, target.config().n_layer);
     if (!skip) return Status::errorf("--skip-layers: {}", skip.status().message());
+    if (skip.value().empty() && head.empty())
+      return Status::error("--skip-layers none needs --draft-vocab N: without a truncated head the draft would be "
+                           "the target itself");
     auto d = make_draft_view(target, skip.value(), head);
     if (!d) return d.status();
     *holder = std::move(d.value());

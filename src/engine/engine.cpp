@@ -75,6 +75,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   dc.num_kv_blocks = cfg.spec.draft_kv_cache_bytes > 0 ? 0 : cfg.num_kv_blocks;
   dc.max_batch = cfg.max_num_batched_tokens;
   dc.method = cfg.spec.method;
+  dc.kv_types = cfg.kv_types;
   auto dp = DraftProposer::create(model, *cfg.spec.draft_model, pool, dc);
   if (!dp) return dp.status().with_context("speculative decoding");
   e.value()->cfg_.spec = cfg.spec;

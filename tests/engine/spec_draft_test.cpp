@@ -17,6 +17,7 @@
 #include "engine/spec/layerskip.h"
 #include "engine/spec_test_util.h"
 #include "engine/test_sampling.h"
+#include "model/tiny_layered_model.h"
 
 namespace ember {
 namespace {
@@ -223,6 +224,57 @@ TEST(DraftSpec, SelfDraftAcceptsEveryGreedyDraft) {
   EXPECT_GT(r.stats.spec.n_draft_tokens, 0);
   EXPECT_EQ(r.stats.spec.n_accepted_tokens, r.stats.spec.n_draft_tokens);
   EXPECT_NEAR(r.stats.spec.mean_accepted_length(), 4.0, 1e-9);  // 3 drafts + the bonus per verification
+}
+
+// The draft stores its KV as the target does: the target's own stack as a
+// layer-skip draft that skips nothing (a truncated head that keeps every
+// token) has every greedy draft accepted under a compressed cache; with
+// the draft's cache in f32 (the old default) its states would differ from
+// the target's. Formats the draft's head dims cannot take fall back to f16.
+TEST(DraftSpec, DraftKvFollowsTheTargetsFormats) {
+  test::TinySpec spec;  // qwen2, 2 / 4 / 1 KV heads
+  spec.head_dim = 32;
+  std::unique_ptr<Model> m = test::load_tiny(spec);
+  ASSERT_TRUE(m);
+  auto none = parse_skip_layers("none", m->config().n_layer);
+  ASSERT_TRUE(none.is_ok()) << none.status().message();
+  EXPECT_TRUE(none.value().empty());
+  std::vector<int32_t> all(static_cast<size_t>(m->config().n_vocab));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+  auto draft = make_draft_view(*m, none.value(), all);
+  ASSERT_TRUE(draft.is_ok()) << draft.status().message();
+  ThreadPool pool(2);
+  for (KvTypes kv : {KvTypes{KvType::kQ4, KvType::kQ4}, KvTypes{KvType::kQ8, KvType::kF16, KvRotation::kHadamard},
+                     KvTypes{KvType::kQ4C, KvType::kQ4}}) {
+    SCOPED_TRACE(kv_type_name(kv.k));
+    EngineConfig cfg;
+    cfg.block_size = kv_token_grouped(kv.k) ? kKvTokenGroup : 8;
+    cfg.num_kv_blocks = 128;
+    cfg.kv_types = kv;
+    cfg.spec.method = SpecMethod::kLayerSkip;
+    cfg.spec.draft_model = draft.value().get();
+    cfg.spec.num_speculative_tokens = 3;
+    cfg.spec.max_running = 0;
+    std::vector<RequestParams> reqs = workload(4, m->config().n_vocab, 5);
+    for (RequestParams& p : reqs) {
+      p.sampling = test::greedy();
+      p.n = 1;
+    }
+    RunResult r = run(*m, pool, cfg, reqs);
+    EXPECT_GT(r.stats.spec.n_draft_tokens, 0);
+    if (kv.k == KvType::kQ4C)  // the draft's keys in f16 instead: drafts may miss, outputs stay exact
+      EXPECT_LE(r.stats.spec.n_accepted_tokens, r.stats.spec.n_draft_tokens);
+    else
+      EXPECT_EQ(r.stats.spec.n_accepted_tokens, r.stats.spec.n_draft_tokens);
+  }
+  // What the draft stores for formats its head dims do or do not take.
+  ModelConfig dc = m->config();
+  const KvTypes q8h{KvType::kQ8, KvType::kQ8, KvRotation::kHadamard, KvRotation::kHadamard};
+  EXPECT_EQ(draft_kv_types(q8h, dc), q8h);
+  EXPECT_EQ(draft_kv_types(KvTypes{KvType::kQ4C, KvType::kQ4}, dc), (KvTypes{KvType::kF16, KvType::kQ4}));
+  dc.head_dim = dc.head_dim_v = 8;  // no groups of 32
+  EXPECT_EQ(draft_kv_types(q8h, dc), (KvTypes{KvType::kF16, KvType::kF16}));
+  EXPECT_EQ(draft_kv_types(KvTypes{KvType::kBF16, KvType::kF32}, dc), (KvTypes{KvType::kBF16, KvType::kF32}));
 }
 
 // Two-sample chi-square statistic over the cells where either has counts;

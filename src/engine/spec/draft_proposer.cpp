@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "kernels/hadamard.h"
 
 namespace ember {
 
@@ -36,6 +37,22 @@ Status check_same_vocabulary(const Metadata& t, int t_vocab, const Metadata& d, 
   return Status::ok();
 }
 
+KvTypes draft_kv_types(KvTypes t, const ModelConfig& draft) {
+  auto fits = [](KvType ty, KvRotation r, int64_t hd) {
+    return !kv_token_grouped(ty) && kv_type_check(ty, hd).is_ok() &&
+           (r == KvRotation::kNone || hadamard_check(hd).is_ok());
+  };
+  if (!fits(t.k, t.rot_k, draft.head_dim)) {
+    t.k = KvType::kF16;
+    t.rot_k = KvRotation::kNone;
+  }
+  if (!fits(t.v, t.rot_v, draft.head_dim_v)) {
+    t.v = KvType::kF16;
+    t.rot_v = KvRotation::kNone;
+  }
+  return t;
+}
+
 Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target, const Model& draft,
                                                              ThreadPool& pool, const DraftConfig& cfg) {
   // The vocabulary lists where both files carry one (ember's command line
@@ -51,7 +68,7 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target
   if (!target.config().head_tokens.empty()) return Status::error("the target's output head is truncated");
   auto p = std::unique_ptr<DraftProposer>(new DraftProposer(cfg, target.config().n_vocab));
   p->draft_head_tokens_ = draft.config().head_tokens;
-  p->runner_ = std::make_unique<CpuModelRunner>(draft, pool, cfg.max_batch);
+  p->runner_ = std::make_unique<CpuModelRunner>(draft, pool, cfg.max_batch, draft_kv_types(cfg.kv_types, draft.config()));
   const KvLayout layout = KvLayout::from_spec(p->runner_->kv_spec(), true);
   auto n_blocks = p->runner_->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks);
   if (!n_blocks) return n_blocks.status().with_context("draft model KV cache");

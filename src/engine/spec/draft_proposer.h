@@ -52,7 +52,16 @@ struct DraftConfig {
   int64_t num_kv_blocks = 0;                  // > 0: overrides kv_cache_bytes
   int max_batch = 512;                        // tokens per draft forward
   SpecMethod method = SpecMethod::kDraft;     // what method() reports (kDraft or kLayerSkip)
+  // The target's KV storage: the draft stores its K/V the same way where its
+  // head dims allow (draft_kv_types), so a draft that is the target's own
+  // stack (layerskip none + a truncated head) computes the target's bits.
+  KvTypes kv_types;
 };
+
+// The draft's KV formats for a target cache of formats t: t where the
+// draft's head dims take it, f16 where they do not; q4c keys become f16 (its
+// f16 tails are managed by the engine's pool, which the draft's is not).
+KvTypes draft_kv_types(KvTypes t, const ModelConfig& draft);
 
 // The draft's vocabulary must be the target's: the same size, and where the
 // metadata lists the vocabulary (tokenizer.ggml.tokens, .model, bos/eos

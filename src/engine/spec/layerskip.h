@@ -26,8 +26,10 @@ namespace ember {
 // Layers to skip of an n_layer model, ascending. SPEC: "odd" (1, 3, 5 ...),
 // "even" (0, 2, 4 ...), "last-third" / "last-half" (that many layers
 // before the last one, which feeds the head and is kept), "middle-third",
-// or a comma list of indices and ranges ("4,6,8-11"). Errors: an unknown word, an index out of range, or a set
-// that skips every layer (or none).
+// a comma list of indices and ranges ("4,6,8-11"), or "none" (an empty
+// set: the draft is the target's whole stack, made cheaper only by a
+// truncated head, draft_head.h). Errors: an unknown word, an index out of
+// range, or a set that skips every layer (or, other than "none", none).
 Result<std::vector<int>> parse_skip_layers(const std::string& spec, int n_layer);
 
 // The target without the given layers (ascending, in range, not all).
