@@ -213,16 +213,28 @@ void dot_key(const float* const* q, int rows, int dk, const KvView& kv, int64_t 
   }
 }
 
-// out[0..n) = the head row decoded (load_kv<KT>'s floats), n % 16 == 0.
-// Both halves of a 32-element group are decoded before either is stored,
-// so the group's scale is read and converted once.
+// Elements i..i+31 (i % 32 == 0, a whole q8 / q4 group) of a head row:
+// *a = load_kv<KT>(row, i), *b = load_kv<KT>(row, i + 16), the group's
+// scale converted once where V has a group loader.
+template <class V, KvType KT>
+inline void load_kv_group(const uint8_t* row, int i, typename V::Vec* a, typename V::Vec* b) {
+  if constexpr (requires { V::template load_group<KT>(row, i, a, b); }) {
+    V::template load_group<KT>(row, i, a, b);
+  } else {
+    *a = V::template load_kv<KT>(row, i);
+    *b = V::template load_kv<KT>(row, i + 16);
+  }
+}
+
+// out[0..n) = the head row decoded (load_kv<KT>'s floats), n % 16 == 0;
+// q8 / q4 a group at a time.
 template <class V, KvType KT>
 void decode_head_row(const uint8_t* row, int n, float* out) {
   int i = 0;
   if constexpr (KT == KvType::kQ8 || KT == KvType::kQ4) {
     for (; i + 32 <= n; i += 32) {
-      const typename V::Vec a = V::template load_kv<KT>(row, i);
-      const typename V::Vec b = V::template load_kv<KT>(row, i + 16);
+      typename V::Vec a, b;
+      load_kv_group<V, KT>(row, i, &a, &b);
       V::store(out + i, a);
       V::store(out + i + 16, b);
     }
@@ -298,8 +310,8 @@ void pv_rows(float* const* acc, const float (*p)[kTile], const uint8_t* const* v
         b[r] = V::load(acc[r] + i0 + 16);
       }
       for (int j = j0; j < j1; ++j) {
-        const typename V::Vec va = V::template load_kv<VT>(vrows[j], i0);
-        const typename V::Vec vb = V::template load_kv<VT>(vrows[j], i0 + 16);
+        typename V::Vec va, vb;
+        load_kv_group<V, VT>(vrows[j], i0, &va, &vb);
 #pragma GCC unroll 8
         for (int r = 0; r < M; ++r) {
           const typename V::Vec pj = V::set1(p[r][j]);

@@ -80,6 +80,26 @@ struct Avx512Vec16 {
       return _mm512_mul_ps(_mm512_set1_ps(attn_tiles::group_scale(b)), _mm512_cvtepi32_ps(q));
     }
   }
+  // A whole q8 / q4 group (elements i..i+31, i % 32 == 0): the floats of
+  // load_kv at i and i + 16 with the group's scale converted once.
+  template <KvType T>
+    requires(T == KvType::kQ8 || T == KvType::kQ4)
+  static void load_group(const uint8_t* row, int i, Vec* a, Vec* b) {
+    if constexpr (T == KvType::kQ8) {
+      const uint8_t* g = row + (i / kKvGroup) * (2 + kKvGroup);
+      const __m512 d = _mm512_set1_ps(attn_tiles::group_scale(g));
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 2));
+      *a = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))));
+      *b = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))));
+    } else {
+      const uint8_t* g = row + (i / kKvGroup) * (2 + kKvGroup / 2);
+      const __m512 d = _mm512_set1_ps(attn_tiles::group_scale(g));
+      const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 2)));
+      const __m512i eight = _mm512_set1_epi32(8);
+      *a = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(15)), eight)));
+      *b = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight)));
+    }
+  }
   // q4c: elements i..i+15 of position r of a head's group region, fma(d, q, m).
   static Vec load_q4c(const uint8_t* region, int r, int hd, int i) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(region + 2 * i)));
