@@ -16,6 +16,7 @@
 #   draft-head       $DRAFT_MODEL with a truncated head of $DRAFT_VOCAB tokens (default 16384), adaptive k
 #   layerskip        the target with layers $SKIP_LAYERS skipped (default 15-16)
 #   layerskip-head   layerskip with a truncated head of $DRAFT_VOCAB tokens, adaptive k
+#   selfhead         the whole target (--skip-layers none) with a truncated head of $DRAFT_VOCAB tokens, K drafts
 # $DRAFT_VOCAB_TEXT: the text the head's token frequencies are counted over (default data/calibration.txt).
 set -euo pipefail
 DRAFT_MODEL=${DRAFT_MODEL:-}; SKIP_LAYERS=${SKIP_LAYERS:-15-16}; DRAFT_VOCAB=${DRAFT_VOCAB:-16384}
@@ -35,6 +36,8 @@ flags() {
     layerskip) echo --speculative-method layerskip --skip-layers "$SKIP_LAYERS" --num-speculative-tokens "$K" ;;
     layerskip-head) echo --speculative-method layerskip --skip-layers "$SKIP_LAYERS" --num-speculative-tokens "$K" \
                       "${head[@]}" ;;
+    selfhead) echo --speculative-method layerskip --skip-layers none --num-speculative-tokens "$K" \
+                --draft-vocab "$DRAFT_VOCAB" --draft-vocab-text "$DRAFT_VOCAB_TEXT" ;;
     *) echo "unknown configuration '$1'" >&2; exit 2 ;;
   esac
 }
