@@ -76,7 +76,7 @@ constexpr int kMaxRows = kTokenTile * kMaxGroup;
 // up to 128 (proportionally fewer above: more rows per K/V load outgrow L1
 // with their q rows and accumulators).
 constexpr int kShareRows = 16;
-// K formats whose rows prefetch_head_rows can reach (q4c keys live in group
+// K formats whose rows prefetch_heads can reach (q4c keys live in group
 // regions and tails).
 template <KvType KT>
 constexpr bool kKvPrefetch = KT != KvType::kQ4C;
@@ -104,19 +104,24 @@ inline void kv_rows(const uint8_t* const* blocks, int block_size, int64_t row_by
   }
 }
 
-// Prefetches (into L1) the head rows of n positions from p0 of one head:
-// the cache lines of each row's `bytes` bytes. Decode walks one head's rows
-// a cache row apart (all heads of a position are one row), a stride the
-// hardware prefetchers follow poorly across the pages of a paged cache.
-inline void prefetch_head_rows(const uint8_t* const* blocks, int block_size, int64_t row_bytes, int64_t head_bytes,
-                               int64_t p0, int n, int h) {
+// Prefetches (into L1) the rows of heads [h0, h1) of positions [p0, p0 + n)
+// (a contiguous run within each block when they are all the row's heads).
+// Decode reads one head's rows a cache row apart (all heads of a position
+// are one row), a stride the hardware prefetchers follow poorly across the
+// pages of a paged cache. Into L1 although
+// a tile of all heads can outgrow it (q8 1B shape: 70 KB): the lines a unit
+// prefetches are read one tile later, and what L1 evicts stays in L2; into
+// L2 (T1) measured the same for f32 and 5% slower for q8
+// (docs/performance.md, "Decode attention").
+inline void prefetch_heads(const uint8_t* const* blocks, int block_size, int64_t row_bytes, int64_t head_bytes,
+                           int64_t p0, int n, int h0, int h1) {
   int64_t b = p0 / block_size;
   int64_t o = p0 % block_size;
-  const int64_t off = static_cast<int64_t>(h) * head_bytes;
+  const int64_t off = static_cast<int64_t>(h0) * head_bytes, len = static_cast<int64_t>(h1 - h0) * head_bytes;
   for (int k = 0; k < n; ++k) {
     const char* r = reinterpret_cast<const char*>(blocks[b] + o * row_bytes + off);
-    for (int64_t x = 0; x < head_bytes; x += 64) lanes::prefetch_line<true>(r + x);
-    lanes::prefetch_line<true>(r + head_bytes - 1);
+    for (int64_t x = 0; x < len; x += 64) lanes::prefetch_line<true>(r + x);
+    lanes::prefetch_line<true>(r + len - 1);
     if (++o == block_size) {
       o = 0;
       ++b;
@@ -470,8 +475,8 @@ struct ReduceChunk {
       // The next tile's K and V rows of this head (the first tile's too).
       for (int64_t pf = t0 == kb ? t0 : t0 + kTile; pf < std::min(ke[0], t0 + 2 * kTile); pf += kTile) {
         const int np = static_cast<int>(std::min<int64_t>(ke[0], pf + kTile) - pf);
-        if (kbytes) prefetch_head_rows(kv.k_blocks, kv.block_size, kv.k_row_bytes, kbytes, pf, np, hkv);
-        prefetch_head_rows(kv.v_blocks, kv.block_size, kv.v_row_bytes, vbytes, pf, np, hkv);
+        if (kbytes) prefetch_heads(kv.k_blocks, kv.block_size, kv.k_row_bytes, kbytes, pf, np, hkv, hkv + 1);
+        prefetch_heads(kv.v_blocks, kv.block_size, kv.v_row_bytes, vbytes, pf, np, hkv, hkv + 1);
       }
       reduce_tile<V, KT, VT>(s, q, nr, hkv, kv, t0, ke, tail_from, st, sc);
     }
@@ -546,28 +551,6 @@ inline int64_t scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_t
 // Row groups (of at most kMaxGroup query heads of one kv head) one decode
 // item reduces together, tile by tile.
 constexpr int kMaxDecodeUnits = 8;
-
-// Prefetches (into L1) the rows of heads [h0, h1) of positions [p0, p0 + n)
-// (for the whole row, a contiguous run within each block). Into L1 although
-// a tile of all heads can outgrow it (q8 1B shape: 70 KB): the lines a unit
-// prefetches are read one tile later, and what L1 evicts stays in L2; into
-// L2 (T1) measured the same for f32 and 5% slower for q8
-// (docs/performance.md, "Decode attention").
-inline void prefetch_heads(const uint8_t* const* blocks, int block_size, int64_t row_bytes, int64_t head_bytes,
-                           int64_t p0, int n, int h0, int h1) {
-  int64_t b = p0 / block_size;
-  int64_t o = p0 % block_size;
-  const int64_t off = static_cast<int64_t>(h0) * head_bytes, len = static_cast<int64_t>(h1 - h0) * head_bytes;
-  for (int k = 0; k < n; ++k) {
-    const char* r = reinterpret_cast<const char*>(blocks[b] + o * row_bytes + off);
-    for (int64_t x = 0; x < len; x += 64) lanes::prefetch_line<true>(r + x);
-    lanes::prefetch_line<true>(r + len - 1);
-    if (++o == block_size) {
-      o = 0;
-      ++b;
-    }
-  }
-}
 
 // Decode (n_tokens <= kDecodeTokens): parallel over (token, chunk, block of
 // kv heads) partials, then the ordered merge per row. An item walks its
