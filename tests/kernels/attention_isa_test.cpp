@@ -62,7 +62,9 @@ AttentionShape shape(int n_head, int n_head_kv, int hd, int hdv, float softcap, 
 }
 
 // GQA groups of 4 and 16 (two kMaxGroup groups), a window with softcap, an
-// odd head dim (f32 / f16 / bf16 only), V narrower than K.
+// odd head dim (f32 / f16 / bf16 only), V narrower than K, and 72 query
+// heads on one kv head (nine kMaxGroup groups: more than one decode item
+// reduces at once, so decode takes them in two passes).
 struct NamedShape {
   const char* name;
   AttentionShape s;
@@ -72,6 +74,7 @@ const NamedShape kShapes[] = {
     {"gqa16_hd128_softcap_window100", shape(16, 1, 128, 128, 30.f, 100)},
     {"mha_hd40", shape(3, 3, 40, 40, 0.f, 0)},
     {"gqa3_hd64_dv32", shape(6, 2, 64, 32, 0.f, 0)},
+    {"mqa72_hd32", shape(72, 1, 32, 32, 0.f, 0)},
 };
 
 // q4c (a group format with f16 tails) has its own pages and ISA check in

@@ -76,10 +76,6 @@ constexpr int kMaxRows = kTokenTile * kMaxGroup;
 // up to 128 (proportionally fewer above: more rows per K/V load outgrow L1
 // with their q rows and accumulators).
 constexpr int kShareRows = 16;
-// K formats whose rows prefetch_heads can reach (q4c keys live in group
-// regions and tails).
-template <KvType KT>
-constexpr bool kKvPrefetch = KT != KvType::kQ4C;
 // The f16 scale that opens a q8 / q4 group at b.
 inline float group_scale(const uint8_t* b) {
   uint16_t h;
@@ -115,18 +111,25 @@ inline void kv_rows(const uint8_t* const* blocks, int block_size, int64_t row_by
 // (docs/performance.md, "Decode attention").
 inline void prefetch_heads(const uint8_t* const* blocks, int block_size, int64_t row_bytes, int64_t head_bytes,
                            int64_t p0, int n, int h0, int h1) {
-  int64_t b = p0 / block_size;
-  int64_t o = p0 % block_size;
-  const int64_t off = static_cast<int64_t>(h0) * head_bytes, len = static_cast<int64_t>(h1 - h0) * head_bytes;
-  for (int k = 0; k < n; ++k) {
-    const char* r = reinterpret_cast<const char*>(blocks[b] + o * row_bytes + off);
-    for (int64_t x = 0; x < len; x += 64) lanes::prefetch_line<true>(r + x);
-    lanes::prefetch_line<true>(r + len - 1);
-    if (++o == block_size) {
-      o = 0;
-      ++b;
+  const uint8_t* rows[kTile];
+  const int64_t len = static_cast<int64_t>(h1 - h0) * head_bytes;
+  for (int k0 = 0; k0 < n; k0 += kTile) {
+    const int m = std::min(kTile, n - k0);
+    kv_rows(blocks, block_size, row_bytes, head_bytes, p0 + k0, m, h0, rows);
+    for (int k = 0; k < m; ++k) {
+      const char* r = reinterpret_cast<const char*>(rows[k]);
+      for (int64_t x = 0; x < len; x += 64) lanes::prefetch_line<true>(r + x);
+      lanes::prefetch_line<true>(r + len - 1);
     }
   }
+}
+
+// prefetch_heads for the K and V rows of a view (V only for q4c keys, which
+// live in group regions and tails).
+inline void prefetch_kv(const KvView& kv, int dk, int dv, int64_t p0, int n, int h0, int h1) {
+  if (!kv_token_grouped(kv.k_type))
+    prefetch_heads(kv.k_blocks, kv.block_size, kv.k_row_bytes, kv_row_bytes(kv.k_type, dk), p0, n, h0, h1);
+  prefetch_heads(kv.v_blocks, kv.block_size, kv.v_row_bytes, kv_row_bytes(kv.v_type, dv), p0, n, h0, h1);
 }
 
 // Compressed rows of odd head dims are decoded one head row at a time into a
@@ -469,14 +472,11 @@ struct ReduceChunk {
                   const int64_t* ke, const int64_t* tail_from, AttnRowState* const* st) {
     init_states(st, nr, s.head_dim_v);
     float sc[kMaxRows][kTile];
-    const int64_t kbytes = kKvPrefetch<KT> ? kv_row_bytes(KT, s.head_dim) : 0;
-    const int64_t vbytes = kv_row_bytes(VT, s.head_dim_v);
     for (int64_t t0 = kb; t0 < ke[0]; t0 += kTile) {
       // The next tile's K and V rows of this head (the first tile's too).
       for (int64_t pf = t0 == kb ? t0 : t0 + kTile; pf < std::min(ke[0], t0 + 2 * kTile); pf += kTile) {
         const int np = static_cast<int>(std::min<int64_t>(ke[0], pf + kTile) - pf);
-        if (kbytes) prefetch_heads(kv.k_blocks, kv.block_size, kv.k_row_bytes, kbytes, pf, np, hkv, hkv + 1);
-        prefetch_heads(kv.v_blocks, kv.block_size, kv.v_row_bytes, vbytes, pf, np, hkv, hkv + 1);
+        prefetch_kv(kv, s.head_dim, s.head_dim_v, pf, np, hkv, hkv + 1);
       }
       reduce_tile<V, KT, VT>(s, q, nr, hkv, kv, t0, ke, tail_from, st, sc);
     }
@@ -603,47 +603,48 @@ void decode(const AttentionShape& s, const float* q, const int32_t* pos, int64_t
         }
         continue;
       }
-      int nu = 0;
-      for (int hkv = h_lo; hkv < h_hi; ++hkv) {
-        for (int h0 = hkv * rep; h0 < (hkv + 1) * rep; h0 += kMaxGroup, ++nu) {
-          const int nr = std::min(kMaxGroup, (hkv + 1) * rep - h0);
-          unit_head[nu] = hkv;
-          unit_rows[nu] = nr;
-          for (int r = 0; r < nr; ++r) {
-            parts[nu][r] = part(h0 + r);
-            st[nu][r] = AttnRowState{0, 0, parts[nu][r] + 2};
-            sp[nu][r] = &st[nu][r];
-            qr[nu][r] = q + t * q_stride + static_cast<int64_t>(h0 + r) * dk;
-            ends[nu][r] = ke;
-            tails[nu][r] = kv_tail_from(kv, pos[t]);
-          }
-          init_states(sp[nu], nr, dv);
-        }
-      }
       const ReduceTileFn tile = op_for<V, ReduceTile>(kv);
-      const int64_t kbytes = kv.k_type != KvType::kQ4C ? kv_row_bytes(kv.k_type, dk) : 0;
-      const int64_t vbytes = kv_row_bytes(kv.v_type, dv);
-      for (int64_t t0 = kb; t0 < ke; t0 += kTile) {
-        // The rows of the next tile (the first tile's too), a share before
-        // each unit's step so the prefetches spread over the tile's work.
-        const int64_t pf = t0 == kb ? t0 : t0 + kTile;
-        const int64_t pf_end = std::min(ke, t0 + 2 * kTile);
-        const int64_t per_unit = (pf_end - pf + nu - 1) / std::max(1, nu);
+      // The item's row groups, at most kMaxDecodeUnits at a time (more only
+      // where one kv head has over kMaxDecodeUnits * kMaxGroup query heads).
+      const int n_units = (h_hi - h_lo) * groups;
+      for (int u0 = 0; u0 < n_units; u0 += kMaxDecodeUnits) {
+        const int nu = std::min(kMaxDecodeUnits, n_units - u0);
         for (int u = 0; u < nu; ++u) {
-          const int64_t p0 = pf + u * per_unit;
-          const int np = static_cast<int>(std::min(pf_end, p0 + per_unit) - p0);
-          if (np > 0) {
-            if (kbytes) prefetch_heads(kv.k_blocks, kv.block_size, kv.k_row_bytes, kbytes, p0, np, h_lo, h_hi);
-            prefetch_heads(kv.v_blocks, kv.block_size, kv.v_row_bytes, vbytes, p0, np, h_lo, h_hi);
+          const int hkv = h_lo + (u0 + u) / groups;
+          const int h0 = hkv * rep + (u0 + u) % groups * kMaxGroup;
+          const int nr = std::min(kMaxGroup, (hkv + 1) * rep - h0);
+          unit_head[u] = hkv;
+          unit_rows[u] = nr;
+          for (int r = 0; r < nr; ++r) {
+            parts[u][r] = part(h0 + r);
+            st[u][r] = AttnRowState{0, 0, parts[u][r] + 2};
+            sp[u][r] = &st[u][r];
+            qr[u][r] = q + t * q_stride + static_cast<int64_t>(h0 + r) * dk;
+            ends[u][r] = ke;
+            tails[u][r] = kv_tail_from(kv, pos[t]);
           }
-          tile(s, qr[u], unit_rows[u], unit_head[u], kv, t0, ends[u], tails[u], sp[u], sc);
+          init_states(sp[u], nr, dv);
         }
+        const int ph0 = unit_head[0], ph1 = unit_head[nu - 1] + 1;  // the heads these units read
+        for (int64_t t0 = kb; t0 < ke; t0 += kTile) {
+          // The rows of the next tile (the first tile's too), a share before
+          // each unit's step so the prefetches spread over the tile's work.
+          const int64_t pf = t0 == kb ? t0 : t0 + kTile;
+          const int64_t pf_end = std::min(ke, t0 + 2 * kTile);
+          const int64_t per_unit = (pf_end - pf + nu - 1) / nu;
+          for (int u = 0; u < nu; ++u) {
+            const int64_t p0 = pf + u * per_unit;
+            const int np = static_cast<int>(std::min(pf_end, p0 + per_unit) - p0);
+            if (np > 0) prefetch_kv(kv, dk, dv, p0, np, ph0, ph1);
+            tile(s, qr[u], unit_rows[u], unit_head[u], kv, t0, ends[u], tails[u], sp[u], sc);
+          }
+        }
+        for (int u = 0; u < nu; ++u)
+          for (int r = 0; r < unit_rows[u]; ++r) {
+            parts[u][r][0] = st[u][r].m;
+            parts[u][r][1] = st[u][r].l;
+          }
       }
-      for (int u = 0; u < nu; ++u)
-        for (int r = 0; r < unit_rows[u]; ++r) {
-          parts[u][r][0] = st[u][r].m;
-          parts[u][r][1] = st[u][r].l;
-        }
     }
   });
   pool.parallel_for(n_tokens * s.n_head, 1, [&](int64_t b, int64_t e, int) {
