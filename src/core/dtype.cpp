@@ -35,6 +35,7 @@ constexpr Entry kTable[] = {
     {DType::kF64, {"f64", 1, 8, false}},
     {DType::kBF16, {"bf16", 1, 2, false}},
     {DType::kQ4_0_R16, {"q4_0_r16", 32, 18, true}},
+    {DType::kQ5_0_R16, {"q5_0_r16", 32, 22, true}},
     {DType::kQ8_0_R16, {"q8_0_r16", 32, 34, true}},
     {DType::kQ4_K_R16, {"q4_K_r16", 256, 144, true}},
     {DType::kQ6_K_R16, {"q6_K_r16", 256, 210, true}},

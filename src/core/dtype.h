@@ -33,6 +33,7 @@ enum class DType : uint32_t {
   // the rows of a base type interleaved in groups of 16 for the CPU
   // kernels (kernels/interleave.h). Same bytes per row as the base type.
   kQ4_0_R16 = 0x100 | 2,
+  kQ5_0_R16 = 0x100 | 6,
   kQ8_0_R16 = 0x100 | 8,
   kQ4_K_R16 = 0x100 | 12,
   kQ6_K_R16 = 0x100 | 14,

@@ -1,4 +1,4 @@
-// Interleaved weight layouts: a Q4_0 / Q8_0 / Q4_K / Q6_K matrix whose rows
+// Interleaved weight layouts: a Q4_0 / Q5_0 / Q8_0 / Q4_K / Q6_K matrix whose rows
 // are stored in groups of 16 with each block's fields transposed across the
 // group (DType::kQ4_0_R16 .. kQ6_K_R16, in memory only, never in files).
 // The decode and prefill kernels then read each group as one sequential
@@ -15,6 +15,7 @@
 // stored as 16-row vectors of 16 u bytes: unit r of vector c = bytes
 // u c .. u c + u - 1 of row r's field.
 //   Q4_0_R16 (288 bytes): d (u = 2: one vector), qs (4: 4 vectors).
+//   Q5_0_R16 (352 bytes): d (u = 2: one vector), qh (4: one), qs (4: 4 vectors).
 //   Q8_0_R16 (544 bytes): d (2: one), qs (4: 8 vectors).
 //   Q4_K_R16 (2304 bytes): d (u = 2: one vector), dmin (2: one), scales (4:
 //   3 vectors), qs (4: 32 vectors).

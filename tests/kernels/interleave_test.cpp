@@ -32,6 +32,9 @@ TEST(Interleave, TypesAreInMemoryOnly) {
   EXPECT_EQ(interleaved_type(DType::kQ6_K), DType::kQ6_K_R16);
   EXPECT_EQ(interleaved_type(DType::kQ4_0), DType::kQ4_0_R16);
   EXPECT_EQ(interleaved_type(DType::kQ8_0), DType::kQ8_0_R16);
+  EXPECT_EQ(interleaved_type(DType::kQ5_0), DType::kQ5_0_R16);
+  EXPECT_EQ(vec_dot_type(DType::kQ5_0_R16), DType::kQ8_0);
+  EXPECT_EQ(dtype_row_size(DType::kQ5_0_R16, 640), dtype_row_size(DType::kQ5_0, 640));
   EXPECT_EQ(vec_dot_type(DType::kQ4_0_R16), DType::kQ8_0);
   EXPECT_EQ(interleaved_type(DType::kQ5_K), DType::kQ5_K);
   EXPECT_EQ(dtype_layout_base(DType::kQ6_K_R16), DType::kQ6_K);
@@ -122,7 +125,8 @@ class Interleaved : public ::testing::TestWithParam<std::tuple<DType, Isa>> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Types, Interleaved,
-                         ::testing::Combine(::testing::Values(DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K),
+                         ::testing::Combine(::testing::Values(DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
+                                                              DType::kQ6_K),
                                             ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
                          [](const ::testing::TestParamInfo<std::tuple<DType, Isa>>& i) {
                            return std::string(dtype_name(std::get<0>(i.param))) + "_" +
@@ -172,6 +176,22 @@ TEST(Interleave, Q4_0LayoutAsDocumented) {
       EXPECT_EQ(std::memcmp(sb + 2 * r, &blk.d, 2), 0);
       for (int c = 0; c < 4; ++c) ASSERT_EQ(std::memcmp(sb + 32 + 64 * c + 4 * r, blk.qs + 4 * c, 4), 0);
     }
+}
+
+TEST(Interleave, Q5_0LayoutAsDocumented) {
+  constexpr int64_t kRows = 32, n = 64;
+  const std::vector<uint8_t> w = make_weights(DType::kQ5_0, kRows, n, 12);
+  std::vector<uint8_t> il(w.size());
+  interleave_rows(DType::kQ5_0, w.data(), kRows, n, il.data());
+  for (int g = 0; g < 2; ++g)
+    for (int r = 0; r < 16; ++r)
+      for (int b = 0; b < 2; ++b) {
+        const auto& blk = reinterpret_cast<const BlockQ5_0*>(w.data() + (16 * g + r) * 2 * sizeof(BlockQ5_0))[b];
+        const uint8_t* sb = il.data() + g * 16 * 2 * sizeof(BlockQ5_0) + b * 352;
+        EXPECT_EQ(std::memcmp(sb + 2 * r, &blk.d, 2), 0);
+        EXPECT_EQ(std::memcmp(sb + 32 + 4 * r, blk.qh, 4), 0);
+        for (int c = 0; c < 4; ++c) ASSERT_EQ(std::memcmp(sb + 96 + 64 * c + 4 * r, blk.qs + 4 * c, 4), 0);
+      }
 }
 
 TEST_P(Interleaved, MatmulMatchesBaseType) {

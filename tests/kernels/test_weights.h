@@ -89,8 +89,8 @@ inline std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint3
   return w;
 }
 
-// Blocks at the extremes of the integer sums, [rows, n] of Q4_0 / Q8_0 /
-// Q4_K / Q6_K: row r's scale grows with r, and by r % 3 (Q6_K also r % 4)
+// Blocks at the extremes of the integer sums, [rows, n] of Q4_0 / Q5_0 /
+// Q8_0 / Q4_K / Q6_K: row r's scale grows with r, and by r % 3 (Q6_K also r % 4)
 // its quant and scale bytes are all 0xFF, the type's other extreme (Q8_0
 // -128, Q6_K scale -128 / quants 0) or random.
 inline std::vector<uint8_t> extreme_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
@@ -105,7 +105,7 @@ inline std::vector<uint8_t> extreme_weights(DType t, int64_t rows, int64_t n, ui
     const uint16_t d = f32_to_f16(0.0123f * static_cast<float>(r + 1));
     uint8_t* row = w.data() + rb * static_cast<size_t>(r);
     for (int64_t i = 0; i < n / dtype_block_size(t); ++i) {
-      if (t == DType::kQ4_0 || t == DType::kQ8_0) {
+      if (t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ8_0) {
         const size_t bs = dtype_type_size(t);
         uint8_t* blk = row + static_cast<size_t>(i) * bs;
         std::memcpy(blk, &d, 2);

@@ -1,4 +1,4 @@
-// Model::interleave_weights (kernels/interleave.h): Q4_0, Q8_0, Q4_K and Q6_K models
+// Model::interleave_weights (kernels/interleave.h): Q4_0, Q5_0, Q8_0, Q4_K and Q6_K models
 // (random weights, llama layout, tied and untied heads) give the same logits
 // bit for bit before and after their weights are interleaved, for a prompt
 // and for decode steps (the one-token, few-token and tile kernels), and the
@@ -70,7 +70,7 @@ class InterleaveWeights : public ::testing::Test {
 };
 
 TEST_F(InterleaveWeights, LogitsUnchanged) {
-  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+  for (DType type : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
     for (bool tied : {false, true}) {
       SCOPED_TRACE(std::string(dtype_name(type)) + (tied ? " tied" : " untied"));
       const std::string path = write(type, tied);

@@ -30,6 +30,7 @@ struct Layout {
 };
 constexpr Layout kLayouts[] = {
     {DType::kQ4_0_R16, DType::kQ4_0, 18, {{0, 2, 1}, {2, 4, 4}, {0, 0, 0}, {0, 0, 0}}},
+    {DType::kQ5_0_R16, DType::kQ5_0, 22, {{0, 2, 1}, {2, 4, 1}, {6, 4, 4}, {0, 0, 0}}},
     {DType::kQ8_0_R16, DType::kQ8_0, 34, {{0, 2, 1}, {2, 4, 8}, {0, 0, 0}, {0, 0, 0}}},
     {DType::kQ4_K_R16, DType::kQ4_K, 144, {{0, 2, 1}, {2, 2, 1}, {4, 4, 3}, {16, 4, 32}}},
     {DType::kQ6_K_R16, DType::kQ6_K, 210, {{208, 2, 1}, {192, 1, 16}, {0, 4, 32}, {128, 4, 16}}},
@@ -132,6 +133,7 @@ void set_generic(KernelSet& k, Isa isa) {
 void set_interleaved_generic(KernelSet& k, DType t, Isa isa) {
   switch (t) {
     case DType::kQ4_0_R16: set_generic<DType::kQ4_0_R16>(k, isa); break;
+    case DType::kQ5_0_R16: set_generic<DType::kQ5_0_R16>(k, isa); break;
     case DType::kQ8_0_R16: set_generic<DType::kQ8_0_R16>(k, isa); break;
     case DType::kQ4_K_R16: set_generic<DType::kQ4_K_R16>(k, isa); break;
     case DType::kQ6_K_R16: set_generic<DType::kQ6_K_R16>(k, isa); break;
@@ -139,8 +141,8 @@ void set_interleaved_generic(KernelSet& k, DType t, Isa isa) {
   }
 }
 
-const DType kInterleavedTypes[kNumInterleavedTypes] = {DType::kQ4_0_R16, DType::kQ8_0_R16, DType::kQ4_K_R16,
-                                                        DType::kQ6_K_R16};
+const DType kInterleavedTypes[kNumInterleavedTypes] = {DType::kQ4_0_R16, DType::kQ5_0_R16, DType::kQ8_0_R16,
+                                                        DType::kQ4_K_R16, DType::kQ6_K_R16};
 
 DType interleaved_type(DType base) {
   const Layout* l = layout_of(base);

@@ -275,11 +275,16 @@ void vec_dot_few_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, 
                                size_t x_row_bytes, int64_t nr, int nc);
 void vec_dot_few_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                size_t x_row_bytes, int64_t nr, int nc);
-// Q4_0 / Q8_0 x Q8_0 interleaved (avx512/lanes_legacy_r16.cpp): the lane
-// contract of lanes_tile.cpp / lanes_rows.cpp (per block in order acc =
+// Q4_0 / Q5_0 / Q8_0 x Q8_0 interleaved (avx512/lanes_legacy_r16.cpp): the
+// lane contract of lanes_tile.cpp / lanes_rows.cpp (per block in order acc =
 // fma(float(isum_b), d_w * d_x, acc)); decode, 1 .. kInterleavedFewMax
 // tokens four per pass, and the tile as the same passes over one group.
 void vec_dot_rows_r16_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_rows_r16_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_few_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                               size_t x_row_bytes, int64_t nr, int nc);
+void vec_dot_tile_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                size_t x_row_bytes, int nr, int nc);
 void vec_dot_rows_r16_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_few_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                size_t x_row_bytes, int64_t nr, int nc);
@@ -300,7 +305,7 @@ void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w,
 // kInterleavedTileCols).
 constexpr int kInterleavedTileCols = 64;
 void set_interleaved_generic(KernelSet& k, DType t, Isa isa);
-constexpr int kNumInterleavedTypes = 4;
+constexpr int kNumInterleavedTypes = 5;
 extern const DType kInterleavedTypes[kNumInterleavedTypes];
 
 }  // namespace ember

@@ -219,6 +219,8 @@ Table build_table() {
     const Native natives[] = {
         {DType::kQ4_0_R16, avx512::vec_dot_rows_r16_q4_0_q8_0, avx512::vec_dot_few_r16_q4_0_q8_0,
          avx512::vec_dot_tile_r16_q4_0_q8_0},
+        {DType::kQ5_0_R16, avx512::vec_dot_rows_r16_q5_0_q8_0, avx512::vec_dot_few_r16_q5_0_q8_0,
+         avx512::vec_dot_tile_r16_q5_0_q8_0},
         {DType::kQ8_0_R16, avx512::vec_dot_rows_r16_q8_0_q8_0, avx512::vec_dot_few_r16_q8_0_q8_0,
          avx512::vec_dot_tile_r16_q8_0_q8_0},
         {DType::kQ4_K_R16, avx512::vec_dot_rows_r16_q4_K_q8_K, avx512::vec_dot_few_r16_q4_K_q8_K,
@@ -232,9 +234,9 @@ Table build_table() {
       k.vec_dot_few = n.few;
       k.few_max = avx512::kInterleavedFewMax;
       k.vec_dot_tile = n.tile;
-      // Q4_0 / Q8_0: the tile takes two groups (shared activation broadcasts)
+      // Q4_0 / Q5_0 / Q8_0: the tile takes two groups (shared activation broadcasts)
       // and beats the one-group passes above 16 tokens.
-      if (n.type == DType::kQ4_0_R16 || n.type == DType::kQ8_0_R16) {
+      if (n.type == DType::kQ4_0_R16 || n.type == DType::kQ5_0_R16 || n.type == DType::kQ8_0_R16) {
         k.tile_rows = 32;
         k.few_max = avx512::kInterleavedLegacyFewMax;
       }

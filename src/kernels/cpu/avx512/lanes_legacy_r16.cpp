@@ -1,19 +1,21 @@
-// AVX-512 VNNI kernels over the interleaved Q4_0_R16 / Q8_0_R16 layouts
-// (kernels/interleave.h): lane r of every vector = row r of a 16-row group,
-// the activations Q8_0. Arithmetic: the lane contract of the plain-row
-// kernels (avx512/lanes_tile.cpp, lanes_rows.cpp): per block b in order
-// acc = fma(float(isum_b), d_w[b] * d_x[b], acc), isum_b the exact integer
-// dot of the weight quants (Q4_0: q - 8; Q8_0: q, taken as q ^ 0x80 minus
-// 128) and the activation quants, so results equal the base types' bit for
-// bit.
+// AVX-512 VNNI kernels over the interleaved Q4_0_R16 / Q5_0_R16 / Q8_0_R16
+// layouts (kernels/interleave.h): lane r of every vector = row r of a 16-row
+// group, the activations Q8_0. Arithmetic: the lane contract of the
+// plain-row kernels (avx512/lanes_tile.cpp, lanes_rows.cpp): per block b in
+// order acc = fma(float(isum_b), d_w[b] * d_x[b], acc), isum_b the exact
+// integer dot of the weight quants (Q4_0: q - 8; Q5_0: q - 16; Q8_0: q,
+// taken as q ^ 0x80 minus 128) and the activation quants, so results equal
+// the base types' bit for bit.
 //
 // Per block of a group: Q4_0 is 4 vector loads (dword r = 8 quants of row r),
-// a nibble split each and 8 vpdpbusd with broadcast activation dwords; Q8_0
-// 8 loads, 8 xor, 8 vpdpbusd; both seeded with -offset * sum(x_b), the
+// a nibble split each and 8 vpdpbusd with broadcast activation dwords; Q5_0
+// the same plus the qh vector (dword r = the 32 high bits of row r), whose
+// bits are spread onto the nibbles by a byte shuffle (qh byte j into every
+// byte of its dword), a bit test per byte and a masked add of 16; Q8_0 8
+// loads, 8 xor, 8 vpdpbusd; all seeded with -offset * sum(x_b), the
 // activation block sums computed once per call. Tokens go eight (or up to
-// four) per pass over
-// a group (the group stays in L1 / L2 between passes), which also serves as
-// the tile: one form for every token count.
+// four) per pass over a group (the group stays in L1 / L2 between passes),
+// which also serves as the tile: one form for every token count.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -45,21 +47,36 @@ inline int32_t block_sum(const BlockQ8_0& x) {
   return static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
 }
 
-template <bool kQ8>
+enum class Legacy { kQ4_0, kQ5_0, kQ8_0 };
+
+template <Legacy K>
 struct Layout {
-  static constexpr int kVectors = kQ8 ? 8 : 4;          // quant vectors per block
-  static constexpr size_t kBlock = 32 + 64 * kVectors;  // bytes per block of a group
-  static constexpr int kOffset = kQ8 ? 128 : 8;
+  static constexpr int kVectors = K == Legacy::kQ8_0 ? 8 : 4;  // quant vectors per block
+  static constexpr size_t kQs = K == Legacy::kQ5_0 ? 96 : 32;   // d vector [, qh vector], then qs
+  static constexpr size_t kBlock = kQs + 64 * kVectors;         // bytes per block of a group
+  static constexpr int kOffset = K == Legacy::kQ8_0 ? 128 : K == Legacy::kQ5_0 ? 16 : 8;
 };
+
+// Byte shuffle putting byte j of every dword into all four of its bytes.
+inline __m512i dword_byte(int j) {
+  return _mm512_add_epi8(_mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0),
+                         _mm512_set1_epi8(static_cast<char>(j)));
+}
 
 // Tokens xt[0 .. T) (seeds[c][b] = -offset * sum(x_c block b)) over the nb
 // blocks of G groups (g[0 .. G), each activation broadcast shared by them):
 // out[G * c + j] lane r = result of row r of group j, token c.
-template <bool kQ8, int G, int T>
+template <Legacy K, int G, int T>
 void pass(const uint8_t* const* g, int64_t nb, const BlockQ8_0* const* xt, const int32_t* const* seeds, __m512 out[],
           lanes::GroupPrefetch* pf) {
-  using L = Layout<kQ8>;
+  using L = Layout<K>;
   const __m512i m4 = _mm512_set1_epi8(0x0F), k80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  // Q5_0: the high bit of quant 4k + m (low nibbles of qs dword k) is qh
+  // bit 4k + m, in qh byte k / 2 at bit 4 (k % 2) + m; that of quant 16 +
+  // 4k + m (high nibbles) in byte 2 + k / 2.
+  const __m512i k16 = _mm512_set1_epi8(16), bits_even = _mm512_set1_epi32(0x08040201),
+                bits_odd = _mm512_set1_epi32(static_cast<int>(0x80402010u));
+  const __m512i sel0 = dword_byte(0), sel1 = dword_byte(1), sel2 = dword_byte(2), sel3 = dword_byte(3);
   __m512 acc[G * T];
   for (int c = 0; c < G * T; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -72,12 +89,12 @@ void pass(const uint8_t* const* g, int64_t nb, const BlockQ8_0* const* xt, const
       a[c] = _mm512_set1_epi32(seeds[c / G][b]);
       a2[c] = _mm512_setzero_si512();
     }
-    if constexpr (kQ8) {
+    if constexpr (K == Legacy::kQ8_0) {
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         __m512i q[G];
 #pragma GCC unroll 2
-        for (int j = 0; j < G; ++j) q[j] = _mm512_xor_si512(_mm512_loadu_si512(p[j] + 32 + 64 * k), k80);
+        for (int j = 0; j < G; ++j) q[j] = _mm512_xor_si512(_mm512_loadu_si512(p[j] + L::kQs + 64 * k), k80);
 #pragma GCC unroll 8
         for (int c = 0; c < T; ++c) {
           const __m512i y = bcast32(xt[c][b].qs + 4 * k);
@@ -89,14 +106,24 @@ void pass(const uint8_t* const* g, int64_t nb, const BlockQ8_0* const* xt, const
         }
       }
     } else {
+      __m512i qh[G];
+      if constexpr (K == Legacy::kQ5_0)
+        for (int j = 0; j < G; ++j) qh[j] = _mm512_loadu_si512(p[j] + 32);
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         __m512i lo[G], hi[G];
 #pragma GCC unroll 2
         for (int j = 0; j < G; ++j) {
-          const __m512i q = _mm512_loadu_si512(p[j] + 32 + 64 * k);
+          const __m512i q = _mm512_loadu_si512(p[j] + L::kQs + 64 * k);
           lo[j] = _mm512_and_si512(q, m4);
           hi[j] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+          if constexpr (K == Legacy::kQ5_0) {
+            const __m512i bits = k % 2 ? bits_odd : bits_even;
+            const __m512i blo = _mm512_shuffle_epi8(qh[j], k < 2 ? sel0 : sel1);
+            const __m512i bhi = _mm512_shuffle_epi8(qh[j], k < 2 ? sel2 : sel3);
+            lo[j] = _mm512_mask_add_epi8(lo[j], _mm512_test_epi8_mask(blo, bits), lo[j], k16);
+            hi[j] = _mm512_mask_add_epi8(hi[j], _mm512_test_epi8_mask(bhi, bits), hi[j], k16);
+          }
         }
 #pragma GCC unroll 8
         for (int c = 0; c < T; ++c) {
@@ -124,7 +151,7 @@ void pass(const uint8_t* const* g, int64_t nb, const BlockQ8_0* const* xt, const
 }
 
 // nc tokens (1 .. kMaxTokens) over nr rows (whole groups) at w.
-template <bool kQ8>
+template <Legacy K>
 void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x, size_t x_row_bytes,
          int64_t nr, int nc) {
   const int64_t nb = n / 32;
@@ -135,7 +162,7 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
   for (int t = 0; t < nc; ++t) {
     xt[t] = reinterpret_cast<const BlockQ8_0*>(x + static_cast<size_t>(t) * x_row_bytes);
     int32_t* st = sums.data() + static_cast<size_t>(t) * nb;
-    for (int64_t b = 0; b < nb; ++b) st[b] = -Layout<kQ8>::kOffset * block_sum(xt[t][b]);
+    for (int64_t b = 0; b < nb; ++b) st[b] = -Layout<K>::kOffset * block_sum(xt[t][b]);
     seeds[t] = st;
   }
   for (int64_t r0 = 0; r0 < nr;) {
@@ -152,18 +179,18 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
       __m512 out[8];
       if (G == 2) {
         switch (gt) {
-          case 1: pass<kQ8, 2, 1>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 2: pass<kQ8, 2, 2>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 3: pass<kQ8, 2, 3>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 4: pass<kQ8, 2, 4>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 1: pass<K, 2, 1>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 2: pass<K, 2, 2>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 3: pass<K, 2, 3>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 4: pass<K, 2, 4>(g, nb, xt + t0, seeds + t0, out, p); break;
         }
       } else {
         switch (gt) {
-          case 1: pass<kQ8, 1, 1>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 2: pass<kQ8, 1, 2>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 3: pass<kQ8, 1, 3>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 4: pass<kQ8, 1, 4>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 8: pass<kQ8, 1, 8>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 1: pass<K, 1, 1>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 2: pass<K, 1, 2>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 3: pass<K, 1, 3>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 4: pass<K, 1, 4>(g, nb, xt + t0, seeds + t0, out, p); break;
+          case 8: pass<K, 1, 8>(g, nb, xt + t0, seeds + t0, out, p); break;
         }
       }
       for (int c = 0; c < gt; ++c)
@@ -177,31 +204,26 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace
 
-void vec_dot_rows_r16_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
-  run<false>(n, s, 0, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), 0, nr, 1);
-}
-void vec_dot_rows_r16_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
-  run<true>(n, s, 0, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), 0, nr, 1);
-}
-void vec_dot_few_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc) {
-  run<false>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
-             nc);
-}
-void vec_dot_few_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc) {
-  run<true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
-            nc);
-}
-void vec_dot_tile_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc) {
-  run<false>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
-             nc);
-}
-void vec_dot_tile_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc) {
-  run<true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
-            nc);
-}
+#define EMBER_LEGACY_R16(name, kind)                                                                                \
+  void vec_dot_rows_r16_##name##_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,        \
+                                      int64_t nr) {                                                                 \
+    run<kind>(n, s, 0, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), 0, nr, 1);     \
+  }                                                                                                                 \
+  void vec_dot_few_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
+                                     const void* x, size_t x_row_bytes, int64_t nr, int nc) {                       \
+    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, \
+              nr, nc);                                                                                              \
+  }                                                                                                                 \
+  void vec_dot_tile_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,         \
+                                      const void* x, size_t x_row_bytes, int nr, int nc) {                          \
+    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, \
+              nr, nc);                                                                                              \
+  }
+
+EMBER_LEGACY_R16(q4_0, Legacy::kQ4_0)
+EMBER_LEGACY_R16(q5_0, Legacy::kQ5_0)
+EMBER_LEGACY_R16(q8_0, Legacy::kQ8_0)
+
+#undef EMBER_LEGACY_R16
 
 }  // namespace ember::avx512
