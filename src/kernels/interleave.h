@@ -15,7 +15,10 @@
 // stored as 16-row vectors of 16 u bytes: unit r of vector c = bytes
 // u c .. u c + u - 1 of row r's field.
 //   Q4_0_R16 (288 bytes): d (u = 2: one vector), qs (4: 4 vectors).
-//   Q5_0_R16 (352 bytes): d (u = 2: one vector), qh (4: one), qs (4: 4 vectors).
+//   Q5_0_R16 (352 bytes): d (u = 2: one vector), qh as 8 bit masks (64
+//   bytes: bit 4 r + b % 4 of little-endian uint64 b / 4 = bit b of row r's
+//   qh; mask k / 4 + k: the bytes of qs vector k whose low / high nibble
+//   has the high bit), qs (4: 4 vectors).
 //   Q8_0_R16 (544 bytes): d (2: one), qs (4: 8 vectors).
 //   Q4_K_R16 (2304 bytes): d (u = 2: one vector), dmin (2: one), scales (4:
 //   3 vectors), qs (4: 32 vectors).

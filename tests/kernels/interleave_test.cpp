@@ -189,7 +189,15 @@ TEST(Interleave, Q5_0LayoutAsDocumented) {
         const auto& blk = reinterpret_cast<const BlockQ5_0*>(w.data() + (16 * g + r) * 2 * sizeof(BlockQ5_0))[b];
         const uint8_t* sb = il.data() + g * 16 * 2 * sizeof(BlockQ5_0) + b * 352;
         EXPECT_EQ(std::memcmp(sb + 2 * r, &blk.d, 2), 0);
-        EXPECT_EQ(std::memcmp(sb + 32 + 4 * r, blk.qh, 4), 0);
+        // qh transposed: bit b of the row's qh = bit 4 r + b % 4 of mask b / 4.
+        uint32_t qh, got = 0;
+        std::memcpy(&qh, blk.qh, 4);
+        for (int bit = 0; bit < 32; ++bit) {
+          uint64_t m;
+          std::memcpy(&m, sb + 32 + 8 * (bit / 4), 8);
+          got |= static_cast<uint32_t>(m >> (4 * r + bit % 4) & 1) << bit;
+        }
+        EXPECT_EQ(got, qh) << "row " << 16 * g + r << " block " << b;
         for (int c = 0; c < 4; ++c) ASSERT_EQ(std::memcmp(sb + 96 + 64 * c + 4 * r, blk.qs + 4 * c, 4), 0);
       }
 }

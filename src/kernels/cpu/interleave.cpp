@@ -20,8 +20,14 @@ namespace {
 constexpr int kG = 16;  // rows per group
 
 // A field of the base block: byte offset, unit (bytes) and units per row.
+// A bit field (Q5_0's qh: one 4-byte unit) is stored transposed instead:
+// 8 little-endian 64-bit masks, bit 4 q + b % 4 of mask b / 4 = bit b of
+// row q's field, i.e. mask k (k < 4) marks the bytes of qs vector k whose
+// low nibbles have the high bit, mask 4 + k those whose high nibbles do
+// (the byte masks of the kernel's masked adds).
 struct Field {
   int offset, unit, count;
+  bool bits = false;
 };
 struct Layout {
   DType type, base;
@@ -30,7 +36,7 @@ struct Layout {
 };
 constexpr Layout kLayouts[] = {
     {DType::kQ4_0_R16, DType::kQ4_0, 18, {{0, 2, 1}, {2, 4, 4}, {0, 0, 0}, {0, 0, 0}}},
-    {DType::kQ5_0_R16, DType::kQ5_0, 22, {{0, 2, 1}, {2, 4, 1}, {6, 4, 4}, {0, 0, 0}}},
+    {DType::kQ5_0_R16, DType::kQ5_0, 22, {{0, 2, 1}, {2, 4, 1, true}, {6, 4, 4}, {0, 0, 0}}},
     {DType::kQ8_0_R16, DType::kQ8_0, 34, {{0, 2, 1}, {2, 4, 8}, {0, 0, 0}, {0, 0, 0}}},
     {DType::kQ4_K_R16, DType::kQ4_K, 144, {{0, 2, 1}, {2, 2, 1}, {4, 4, 3}, {16, 4, 32}}},
     {DType::kQ6_K_R16, DType::kQ6_K, 210, {{208, 2, 1}, {192, 1, 16}, {0, 4, 32}, {128, 4, 16}}},
@@ -43,15 +49,31 @@ const Layout* layout_of(DType t) {
 }
 
 // f(offset in row q's base block, offset in the group's super-block, unit)
-// for every unit of row q.
-template <class F>
-inline void for_units(const Layout& l, int q, F&& f) {
+// for every unit of row q; bits(offset in the base block, offset of the
+// field's masks) for a bit field.
+template <class F, class B>
+inline void for_units(const Layout& l, int q, F&& f, B&& bits) {
   size_t dst = 0;
   for (const Field& fd : l.fields) {
-    for (int k = 0; k < fd.count; ++k)
-      f(static_cast<size_t>(fd.offset + k * fd.unit), dst + static_cast<size_t>((k * kG + q) * fd.unit), fd.unit);
+    if (fd.bits) {
+      bits(static_cast<size_t>(fd.offset), dst);
+    } else {
+      for (int k = 0; k < fd.count; ++k)
+        f(static_cast<size_t>(fd.offset + k * fd.unit), dst + static_cast<size_t>((k * kG + q) * fd.unit), fd.unit);
+    }
     dst += static_cast<size_t>(kG * fd.unit * fd.count);
   }
+}
+
+// Row q's 32-bit field `v` into / out of the transposed masks at m.
+inline void put_bits(uint8_t* m, int q, uint32_t v) {
+  for (int b = 0; b < 32; ++b)
+    if (v >> b & 1) m[8 * (b / 4) + (4 * q + b % 4) / 8] |= static_cast<uint8_t>(1u << ((4 * q + b % 4) % 8));
+}
+inline uint32_t get_bits(const uint8_t* m, int q) {
+  uint32_t v = 0;
+  for (int b = 0; b < 32; ++b) v |= static_cast<uint32_t>(m[8 * (b / 4) + (4 * q + b % 4) / 8] >> ((4 * q + b % 4) % 8) & 1) << b;
+  return v;
 }
 
 // Fixed-size copies (inlined; a memcpy call per 1-4 bytes dominated 8B loads).
@@ -164,9 +186,16 @@ void interleave_rows(DType base, const void* src, int64_t rows, int64_t n, void*
   for (int64_t g = 0; g < rows / kG; ++g)
     for (int64_t i = 0; i < nb; ++i) {
       uint8_t* out = d + static_cast<size_t>(g * kG) * rb + static_cast<size_t>(i) * kG * l->block;
+      std::memset(out, 0, kG * l->block);  // bit fields are or-ed in
       for (int q = 0; q < kG; ++q) {
         const uint8_t* in = s + static_cast<size_t>(g * kG + q) * rb + static_cast<size_t>(i) * l->block;
-        for_units(*l, q, [&](size_t so, size_t dof, int unit) { copy_unit(out + dof, in + so, unit); });
+        for_units(
+            *l, q, [&](size_t so, size_t dof, int unit) { copy_unit(out + dof, in + so, unit); },
+            [&](size_t so, size_t dof) {
+              uint32_t v;
+              std::memcpy(&v, in + so, 4);
+              put_bits(out + dof, q, v);
+            });
       }
     }
 }
@@ -178,7 +207,12 @@ void deinterleave_row(DType t, const void* group, int q, int64_t n, void* dst) {
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* in = static_cast<const uint8_t*>(group) + static_cast<size_t>(i) * kG * l->block;
     uint8_t* out = static_cast<uint8_t*>(dst) + static_cast<size_t>(i) * l->block;
-    for_units(*l, q, [&](size_t so, size_t dof, int unit) { copy_unit(out + so, in + dof, unit); });
+    for_units(
+        *l, q, [&](size_t so, size_t dof, int unit) { copy_unit(out + so, in + dof, unit); },
+        [&](size_t so, size_t dof) {
+          const uint32_t v = get_bits(in + dof, q);
+          std::memcpy(out + so, &v, 4);
+        });
   }
 }
 

@@ -9,9 +9,8 @@
 //
 // Per block of a group: Q4_0 is 4 vector loads (dword r = 8 quants of row r),
 // a nibble split each and 8 vpdpbusd with broadcast activation dwords; Q5_0
-// the same plus the qh vector (dword r = the 32 high bits of row r), whose
-// bits are spread onto the nibbles by a byte shuffle (qh byte j into every
-// byte of its dword), a bit test per byte and a masked add of 16; Q8_0 8
+// the same plus a masked add of 16 per nibble vector, its byte mask loaded
+// from the layout's transposed qh (8 masks of 64 bits); Q8_0 8
 // loads, 8 xor, 8 vpdpbusd; all seeded with -offset * sum(x_b), the
 // activation block sums computed once per call. Tokens go eight (or up to
 // four) per pass over a group (the group stays in L1 / L2 between passes),
@@ -20,6 +19,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/group_prefetch.h"
@@ -37,6 +37,11 @@ constexpr int kR = 16;
 constexpr int kMaxTokens = std::max(kInterleavedFewMax, kInterleavedTileCols);
 
 inline __m512i bcast32(const void* p) { return _mm512_set1_epi32(static_cast<int>(simd::load_u32(p))); }
+inline __mmask64 mask64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return _cvtu64_mask64(v);
+}
 
 // sum of the 32 activation quants of a block.
 inline int32_t block_sum(const BlockQ8_0& x) {
@@ -47,21 +52,50 @@ inline int32_t block_sum(const BlockQ8_0& x) {
   return static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
 }
 
-enum class Legacy { kQ4_0, kQ5_0, kQ8_0 };
+// kU8: a Q4_0 / Q5_0 group unpacked for many tokens (unpack()): the Q8_0
+// layout with the unsigned quants (offset as the source type's).
+enum class Legacy { kQ4_0, kQ5_0, kQ8_0, kU8 };
 
 template <Legacy K>
 struct Layout {
-  static constexpr int kVectors = K == Legacy::kQ8_0 ? 8 : 4;  // quant vectors per block
-  static constexpr size_t kQs = K == Legacy::kQ5_0 ? 96 : 32;   // d vector [, qh vector], then qs
-  static constexpr size_t kBlock = kQs + 64 * kVectors;         // bytes per block of a group
+  static constexpr bool kBytes = K == Legacy::kQ8_0 || K == Legacy::kU8;  // one byte per quant
+  static constexpr int kVectors = kBytes ? 8 : 4;                         // quant vectors per block
+  static constexpr size_t kQs = K == Legacy::kQ5_0 ? 96 : 32;             // d vector [, qh masks], then qs
+  static constexpr size_t kBlock = kQs + 64 * kVectors;                   // bytes per block of a group
   static constexpr int kOffset = K == Legacy::kQ8_0 ? 128 : K == Legacy::kQ5_0 ? 16 : 8;
 };
 
-// Byte shuffle putting byte j of every dword into all four of its bytes.
-inline __m512i dword_byte(int j) {
-  return _mm512_add_epi8(_mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0),
-                         _mm512_set1_epi8(static_cast<char>(j)));
+// The unsigned quants of block b of a group: nibble vectors k (low) and 4 + k
+// (high), the high bits added for Q5_0.
+template <Legacy K>
+inline void quants(const uint8_t* p, int k, __m512i* lo, __m512i* hi) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), k16 = _mm512_set1_epi8(16);
+  const __m512i q = _mm512_loadu_si512(p + Layout<K>::kQs + 64 * k);
+  *lo = _mm512_and_si512(q, m4);
+  *hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+  if constexpr (K == Legacy::kQ5_0) {  // the high bits: masks k and 4 + k
+    *lo = _mm512_mask_add_epi8(*lo, mask64(p + 32 + 8 * k), *lo, k16);
+    *hi = _mm512_mask_add_epi8(*hi, mask64(p + 64 + 8 * k), *hi, k16);
+  }
 }
+
+// A Q4_0 / Q5_0 group's nb blocks as kU8 blocks at out (nb * 544 bytes):
+// the nibble splits and high bits done once for every pass over the tokens.
+template <Legacy K>
+void unpack(const uint8_t* g, int64_t nb, uint8_t* out) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = g + static_cast<size_t>(b) * Layout<K>::kBlock;
+    uint8_t* o = out + static_cast<size_t>(b) * Layout<Legacy::kU8>::kBlock;
+    std::memcpy(o, p, 32);
+    for (int k = 0; k < 4; ++k) {
+      __m512i lo, hi;
+      quants<K>(p, k, &lo, &hi);
+      _mm512_storeu_si512(o + 32 + 64 * k, lo);
+      _mm512_storeu_si512(o + 32 + 64 * (4 + k), hi);
+    }
+  }
+}
+
 
 // Tokens xt[0 .. T) (seeds[c][b] = -offset * sum(x_c block b)) over the nb
 // blocks of G groups (g[0 .. G), each activation broadcast shared by them):
@@ -70,13 +104,7 @@ template <Legacy K, int G, int T>
 void pass(const uint8_t* const* g, int64_t nb, const BlockQ8_0* const* xt, const int32_t* const* seeds, __m512 out[],
           lanes::GroupPrefetch* pf) {
   using L = Layout<K>;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), k80 = _mm512_set1_epi8(static_cast<char>(0x80));
-  // Q5_0: the high bit of quant 4k + m (low nibbles of qs dword k) is qh
-  // bit 4k + m, in qh byte k / 2 at bit 4 (k % 2) + m; that of quant 16 +
-  // 4k + m (high nibbles) in byte 2 + k / 2.
-  const __m512i k16 = _mm512_set1_epi8(16), bits_even = _mm512_set1_epi32(0x08040201),
-                bits_odd = _mm512_set1_epi32(static_cast<int>(0x80402010u));
-  const __m512i sel0 = dword_byte(0), sel1 = dword_byte(1), sel2 = dword_byte(2), sel3 = dword_byte(3);
+  const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[G * T];
   for (int c = 0; c < G * T; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -89,12 +117,15 @@ void pass(const uint8_t* const* g, int64_t nb, const BlockQ8_0* const* xt, const
       a[c] = _mm512_set1_epi32(seeds[c / G][b]);
       a2[c] = _mm512_setzero_si512();
     }
-    if constexpr (K == Legacy::kQ8_0) {
+    if constexpr (L::kBytes) {
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         __m512i q[G];
 #pragma GCC unroll 2
-        for (int j = 0; j < G; ++j) q[j] = _mm512_xor_si512(_mm512_loadu_si512(p[j] + L::kQs + 64 * k), k80);
+        for (int j = 0; j < G; ++j) {
+          q[j] = _mm512_loadu_si512(p[j] + L::kQs + 64 * k);
+          if constexpr (K == Legacy::kQ8_0) q[j] = _mm512_xor_si512(q[j], k80);
+        }
 #pragma GCC unroll 8
         for (int c = 0; c < T; ++c) {
           const __m512i y = bcast32(xt[c][b].qs + 4 * k);
@@ -106,25 +137,11 @@ void pass(const uint8_t* const* g, int64_t nb, const BlockQ8_0* const* xt, const
         }
       }
     } else {
-      __m512i qh[G];
-      if constexpr (K == Legacy::kQ5_0)
-        for (int j = 0; j < G; ++j) qh[j] = _mm512_loadu_si512(p[j] + 32);
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         __m512i lo[G], hi[G];
 #pragma GCC unroll 2
-        for (int j = 0; j < G; ++j) {
-          const __m512i q = _mm512_loadu_si512(p[j] + L::kQs + 64 * k);
-          lo[j] = _mm512_and_si512(q, m4);
-          hi[j] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-          if constexpr (K == Legacy::kQ5_0) {
-            const __m512i bits = k % 2 ? bits_odd : bits_even;
-            const __m512i blo = _mm512_shuffle_epi8(qh[j], k < 2 ? sel0 : sel1);
-            const __m512i bhi = _mm512_shuffle_epi8(qh[j], k < 2 ? sel2 : sel3);
-            lo[j] = _mm512_mask_add_epi8(lo[j], _mm512_test_epi8_mask(blo, bits), lo[j], k16);
-            hi[j] = _mm512_mask_add_epi8(hi[j], _mm512_test_epi8_mask(bhi, bits), hi[j], k16);
-          }
-        }
+        for (int j = 0; j < G; ++j) quants<K>(p[j], k, &lo[j], &hi[j]);
 #pragma GCC unroll 8
         for (int c = 0; c < T; ++c) {
           const __m512i ylo = bcast32(xt[c][b].qs + 4 * k), yhi = bcast32(xt[c][b].qs + 16 + 4 * k);
@@ -150,6 +167,32 @@ void pass(const uint8_t* const* g, int64_t nb, const BlockQ8_0* const* xt, const
   for (int c = 0; c < G * T; ++c) out[c] = acc[c];
 }
 
+// Tokens t0 .. t0 + gt of a pass over G groups g (G = 2: gt <= 4; else 1
+// .. 4 or 8).
+template <Legacy K>
+void dispatch(int G, int gt, const uint8_t* const* g, int64_t nb, const BlockQ8_0* const* xt,
+              const int32_t* const* seeds, __m512 out[], lanes::GroupPrefetch* p) {
+  if (G == 2) {
+    switch (gt) {
+      case 1: pass<K, 2, 1>(g, nb, xt, seeds, out, p); break;
+      case 2: pass<K, 2, 2>(g, nb, xt, seeds, out, p); break;
+      case 3: pass<K, 2, 3>(g, nb, xt, seeds, out, p); break;
+      case 4: pass<K, 2, 4>(g, nb, xt, seeds, out, p); break;
+    }
+  } else {
+    switch (gt) {
+      case 1: pass<K, 1, 1>(g, nb, xt, seeds, out, p); break;
+      case 2: pass<K, 1, 2>(g, nb, xt, seeds, out, p); break;
+      case 3: pass<K, 1, 3>(g, nb, xt, seeds, out, p); break;
+      case 4: pass<K, 1, 4>(g, nb, xt, seeds, out, p); break;
+      case 8: pass<K, 1, 8>(g, nb, xt, seeds, out, p); break;
+    }
+  }
+}
+
+// Q4_0 / Q5_0 groups are unpacked (unpack()) from this many tokens on.
+constexpr int kUnpackMinTokens = 5;
+
 // nc tokens (1 .. kMaxTokens) over nr rows (whole groups) at w.
 template <Legacy K>
 void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x, size_t x_row_bytes,
@@ -165,6 +208,9 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     for (int64_t b = 0; b < nb; ++b) st[b] = -Layout<K>::kOffset * block_sum(xt[t][b]);
     seeds[t] = st;
   }
+  const bool unpacked = K != Legacy::kQ8_0 && nc >= kUnpackMinTokens;
+  thread_local std::vector<uint8_t> unpack_buf;
+  if (unpacked) unpack_buf.resize(2 * static_cast<size_t>(nb) * Layout<Legacy::kU8>::kBlock);
   for (int64_t r0 = 0; r0 < nr;) {
     // Two groups per pass when both are here and there are tokens enough
     // to share the broadcasts (prefill tiles); else one. The group after
@@ -173,26 +219,15 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     const int G = nc >= 4 && r0 + 2 * kR <= nr ? 2 : 1;
     const uint8_t* g[2] = {w + static_cast<size_t>(r0) * w_row_bytes, w + static_cast<size_t>(r0 + kR) * w_row_bytes};
     auto pf = lanes::GroupPrefetch(w + static_cast<size_t>(r0 + G * kR) * w_row_bytes, kR * w_row_bytes, nb);
+    const uint8_t* gu[2] = {unpack_buf.data(), unpack_buf.data() + static_cast<size_t>(nb) * Layout<Legacy::kU8>::kBlock};
+    if (unpacked)
+      for (int j = 0; j < G; ++j) unpack<K>(g[j], nb, unpack_buf.data() + j * static_cast<size_t>(nb) * Layout<Legacy::kU8>::kBlock);
     for (int t0 = 0; t0 < nc;) {
       const int gt = G == 2 ? std::min(4, nc - t0) : nc - t0 >= 8 ? 8 : std::min(4, nc - t0);
       lanes::GroupPrefetch* p = t0 == 0 ? &pf : nullptr;
       __m512 out[8];
-      if (G == 2) {
-        switch (gt) {
-          case 1: pass<K, 2, 1>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 2: pass<K, 2, 2>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 3: pass<K, 2, 3>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 4: pass<K, 2, 4>(g, nb, xt + t0, seeds + t0, out, p); break;
-        }
-      } else {
-        switch (gt) {
-          case 1: pass<K, 1, 1>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 2: pass<K, 1, 2>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 3: pass<K, 1, 3>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 4: pass<K, 1, 4>(g, nb, xt + t0, seeds + t0, out, p); break;
-          case 8: pass<K, 1, 8>(g, nb, xt + t0, seeds + t0, out, p); break;
-        }
-      }
+      if (unpacked) dispatch<Legacy::kU8>(G, gt, gu, nb, xt + t0, seeds + t0, out, p);
+      else dispatch<K>(G, gt, g, nb, xt + t0, seeds + t0, out, p);
       for (int c = 0; c < gt; ++c)
         for (int j = 0; j < G; ++j) _mm512_storeu_ps(s + (t0 + c) * lds + r0 + kR * j, out[G * c + j]);
       t0 += gt;
