@@ -19,6 +19,11 @@ void SpecOptions::add_to(ArgParser& p) {
   p.option("--ngram-max", &ngram_max, "N", "n-gram lookup: longest suffix matched, tried first (default 4)");
   p.flag("--ngram-k-by-match", &ngram_k_by_match,
          "n-gram lookup: a match of n tokens proposes at most 2^(n-1) drafts (1, 2, 4, 8; at most K)");
+  p.option("--ngram-first", &ngram_first, "N",
+           "draft / layerskip: n-gram lookup first; a match of at least N tokens proposes its continuation (free), "
+           "the draft model drafts only for the other requests (default 0: the draft model only)");
+  p.option("--draft-k", &draft_k, "K",
+           "with --ngram-first: the draft model's proposals are at most K tokens (default: --num-speculative-tokens)");
   p.option("--speculative-max-running", &max_running, "N",
            "no speculation in steps with more running sequences than this, 0 = always (default 4)");
   p.option("--speculative-model", &draft_model, "PATH",
@@ -117,6 +122,8 @@ Result<SpecConfig> SpecOptions::to_config() const {
   c.ngram_min = ngram_min;
   c.ngram_max = ngram_max;
   c.ngram_k_by_match = ngram_k_by_match;
+  c.ngram_first = ngram_first;
+  c.draft_k = draft_k;
   c.max_running = max_running;
   c.adaptive = adaptive;
   c.verify_cost = verify_cost;

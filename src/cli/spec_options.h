@@ -20,6 +20,8 @@ struct SpecOptions {
   int k = 4;
   int ngram_min = 1, ngram_max = 4;
   bool ngram_k_by_match = false;  // --ngram-k-by-match
+  int ngram_first = 0;            // --ngram-first
+  int draft_k = 0;                // --draft-k
   int max_running = kDefaultSpecMaxRunning;
   std::string draft_model;  // --speculative-model
   std::string skip_layers = "last-third";  // --skip-layers

@@ -8,6 +8,7 @@
 #include "engine/cpu_model_runner.h"
 #include "engine/spec/adaptive_k.h"
 #include "engine/spec/draft_proposer.h"
+#include "engine/spec/ngram_first.h"
 #include "engine/spec/ngram_proposer.h"
 
 namespace ember {
@@ -43,6 +44,19 @@ Status SpecConfig::validate() const {
     return Status::errorf("speculation costs out of range (draft {}, verify {})", draft_cost, verify_cost);
   if ((method == SpecMethod::kDraft || method == SpecMethod::kLayerSkip) && !draft_model)
     return Status::errorf("speculative method '{}' needs a draft model", spec_method_name(method));
+  if (ngram_first < 0 || ngram_first > 64)
+    return Status::errorf("n-gram-first match length must be in [0, 64] (got {})", ngram_first);
+  if (draft_k < 0 || draft_k > kMaxSpecTokens)
+    return Status::errorf("draft model tokens must be in [0, {}] (got {})", kMaxSpecTokens, draft_k);
+  if ((ngram_first > 0 || draft_k > 0) && method != SpecMethod::kDraft && method != SpecMethod::kLayerSkip)
+    return Status::errorf("n-gram first and draft model tokens are for the draft and layerskip methods, not '{}'",
+                          spec_method_name(method));
+  if (ngram_first > 0) {
+    NgramConfig nc;
+    nc.min_n = ngram_min;
+    nc.max_n = ngram_max;
+    EMBER_RETURN_IF_ERROR(nc.validate());
+  }
   if (method == SpecMethod::kNgram) {
     NgramConfig nc;
     nc.min_n = ngram_min;
@@ -79,7 +93,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   auto dp = DraftProposer::create(model, *cfg.spec.draft_model, pool, dc);
   if (!dp) return dp.status().with_context("speculative decoding");
   e.value()->cfg_.spec = cfg.spec;
-  e.value()->proposer_ = std::move(dp.value());
+  if (cfg.spec.ngram_first > 0) {
+    NgramConfig nc;
+    nc.min_n = cfg.spec.ngram_min;
+    nc.max_n = cfg.spec.ngram_max;
+    nc.k_by_match = cfg.spec.ngram_k_by_match;
+    e.value()->proposer_ = std::make_unique<NgramFirstProposer>(nc, cfg.spec.ngram_first, cfg.spec.draft_k,
+                                                                 std::move(dp.value()));
+  } else {
+    e.value()->proposer_ = std::move(dp.value());
+  }
   return e;
 }
 

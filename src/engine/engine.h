@@ -63,6 +63,12 @@ struct SpecConfig {
   // set). Made by Engine::create(model, ...).
   const Model* draft_model = nullptr;
   size_t draft_kv_cache_bytes = 0;
+  // kDraft / kLayerSkip: n-gram lookup first (spec/ngram_first.h): a
+  // request whose lookup matches at least ngram_first tokens takes the
+  // lookup's proposal, the others the draft model's, at most draft_k tokens
+  // (0: k). 0: the draft model only.
+  int ngram_first = 0;
+  int draft_k = 0;
   // Adaptive k (spec/adaptive_k.h): per request and step, k in [0, k] from
   // its measured acceptance, the cost of a draft step (draft_cost >= 0: that
   // fraction of a target step; < 0: measured, proposer time over target

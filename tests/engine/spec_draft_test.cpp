@@ -15,6 +15,7 @@
 #include "engine/spec/adaptive_k.h"
 #include "engine/spec/draft_proposer.h"
 #include "engine/spec/layerskip.h"
+#include "engine/spec/ngram_first.h"
 #include "engine/spec_test_util.h"
 #include "engine/test_sampling.h"
 #include "model/tiny_layered_model.h"
@@ -45,9 +46,13 @@ RunResult solo_reference(const Model& m, ThreadPool& pool, const EngineConfig& b
 }
 
 // A draft-model engine run that also checks the draft KV is all given back.
+// ngram_first > 0: the draft behind n-gram lookup (ngram_first.h, that
+// minimum match), the lookup's proposals counted into *n_lookup.
 RunResult run_draft(const Model& target, const Model& draft, ThreadPool& pool, EngineConfig cfg,
-                    const std::vector<RequestParams>& reqs, int64_t draft_blocks) {
+                    const std::vector<RequestParams>& reqs, int64_t draft_blocks, int ngram_first = 0,
+                    int64_t* n_lookup = nullptr) {
   DraftProposer* dp = nullptr;
+  NgramFirstProposer* nf = nullptr;
   auto make = [&](const Engine&) -> std::unique_ptr<Proposer> {
     DraftConfig dc;
     dc.block_size = cfg.block_size;
@@ -56,7 +61,10 @@ RunResult run_draft(const Model& target, const Model& draft, ThreadPool& pool, E
     auto p = DraftProposer::create(target, draft, pool, dc);
     EXPECT_TRUE(p.is_ok()) << p.status().message();
     dp = p.value().get();
-    return std::move(p.value());
+    if (ngram_first == 0) return std::move(p.value());
+    auto f = std::make_unique<NgramFirstProposer>(NgramConfig{}, ngram_first, 0, std::move(p.value()));
+    nf = f.get();
+    return f;
   };
   // The engine needs a proposer at creation to accept num_speculative_tokens.
   cfg.spec.method = SpecMethod::kNgram;
@@ -65,6 +73,7 @@ RunResult run_draft(const Model& target, const Model& draft, ThreadPool& pool, E
     EXPECT_GT(dp->n_forwards(), 0);
     EXPECT_EQ(dp->n_tracked(), 0);  // every request's draft KV was freed
     EXPECT_EQ(dp->n_used_blocks(), 0);
+    if (nf && n_lookup) *n_lookup = nf->n_lookup_proposals();
   });
   return r;
 }
@@ -310,11 +319,12 @@ std::vector<std::vector<int64_t>> histograms(const RunResult& r, int V) {
   return h;
 }
 
-std::vector<RequestParams> seeded_runs(int n, uint64_t seed0, const SamplingParams& sp) {
+std::vector<RequestParams> seeded_runs(int n, uint64_t seed0, const SamplingParams& sp,
+                                      const std::vector<int32_t>& prompt = {5, 9, 5, 9, 5}) {
   std::vector<RequestParams> reqs;
   for (int s = 0; s < n; ++s) {
     RequestParams p;
-    p.prompt = {5, 9, 5, 9, 5};
+    p.prompt = prompt;
     p.sampling = sp;
     p.sampling.seed = seed0 + static_cast<uint64_t>(s);
     p.max_tokens = 3;
@@ -328,7 +338,15 @@ std::vector<RequestParams> seeded_runs(int n, uint64_t seed0, const SamplingPara
 // have the plain distribution; the draft model's own samples do not (the
 // test has the power to see a wrong rule).
 // head > 0: the draft's head truncated to that many tokens (q = 0 off it).
-void sampled_distribution(const SamplingParams& sp, int n, int head = 0) {
+// ngram_first > 0: n-gram lookup first and the draft for the rest, both in
+// the same runs: the prompt is then 30 distinct tokens, so most sampled
+// tokens are found in it and the lookup proposes what followed them.
+void sampled_distribution(const SamplingParams& sp, int n, int head = 0, int ngram_first = 0) {
+  std::vector<int32_t> prompt = {5, 9, 5, 9, 5};
+  if (ngram_first > 0) {
+    prompt.clear();
+    for (int i = 0; i < 30; ++i) prompt.push_back(2 * i + 1);
+  }
   auto target = load(kTinyQwen);
   auto full_draft = load(kTinyQwen3);
   ASSERT_TRUE(target && full_draft);
@@ -345,11 +363,14 @@ void sampled_distribution(const SamplingParams& sp, int n, int head = 0) {
   EngineConfig cfg;
   cfg.num_kv_blocks = 4096;
   cfg.max_num_batched_tokens = 256;
-  const RunResult plain = run(*target, pool, cfg, seeded_runs(n, 1, sp));
-  const RunResult own = run(own_model, pool, cfg, seeded_runs(n, 1, sp));
+  const RunResult plain = run(*target, pool, cfg, seeded_runs(n, 1, sp, prompt));
+  const RunResult own = run(own_model, pool, cfg, seeded_runs(n, 1, sp, prompt));
   EngineConfig spec = cfg;
   spec.spec.num_speculative_tokens = 2;
-  const RunResult sp_run = run_draft(*target, *draft, pool, spec, seeded_runs(n, 500000, sp), 4096);
+  int64_t n_lookup = 0;
+  const RunResult sp_run =
+      run_draft(*target, *draft, pool, spec, seeded_runs(n, 500000, sp, prompt), 4096, ngram_first, &n_lookup);
+  if (ngram_first > 0) EXPECT_GT(n_lookup, n / 10);
   ASSERT_EQ(sp_run.finished.size(), static_cast<size_t>(n));
   const double acc = sp_run.stats.spec.acceptance_rate();
   EXPECT_GT(acc, 0.02);
@@ -365,6 +386,8 @@ void sampled_distribution(const SamplingParams& sp, int n, int head = 0) {
 }
 
 TEST(DraftSpec, SampledMatchesPlainDistributionFull) { sampled_distribution(test::seeded(0), 3000); }
+
+TEST(DraftSpec, SampledMatchesPlainDistributionNgramFirst) { sampled_distribution(test::seeded(0), 3000, 0, 1); }
 
 TEST(DraftSpec, SampledMatchesPlainDistributionTruncatedDraftHead) { sampled_distribution(test::seeded(0), 3000, 40); }
 

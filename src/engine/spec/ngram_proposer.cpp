@@ -30,10 +30,10 @@ Status NgramConfig::validate() const {
   return Status::ok();
 }
 
-void NgramProposer::lookup(const NgramConfig& cfg, const int32_t* t, int64_t n, int max_k,
-                           std::vector<int32_t>* out) {
+int NgramProposer::lookup(const NgramConfig& cfg, const int32_t* t, int64_t n, int max_k,
+                          std::vector<int32_t>* out) {
   out->clear();
-  if (max_k <= 0) return;
+  if (max_k <= 0) return 0;
   const int64_t lo = cfg.max_lookback > 0 ? std::max<int64_t>(0, n - cfg.max_lookback) : 0;
   for (int64_t len = std::min<int64_t>(cfg.max_n, n - 1); len >= cfg.min_n; --len) {
     const int32_t* suffix = t + n - len;
@@ -45,9 +45,10 @@ void NgramProposer::lookup(const NgramConfig& cfg, const int32_t* t, int64_t n, 
       int64_t take = std::min<int64_t>(max_k, n - from);
       if (cfg.k_by_match) take = std::min<int64_t>(take, int64_t{1} << std::min<int64_t>(len - 1, 30));
       out->assign(t + from, t + from + take);
-      return;
+      return static_cast<int>(len);
     }
   }
+  return 0;
 }
 
 Status NgramProposer::propose(const std::vector<ProposeItem>& items) {

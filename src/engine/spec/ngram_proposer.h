@@ -36,10 +36,10 @@ class NgramProposer final : public Proposer {
   SpecMethod method() const override { return SpecMethod::kNgram; }
   Status propose(const std::vector<ProposeItem>& items) override;
 
-  // The proposal for one token list (exposed for tests): up to max_k tokens
-  // following the most recent earlier occurrence of the longest matching
-  // suffix of tokens[0 .. n).
-  static void lookup(const NgramConfig& cfg, const int32_t* tokens, int64_t n, int max_k, std::vector<int32_t>* out);
+  // The proposal for one token list: up to max_k tokens following the most
+  // recent earlier occurrence of the longest matching suffix of
+  // tokens[0 .. n). Returns the matched suffix's length (0: no match).
+  static int lookup(const NgramConfig& cfg, const int32_t* tokens, int64_t n, int max_k, std::vector<int32_t>* out);
 
  private:
   NgramConfig cfg_;
