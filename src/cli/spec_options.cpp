@@ -24,6 +24,9 @@ void SpecOptions::add_to(ArgParser& p) {
            "the draft model drafts only for the other requests (default 0: the draft model only)");
   p.option("--draft-k", &draft_k, "K",
            "with --ngram-first: the draft model's proposals are at most K tokens (default: --num-speculative-tokens)");
+  p.flag("--draft-recompute-kv", &draft_recompute_kv,
+         "layerskip: the draft runs every token itself, even where its layers are the target's first ones and it "
+         "could copy the target's K/V (for comparison)");
   p.option("--speculative-max-running", &max_running, "N",
            "no speculation in steps with more running sequences than this, 0 = always (default 4)");
   p.option("--speculative-model", &draft_model, "PATH",
@@ -124,6 +127,7 @@ Result<SpecConfig> SpecOptions::to_config() const {
   c.ngram_k_by_match = ngram_k_by_match;
   c.ngram_first = ngram_first;
   c.draft_k = draft_k;
+  c.share_kv = !draft_recompute_kv;
   c.max_running = max_running;
   c.adaptive = adaptive;
   c.verify_cost = verify_cost;

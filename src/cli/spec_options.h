@@ -22,6 +22,7 @@ struct SpecOptions {
   bool ngram_k_by_match = false;  // --ngram-k-by-match
   int ngram_first = 0;            // --ngram-first
   int draft_k = 0;                // --draft-k
+  bool draft_recompute_kv = false;  // --draft-recompute-kv
   int max_running = kDefaultSpecMaxRunning;
   std::string draft_model;  // --speculative-model
   std::string skip_layers = "last-third";  // --skip-layers

@@ -28,6 +28,9 @@ class CpuModelRunner final : public ModelRunner {
   size_t kv_page_bytes() const override { return kv_ ? kv_->bytes_per_block() : 0; }
   size_t kv_tail_bytes() const override { return kv_ ? kv_->tail_bytes() : 0; }
   size_t kv_tail_peak_bytes() const override { return kv_ ? kv_->tail_peak_bytes() : 0; }
+  // The KV pages (after allocate_kv; null before).
+  KvBlockPool* kv_pool() { return kv_.get(); }
+  const KvBlockPool* kv_pool() const { return kv_.get(); }
   Result<float*> execute(const SchedulerOutput& so) override;
 
  private:

@@ -75,7 +75,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   const bool draft = cfg.spec.method == SpecMethod::kDraft || cfg.spec.method == SpecMethod::kLayerSkip;
   if (draft) EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
   if (draft) base.spec.method = SpecMethod::kNone;  // the proposer is set below
-  auto e = create(std::make_unique<CpuModelRunner>(model, pool, cfg.max_num_batched_tokens, cfg.kv_types), base);
+  auto runner = std::make_unique<CpuModelRunner>(model, pool, cfg.max_num_batched_tokens, cfg.kv_types);
+  CpuModelRunner* target_runner = runner.get();
+  auto e = create(std::move(runner), base);
   if (e) {
     e.value()->pool_ = &pool;
     e.value()->output_->set_slots(pool.size());
@@ -93,6 +95,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   auto dp = DraftProposer::create(model, *cfg.spec.draft_model, pool, dc);
   if (!dp) return dp.status().with_context("speculative decoding");
   e.value()->cfg_.spec = cfg.spec;
+  // A draft made of the target's own first layers copies the target's K/V
+  // of final tokens instead of recomputing it (draft_proposer.h).
+  if (cfg.spec.share_kv) (void)dp.value()->set_kv_donor({target_runner->kv_pool(), e.value()->kv_.get()});
   if (cfg.spec.ngram_first > 0) {
     NgramConfig nc;
     nc.min_n = cfg.spec.ngram_min;

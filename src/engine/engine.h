@@ -69,6 +69,11 @@ struct SpecConfig {
   // (0: k). 0: the draft model only.
   int ngram_first = 0;
   int draft_k = 0;
+  // kDraft / kLayerSkip: a draft whose layers are the target's first ones
+  // (layer-skip views with no skipped layer before a kept one) copies the
+  // target's K/V rows of final tokens instead of running them
+  // (DraftProposer::set_kv_donor); false: it always runs them (for A/B).
+  bool share_kv = true;
   // Adaptive k (spec/adaptive_k.h): per request and step, k in [0, k] from
   // its measured acceptance, the cost of a draft step (draft_cost >= 0: that
   // fraction of a target step; < 0: measured, proposer time over target
@@ -254,6 +259,8 @@ class Engine {
   // Replaces the proposer made from cfg.spec (tests; a draft model). Call
   // before the first step; nullptr turns speculation off.
   void set_proposer(std::unique_ptr<Proposer> p) { proposer_ = std::move(p); }
+  Proposer* proposer() { return proposer_.get(); }  // null without speculation
+  const Proposer* proposer() const { return proposer_.get(); }
 
  private:
   struct Group {

@@ -151,6 +151,12 @@ class KvBlockPool {
   uint8_t* v_block(int slot, int32_t b) {
     return v_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.v_bytes[slot];
   }
+  const uint8_t* k_block(int slot, int32_t b) const {
+    return k_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.k_bytes[slot];
+  }
+  const uint8_t* v_block(int slot, int32_t b) const {
+    return v_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.v_bytes[slot];
+  }
   // Row widths (elements per position) and strides (bytes) of slot s.
   int64_t k_dim(int slot) const { return dims_.k_dim[slot]; }
   int64_t v_dim(int slot) const { return dims_.v_dim[slot]; }

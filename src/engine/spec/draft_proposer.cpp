@@ -2,6 +2,7 @@
 #include "engine/spec/draft_proposer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "core/check.h"
@@ -53,6 +54,48 @@ KvTypes draft_kv_types(KvTypes t, const ModelConfig& draft) {
   return t;
 }
 
+namespace {
+bool same_floats(const float* a, const float* b, int64_t n) {
+  if (a == b) return true;
+  return a && b && std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
+}
+bool same_linear(const Linear& a, const Linear& b) {
+  const void* da = a.weight ? a.weight->data : nullptr;
+  const void* db = b.weight ? b.weight->data : nullptr;
+  return da == db && a.bias == b.bias && a.input_scale == b.input_scale && a.input_perm == b.input_perm &&
+         a.act_bits == b.act_bits && a.sparsity == b.sparsity;
+}
+}  // namespace
+
+int shared_kv_layers(const Model& target, const Model& draft) {
+  const ModelConfig& tc = target.config();
+  const ModelConfig& dc = draft.config();
+  const ModelWeights& tw = target.weights();
+  const ModelWeights& dw = draft.weights();
+  if (tc.n_embd != dc.n_embd || tc.head_dim != dc.head_dim || tc.head_dim_v != dc.head_dim_v || !tw.tok_embd ||
+      !dw.tok_embd || tw.tok_embd->data != dw.tok_embd->data || tw.rope_freqs != dw.rope_freqs)
+    return 0;
+  int n = 0;
+  for (; n < std::min(tc.n_layer, dc.n_layer); ++n) {
+    const LayerConfig& a = tc.layers[static_cast<size_t>(n)];
+    const LayerConfig& b = dc.layers[static_cast<size_t>(n)];
+    if (a.n_head != b.n_head || a.n_head_kv != b.n_head_kv || a.n_ff != b.n_ff || a.ffn_kind != b.ffn_kind ||
+        a.sliding_window != b.sliding_window || a.rope_base != b.rope_base ||
+        a.rope_freq_scale != b.rope_freq_scale || a.use_rope_freq_factors != b.use_rope_freq_factors)
+      break;
+    const LayerWeights& x = tw.layers[static_cast<size_t>(n)];
+    const LayerWeights& y = dw.layers[static_cast<size_t>(n)];
+    const int64_t e = tc.n_embd, hd = tc.head_dim;
+    if (!same_linear(x.q, y.q) || !same_linear(x.k, y.k) || !same_linear(x.v, y.v) || !same_linear(x.o, y.o) ||
+        !same_linear(x.gate, y.gate) || !same_linear(x.up, y.up) || !same_linear(x.down, y.down) ||
+        !same_floats(x.attn_norm, y.attn_norm, e) || !same_floats(x.post_attn_norm, y.post_attn_norm, e) ||
+        !same_floats(x.ffn_norm, y.ffn_norm, e) || !same_floats(x.post_ffn_norm, y.post_ffn_norm, e) ||
+        !same_floats(x.q_norm, y.q_norm, hd) || !same_floats(x.k_norm, y.k_norm, hd))
+      break;
+  }
+  return n;
+}
+
 Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target, const Model& draft,
                                                              ThreadPool& pool, const DraftConfig& cfg) {
   // The vocabulary lists where both files carry one (ember's command line
@@ -73,7 +116,67 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target
   auto n_blocks = p->runner_->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks);
   if (!n_blocks) return n_blocks.status().with_context("draft model KV cache");
   p->kv_ = std::make_unique<KvCacheManager>(layout, cfg.block_size, n_blocks.value(), false, 0);
+  p->shared_layers_ = shared_kv_layers(target, draft);
+  p->n_draft_layers_ = draft.config().n_layer;
   return p;
+}
+
+bool DraftProposer::set_kv_donor(const KvDonor& donor) {
+  const KvBlockPool* dst = runner_->kv_pool();
+  const KvBlockPool* src = donor.pool;
+  if (!src || !donor.kv || !dst || shared_layers_ < n_draft_layers_) return false;
+  if (src->types() != dst->types() || kv_token_grouped(src->types().k) || src->block_size() != dst->block_size())
+    return false;
+  const KvLayout& ls = src->layout();
+  const KvLayout& ld = dst->layout();
+  if (static_cast<int>(ls.group_of_layer.size()) < n_draft_layers_) return false;
+  for (int l = 0; l < n_draft_layers_; ++l) {
+    const int ss = ls.slot_of_layer[static_cast<size_t>(l)], sd = ld.slot_of_layer[static_cast<size_t>(l)];
+    if (src->k_row_bytes(ss) != dst->k_row_bytes(sd) || src->v_row_bytes(ss) != dst->v_row_bytes(sd) ||
+        ls.group_window[static_cast<size_t>(ls.group_of_layer[static_cast<size_t>(l)])] !=
+            ld.group_window[static_cast<size_t>(ld.group_of_layer[static_cast<size_t>(l)])])
+      return false;
+  }
+  donor_ = donor;
+  return true;
+}
+
+void DraftProposer::copy_from_donor(const Request& r, Request& sh) {
+  const int64_t from = sh.num_computed_tokens;
+  const int64_t upto = std::min(r.num_computed_tokens, r.num_tokens() - 1);
+  if (upto <= from) return;
+  const KvBlockPool& src = *donor_.pool;
+  KvBlockPool& dst = *runner_->kv_pool();
+  const int bs = dst.block_size();
+  const BlockTables& ts = donor_.kv->tables(r);
+  for (const std::vector<int32_t>& t : ts)
+    if (static_cast<int64_t>(t.size()) * bs < upto) return;  // not covered: run the tokens instead
+  std::vector<KvOp> ops;
+  if (!kv_->allocate_slots(sh, upto - from, 0, &ops)) return;  // the draft pool is full: the rounds handle it
+  if (!ops.empty()) {  // not expected (no forks, no prefix cache): apply them first, run the tokens
+    pending_ops_.insert(pending_ops_.end(), ops.begin(), ops.end());
+    return;
+  }
+  const BlockTables& td = kv_->tables(sh);
+  const KvLayout& ls = src.layout();
+  const KvLayout& ld = dst.layout();
+  for (int l = 0; l < n_draft_layers_; ++l) {
+    const size_t li = static_cast<size_t>(l);
+    const int ss = ls.slot_of_layer[li], sd = ld.slot_of_layer[li];
+    const std::vector<int32_t>& tsg = ts[static_cast<size_t>(ls.group_of_layer[li])];
+    const std::vector<int32_t>& tdg = td[static_cast<size_t>(ld.group_of_layer[li])];
+    const int64_t kb = dst.k_row_bytes(sd), vb = dst.v_row_bytes(sd);
+    for (int64_t p = from; p < upto; ++p) {
+      const int32_t bsrc = tsg[static_cast<size_t>(p / bs)], bdst = tdg[static_cast<size_t>(p / bs)];
+      if (bsrc < 0 || bdst < 0) continue;  // out of a sliding window (released), never read again
+      const int64_t row = p % bs;
+      std::memcpy(dst.k_block(sd, bdst) + row * kb, src.k_block(ss, bsrc) + row * kb, static_cast<size_t>(kb));
+      std::memcpy(dst.v_block(sd, bdst) + row * vb, src.v_block(ss, bsrc) + row * vb, static_cast<size_t>(vb));
+    }
+  }
+  sh.num_computed_tokens = upto;
+  n_tokens_copied_ += upto - from;
+  kv_->release_out_of_window(sh);
 }
 
 void DraftProposer::drop(uint64_t seq_id) {
@@ -175,6 +278,7 @@ Status DraftProposer::propose(const std::vector<ProposeItem>& items) {
     it.out->tokens.clear();
     it.out->q.clear();
     Seq& s = sync(*it.req);
+    if (donor_.pool) copy_from_donor(*it.req, s.shadow);
     act.push_back({&s, &it, s.shadow.num_tokens(), false});
   }
   const int V = n_vocab_;
@@ -214,6 +318,8 @@ Status DraftProposer::propose(const std::vector<ProposeItem>& items) {
       budget -= n;
     }
     if (so.scheduled.empty()) break;
+    so.kv_ops.insert(so.kv_ops.begin(), pending_ops_.begin(), pending_ops_.end());
+    pending_ops_.clear();
     for (ScheduledRequest& sr : so.scheduled) sr.tables = &kv_->tables(*sr.req);
     for (const auto& [id, seq] : seqs_) {  // the draft pool's other sequences (SchedulerOutput::idle)
       const Request& sh = seq->shadow;

@@ -28,7 +28,16 @@
 // processors (grammars) are not applied to drafts: the verifier applies
 // them to p, so a draft they forbid is simply rejected.
 //
-// Ownership: borrows both models and the thread pool. Engine thread only.
+// KV from the target: a draft whose layers are the target's first layers
+// (a view of the target: --skip-layers none or a trailing set, with a
+// truncated head) computes exactly the target's K/V for the same tokens.
+// With the target's pages set as its donor (set_kv_donor), such a draft
+// copies the K/V rows of a request's final tokens that the target has
+// computed (its prompt, tokens a lookup proposed, ...) into its own pages
+// instead of running them: a long prompt is not prefilled twice.
+//
+// Ownership: borrows both models, the thread pool and the donor. Engine
+// thread only.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +72,17 @@ struct DraftConfig {
 // f16 tails are managed by the engine's pool, which the draft's is not).
 KvTypes draft_kv_types(KvTypes t, const ModelConfig& draft);
 
+// The number n of leading draft layers whose K/V are the target's: the same
+// token embedding and, for layers 0 .. n-1, the same weights (shared views:
+// make_draft_view) and layer configuration as the target's layers 0 .. n-1.
+int shared_kv_layers(const Model& target, const Model& draft);
+
+// The target's KV as the source of a draft's (DraftProposer::set_kv_donor).
+struct KvDonor {
+  const KvBlockPool* pool = nullptr;   // the target's pages
+  const KvCacheManager* kv = nullptr;  // the target's block tables
+};
+
 // The draft's vocabulary must be the target's: the same size, and where the
 // metadata lists the vocabulary (tokenizer.ggml.tokens, .model, bos/eos
 // ids) the same lists. Error: the first difference.
@@ -83,6 +103,14 @@ class DraftProposer final : public Proposer {
   int32_t n_used_blocks() const { return kv_->n_used_blocks(); }
   int draft_logits_width() const { return runner_->n_vocab(); }  // a truncated head's rows, else n_vocab
 
+  // Takes the target's pages as the source of the draft's K/V (see the top)
+  // when every draft layer is shared (shared_kv_layers) and both pools store
+  // rows alike (formats, row bytes, block size; not q4c keys). False, and
+  // nothing set, otherwise. The donor must outlive the proposer.
+  bool set_kv_donor(const KvDonor& donor);
+  bool has_kv_donor() const { return donor_.pool != nullptr; }
+  int64_t n_tokens_copied() const { return n_tokens_copied_; }  // K/V positions copied from the donor so far
+
  private:
   struct Seq {
     const Request* req = nullptr;
@@ -96,6 +124,8 @@ class DraftProposer final : public Proposer {
   // Frees the draft KV of requests not drafting in this step; false if none.
   bool evict_idle();
   int32_t draw(Seq& s, float* row, std::vector<float>* q);
+  // The donor's rows of r's computed final tokens past the draft's.
+  void copy_from_donor(const Request& r, Request& sh);
 
   DraftConfig cfg_;
   int n_vocab_;
@@ -106,7 +136,11 @@ class DraftProposer final : public Proposer {
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;  // by Request::seq_id
   SamplerScratch scratch_;
   uint64_t step_ = 0;
-  int64_t n_forwards_ = 0, n_tokens_run_ = 0;
+  int64_t n_forwards_ = 0, n_tokens_run_ = 0, n_tokens_copied_ = 0;
+  int shared_layers_ = 0;  // shared_kv_layers(target, draft)
+  int n_draft_layers_ = 0;
+  KvDonor donor_;
+  std::vector<KvOp> pending_ops_;  // page ops of a copy's allocation, applied by the next forward
 };
 
 }  // namespace ember
