@@ -78,6 +78,10 @@ Result<float*> CpuModelRunner::execute(const SchedulerOutput& so) {
     b.cache = &view;
     b.want_logits = sr.want_logits;
     b.all_logits = sr.all_logits || sr.n_spec > 0;
+    if (sr.n_spec > 0 && sr.n_pre > 0) {
+      b.n_pre = sr.n_pre;
+      b.pre_hidden = sr.pre_hidden;
+    }
     batch_.push_back(b);
   }
   const size_t need = static_cast<size_t>(so.n_logit_rows) * n_vocab();

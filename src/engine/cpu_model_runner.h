@@ -28,6 +28,11 @@ class CpuModelRunner final : public ModelRunner {
   size_t kv_page_bytes() const override { return kv_ ? kv_->bytes_per_block() : 0; }
   size_t kv_tail_bytes() const override { return kv_ ? kv_->tail_bytes() : 0; }
   size_t kv_tail_peak_bytes() const override { return kv_ ? kv_->tail_peak_bytes() : 0; }
+  // The final residual row [n_embd] behind logits row j of the last
+  // execute (a slice without given rows).
+  const float* hidden_of_row(int j) const {
+    return fwd_.hidden() + fwd_.logit_rows()[static_cast<size_t>(j)] * model_.config().n_embd;
+  }
   // The KV pages (after allocate_kv; null before).
   KvBlockPool* kv_pool() { return kv_.get(); }
   const KvBlockPool* kv_pool() const { return kv_.get(); }

@@ -411,14 +411,19 @@ Result<StepOutput> Engine::step() {
   }
   // KV memory ops (copy-on-write, swap) and one ragged forward pass over
   // every scheduled token.
+  if (proposer_) proposer_->before_verify(so.scheduled);
   const double t_exec = now_seconds();
   auto rows = runner_->execute(so);
   if (!rows) return rows.status();
   if (proposer_ && cfg_.spec.adaptive) {  // the costs adaptive k weighs
     const double exec = now_seconds() - t_exec;
     bool decode_only = true;
-    for (const ScheduledRequest& sr : so.scheduled) decode_only &= sr.n_tokens == 1 + sr.n_spec;
-    if (decode_only && !so.scheduled.empty()) step_cost_.observe(so.n_tokens, exec);
+    int64_t n_run = so.n_tokens;  // positions the forward computed (given rows are not)
+    for (const ScheduledRequest& sr : so.scheduled) {
+      decode_only &= sr.n_tokens == 1 + sr.n_spec;
+      n_run -= sr.n_pre;
+    }
+    if (decode_only && !so.scheduled.empty()) step_cost_.observe(n_run, exec);
     // Draft cost per draft step, relative to a one-token target step.
     const double one = step_cost_.one_token_seconds() > 0 ? step_cost_.one_token_seconds() : exec;
     if (propose_k_ > 0 && one > 0) draft_cost_ = 0.8 * draft_cost_ + 0.2 * (propose_seconds_ / propose_k_ / one);

@@ -77,6 +77,14 @@ struct ScheduledRequest {
   // n_spec = req->spec_tokens.size() draft tokens (n_tokens = 1 + n_spec),
   // with a logits row for each of them (want_logits is set).
   int64_t n_spec = 0;
+  // Set by the proposer before the forward (Proposer::before_verify): the
+  // first n_pre tokens of a verification slice were run through the
+  // target's own layers by the draft, which wrote their K/V into this
+  // slice's pages; pre_hidden holds their final residual rows [n_pre,
+  // n_embd] (valid until the next propose). The runner computes the rest
+  // (model/forward.h SeqBatch::pre_hidden). 0 <= n_pre < n_tokens.
+  int64_t n_pre = 0;
+  const float* pre_hidden = nullptr;
   // Logits rows the runner returns for this slice.
   int64_t n_rows() const { return all_logits || n_spec > 0 ? n_tokens : want_logits ? 1 : 0; }
 };

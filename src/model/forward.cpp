@@ -74,7 +74,17 @@ Status ForwardContext::forward_ragged(const SeqBatch* seqs, int n_seqs, float* l
   EMBER_RETURN_IF_ERROR(prepare(seqs, n_seqs));
   embed();
   run_layers(0, cfg_.n_layer);
-  if (logits && !logit_rows_.empty()) head(logit_rows_.data(), static_cast<int64_t>(logit_rows_.size()), logits);
+  if (!logits || out_rows_.empty()) return Status::ok();
+  if (given_rows_.empty()) {
+    head(logit_rows_.data(), static_cast<int64_t>(logit_rows_.size()), logits);
+    return Status::ok();
+  }
+  const int64_t E = cfg_.n_embd;
+  head_src_.resize(out_rows_.size());
+  for (size_t r = 0; r < out_rows_.size(); ++r)
+    head_src_[r] =
+        out_rows_[r] >= 0 ? x_.data() + out_rows_[r] * E : given_rows_[static_cast<size_t>(-1 - out_rows_[r])];
+  head_of(head_src_.data(), static_cast<int64_t>(head_src_.size()), logits);
   return Status::ok();
 }
 
@@ -85,33 +95,45 @@ Status ForwardContext::prepare(const SeqBatch* seqs, int n_seqs) {
   for (int i = 0; i < n_seqs; ++i) {
     const SeqBatch& sb = seqs[i];
     if (!sb.cache || !sb.tokens || sb.n <= 0) return Status::errorf("forward_ragged: sequence {} is empty", i);
+    if (sb.n_pre < 0 || sb.n_pre >= sb.n || (sb.n_pre > 0 && (!sb.pre_hidden || !sb.all_logits)))
+      return Status::errorf("forward_ragged: sequence {}: {} given rows of {} tokens (at most n - 1, with all logits)",
+                            i, sb.n_pre, sb.n);
     if (sb.pos0 < 0 || sb.pos0 + sb.n > sb.cache->capacity())
       return Status::errorf("forward_ragged: sequence {}: positions [{}, {}) exceed its KV capacity {}", i, sb.pos0,
                             sb.pos0 + sb.n, sb.cache->capacity());
     for (int64_t t = 0; t < sb.n; ++t)
       if (sb.tokens[t] < 0 || sb.tokens[t] >= cfg_.n_vocab)
         return Status::errorf("forward_ragged: token id {} out of range [0, {})", sb.tokens[t], cfg_.n_vocab);
-    total += sb.n;
+    total += sb.n - sb.n_pre;
   }
   if (total > max_batch_)
     return Status::errorf("forward_ragged: {} tokens exceed the batch capacity {}", total, max_batch_);
 
   segs_.clear();
   logit_rows_.clear();
+  given_rows_.clear();
+  out_rows_.clear();
   std::fill(rope_ready_.begin(), rope_ready_.end(), 0);
   int64_t t = 0;
   for (int i = 0; i < n_seqs; ++i) {
     const SeqBatch& sb = seqs[i];
     segs_.push_back(sb.cache);
-    for (int64_t j = 0; j < sb.n; ++j, ++t) {
+    for (int64_t j = sb.n_pre; j < sb.n; ++j, ++t) {
       tok_[t] = sb.tokens[j];
       pos_[t] = static_cast<int32_t>(sb.pos0 + j);
       seg_[t] = i;
     }
+    for (int64_t j = 0; j < sb.n_pre; ++j) {
+      out_rows_.push_back(-1 - static_cast<int64_t>(given_rows_.size()));
+      given_rows_.push_back(sb.pre_hidden + j * cfg_.n_embd);
+    }
+    const int64_t computed = sb.n - sb.n_pre;
     if (sb.all_logits)
-      for (int64_t j = t - sb.n; j < t; ++j) logit_rows_.push_back(j);
+      for (int64_t j = t - computed; j < t; ++j) logit_rows_.push_back(j);
     else if (sb.want_logits)
       logit_rows_.push_back(t - 1);
+    if (sb.all_logits || sb.want_logits)
+      out_rows_.insert(out_rows_.end(), logit_rows_.end() - (sb.all_logits ? computed : 1), logit_rows_.end());
   }
   n_ = total;
   return Status::ok();
@@ -158,13 +180,20 @@ void ForwardContext::run_layers(int l0, int l1) {
 
 void ForwardContext::head(const int64_t* rows, int64_t n_rows, float* logits) {
   EMBER_CHECK(n_rows >= 0 && n_rows <= max_batch_);
+  head_src_.resize(static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    EMBER_CHECK(rows[r] >= 0 && rows[r] < n_);
+    head_src_[static_cast<size_t>(r)] = x_.data() + rows[r] * cfg_.n_embd;
+  }
+  head_of(head_src_.data(), n_rows, logits);
+}
+
+void ForwardContext::head_of(const float* const* src, int64_t n_rows, float* logits) {
+  EMBER_CHECK(n_rows >= 0 && n_rows <= max_batch_);
   if (n_rows == 0) return;
   const ModelWeights& w = model_.weights();
   const int64_t E = cfg_.n_embd, V = cfg_.n_logits();
-  for (int64_t r = 0; r < n_rows; ++r) {
-    EMBER_CHECK(rows[r] >= 0 && rows[r] < n_);
-    std::copy(x_.data() + rows[r] * E, x_.data() + (rows[r] + 1) * E, xn_.data() + r * E);
-  }
+  for (int64_t r = 0; r < n_rows; ++r) std::copy(src[r], src[r] + E, xn_.data() + r * E);
   norm_rows(*backend_, cfg_, xn_.data(), w.output_norm, xn_.data(), n_rows);
   const LinearOut out{&w.output, LinearRole::kOutput, logits, V};
   run_linears(*backend_, observer_, -1, xn_.data(), E, n_rows, &out, 1);

@@ -47,6 +47,14 @@ struct SeqBatch {
   KvCache* cache = nullptr;
   bool want_logits = false;  // logits of the last token of this slice
   bool all_logits = false;   // logits of every token of this slice (overrides want_logits)
+  // Rows computed elsewhere (a speculative verification whose draft is this
+  // model's own stack: engine/spec/draft_proposer.h): the final residual
+  // rows [n_pre, n_embd] of tokens 0 .. n_pre-1, whose K/V are in `cache`
+  // already. Only tokens n_pre .. n-1 run through the layers; with
+  // all_logits (required) the slice's n logits rows are the head over the
+  // given rows, then the computed ones. 0 <= n_pre < n.
+  const float* pre_hidden = nullptr;
+  int64_t n_pre = 0;
 };
 
 class ForwardContext {
@@ -82,7 +90,8 @@ class ForwardContext {
   Status prepare(const SeqBatch* seqs, int n_seqs);
   int64_t n_tokens() const { return n_; }
   // Token indices (into the prepared step) whose logits the batch asked for,
-  // in order: want_logits gives a sequence's last token, all_logits each.
+  // in order: want_logits gives a sequence's last token, all_logits each
+  // (given rows, SeqBatch::pre_hidden, are not tokens of the step: not here).
   const std::vector<int64_t>& logit_rows() const { return logit_rows_; }
   // hidden() = embeddings of the prepared tokens.
   void embed();
@@ -118,6 +127,12 @@ class ForwardContext {
   std::vector<KvCache*> segs_;       // cache of each sequence
   std::vector<KvView> seg_views_;    // [max_batch] per sequence, current layer
   std::vector<int64_t> logit_rows_;  // see logit_rows()
+  // forward_ragged's logits rows in order: a given row (pre_hidden) or a
+  // step token's index, as -1 - index (given rows not counted in n_).
+  std::vector<const float*> given_rows_;
+  std::vector<int64_t> out_rows_;
+  std::vector<const float*> head_src_;  // head inputs of a step (grown once)
+  void head_of(const float* const* src, int64_t n_rows, float* logits);
 
   // Activations, shapes for a step of n tokens (widths: the largest layer).
   std::vector<float> x_;     // [n, n_embd] residual stream

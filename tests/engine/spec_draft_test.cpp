@@ -387,6 +387,47 @@ void sampled_distribution(const SamplingParams& sp, int n, int head = 0, int ngr
 
 TEST(DraftSpec, SampledMatchesPlainDistributionFull) { sampled_distribution(test::seeded(0), 3000); }
 
+// The target's own stack with a truncated head as the draft, built by the
+// engine: the draft's rows and K/V are handed to the verification
+// (DraftProposer::before_verify), whose target distribution p must still be
+// the plain one. (The draft's own q is the target's, truncated to 40 tokens
+// and renormalized: rejections happen.)
+TEST(DraftSpec, SampledMatchesPlainDistributionWholeStackHandover) {
+  auto target = load(kTinyQwen);
+  ASSERT_TRUE(target);
+  auto draft = make_draft_view(*target, {}, head_subset(40));
+  ASSERT_TRUE(draft.is_ok()) << draft.status().message();
+  const SamplingParams sp = test::seeded(0);
+  const int n = 3000, V = target->config().n_vocab;
+  ThreadPool pool(2);
+  EngineConfig cfg;
+  cfg.num_kv_blocks = 4096;
+  cfg.max_num_batched_tokens = 256;
+  const RunResult plain = run(*target, pool, cfg, seeded_runs(n, 1, sp));
+  EngineConfig spec = cfg;
+  spec.spec.method = SpecMethod::kLayerSkip;
+  spec.spec.draft_model = draft.value().get();
+  spec.spec.num_speculative_tokens = 2;
+  spec.spec.max_running = 0;
+  int64_t handed = 0;
+  const RunResult sp_run = run(*target, pool, spec, seeded_runs(n, 500000, sp), nullptr, [&](const Engine& e) {
+    const auto* dp = dynamic_cast<const DraftProposer*>(e.proposer());
+    ASSERT_NE(dp, nullptr);
+    EXPECT_TRUE(dp->hands_over_rows());
+    handed = dp->n_rows_handed();
+  });
+  EXPECT_GT(handed, n / 2);
+  const double acc = sp_run.stats.spec.acceptance_rate();
+  EXPECT_GT(acc, 0.02);
+  EXPECT_LT(acc, 0.98);
+  const auto hp = histograms(plain, V), hs = histograms(sp_run, V);
+  for (int j = 0; j < 2; ++j) {
+    int df = 0;
+    const double x = chi2_two_sample(hp[j], hs[j], &df);
+    EXPECT_LT(x, chi2_crit(df)) << "token " << j + 2 << " df " << df;
+  }
+}
+
 TEST(DraftSpec, SampledMatchesPlainDistributionNgramFirst) { sampled_distribution(test::seeded(0), 3000, 0, 1); }
 
 TEST(DraftSpec, SampledMatchesPlainDistributionTruncatedDraftHead) { sampled_distribution(test::seeded(0), 3000, 40); }

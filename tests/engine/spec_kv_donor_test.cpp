@@ -1,5 +1,7 @@
 // A draft made of the target's first layers copies the target's K/V of
-// final tokens instead of running them (DraftProposer::set_kv_donor):
+// final tokens instead of running them (DraftProposer::set_kv_donor), and
+// a whole-stack draft hands its rows and K/V to the verification, which
+// computes only the last draft position (DraftProposer::before_verify):
 // which drafts qualify (shared_kv_layers), that every greedy draft of the
 // whole-stack draft is still accepted (copied rows equal computed ones),
 // that outputs stay token-for-token the plain ones among 32 requests with
@@ -66,7 +68,7 @@ TEST(DraftKvDonor, SharedLayersAreTheTargetsLeadingOnes) {
 struct DonorRun {
   RunResult r;
   bool donor = false;
-  int64_t copied = 0, run_tokens = 0;
+  int64_t copied = 0, run_tokens = 0, handed = 0;
 };
 
 DonorRun run_layerskip(const Model& m, const Model& draft, ThreadPool& pool, EngineConfig cfg,
@@ -81,6 +83,7 @@ DonorRun run_layerskip(const Model& m, const Model& draft, ThreadPool& pool, Eng
     d.donor = dp->has_kv_donor();
     d.copied = dp->n_tokens_copied();
     d.run_tokens = dp->n_tokens_run();
+    d.handed = dp->n_rows_handed();
     EXPECT_EQ(dp->n_tracked(), 0);
     EXPECT_EQ(dp->n_used_blocks(), 0);
   });
@@ -106,10 +109,12 @@ TEST(DraftKvDonor, WholeStackDraftStillExact) {
   EXPECT_GE(on.copied, static_cast<int64_t>(p.prompt.size()) - 1);
   EXPECT_GT(on.r.stats.spec.n_draft_tokens, 0);
   EXPECT_EQ(on.r.stats.spec.n_accepted_tokens, on.r.stats.spec.n_draft_tokens);
+  EXPECT_GT(on.handed, 0);
   cfg.spec.share_kv = false;
   const DonorRun off = run_layerskip(*m, *d, pool, cfg, {p});
   EXPECT_FALSE(off.donor);
   EXPECT_EQ(off.copied, 0);
+  EXPECT_EQ(off.handed, 0);
   EXPECT_GT(off.run_tokens, on.run_tokens + static_cast<int64_t>(p.prompt.size()) / 2);
   EXPECT_EQ(off.r.finished.at("0/0").output, on.r.finished.at("0/0").output);
 }
@@ -153,6 +158,9 @@ TEST(DraftKvDonor, GreedyIdenticalAmongManyWithPreemption) {
         expect_same(want, all.r, "kv donor");
         EXPECT_TRUE(all.donor);
         EXPECT_GT(all.copied, 0);
+        // The whole stack hands its rows to the verification; an early exit cannot.
+        if (draft->config().n_layer == L) EXPECT_GT(all.handed, 0);
+        else EXPECT_EQ(all.handed, 0);
         EXPECT_GT(all.r.stats.spec.n_draft_tokens, 0);
         EngineConfig tight = spec;
         tight.num_kv_blocks = 40;

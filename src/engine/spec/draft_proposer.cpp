@@ -118,6 +118,8 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target
   p->kv_ = std::make_unique<KvCacheManager>(layout, cfg.block_size, n_blocks.value(), false, 0);
   p->shared_layers_ = shared_kv_layers(target, draft);
   p->n_draft_layers_ = draft.config().n_layer;
+  p->whole_stack_ = p->shared_layers_ == draft.config().n_layer && draft.config().n_layer == target.config().n_layer;
+  p->n_embd_ = draft.config().n_embd;
   return p;
 }
 
@@ -141,26 +143,16 @@ bool DraftProposer::set_kv_donor(const KvDonor& donor) {
   return true;
 }
 
-void DraftProposer::copy_from_donor(const Request& r, Request& sh) {
-  const int64_t from = sh.num_computed_tokens;
-  const int64_t upto = std::min(r.num_computed_tokens, r.num_tokens() - 1);
-  if (upto <= from) return;
-  const KvBlockPool& src = *donor_.pool;
-  KvBlockPool& dst = *runner_->kv_pool();
+namespace {
+// K/V rows of positions [from, upto) of layers 0 .. n_layers-1 from the
+// pages of tables ts in src to those of td in dst (the same row formats);
+// positions whose page either side released (sliding windows) are skipped.
+void copy_kv_rows(const KvBlockPool& src, const BlockTables& ts, KvBlockPool& dst, const BlockTables& td,
+                  int n_layers, int64_t from, int64_t upto) {
   const int bs = dst.block_size();
-  const BlockTables& ts = donor_.kv->tables(r);
-  for (const std::vector<int32_t>& t : ts)
-    if (static_cast<int64_t>(t.size()) * bs < upto) return;  // not covered: run the tokens instead
-  std::vector<KvOp> ops;
-  if (!kv_->allocate_slots(sh, upto - from, 0, &ops)) return;  // the draft pool is full: the rounds handle it
-  if (!ops.empty()) {  // not expected (no forks, no prefix cache): apply them first, run the tokens
-    pending_ops_.insert(pending_ops_.end(), ops.begin(), ops.end());
-    return;
-  }
-  const BlockTables& td = kv_->tables(sh);
   const KvLayout& ls = src.layout();
   const KvLayout& ld = dst.layout();
-  for (int l = 0; l < n_draft_layers_; ++l) {
+  for (int l = 0; l < n_layers; ++l) {
     const size_t li = static_cast<size_t>(l);
     const int ss = ls.slot_of_layer[li], sd = ld.slot_of_layer[li];
     const std::vector<int32_t>& tsg = ts[static_cast<size_t>(ls.group_of_layer[li])];
@@ -174,9 +166,56 @@ void DraftProposer::copy_from_donor(const Request& r, Request& sh) {
       std::memcpy(dst.v_block(sd, bdst) + row * vb, src.v_block(ss, bsrc) + row * vb, static_cast<size_t>(vb));
     }
   }
+}
+
+bool covers(const BlockTables& t, int block_size, int64_t upto) {
+  for (const std::vector<int32_t>& g : t)
+    if (static_cast<int64_t>(g.size()) * block_size < upto) return false;
+  return true;
+}
+}  // namespace
+
+void DraftProposer::copy_from_donor(const Request& r, Request& sh) {
+  const int64_t from = sh.num_computed_tokens;
+  const int64_t upto = std::min(r.num_computed_tokens, r.num_tokens() - 1);
+  if (upto <= from) return;
+  KvBlockPool& dst = *runner_->kv_pool();
+  const BlockTables& ts = donor_.kv->tables(r);
+  if (!covers(ts, dst.block_size(), upto)) return;  // not covered: run the tokens instead
+  std::vector<KvOp> ops;
+  if (!kv_->allocate_slots(sh, upto - from, 0, &ops)) return;  // the draft pool is full: the rounds handle it
+  if (!ops.empty()) {  // not expected (no forks, no prefix cache): apply them first, run the tokens
+    pending_ops_.insert(pending_ops_.end(), ops.begin(), ops.end());
+    return;
+  }
+  copy_kv_rows(*donor_.pool, ts, dst, kv_->tables(sh), n_draft_layers_, from, upto);
   sh.num_computed_tokens = upto;
   n_tokens_copied_ += upto - from;
   kv_->release_out_of_window(sh);
+}
+
+void DraftProposer::before_verify(std::vector<ScheduledRequest>& slices) {
+  if (!hands_over_rows()) return;
+  for (ScheduledRequest& sr : slices) {
+    if (sr.n_spec <= 0) continue;
+    auto it = seqs_.find(sr.req->seq_id);
+    if (it == seqs_.end()) continue;
+    Seq& s = *it->second;
+    if (s.hidden_step != step_ || s.hidden_pos0 != sr.pos0 || s.hidden.empty()) continue;
+    const Request& sh = s.shadow;
+    const int64_t rows = static_cast<int64_t>(s.hidden.size()) / n_embd_;
+    const int64_t m = std::min({rows, sr.n_tokens - 1, sh.num_computed_tokens - sr.pos0});
+    if (m <= 0 || !covers(*sr.tables, donor_.pool->block_size(), sr.pos0 + m)) continue;
+    bool same = true;  // the draft ran exactly the slice's tokens
+    for (int64_t p = sr.pos0; p < sr.pos0 + m && same; ++p)
+      same = sh.tokens[static_cast<size_t>(p)] == sr.req->token_at(p);
+    if (!same) continue;
+    copy_kv_rows(*runner_->kv_pool(), kv_->tables(sh), *donor_.pool, *sr.tables, n_draft_layers_, sr.pos0,
+                 sr.pos0 + m);
+    sr.n_pre = m;
+    sr.pre_hidden = s.hidden.data();
+    n_rows_handed_ += m;
+  }
 }
 
 void DraftProposer::drop(uint64_t seq_id) {
@@ -279,6 +318,8 @@ Status DraftProposer::propose(const std::vector<ProposeItem>& items) {
     it.out->q.clear();
     Seq& s = sync(*it.req);
     if (donor_.pool) copy_from_donor(*it.req, s.shadow);
+    s.hidden.clear();
+    s.hidden_pos0 = -1;
     act.push_back({&s, &it, s.shadow.num_tokens(), false});
   }
   const int V = n_vocab_;
@@ -338,6 +379,13 @@ Status DraftProposer::propose(const std::vector<ProposeItem>& items) {
       Request& sh = a.s->shadow;
       sh.num_computed_tokens += sr.n_tokens;
       if (!sr.want_logits) continue;
+      if (hands_over_rows()) {  // the residual row behind this draft, for the verification
+        Seq& s = *a.s;
+        if (s.hidden.empty()) s.hidden_pos0 = sr.pos0 + sr.n_tokens - 1;
+        const float* h = runner_->hidden_of_row(row);
+        s.hidden.insert(s.hidden.end(), h, h + n_embd_);
+        s.hidden_step = step_;
+      }
       float* lg = rows.value() + static_cast<size_t>(row++) * W;
       if (!head.empty()) {
         std::fill(full_row_.begin(), full_row_.end(), -std::numeric_limits<float>::infinity());

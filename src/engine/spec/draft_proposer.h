@@ -79,7 +79,7 @@ int shared_kv_layers(const Model& target, const Model& draft);
 
 // The target's KV as the source of a draft's (DraftProposer::set_kv_donor).
 struct KvDonor {
-  const KvBlockPool* pool = nullptr;   // the target's pages
+  KvBlockPool* pool = nullptr;         // the target's pages
   const KvCacheManager* kv = nullptr;  // the target's block tables
 };
 
@@ -110,6 +110,14 @@ class DraftProposer final : public Proposer {
   bool set_kv_donor(const KvDonor& donor);
   bool has_kv_donor() const { return donor_.pool != nullptr; }
   int64_t n_tokens_copied() const { return n_tokens_copied_; }  // K/V positions copied from the donor so far
+  // With a donor and the target's whole stack as the draft (no layer
+  // skipped; a truncated head): the draft's final residual rows and K/V of
+  // the positions it ran are handed to the target's verification
+  // (before_verify), which then runs only the last draft token through the
+  // layers and the full head over all rows.
+  bool hands_over_rows() const { return donor_.pool != nullptr && whole_stack_; }
+  void before_verify(std::vector<ScheduledRequest>& slices) override;
+  int64_t n_rows_handed() const { return n_rows_handed_; }  // verification positions not recomputed so far
 
  private:
   struct Seq {
@@ -117,6 +125,11 @@ class DraftProposer final : public Proposer {
     Request shadow;  // the draft's view: the request's tokens + drafts; num_computed_tokens in draft KV
     std::mt19937_64 rng;
     uint64_t last_used = 0;
+    // This step's final residual rows [rows, n_embd] of positions
+    // hidden_pos0 .. (whole-stack drafts only).
+    std::vector<float> hidden;
+    int64_t hidden_pos0 = -1;
+    uint64_t hidden_step = 0;
   };
   DraftProposer(const DraftConfig& cfg, int n_vocab) : cfg_(cfg), n_vocab_(n_vocab) {}
   Seq& sync(const Request& r);
@@ -136,9 +149,11 @@ class DraftProposer final : public Proposer {
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;  // by Request::seq_id
   SamplerScratch scratch_;
   uint64_t step_ = 0;
-  int64_t n_forwards_ = 0, n_tokens_run_ = 0, n_tokens_copied_ = 0;
+  int64_t n_forwards_ = 0, n_tokens_run_ = 0, n_tokens_copied_ = 0, n_rows_handed_ = 0;
   int shared_layers_ = 0;  // shared_kv_layers(target, draft)
   int n_draft_layers_ = 0;
+  bool whole_stack_ = false;  // the draft's layers are all the target's layers
+  int64_t n_embd_ = 0;
   KvDonor donor_;
   std::vector<KvOp> pending_ops_;  // page ops of a copy's allocation, applied by the next forward
 };

@@ -39,6 +39,7 @@ class NgramFirstProposer final : public Proposer {
   SpecMethod method() const override { return model_->method(); }
   Status propose(const std::vector<ProposeItem>& items) override;
   void release(const Request& r) override { model_->release(r); }
+  void before_verify(std::vector<ScheduledRequest>& slices) override { model_->before_verify(slices); }
 
   int64_t n_lookup_proposals() const { return n_lookup_; }  // proposals made by the lookup so far
   int64_t n_model_proposals() const { return n_model_; }    // requests handed to the model so far

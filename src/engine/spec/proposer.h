@@ -17,6 +17,7 @@
 
 #include "core/status.h"
 #include "engine/request.h"
+#include "engine/scheduler.h"
 
 namespace ember {
 
@@ -50,6 +51,12 @@ class Proposer {
   virtual Status propose(const std::vector<ProposeItem>& items) = 0;
   // The request finished or was aborted (drop any per-request state).
   virtual void release(const Request& r) {}
+  // Called after scheduling, before the target's forward: the verification
+  // slices (n_spec > 0) hold their KV slots. A proposer whose draft steps
+  // ran the target's own layers may write the K/V it computed into the
+  // slices' pages and set ScheduledRequest::n_pre / pre_hidden so the
+  // target computes only the positions after them.
+  virtual void before_verify(std::vector<ScheduledRequest>& slices) {}
 };
 
 }  // namespace ember
