@@ -4,14 +4,22 @@
 // read per draft step) and its logits are, bit for bit, the full head's
 // logits of those tokens. Exactness of speculation with such a draft is in
 // spec_draft_test.cpp (GreedyIdentical*WithTruncatedHead,
-// SampledMatchesPlainDistributionTruncatedDraftHead).
+// SampledMatchesPlainDistributionTruncatedDraftHead). An interleaved
+// target head gives an interleaved draft head where the rows allow.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
 
 #include "engine/spec/draft_head.h"
 #include "engine/spec/layerskip.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "kernels/interleave.h"
+#include "transform/gen_model.h"
 
 namespace ember {
 namespace {
@@ -82,6 +90,53 @@ TEST(DraftHead, ViewReadsOnlyTheChosenRowsAndGivesTheirExactLogits) {
   EXPECT_FALSE(make_draft_view(part, {}, {1, 2}).is_ok());
   EXPECT_FALSE(make_draft_view(full, {}, {4, 3}).is_ok());
   EXPECT_FALSE(make_draft_view(full, {}, {0, V}).is_ok());
+}
+
+// An interleaved (kernels/interleave.h) Q8_0 head gives its rows back in
+// the base type; the draft head is interleaved again when its row count
+// allows (32 rows here), plain otherwise (24), and its logits stay the full
+// head's entries, bit for bit.
+TEST(DraftHead, InterleavedLikeTheTargetsHead) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("ember_draft_head_" + std::to_string(getpid()) + ".gguf")).string();
+  ThreadPool pool(2);
+  GenModelShape s;
+  s.arch = "llama";
+  s.n_layer = 1;
+  s.n_embd = 128;
+  s.n_ff = 256;
+  s.n_head = 2;
+  s.n_head_kv = 1;
+  s.n_vocab = 320;
+  GenModelOptions o;
+  o.type = DType::kQ8_0;
+  o.seed = 5;
+  o.weight_std = 0.05f;
+  ASSERT_TRUE(write_random_model(s, o, path, pool).is_ok());
+  auto m = Model::load(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  Model& full = *m.value();
+  const bool native = interleave_pays(DType::kQ8_0, 320);
+  EXPECT_EQ(full.interleave_weights(2) > 0, native);
+  const int V = full.config().n_vocab;
+  for (int n : {32, 24}) {
+    std::vector<int32_t> head;
+    for (int i = 0; i < n; ++i) head.push_back(i * 9 + 2);
+    auto d = make_draft_view(full, {}, head);
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    const TensorView& w = *d.value()->weights().output.weight;
+    EXPECT_EQ(w.type, native && n % 16 == 0 ? DType::kQ8_0_R16 : DType::kQ8_0) << n;
+    ForwardContext ff(full, pool, 8), fp(*d.value(), pool, 8);
+    const std::vector<int32_t> toks = {3, 62, 4, 1, 50};
+    ContiguousKvCache ka(full.config(), 16), kb(d.value()->config(), 16);
+    std::vector<float> a(5 * V), b(5 * head.size());
+    ASSERT_TRUE(ff.forward(toks.data(), 5, 0, ka, nullptr, a.data()).is_ok());
+    ASSERT_TRUE(fp.forward(toks.data(), 5, 0, kb, nullptr, b.data()).is_ok());
+    for (int r = 0; r < 5; ++r)
+      for (size_t j = 0; j < head.size(); ++j)
+        ASSERT_EQ(b[r * head.size() + j], a[static_cast<size_t>(r) * V + head[j]]) << n << " row " << r;
+  }
 }
 
 }  // namespace

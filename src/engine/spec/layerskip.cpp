@@ -89,7 +89,7 @@ Result<std::unique_ptr<Model>> make_draft_view(const Model& model, const std::ve
   if (!head_tokens.empty()) {
     // The head rows of the chosen tokens, gathered into an owned buffer.
     // Interleaved heads (kernels/interleave.h) give their rows back in the
-    // base type: the gathered head is plain rows.
+    // base type, interleaved again when the row count allows.
     const TensorView& full = *w.value()->output.weight;
     const size_t rb = full.row_bytes();
     auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[rb * head_tokens.size()]);
@@ -106,6 +106,15 @@ Result<std::unique_ptr<Model>> make_draft_view(const Model& model, const std::ve
     v.data = buf.get();
     v.nbytes = rb * head_tokens.size();
     file->owners.push_back(buf);
+    // Interleaved again where the target's was (the draft runs this head
+    // every draft step: the same native kernels as the target's).
+    if (full.type != v.type && interleave_pays(v.type, v.ne[1])) {
+      auto il = std::shared_ptr<uint8_t[]>(new uint8_t[v.nbytes]);
+      interleave_rows(v.type, buf.get(), v.ne[1], v.ne[0], il.get());
+      v.type = full.type;
+      v.data = il.get();
+      file->owners.push_back(il);
+    }
     const TensorView* tv = &(file->tensors[v.name] = v);
     w.value()->output.weight = tv;
     if (const float* b = w.value()->output.bias) {
