@@ -17,6 +17,9 @@
 #   layerskip        the target with layers $SKIP_LAYERS skipped (default 15-16)
 #   layerskip-head   layerskip with a truncated head of $DRAFT_VOCAB tokens, adaptive k
 #   selfhead         the whole target (--skip-layers none) with a truncated head of $DRAFT_VOCAB tokens, K drafts
+#   selfhead-ngram   selfhead behind n-gram lookup (--ngram-first 3): a match of >= 3 tokens proposes up to 2K
+#                    (by match), the self-draft K otherwise
+#   selfhead-recompute  selfhead with --draft-recompute-kv (no K/V copy, no row handover: the earlier form)
 # $DRAFT_VOCAB_TEXT: the text the head's token frequencies are counted over (default data/calibration.txt).
 set -euo pipefail
 DRAFT_MODEL=${DRAFT_MODEL:-}; SKIP_LAYERS=${SKIP_LAYERS:-15-16}; DRAFT_VOCAB=${DRAFT_VOCAB:-16384}
@@ -38,6 +41,11 @@ flags() {
                       "${head[@]}" ;;
     selfhead) echo --speculative-method layerskip --skip-layers none --num-speculative-tokens "$K" \
                 --draft-vocab "$DRAFT_VOCAB" --draft-vocab-text "$DRAFT_VOCAB_TEXT" ;;
+    selfhead-ngram) echo --speculative-method layerskip --skip-layers none --draft-vocab "$DRAFT_VOCAB" \
+                      --draft-vocab-text "$DRAFT_VOCAB_TEXT" --ngram-first 3 --ngram-k-by-match \
+                      --num-speculative-tokens $((2 * K)) --draft-k "$K" ;;
+    selfhead-recompute) echo --speculative-method layerskip --skip-layers none --num-speculative-tokens "$K" \
+                          --draft-vocab "$DRAFT_VOCAB" --draft-vocab-text "$DRAFT_VOCAB_TEXT" --draft-recompute-kv ;;
     *) echo "unknown configuration '$1'" >&2; exit 2 ;;
   esac
 }
