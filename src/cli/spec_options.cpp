@@ -37,6 +37,9 @@ void SpecOptions::add_to(ArgParser& p) {
            "(default last-third)");
   p.option("--draft-vocab", &draft_vocab, "N",
            "draft / layerskip: the draft's output head scores only the N most frequent tokens (default 0: all)");
+  p.option("--draft-vocab-context", &draft_vocab_context, "N",
+           "--draft-vocab with a view of the target (layerskip): the draft also scores up to N tokens of each "
+           "request's own prompt and output that its head lacks (default 2048; 0: the head's tokens only)");
   p.option("--draft-vocab-text", &draft_vocab_text, "FILE",
            "--draft-vocab: count token frequencies over this text (default: the tokenizer's scores rank them)");
   p.flag("--speculative-adaptive", &adaptive,
@@ -128,6 +131,7 @@ Result<SpecConfig> SpecOptions::to_config() const {
   c.ngram_first = ngram_first;
   c.draft_k = draft_k;
   c.share_kv = !draft_recompute_kv;
+  c.draft_context_tokens = draft_vocab_context;
   c.max_running = max_running;
   c.adaptive = adaptive;
   c.verify_cost = verify_cost;

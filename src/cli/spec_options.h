@@ -23,6 +23,7 @@ struct SpecOptions {
   int ngram_first = 0;            // --ngram-first
   int draft_k = 0;                // --draft-k
   bool draft_recompute_kv = false;  // --draft-recompute-kv
+  int draft_vocab_context = 2048;   // --draft-vocab-context
   int max_running = kDefaultSpecMaxRunning;
   std::string draft_model;  // --speculative-model
   std::string skip_layers = "last-third";  // --skip-layers

@@ -44,6 +44,8 @@ Status SpecConfig::validate() const {
     return Status::errorf("speculation costs out of range (draft {}, verify {})", draft_cost, verify_cost);
   if ((method == SpecMethod::kDraft || method == SpecMethod::kLayerSkip) && !draft_model)
     return Status::errorf("speculative method '{}' needs a draft model", spec_method_name(method));
+  if (draft_context_tokens < 0 || draft_context_tokens > (1 << 20))
+    return Status::errorf("draft context tokens must be in [0, {}] (got {})", 1 << 20, draft_context_tokens);
   if (ngram_first < 0 || ngram_first > 64)
     return Status::errorf("n-gram-first match length must be in [0, 64] (got {})", ngram_first);
   if (draft_k < 0 || draft_k > kMaxSpecTokens)
@@ -92,6 +94,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   dc.max_batch = cfg.max_num_batched_tokens;
   dc.method = cfg.spec.method;
   dc.kv_types = cfg.kv_types;
+  dc.context_tokens = cfg.spec.draft_context_tokens;
   auto dp = DraftProposer::create(model, *cfg.spec.draft_model, pool, dc);
   if (!dp) return dp.status().with_context("speculative decoding");
   e.value()->cfg_.spec = cfg.spec;

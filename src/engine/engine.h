@@ -74,6 +74,9 @@ struct SpecConfig {
   // target's K/V rows of final tokens instead of running them
   // (DraftProposer::set_kv_donor); false: it always runs them (for A/B).
   bool share_kv = true;
+  // A truncated draft head of a view of the target also scores up to this
+  // many tokens of each request's own context (DraftConfig::context_tokens).
+  int draft_context_tokens = 2048;
   // Adaptive k (spec/adaptive_k.h): per request and step, k in [0, k] from
   // its measured acceptance, the cost of a draft step (draft_cost >= 0: that
   // fraction of a target step; < 0: measured, proposer time over target

@@ -200,5 +200,51 @@ TEST(DraftKvDonor, NotTakenWhereTheDraftsKvDiffers) {
   EXPECT_GT(b.r.stats.spec.n_draft_tokens, 0);
 }
 
+// A whole-stack draft whose head keeps 24 tokens the plain outputs never
+// pick, and prompts holding every token: with the context tokens scored
+// (the target's own head rows and arithmetic) the draft's choice is the
+// target's over the whole vocabulary, so every greedy draft is accepted;
+// without them (context_tokens 0) every draft misses.
+TEST(DraftKvDonor, ContextTokensScoredLikeTheTarget) {
+  for (const char* path : {kTinyQwen, kTinyGemma}) {
+    SCOPED_TRACE(path);
+    auto m = load(path);
+    ASSERT_TRUE(m);
+    const int V = m->config().n_vocab;
+    ThreadPool pool(2);
+    EngineConfig cfg;
+    cfg.num_kv_blocks = 512;
+    cfg.max_num_batched_tokens = 256;
+    cfg.spec.num_speculative_tokens = 4;
+    std::vector<RequestParams> reqs;
+    for (int i = 0; i < 3; ++i) {
+      RequestParams p;
+      for (int t = 0; t < V; ++t) p.prompt.push_back((t * 7 + i * 5) % V);
+      p.sampling = test::greedy();
+      p.max_tokens = 24;
+      reqs.push_back(p);
+    }
+    const RunResult want = test::run_each_alone(*m, pool, cfg, reqs);
+    // The head: tokens the plain outputs never pick (so the head alone misses).
+    std::vector<uint8_t> used(static_cast<size_t>(V), 0);
+    for (const auto& [k, f] : want.finished)
+      for (int32_t t : f.output) used[static_cast<size_t>(t)] = 1;
+    std::vector<int32_t> head;
+    for (int32_t t = 0; t < V && head.size() < 24; ++t)
+      if (!used[static_cast<size_t>(t)]) head.push_back(t);
+    auto d = make_draft_view(*m, {}, head);
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    const DonorRun with = run_layerskip(*m, *d.value(), pool, cfg, reqs);
+    expect_same(want, with.r, "context tokens");
+    EXPECT_GT(with.r.stats.spec.n_draft_tokens, 0);
+    EXPECT_EQ(with.r.stats.spec.n_accepted_tokens, with.r.stats.spec.n_draft_tokens);
+    cfg.spec.draft_context_tokens = 0;
+    const DonorRun without = run_layerskip(*m, *d.value(), pool, cfg, reqs);
+    expect_same(want, without.r, "head only");
+    EXPECT_GT(without.r.stats.spec.n_draft_tokens, 0);
+    EXPECT_EQ(without.r.stats.spec.n_accepted_tokens, 0);
+  }
+}
+
 }  // namespace
 }  // namespace ember

@@ -7,6 +7,8 @@
 
 #include "core/check.h"
 #include "kernels/hadamard.h"
+#include "kernels/interleave.h"
+#include "model/layers/norm.h"
 
 namespace ember {
 
@@ -120,6 +122,18 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target
   p->n_draft_layers_ = draft.config().n_layer;
   p->whole_stack_ = p->shared_layers_ == draft.config().n_layer && draft.config().n_layer == target.config().n_layer;
   p->n_embd_ = draft.config().n_embd;
+  const bool view = target.weights().tok_embd && draft.weights().tok_embd &&
+                    target.weights().tok_embd->data == draft.weights().tok_embd->data;
+  if (cfg.context_tokens < 0) return Status::errorf("draft context tokens must be >= 0 (got {})", cfg.context_tokens);
+  if (!p->draft_head_tokens_.empty() && view && cfg.context_tokens > 0 && target.weights().output.weight &&
+      target.weights().output_norm) {
+    p->context_ = true;
+    p->target_ = &target;
+    p->pool_ = &pool;
+    p->backend_ = make_cpu_backend(pool);
+    p->in_head_.assign(static_cast<size_t>(target.config().n_vocab), 0);
+    for (int32_t t : p->draft_head_tokens_) p->in_head_[static_cast<size_t>(t)] = 1;
+  }
   return p;
 }
 
@@ -192,6 +206,42 @@ void DraftProposer::copy_from_donor(const Request& r, Request& sh) {
   sh.num_computed_tokens = upto;
   n_tokens_copied_ += upto - from;
   kv_->release_out_of_window(sh);
+}
+
+void DraftProposer::scan_context(Seq& s, const Request& r) {
+  const TensorView& full = *target_->weights().output.weight;
+  const size_t rb = static_cast<size_t>(dtype_row_size(dtype_layout_base(full.type), full.ne[0]));
+  for (; s.scanned < r.num_tokens(); ++s.scanned) {
+    if (static_cast<int>(s.extra.size()) >= cfg_.context_tokens) {
+      s.scanned = r.num_tokens();
+      break;
+    }
+    const int32_t t = r.tokens[static_cast<size_t>(s.scanned)];
+    if (t < 0 || t >= static_cast<int32_t>(in_head_.size()) || t >= full.ne[1] || in_head_[static_cast<size_t>(t)] ||
+        !s.extra_set.insert(t).second)
+      continue;
+    s.extra.push_back(t);
+    s.extra_rows.resize(s.extra.size() * rb);
+    copy_row_bytes(full, t, s.extra_rows.data() + (s.extra.size() - 1) * rb);
+  }
+}
+
+void DraftProposer::score_context(Seq& s, const float* h, float* row) {
+  if (s.extra.empty()) return;
+  const ModelConfig& tc = target_->config();
+  const TensorView& full = *target_->weights().output.weight;
+  xn_.resize(static_cast<size_t>(n_embd_));
+  norm_rows(*backend_, tc, h, target_->weights().output_norm, xn_.data(), 1);
+  TensorView w = full;
+  w.type = dtype_layout_base(full.type);
+  w.ne[1] = static_cast<int64_t>(s.extra.size());
+  w.data = s.extra_rows.data();
+  w.nbytes = s.extra_rows.size();
+  ctx_logits_.resize(s.extra.size());
+  matmul(w, xn_.data(), n_embd_, ctx_logits_.data(), w.ne[1], 1, *pool_, scratch_mm_);
+  if (tc.final_logit_softcap > 0.f)
+    backend_->softcap(ctx_logits_.data(), static_cast<int64_t>(ctx_logits_.size()), tc.final_logit_softcap);
+  for (size_t j = 0; j < s.extra.size(); ++j) row[static_cast<size_t>(s.extra[j])] = ctx_logits_[j];
 }
 
 void DraftProposer::before_verify(std::vector<ScheduledRequest>& slices) {
@@ -318,6 +368,7 @@ Status DraftProposer::propose(const std::vector<ProposeItem>& items) {
     it.out->q.clear();
     Seq& s = sync(*it.req);
     if (donor_.pool) copy_from_donor(*it.req, s.shadow);
+    if (context_) scan_context(s, *it.req);
     s.hidden.clear();
     s.hidden_pos0 = -1;
     act.push_back({&s, &it, s.shadow.num_tokens(), false});
@@ -390,6 +441,7 @@ Status DraftProposer::propose(const std::vector<ProposeItem>& items) {
       if (!head.empty()) {
         std::fill(full_row_.begin(), full_row_.end(), -std::numeric_limits<float>::infinity());
         for (size_t t = 0; t < head.size(); ++t) full_row_[static_cast<size_t>(head[t])] = lg[t];
+        if (context_) score_context(*a.s, runner_->hidden_of_row(row - 1), full_row_.data());
         lg = full_row_.data();
       }
       Proposal& p = *a.it->out;

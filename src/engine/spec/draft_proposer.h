@@ -17,6 +17,14 @@
 // A draft with a truncated head (config().head_tokens, draft_head.h) drafts
 // only those tokens: its logits are spread over the full vocabulary with
 // -inf elsewhere before the draft token is chosen (q = 0 off the head).
+// When the draft is a view of the target (the same embedding), the tokens
+// of the request's own context that the head lacks are scored too (up to
+// DraftConfig::context_tokens per request): their rows of the target's
+// full head are gathered as they appear, and each draft step computes
+// their logits from the draft's final residual row with the target's head
+// arithmetic (output norm, the same matmul, softcap). Rewriting and
+// quoting reuse the passage's rare words, which a frequency-ranked head
+// misses.
 //
 // Draft tokens: a greedy request gets the draft's greedy token (penalties
 // applied: the plain sampler's choice on the draft's logits) as a point mass;
@@ -44,6 +52,7 @@
 #include <memory>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/metadata.h"
@@ -51,6 +60,8 @@
 #include "engine/cpu_model_runner.h"
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/spec/proposer.h"
+#include "kernels/backend.h"
+#include "kernels/matmul.h"
 #include "model/model.h"
 
 namespace ember {
@@ -61,6 +72,11 @@ struct DraftConfig {
   int64_t num_kv_blocks = 0;                  // > 0: overrides kv_cache_bytes
   int max_batch = 512;                        // tokens per draft forward
   SpecMethod method = SpecMethod::kDraft;     // what method() reports (kDraft or kLayerSkip)
+  // A truncated draft head of a view of the target also scores the tokens of
+  // the request's own context (prompt and output) that it lacks, at most
+  // this many per request, their rows taken from the target's full head
+  // (see the top); 0: the head's tokens only.
+  int context_tokens = 2048;
   // The target's KV storage: the draft stores its K/V the same way where its
   // head dims allow (draft_kv_types), so a draft that is the target's own
   // stack (layerskip none + a truncated head) computes the target's bits.
@@ -130,6 +146,12 @@ class DraftProposer final : public Proposer {
     std::vector<float> hidden;
     int64_t hidden_pos0 = -1;
     uint64_t hidden_step = 0;
+    // Context tokens the truncated head lacks, and their rows of the full
+    // head (base type) [extra.size(), row bytes]; context scanned so far.
+    std::vector<int32_t> extra;
+    std::vector<uint8_t> extra_rows;
+    std::unordered_set<int32_t> extra_set;
+    int64_t scanned = 0;
   };
   DraftProposer(const DraftConfig& cfg, int n_vocab) : cfg_(cfg), n_vocab_(n_vocab) {}
   Seq& sync(const Request& r);
@@ -137,6 +159,10 @@ class DraftProposer final : public Proposer {
   // Frees the draft KV of requests not drafting in this step; false if none.
   bool evict_idle();
   int32_t draw(Seq& s, float* row, std::vector<float>* q);
+  // New context tokens of r outside the head into s.extra (at most
+  // context_tokens); the logits of s.extra from residual row h into row.
+  void scan_context(Seq& s, const Request& r);
+  void score_context(Seq& s, const float* h, float* row);
   // The donor's rows of r's computed final tokens past the draft's.
   void copy_from_donor(const Request& r, Request& sh);
 
@@ -154,6 +180,15 @@ class DraftProposer final : public Proposer {
   int n_draft_layers_ = 0;
   bool whole_stack_ = false;  // the draft's layers are all the target's layers
   int64_t n_embd_ = 0;
+  // Context tokens (see the top): the target's full head and output norm,
+  // which tokens the truncated head has, a backend for the norm / softcap.
+  const Model* target_ = nullptr;
+  bool context_ = false;
+  std::vector<uint8_t> in_head_;  // [n_vocab]
+  std::unique_ptr<Backend> backend_;
+  MatmulScratch scratch_mm_;
+  ThreadPool* pool_ = nullptr;
+  std::vector<float> xn_, ctx_logits_;
   KvDonor donor_;
   std::vector<KvOp> pending_ops_;  // page ops of a copy's allocation, applied by the next forward
 };
