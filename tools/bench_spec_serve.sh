@@ -24,7 +24,8 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A tps=()
 for ((i = 0; i < R; ++i)); do
   for c in $CONC; do
-    for mode in plain spec; do
+    modes="plain spec"; [ $((i % 2)) -eq 1 ] && modes="spec plain"  # the order alternates per round
+    for mode in $modes; do
       port=$((18000 + RANDOM % 1000))
       extra=()
       # shellcheck disable=SC2206
