@@ -65,14 +65,23 @@ inline void for_units(const Layout& l, int q, F&& f, B&& bits) {
   }
 }
 
-// Row q's 32-bit field `v` into / out of the transposed masks at m.
+// Row q's 32-bit field `v` into / out of the transposed masks at m: nibble
+// k of v (bits 4k .. 4k+3) is nibble q of mask k.
 inline void put_bits(uint8_t* m, int q, uint32_t v) {
-  for (int b = 0; b < 32; ++b)
-    if (v >> b & 1) m[8 * (b / 4) + (4 * q + b % 4) / 8] |= static_cast<uint8_t>(1u << ((4 * q + b % 4) % 8));
+  for (int k = 0; k < 8; ++k) {
+    uint64_t mk;
+    std::memcpy(&mk, m + 8 * k, 8);
+    mk |= static_cast<uint64_t>(v >> (4 * k) & 0xF) << (4 * q);
+    std::memcpy(m + 8 * k, &mk, 8);
+  }
 }
 inline uint32_t get_bits(const uint8_t* m, int q) {
   uint32_t v = 0;
-  for (int b = 0; b < 32; ++b) v |= static_cast<uint32_t>(m[8 * (b / 4) + (4 * q + b % 4) / 8] >> ((4 * q + b % 4) % 8) & 1) << b;
+  for (int k = 0; k < 8; ++k) {
+    uint64_t mk;
+    std::memcpy(&mk, m + 8 * k, 8);
+    v |= static_cast<uint32_t>(mk >> (4 * q) & 0xF) << (4 * k);
+  }
   return v;
 }
 
