@@ -27,17 +27,13 @@ using test::expect_same;
 using test::key;
 using test::kTinyGemma;
 using test::kTinyQwen;
+using test::kTinyQwen3;
 using test::run;
 using test::RunResult;
 using test::workload;
+constexpr auto load = test::load_model;
 
-const char* kTinyQwen3 = EMBER_SOURCE_DIR "/tests/data/model/hf_qwen3";
 
-std::unique_ptr<Model> load(const char* path) {
-  auto m = Model::load(path);
-  EXPECT_TRUE(m.is_ok()) << m.status().message();
-  return m.is_ok() ? std::move(m.value()) : nullptr;
-}
 
 // Each request alone, without speculation.
 RunResult solo_reference(const Model& m, ThreadPool& pool, const EngineConfig& base,
@@ -87,13 +83,7 @@ void greedy_exactness(const Model* target, const Model* draft, bool expect_preem
   base.block_size = 8;
   base.max_num_batched_tokens = 48;
   base.num_kv_blocks = 1024;
-  std::vector<RequestParams> reqs = workload(32, target->config().n_vocab, 11);
-  for (RequestParams& p : reqs) {
-    const float rep = p.sampling.repetition_penalty;
-    p.sampling = test::greedy();
-    p.sampling.repetition_penalty = rep;  // penalties apply to the draft's greedy choice too
-    p.n = 1;
-  }
+  std::vector<RequestParams> reqs = test::greedy_workload(32, target->config().n_vocab, 11, true);
   const RunResult want = solo_reference(*target, pool, base, reqs);
 
   EngineConfig spec = base;

@@ -24,15 +24,12 @@ namespace {
 using test::expect_same;
 using test::kTinyGemma;
 using test::kTinyQwen;
+using test::kTinyQwen3;
 using test::run;
 using test::RunResult;
 using test::workload;
+constexpr auto load = test::load_model;
 
-std::unique_ptr<Model> load(const char* path) {
-  auto m = Model::load(path);
-  EXPECT_TRUE(m.is_ok()) << m.status().message();
-  return m.is_ok() ? std::move(m.value()) : nullptr;
-}
 
 std::unique_ptr<Model> view(const Model& m, const std::vector<int>& skip, bool all_tokens_head) {
   std::vector<int32_t> head;
@@ -139,13 +136,7 @@ TEST(DraftKvDonor, GreedyIdenticalAmongManyWithPreemption) {
     base.block_size = 8;
     base.max_num_batched_tokens = 48;
     base.num_kv_blocks = 1024;
-    std::vector<RequestParams> reqs = workload(32, m->config().n_vocab, 23);
-    for (RequestParams& p : reqs) {
-      const float rep = p.sampling.repetition_penalty;
-      p.sampling = test::greedy();
-      p.sampling.repetition_penalty = rep;
-      p.n = 1;
-    }
+    std::vector<RequestParams> reqs = test::greedy_workload(32, m->config().n_vocab, 23, true);
     const RunResult want = test::run_each_alone(*m, pool, base, reqs);
     for (const Model* draft : {whole.value().get(), early.value().get()})
       for (int ngram_first : {0, 2}) {

@@ -22,17 +22,13 @@ namespace {
 using test::expect_same;
 using test::kTinyGemma;
 using test::kTinyQwen;
+using test::kTinyQwen3;
 using test::run;
 using test::RunResult;
 using test::workload;
+constexpr auto load = test::load_model;
 
-const char* kTinyQwen3 = EMBER_SOURCE_DIR "/tests/data/model/hf_qwen3";
 
-std::unique_ptr<Model> load(const char* path) {
-  auto m = Model::load(path);
-  EXPECT_TRUE(m.is_ok()) << m.status().message();
-  return m.is_ok() ? std::move(m.value()) : nullptr;
-}
 
 struct Counts {
   int64_t lookup = 0, model = 0;
@@ -75,11 +71,7 @@ TEST(NgramFirstSpec, GreedyIdenticalWithBothSidesProposing) {
   base.block_size = 8;
   base.max_num_batched_tokens = 48;
   base.num_kv_blocks = 1024;
-  std::vector<RequestParams> reqs = workload(32, m->config().n_vocab, 17);
-  for (RequestParams& p : reqs) {
-    p.sampling = test::greedy();
-    p.n = 1;
-  }
+  std::vector<RequestParams> reqs = test::greedy_workload(32, m->config().n_vocab, 17);
   const RunResult want = test::run_each_alone(*m, pool, base, reqs);
   EngineConfig spec = base;
   spec.spec.num_speculative_tokens = 6;

@@ -25,6 +25,14 @@ namespace ember::test {
 
 inline const char* kTinyGemma = EMBER_SOURCE_DIR "/tests/data/model/hf_gemma3";
 inline const char* kTinyQwen = EMBER_SOURCE_DIR "/tests/data/model/hf_qwen2";
+inline const char* kTinyQwen3 = EMBER_SOURCE_DIR "/tests/data/model/hf_qwen3";
+
+// A model from a path (null, with a test failure, if it does not load).
+inline std::unique_ptr<Model> load_model(const char* path) {
+  auto m = Model::load(path);
+  EXPECT_TRUE(m.is_ok()) << m.status().message();
+  return m.is_ok() ? std::move(m.value()) : nullptr;
+}
 
 struct RunResult {
   std::map<std::string, FinishedRequest> finished;
@@ -109,6 +117,19 @@ inline std::vector<RequestParams> workload(int n_req, int vocab, uint32_t seed) 
     p.max_tokens = 8 + static_cast<int>(rng() % 20);
     p.logprobs = true;
     reqs.push_back(p);
+  }
+  return reqs;
+}
+
+// workload() made greedy, one sample each; keep_penalty: the repetition
+// penalty stays (it applies to a draft's greedy choice too).
+inline std::vector<RequestParams> greedy_workload(int n_req, int vocab, uint32_t seed, bool keep_penalty = false) {
+  std::vector<RequestParams> reqs = workload(n_req, vocab, seed);
+  for (RequestParams& p : reqs) {
+    const float rep = p.sampling.repetition_penalty;
+    p.sampling = greedy();
+    if (keep_penalty) p.sampling.repetition_penalty = rep;
+    p.n = 1;
   }
   return reqs;
 }
