@@ -34,6 +34,14 @@ int64_t Engine::kv_sequences_of(int64_t len) const {
 
 Engine::~Engine() = default;
 
+NgramConfig SpecConfig::ngram() const {
+  NgramConfig nc;
+  nc.min_n = ngram_min;
+  nc.max_n = ngram_max;
+  nc.k_by_match = ngram_k_by_match;
+  return nc;
+}
+
 Status SpecConfig::validate() const {
   if (method == SpecMethod::kNone) return Status::ok();
   if (num_speculative_tokens < 1 || num_speculative_tokens > kMaxSpecTokens)
@@ -53,18 +61,7 @@ Status SpecConfig::validate() const {
   if ((ngram_first > 0 || draft_k > 0) && method != SpecMethod::kDraft && method != SpecMethod::kLayerSkip)
     return Status::errorf("n-gram first and draft model tokens are for the draft and layerskip methods, not '{}'",
                           spec_method_name(method));
-  if (ngram_first > 0) {
-    NgramConfig nc;
-    nc.min_n = ngram_min;
-    nc.max_n = ngram_max;
-    EMBER_RETURN_IF_ERROR(nc.validate());
-  }
-  if (method == SpecMethod::kNgram) {
-    NgramConfig nc;
-    nc.min_n = ngram_min;
-    nc.max_n = ngram_max;
-    return nc.validate();
-  }
+  if (ngram_first > 0 || method == SpecMethod::kNgram) return ngram().validate();
   return Status::ok();
 }
 
@@ -102,12 +99,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   // of final tokens instead of recomputing it (draft_proposer.h).
   if (cfg.spec.share_kv) (void)dp.value()->set_kv_donor({target_runner->kv_pool(), e.value()->kv_.get()});
   if (cfg.spec.ngram_first > 0) {
-    NgramConfig nc;
-    nc.min_n = cfg.spec.ngram_min;
-    nc.max_n = cfg.spec.ngram_max;
-    nc.k_by_match = cfg.spec.ngram_k_by_match;
-    e.value()->proposer_ = std::make_unique<NgramFirstProposer>(nc, cfg.spec.ngram_first, cfg.spec.draft_k,
-                                                                 std::move(dp.value()));
+    e.value()->proposer_ = std::make_unique<NgramFirstProposer>(cfg.spec.ngram(), cfg.spec.ngram_first,
+                                                                 cfg.spec.draft_k, std::move(dp.value()));
   } else {
     e.value()->proposer_ = std::move(dp.value());
   }
@@ -131,11 +124,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
                          "(Engine::create(model, pool, cfg))");
   auto e = std::unique_ptr<Engine>(new Engine(cfg));
   if (cfg.spec.method == SpecMethod::kNgram) {
-    NgramConfig nc;
-    nc.min_n = cfg.spec.ngram_min;
-    nc.max_n = cfg.spec.ngram_max;
-    nc.k_by_match = cfg.spec.ngram_k_by_match;
-    e->proposer_ = std::make_unique<NgramProposer>(nc);
+    e->proposer_ = std::make_unique<NgramProposer>(cfg.spec.ngram());
   }
   const KvSpec spec = runner->kv_spec();
   const KvLayout layout = KvLayout::from_spec(spec, cfg.sliding_window_release);

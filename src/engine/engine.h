@@ -36,6 +36,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/spec/adaptive_k.h"
+#include "engine/spec/ngram_proposer.h"
 #include "engine/spec/proposer.h"
 #include "model/model.h"
 
@@ -85,6 +86,8 @@ struct SpecConfig {
   bool adaptive = false;
   double draft_cost = -1;
   double verify_cost = 0.05;  // < 0: measured (SpecStepCost over decode-only steps)
+  // The n-gram lookup's settings (the ngram method and --ngram-first).
+  NgramConfig ngram() const;
   Status validate() const;
 };
 

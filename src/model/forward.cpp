@@ -91,7 +91,7 @@ Status ForwardContext::forward_ragged(const SeqBatch* seqs, int n_seqs, float* l
 Status ForwardContext::prepare(const SeqBatch* seqs, int n_seqs) {
   n_ = 0;
   if (n_seqs <= 0) return Status::error("forward_ragged: empty batch");
-  int64_t total = 0;
+  int64_t total = 0, positions = 0;
   for (int i = 0; i < n_seqs; ++i) {
     const SeqBatch& sb = seqs[i];
     if (!sb.cache || !sb.tokens || sb.n <= 0) return Status::errorf("forward_ragged: sequence {} is empty", i);
@@ -105,9 +105,11 @@ Status ForwardContext::prepare(const SeqBatch* seqs, int n_seqs) {
       if (sb.tokens[t] < 0 || sb.tokens[t] >= cfg_.n_vocab)
         return Status::errorf("forward_ragged: token id {} out of range [0, {})", sb.tokens[t], cfg_.n_vocab);
     total += sb.n - sb.n_pre;
+    positions += sb.n;
   }
-  if (total > max_batch_)
-    return Status::errorf("forward_ragged: {} tokens exceed the batch capacity {}", total, max_batch_);
+  // Given rows are not computed but take head rows: positions bound both.
+  if (positions > max_batch_)
+    return Status::errorf("forward_ragged: {} tokens exceed the batch capacity {}", positions, max_batch_);
 
   segs_.clear();
   logit_rows_.clear();

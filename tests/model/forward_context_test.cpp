@@ -2,7 +2,8 @@
 // bits of forward_ragged however they are driven (layers in pieces, a
 // pipeline across two contexts, chosen head rows), and an injected Backend
 // receives every op: Q/K/V in one matmul call with three targets, gate/up in
-// one with two, RoPE angles once per step for each set of frequencies.
+// one with two, RoPE angles once per step for each set of frequencies; rows
+// given from outside (a whole-stack draft's) give the full forward's bits.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -74,6 +75,49 @@ TEST(ForwardStages, PipelineAcrossTwoContextsGivesTheSameBits) {
   std::vector<float> got(n * V);
   s1.head(s1.logit_rows().data(), static_cast<int64_t>(s1.logit_rows().size()), got.data());
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+}
+
+// Given rows (SeqBatch::pre_hidden): the first 4 tokens run alone (their
+// K/V written, their final residual rows kept), then the 7-token slice with
+// those 4 rows given computes only the last 3 and returns all 7 logits rows
+// with the bits of the full forward, next to another sequence in the same
+// batch. Bad given-row counts are errors, not crashes.
+TEST(ForwardStages, GivenRowsGiveTheFullForwardsBits) {
+  ThreadPool pool(2);
+  for (const test::TinySpec& s : test::tiny_specs()) {
+    SCOPED_TRACE(s.arch);
+    auto m = test::load_tiny(s);
+    ASSERT_TRUE(m);
+    const ModelConfig& c = m->config();
+    const int64_t n = static_cast<int64_t>(kTokens.size()), V = c.n_vocab, E = c.n_embd, pre = 4;
+    const std::vector<float> want = reference_all(*m, pool);
+    ForwardContext ctx(*m, pool, 16);
+    ContiguousKvCache cache(c, n), other(c, n);
+    const SeqBatch first{kTokens.data(), pre, 0, &cache, false, true};
+    ASSERT_TRUE(ctx.prepare(&first, 1).is_ok());
+    ctx.embed();
+    ctx.run_layers(0, c.n_layer);
+    std::vector<float> rows(ctx.hidden(), ctx.hidden() + pre * E);
+    SeqBatch b[2] = {{kTokens.data(), 2, 0, &other, true, false}, {kTokens.data(), n, 0, &cache, false, true}};
+    b[1].pre_hidden = rows.data();
+    b[1].n_pre = pre;
+    std::vector<float> got((1 + n) * V);
+    ASSERT_TRUE(ctx.forward_ragged(b, 2, got.data()).is_ok());
+    EXPECT_EQ(ctx.n_tokens(), 2 + n - pre);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data() + 1 * V, V * sizeof(float)));  // the other sequence
+    EXPECT_EQ(0, std::memcmp(got.data() + V, want.data(), n * V * sizeof(float)));
+    SeqBatch bad = b[1];
+    bad.n_pre = n;  // nothing left to compute
+    EXPECT_FALSE(ctx.forward_ragged(&bad, 1, got.data()).is_ok());
+    bad.n_pre = pre;
+    bad.all_logits = false;  // given rows need every row's logits
+    EXPECT_FALSE(ctx.forward_ragged(&bad, 1, got.data()).is_ok());
+    bad.all_logits = true;
+    bad.pre_hidden = nullptr;
+    EXPECT_FALSE(ctx.forward_ragged(&bad, 1, got.data()).is_ok());
+    ForwardContext small(*m, pool, 4);  // 7 positions: more head rows than the batch holds
+    EXPECT_FALSE(small.forward_ragged(&b[1], 1, got.data()).is_ok());
+  }
 }
 
 TEST(ForwardStages, MisuseIsCaught) {

@@ -61,6 +61,12 @@ bool same_floats(const float* a, const float* b, int64_t n) {
   if (a == b) return true;
   return a && b && std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
 }
+// draft reads the target's token embedding (make_draft_view shares it).
+bool is_view_of(const Model& target, const Model& draft) {
+  const TensorView* a = target.weights().tok_embd;
+  const TensorView* b = draft.weights().tok_embd;
+  return a && b && a->data == b->data;
+}
 bool same_linear(const Linear& a, const Linear& b) {
   const void* da = a.weight ? a.weight->data : nullptr;
   const void* db = b.weight ? b.weight->data : nullptr;
@@ -74,8 +80,8 @@ int shared_kv_layers(const Model& target, const Model& draft) {
   const ModelConfig& dc = draft.config();
   const ModelWeights& tw = target.weights();
   const ModelWeights& dw = draft.weights();
-  if (tc.n_embd != dc.n_embd || tc.head_dim != dc.head_dim || tc.head_dim_v != dc.head_dim_v || !tw.tok_embd ||
-      !dw.tok_embd || tw.tok_embd->data != dw.tok_embd->data || tw.rope_freqs != dw.rope_freqs)
+  if (!is_view_of(target, draft) || tc.n_embd != dc.n_embd || tc.head_dim != dc.head_dim ||
+      tc.head_dim_v != dc.head_dim_v || tw.rope_freqs != dw.rope_freqs)
     return 0;
   int n = 0;
   for (; n < std::min(tc.n_layer, dc.n_layer); ++n) {
@@ -122,10 +128,8 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target
   p->n_draft_layers_ = draft.config().n_layer;
   p->whole_stack_ = p->shared_layers_ == draft.config().n_layer && draft.config().n_layer == target.config().n_layer;
   p->n_embd_ = draft.config().n_embd;
-  const bool view = target.weights().tok_embd && draft.weights().tok_embd &&
-                    target.weights().tok_embd->data == draft.weights().tok_embd->data;
   if (cfg.context_tokens < 0) return Status::errorf("draft context tokens must be >= 0 (got {})", cfg.context_tokens);
-  if (!p->draft_head_tokens_.empty() && view && cfg.context_tokens > 0 && target.weights().output.weight &&
+  if (!p->draft_head_tokens_.empty() && is_view_of(target, draft) && cfg.context_tokens > 0 && target.weights().output.weight &&
       target.weights().output_norm) {
     p->context_ = true;
     p->target_ = &target;

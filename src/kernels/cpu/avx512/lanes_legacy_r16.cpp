@@ -79,7 +79,7 @@ inline void quants(const uint8_t* p, int k, __m512i* lo, __m512i* hi) {
   }
 }
 
-// A Q4_0 / Q5_0 group's nb blocks as kU8 blocks at out (nb * 544 bytes):
+// A Q5_0 group's nb blocks as kU8 blocks at out (nb * 544 bytes):
 // the nibble splits and high bits done once for every pass over the tokens.
 template <Legacy K>
 void unpack(const uint8_t* g, int64_t nb, uint8_t* out) {
@@ -210,9 +210,11 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     for (int64_t b = 0; b < nb; ++b) st[b] = -Layout<K>::kOffset * block_sum(xt[t][b]);
     seeds[t] = st;
   }
-  const bool unpacked = K == Legacy::kQ5_0 && nc >= kUnpackMinTokens;
+  constexpr bool kUnpacks = K == Legacy::kQ5_0;
+  const bool unpacked = kUnpacks && nc >= kUnpackMinTokens;
+  const size_t ub = static_cast<size_t>(nb) * Layout<Legacy::kU8>::kBlock;  // one unpacked group
   thread_local std::vector<uint8_t> unpack_buf;
-  if (unpacked) unpack_buf.resize(2 * static_cast<size_t>(nb) * Layout<Legacy::kU8>::kBlock);
+  if (unpacked) unpack_buf.resize(2 * ub);
   for (int64_t r0 = 0; r0 < nr;) {
     // Two groups per pass when both are here and there are tokens enough
     // to share the broadcasts (prefill tiles); else one. The group after
@@ -221,15 +223,20 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     const int G = nc >= 4 && r0 + 2 * kR <= nr ? 2 : 1;
     const uint8_t* g[2] = {w + static_cast<size_t>(r0) * w_row_bytes, w + static_cast<size_t>(r0 + kR) * w_row_bytes};
     auto pf = lanes::GroupPrefetch(w + static_cast<size_t>(r0 + G * kR) * w_row_bytes, kR * w_row_bytes, nb);
-    const uint8_t* gu[2] = {unpack_buf.data(), unpack_buf.data() + static_cast<size_t>(nb) * Layout<Legacy::kU8>::kBlock};
-    if (unpacked)
-      for (int j = 0; j < G; ++j) unpack<K>(g[j], nb, unpack_buf.data() + j * static_cast<size_t>(nb) * Layout<Legacy::kU8>::kBlock);
+    const uint8_t* gu[2] = {unpack_buf.data(), unpack_buf.data() + ub};
+    if constexpr (kUnpacks)
+      if (unpacked)
+        for (int j = 0; j < G; ++j) unpack<K>(g[j], nb, unpack_buf.data() + j * ub);
     for (int t0 = 0; t0 < nc;) {
       const int gt = G == 2 ? std::min(4, nc - t0) : nc - t0 >= 8 ? 8 : std::min(4, nc - t0);
       lanes::GroupPrefetch* p = t0 == 0 ? &pf : nullptr;
       __m512 out[8];
-      if (unpacked) dispatch<Legacy::kU8>(G, gt, gu, nb, xt + t0, seeds + t0, out, p);
-      else dispatch<K>(G, gt, g, nb, xt + t0, seeds + t0, out, p);
+      if constexpr (kUnpacks) {
+        if (unpacked) dispatch<Legacy::kU8>(G, gt, gu, nb, xt + t0, seeds + t0, out, p);
+        else dispatch<K>(G, gt, g, nb, xt + t0, seeds + t0, out, p);
+      } else {
+        dispatch<K>(G, gt, g, nb, xt + t0, seeds + t0, out, p);
+      }
       for (int c = 0; c < gt; ++c)
         for (int j = 0; j < G; ++j) _mm512_storeu_ps(s + (t0 + c) * lds + r0 + kR * j, out[G * c + j]);
       t0 += gt;
