@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/avx512/kquants_unpack.h"
 #include "kernels/cpu/group_prefetch.h"
@@ -99,8 +100,13 @@ void rows_q4k(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const B
 
 // One pass of tokens xt[0 .. T) over the group's nb super-blocks at g:
 // out[c] lane r = result of row r, token c.
+// bs[c][4 i + j]: token c's activation sums of super-block i, sub-blocks as
+// i16 pairs (S_0, S_2), (S_1, S_3), (S_4, S_6), (S_5, S_7) (S_s = bsums[2s] +
+// bsums[2s + 1], |S_s| <= 32 * 128), to meet the mins pairs (m_0, m_2), ...
+// below: the mins term in 4 vpdpwssd per super-block instead of 8.
 template <int T>
-void pass_q4k(const uint8_t* g, int64_t nb, const BlockQ8_K* const* xt, __m512 out[], lanes::GroupPrefetch* pf) {
+void pass_q4k(const uint8_t* g, int64_t nb, const BlockQ8_K* const* xt, const int32_t* const* bs, __m512 out[],
+              lanes::GroupPrefetch* pf) {
   const size_t sb = kR * sizeof(BlockQ4_K);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i ix[4] = {pair_index(0), pair_index(1), pair_index(2), pair_index(3)};
@@ -131,13 +137,19 @@ void pass_q4k(const uint8_t* g, int64_t nb, const BlockQ8_K* const* xt, __m512 o
         }
       }
       const __m512i scs = _mm512_shuffle_epi8(s < 4 ? sc.sc_lo : sc.sc_hi, ix[s & 3]);
-      const __m512i mns = _mm512_shuffle_epi8(s < 4 ? sc.m_lo : sc.m_hi, ix[s & 3]);
 #pragma GCC unroll 4
-      for (int c = 0; c < T; ++c) {
+      for (int c = 0; c < T; ++c)
         sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_mask_blend_epi16(0xAAAAAAAA, a[c], _mm512_slli_epi32(b[c], 16)), scs);
-        summ[c] = _mm512_dpwssd_epi32(summ[c], mns, bcast32(xt[c][i].bsums + 2 * s));
-      }
     }
+    // Mins: dword r of m_lo is row r's bytes m_0 .. m_3 (m_hi: m_4 .. m_7), so
+    // as i16 pairs masked / shifted: (m_0, m_2), (m_1, m_3).
+    const __m512i m00ff = _mm512_set1_epi32(0x00FF00FF);
+    const __m512i mp[4] = {_mm512_and_si512(sc.m_lo, m00ff), _mm512_srli_epi16(sc.m_lo, 8),
+                           _mm512_and_si512(sc.m_hi, m00ff), _mm512_srli_epi16(sc.m_hi, 8)};
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j)
+#pragma GCC unroll 4
+      for (int c = 0; c < T; ++c) summ[c] = _mm512_dpwssd_epi32(summ[c], mp[j], _mm512_set1_epi32(bs[c][4 * i + j]));
     const __m512 d = load_f16x16(p), dmin = load_f16x16(p + 32);
 #pragma GCC unroll 4
     for (int c = 0; c < T; ++c) {
@@ -203,6 +215,108 @@ void pass_q6k(const uint8_t* g, int64_t nb, const BlockQ8_K* const* xt, __m512 o
   for (int c = 0; c < T; ++c) out[c] = acc[c];
 }
 
+// ---- Q6_K for many tokens: the group unpacked once per call ----
+//
+// From kQ6UnpackMinTokens tokens, each group's quants are unpacked once per
+// call into signed bytes q - 32 (64 vectors per super-block, in the order
+// the pass reads them) and the activations flipped to unsigned x + 128, so
+// one vpdpbusd gives sum((x + 128) (q - 32)) = sum(x (q - 32)) + 128 W_g
+// with W_g = sum(q - 32) over sub-block g, a per-row constant: the pass then
+// needs no quant extraction and no bsums correction; the group's
+// C = 128 sum_g sc_g W_g is computed at unpack time and seeds each token's
+// sum. Same exact int32 per super-block as pass_q6k (sum_g sc_g sum(q x) -
+// 32 sum_g sc_g bsums_g), so the same bits.
+constexpr int kQ6UnpackMinTokens = 12;  // 8 tokens: 0.88x the packed passes; 12: 1.03x; 32: 1.22x
+constexpr size_t kQ6Vectors = 64;                      // unpacked quant vectors per super-block
+constexpr size_t kQ6Unpacked = 64 * (kQ6Vectors + 1);  // + the C vector
+
+// Vector index of quants e of (h, k): elements 128h + 32e + 4k .. + 3.
+constexpr size_t q6_index(int h, int k, int e) { return static_cast<size_t>(4 * (8 * h + k) + e); }
+
+// The nb super-blocks of the group at g into out (nb * kQ6Unpacked bytes).
+void unpack_q6k(const uint8_t* g, int64_t nb, uint8_t* out) {
+  const size_t sb = kR * sizeof(BlockQ6_K);
+  const __m512i k32 = _mm512_set1_epi8(32), ones = _mm512_set1_epi8(1);
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* p = g + static_cast<size_t>(i) * sb;
+    uint8_t* o = out + static_cast<size_t>(i) * kQ6Unpacked;
+    __m512i c = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h)
+      for (int half = 0; half < 2; ++half) {
+        __m512i bytes[4];  // per e: the byte sums of the sub-block's 4 vectors (<= 4 * 63)
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          const int k = 4 * half + kk;
+          __m512i q[4];
+          kq::r16_q6k_quants(p, h, k, q);
+#pragma GCC unroll 4
+          for (int e = 0; e < 4; ++e) {
+            _mm512_storeu_si512(o + 64 * q6_index(h, k, e), _mm512_sub_epi8(q[e], k32));
+            bytes[e] = kk == 0 ? q[e] : _mm512_add_epi8(bytes[e], q[e]);
+          }
+        }
+#pragma GCC unroll 4
+        for (int e = 0; e < 4; ++e) {
+          // W_g = sum(q) - 16 * 32 per row; C += sc_g * W_g.
+          const __m512i w = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), bytes[e], ones),
+                                             _mm512_set1_epi32(16 * 32));
+          c = _mm512_add_epi32(c, _mm512_mullo_epi32(w, kq::r16_q6k_scale(p, 8 * h + 2 * e + half)));
+        }
+      }
+    _mm512_storeu_si512(o + 64 * kQ6Vectors, _mm512_slli_epi32(c, 7));
+  }
+}
+
+// pass_q6k over an unpacked group u (scales and d still from the group at g),
+// the tokens' quants flipped (xu[c]: 256 bytes per super-block).
+template <int T>
+void pass_q6k_unpacked(const uint8_t* g, const uint8_t* u, int64_t nb, const BlockQ8_K* const* xt,
+                       const uint8_t* const* xu, __m512 out[], lanes::GroupPrefetch* pf) {
+  const size_t sb = kR * sizeof(BlockQ6_K);
+  __m512 acc[T];
+  for (int c = 0; c < T; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* p = g + static_cast<size_t>(i) * sb;
+    const uint8_t* ui = u + static_cast<size_t>(i) * kQ6Unpacked;
+    const __m512i cv = _mm512_loadu_si512(ui + 64 * kQ6Vectors);
+    __m512i sumi[T];
+#pragma GCC unroll 4
+    for (int c = 0; c < T; ++c) sumi[c] = _mm512_sub_epi32(_mm512_setzero_si512(), cv);
+    for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        if (pf) pf->step();
+        __m512i a[4][T];
+#pragma GCC unroll 4
+        for (int e = 0; e < 4; ++e)
+#pragma GCC unroll 4
+          for (int c = 0; c < T; ++c) a[e][c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          const int k = 4 * half + kk;
+#pragma GCC unroll 4
+          for (int e = 0; e < 4; ++e) {
+            const __m512i q = _mm512_loadu_si512(ui + 64 * q6_index(h, k, e));
+#pragma GCC unroll 4
+            for (int c = 0; c < T; ++c)
+              a[e][c] = _mm512_dpbusd_epi32(a[e][c], bcast32(xu[c] + 256 * i + 128 * h + 32 * e + 4 * k), q);
+          }
+        }
+#pragma GCC unroll 4
+        for (int e = 0; e < 4; ++e) {
+          const __m512i scg = kq::r16_q6k_scale(p, 8 * h + 2 * e + half);
+#pragma GCC unroll 4
+          for (int c = 0; c < T; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(a[e][c], scg));
+        }
+      }
+    const __m512 d = load_f16x16(p);
+#pragma GCC unroll 4
+    for (int c = 0; c < T; ++c)
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(d, _mm512_set1_ps(xt[c][i].d)), acc[c]);
+  }
+  for (int c = 0; c < T; ++c) out[c] = acc[c];
+}
+
 // nc tokens (1 .. kInterleavedFewMax) over whole groups: passes of up to
 // four tokens over each group (the group stays in L2 between passes).
 template <bool kQ4>
@@ -211,18 +325,73 @@ void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
   const int64_t nb = n / kQK_K;
   const BlockQ8_K* xt[kInterleavedFewMax];
   for (int t = 0; t < nc; ++t) xt[t] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t) * x_row_bytes);
+  // Q6_K from kQ6UnpackMinTokens: the tokens' quants flipped once, each
+  // group unpacked once (see unpack_q6k).
+  const bool unpacked = !kQ4 && nc >= kQ6UnpackMinTokens;
+  thread_local std::vector<int32_t> pairs;  // Q4_K: the tokens' sub-block sums as pass_q4k takes them
+  const int32_t* bs[kInterleavedFewMax];
+  if (kQ4) {
+    pairs.resize(static_cast<size_t>(nc * nb * 4));
+    for (int t = 0; t < nc; ++t) {
+      int32_t* o = pairs.data() + static_cast<size_t>(t * nb * 4);
+      for (int64_t i = 0; i < nb; ++i) {
+        const int16_t* b = xt[t][i].bsums;
+        int32_t sub[8];
+        for (int k = 0; k < 8; ++k) sub[k] = b[2 * k] + b[2 * k + 1];
+        for (int j = 0; j < 4; ++j) {
+          const int lo = 4 * (j / 2) + j % 2;  // (0, 2), (1, 3), (4, 6), (5, 7)
+          o[4 * i + j] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(sub[lo])) |
+                                              static_cast<uint32_t>(static_cast<uint16_t>(sub[lo + 2])) << 16);
+        }
+      }
+      bs[t] = o;
+    }
+  }
+  thread_local std::vector<uint8_t> ubuf;
+  const uint8_t* xu[kInterleavedFewMax];
+  uint8_t* ugroup = nullptr;
+  if (unpacked) {
+    const size_t xb = static_cast<size_t>(nb) * kQK_K;
+    ubuf.resize(static_cast<size_t>(nc) * xb + static_cast<size_t>(nb) * kQ6Unpacked);
+    const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int t = 0; t < nc; ++t) {
+      uint8_t* o = ubuf.data() + static_cast<size_t>(t) * xb;
+      for (int64_t i = 0; i < nb; ++i)
+        for (int j = 0; j < kQK_K; j += 64)
+          _mm512_storeu_si512(o + kQK_K * i + j, _mm512_xor_si512(_mm512_loadu_si512(xt[t][i].qs + j), k80));
+      xu[t] = o;
+    }
+    ugroup = ubuf.data() + static_cast<size_t>(nc) * xb;
+  }
   for (int64_t r0 = 0; r0 < nr; r0 += kR) {
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
     auto pf = lanes::GroupPrefetch(g + kR * w_row_bytes, kR * w_row_bytes, nb * 4);
+    if (unpacked) {
+      unpack_q6k(g, nb, ugroup);
+      for (int t0 = 0; t0 < nc; t0 += 4) {
+        const int gt = std::min(4, nc - t0);
+        lanes::GroupPrefetch* p = t0 == 0 ? &pf : nullptr;
+        __m512 out[4];
+        switch (gt) {
+          case 1: pass_q6k_unpacked<1>(g, ugroup, nb, xt + t0, xu + t0, out, p); break;
+          case 2: pass_q6k_unpacked<2>(g, ugroup, nb, xt + t0, xu + t0, out, p); break;
+          case 3: pass_q6k_unpacked<3>(g, ugroup, nb, xt + t0, xu + t0, out, p); break;
+          default: pass_q6k_unpacked<4>(g, ugroup, nb, xt + t0, xu + t0, out, p); break;
+        }
+        for (int c = 0; c < gt; ++c) _mm512_storeu_ps(s + (t0 + c) * lds + r0, out[c]);
+      }
+      pf.finish();
+      continue;
+    }
     for (int t0 = 0; t0 < nc; t0 += 4) {
       const int gt = std::min(4, nc - t0);
       lanes::GroupPrefetch* p = t0 == 0 ? &pf : nullptr;
       __m512 out[4];
       switch (gt) {
-        case 1: kQ4 ? pass_q4k<1>(g, nb, xt + t0, out, p) : pass_q6k<1>(g, nb, xt + t0, out, p); break;
-        case 2: kQ4 ? pass_q4k<2>(g, nb, xt + t0, out, p) : pass_q6k<2>(g, nb, xt + t0, out, p); break;
-        case 3: kQ4 ? pass_q4k<3>(g, nb, xt + t0, out, p) : pass_q6k<3>(g, nb, xt + t0, out, p); break;
-        default: kQ4 ? pass_q4k<4>(g, nb, xt + t0, out, p) : pass_q6k<4>(g, nb, xt + t0, out, p); break;
+        case 1: kQ4 ? pass_q4k<1>(g, nb, xt + t0, bs + t0, out, p) : pass_q6k<1>(g, nb, xt + t0, out, p); break;
+        case 2: kQ4 ? pass_q4k<2>(g, nb, xt + t0, bs + t0, out, p) : pass_q6k<2>(g, nb, xt + t0, out, p); break;
+        case 3: kQ4 ? pass_q4k<3>(g, nb, xt + t0, bs + t0, out, p) : pass_q6k<3>(g, nb, xt + t0, out, p); break;
+        default: kQ4 ? pass_q4k<4>(g, nb, xt + t0, bs + t0, out, p) : pass_q6k<4>(g, nb, xt + t0, out, p); break;
       }
       for (int c = 0; c < gt; ++c) _mm512_storeu_ps(s + (t0 + c) * lds + r0, out[c]);
     }
