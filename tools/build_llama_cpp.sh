@@ -13,6 +13,10 @@
 # without ggml's AMX path: on the development VM (a Xeon reporting AMX) its
 # AMX matmul segfaults at the first graph (ggml_backend_amx_mul_mat), and
 # ember has no AMX kernels either, so the comparison is VNNI against VNNI.
+# LLAMA_ISA=avx2 builds for a CPU with AVX2 / FMA / F16C only (no AVX-512,
+# no AVX-VNNI: an AMD Zen 2 / 3 or an older Intel), the peer of ember's
+# `EMBER_ISA=avx2` level, e.g. into ../llama-cpp-avx2:
+#   LLAMA_ISA=avx2 LLAMA_TOOLS=llama-bench tools/build_llama_cpp.sh ../llama-cpp-avx2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-$(cd .. && pwd)/llama-cpp}
@@ -20,6 +24,8 @@ mkdir -p "$DIR/dl" "$DIR/src"
 DIR=$(cd "$DIR" && pwd)
 tools=(llama-bench llama-batched-bench llama-server llama-quantize llama-imatrix
        llama-perplexity llama-speculative-simple llama-cli)
+# LLAMA_TOOLS="llama-bench" builds only those.
+[ -n "${LLAMA_TOOLS:-}" ] && read -r -a tools <<<"$LLAMA_TOOLS"
 
 if [ ! -d "$DIR/src/llama.cpp" ]; then
   sdist=$(ls "$DIR"/dl/llama_cpp_python-*.tar.gz 2>/dev/null | head -1 || true)
@@ -42,13 +48,15 @@ for t in "${tools[@]}"; do [ -x "$DIR/bin/$t" ] || missing+=("$t"); done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== building ${missing[*]}"
   isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
-  if grep -q avx512f /proc/cpuinfo; then
+  if [ "${LLAMA_ISA:-native}" = avx2 ]; then
+    isa+=(-DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF)
+  elif grep -q avx512f /proc/cpuinfo; then
     isa+=(-DGGML_AVX512=ON)
     grep -q avx512_vnni /proc/cpuinfo && isa+=(-DGGML_AVX512_VNNI=ON)
     grep -q avx512_bf16 /proc/cpuinfo && isa+=(-DGGML_AVX512_BF16=ON)
     grep -q avx512vbmi /proc/cpuinfo && isa+=(-DGGML_AVX512_VBMI=ON)
   fi
-  grep -q avx_vnni /proc/cpuinfo && isa+=(-DGGML_AVX_VNNI=ON)
+  [ "${LLAMA_ISA:-native}" != avx2 ] && grep -q avx_vnni /proc/cpuinfo && isa+=(-DGGML_AVX_VNNI=ON)
   cmake -S "$DIR/src/llama.cpp" -B "$DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     "${isa[@]}" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
     -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >/dev/null

@@ -139,6 +139,16 @@ TEST_P(Interleaved, KernelsRegistered) {
   EXPECT_NE(k.vec_dot_tile, nullptr);
   EXPECT_EQ(k.tile_rows % 16, 0);
   EXPECT_EQ(k.interleaved_native, isa() == Isa::kAvx512);
+  // Q4_0 / Q5_0 / Q8_0 at AVX-512: above few_max tokens the token-lane form
+  // (activations packed once per matmul), which MatmulMatchesBaseType's 17,
+  // 33, 70 and 300 tokens go through.
+  const bool legacy = base() == DType::kQ4_0 || base() == DType::kQ5_0 || base() == DType::kQ8_0;
+  if (isa() == Isa::kAvx512 && legacy) {
+    EXPECT_NE(k.vec_dot_tokens, nullptr);
+    EXPECT_NE(k.pack_tokens, nullptr);
+    EXPECT_EQ(k.tokens_min, k.few_max + 1);
+    EXPECT_GE(k.tokens_max, 4096);
+  }
 }
 
 TEST_P(Interleaved, RoundTrips) {

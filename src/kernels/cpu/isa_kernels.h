@@ -294,6 +294,23 @@ void vec_dot_tile_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w,
                                 size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                 size_t x_row_bytes, int nr, int nc);
+// ... and the token-lane form the driver takes above kInterleavedLegacyFewMax
+// tokens: the activations packed once per matmul (quants, f32 scales, the
+// blocks' seeds), then the passes over long runs of rows (a tile call of 32
+// rows recomputed the seeds of all its tokens: a third of its work).
+size_t tokens_pack_bytes_r16_q8_0(int64_t n, int nc);
+void pack_tokens_r16_q4_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
+                               int64_t e);
+void pack_tokens_r16_q5_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
+                               int64_t e);
+void pack_tokens_r16_q8_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
+                               int64_t e);
+void vec_dot_tokens_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                  const void* packed, int64_t nr, int nc);
+void vec_dot_tokens_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                  const void* packed, int64_t nr, int nc);
+void vec_dot_tokens_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                  const void* packed, int64_t nr, int nc);
 void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                 size_t x_row_bytes, int nr, int nc);
 

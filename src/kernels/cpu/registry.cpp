@@ -242,6 +242,21 @@ Table build_table() {
       }
       k.interleaved_native = true;
     }
+    // Q4_0 / Q5_0 / Q8_0 above few_max tokens: the token-lane form (the
+    // activations packed once per matmul) instead of the tile.
+    struct Tokens {
+      DType type;
+      VecDotTokensFn fn;
+      PackTokensFn pack;
+    };
+    const Tokens tokens[] = {
+        {DType::kQ4_0_R16, avx512::vec_dot_tokens_r16_q4_0_q8_0, avx512::pack_tokens_r16_q4_0_q8_0},
+        {DType::kQ5_0_R16, avx512::vec_dot_tokens_r16_q5_0_q8_0, avx512::pack_tokens_r16_q5_0_q8_0},
+        {DType::kQ8_0_R16, avx512::vec_dot_tokens_r16_q8_0_q8_0, avx512::pack_tokens_r16_q8_0_q8_0},
+    };
+    for (const Tokens& n : tokens)
+      set_tokens(at(t, n.type, Isa::kAvx512), n.fn, n.pack, avx512::tokens_pack_bytes_r16_q8_0,
+                 avx512::kInterleavedLegacyFewMax + 1, 1 << 30);
   }
   return t;
 }

@@ -10,7 +10,10 @@
 // and super-block, and is compute bound near 15 GB/s per core. Here the
 // layout already has the tile's lane order: per super-block of a group,
 // Q4_K is 32 vector loads, a nibble split each, 64 vpdpbusd with broadcast
-// activation dwords, one vpshufb per scale and min vector and 16 vpdpwssd;
+// activation dwords, one vpshufb per scale vector and 16 vpdpwssd (decode;
+// 12 in the passes of several tokens, whose mins term pairs sub-blocks);
+// Q6_K for 12 tokens or more reads its group unpacked once per call (see
+// unpack_q6k);
 // each group is one sequential stream (the next one prefetched into L2, a
 // share per 64-element step, also past the call's last group: a call is one
 // task of the matmul driver, and the rows after it are the next task's; a
