@@ -23,7 +23,8 @@
 #   DEFAULT_MODEL=1                (0: leave out models/gemma-3-270m-q4_k_m.gguf)
 #   FILES=""                       (extra GGUF paths to include as they are)
 #   THREADS=2 REPS=3 ROUNDS=2 P=512 N=128
-#   LLAMA_BIN=/work/llama-cpp/bin  EMBER=build/ember
+#   LLAMA_BIN=/work/llama-cpp/bin  EMBER=build/ember  QUANTIZE_BIN=$LLAMA_BIN
+#   AVX2 against AVX2: EMBER_ISA=avx2 LLAMA_BIN=../llama-cpp-avx2/bin QUANTIZE_BIN=../llama-cpp/bin
 #   PREPARE_ONLY=1                 (make the files, run nothing)
 # Example: SHAPES=qwen3-0.6b TYPES="q4_k_m q4_0" tools/bench_set.sh
 set -euo pipefail
@@ -40,7 +41,9 @@ P=${P:-512}
 N=${N:-128}
 LLAMA_BIN=${LLAMA_BIN:-/work/llama-cpp/bin}
 EMBER=${EMBER:-build/ember}
-QUANTIZE=$LLAMA_BIN/llama-quantize
+# QUANTIZE_BIN: where llama-quantize is when LLAMA_BIN has only llama-bench
+# (e.g. the AVX2-only build of tools/build_llama_cpp.sh, LLAMA_ISA=avx2).
+QUANTIZE=${QUANTIZE_BIN:-$LLAMA_BIN}/llama-quantize
 LBENCH=$LLAMA_BIN/llama-bench
 
 die() { echo "bench_set: $*" >&2; exit 1; }

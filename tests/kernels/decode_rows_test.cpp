@@ -45,6 +45,12 @@ TEST(DecodeRows, RowsKernelsOnAvx512) {
   for (DType t : kTypes) EXPECT_NE(kernels(t, Isa::kAvx512).vec_dot_rows, nullptr) << dtype_name(t);
 }
 
+// AVX2: one vec_dot per row with the next 16 rows prefetched into L2.
+TEST(DecodeRows, RowsKernelsOnAvx2) {
+  if (cpu_max_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  for (DType t : kTypes) EXPECT_NE(kernels(t, Isa::kAvx2).vec_dot_rows, nullptr) << dtype_name(t);
+}
+
 // vec_dot_rows vs vec_dot for every start row and count of `rows` rows of
 // each length in `lengths`, so partial groups land everywhere.
 void expect_rows_match_vec_dot(DType t, const std::vector<int64_t>& lengths, int64_t rows, bool& any) {

@@ -102,6 +102,9 @@ void fill_avx2(Table& t) {
   set_tile(at(t, DType::kQ4_0, a), avx2::vec_dot_tile_q4_0_q8_0, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
   set_tile(at(t, DType::kQ5_0, a), avx2::vec_dot_tile_q5_0_q8_0, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
   set_tile(at(t, DType::kQ8_0, a), avx2::vec_dot_tile_q8_0_q8_0, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
+  at(t, DType::kQ4_0, a).vec_dot_rows = avx2::vec_dot_rows_q4_0_q8_0;
+  at(t, DType::kQ5_0, a).vec_dot_rows = avx2::vec_dot_rows_q5_0_q8_0;
+  at(t, DType::kQ8_0, a).vec_dot_rows = avx2::vec_dot_rows_q8_0_q8_0;
   set_tile(at(t, DType::kQ2_K, a), avx2::vec_dot_tile_q2_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
   set_tile(at(t, DType::kQ3_K, a), avx2::vec_dot_tile_q3_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
   set_tile(at(t, DType::kQ5_K, a), avx2::vec_dot_tile_q5_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);

@@ -10,6 +10,9 @@
 // the AVX-512 file: simd::legacy_blocks_dot, 8 blocks per step).
 #include <immintrin.h>
 
+#include <algorithm>
+
+#include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
@@ -63,6 +66,34 @@ void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* vw, const void* vx) {
   *s = simd::legacy_blocks_dot(n / kQK, w, sizeof(*w), x, sizeof(*x), [&](int64_t i) {
     return dot_offset(q5_quants(w[i].qs, w[i].qh), loadu(x[i].qs), off);
   });
+}
+
+// Decode: rows in groups of 16, the next group prefetched into L2 a row's
+// share per row.
+template <void (*Dot)(int64_t, float*, const void*, const void*)>
+void decode_rows(int64_t n, float* s, const void* vw, size_t w_row_bytes, const void* x, int64_t nr) {
+  constexpr int kR = 16;
+  const auto* w = static_cast<const uint8_t*>(vw);
+  for (int64_t r0 = 0; r0 < nr; r0 += kR) {
+    const int64_t rows = std::min<int64_t>(kR, nr - r0);
+    // Past the call's rows too (the next task's; a prefetch cannot fault).
+    auto pf = lanes::GroupPrefetch(w + static_cast<size_t>(r0 + kR) * w_row_bytes, kR * w_row_bytes, rows);
+    for (int64_t r = r0; r < r0 + rows; ++r) {
+      pf.step();
+      Dot(n, s + r, w + static_cast<size_t>(r) * w_row_bytes, x);
+    }
+    pf.finish();
+  }
+}
+
+void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+  decode_rows<vec_dot_q4_0_q8_0>(n, s, w, w_row_bytes, x, nr);
+}
+void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+  decode_rows<vec_dot_q5_0_q8_0>(n, s, w, w_row_bytes, x, nr);
+}
+void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+  decode_rows<vec_dot_q8_0_q8_0>(n, s, w, w_row_bytes, x, nr);
 }
 
 // Q4_1 / Q5_1: w = d*q + m with unsigned q; x = dx*qx with s = dx*sum(qx):
