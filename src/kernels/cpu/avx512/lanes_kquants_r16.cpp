@@ -164,60 +164,6 @@ void pass_q4k(const uint8_t* g, int64_t nb, const BlockQ8_K* const* xt, const in
   for (int c = 0; c < T; ++c) out[c] = _mm512_sub_ps(acc[c], acc_m[c]);
 }
 
-// Q6_K: sumi = sum_g sc_g * sum(q * x) - 32 * sum_g sc_g * bsums[g].
-template <int T>
-void pass_q6k(const uint8_t* g, int64_t nb, const BlockQ8_K* const* xt, __m512 out[], lanes::GroupPrefetch* pf) {
-  const size_t sb = kR * sizeof(BlockQ6_K);
-  __m512 acc[T];
-  for (int c = 0; c < T; ++c) acc[c] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* p = g + static_cast<size_t>(i) * sb;
-    __m512i sumi[T], corr[T];
-#pragma GCC unroll 4
-    for (int c = 0; c < T; ++c) sumi[c] = corr[c] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      const __m512i pair = kq::r16_q6k_scale_pair(p, k);
-#pragma GCC unroll 4
-      for (int c = 0; c < T; ++c) corr[c] = _mm512_dpwssd_epi32(corr[c], pair, bcast32(xt[c][i].bsums + 2 * k));
-    }
-    for (int h = 0; h < 2; ++h)
-#pragma GCC unroll 2
-      for (int half = 0; half < 2; ++half) {
-        if (pf) pf->step();
-        __m512i a[4][T];
-#pragma GCC unroll 4
-        for (int e = 0; e < 4; ++e)
-#pragma GCC unroll 4
-          for (int c = 0; c < T; ++c) a[e][c] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int kk = 0; kk < 4; ++kk) {
-          const int k = 4 * half + kk;
-          __m512i q[4];
-          kq::r16_q6k_quants(p, h, k, q);
-#pragma GCC unroll 4
-          for (int e = 0; e < 4; ++e)
-#pragma GCC unroll 4
-            for (int c = 0; c < T; ++c)
-              a[e][c] = _mm512_dpbusd_epi32(a[e][c], q[e], bcast32(xt[c][i].qs + 128 * h + 32 * e + 4 * k));
-        }
-#pragma GCC unroll 4
-        for (int e = 0; e < 4; ++e) {
-          const __m512i scg = kq::r16_q6k_scale(p, 8 * h + 2 * e + half);
-#pragma GCC unroll 4
-          for (int c = 0; c < T; ++c) sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(a[e][c], scg));
-        }
-      }
-    const __m512 d = load_f16x16(p);
-#pragma GCC unroll 4
-    for (int c = 0; c < T; ++c) {
-      const __m512i v = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(corr[c], 5));
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, _mm512_set1_ps(xt[c][i].d)), acc[c]);
-    }
-  }
-  for (int c = 0; c < T; ++c) out[c] = acc[c];
-}
-
 // ---- Q6_K for many tokens: the group unpacked once per call ----
 //
 // From kQ6UnpackMinTokens tokens, each group's quants are unpacked once per
@@ -270,21 +216,35 @@ void unpack_q6k(const uint8_t* g, int64_t nb, uint8_t* out) {
   }
 }
 
-// pass_q6k over an unpacked group u (scales and d still from the group at g),
-// the tokens' quants flipped (xu[c]: 256 bytes per super-block).
-template <int T>
-void pass_q6k_unpacked(const uint8_t* g, const uint8_t* u, int64_t nb, const BlockQ8_K* const* xt,
-                       const uint8_t* const* xu, __m512 out[], lanes::GroupPrefetch* pf) {
+// One pass of tokens xt[0 .. T) over the group's nb super-blocks at g:
+// out[c] lane r = result of row r, token c. Packed (u null): sumi = sum_g
+// sc_g sum(q x) - 32 sum_g sc_g bsums_g, the quants extracted here; unpacked
+// (u: unpack_q6k's bytes, xu: the tokens' flipped quants): sumi = sum_g sc_g
+// sum((x + 128)(q - 32)) - C. The same int32 either way.
+template <int T, bool kUnpacked>
+void pass_q6k(const uint8_t* g, const uint8_t* u, int64_t nb, const BlockQ8_K* const* xt, const uint8_t* const* xu,
+              __m512 out[], lanes::GroupPrefetch* pf) {
   const size_t sb = kR * sizeof(BlockQ6_K);
   __m512 acc[T];
   for (int c = 0; c < T; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* p = g + static_cast<size_t>(i) * sb;
-    const uint8_t* ui = u + static_cast<size_t>(i) * kQ6Unpacked;
-    const __m512i cv = _mm512_loadu_si512(ui + 64 * kQ6Vectors);
-    __m512i sumi[T];
+    const uint8_t* ui = kUnpacked ? u + static_cast<size_t>(i) * kQ6Unpacked : nullptr;
+    __m512i sumi[T], corr[T];
+    if constexpr (kUnpacked) {
+      const __m512i cv = _mm512_loadu_si512(ui + 64 * kQ6Vectors);
 #pragma GCC unroll 4
-    for (int c = 0; c < T; ++c) sumi[c] = _mm512_sub_epi32(_mm512_setzero_si512(), cv);
+      for (int c = 0; c < T; ++c) sumi[c] = _mm512_sub_epi32(_mm512_setzero_si512(), cv);
+    } else {
+#pragma GCC unroll 4
+      for (int c = 0; c < T; ++c) sumi[c] = corr[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m512i pair = kq::r16_q6k_scale_pair(p, k);
+#pragma GCC unroll 4
+        for (int c = 0; c < T; ++c) corr[c] = _mm512_dpwssd_epi32(corr[c], pair, bcast32(xt[c][i].bsums + 2 * k));
+      }
+    }
     for (int h = 0; h < 2; ++h)
 #pragma GCC unroll 2
       for (int half = 0; half < 2; ++half) {
@@ -297,13 +257,23 @@ void pass_q6k_unpacked(const uint8_t* g, const uint8_t* u, int64_t nb, const Blo
 #pragma GCC unroll 4
         for (int kk = 0; kk < 4; ++kk) {
           const int k = 4 * half + kk;
+          __m512i q[4];
+          if constexpr (kUnpacked) {
 #pragma GCC unroll 4
-          for (int e = 0; e < 4; ++e) {
-            const __m512i q = _mm512_loadu_si512(ui + 64 * q6_index(h, k, e));
-#pragma GCC unroll 4
-            for (int c = 0; c < T; ++c)
-              a[e][c] = _mm512_dpbusd_epi32(a[e][c], bcast32(xu[c] + 256 * i + 128 * h + 32 * e + 4 * k), q);
+            for (int e = 0; e < 4; ++e) q[e] = _mm512_loadu_si512(ui + 64 * q6_index(h, k, e));
+          } else {
+            kq::r16_q6k_quants(p, h, k, q);
           }
+#pragma GCC unroll 4
+          for (int e = 0; e < 4; ++e)
+#pragma GCC unroll 4
+            for (int c = 0; c < T; ++c) {
+              const int off = 128 * h + 32 * e + 4 * k;
+              if constexpr (kUnpacked)  // u8 operand: the flipped activations
+                a[e][c] = _mm512_dpbusd_epi32(a[e][c], bcast32(xu[c] + 256 * i + off), q[e]);
+              else
+                a[e][c] = _mm512_dpbusd_epi32(a[e][c], q[e], bcast32(xt[c][i].qs + off));
+            }
         }
 #pragma GCC unroll 4
         for (int e = 0; e < 4; ++e) {
@@ -314,8 +284,10 @@ void pass_q6k_unpacked(const uint8_t* g, const uint8_t* u, int64_t nb, const Blo
       }
     const __m512 d = load_f16x16(p);
 #pragma GCC unroll 4
-    for (int c = 0; c < T; ++c)
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(d, _mm512_set1_ps(xt[c][i].d)), acc[c]);
+    for (int c = 0; c < T; ++c) {
+      const __m512i v = kUnpacked ? sumi[c] : _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(corr[c], 5));
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, _mm512_set1_ps(xt[c][i].d)), acc[c]);
+    }
   }
   for (int c = 0; c < T; ++c) out[c] = acc[c];
 }
@@ -366,35 +338,25 @@ void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     }
     ugroup = ubuf.data() + static_cast<size_t>(nc) * xb;
   }
+  // One pass of T tokens from t0 over the group at g.
+  auto pass = [&]<int T>(const uint8_t* g, int t0, __m512 out[], lanes::GroupPrefetch* p) {
+    if constexpr (kQ4) pass_q4k<T>(g, nb, xt + t0, bs + t0, out, p);
+    else if (unpacked) pass_q6k<T, true>(g, ugroup, nb, xt + t0, xu + t0, out, p);
+    else pass_q6k<T, false>(g, nullptr, nb, xt + t0, nullptr, out, p);
+  };
   for (int64_t r0 = 0; r0 < nr; r0 += kR) {
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
     auto pf = lanes::GroupPrefetch(g + kR * w_row_bytes, kR * w_row_bytes, nb * 4);
-    if (unpacked) {
-      unpack_q6k(g, nb, ugroup);
-      for (int t0 = 0; t0 < nc; t0 += 4) {
-        const int gt = std::min(4, nc - t0);
-        lanes::GroupPrefetch* p = t0 == 0 ? &pf : nullptr;
-        __m512 out[4];
-        switch (gt) {
-          case 1: pass_q6k_unpacked<1>(g, ugroup, nb, xt + t0, xu + t0, out, p); break;
-          case 2: pass_q6k_unpacked<2>(g, ugroup, nb, xt + t0, xu + t0, out, p); break;
-          case 3: pass_q6k_unpacked<3>(g, ugroup, nb, xt + t0, xu + t0, out, p); break;
-          default: pass_q6k_unpacked<4>(g, ugroup, nb, xt + t0, xu + t0, out, p); break;
-        }
-        for (int c = 0; c < gt; ++c) _mm512_storeu_ps(s + (t0 + c) * lds + r0, out[c]);
-      }
-      pf.finish();
-      continue;
-    }
+    if (unpacked) unpack_q6k(g, nb, ugroup);
     for (int t0 = 0; t0 < nc; t0 += 4) {
       const int gt = std::min(4, nc - t0);
       lanes::GroupPrefetch* p = t0 == 0 ? &pf : nullptr;
       __m512 out[4];
       switch (gt) {
-        case 1: kQ4 ? pass_q4k<1>(g, nb, xt + t0, bs + t0, out, p) : pass_q6k<1>(g, nb, xt + t0, out, p); break;
-        case 2: kQ4 ? pass_q4k<2>(g, nb, xt + t0, bs + t0, out, p) : pass_q6k<2>(g, nb, xt + t0, out, p); break;
-        case 3: kQ4 ? pass_q4k<3>(g, nb, xt + t0, bs + t0, out, p) : pass_q6k<3>(g, nb, xt + t0, out, p); break;
-        default: kQ4 ? pass_q4k<4>(g, nb, xt + t0, bs + t0, out, p) : pass_q6k<4>(g, nb, xt + t0, out, p); break;
+        case 1: pass.template operator()<1>(g, t0, out, p); break;
+        case 2: pass.template operator()<2>(g, t0, out, p); break;
+        case 3: pass.template operator()<3>(g, t0, out, p); break;
+        default: pass.template operator()<4>(g, t0, out, p); break;
       }
       for (int c = 0; c < gt; ++c) _mm512_storeu_ps(s + (t0 + c) * lds + r0, out[c]);
     }
