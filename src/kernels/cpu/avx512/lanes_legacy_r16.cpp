@@ -14,7 +14,9 @@
 // loads, 8 xor, 8 vpdpbusd; all seeded with -offset * sum(x_b), the
 // activation block sums computed once per call. Tokens go eight (or up to
 // four) per pass over a group (the group stays in L1 / L2 between passes),
-// which also serves as the tile: one form for every token count.
+// which also serves as the tile; above 16 tokens the driver takes the token-
+// lane form instead (activations and seeds packed once per matmul, see
+// pack()), so the seeds are not recomputed per 32-row tile.
 #include <immintrin.h>
 
 #include <algorithm>
