@@ -1,13 +1,15 @@
 // Q8_0 / Q5_0 / Q4_0 x Q8_0 and Q4_1 / Q5_1 x Q8_1 kernels of the AVX-512
-// level (kernels/cpu/avx512/lanes_tile.cpp, avx512/lanes_rows.cpp). That
-// level defines its own arithmetic for these types: per block an exact
+// level (kernels/cpu/avx512/lanes_tile.cpp, avx512/lanes_rows.cpp) and the
+// Q8_0 / Q5_0 / Q4_0 ones of the AVX2 level (avx2/lanes_legacy.cpp). Those
+// levels define their own arithmetic for these types: per block an exact
 // integer dot of the weight quants (minus the offset) and activation quants,
 // then acc = fma(float(isum), d_w * d_x, acc) and, for Q4_1 / Q5_1,
 // acc = fma(m_w, s_x, acc), in block order.
 // The scalar model below performs exactly those steps, so vec_dot,
 // vec_dot_rows, every tile shape and the matmul driver (any token count, thread count, row
-// slice) must match it bit for bit; it must also stay within rounding of the
-// scalar reference vec_dot (the AVX2 / scalar levels' arithmetic).
+// slice) must match it bit for bit at both levels (so the two levels agree);
+// it must also stay within rounding of the scalar reference vec_dot (8-lane
+// partial sums per block).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "kernels/legacy_weights.h"
 #include "kernels/matrix_view.h"
@@ -31,6 +34,12 @@ namespace {
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
 const DType kTypes[] = {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_1};
+
+// The types with this arithmetic at a level (AVX2: the Q8_0 activation types).
+std::vector<DType> lane_types(Isa isa) {
+  if (isa == Isa::kAvx512) return {std::begin(kTypes), std::end(kTypes)};
+  return {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0};
+}
 
 // Signed weight i of a block and its scale.
 int weight_q(DType t, const uint8_t* block, int i) {
@@ -113,15 +122,18 @@ std::vector<uint8_t> quantize_x(DType wt, const std::vector<float>& x, int64_t t
   return out;
 }
 
-class GemmLanes : public ::testing::Test {
+class GemmLanes : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    if (cpu_max_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+    if (cpu_max_isa() < GetParam()) GTEST_SKIP() << "CPU lacks " << isa_name(GetParam());
   }
-  static const KernelSet& k(DType t) { return kernels(t, Isa::kAvx512); }
+  static const KernelSet& k(DType t) { return kernels(t, GetParam()); }
+  static std::vector<DType> types() { return lane_types(GetParam()); }
 };
 
-TEST_F(GemmLanes, ThirtyTwoRowTiles) {
+TEST(GemmLanesAvx512, ThirtyTwoRowTiles) {
+  if (cpu_max_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  auto k = [](DType t) -> const KernelSet& { return kernels(t, Isa::kAvx512); };
   for (DType t : kTypes) {
     EXPECT_EQ(k(t).tile_rows, 32) << dtype_name(t);
     EXPECT_GE(k(t).tile_cols, 16) << dtype_name(t);
@@ -131,8 +143,8 @@ TEST_F(GemmLanes, ThirtyTwoRowTiles) {
 
 // vec_dot equals the model bit for bit and the scalar reference within
 // rounding, for 1 .. 67 blocks (several transpose chunks of 32).
-TEST_F(GemmLanes, VecDotMatchesModel) {
-  for (DType ty : kTypes) {
+TEST_P(GemmLanes, VecDotMatchesModel) {
+  for (DType ty : types()) {
     const size_t bb = dtype_row_size(ty, kQK);
     // 1 .. 67 blocks: the 8-block steps of vec_dot with 0..7 tail blocks.
     for (int64_t n : {32, 64, 96, 256, 288, 480, 640, 1024, 1056, 2144}) {
@@ -169,8 +181,8 @@ TEST_F(GemmLanes, VecDotMatchesModel) {
 // row and row count (partial 16-row groups anywhere, odd block counts, rows
 // longer than one activation preparation chunk of 256 blocks) and writes
 // nothing past s[nr - 1].
-TEST_F(GemmLanes, RowsMatchModel) {
-  for (DType ty : kTypes) {
+TEST_P(GemmLanes, RowsMatchModel) {
+  for (DType ty : types()) {
     ASSERT_NE(k(ty).vec_dot_rows, nullptr) << dtype_name(ty);
     for (int64_t n : {32, 64, 96, 160, 640, 1056, 2144, 8224}) {
       const int64_t rows = 37;
@@ -200,9 +212,9 @@ TEST_F(GemmLanes, RowsMatchModel) {
 // Every tile shape (rows 1..32: one or two sets of 16 lanes, tokens
 // 1..tile_cols incl. partial register groups) at offsets inside a larger
 // output: model bits, nothing written outside the tile.
-TEST_F(GemmLanes, TilesMatchModel) {
+TEST_P(GemmLanes, TilesMatchModel) {
   const int64_t rows = 35, tokens = 70;
-  for (DType ty : kTypes)
+  for (DType ty : types())
     for (int64_t n : {32, 640, 1056}) {  // 1056 = 33 blocks: several transpose chunks
       const auto w = make_legacy_weights(ty, rows, n, 3 + static_cast<uint32_t>(n));
       const auto xq = quantize_x(ty, make_x(tokens, n, 5 + static_cast<uint32_t>(n)), tokens, n);
@@ -237,12 +249,13 @@ TEST_F(GemmLanes, TilesMatchModel) {
     }
 }
 
-// The driver at the AVX-512 level: any token count (1 = decode path), thread
-// count and row slice gives the model's bits.
-TEST_F(GemmLanes, MatmulMatchesModel) {
+// The driver at the level: any token count (1 = decode path, 2+ the token
+// lanes where the level has them), thread count and row slice gives the
+// model's bits.
+TEST_P(GemmLanes, MatmulMatchesModel) {
   const Isa saved = active_isa();
-  set_active_isa(Isa::kAvx512);
-  for (DType ty : kTypes) {
+  set_active_isa(GetParam());
+  for (DType ty : types()) {
     const int64_t n = 640, rows = 301, tokens = 21;
     const auto wbytes = make_legacy_weights(ty, rows, n, 17);
     const TensorView w = matrix_view(ty, rows, n, wbytes);
@@ -277,6 +290,65 @@ TEST_F(GemmLanes, MatmulMatchesModel) {
   }
   set_active_isa(saved);
 }
+
+// The token-lane form (vec_dot_tokens over pack_tokens' layout) where the
+// level has it: the pack written in two disjoint block ranges, any row count
+// (partial 8-row groups) and token count (partial register passes, more
+// than one 64-token block), rows longer than one transposed chunk of 64
+// blocks: model bits, nothing written outside the rows and tokens.
+TEST_P(GemmLanes, TokensMatchModel) {
+  bool any = false;
+  for (DType ty : types()) {
+    const KernelSet& kt = k(ty);
+    if (!kt.vec_dot_tokens) continue;
+    any = true;
+    for (int64_t n : {32, 640, 2080}) {
+      const int64_t rows = 21, tokens = 70;
+      const auto w = make_legacy_weights(ty, rows, n, 41 + static_cast<uint32_t>(n));
+      const auto xq = quantize_x(ty, make_x(tokens, n, 43 + static_cast<uint32_t>(n)), tokens, n);
+      const size_t rb = dtype_row_size(ty, n), xrb = dtype_row_size(vec_dot_type(ty), n);
+      for (int nc : {1, 2, 5, 8, 67, 70}) {
+        std::vector<uint8_t> packed(kt.tokens_pack_bytes(n, nc) + 64);
+        uint8_t* pk = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
+        const int64_t nb = n / kQK, mid = nb / 2;
+        kt.pack_tokens(n, xq.data(), xrb, nc, pk, mid, nb);
+        kt.pack_tokens(n, xq.data(), xrb, nc, pk, 0, mid);
+        for (int64_t nr : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{13}, rows}) {
+          const int64_t lds = nr + 3;
+          std::vector<float> s(static_cast<size_t>(lds * (nc + 1)), std::numeric_limits<float>::quiet_NaN());
+          kt.vec_dot_tokens(n, s.data(), lds, w.data(), rb, pk, nr, nc);
+          for (int64_t c = 0; c <= nc; ++c)
+            for (int64_t r = 0; r < lds; ++r) {
+              const float got = s[static_cast<size_t>(c * lds + r)];
+              if (c == nc || r >= nr) {
+                ASSERT_TRUE(std::isnan(got)) << dtype_name(ty) << " wrote outside: n=" << n << " nr=" << nr;
+                continue;
+              }
+              const float want = model_dot(ty, n, w.data() + rb * r, xq.data() + xrb * c);
+              ASSERT_TRUE(same_bits(got, want)) << dtype_name(ty) << " n=" << n << " nr=" << nr << " nc=" << nc
+                                                << " r=" << r << " c=" << c << " got " << got << " want " << want;
+            }
+        }
+      }
+    }
+  }
+  if (!any) GTEST_SKIP() << "no token-lane form for these types at " << isa_name(GetParam());
+}
+
+// The AVX2 level has the token-lane form for Q4_0 / Q5_0 / Q8_0 from two
+// tokens on (the tile path of the driver is then only for other types).
+TEST(GemmLanesAvx2, TokenLanesRegistered) {
+  if (cpu_max_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  for (DType t : lane_types(Isa::kAvx2)) {
+    const KernelSet& k = kernels(t, Isa::kAvx2);
+    ASSERT_NE(k.vec_dot_tokens, nullptr) << dtype_name(t);
+    EXPECT_LE(k.tokens_min, 2) << dtype_name(t);
+    EXPECT_GE(k.tokens_max, 4096) << dtype_name(t);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, GemmLanes, ::testing::Values(Isa::kAvx2, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& i) { return std::string(isa_name(i.param)); });
 
 }  // namespace
 }  // namespace ember

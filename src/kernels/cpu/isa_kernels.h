@@ -43,35 +43,40 @@ namespace avx2 {
 void vec_dot_f32(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_f16(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x);
-// Legacy 32-element blocks.
-void vec_dot_q4_0_q8_0(int64_t n, float* s, const void* w, const void* x);
+// Legacy 32-element blocks: Q4_1 / Q5_1 (avx2/legacy_dot.cpp; per block 8
+// i32 lane sums fma'd in f32).
 void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x);
-// Decode over nr consecutive rows: each row vec_dot's arithmetic (so the same
-// bits), the next 16 rows prefetched into L2 while these are computed
-// (lanes::GroupPrefetch; one vec_dot per row from DRAM measured 4.2 GB/s on
-// one thread, Q4_0 8192 x 8192, against 10.5 from L2).
-void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+// Q4_0 / Q5_0 / Q8_0 in the row-lane form (avx2/lanes_legacy.cpp): the
+// arithmetic of the AVX-512 lane kernels (avx512/lanes_tile.cpp), so these
+// types give the same bits at both levels. vec_dot; decode over any nr >= 1
+// rows (8-row groups, the next group prefetched into L2); the token-lane
+// form over activations packed once per matmul (prefill, batched decode:
+// 2 <= nc, any nr >= 1); the tile of kLegacyTileRows x kLegacyTileCols.
+constexpr int kLegacyTileRows = 16;
+constexpr int kLegacyTileCols = 64;
+#define EMBER_DECLARE_AVX2_LEGACY(name)                                                                              \
+  void vec_dot_##name##_q8_0(int64_t n, float* s, const void* w, const void* x);                                  \
+  void vec_dot_rows_##name##_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,          \
+                                  int64_t nr);                                                                     \
+  void vec_dot_tile_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,            \
+                                  const void* x, size_t x_row_bytes, int nr, int nc);                              \
+  void vec_dot_tokens_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
+                                    const void* packed, int64_t nr, int nc);                                       \
+  void pack_tokens_##name##_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,   \
+                                 int64_t e);
+EMBER_DECLARE_AVX2_LEGACY(q4_0)
+EMBER_DECLARE_AVX2_LEGACY(q5_0)
+EMBER_DECLARE_AVX2_LEGACY(q8_0)
+#undef EMBER_DECLARE_AVX2_LEGACY
+size_t tokens_pack_bytes_legacy(int64_t n, int nc);
 // K-quants (256-element super-blocks).
 void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
 // Tile kernels (VecDotTileFn), bit-identical to the vec_dot above for every
-// (row, token) pair. Legacy types (avx2/legacy_tile.cpp): up to
-// kLegacyTileRows rows x kLegacyTileCols tokens.
-constexpr int kLegacyTileRows = 16;
-constexpr int kLegacyTileCols = 64;
-void vec_dot_tile_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
+// (row, token) pair.
 // K-quants Q2_K, Q3_K, Q5_K (avx2/kquants_tile.cpp): up to kKquantTileRows rows x
 // kKquantTileCols tokens.
 constexpr int kKquantTileRows = 4;

@@ -99,12 +99,29 @@ void fill_avx2(Table& t) {
   at(t, DType::kQ5_K, a).vec_dot = avx2::vec_dot_q5_K_q8_K;
   at(t, DType::kQ6_K, a).dequantize_row = avx2::dequantize_row_q6_K;
   at(t, DType::kQ8_K, a).quantize_row = avx2::quantize_row_q8_K;
-  set_tile(at(t, DType::kQ4_0, a), avx2::vec_dot_tile_q4_0_q8_0, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
-  set_tile(at(t, DType::kQ5_0, a), avx2::vec_dot_tile_q5_0_q8_0, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
-  set_tile(at(t, DType::kQ8_0, a), avx2::vec_dot_tile_q8_0_q8_0, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
-  at(t, DType::kQ4_0, a).vec_dot_rows = avx2::vec_dot_rows_q4_0_q8_0;
-  at(t, DType::kQ5_0, a).vec_dot_rows = avx2::vec_dot_rows_q5_0_q8_0;
-  at(t, DType::kQ8_0, a).vec_dot_rows = avx2::vec_dot_rows_q8_0_q8_0;
+  // Q4_0 / Q5_0 / Q8_0: the row-lane kernels (one arithmetic with the AVX-512
+  // level's); two or more tokens take the token-lane form.
+  struct Legacy {
+    DType type;
+    VecDotRowsFn rows;
+    VecDotTileFn tile;
+    VecDotTokensFn tokens;
+    PackTokensFn pack;
+  };
+  const Legacy legacy[] = {
+      {DType::kQ4_0, avx2::vec_dot_rows_q4_0_q8_0, avx2::vec_dot_tile_q4_0_q8_0, avx2::vec_dot_tokens_q4_0_q8_0,
+       avx2::pack_tokens_q4_0_q8_0},
+      {DType::kQ5_0, avx2::vec_dot_rows_q5_0_q8_0, avx2::vec_dot_tile_q5_0_q8_0, avx2::vec_dot_tokens_q5_0_q8_0,
+       avx2::pack_tokens_q5_0_q8_0},
+      {DType::kQ8_0, avx2::vec_dot_rows_q8_0_q8_0, avx2::vec_dot_tile_q8_0_q8_0, avx2::vec_dot_tokens_q8_0_q8_0,
+       avx2::pack_tokens_q8_0_q8_0},
+  };
+  for (const Legacy& l : legacy) {
+    KernelSet& k = at(t, l.type, a);
+    k.vec_dot_rows = l.rows;
+    set_tile(k, l.tile, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
+    set_tokens(k, l.tokens, l.pack, avx2::tokens_pack_bytes_legacy, 2, 1 << 30);
+  }
   set_tile(at(t, DType::kQ2_K, a), avx2::vec_dot_tile_q2_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
   set_tile(at(t, DType::kQ3_K, a), avx2::vec_dot_tile_q3_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
   set_tile(at(t, DType::kQ5_K, a), avx2::vec_dot_tile_q5_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/cpu/avx2/lanes8.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/lanes_kquants_common.h"
 #include "kernels/cpu/simd.h"
@@ -44,58 +45,18 @@ namespace ember::avx2 {
 namespace {
 
 using lanes::block_at;
+using lanes8::bcast32;
+using lanes8::chain;
+using lanes8::reduce8;
+using lanes8::row_offsets;
+using lanes8::transpose8;
 
 constexpr int kR = 8;  // rows per lane group (one per 32-bit ymm lane)
 constexpr int kT = 4;  // tokens per register group of the tile kernel
 static_assert(kLaneKTileRows == kR, "one lane group per tile");
 
-inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+using lanes8::loadu;
 inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-inline __m256i bcast32(const void* p) { return _mm256_set1_epi32(static_cast<int>(simd::load_u32(p))); }
-// An opaque register copy: keeps GCC from re-associating a chain of integer
-// adds into a tree that holds every product live (it spilled them all).
-inline __m256i chain(__m256i v) {
-  asm("" : "+x"(v));
-  return v;
-}
-
-// Out[k] lane r = in[r] dword k (8 x 8 dword transpose).
-inline void transpose8(const __m256i in[8], __m256i out[8]) {
-  __m256i t[8], u[8];
-#pragma GCC unroll 4
-  for (int r = 0; r < 8; r += 2) {
-    t[r] = _mm256_unpacklo_epi32(in[r], in[r + 1]);      // r0 r1 (0,1 | 4,5)
-    t[r + 1] = _mm256_unpackhi_epi32(in[r], in[r + 1]);  // (2,3 | 6,7)
-  }
-#pragma GCC unroll 2
-  for (int g = 0; g < 8; g += 4) {
-    u[g] = _mm256_unpacklo_epi64(t[g], t[g + 2]);          // rows g..g+3, dword 0 | 4
-    u[g + 1] = _mm256_unpackhi_epi64(t[g], t[g + 2]);      // dword 1 | 5
-    u[g + 2] = _mm256_unpacklo_epi64(t[g + 1], t[g + 3]);  // dword 2 | 6
-    u[g + 3] = _mm256_unpackhi_epi64(t[g + 1], t[g + 3]);  // dword 3 | 7
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    out[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
-    out[4 + c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
-  }
-}
-
-// Lane r of the result = the total of v[r]'s 8 lanes (exact).
-inline __m256i reduce8(const __m256i v[8]) {
-  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
-  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
-  const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
-// Byte offsets of the 8 rows (rows past nr repeat the last one).
-inline __m256i row_offsets(size_t w_row_bytes, int nr) {
-  alignas(32) int32_t off[kR];
-  for (int r = 0; r < kR; ++r) off[r] = static_cast<int32_t>(static_cast<size_t>(std::min(r, nr - 1)) * w_row_bytes);
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(off));
-}
-
 // The f16 words at byte offset 0 and 2 of the dword at `base` + offsets[r]
 // of the 8 rows, as f32 (lane r = row r).
 inline void gather_f16_pair(const uint8_t* base, __m256i offsets, __m256& lo, __m256& hi) {

@@ -1,18 +1,13 @@
-// AVX2 kernels for the legacy 32-element block types: vec_dot for
-// Q4_0/Q5_0/Q8_0 x Q8_0 and Q4_1/Q5_1 x Q8_1, the Q8_0/Q8_1 activation
-// quantizers and the Q4_0/Q5_0/Q8_0 dequantizers.
+// AVX2 kernels for the legacy 32-element block types: vec_dot for Q4_1 /
+// Q5_1 x Q8_1, the Q8_0 / Q8_1 activation quantizers and the Q4_0 / Q5_0 /
+// Q8_0 dequantizers. (Q4_0 / Q5_0 / Q8_0 x Q8_0 dots: avx2/lanes_legacy.cpp.)
 //
-// Integer dot products use maddubs (u8 x s8 -> i16 pairs) + madd (-> i32):
-// signed x signed blocks (Q8_0) move the weight's sign onto the activation
-// (sign trick); offset types (Q4_0 = q - 8, Q5_0 = q - 16) multiply the
-// unsigned quants and subtract offset * sum(activation). Each block's i32
+// Integer dot products use maddubs (u8 x s8 -> i16 pairs) + madd (-> i32) on
+// the unsigned quants; the mins enter as m * s per block. Each block's i32
 // sums are converted once and accumulated in f32 with FMA (driver shared with
 // the AVX-512 file: simd::legacy_blocks_dot, 8 blocks per step).
 #include <immintrin.h>
 
-#include <algorithm>
-
-#include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
@@ -25,76 +20,12 @@ using simd::load_f16;
 
 inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// Signed 32 x s8 dot (w, y) -> 8 x i32 partial sums.
-inline __m256i dot_s8s8(__m256i w, __m256i y) {
-  return dot_u8s8_avx2(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
-}
-
-// (u - offset) . y for unsigned u: maddubs(u, y) - maddubs(offset, y), then pairs.
-inline __m256i dot_offset(__m256i u, __m256i y, __m256i offset) {
-  const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, y), _mm256_maddubs_epi16(offset, y));
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
 inline __m256i q5_quants(const uint8_t* qs, const uint8_t* qh) {
   const __m256i hb = _mm256_and_si256(simd::bits_to_bytes_mask(simd::load_u32(qh)), _mm256_set1_epi8(0x10));
   return _mm256_or_si256(simd::unpack_nibbles_16(qs), hb);
 }
 
 }  // namespace
-
-void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ8_0*>(vw);
-  const auto* x = static_cast<const BlockQ8_0*>(vx);
-  *s = simd::legacy_blocks_dot(n / kQK, w, sizeof(*w), x, sizeof(*x),
-                               [&](int64_t i) { return dot_s8s8(loadu(w[i].qs), loadu(x[i].qs)); });
-}
-
-void vec_dot_q4_0_q8_0(int64_t n, float* s, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ4_0*>(vw);
-  const auto* x = static_cast<const BlockQ8_0*>(vx);
-  const __m256i off = _mm256_set1_epi8(8);
-  *s = simd::legacy_blocks_dot(n / kQK, w, sizeof(*w), x, sizeof(*x), [&](int64_t i) {
-    return dot_offset(simd::unpack_nibbles_16(w[i].qs), loadu(x[i].qs), off);
-  });
-}
-
-void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ5_0*>(vw);
-  const auto* x = static_cast<const BlockQ8_0*>(vx);
-  const __m256i off = _mm256_set1_epi8(16);
-  *s = simd::legacy_blocks_dot(n / kQK, w, sizeof(*w), x, sizeof(*x), [&](int64_t i) {
-    return dot_offset(q5_quants(w[i].qs, w[i].qh), loadu(x[i].qs), off);
-  });
-}
-
-// Decode: rows in groups of 16, the next group prefetched into L2 a row's
-// share per row.
-template <void (*Dot)(int64_t, float*, const void*, const void*)>
-void decode_rows(int64_t n, float* s, const void* vw, size_t w_row_bytes, const void* x, int64_t nr) {
-  constexpr int kR = 16;
-  const auto* w = static_cast<const uint8_t*>(vw);
-  for (int64_t r0 = 0; r0 < nr; r0 += kR) {
-    const int64_t rows = std::min<int64_t>(kR, nr - r0);
-    // Past the call's rows too (the next task's; a prefetch cannot fault).
-    auto pf = lanes::GroupPrefetch(w + static_cast<size_t>(r0 + kR) * w_row_bytes, kR * w_row_bytes, rows);
-    for (int64_t r = r0; r < r0 + rows; ++r) {
-      pf.step();
-      Dot(n, s + r, w + static_cast<size_t>(r) * w_row_bytes, x);
-    }
-    pf.finish();
-  }
-}
-
-void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
-  decode_rows<vec_dot_q4_0_q8_0>(n, s, w, w_row_bytes, x, nr);
-}
-void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
-  decode_rows<vec_dot_q5_0_q8_0>(n, s, w, w_row_bytes, x, nr);
-}
-void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
-  decode_rows<vec_dot_q8_0_q8_0>(n, s, w, w_row_bytes, x, nr);
-}
 
 // Q4_1 / Q5_1: w = d*q + m with unsigned q; x = dx*qx with s = dx*sum(qx):
 // dot = d*dx*(q . qx) + m*s.
