@@ -1,4 +1,4 @@
-// The row-lane Q4_K and Q6_K kernels of the AVX2 and AVX-512 levels
+// The row-lane Q4_K, Q5_K and Q6_K kernels of the AVX2 and AVX-512 levels
 // (kernels/cpu/avx2/lanes_kquants.cpp: 8-row groups; avx512/lanes_kquants.cpp:
 // 16-row groups) against their scalar twins
 // (kernels/ref/kquants_lanes_ref.h), bit for bit:
@@ -44,6 +44,7 @@ class KQuantLanes : public ::testing::TestWithParam<std::tuple<DType, Isa>> {
   float twin(int64_t n, const uint8_t* w, const BlockQ8_K* x) const {
     float s;
     if (t() == DType::kQ4_K) ref::vec_dot_q4_K_q8_K_lanes(n, &s, w, x);
+    else if (t() == DType::kQ5_K) ref::vec_dot_q5_K_q8_K_lanes(n, &s, w, x);
     else ref::vec_dot_q6_K_q8_K_lanes(n, &s, w, x);
     return s;
   }
@@ -69,7 +70,7 @@ class KQuantLanes : public ::testing::TestWithParam<std::tuple<DType, Isa>> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Types, KQuantLanes,
-                         ::testing::Combine(::testing::Values(DType::kQ4_K, DType::kQ6_K),
+                         ::testing::Combine(::testing::Values(DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                                             ::testing::Values(Isa::kAvx2, Isa::kAvx512)),
                          [](const ::testing::TestParamInfo<std::tuple<DType, Isa>>& i) {
                            return std::string(dtype_name(std::get<0>(i.param))) + "_" +
@@ -207,7 +208,7 @@ TEST_P(KQuantLanes, FewMatchTwin) {
   }
 }
 
-// The largest integer sums: Q4_K nibbles 15 with scales and mins 63, Q6_K
+// The largest integer sums: Q4_K nibbles 15 (Q5_K quants 31) with scales and mins 63, Q6_K
 // quants -32 or 31 with scales -128 or 127, activations +-127 (sums near
 // 2^25 and 2^27: float(sumi) rounds, identically everywhere).
 TEST_P(KQuantLanes, ExtremeSumsMatchTwin) {

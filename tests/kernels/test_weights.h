@@ -90,9 +90,9 @@ inline std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint3
 }
 
 // Blocks at the extremes of the integer sums, [rows, n] of Q4_0 / Q5_0 /
-// Q8_0 / Q4_K / Q6_K: row r's scale grows with r, and by r % 3 (Q6_K also r % 4)
-// its quant and scale bytes are all 0xFF, the type's other extreme (Q8_0
-// -128, Q6_K scale -128 / quants 0) or random.
+// Q8_0 / Q4_K / Q5_K / Q6_K: row r's scale grows with r, and by r % 3 (Q6_K
+// also r % 4, Q5_K's qh by r % 4) its quant and scale bytes are all 0xFF, the
+// type's other extreme (Q8_0 -128, Q6_K scale -128 / quants 0) or random.
 inline std::vector<uint8_t> extreme_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
   const size_t rb = dtype_row_size(t, n);
   std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
@@ -116,6 +116,13 @@ inline std::vector<uint8_t> extreme_weights(DType t, int64_t rows, int64_t n, ui
         b.dmin = f32_to_f16(0.0071f);
         fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0xFF : -1);
         fill(b.qs, sizeof(b.qs), r % 2 == 0 ? 0xFF : -1);
+      } else if (t == DType::kQ5_K) {
+        auto& b = reinterpret_cast<BlockQ5_K*>(row)[i];
+        b.d = d;
+        b.dmin = f32_to_f16(0.0071f);
+        fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0xFF : -1);
+        fill(b.qs, sizeof(b.qs), r % 2 == 0 ? 0xFF : -1);
+        fill(b.qh, sizeof(b.qh), r % 4 < 2 ? 0xFF : -1);
       } else {
         auto& b = reinterpret_cast<BlockQ6_K*>(row)[i];
         b.d = d;

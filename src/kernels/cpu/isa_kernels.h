@@ -73,19 +73,16 @@ size_t tokens_pack_bytes_legacy(int64_t n, int nc);
 // K-quants (256-element super-blocks).
 void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
 // Tile kernels (VecDotTileFn), bit-identical to the vec_dot above for every
 // (row, token) pair.
-// K-quants Q2_K, Q3_K, Q5_K (avx2/kquants_tile.cpp): up to kKquantTileRows rows x
+// K-quants Q2_K, Q3_K (avx2/kquants_tile.cpp): up to kKquantTileRows rows x
 // kKquantTileCols tokens.
 constexpr int kKquantTileRows = 4;
 constexpr int kKquantTileCols = 64;
 void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 // Float weights (avx2/float_tile.cpp): up to kFloatTileRows rows x
 // kFloatTileCols tokens.
@@ -98,7 +95,7 @@ void vec_dot_tile_f16(int64_t n, float* s, int64_t lds, const void* w, size_t w_
 void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                        size_t x_row_bytes, int nr, int nc);
 
-// Q4_K and Q6_K in the row-lane form (avx2/lanes_kquants.cpp): the
+// Q4_K, Q5_K and Q6_K in the row-lane form (avx2/lanes_kquants.cpp): the
 // arithmetic of the AVX-512 row lanes (twins in kernels/ref/kquants_lanes_ref.h),
 // so these types give the same bits at both levels. vec_dot, decode over any
 // nr >= 1 rows in 8-row groups, and the tile of kLaneKTileRows rows x up to
@@ -106,6 +103,7 @@ void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w
 constexpr int kLaneKTileRows = 8;
 constexpr int kLaneKTileCols = 64;
 EMBER_DECLARE_LANES_K(q4_K)
+EMBER_DECLARE_LANES_K(q5_K)
 EMBER_DECLARE_LANES_K(q6_K)
 
 // Activation quantizers (bit-identical to the scalar reference).
@@ -188,7 +186,6 @@ void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 
 // K-quant tile kernels (VecDotTileFn, avx512/kquants_tile.cpp), bit-identical
 // to the vec_dot above for every (row, token) pair: up to kTileRows weight
@@ -199,8 +196,6 @@ constexpr int kWideTileCols = 64;
 void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (avx512/lanes_tile.cpp): 32 rows (two
@@ -226,7 +221,6 @@ void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_byt
 // the tile kernels' 1 row x 1 token arithmetic (any nr >= 1).
 void vec_dot_rows_q2_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q3_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_q5_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_q4_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
@@ -236,7 +230,7 @@ void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, siz
 void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 
-// Q4_K and Q6_K in the row-lane form (avx512/lanes_kquants.cpp, their own
+// Q4_K, Q5_K and Q6_K in the row-lane form (avx512/lanes_kquants.cpp, their own
 // arithmetic: see that file; the twins are in kernels/ref/kquants_lanes_ref.h):
 // vec_dot, decode over any nr >= 1 rows in 16-row groups, and the tile of
 // kLaneKTileRows rows x up to kLaneKTileCols tokens (each call transposes
@@ -244,6 +238,7 @@ void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, siz
 constexpr int kLaneKTileRows = 16;
 constexpr int kLaneKTileCols = 64;
 EMBER_DECLARE_LANES_K(q4_K)
+EMBER_DECLARE_LANES_K(q5_K)
 EMBER_DECLARE_LANES_K(q6_K)
 // A few tokens (1 .. kLaneKFewMax) over any number of rows in the decode
 // form (avx512/lanes_kquants.cpp: each row unpacked once for all tokens).
@@ -252,6 +247,8 @@ EMBER_DECLARE_LANES_K(q6_K)
 // 0.75-0.9x at 8).
 constexpr int kLaneKFewMax = 6;
 void vec_dot_few_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                 size_t x_row_bytes, int64_t nr, int nc);
+void vec_dot_few_lanes_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                  size_t x_row_bytes, int64_t nr, int nc);
 void vec_dot_few_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                  size_t x_row_bytes, int64_t nr, int nc);
@@ -264,6 +261,8 @@ constexpr int kLaneKTokensMax = 16;
 size_t tokens_pack_bytes_q8_K(int64_t n, int nc);
 void pack_tokens_q8_K(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b, int64_t e);
 void vec_dot_tokens_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                    const void* packed, int64_t nr, int nc);
+void vec_dot_tokens_lanes_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
                                     const void* packed, int64_t nr, int nc);
 void vec_dot_tokens_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
                                     const void* packed, int64_t nr, int nc);

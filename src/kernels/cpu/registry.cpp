@@ -96,7 +96,6 @@ void fill_avx2(Table& t) {
   at(t, DType::kQ2_K, a).vec_dot = avx2::vec_dot_q2_K_q8_K;
   at(t, DType::kQ3_K, a).vec_dot = avx2::vec_dot_q3_K_q8_K;
   at(t, DType::kQ4_K, a).dequantize_row = avx2::dequantize_row_q4_K;
-  at(t, DType::kQ5_K, a).vec_dot = avx2::vec_dot_q5_K_q8_K;
   at(t, DType::kQ6_K, a).dequantize_row = avx2::dequantize_row_q6_K;
   at(t, DType::kQ8_K, a).quantize_row = avx2::quantize_row_q8_K;
   // Q4_0 / Q5_0 / Q8_0: the row-lane kernels (one arithmetic with the AVX-512
@@ -124,7 +123,6 @@ void fill_avx2(Table& t) {
   }
   set_tile(at(t, DType::kQ2_K, a), avx2::vec_dot_tile_q2_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
   set_tile(at(t, DType::kQ3_K, a), avx2::vec_dot_tile_q3_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
-  set_tile(at(t, DType::kQ5_K, a), avx2::vec_dot_tile_q5_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
   set_tile(at(t, DType::kF32, a), avx2::vec_dot_tile_f32, avx2::kFloatTileRows, avx2::kFloatTileCols);
   set_tile(at(t, DType::kF16, a), avx2::vec_dot_tile_f16, avx2::kFloatTileRows, avx2::kFloatTileCols);
   set_tile(at(t, DType::kBF16, a), avx2::vec_dot_tile_bf16, avx2::kFloatTileRows, avx2::kFloatTileCols);
@@ -132,6 +130,9 @@ void fill_avx2(Table& t) {
   at(t, DType::kQ4_K, a).vec_dot = avx2::vec_dot_lanes_q4_K_q8_K;
   at(t, DType::kQ4_K, a).vec_dot_rows = avx2::vec_dot_rows_lanes_q4_K_q8_K;
   set_tile(at(t, DType::kQ4_K, a), avx2::vec_dot_tile_lanes_q4_K_q8_K, avx2::kLaneKTileRows, avx2::kLaneKTileCols);
+  at(t, DType::kQ5_K, a).vec_dot = avx2::vec_dot_lanes_q5_K_q8_K;
+  at(t, DType::kQ5_K, a).vec_dot_rows = avx2::vec_dot_rows_lanes_q5_K_q8_K;
+  set_tile(at(t, DType::kQ5_K, a), avx2::vec_dot_tile_lanes_q5_K_q8_K, avx2::kLaneKTileRows, avx2::kLaneKTileCols);
   at(t, DType::kQ6_K, a).vec_dot = avx2::vec_dot_lanes_q6_K_q8_K;
   at(t, DType::kQ6_K, a).vec_dot_rows = avx2::vec_dot_rows_lanes_q6_K_q8_K;
   set_tile(at(t, DType::kQ6_K, a), avx2::vec_dot_tile_lanes_q6_K_q8_K, avx2::kLaneKTileRows, avx2::kLaneKTileCols);
@@ -155,7 +156,6 @@ void fill_avx512(Table& t) {
   at(t, DType::kQ8_0, v).vec_dot = avx512::vec_dot_q8_0_q8_0;
   at(t, DType::kQ2_K, v).vec_dot = avx512::vec_dot_q2_K_q8_K;
   at(t, DType::kQ3_K, v).vec_dot = avx512::vec_dot_q3_K_q8_K;
-  at(t, DType::kQ5_K, v).vec_dot = avx512::vec_dot_q5_K_q8_K;
   set_tile(at(t, DType::kQ4_0, v), avx512::vec_dot_tile_q4_0_q8_0, avx512::kLaneTileRows, avx512::kLaneTileCols);
   at(t, DType::kQ4_0, v).vec_dot_rows = avx512::vec_dot_rows_q4_0_q8_0;
   set_tile(at(t, DType::kQ4_1, v), avx512::vec_dot_tile_q4_1_q8_1, avx512::kLaneTileRows, avx512::kLaneTileCols);
@@ -168,29 +168,41 @@ void fill_avx512(Table& t) {
   at(t, DType::kQ8_0, v).vec_dot_rows = avx512::vec_dot_rows_q8_0_q8_0;
   set_tile(at(t, DType::kQ2_K, v), avx512::vec_dot_tile_q2_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
   set_tile(at(t, DType::kQ3_K, v), avx512::vec_dot_tile_q3_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
-  set_tile(at(t, DType::kQ5_K, v), avx512::vec_dot_tile_q5_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
   at(t, DType::kQ2_K, v).vec_dot_rows = avx512::vec_dot_rows_q2_K_q8_K;
   at(t, DType::kQ3_K, v).vec_dot_rows = avx512::vec_dot_rows_q3_K_q8_K;
-  at(t, DType::kQ5_K, v).vec_dot_rows = avx512::vec_dot_rows_q5_K_q8_K;
-  // Q4_K, Q6_K: the row-lane kernels (one arithmetic for vec_dot, decode and
-  // tiles).
-  at(t, DType::kQ4_K, v).vec_dot = avx512::vec_dot_lanes_q4_K_q8_K;
-  at(t, DType::kQ4_K, v).vec_dot_rows = avx512::vec_dot_rows_lanes_q4_K_q8_K;
-  set_tile(at(t, DType::kQ4_K, v), avx512::vec_dot_tile_lanes_q4_K_q8_K, avx512::kLaneKTileRows,
-           avx512::kLaneKTileCols);
-  at(t, DType::kQ6_K, v).vec_dot = avx512::vec_dot_lanes_q6_K_q8_K;
-  at(t, DType::kQ6_K, v).vec_dot_rows = avx512::vec_dot_rows_lanes_q6_K_q8_K;
-  set_tile(at(t, DType::kQ6_K, v), avx512::vec_dot_tile_lanes_q6_K_q8_K, avx512::kLaneKTileRows,
-           avx512::kLaneKTileCols);
-  // ... their decode form for a few tokens (speculative verification, small batches) ...
-  at(t, DType::kQ4_K, v).vec_dot_few = avx512::vec_dot_few_lanes_q4_K_q8_K;
-  at(t, DType::kQ6_K, v).vec_dot_few = avx512::vec_dot_few_lanes_q6_K_q8_K;
-  at(t, DType::kQ4_K, v).few_max = at(t, DType::kQ6_K, v).few_max = avx512::kLaneKFewMax;
-  // ... and their token-lane form for 12-16 tokens (batched decode).
-  set_tokens(at(t, DType::kQ4_K, v), avx512::vec_dot_tokens_lanes_q4_K_q8_K, avx512::pack_tokens_q8_K,
-             avx512::tokens_pack_bytes_q8_K, avx512::kLaneKTokensMin, avx512::kLaneKTokensMax);
-  set_tokens(at(t, DType::kQ6_K, v), avx512::vec_dot_tokens_lanes_q6_K_q8_K, avx512::pack_tokens_q8_K,
-             avx512::tokens_pack_bytes_q8_K, avx512::kLaneKTokensMin, avx512::kLaneKTokensMax);
+  // Q4_K, Q5_K, Q6_K: the row-lane kernels (one arithmetic for vec_dot,
+  // decode, tiles), their decode form for a few tokens (speculative
+  // verification, small batches) and their token-lane form for 12-16 tokens
+  // (batched decode).
+  struct LanesK {
+    DType type;
+    VecDotFn dot;
+    VecDotRowsFn rows;
+    VecDotTileFn tile;
+    VecDotFewFn few;
+    VecDotTokensFn tokens;
+  };
+  const LanesK lanes_k[] = {
+      {DType::kQ4_K, avx512::vec_dot_lanes_q4_K_q8_K, avx512::vec_dot_rows_lanes_q4_K_q8_K,
+       avx512::vec_dot_tile_lanes_q4_K_q8_K, avx512::vec_dot_few_lanes_q4_K_q8_K,
+       avx512::vec_dot_tokens_lanes_q4_K_q8_K},
+      {DType::kQ5_K, avx512::vec_dot_lanes_q5_K_q8_K, avx512::vec_dot_rows_lanes_q5_K_q8_K,
+       avx512::vec_dot_tile_lanes_q5_K_q8_K, avx512::vec_dot_few_lanes_q5_K_q8_K,
+       avx512::vec_dot_tokens_lanes_q5_K_q8_K},
+      {DType::kQ6_K, avx512::vec_dot_lanes_q6_K_q8_K, avx512::vec_dot_rows_lanes_q6_K_q8_K,
+       avx512::vec_dot_tile_lanes_q6_K_q8_K, avx512::vec_dot_few_lanes_q6_K_q8_K,
+       avx512::vec_dot_tokens_lanes_q6_K_q8_K},
+  };
+  for (const LanesK& l : lanes_k) {
+    KernelSet& k = at(t, l.type, v);
+    k.vec_dot = l.dot;
+    k.vec_dot_rows = l.rows;
+    set_tile(k, l.tile, avx512::kLaneKTileRows, avx512::kLaneKTileCols);
+    k.vec_dot_few = l.few;
+    k.few_max = avx512::kLaneKFewMax;
+    set_tokens(k, l.tokens, avx512::pack_tokens_q8_K, avx512::tokens_pack_bytes_q8_K, avx512::kLaneKTokensMin,
+               avx512::kLaneKTokensMax);
+  }
 }
 
 // Fills null fields at each level from the level below.

@@ -16,13 +16,18 @@
 
 namespace ember::ref {
 
-void vec_dot_q4_K_q8_K_lanes(int64_t n, float* s, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockQ4_K*>(w);
+namespace {
+
+// Q4_K and Q5_K: the same scales, mins and sub-blocks; Unpack gives the
+// unsigned quants (0..15 / 0..31) in element order.
+template <class Block, void (*Unpack)(const Block&, int8_t*)>
+float dot_scale_min_lanes(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const Block*>(w);
   const auto* b = static_cast<const BlockQ8_K*>(x);
   int8_t q[kQK_K];
   float acc = 0.0f, acc_m = 0.0f;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    quant::unpack_q4_K(a[i], q);
+    Unpack(a[i], q);
     int32_t sumi = 0, summ = 0;
     for (int j = 0; j < kQK_K / 32; ++j) {
       uint8_t sc, m;
@@ -37,7 +42,16 @@ void vec_dot_q4_K_q8_K_lanes(int64_t n, float* s, const void* w, const void* x) 
     acc = std::fma(static_cast<float>(sumi), d, acc);
     acc_m = std::fma(static_cast<float>(summ), dmin, acc_m);
   }
-  *s = acc - acc_m;
+  return acc - acc_m;
+}
+
+}  // namespace
+
+void vec_dot_q4_K_q8_K_lanes(int64_t n, float* s, const void* w, const void* x) {
+  *s = dot_scale_min_lanes<BlockQ4_K, quant::unpack_q4_K>(n, w, x);
+}
+void vec_dot_q5_K_q8_K_lanes(int64_t n, float* s, const void* w, const void* x) {
+  *s = dot_scale_min_lanes<BlockQ5_K, quant::unpack_q5_K>(n, w, x);
 }
 
 void vec_dot_q6_K_q8_K_lanes(int64_t n, float* s, const void* w, const void* x) {

@@ -1,8 +1,9 @@
-// Scalar twins of the AVX-512 row-lane K-quant kernels
-// (kernels/cpu/avx512/lanes_kquants.cpp): the exact arithmetic those
+// Scalar twins of the row-lane K-quant kernels
+// (kernels/cpu/avx512/lanes_kquants.cpp, avx2/lanes_kquants.cpp): the exact arithmetic those
 // kernels follow, written plainly, so tests can check them bit for bit.
 //
-// Q4_K x Q8_K, per super-block in order (sumi, summ exact int32):
+// Q4_K (and Q5_K, its quants 0..31) x Q8_K, per super-block in order (sumi,
+// summ exact int32):
 //   sumi  = sum_s sc_s * dot(q, x over sub-block s)
 //   summ  = sum_s m_s * (bsums[2s] + bsums[2s+1])
 //   acc   = fma(float(sumi), f16(d) * x.d,    acc)
@@ -11,7 +12,7 @@
 // Q6_K x Q8_K, per super-block in order (sumi exact int32):
 //   sumi  = sum_g sc_g * dot(q - 32, x over the 16-element group g)
 //   acc   = fma(float(sumi), f16(d) * x.d, acc)
-// result = acc. Both differ from ref::vec_dot_q4_K_q8_K / q6_K (no FMA, one
+// result = acc. All differ from ref::vec_dot_q4_K_q8_K / q5_K / q6_K (no FMA, one
 // running sum) only by float rounding.
 #pragma once
 
@@ -20,6 +21,7 @@
 namespace ember::ref {
 
 void vec_dot_q4_K_q8_K_lanes(int64_t n, float* s, const void* w, const void* x);
+void vec_dot_q5_K_q8_K_lanes(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q6_K_q8_K_lanes(int64_t n, float* s, const void* w, const void* x);
 
 }  // namespace ember::ref

@@ -1,5 +1,5 @@
 // AVX2 kernels for the k-quant types (256-element super-blocks): vec_dot of
-// Q2_K, Q3_K, Q5_K x Q8_K (Q4_K and Q6_K: the row lanes of
+// Q2_K, Q3_K x Q8_K (Q4_K, Q5_K and Q6_K: the row lanes of
 // avx2/lanes_kquants.cpp), the Q8_K activation quantizer and dequantizers.
 //
 // Scheme (all types): unsigned quants u (offset removed later) x Q8_K quants
@@ -45,45 +45,6 @@ inline __m256i mins_for_bsums(const uint8_t* m) {
 }
 
 }  // namespace
-
-void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ5_K*>(vw);
-  const auto* x = static_cast<const BlockQ8_K*>(vx);
-  const int64_t nb = n / kQK_K;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
-  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = load_f16(w[i].d) * x[i].d;
-    const float dmin = load_f16(w[i].dmin) * x[i].d;
-    alignas(16) uint8_t sc[8], m[8];
-    simd::unpack_k4_scales(w[i].scales, sc, m);
-    const __m256i pm = _mm256_madd_epi16(loadu(x[i].bsums), mins_for_bsums(m));
-    acc_m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm), _mm256_set1_ps(dmin), acc_m);
-
-    const __m256i sc16 = _mm256_broadcastsi128_si256(
-        _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
-    // Bit 4 of element 32k + l is bit k of qh[l]; `hb` walks that bit down to bit 4.
-    __m256i hb = loadu(w[i].qh);
-    const uint8_t* q = w[i].qs;
-    const int8_t* y = x[i].qs;
-    __m256i sumi = _mm256_setzero_si256();
-    for (int j = 0; j < 4; ++j) {
-      const __m256i qv = loadu(q + 32 * j);
-      // Sub-block 2j uses qh bit 2j, sub-block 2j+1 bit 2j+1.
-      const __m256i h_lo = _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4);
-      const __m256i h_hi = _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4);
-      hb = _mm256_srli_epi16(hb, 2);
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(qv, m4), h_lo);
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 4), m4), h_hi);
-      const __m256i p_lo = _mm256_maddubs_epi16(lo, loadu(y + 64 * j));
-      const __m256i p_hi = _mm256_maddubs_epi16(hi, loadu(y + 64 * j + 32));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p_lo, splat_i16(sc16, 2 * j)));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p_hi, splat_i16(sc16, 2 * j + 1)));
-    }
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
-  }
-  *s = simd::hsum_f32x8(acc) - simd::hsum_f32x8(acc_m);
-}
 
 // Q2_K: 16 sub-blocks of 16, value = d*sc*q - dmin*m with q in 0..3; scales
 // byte = sc | m << 4. Element 128h + 32j + l is bits 2j..2j+1 of qs[32h + l].

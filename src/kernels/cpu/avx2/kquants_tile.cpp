@@ -1,7 +1,6 @@
 // AVX2 tile kernels (VecDotTileFn, kernels/registry.h) for the k-quant
-// weight types Q2_K, Q3_K and Q5_K x Q8_K activations (Q4_K and Q6_K have
-// the row-lane kernels of avx2/lanes_kquants.cpp; Q4_K's traits here are
-// the base of Q5_K's): up to
+// weight types Q2_K and Q3_K x Q8_K activations (Q4_K, Q5_K and Q6_K have
+// the row-lane kernels of avx2/lanes_kquants.cpp): up to
 // kKquantTileRows weight rows x kKquantTileCols tokens per call, in register
 // blocks of one row x kGroup (8) tokens. (Single tokens go to the row
 // kernels: kernels/matmul.cpp.)
@@ -11,10 +10,10 @@
 // sums (lane l covers bytes 4l..4l+3 of each 32-byte chunk, weighted by the
 // sub-block scales; integer sums are exact, so any grouping gives the same
 // values) and then rounds only in these steps, which we replicate in order:
-//   Q5_K: acc   = fma(float(sumi), f16(d) * x.d,    acc)
+//   Q2_K: acc   = fma(float(sumi), f16(d) * x.d,    acc)
 //         acc_m = fma(float(pm),   f16(dmin) * x.d, acc_m),  pm = bsums . mins
 //         result = hsum_f32x8(acc) - hsum_f32x8(acc_m)
-//   Q2_K: as Q5_K (its mins pair with bsums one to one)
+//         (its mins pair with bsums one to one)
 //   Q3_K: acc = fma(float(sumi -  4 * bsums . sc), f16(d) * x.d, acc)
 //         result = hsum_f32x8(acc)
 // A weight row's super-block is unpacked (nibbles, high bits, scale splats)
@@ -60,7 +59,7 @@ struct AccQ4K {
   __m256 a, m;  // acc, acc_m of the vec_dot contract
 };
 
-// Types with mins (Q4_K, Q5_K, Q2_K): acc_m += (bsums . mins) * f16(dmin) * x.d,
+// Types with mins (Q2_K): acc_m += (bsums . mins) * f16(dmin) * x.d,
 // acc += sumi * f16(d) * x.d.
 template <int NT>
 inline void finish_with_mins(const __m256i sumi[], __m256i mins, f16_t d16, f16_t dmin16,
@@ -87,66 +86,6 @@ inline void finish_with_offset(const __m256i sumi[], __m256i sc16, f16_t d16, co
     acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * xb[c]->d), acc[c]);
   }
 }
-
-// ---- Q4_K and Q5_K (Q4_K plus a fifth bit per element) ----
-
-// One super-block of one row x NT tokens (xb[c] = token c's super-block).
-// qh: Q5_K's high bits (bit 4 of element 32k + l is bit k of qh[l]), or null
-// for Q4_K (kHigh = false).
-template <int NT, bool kHigh>
-inline void pass_q45_K(const uint8_t* scales, const uint8_t* qs, const uint8_t* qh, f16_t d, f16_t dmin,
-                       const BlockQ8_K* const xb[kGroup], AccQ4K acc[kGroup]) {
-  alignas(16) uint8_t sc[8], m[8];
-  simd::unpack_k4_scales(scales, sc, m);
-  const __m256i sc16 =
-      _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
-  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  const __m256i mins =
-      _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
-  const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
-  __m256i hb = kHigh ? loadu(qh) : _mm256_setzero_si256();  // walked down 2 bits per chunk
-  __m256i sumi[NT];
-#pragma GCC unroll 8
-  for (int c = 0; c < NT; ++c) sumi[c] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const __m256i qv = loadu(qs + 32 * j);
-    __m256i lo = _mm256_and_si256(qv, m4);
-    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
-    if constexpr (kHigh) {
-      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
-      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
-      hb = _mm256_srli_epi16(hb, 2);
-    }
-    const __m256i s_lo = splat_i16(sc16, 2 * j), s_hi = splat_i16(sc16, 2 * j + 1);
-#pragma GCC unroll 8
-    for (int c = 0; c < NT; ++c) {
-      const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, loadu(xb[c]->qs + 64 * j)), s_lo);
-      const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, loadu(xb[c]->qs + 64 * j + 32)), s_hi);
-      sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p_lo, p_hi));
-    }
-  }
-  finish_with_mins<NT>(sumi, mins, d, dmin, xb, acc);
-}
-
-struct TraitsQ4K {
-  using Block = BlockQ4_K;
-  using Acc = AccQ4K;
-  static Acc zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-  template <int NT>
-  static void pass(const Block& b, const BlockQ8_K* const xb[kGroup], Acc acc[kGroup]) {
-    pass_q45_K<NT, false>(b.scales, b.qs, nullptr, b.d, b.dmin, xb, acc);
-  }
-  static float result(const Acc& a) { return simd::hsum_f32x8(a.a) - simd::hsum_f32x8(a.m); }
-};
-
-struct TraitsQ5K : TraitsQ4K {
-  using Block = BlockQ5_K;
-  template <int NT>
-  static void pass(const Block& b, const BlockQ8_K* const xb[kGroup], Acc acc[kGroup]) {
-    pass_q45_K<NT, true>(b.scales, b.qs, b.qh, b.d, b.dmin, xb, acc);
-  }
-};
 
 // ---- Q2_K: 16 sub-blocks of 16, 2-bit quants, 4-bit scales and mins ----
 
@@ -180,7 +119,7 @@ struct TraitsQ2K {
     }
     finish_with_mins<NT>(sumi, m16, b.d, b.dmin, xb, acc);
   }
-  static float result(const Acc& a) { return TraitsQ4K::result(a); }
+  static float result(const Acc& a) { return simd::hsum_f32x8(a.a) - simd::hsum_f32x8(a.m); }
 };
 
 // ---- Q3_K: 2 low bits + a high bit (hmask), offset 4, 16 signed 6-bit scales ----
@@ -278,10 +217,4 @@ void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
   kquant_tile<TraitsQ3K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
                          x_row_bytes, nr, nc);
 }
-void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
-  kquant_tile<TraitsQ5K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
-                         x_row_bytes, nr, nc);
-}
-
 }  // namespace ember::avx2

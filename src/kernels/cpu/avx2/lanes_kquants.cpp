@@ -1,4 +1,4 @@
-// AVX2 "row lanes" kernels for Q4_K and Q6_K x Q8_K: vec_dot, vec_dot_rows
+// AVX2 "row lanes" kernels for Q4_K, Q5_K and Q6_K x Q8_K: vec_dot, vec_dot_rows
 // (decode) and the tile kernel (kLaneKTileRows = 8 weight rows x up to
 // kLaneKTileCols tokens), the kernels of these types at this level.
 //
@@ -16,7 +16,8 @@
 // activation dword advances 8 rows. Without VNNI the pair sums stay in i16:
 // Q4_K adds the 8 pieces of a 32-element sub-block in i16 (16 products per
 // word: <= 16 * 15 * 127 < 2^15) and weights them with one vpmaddwd by the
-// (sc, sc) word pair of the row; Q6_K adds 2 pieces (4 products per word:
+// (sc, sc) word pair of the row (Q5_K, quants 0..31: 4 pieces per i16 sum,
+// 8 products: <= 8 * 31 * 128 < 2^15, two vpmaddwd); Q6_K adds 2 pieces (4 products per word:
 // <= 4 * 63 * 127 < 2^15) per vpmaddwd with (sc_g, sc_g), and its offset 32
 // enters once per super-block as -32 * sum_g sc_g * bsums[g]. The mins / the
 // offset and the float steps are one instruction per 8 outputs.
@@ -30,6 +31,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/avx2/lanes8.h"
@@ -78,6 +80,22 @@ inline void unpack_q4(const BlockQ4_K& b, __m256i u[8]) {
     u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
   }
 }
+// The same for Q5_K (0..31): bit 4 of element 32m + l is bit m of qh[l],
+// moved to position 4 of its byte by one shift (no bit reaches position 4
+// of a neighbouring byte).
+inline void unpack_q5(const BlockQ5_K& b, __m256i u[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
+  const __m256i qh = loadu(b.qh);
+  const __m256i hb[8] = {_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 3), _mm256_slli_epi16(qh, 2),
+                         _mm256_slli_epi16(qh, 1), qh,                       _mm256_srli_epi16(qh, 1),
+                         _mm256_srli_epi16(qh, 2), _mm256_srli_epi16(qh, 3)};
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256i q = loadu(b.qs + 32 * j);
+    u[2 * j] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(hb[2 * j], m10));
+    u[2 * j + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(hb[2 * j + 1], m10));
+  }
+}
 inline void unpack_q6(const BlockQ6_K& b, __m256i u[8]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 2
@@ -123,8 +141,11 @@ struct alignas(32) PackedQ6K {
   __m256 d;
 };
 
-struct TileQ4K {
-  using Block = BlockQ4_K;
+// Q4_K and Q5_K (kFive: quants 0..31, so 4 pieces per i16 sum instead of
+// 8: 8 products per word, <= 8 * 31 * 128 < 2^15; two vpmaddwd per sub-block).
+template <bool kFive>
+struct TileScaleMin {
+  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   using Packed = PackedQ4K;
 
   static void pack(const uint8_t* w, size_t w_row_bytes, __m256i offsets, int nr, int64_t i, Packed& pk) {
@@ -136,7 +157,10 @@ struct TileQ4K {
       simd::unpack_k4_scales(b->scales, sm, sm + 8);
       in_s[r] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm)));
       in_m[r] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
-      unpack_q4(*b, u[r]);
+      if constexpr (kFive)
+        unpack_q5(*b, u[r]);
+      else
+        unpack_q4(*b, u[r]);
     }
     __m256i ts[8], tm[8];
     transpose8(in_s, ts);
@@ -168,18 +192,22 @@ struct TileQ4K {
       for (int c = 0; c < kT; ++c) sumi[c] = _mm256_setzero_si256();
 #pragma GCC unroll 1
       for (int s = 0; s < 8; ++s) {
-        __m256i a[kT];
+        constexpr int kPieces = kFive ? 4 : 8;  // pieces per i16 sum
+#pragma GCC unroll 2
+        for (int l0 = 0; l0 < 8; l0 += kPieces) {
+          __m256i a[kT];
 #pragma GCC unroll 4
-        for (int c = 0; c < kT; ++c) a[c] = _mm256_setzero_si256();
+          for (int c = 0; c < kT; ++c) a[c] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-        for (int l = 0; l < 8; ++l) {
-          const __m256i wv = _mm256_load_si256(&p.w[8 * s + l]);
+          for (int l = l0; l < l0 + kPieces; ++l) {
+            const __m256i wv = _mm256_load_si256(&p.w[8 * s + l]);
 #pragma GCC unroll 4
-          for (int c = 0; c < kT; ++c)
-            a[c] = chain(_mm256_add_epi16(a[c], _mm256_maddubs_epi16(wv, bcast32(xc[c][i].qs + 32 * s + 4 * l))));
+            for (int c = 0; c < kT; ++c)
+              a[c] = chain(_mm256_add_epi16(a[c], _mm256_maddubs_epi16(wv, bcast32(xc[c][i].qs + 32 * s + 4 * l))));
+          }
+#pragma GCC unroll 4
+          for (int c = 0; c < kT; ++c) sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(a[c], p.sc[s]));
         }
-#pragma GCC unroll 4
-        for (int c = 0; c < kT; ++c) sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(a[c], p.sc[s]));
       }
 #pragma GCC unroll 4
       for (int c = 0; c < kT; ++c)
@@ -188,6 +216,9 @@ struct TileQ4K {
     for (int c = 0; c < kT; ++c) out[c] = _mm256_sub_ps(acc[c], acc_m[c]);
   }
 };
+
+using TileQ4K = TileScaleMin<false>;
+using TileQ5K = TileScaleMin<true>;
 
 struct TileQ6K {
   using Block = BlockQ6_K;
@@ -283,8 +314,10 @@ void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes
 
 // ---- decode: one token over 8-row groups ----
 
-struct RowsQ4K {
-  using Block = BlockQ4_K;
+// Q4_K and Q5_K (kFive; a vpmaddubsw pair sum stays within i16 either way).
+template <bool kFive>
+struct RowsScaleMin {
+  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   static constexpr bool kMins = true;
   // a: 8 lanes whose total is sumi; b: 8 lanes whose total is summ.
   static void sums(const Block& b, const BlockQ8_K& x, __m256i& a, __m256i& m) {
@@ -297,7 +330,10 @@ struct RowsQ4K {
         _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)), dup));
     m = _mm256_madd_epi16(loadu(x.bsums), mins);
     __m256i u[8];
-    unpack_q4(b, u);
+    if constexpr (kFive)
+      unpack_q5(b, u);
+    else
+      unpack_q4(b, u);
     __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
@@ -318,6 +354,9 @@ struct RowsQ4K {
     acc_m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin, vxd), acc_m);
   }
 };
+
+using RowsQ4K = RowsScaleMin<false>;
+using RowsQ5K = RowsScaleMin<true>;
 
 struct RowsQ6K {
   using Block = BlockQ6_K;
@@ -387,6 +426,7 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
 }  // namespace
 
 EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
+EMBER_LANES_K_ENTRIES(q5_K, RowsQ5K, TileQ5K)
 EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
 
 }  // namespace ember::avx2

@@ -1,5 +1,5 @@
-// AVX-512 (BW/VL + VNNI) vec_dot kernels for the k-quants Q2_K, Q3_K and
-// Q5_K x Q8_K (Q4_K and Q6_K: avx512/lanes_kquants.cpp). Same scheme as the AVX2 kernels
+// AVX-512 (BW/VL + VNNI) vec_dot kernels for the k-quants Q2_K and Q3_K x
+// Q8_K (Q4_K, Q5_K and Q6_K: avx512/lanes_kquants.cpp). Same scheme as the AVX2 kernels
 // (maddubs u8 x s8 -> i16 pairs), but the sub-block scale multiply and the
 // i32 accumulation fuse into one vpdpwssd (two accumulator chains hide its
 // latency), scale vectors come from one vpermw instead of shuffle pairs, and
@@ -24,45 +24,6 @@ inline __m256i pick2(int a, int b) {
 }
 
 }  // namespace
-
-void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ5_K*>(vw);
-  const auto* x = static_cast<const BlockQ8_K*>(vx);
-  const int64_t nb = n / kQK_K;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
-  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = load_f16(w[i].d) * x[i].d;
-    const float dmin = load_f16(w[i].dmin) * x[i].d;
-    alignas(16) uint8_t sc[8], m[8];
-    simd::unpack_k4_scales(w[i].scales, sc, m);
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
-    acc_m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(loadu(x[i].bsums), mins)), _mm256_set1_ps(dmin), acc_m);
-    const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
-    // Bit 4 of element 32k + l is bit k of qh[l]: a mask-add per sub-block.
-    const __m256i qh = loadu(w[i].qh);
-    const uint8_t* q = w[i].qs;
-    const int8_t* y = x[i].qs;
-    __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __m256i qv = loadu(q + 32 * j);
-      const __mmask32 h_lo = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * j))));
-      const __mmask32 h_hi = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * j))));
-      const __m256i lo4 = _mm256_and_si256(qv, m4);
-      const __m256i hi4 = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
-      const __m256i l = _mm256_mask_add_epi8(lo4, h_lo, lo4, b4);
-      const __m256i hh = _mm256_mask_add_epi8(hi4, h_hi, hi4, b4);
-      sum_lo = _mm256_dpwssd_epi32(sum_lo, _mm256_maddubs_epi16(l, loadu(y + 64 * j)),
-                                   _mm256_permutexvar_epi16(_mm256_set1_epi16(2 * j), sc16));
-      sum_hi = _mm256_dpwssd_epi32(sum_hi, _mm256_maddubs_epi16(hh, loadu(y + 64 * j + 32)),
-                                   _mm256_permutexvar_epi16(_mm256_set1_epi16(2 * j + 1), sc16));
-    }
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(sum_lo, sum_hi)), _mm256_set1_ps(d), acc);
-  }
-  *s = simd::hsum_f32x8(acc) - simd::hsum_f32x8(acc_m);
-}
 
 // Q2_K: see the AVX2 kernel for the layout; scale multiply fused (vpdpwssd).
 void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {

@@ -1,5 +1,5 @@
-// AVX-512 (F/BW/VL + VNNI) tile kernels for the k-quant weight types Q2_K,
-// Q3_K and Q5_K x Q8_K activations (Q4_K and Q6_K have the row-lane kernels
+// AVX-512 (F/BW/VL + VNNI) tile kernels for the k-quant weight types Q2_K
+// and Q3_K x Q8_K activations (Q4_K, Q5_K and Q6_K have the row-lane kernels
 // of avx512/lanes_kquants.cpp at this level; kernels/registry.h,
 // VecDotTileFn): kTileRows weight rows x up to kWideTileCols tokens per call,
 // in register blocks of 1 row x 16 tokens (see the driver below).
@@ -12,14 +12,14 @@
 // 4l..4l+3 of each 32-byte chunk, weighted by the sub-block scales; integer
 // sums are exact, so any grouping gives the same values) and then do the only
 // rounding steps, which we replicate in order:
-//   Q5_K, Q2_K: acc   = fma(float(sumi), f16(d) * x.d,    acc)
-//               acc_m = fma(float(pm),   f16(dmin) * x.d, acc_m),  pm = bsums . mins
-//               result = hsum_f32x8(acc) - hsum_f32x8(acc_m)
+//   Q2_K: acc   = fma(float(sumi), f16(d) * x.d,    acc)
+//         acc_m = fma(float(pm),   f16(dmin) * x.d, acc_m),  pm = bsums . mins
+//         result = hsum_f32x8(acc) - hsum_f32x8(acc_m)
 //         (Q2_K's mins pair with bsums one to one)
 //   Q3_K: acc = fma(float(sumi -  4 * bsums . sc), f16(d) * x.d, acc)
 //         result = hsum_f32x8(acc)
 // Here two 32-byte chunks share one zmm; the integer sums use vpdpbusd and
-// one scale multiply per two zmm (dot_row); Q5_K and Q2_K pack
+// one scale multiply per two zmm (dot_row); Q2_K packs
 // acc | acc_m in one zmm.
 #include <immintrin.h>
 
@@ -72,7 +72,7 @@ inline __m512i scale_index(int p) {
   return _mm512_load_si512(idx);
 }
 
-// ---- the Q4_K row layout with mins (Q5_K, Q2_K) ----
+// ---- the Q4_K row layout with mins (Q2_K) ----
 
 // One weight row's super-block, unpacked for the pair loop.
 struct RowQ4K {
@@ -94,37 +94,6 @@ struct TraitsMinsK {
     const __m512i both = _mm512_mask_add_epi32(t, 0x00FF, t, sum);
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(both), _mm512_mul_ps(row.dmul, _mm512_set1_ps(xb.d)), acc);
   }
-};
-
-// ---- Q5_K: Q4_K's nibbles plus a fifth bit per element ----
-
-// Bit 4 of element 32k + l is bit k of qh[l]; chunk j's halves are
-// sub-blocks 2j and 2j + 1.
-inline void unpack_row_q5_K(const BlockQ5_K& b, RowQ4K& o) {
-  alignas(16) uint8_t sc[8], m[8];
-  simd::unpack_k4_scales(b.scales, sc, m);
-  const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
-  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  o.mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
-  const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
-  const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-  const __m512i qh = _mm512_broadcast_i64x4(loadu(b.qh));
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const __m512i q = _mm512_broadcast_i64x4(loadu(b.qs + 32 * j));
-    const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), m4);
-    const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * j))),
-                                           _mm256_set1_epi8(static_cast<char>(2 << (2 * j))), 1);
-    o.u[j] = _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(qh, sel), nib, b4);
-  }
-  o.sc[0] = _mm512_permutexvar_epi16(scale_index<8, 2>(0), sc16);
-  o.sc[1] = _mm512_permutexvar_epi16(scale_index<8, 2>(1), sc16);
-  o.dmul = _mm512_insertf32x8(_mm512_set1_ps(simd::load_f16(b.d)), _mm256_set1_ps(simd::load_f16(b.dmin)), 1);
-}
-
-struct TraitsQ5K : TraitsMinsK {
-  using Block = BlockQ5_K;
-  static void unpack(const Block& b, Row& o) { unpack_row_q5_K(b, o); }
 };
 
 // ---- Q2_K: 2-bit quants, 16 sub-blocks with 4-bit scales and mins ----
@@ -328,7 +297,6 @@ void kquant_rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, cons
   }
 EMBER_KQUANT_ROWS(q2_K, TraitsQ2K)
 EMBER_KQUANT_ROWS(q3_K, TraitsQ3K)
-EMBER_KQUANT_ROWS(q5_K, TraitsQ5K)
 #undef EMBER_KQUANT_ROWS
 
 void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
@@ -341,10 +309,4 @@ void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
   kquant_tile<TraitsQ3K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
                          x_row_bytes, nr, nc);
 }
-void vec_dot_tile_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
-  kquant_tile<TraitsQ5K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
-                         x_row_bytes, nr, nc);
-}
-
 }  // namespace ember::avx512

@@ -1,4 +1,4 @@
-// The Q4_K / Q6_K quant unpacking and the 16 x 16 dword transpose shared by
+// The Q4_K / Q5_K / Q6_K quant unpacking and the 16 x 16 dword transpose shared by
 // the AVX-512 row-lane kernels (avx512/lanes_kquants.cpp) and token-lane
 // kernels (avx512/lanes_kquants_tokens.cpp). Include only from avx512/ files
 // (compiled with the AVX-512 flags). Pure register functions, no state.
@@ -25,6 +25,27 @@ inline void unpack_nibbles(const BlockQ4_K& b, __m512i u[4]) {
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j)
     u[j] = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(loadu(b.qs + 32 * j)), shifts), m4);
+}
+
+// The same for Q5_K (quants 0..31): the nibbles as Q4_K, bit 4 of element
+// 64j + l (l < 32) from bit 2j of qh[l], of 64j + 32 + l from bit 2j + 1.
+// One variable shift per half moves that bit to position 4 of its byte (no
+// bit reaches position 4 of a neighbouring byte), then a | (b & 0x10).
+inline void unpack_q5(const BlockQ5_K& b, __m512i u[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+  const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+  const __m512i qh = _mm512_broadcast_i64x4(loadu(b.qh));
+  auto halves = [](int lo, int hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<int16_t>(lo))),
+                              _mm256_set1_epi16(static_cast<int16_t>(hi)), 1);
+  };
+  const __m512i hb[4] = {_mm512_sllv_epi16(qh, halves(4, 3)), _mm512_sllv_epi16(qh, halves(2, 1)),
+                         _mm512_srlv_epi16(qh, halves(0, 1)), _mm512_srlv_epi16(qh, halves(2, 3))};
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(loadu(b.qs + 32 * j)), shifts), m4);
+    u[j] = _mm512_ternarylogic_epi32(nib, hb[j], m10, 0xF8);
+  }
 }
 
 // u[m] = the unsigned quants (0..63) of Q6_K elements 64m .. 64m + 63 in

@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/isa_kernels.h"
@@ -96,7 +97,7 @@ inline void transpose_quants(__m512i u[kR][4], __m512i* w) {
 // Q4_K: one super-block of 16 rows, transposed.
 struct alignas(64) PackedQ4K {
   __m512i w[64];  // w[8s + l] lane r: unsigned quants 32s + 4l .. + 3 of row r
-  __m512i sc[8];  // sc[s] lane r: i16 pair (sc_s, sc_s) of row r
+  __m512i sc[8];  // sc[s] lane r: i16 pair (sc_s, sc_s) of row r (Q5_K: sc_s as i32)
   __m512i mn[8];  // mn[s] lane r: i16 pair (m_s, m_s) of row r
   __m512 d, dmin;
 };
@@ -109,18 +110,24 @@ struct alignas(64) PackedQ6K {
   __m512 d;
 };
 
-struct TileQ4K {
-  using Block = BlockQ4_K;
+// Q4_K and Q5_K (kFive: quants 0..31; the same scales and mins). Q5_K's
+// 16-product half sub-block sums can pass 2^15, so its sub-block sums stay
+// i32 and are weighted with one vpmulld (sc[s] then holds the plain scale).
+template <bool kFive>
+struct TileScaleMin {
+  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   using Packed = PackedQ4K;
 
   static void pack(const uint8_t* w, size_t w_row_bytes, __m512i offsets, int nr, int64_t i, Packed& pk) {
-    // Scales: row r's 16 dwords [sc pairs s = 0..7 | min pairs s = 0..7].
+    // Scales: row r's 16 dwords [sc pairs s = 0..7 | min pairs s = 0..7]
+    // (Q5_K: plain sc).
     __m512i in[kR], out[kR];
     for (int r = 0; r < kR; ++r) {
       alignas(16) uint8_t sm[16];
       simd::unpack_k4_scales(block_at<Block>(w, w_row_bytes, nr, r, i)->scales, sm, sm + 8);
       const __m512i v = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)));
-      in[r] = _mm512_or_si512(v, _mm512_slli_epi32(v, 16));
+      const __m512i pairs = _mm512_or_si512(v, _mm512_slli_epi32(v, 16));
+      in[r] = kFive ? _mm512_mask_mov_epi32(pairs, 0x00FF, v) : pairs;
     }
     transpose16(in, out);
     for (int s = 0; s < 8; ++s) {
@@ -128,7 +135,12 @@ struct TileQ4K {
       pk.mn[s] = out[8 + s];
     }
     __m512i u[kR][4];
-    for (int r = 0; r < kR; ++r) unpack_nibbles(*block_at<Block>(w, w_row_bytes, nr, r, i), u[r]);
+    for (int r = 0; r < kR; ++r) {
+      if constexpr (kFive)
+        kq::unpack_q5(*block_at<Block>(w, w_row_bytes, nr, r, i), u[r]);
+      else
+        unpack_nibbles(*block_at<Block>(w, w_row_bytes, nr, r, i), u[r]);
+    }
     transpose_quants(u, pk.w);
     gather_f16_pair(w + static_cast<size_t>(i) * sizeof(Block), offsets, pk.d, pk.dmin);
   }
@@ -184,9 +196,13 @@ struct TileQ4K {
           }
         }
 #pragma GCC unroll 4
-        for (int c = 0; c < kT; ++c)
-          sumi[c] = _mm512_dpwssd_epi32(
-              sumi[c], _mm512_mask_blend_epi16(0xAAAAAAAA, a[c], _mm512_slli_epi32(b[c], 16)), p.sc[s]);
+        for (int c = 0; c < kT; ++c) {
+          if constexpr (kFive)
+            sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(_mm512_add_epi32(a[c], b[c]), p.sc[s]));
+          else
+            sumi[c] = _mm512_dpwssd_epi32(
+                sumi[c], _mm512_mask_blend_epi16(0xAAAAAAAA, a[c], _mm512_slli_epi32(b[c], 16)), p.sc[s]);
+        }
       }
 #pragma GCC unroll 4
       for (int c = 0; c < kT; ++c) {
@@ -198,6 +214,9 @@ struct TileQ4K {
     for (int c = 0; c < kT; ++c) out[c] = _mm512_sub_ps(acc[c], acc_m[c]);
   }
 };
+
+using TileQ4K = TileScaleMin<false>;
+using TileQ5K = TileScaleMin<true>;
 
 struct TileQ6K {
   using Block = BlockQ6_K;
@@ -358,8 +377,11 @@ inline __m256i weighted_sum8(const __m512i u[4], const int8_t* y, const __m512i 
 
 inline __m512i join(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
 
-struct RowsQ4K {
-  using Block = BlockQ4_K;
+// Q4_K and Q5_K (their 4-product lane sums fit i16 either way: 4 * 31 *
+// 128 < 2^15).
+template <bool kFive>
+struct RowsScaleMin {
+  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   static void prep(const Block& b, PreppedRow& p) {
     alignas(16) uint8_t sc[8], m[8];
     simd::unpack_k4_scales(b.scales, sc, m);
@@ -367,7 +389,10 @@ struct RowsQ4K {
                 kQ4KWords, p.sw);
     const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     p.mw = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)), dup));
-    unpack_nibbles(b, p.u);
+    if constexpr (kFive)
+      kq::unpack_q5(b, p.u);
+    else
+      unpack_nibbles(b, p.u);
   }
   // [a | b]: 8 lanes whose total is sumi, 8 whose total is summ.
   static __m512i dot(const PreppedRow& p, const BlockQ8_K& x) {
@@ -383,6 +408,9 @@ struct RowsQ4K {
     acc_m = _mm512_fmadd_ps(_mm512_cvtepi32_ps(b), _mm512_mul_ps(dmin, vxd), acc_m);
   }
 };
+
+using RowsQ4K = RowsScaleMin<false>;
+using RowsQ5K = RowsScaleMin<true>;
 
 struct RowsQ6K {
   using Block = BlockQ6_K;
@@ -488,11 +516,17 @@ void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 }  // namespace
 
 EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
+EMBER_LANES_K_ENTRIES(q5_K, RowsQ5K, TileQ5K)
 EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
 
 void vec_dot_few_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                  size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ4K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
+               nr, nc);
+}
+void vec_dot_few_lanes_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                 size_t x_row_bytes, int64_t nr, int nc) {
+  few<RowsQ5K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
 }
 void vec_dot_few_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,

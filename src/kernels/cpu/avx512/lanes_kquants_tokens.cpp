@@ -1,4 +1,4 @@
-// AVX-512 VNNI "token lanes" kernels for Q4_K and Q6_K x Q8_K: a few
+// AVX-512 VNNI "token lanes" kernels for Q4_K, Q5_K and Q6_K x Q8_K: a few
 // tokens (up to 16, one per zmm lane: batched decode of many sequences)
 // against any number of weight rows.
 //
@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "core/fp16.h"
 #include "kernels/cpu/avx512/kquants_unpack.h"
@@ -68,7 +69,7 @@ inline __m512i bcast(const uint8_t* p) { return _mm512_set1_epi32(static_cast<in
 // One weight row's super-block, unpacked for broadcasting.
 struct alignas(64) RowQ4K {
   uint8_t q[kQK_K];  // unsigned quants in element order
-  int32_t sc[8];     // (sc_s, sc_s) i16 pairs
+  int32_t sc[8];     // (sc_s, sc_s) i16 pairs (Q5_K: sc_s)
   int32_t mn[4];     // (m_2j, m_2j+1) i16 pairs
   float d, dmin;
 };
@@ -80,18 +81,25 @@ struct alignas(64) RowQ6K {
   float d;
 };
 
-struct TokQ4K {
-  using Block = BlockQ4_K;
+// Q4_K and Q5_K (kFive: quants 0..31, whose 16-product half sub-block sums
+// can pass 2^15: the sub-block sum stays i32 and is weighted with one
+// vpmulld; sc then holds the plain scales).
+template <bool kFive>
+struct TokScaleMin {
+  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   using Row = RowQ4K;
 
   static void prep(const Block& b, Row& r) {
     __m512i u[4];
-    kq::unpack_nibbles(b, u);
+    if constexpr (kFive)
+      kq::unpack_q5(b, u);
+    else
+      kq::unpack_nibbles(b, u);
     for (int j = 0; j < 4; ++j) _mm512_store_si512(r.q + 64 * j, u[j]);
     alignas(16) uint8_t sm[16];
     simd::unpack_k4_scales(b.scales, sm, sm + 8);
     const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm)));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(r.sc), _mm256_or_si256(v, _mm256_slli_epi32(v, 16)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(r.sc), kFive ? v : _mm256_or_si256(v, _mm256_slli_epi32(v, 16)));
     for (int j = 0; j < 4; ++j) r.mn[j] = sm[8 + 2 * j] | (sm[9 + 2 * j] << 16);
     r.d = f16_to_f32(b.d);
     r.dmin = f16_to_f32(b.dmin);
@@ -124,9 +132,13 @@ struct TokQ4K {
         }
       }
 #pragma GCC unroll 4
-      for (int p = 0; p < P; ++p)
-        sumi[p] = _mm512_dpwssd_epi32(sumi[p], _mm512_mask_blend_epi16(0xAAAAAAAA, a[p], _mm512_slli_epi32(b[p], 16)),
-                                      bcast(&rw[p].sc[s]));
+      for (int p = 0; p < P; ++p) {
+        if constexpr (kFive)
+          sumi[p] = _mm512_add_epi32(sumi[p], _mm512_mullo_epi32(_mm512_add_epi32(a[p], b[p]), bcast(&rw[p].sc[s])));
+        else
+          sumi[p] = _mm512_dpwssd_epi32(
+              sumi[p], _mm512_mask_blend_epi16(0xAAAAAAAA, a[p], _mm512_slli_epi32(b[p], 16)), bcast(&rw[p].sc[s]));
+      }
     }
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
@@ -136,6 +148,9 @@ struct TokQ4K {
     }
   }
 };
+
+using TokQ4K = TokScaleMin<false>;
+using TokQ5K = TokScaleMin<true>;
 
 struct TokQ6K {
   using Block = BlockQ6_K;
@@ -279,6 +294,11 @@ void pack_tokens_q8_K(int64_t, const void* x, size_t x_row_bytes, int nc, void* 
 void vec_dot_tokens_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
                                     const void* packed, int64_t nr, int nc) {
   tokens<TokQ4K>(n, s, lds, w, w_row_bytes, packed, nr, nc);
+}
+
+void vec_dot_tokens_lanes_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                    const void* packed, int64_t nr, int nc) {
+  tokens<TokQ5K>(n, s, lds, w, w_row_bytes, packed, nr, nc);
 }
 
 void vec_dot_tokens_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
