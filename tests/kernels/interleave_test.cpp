@@ -48,7 +48,7 @@ TEST(Interleave, TypesAreInMemoryOnly) {
   EXPECT_FALSE(dtype_from_name("q4_K_r16", &d));
   EXPECT_FALSE(interleave_pays(DType::kQ4_K, 40));  // rows not a multiple of 16
   EXPECT_FALSE(interleave_pays(DType::kQ5_K, 64));  // no layout
-  EXPECT_EQ(interleave_pays(DType::kQ4_K, 64), active_isa() == Isa::kAvx512);
+  EXPECT_EQ(interleave_pays(DType::kQ4_K, 64), active_isa() >= Isa::kAvx2);
 }
 
 TEST(Interleave, Q4KLayoutAsDocumented) {
@@ -138,7 +138,10 @@ TEST_P(Interleaved, KernelsRegistered) {
   EXPECT_NE(k.vec_dot_rows, nullptr);
   EXPECT_NE(k.vec_dot_tile, nullptr);
   EXPECT_EQ(k.tile_rows % 16, 0);
-  EXPECT_EQ(k.interleaved_native, isa() == Isa::kAvx512);
+  // Native kernels: every type at AVX-512; the K-quants at AVX2 (decode and
+  // tile, each 8-row half of a group packed without transposes).
+  const bool kquant = base() == DType::kQ4_K || base() == DType::kQ6_K;
+  EXPECT_EQ(k.interleaved_native, isa() == Isa::kAvx512 || (isa() == Isa::kAvx2 && kquant));
   // Q4_0 / Q5_0 / Q8_0 at AVX-512: above few_max tokens the token-lane form
   // (activations packed once per matmul), which MatmulMatchesBaseType's 17,
   // 33, 70 and 300 tokens go through.

@@ -105,6 +105,16 @@ constexpr int kLaneKTileCols = 64;
 EMBER_DECLARE_LANES_K(q4_K)
 EMBER_DECLARE_LANES_K(q5_K)
 EMBER_DECLARE_LANES_K(q6_K)
+// The interleaved Q4_K_R16 / Q6_K_R16 layouts (kernels/interleave.h), the
+// same arithmetic: decode over whole 16-row groups (one sequential stream per
+// group) and the tile of one group x up to kInterleavedTileCols tokens, each
+// 8-row half packed from the layout without transposes.
+void vec_dot_rows_r16_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_rows_r16_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                size_t x_row_bytes, int nr, int nc);
 
 // Activation quantizers (bit-identical to the scalar reference).
 void quantize_row_q8_0(const float* x, void* y, int64_t n);

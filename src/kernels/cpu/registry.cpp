@@ -241,6 +241,25 @@ Table build_table() {
   if (max >= Isa::kAvx512) fill_avx512(t);
   inherit_lower_levels(t);
   fill_interleaved(t, max);
+  if (max >= Isa::kAvx2) {
+    // AVX2: native decode and tile over the interleaved K-quant layouts (no
+    // few-token or token-lane forms: 2+ tokens take the tile).
+    struct Native {
+      DType type;
+      VecDotRowsFn rows;
+      VecDotTileFn tile;
+    };
+    const Native natives[] = {
+        {DType::kQ4_K_R16, avx2::vec_dot_rows_r16_q4_K_q8_K, avx2::vec_dot_tile_r16_q4_K_q8_K},
+        {DType::kQ6_K_R16, avx2::vec_dot_rows_r16_q6_K_q8_K, avx2::vec_dot_tile_r16_q6_K_q8_K},
+    };
+    for (const Native& n : natives) {
+      KernelSet& k = at(t, n.type, Isa::kAvx2);
+      k.vec_dot_rows = n.rows;
+      k.vec_dot_tile = n.tile;
+      k.interleaved_native = true;
+    }
+  }
   if (max >= Isa::kAvx512) {
     struct Native {
       DType type;

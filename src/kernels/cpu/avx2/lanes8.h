@@ -23,6 +23,11 @@ inline __m256i chain(__m256i v) {
   return v;
 }
 
+// Word pairs (v, v) of each dword lane's low 16 bits (sign kept).
+inline __m256i dup_words(__m256i v) {
+  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+}
+
 // Out[k] lane r = in[r] dword k (8 x 8 dword transpose).
 inline void transpose8(const __m256i in[8], __m256i out[8]) {
   __m256i t[8], u[8];

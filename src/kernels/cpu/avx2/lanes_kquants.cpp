@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "kernels/cpu/avx2/lanes8.h"
+#include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/lanes_kquants_common.h"
 #include "kernels/cpu/simd.h"
@@ -49,6 +50,7 @@ namespace {
 using lanes::block_at;
 using lanes8::bcast32;
 using lanes8::chain;
+using lanes8::dup_words;
 using lanes8::reduce8;
 using lanes8::row_offsets;
 using lanes8::transpose8;
@@ -122,10 +124,6 @@ inline void transpose_quants(__m256i u[kR][8], __m256i* w) {
   }
 }
 
-// Word pairs (v, v) of each dword lane's low 16 bits (sign kept).
-inline __m256i dup_words(__m256i v) {
-  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
-}
 
 struct alignas(32) PackedQ4K {
   __m256i w[64];  // w[8s + l] lane r: unsigned quants 32s + 4l .. + 3 of row r
@@ -173,8 +171,42 @@ struct TileScaleMin {
     gather_f16_pair(w + static_cast<size_t>(i) * sizeof(Block), offsets, pk.d, pk.dmin);
   }
 
-  // Tokens xc[0 .. kT) against the packed rows: out[c] lane r = result.
-  static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[kT], __m256 out[kT]) {
+  // The same from rows 8 * half .. + 7 of the Q4_K_R16 super-block at p
+  // (kernels/interleave.h; Q4_K only): nibble splits and scale unpacking, no
+  // transposes (a 64-byte vector of the layout is lane r = row r for 16
+  // rows: its 32-byte half `half` is this form's vector).
+  static void pack_r16(const uint8_t* p, int half, Packed& pk) {
+    static_assert(!kFive, "Q5_K has no interleaved layout");
+    const size_t h = 32 * static_cast<size_t>(half);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 8
+    for (int c = 0; c < 32; ++c) {  // qs dword c: elements 64j + 4l .. (low), 64j + 32 + 4l .. (high)
+      const __m256i q = loadu(p + 256 + 64 * c + h);
+      const int j = c / 8, l = c % 8;
+      pk.w[8 * (2 * j) + l] = _mm256_and_si256(q, m4);
+      pk.w[8 * (2 * j + 1) + l] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    }
+    // Scales as simd::unpack_k4_scales, per lane: sc 0..3 | 4..7, m 0..3 | 4..7.
+    const __m256i a0 = loadu(p + 64 + h), a1 = loadu(p + 128 + h), a2 = loadu(p + 192 + h);
+    const __m256i m6 = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i sc[2] = {_mm256_and_si256(a0, m6),
+                           _mm256_or_si256(_mm256_and_si256(a2, m4), _mm256_and_si256(_mm256_srli_epi16(a0, 2), m30))};
+    const __m256i mn[2] = {_mm256_and_si256(a1, m6), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a2, 4), m4),
+                                                                     _mm256_and_si256(_mm256_srli_epi16(a1, 2), m30))};
+    const __m256i b0 = _mm256_set1_epi32(0xFF);
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) {
+      const __m128i sh = _mm_cvtsi32_si128(8 * (t % 4));
+      pk.sc[t] = dup_words(_mm256_and_si256(_mm256_srl_epi32(sc[t / 4], sh), b0));
+      pk.mn[t] = dup_words(_mm256_and_si256(_mm256_srl_epi32(mn[t / 4], sh), b0));
+    }
+    pk.d = _mm256_cvtph_ps(loadu128(p + 16 * half));
+    pk.dmin = _mm256_cvtph_ps(loadu128(p + 32 + 16 * half));
+  }
+
+  // Tokens xc[0 .. NT) against the packed rows: out[c] lane r = result.
+  template <int kT>
+  static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[], __m256 out[]) {
     __m256 acc[kT], acc_m[kT];
     for (int c = 0; c < kT; ++c) acc[c] = acc_m[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
@@ -247,7 +279,37 @@ struct TileQ6K {
     gather_f16_pair(w + static_cast<size_t>(i) * sizeof(Block) + offsetof(Block, d) - 2, offsets, unused, pk.d);
   }
 
-  static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[kT], __m256 out[kT]) {
+  // The same from rows 8 * half .. + 7 of the Q6_K_R16 super-block at p.
+  static void pack_r16(const uint8_t* p, int half, Packed& pk) {
+    const size_t h = 32 * static_cast<size_t>(half);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 2
+    for (int hh = 0; hh < 2; ++hh)
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        // Elements 128 hh + 32 e + 4k .. + 3 (e = 0..3): group 8 hh + 2 e + k / 4, dword k % 4.
+        const __m256i l0 = loadu(p + 288 + 64 * (16 * hh + k) + h), l1 = loadu(p + 288 + 64 * (16 * hh + 8 + k) + h);
+        const __m256i qh = loadu(p + 2336 + 64 * (8 * hh + k) + h);
+        const __m256i e[4] = {
+            _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+            _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30))};
+        for (int q = 0; q < 4; ++q) pk.w[4 * (8 * hh + 2 * q + k / 4) + k % 4] = e[q];
+      }
+    __m256i t[16];
+    for (int g = 0; g < 16; ++g)
+      t[g] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 32 + 16 * g + 8 * half)));
+    const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+    for (int g = 0; g < 16; ++g) pk.sc[g] = dup_words(t[g]);
+    for (int k = 0; k < 8; ++k)
+      pk.scp[k] = _mm256_or_si256(_mm256_and_si256(t[2 * k], lo16), _mm256_slli_epi32(t[2 * k + 1], 16));
+    pk.d = _mm256_cvtph_ps(loadu128(p + 16 * half));
+  }
+
+  template <int kT>
+  static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[], __m256 out[]) {
     __m256 acc[kT];
     for (int c = 0; c < kT; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
@@ -284,21 +346,18 @@ struct TileQ6K {
   }
 };
 
+// The packed super-blocks of one 8-row group against nc tokens, kT at a
+// time: lanes r < nr of the results to s[c * lds + r].
 template <class T>
-void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
-          size_t x_row_bytes, int nr, int nc) {
-  const int64_t nb = n / kQK_K;
-  thread_local std::vector<typename T::Packed> packed;
-  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
-  const __m256i offsets = row_offsets(w_row_bytes, nr);
-  for (int64_t i = 0; i < nb; ++i) T::pack(w, w_row_bytes, offsets, nr, i, packed[static_cast<size_t>(i)]);
+void tokens_over_packed(const typename T::Packed* packed, int64_t nb, float* s, int64_t lds, const uint8_t* x,
+                        size_t x_row_bytes, int nc, int nr) {
   for (int t0 = 0; t0 < nc; t0 += kT) {
     const int gt = std::min(kT, nc - t0);
     const BlockQ8_K* xc[kT];
     for (int c = 0; c < kT; ++c)
       xc[c] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t0 + std::min(c, gt - 1)) * x_row_bytes);
     __m256 out[kT];
-    T::group(packed.data(), nb, xc, out);
+    T::template group<kT>(packed, nb, xc, out);
     for (int c = 0; c < gt; ++c) {
       float* dst = s + (t0 + c) * lds;
       if (nr == kR) {
@@ -311,6 +370,36 @@ void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes
     }
   }
 }
+
+template <class T>
+void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
+          size_t x_row_bytes, int nr, int nc) {
+  const int64_t nb = n / kQK_K;
+  thread_local std::vector<typename T::Packed> packed;
+  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
+  const __m256i offsets = row_offsets(w_row_bytes, nr);
+  for (int64_t i = 0; i < nb; ++i) T::pack(w, w_row_bytes, offsets, nr, i, packed[static_cast<size_t>(i)]);
+  tokens_over_packed<T>(packed.data(), nb, s, lds, x, x_row_bytes, nc, nr);
+}
+
+// ---- the interleaved layouts (kernels/interleave.h): 16-row groups ----
+
+constexpr int kG16 = 16;  // rows per interleaved group: two 8-row halves here
+
+// The tile over one interleaved group (nr == 16): each half packed from the
+// layout (no transposes), then the row-lane register passes.
+template <class T>
+void tile_r16(int64_t n, float* s, int64_t lds, const uint8_t* w, const uint8_t* x, size_t x_row_bytes, int nc) {
+  const int64_t nb = n / kQK_K;
+  thread_local std::vector<typename T::Packed> packed;
+  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
+  for (int half = 0; half < 2; ++half) {
+    for (int64_t i = 0; i < nb; ++i)
+      T::pack_r16(w + static_cast<size_t>(i) * kG16 * sizeof(typename T::Block), half, packed[static_cast<size_t>(i)]);
+    tokens_over_packed<T>(packed.data(), nb, s + kR * half, lds, x, x_row_bytes, nc, kR);
+  }
+}
+
 
 // ---- decode: one token over 8-row groups ----
 
@@ -397,11 +486,14 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
     const __m256i offsets = row_offsets(w_row_bytes, gr);
     __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
-    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb);
+    // The next group's bytes, a share per row of each super-block: a share per
+    // super-block (18 lines at once for 2048-wide Q4_K) filled the line fill
+    // buffers and stalled on the prefetches (45% of the decode cycles in perf).
+    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * kR);
     for (int64_t i = 0; i < nb; ++i) {
       __m256i va[kR], vm[kR];
-      pf.step();  // the next group's bytes, a share per super-block
       for (int r = 0; r < kR; ++r) {
+        pf.step();
         if (r >= gr) {  // rows past the group's end: zero sums, not stored
           va[r] = vm[r] = _mm256_setzero_si256();
           continue;
@@ -428,5 +520,14 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
 EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
 EMBER_LANES_K_ENTRIES(q5_K, RowsQ5K, TileQ5K)
 EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
+
+void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
+                                size_t x_row_bytes, int, int nc) {
+  tile_r16<TileQ4K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
+}
+void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
+                                size_t x_row_bytes, int, int nc) {
+  tile_r16<TileQ6K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
+}
 
 }  // namespace ember::avx2
