@@ -243,7 +243,7 @@ Table build_table() {
   fill_interleaved(t, max);
   if (max >= Isa::kAvx2) {
     // AVX2: native decode and tile over the interleaved K-quant layouts (no
-    // few-token or token-lane forms: 2+ tokens take the tile).
+    // few-token or token-lane forms: 2+ tokens take the tile) ...
     struct Native {
       DType type;
       VecDotRowsFn rows;
@@ -257,6 +257,26 @@ Table build_table() {
       KernelSet& k = at(t, n.type, Isa::kAvx2);
       k.vec_dot_rows = n.rows;
       k.vec_dot_tile = n.tile;
+      k.interleaved_native = true;
+    }
+    // Q4_0 / Q8_0: decode and, from two tokens, the token-lane form (the
+    // plain types' pack); the generic tile stays for direct tile calls.
+    struct NativeLegacy {
+      DType type;
+      VecDotRowsFn rows;
+      VecDotTokensFn tokens;
+      PackTokensFn pack;
+    };
+    const NativeLegacy legacy_natives[] = {
+        {DType::kQ4_0_R16, avx2::vec_dot_rows_r16_q4_0_q8_0, avx2::vec_dot_tokens_r16_q4_0_q8_0,
+         avx2::pack_tokens_q4_0_q8_0},
+        {DType::kQ8_0_R16, avx2::vec_dot_rows_r16_q8_0_q8_0, avx2::vec_dot_tokens_r16_q8_0_q8_0,
+         avx2::pack_tokens_q8_0_q8_0},
+    };
+    for (const NativeLegacy& n : legacy_natives) {
+      KernelSet& k = at(t, n.type, Isa::kAvx2);
+      k.vec_dot_rows = n.rows;
+      set_tokens(k, n.tokens, n.pack, avx2::tokens_pack_bytes_legacy, 2, 1 << 30);
       k.interleaved_native = true;
     }
   }

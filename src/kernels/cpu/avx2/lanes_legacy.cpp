@@ -152,6 +152,37 @@ void transpose_chunk(const uint8_t* w, size_t w_row_bytes, int nr, int64_t b0, i
   }
 }
 
+// ---- the interleaved Q4_0_R16 / Q8_0_R16 layouts (kernels/interleave.h) ----
+// A 64-byte vector of a block holds the same dword of 16 rows: its 32-byte
+// half `half` is this form's vector for rows 8 half .. + 7 (no transposes).
+constexpr int kG = 16;  // rows per interleaved group
+template <Legacy K>
+constexpr size_t kR16Block = kG * sizeof(typename Type<K>::Block);  // 288 / 544 bytes
+
+// Blocks [b0, b0 + jn) of rows 8 half .. + 7 of the interleaved group at gp into g.
+template <Legacy K>
+void unpack_chunk_r16(const uint8_t* gp, int half, int64_t b0, int jn, GroupChunk<K>& g) {
+  static_assert(K != Legacy::kQ5_0, "Q5_0_R16 has no AVX2 kernels");
+  const size_t h = 32 * static_cast<size_t>(half);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int j = 0; j < jn; ++j) {
+    const uint8_t* p = gp + static_cast<size_t>(b0 + j) * kR16Block<K>;
+    _mm256_store_ps(g.d[j], _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half))));
+    if constexpr (K == Legacy::kQ4_0) {
+      for (int c = 0; c < 4; ++c) {  // qs dword c: elements 4c .. (low nibbles), 16 + 4c .. (high)
+        const __m256i q = loadu(p + 32 + 64 * c + h);
+        g.q[j][c] = _mm256_and_si256(q, m4);
+        g.q[j][4 + c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      }
+    } else {
+      for (int c = 0; c < 8; ++c) {
+        g.sq[j][c] = loadu(p + 32 + 64 * c + h);
+        g.q[j][c] = _mm256_abs_epi8(g.sq[j][c]);
+      }
+    }
+  }
+}
+
 // Exact isum (before the seed) of the group's 8 rows for one token's block
 // (activation quants at xq): lane r = row r.
 template <Legacy K>
@@ -249,7 +280,7 @@ void chunk_tokens(const GroupChunk<K>& g, int jn, const TokenBlocks& tb, int64_t
 // vec_dot_tokens: tokens in blocks of kTokBlock (outer: their packed
 // activations stay in L2 while the rows stream), rows in 8-row groups, each
 // group transposed kChunk blocks at a time.
-template <Legacy K>
+template <Legacy K, bool kR16 = false>
 void tokens(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* packed,
             int64_t nr, int nc) {
   const int64_t nb = n / kQK;
@@ -262,7 +293,11 @@ void tokens(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_byt
       const int rows = static_cast<int>(std::min<int64_t>(kR, nr - r0));
       for (int64_t b0 = 0; b0 < nb; b0 += kChunk) {
         const int jn = static_cast<int>(std::min<int64_t>(kChunk, nb - b0));
-        transpose_chunk<K>(w + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, rows, b0, jn, g);
+        if constexpr (kR16)  // nr is a multiple of 16: whole halves
+          unpack_chunk_r16<K>(w + static_cast<size_t>(r0 / kG * kG) * w_row_bytes, static_cast<int>(r0 / kR % 2), b0,
+                              jn, g);
+        else
+          transpose_chunk<K>(w + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, rows, b0, jn, g);
         chunk_tokens<K>(g, jn, tb, b0, c0, count, b0 == 0, b0 + kChunk >= nb, acc, s + c0 * lds + r0, lds, rows);
       }
     }
@@ -339,6 +374,66 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
   }
 }
 
+// Decode over whole interleaved groups (nr a multiple of 16): each group one
+// sequential stream (the next prefetched into L2 a share per block, also
+// past the call's rows), each activation broadcast serving both halves.
+template <Legacy K>
+void rows_r16(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const BlockQ8_0* x, int64_t nr) {
+  static_assert(K != Legacy::kQ5_0, "Q5_0_R16 has no AVX2 kernels");
+  const int64_t nb = n / kQK;
+  const size_t group_bytes = kG * w_row_bytes;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int64_t g0 = 0; g0 < nr; g0 += kG) {
+    const uint8_t* gp = w + static_cast<size_t>(g0) * w_row_bytes;
+    auto pf = lanes::GroupPrefetch(gp + group_bytes, group_bytes, nb);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; ++b) {
+      pf.step();
+      const uint8_t* p = gp + static_cast<size_t>(b) * kR16Block<K>;
+      const int8_t* xq = x[b].qs;
+      __m256i is[2];
+      if constexpr (K == Legacy::kQ4_0) {
+        __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+          const __m256i xl = bcast32(xq + 4 * c), xh = bcast32(xq + 16 + 4 * c);
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            const __m256i q = loadu(p + 32 + 64 * c + 32 * h);
+            s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(_mm256_and_si256(q, m4), xl));
+            s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), xh));
+          }
+        }
+        // The offset: -8 * sum(x_b), the same for every row.
+        const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), loadu(xq)), ones);
+        const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        const __m128i s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+        const __m256i seed = _mm256_set1_epi32(-8 * (_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 1)));
+        for (int h = 0; h < 2; ++h) is[h] = _mm256_add_epi32(_mm256_madd_epi16(s16[h], ones), seed);
+      } else {
+        is[0] = is[1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+          const __m256i xc = bcast32(xq + 4 * c);
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            const __m256i q = loadu(p + 32 + 64 * c + 32 * h);
+            const __m256i pr = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xc, q));
+            is[h] = _mm256_add_epi32(is[h], _mm256_madd_epi16(pr, ones));
+          }
+        }
+      }
+      const __m256 dx = _mm256_set1_ps(simd::load_f16(x[b].d));
+      for (int h = 0; h < 2; ++h) {
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[h]), _mm256_mul_ps(dw, dx), acc[h]);
+      }
+    }
+    pf.finish();
+    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(s + g0 + kR * h, acc[h]);
+  }
+}
+
 }  // namespace
 
 // ---- entry points ----
@@ -371,6 +466,23 @@ EMBER_AVX2_LEGACY_LANES(q4_0, kQ4_0, 8)
 EMBER_AVX2_LEGACY_LANES(q5_0, kQ5_0, 16)
 EMBER_AVX2_LEGACY_LANES(q8_0, kQ8_0, 0)
 #undef EMBER_AVX2_LEGACY_LANES
+
+void vec_dot_rows_r16_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+  rows_r16<Legacy::kQ4_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);
+}
+void vec_dot_rows_r16_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+  rows_r16<Legacy::kQ8_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);
+}
+void vec_dot_tokens_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                  const void* packed, int64_t nr, int nc) {
+  tokens<Legacy::kQ4_0, true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,
+                              static_cast<const uint8_t*>(packed), nr, nc);
+}
+void vec_dot_tokens_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                  const void* packed, int64_t nr, int nc) {
+  tokens<Legacy::kQ8_0, true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,
+                              static_cast<const uint8_t*>(packed), nr, nc);
+}
 
 size_t tokens_pack_bytes_legacy(int64_t n, int nc) { return static_cast<size_t>(n / kQK) * pack_stride(nc); }
 
