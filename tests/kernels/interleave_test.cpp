@@ -138,9 +138,9 @@ TEST_P(Interleaved, KernelsRegistered) {
   EXPECT_NE(k.vec_dot_rows, nullptr);
   EXPECT_NE(k.vec_dot_tile, nullptr);
   EXPECT_EQ(k.tile_rows % 16, 0);
-  // Native kernels: every type at AVX-512; all but Q5_0 at AVX2 (decode and
-  // tile / token lanes, each 8-row half of a group read without transposes).
-  EXPECT_EQ(k.interleaved_native, isa() == Isa::kAvx512 || (isa() == Isa::kAvx2 && base() != DType::kQ5_0));
+  // Native kernels at AVX-512 and AVX2 (decode and tile / token lanes, at
+  // AVX2 each 8-row half of a group read without transposes).
+  EXPECT_EQ(k.interleaved_native, isa() >= Isa::kAvx2);
   // Q4_0 / Q5_0 / Q8_0 at AVX-512: above few_max tokens the token-lane form
   // (activations packed once per matmul), which MatmulMatchesBaseType's 17,
   // 33, 70 and 300 tokens go through.

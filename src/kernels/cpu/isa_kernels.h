@@ -70,11 +70,14 @@ EMBER_DECLARE_AVX2_LEGACY(q5_0)
 EMBER_DECLARE_AVX2_LEGACY(q8_0)
 #undef EMBER_DECLARE_AVX2_LEGACY
 size_t tokens_pack_bytes_legacy(int64_t n, int nc);
-// The interleaved Q4_0_R16 / Q8_0_R16 layouts, the same arithmetic: decode
+// The interleaved Q4_0_R16 / Q5_0_R16 / Q8_0_R16 layouts, the same arithmetic: decode
 // over whole 16-row groups and the token-lane form (nr a multiple of 16),
 // each 8-row half read from the layout without transposes.
 void vec_dot_rows_r16_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_rows_r16_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_r16_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+void vec_dot_tokens_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                  const void* packed, int64_t nr, int nc);
 void vec_dot_tokens_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
                                   const void* packed, int64_t nr, int nc);
 void vec_dot_tokens_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,

@@ -259,7 +259,7 @@ Table build_table() {
       k.vec_dot_tile = n.tile;
       k.interleaved_native = true;
     }
-    // Q4_0 / Q8_0: decode and, from two tokens, the token-lane form (the
+    // Q4_0 / Q5_0 / Q8_0: decode and, from two tokens, the token-lane form (the
     // plain types' pack); the generic tile stays for direct tile calls.
     struct NativeLegacy {
       DType type;
@@ -270,6 +270,8 @@ Table build_table() {
     const NativeLegacy legacy_natives[] = {
         {DType::kQ4_0_R16, avx2::vec_dot_rows_r16_q4_0_q8_0, avx2::vec_dot_tokens_r16_q4_0_q8_0,
          avx2::pack_tokens_q4_0_q8_0},
+        {DType::kQ5_0_R16, avx2::vec_dot_rows_r16_q5_0_q8_0, avx2::vec_dot_tokens_r16_q5_0_q8_0,
+         avx2::pack_tokens_q5_0_q8_0},
         {DType::kQ8_0_R16, avx2::vec_dot_rows_r16_q8_0_q8_0, avx2::vec_dot_tokens_r16_q8_0_q8_0,
          avx2::pack_tokens_q8_0_q8_0},
     };

@@ -152,32 +152,50 @@ void transpose_chunk(const uint8_t* w, size_t w_row_bytes, int nr, int64_t b0, i
   }
 }
 
-// ---- the interleaved Q4_0_R16 / Q8_0_R16 layouts (kernels/interleave.h) ----
+// ---- the interleaved Q4_0_R16 / Q5_0_R16 / Q8_0_R16 layouts (kernels/interleave.h) ----
 // A 64-byte vector of a block holds the same dword of 16 rows: its 32-byte
 // half `half` is this form's vector for rows 8 half .. + 7 (no transposes).
 constexpr int kG = 16;  // rows per interleaved group
 template <Legacy K>
-constexpr size_t kR16Block = kG * sizeof(typename Type<K>::Block);  // 288 / 544 bytes
+constexpr size_t kR16Block = kG * sizeof(typename Type<K>::Block);  // 288 / 352 / 544 bytes
+
+// Q4_0 / Q5_0: the unsigned quants of qs dword c of rows 8 half .. + 7 of
+// the block at p: lo = elements 4c .. 4c + 3, hi = 16 + 4c .. (Q5_0: the fifth
+// bit from the layout's masks c and 4 + c, bits 32 half .. + 31 = this
+// half's bytes).
+template <Legacy K>
+inline void r16_quants(const uint8_t* p, int half, int c, __m256i& lo, __m256i& hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  constexpr size_t kQs = K == Legacy::kQ5_0 ? 96 : 32;
+  const __m256i q = loadu(p + kQs + 64 * c + 32 * half);
+  lo = _mm256_and_si256(q, m4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+  if constexpr (K == Legacy::kQ5_0) {
+    const __m256i b4 = _mm256_set1_epi8(0x10);
+    lo = _mm256_or_si256(lo, _mm256_and_si256(simd::bits_to_bytes_mask(simd::load_u32(p + 32 + 8 * c + 4 * half)), b4));
+    hi = _mm256_or_si256(
+        hi, _mm256_and_si256(simd::bits_to_bytes_mask(simd::load_u32(p + 32 + 8 * (4 + c) + 4 * half)), b4));
+  }
+}
 
 // Blocks [b0, b0 + jn) of rows 8 half .. + 7 of the interleaved group at gp into g.
 template <Legacy K>
 void unpack_chunk_r16(const uint8_t* gp, int half, int64_t b0, int jn, GroupChunk<K>& g) {
-  static_assert(K != Legacy::kQ5_0, "Q5_0_R16 has no AVX2 kernels");
   const size_t h = 32 * static_cast<size_t>(half);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int j = 0; j < jn; ++j) {
     const uint8_t* p = gp + static_cast<size_t>(b0 + j) * kR16Block<K>;
     _mm256_store_ps(g.d[j], _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half))));
-    if constexpr (K == Legacy::kQ4_0) {
-      for (int c = 0; c < 4; ++c) {  // qs dword c: elements 4c .. (low nibbles), 16 + 4c .. (high)
-        const __m256i q = loadu(p + 32 + 64 * c + h);
-        g.q[j][c] = _mm256_and_si256(q, m4);
-        g.q[j][4 + c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      }
-    } else {
+    if constexpr (K == Legacy::kQ8_0) {
       for (int c = 0; c < 8; ++c) {
         g.sq[j][c] = loadu(p + 32 + 64 * c + h);
         g.q[j][c] = _mm256_abs_epi8(g.sq[j][c]);
+      }
+    } else {
+      for (int c = 0; c < 4; ++c) {  // qs dword c: elements 4c .. (low nibbles), 16 + 4c .. (high)
+        __m256i lo, hi;
+        r16_quants<K>(p, half, c, lo, hi);
+        g.q[j][c] = lo;
+        g.q[j][4 + c] = hi;
       }
     }
   }
@@ -379,10 +397,9 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
 // past the call's rows), each activation broadcast serving both halves.
 template <Legacy K>
 void rows_r16(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const BlockQ8_0* x, int64_t nr) {
-  static_assert(K != Legacy::kQ5_0, "Q5_0_R16 has no AVX2 kernels");
   const int64_t nb = n / kQK;
   const size_t group_bytes = kG * w_row_bytes;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t g0 = 0; g0 < nr; g0 += kG) {
     const uint8_t* gp = w + static_cast<size_t>(g0) * w_row_bytes;
     auto pf = lanes::GroupPrefetch(gp + group_bytes, group_bytes, nb);
@@ -392,24 +409,29 @@ void rows_r16(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const B
       const uint8_t* p = gp + static_cast<size_t>(b) * kR16Block<K>;
       const int8_t* xq = x[b].qs;
       __m256i is[2];
-      if constexpr (K == Legacy::kQ4_0) {
-        __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      if constexpr (K != Legacy::kQ8_0) {
+        // lo / hi nibble pieces in separate i16 sums (Q5_0: 4 pieces, <= 8 * 31 * 128).
+        __m256i s16[2][2] = {{_mm256_setzero_si256(), _mm256_setzero_si256()},
+                             {_mm256_setzero_si256(), _mm256_setzero_si256()}};
 #pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {
           const __m256i xl = bcast32(xq + 4 * c), xh = bcast32(xq + 16 + 4 * c);
 #pragma GCC unroll 2
           for (int h = 0; h < 2; ++h) {
-            const __m256i q = loadu(p + 32 + 64 * c + 32 * h);
-            s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(_mm256_and_si256(q, m4), xl));
-            s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), xh));
+            __m256i lo, hi;
+            r16_quants<K>(p, h, c, lo, hi);
+            s16[h][0] = _mm256_add_epi16(s16[h][0], _mm256_maddubs_epi16(lo, xl));
+            s16[h][1] = _mm256_add_epi16(s16[h][1], _mm256_maddubs_epi16(hi, xh));
           }
         }
-        // The offset: -8 * sum(x_b), the same for every row.
+        // The offset: -offset * sum(x_b), the same for every row.
         const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), loadu(xq)), ones);
         const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
         const __m128i s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-        const __m256i seed = _mm256_set1_epi32(-8 * (_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 1)));
-        for (int h = 0; h < 2; ++h) is[h] = _mm256_add_epi32(_mm256_madd_epi16(s16[h], ones), seed);
+        const __m256i seed = _mm256_set1_epi32(-Type<K>::kOffset * (_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 1)));
+        for (int h = 0; h < 2; ++h)
+          is[h] = _mm256_add_epi32(
+              _mm256_add_epi32(_mm256_madd_epi16(s16[h][0], ones), _mm256_madd_epi16(s16[h][1], ones)), seed);
       } else {
         is[0] = is[1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -469,6 +491,14 @@ EMBER_AVX2_LEGACY_LANES(q8_0, kQ8_0, 0)
 
 void vec_dot_rows_r16_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows_r16<Legacy::kQ4_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);
+}
+void vec_dot_rows_r16_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+  rows_r16<Legacy::kQ5_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);
+}
+void vec_dot_tokens_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                  const void* packed, int64_t nr, int nc) {
+  tokens<Legacy::kQ5_0, true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,
+                              static_cast<const uint8_t*>(packed), nr, nc);
 }
 void vec_dot_rows_r16_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows_r16<Legacy::kQ8_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);
