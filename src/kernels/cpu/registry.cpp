@@ -242,43 +242,31 @@ Table build_table() {
   inherit_lower_levels(t);
   fill_interleaved(t, max);
   if (max >= Isa::kAvx2) {
-    // AVX2: native decode and tile over the interleaved K-quant layouts (no
-    // few-token or token-lane forms: 2+ tokens take the tile) ...
+    // AVX2: native decode over every interleaved layout; 2+ tokens take the
+    // native tile (K-quants) or the token-lane form (Q4_0 / Q5_0 / Q8_0, the
+    // plain types' pack; their generic tile stays for direct tile calls).
     struct Native {
       DType type;
       VecDotRowsFn rows;
-      VecDotTileFn tile;
+      VecDotTileFn tile;       // null: keep the generic tile
+      VecDotTokensFn tokens;   // null: none
+      PackTokensFn pack;
     };
     const Native natives[] = {
-        {DType::kQ4_K_R16, avx2::vec_dot_rows_r16_q4_K_q8_K, avx2::vec_dot_tile_r16_q4_K_q8_K},
-        {DType::kQ6_K_R16, avx2::vec_dot_rows_r16_q6_K_q8_K, avx2::vec_dot_tile_r16_q6_K_q8_K},
+        {DType::kQ4_K_R16, avx2::vec_dot_rows_r16_q4_K_q8_K, avx2::vec_dot_tile_r16_q4_K_q8_K, nullptr, nullptr},
+        {DType::kQ6_K_R16, avx2::vec_dot_rows_r16_q6_K_q8_K, avx2::vec_dot_tile_r16_q6_K_q8_K, nullptr, nullptr},
+        {DType::kQ4_0_R16, avx2::vec_dot_rows_r16_q4_0_q8_0, nullptr, avx2::vec_dot_tokens_r16_q4_0_q8_0,
+         avx2::pack_tokens_q4_0_q8_0},
+        {DType::kQ5_0_R16, avx2::vec_dot_rows_r16_q5_0_q8_0, nullptr, avx2::vec_dot_tokens_r16_q5_0_q8_0,
+         avx2::pack_tokens_q5_0_q8_0},
+        {DType::kQ8_0_R16, avx2::vec_dot_rows_r16_q8_0_q8_0, nullptr, avx2::vec_dot_tokens_r16_q8_0_q8_0,
+         avx2::pack_tokens_q8_0_q8_0},
     };
     for (const Native& n : natives) {
       KernelSet& k = at(t, n.type, Isa::kAvx2);
       k.vec_dot_rows = n.rows;
-      k.vec_dot_tile = n.tile;
-      k.interleaved_native = true;
-    }
-    // Q4_0 / Q5_0 / Q8_0: decode and, from two tokens, the token-lane form (the
-    // plain types' pack); the generic tile stays for direct tile calls.
-    struct NativeLegacy {
-      DType type;
-      VecDotRowsFn rows;
-      VecDotTokensFn tokens;
-      PackTokensFn pack;
-    };
-    const NativeLegacy legacy_natives[] = {
-        {DType::kQ4_0_R16, avx2::vec_dot_rows_r16_q4_0_q8_0, avx2::vec_dot_tokens_r16_q4_0_q8_0,
-         avx2::pack_tokens_q4_0_q8_0},
-        {DType::kQ5_0_R16, avx2::vec_dot_rows_r16_q5_0_q8_0, avx2::vec_dot_tokens_r16_q5_0_q8_0,
-         avx2::pack_tokens_q5_0_q8_0},
-        {DType::kQ8_0_R16, avx2::vec_dot_rows_r16_q8_0_q8_0, avx2::vec_dot_tokens_r16_q8_0_q8_0,
-         avx2::pack_tokens_q8_0_q8_0},
-    };
-    for (const NativeLegacy& n : legacy_natives) {
-      KernelSet& k = at(t, n.type, Isa::kAvx2);
-      k.vec_dot_rows = n.rows;
-      set_tokens(k, n.tokens, n.pack, avx2::tokens_pack_bytes_legacy, 2, 1 << 30);
+      if (n.tile) k.vec_dot_tile = n.tile;
+      if (n.tokens) set_tokens(k, n.tokens, n.pack, avx2::tokens_pack_bytes_legacy, 2, 1 << 30);
       k.interleaved_native = true;
     }
   }
