@@ -52,7 +52,10 @@ void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x);
 // types give the same bits at both levels. vec_dot; decode over any nr >= 1
 // rows (8-row groups, the next group prefetched into L2); the token-lane
 // form over activations packed once per matmul (prefill, batched decode:
-// 2 <= nc, any nr >= 1); the tile of kLegacyTileRows x kLegacyTileCols.
+// 2 <= nc, any nr >= 1); the tile of kLegacyTileRows x kLegacyTileCols; and
+// (r16) decode and token lanes over the interleaved Q4_0_R16 / Q5_0_R16 /
+// Q8_0_R16 layouts (nr a multiple of 16, each 8-row half read without
+// transposes).
 constexpr int kLegacyTileRows = 16;
 constexpr int kLegacyTileCols = 64;
 #define EMBER_DECLARE_AVX2_LEGACY(name)                                                                              \
@@ -64,24 +67,16 @@ constexpr int kLegacyTileCols = 64;
   void vec_dot_tokens_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
                                     const void* packed, int64_t nr, int nc);                                       \
   void pack_tokens_##name##_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,   \
-                                 int64_t e);
+                                 int64_t e);                                                                       \
+  void vec_dot_rows_r16_##name##_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,      \
+                                      int64_t nr);                                                                 \
+  void vec_dot_tokens_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,      \
+                                        const void* packed, int64_t nr, int nc);
 EMBER_DECLARE_AVX2_LEGACY(q4_0)
 EMBER_DECLARE_AVX2_LEGACY(q5_0)
 EMBER_DECLARE_AVX2_LEGACY(q8_0)
 #undef EMBER_DECLARE_AVX2_LEGACY
 size_t tokens_pack_bytes_legacy(int64_t n, int nc);
-// The interleaved Q4_0_R16 / Q5_0_R16 / Q8_0_R16 layouts, the same arithmetic: decode
-// over whole 16-row groups and the token-lane form (nr a multiple of 16),
-// each 8-row half read from the layout without transposes.
-void vec_dot_rows_r16_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_r16_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_r16_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_tokens_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void vec_dot_tokens_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void vec_dot_tokens_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
 // K-quants (256-element super-blocks).
 void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x);

@@ -21,11 +21,14 @@
 // <= 4 * 63 * 127 < 2^15) per vpmaddwd with (sc_g, sc_g), and its offset 32
 // enters once per super-block as -32 * sum_g sc_g * bsums[g]. The mins / the
 // offset and the float steps are one instruction per 8 outputs.
-// Decode: rows in groups of 8 (super-block i of the 8 rows, one after
-// another, the next group's bytes prefetched a share per super-block:
-// lanes::GroupPrefetch), each row's 8 exact i32 lane sums formed in the natural layout
+// Decode of plain rows: rows in groups of 8 (super-block i of the 8 rows, one
+// after another, the next group's bytes prefetched a share per row of each
+// super-block: lanes::GroupPrefetch), each row's 8 exact i32 lane sums formed in the natural layout
 // (vpmaddubsw, vpmaddwd with the sub-block scales), the 8 rows' sums reduced
 // together (horizontal adds) so the float work is once per 8 rows.
+// Interleaved Q4_K_R16 / Q6_K_R16 (kernels/interleave.h): the tile packs each
+// 8-row half of a group from the layout (pack_r16: no transposes) and runs
+// the same register passes; their decode is in avx2/lanes_kquants_r16.cpp.
 // (AVX-VNNI `vpdpbusd ymm` would fold the i16 adds; not used yet.)
 #include <immintrin.h>
 

@@ -3,7 +3,9 @@
 // vec_dot_rows (decode), the token-lane form (vec_dot_tokens over the
 // activations packed once per matmul by pack_tokens: prefill and batched
 // decode) and the tile (kLegacyTileRows x kLegacyTileCols, packing its tokens
-// per call).
+// per call); and decode and token lanes over the interleaved Q4_0_R16 /
+// Q5_0_R16 / Q8_0_R16 layouts (each 8-row half of a group read as this
+// form's vectors, no transposes; Q5_0's fifth bits from the layout's masks).
 //
 // Arithmetic: the lane contract of the AVX-512 level (avx512/lanes_tile.cpp):
 //   acc = 0;  for each block b in order:  acc = fma(float(isum_b), d_w[b] * d_x[b], acc)
@@ -459,7 +461,7 @@ void rows_r16(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const B
 }  // namespace
 
 // ---- entry points ----
-#define EMBER_AVX2_LEGACY_LANES(name, kind, offset)                                                                  \
+#define EMBER_AVX2_LEGACY_LANES(name, kind)                                                                          \
   void vec_dot_##name##_q8_0(int64_t n, float* s, const void* w, const void* x) {                                 \
     rows<Legacy::kind>(n, s, static_cast<const uint8_t*>(w),                                                       \
                        sizeof(Type<Legacy::kind>::Block) * static_cast<size_t>(n / kQK),                           \
@@ -481,38 +483,23 @@ void rows_r16(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const B
   }                                                                                                                \
   void pack_tokens_##name##_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,   \
                                  int64_t e) {                                                                      \
-    pack<offset>(n, x, x_row_bytes, nc, packed, b, e);                                                             \
+    pack<Type<Legacy::kind>::kOffset>(n, x, x_row_bytes, nc, packed, b, e);                                        \
+  }                                                                                                                \
+  void vec_dot_rows_r16_##name##_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,      \
+                                      int64_t nr) {                                                                \
+    rows_r16<Legacy::kind>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x),    \
+                           nr);                                                                                    \
+  }                                                                                                                \
+  void vec_dot_tokens_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,      \
+                                        const void* packed, int64_t nr, int nc) {                                  \
+    tokens<Legacy::kind, true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,                             \
+                               static_cast<const uint8_t*>(packed), nr, nc);                                       \
   }
 
-EMBER_AVX2_LEGACY_LANES(q4_0, kQ4_0, 8)
-EMBER_AVX2_LEGACY_LANES(q5_0, kQ5_0, 16)
-EMBER_AVX2_LEGACY_LANES(q8_0, kQ8_0, 0)
+EMBER_AVX2_LEGACY_LANES(q4_0, kQ4_0)
+EMBER_AVX2_LEGACY_LANES(q5_0, kQ5_0)
+EMBER_AVX2_LEGACY_LANES(q8_0, kQ8_0)
 #undef EMBER_AVX2_LEGACY_LANES
-
-void vec_dot_rows_r16_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
-  rows_r16<Legacy::kQ4_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);
-}
-void vec_dot_rows_r16_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
-  rows_r16<Legacy::kQ5_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);
-}
-void vec_dot_tokens_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc) {
-  tokens<Legacy::kQ5_0, true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,
-                              static_cast<const uint8_t*>(packed), nr, nc);
-}
-void vec_dot_rows_r16_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
-  rows_r16<Legacy::kQ8_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);
-}
-void vec_dot_tokens_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc) {
-  tokens<Legacy::kQ4_0, true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,
-                              static_cast<const uint8_t*>(packed), nr, nc);
-}
-void vec_dot_tokens_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc) {
-  tokens<Legacy::kQ8_0, true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,
-                              static_cast<const uint8_t*>(packed), nr, nc);
-}
 
 size_t tokens_pack_bytes_legacy(int64_t n, int nc) { return static_cast<size_t>(n / kQK) * pack_stride(nc); }
 
