@@ -110,19 +110,20 @@ inline std::vector<uint8_t> extreme_weights(DType t, int64_t rows, int64_t n, ui
         uint8_t* blk = row + static_cast<size_t>(i) * bs;
         std::memcpy(blk, &d, 2);
         fill(blk + 2, bs - 2, r % 3 == 0 ? 0xFF : r % 3 == 1 ? (t == DType::kQ8_0 ? 0x80 : 0x00) : -1);
-      } else if (t == DType::kQ4_K) {
-        auto& b = reinterpret_cast<BlockQ4_K*>(row)[i];
-        b.d = d;
-        b.dmin = f32_to_f16(0.0071f);
-        fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0xFF : -1);
-        fill(b.qs, sizeof(b.qs), r % 2 == 0 ? 0xFF : -1);
-      } else if (t == DType::kQ5_K) {
-        auto& b = reinterpret_cast<BlockQ5_K*>(row)[i];
-        b.d = d;
-        b.dmin = f32_to_f16(0.0071f);
-        fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0xFF : -1);
-        fill(b.qs, sizeof(b.qs), r % 2 == 0 ? 0xFF : -1);
-        fill(b.qh, sizeof(b.qh), r % 4 < 2 ? 0xFF : -1);
+      } else if (t == DType::kQ4_K || t == DType::kQ5_K) {
+        auto scale_min = [&](auto& b) {  // the fields Q4_K and Q5_K share
+          b.d = d;
+          b.dmin = f32_to_f16(0.0071f);
+          fill(b.scales, sizeof(b.scales), r % 3 == 0 ? 0xFF : -1);
+          fill(b.qs, sizeof(b.qs), r % 2 == 0 ? 0xFF : -1);
+        };
+        if (t == DType::kQ4_K) {
+          scale_min(reinterpret_cast<BlockQ4_K*>(row)[i]);
+        } else {
+          auto& b = reinterpret_cast<BlockQ5_K*>(row)[i];
+          scale_min(b);
+          fill(b.qh, sizeof(b.qh), r % 4 < 2 ? 0xFF : -1);
+        }
       } else {
         auto& b = reinterpret_cast<BlockQ6_K*>(row)[i];
         b.d = d;
