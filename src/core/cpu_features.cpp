@@ -2,6 +2,8 @@
 #include "core/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -14,6 +16,17 @@ unsigned long long xgetbv0() {
   unsigned int eax, edx;
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
   return (static_cast<unsigned long long>(edx) << 32) | eax;
+}
+
+// Linux: a process must request the AMX tile data state before any thread
+// uses it (otherwise the first tile instruction faults).
+bool request_amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 
 CpuFeatures detect() {
@@ -35,6 +48,8 @@ CpuFeatures detect() {
     f.avx512bw = os_zmm && (b & (1u << 30));
     f.avx512vl = os_zmm && (b & (1u << 31));
     f.avx512vnni = os_zmm && (c & (1u << 11));
+    const bool os_amx = (xcr0 & 0x60000) == 0x60000;  // XTILECFG, XTILEDATA
+    f.amx_int8 = os_amx && (d & (1u << 24)) && (d & (1u << 25)) && request_amx_permission();
   }
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
     f.avxvnni = os_ymm && (a & (1u << 4));
@@ -62,6 +77,7 @@ Isa parse_env_isa(Isa max) {
   if (!std::strcmp(e, "scalar")) want = Isa::kScalar;
   else if (!std::strcmp(e, "avx2")) want = Isa::kAvx2;
   else if (!std::strcmp(e, "avx512")) want = Isa::kAvx512;
+  else if (!std::strcmp(e, "amx")) want = Isa::kAmx;
   return want < max ? want : max;
 }
 
@@ -80,7 +96,7 @@ const CpuFeatures& cpu_features() {
 Isa cpu_max_isa() {
   const CpuFeatures& f = cpu_features();
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx2 && f.fma && f.f16c)
-    return Isa::kAvx512;
+    return f.amx_int8 ? Isa::kAmx : Isa::kAvx512;
   if (f.avx2 && f.fma && f.f16c) return Isa::kAvx2;
   return Isa::kScalar;
 }
@@ -99,6 +115,7 @@ const char* isa_name(Isa isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kAmx: return "amx";
   }
   return "?";
 }
@@ -112,6 +129,7 @@ std::string cpu_features_string() {
   add(f.avx2, "avx2"); add(f.fma, "fma"); add(f.f16c, "f16c");
   add(f.avx512f, "avx512f"); add(f.avx512bw, "avx512bw"); add(f.avx512vl, "avx512vl");
   add(f.avx512vnni, "avx512vnni"); add(f.avx512bf16, "avx512bf16"); add(f.avxvnni, "avxvnni");
+  add(f.amx_int8, "amx-int8");
   return s;
 }
 

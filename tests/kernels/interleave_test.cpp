@@ -15,6 +15,7 @@
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/isa_kernels.h"
 #include "kernels/interleave.h"
 #include "kernels/matmul.h"
 #include "kernels/matrix_view.h"
@@ -127,7 +128,7 @@ class Interleaved : public ::testing::TestWithParam<std::tuple<DType, Isa>> {
 INSTANTIATE_TEST_SUITE_P(Types, Interleaved,
                          ::testing::Combine(::testing::Values(DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
                                                               DType::kQ6_K),
-                                            ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512)),
+                                            ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx)),
                          [](const ::testing::TestParamInfo<std::tuple<DType, Isa>>& i) {
                            return std::string(dtype_name(std::get<0>(i.param))) + "_" +
                                   isa_name(std::get<1>(i.param));
@@ -145,11 +146,18 @@ TEST_P(Interleaved, KernelsRegistered) {
   // (activations packed once per matmul), which MatmulMatchesBaseType's 17,
   // 33, 70 and 300 tokens go through.
   const bool legacy = base() == DType::kQ4_0 || base() == DType::kQ5_0 || base() == DType::kQ8_0;
-  if (isa() == Isa::kAvx512 && legacy) {
+  if (isa() >= Isa::kAvx512 && legacy) {
     EXPECT_NE(k.vec_dot_tokens, nullptr);
     EXPECT_NE(k.pack_tokens, nullptr);
     EXPECT_EQ(k.tokens_min, k.few_max + 1);
     EXPECT_GE(k.tokens_max, 4096);
+  }
+  // Q4_K / Q6_K at AMX: the tile kernels for batched decode and prefill
+  // (MatmulMatchesBaseType's 8 .. 300 tokens go through them).
+  if (isa() == Isa::kAmx && !legacy) {
+    const bool q4 = base() == DType::kQ4_K;
+    EXPECT_EQ(k.vec_dot_few, q4 ? amx::vec_dot_few_r16_q4_K_q8_K : amx::vec_dot_few_r16_q6_K_q8_K);
+    EXPECT_EQ(k.vec_dot_tile, q4 ? amx::vec_dot_tile_r16_q4_K_q8_K : amx::vec_dot_tile_r16_q6_K_q8_K);
   }
 }
 
@@ -223,6 +231,58 @@ TEST_P(Interleaved, MatmulMatchesBaseType) {
 TEST_P(Interleaved, ExtremeBlocksMatchBaseType) {
   constexpr int64_t kRows = 32, n = 512;
   expect_same_matmul(extreme_weights(base(), kRows, n, 11), kRows, n, {1, 3, 6, 20, 70});
+}
+
+// The AMX tile kernels against the AVX-512 kernels of the same layouts, bit
+// for bit, called directly: every token count of the few-token form (full,
+// partial and paired token tiles, and the AVX-512 fallback below
+// amx::kAmxMinTokens) and tiles up to amx::kAmxTileCols, on random and
+// extreme blocks.
+TEST(Interleave, AmxKernelsMatchAvx512) {
+  if (cpu_max_isa() < Isa::kAmx) GTEST_SKIP() << "CPU without usable AMX-INT8";
+  constexpr int64_t kRows = 48, n = 512;
+  for (DType base : {DType::kQ4_K, DType::kQ6_K}) {
+    const bool q4 = base == DType::kQ4_K;
+    for (bool extreme : {false, true}) {
+      const std::vector<uint8_t> w = extreme ? extreme_weights(base, kRows, n, 5) : make_weights(base, kRows, n, 6);
+      std::vector<uint8_t> il(w.size());
+      interleave_rows(base, w.data(), kRows, n, il.data());
+      const size_t wrb = dtype_row_size(base, n), xrb = dtype_row_size(DType::kQ8_K, n);
+      const int max_tokens = amx::kAmxTileCols;
+      std::vector<uint8_t> xq(static_cast<size_t>(max_tokens) * xrb);
+      std::mt19937 rng(extreme ? 3 : 4);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      std::vector<float> xf(static_cast<size_t>(n));
+      for (int t = 0; t < max_tokens; ++t) {
+        for (auto& v : xf) v = extreme ? (u(rng) < 0 ? -1.0f : 1.0f) : u(rng) * (t % 3 == 0 ? 50.0f : 1.0f);
+        kernels(DType::kQ8_K).quantize_row(xf.data(), xq.data() + t * xrb, n);
+      }
+      for (int nc = 1; nc <= max_tokens; nc += nc < 40 ? 1 : 11) {
+        std::vector<float> want(static_cast<size_t>(nc * kRows)), got(want.size(), -7.0f);
+        const bool few = nc <= avx512::kInterleavedFewMax;
+        if (few) {
+          (q4 ? avx512::vec_dot_few_r16_q4_K_q8_K : avx512::vec_dot_few_r16_q6_K_q8_K)(
+              n, want.data(), kRows, il.data(), wrb, xq.data(), xrb, kRows, nc);
+          (q4 ? amx::vec_dot_few_r16_q4_K_q8_K : amx::vec_dot_few_r16_q6_K_q8_K)(n, got.data(), kRows, il.data(),
+                                                                                 wrb, xq.data(), xrb, kRows, nc);
+        } else {
+          for (int64_t r = 0; r < kRows; r += 16) {
+            for (int t0 = 0; t0 < nc; t0 += kInterleavedTileCols) {  // the AVX-512 tile's width
+              const int c = std::min(kInterleavedTileCols, nc - t0);
+              (q4 ? avx512::vec_dot_tile_r16_q4_K_q8_K : avx512::vec_dot_tile_r16_q6_K_q8_K)(
+                  n, want.data() + t0 * kRows + r, kRows, il.data() + r * wrb, wrb, xq.data() + t0 * xrb, xrb, 16, c);
+            }
+            (q4 ? amx::vec_dot_tile_r16_q4_K_q8_K : amx::vec_dot_tile_r16_q6_K_q8_K)(
+                n, got.data() + r, kRows, il.data() + r * wrb, wrb, xq.data(), xrb, 16, nc);
+          }
+        }
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_TRUE(same_bits(got[i], want[i])) << dtype_name(base) << (extreme ? " extreme" : "") << " nc=" << nc
+                                                  << (few ? " few" : " tile") << " t=" << i / kRows
+                                                  << " r=" << i % kRows << ": " << got[i] << " vs " << want[i];
+      }
+    }
+  }
 }
 
 }  // namespace

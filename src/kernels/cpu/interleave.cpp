@@ -151,6 +151,7 @@ void set_generic(KernelSet& k, Isa isa) {
       k.vec_dot_tile = tile_fn<kT, Isa::kAvx2>;
       break;
     case Isa::kAvx512:
+    case Isa::kAmx:
       k.vec_dot_rows = rows_fn<kT, Isa::kAvx512>;
       k.vec_dot_tile = tile_fn<kT, Isa::kAvx512>;
       break;

@@ -353,4 +353,23 @@ void set_interleaved_generic(KernelSet& k, DType t, Isa isa);
 constexpr int kNumInterleavedTypes = 5;
 extern const DType kInterleavedTypes[kNumInterleavedTypes];
 
+// AMX-INT8 (amx/kquants_r16.cpp, the level above AVX-512): Q4_K_R16 /
+// Q6_K_R16 x Q8_K for kAmxMinTokens tokens or more, the weights' scales
+// folded into i16 products split into two byte tiles; the same bits as the
+// AVX-512 kernels of those layouts, which take fewer tokens. The few-token
+// form over any multiple of 16 rows, up to avx512::kInterleavedFewMax
+// tokens; the tile of one group x up to kAmxTileCols tokens.
+namespace amx {
+constexpr int kAmxMinTokens = 8;
+constexpr int kAmxTileCols = 128;
+void vec_dot_few_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                               size_t x_row_bytes, int64_t nr, int nc);
+void vec_dot_few_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                               size_t x_row_bytes, int64_t nr, int nc);
+void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                size_t x_row_bytes, int nr, int nc);
+void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                                size_t x_row_bytes, int nr, int nc);
+}  // namespace amx
+
 }  // namespace ember

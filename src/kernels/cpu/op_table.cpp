@@ -16,7 +16,7 @@
 namespace ember {
 namespace {
 
-constexpr int kLevels = 3;
+constexpr int kLevels = kNumIsaLevels;  // AMX: the AVX-512 ops
 
 // The row ops every level provides under the same name (X-macro: one list
 // for filling and inheriting).

@@ -1,7 +1,7 @@
 // Kernel registry: a static [dtype][isa] table of KernelSets, built once on
 // first use by explicit assignments (no self-registration, so nothing depends
 // on static-initializer order or on the linker keeping unreferenced objects).
-// Level order: scalar reference -> AVX2 -> AVX-512; every field left null at a
+// Level order: scalar reference -> AVX2 -> AVX-512 -> AMX; every field left null at a
 // level inherits the next lower level's entry, so a lookup always yields the
 // best implementation available at or below the requested level (a tile
 // kernel is inherited only together with the vec_dot it reproduces). AVX-512
@@ -19,7 +19,7 @@ namespace ember {
 namespace {
 
 constexpr int kMaxTypeId = 31;  // file DType ids are < 31 (BF16 = 30)
-constexpr int kLevels = 3;
+constexpr int kLevels = kNumIsaLevels;
 
 // Slots: file types by id, then the interleaved layouts by their base's id.
 using Table = std::array<std::array<KernelSet, kLevels>, 2 * kMaxTypeId>;
@@ -318,6 +318,26 @@ Table build_table() {
     for (const Tokens& n : tokens)
       set_tokens(at(t, n.type, Isa::kAvx512), n.fn, n.pack, avx512::tokens_pack_bytes_r16_q8_0,
                  avx512::kInterleavedLegacyFewMax + 1, 1 << 30);
+  }
+  if (max >= Isa::kAmx) {
+    // AMX: the AVX-512 kernels of every interleaved layout, and for Q4_K_R16
+    // / Q6_K_R16 the tile kernels from amx::kAmxMinTokens tokens (they call
+    // the AVX-512 ones below that).
+    for (DType type : kInterleavedTypes) at(t, type, Isa::kAmx) = at(t, type, Isa::kAvx512);
+    struct Amx {
+      DType type;
+      VecDotFewFn few;
+      VecDotTileFn tile;
+    };
+    const Amx amx_kernels[] = {
+        {DType::kQ4_K_R16, amx::vec_dot_few_r16_q4_K_q8_K, amx::vec_dot_tile_r16_q4_K_q8_K},
+        {DType::kQ6_K_R16, amx::vec_dot_few_r16_q6_K_q8_K, amx::vec_dot_tile_r16_q6_K_q8_K},
+    };
+    for (const Amx& a : amx_kernels) {
+      KernelSet& k = at(t, a.type, Isa::kAmx);
+      k.vec_dot_few = a.few;
+      set_tile(k, a.tile, 16, amx::kAmxTileCols);
+    }
   }
   return t;
 }

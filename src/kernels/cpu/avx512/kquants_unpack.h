@@ -120,6 +120,27 @@ inline R16Q4KScales r16_q4k_scales(const uint8_t* p) {
   r.m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z2, 4), m4), _mm512_and_si512(_mm512_srli_epi16(z1, 2), m30));
   return r;
 }
+// The mins operand of the Q4_K_R16 passes: dword r = row r's i16 pairs
+// (m_0, m_2), (m_1, m_3), (m_4, m_6), (m_5, m_7) (dword r of m_lo holds m_0 .. m_3).
+inline void r16_q4k_min_pairs(const R16Q4KScales& sc, __m512i mp[4]) {
+  const __m512i m00ff = _mm512_set1_epi32(0x00FF00FF);
+  mp[0] = _mm512_and_si512(sc.m_lo, m00ff);
+  mp[1] = _mm512_srli_epi16(sc.m_lo, 8);
+  mp[2] = _mm512_and_si512(sc.m_hi, m00ff);
+  mp[3] = _mm512_srli_epi16(sc.m_hi, 8);
+}
+// ... and the activation side: a token's sub-block sums S_s = bsums[2s] +
+// bsums[2s + 1] of one super-block (|S_s| <= 32 * 128) as the i16 pairs
+// (S_0, S_2), (S_1, S_3), (S_4, S_6), (S_5, S_7) that meet mp[0 .. 3].
+inline void q4k_bsum_pairs(const BlockQ8_K& x, int32_t out[4]) {
+  int32_t sub[8];
+  for (int k = 0; k < 8; ++k) sub[k] = x.bsums[2 * k] + x.bsums[2 * k + 1];
+  for (int j = 0; j < 4; ++j) {
+    const int lo = 4 * (j / 2) + j % 2;  // (0, 2), (1, 3), (4, 6), (5, 7)
+    out[j] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(sub[lo])) |
+                                  static_cast<uint32_t>(static_cast<uint16_t>(sub[lo + 2])) << 16);
+  }
+}
 constexpr int kR16Q4KQuants = 256;  // byte offset of the qs vectors in a Q4_K_R16 super-block
 constexpr int kR16Q6KScales = 32, kR16Q6KQl = 288, kR16Q6KQh = 2336;  // Q6_K_R16 field offsets
 

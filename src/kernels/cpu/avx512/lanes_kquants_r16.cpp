@@ -146,9 +146,8 @@ void pass_q4k(const uint8_t* g, int64_t nb, const BlockQ8_K* const* xt, const in
     }
     // Mins: dword r of m_lo is row r's bytes m_0 .. m_3 (m_hi: m_4 .. m_7), so
     // as i16 pairs masked / shifted: (m_0, m_2), (m_1, m_3).
-    const __m512i m00ff = _mm512_set1_epi32(0x00FF00FF);
-    const __m512i mp[4] = {_mm512_and_si512(sc.m_lo, m00ff), _mm512_srli_epi16(sc.m_lo, 8),
-                           _mm512_and_si512(sc.m_hi, m00ff), _mm512_srli_epi16(sc.m_hi, 8)};
+    __m512i mp[4];
+    kq::r16_q4k_min_pairs(sc, mp);
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j)
 #pragma GCC unroll 4
@@ -309,16 +308,7 @@ void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     pairs.resize(static_cast<size_t>(nc * nb * 4));
     for (int t = 0; t < nc; ++t) {
       int32_t* o = pairs.data() + static_cast<size_t>(t * nb * 4);
-      for (int64_t i = 0; i < nb; ++i) {
-        const int16_t* b = xt[t][i].bsums;
-        int32_t sub[8];
-        for (int k = 0; k < 8; ++k) sub[k] = b[2 * k] + b[2 * k + 1];
-        for (int j = 0; j < 4; ++j) {
-          const int lo = 4 * (j / 2) + j % 2;  // (0, 2), (1, 3), (4, 6), (5, 7)
-          o[4 * i + j] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(sub[lo])) |
-                                              static_cast<uint32_t>(static_cast<uint16_t>(sub[lo + 2])) << 16);
-        }
-      }
+      for (int64_t i = 0; i < nb; ++i) kq::q4k_bsum_pairs(xt[t][i], o + 4 * i);
       bs[t] = o;
     }
   }
