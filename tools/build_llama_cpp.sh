@@ -13,6 +13,13 @@
 # without ggml's AMX path: on the development VM (a Xeon reporting AMX) its
 # AMX matmul segfaults at the first graph (ggml_backend_amx_mul_mat), and
 # ember has no AMX kernels either, so the comparison is VNNI against VNNI.
+# LLAMA_ISA=amx builds the same with ggml's AMX path on (the peer of ember's
+# `amx` level), with one fix to that path: its tile configuration is a local
+# that GCC's _tile_loadconfig operand (8 bytes wide) lets the compiler drop
+# the stores to, so the first tile instruction dies with SIGILL (as here:
+# tilezero in ggml_backend_amx_mul_mat; the same fix is in llama.cpp pull
+# request 26954); the script makes it static. E.g.
+#   LLAMA_ISA=amx LLAMA_TOOLS="llama-bench llama-server" tools/build_llama_cpp.sh ../llama-cpp-amx
 # LLAMA_ISA=avx2 builds for a CPU with AVX2 / FMA / F16C only (no AVX-512,
 # no AVX-VNNI: an AMD Zen 2 / 3 or an older Intel), the peer of ember's
 # `EMBER_ISA=avx2` level, e.g. into ../llama-cpp-avx2:
@@ -27,6 +34,10 @@ tools=(llama-bench llama-batched-bench llama-server llama-quantize llama-imatrix
 # LLAMA_TOOLS="llama-bench" builds only those.
 [ -n "${LLAMA_TOOLS:-}" ] && read -r -a tools <<<"$LLAMA_TOOLS"
 
+# Another build's unpacked tree, if there is one (SRC_FROM=../llama-cpp).
+if [ ! -d "$DIR/src/llama.cpp" ] && [ -n "${SRC_FROM:-}" ] && [ -d "$SRC_FROM/src/llama.cpp" ]; then
+  ln -s "$(cd "$SRC_FROM/src/llama.cpp" && pwd)" "$DIR/src/llama.cpp"
+fi
 if [ ! -d "$DIR/src/llama.cpp" ]; then
   sdist=$(ls "$DIR"/dl/llama_cpp_python-*.tar.gz 2>/dev/null | head -1 || true)
   if [ -z "$sdist" ]; then
@@ -43,6 +54,12 @@ if [ ! -d "$DIR/src/llama.cpp" ]; then
   rm -rf "$tmp"
 fi
 
+if [ "${LLAMA_ISA:-native}" = amx ]; then
+  mmq="$DIR/src/llama.cpp/ggml/src/ggml-cpu/amx/mmq.cpp"
+  grep -q '^    alignas(64) tile_config_t tc = {};' "$mmq" &&
+    sed -i 's/^    alignas(64) tile_config_t tc = {};/    alignas(64) static tile_config_t tc = {};  \/\/ ember: static (see tools\/build_llama_cpp.sh)/' "$mmq"
+fi
+
 missing=()
 for t in "${tools[@]}"; do [ -x "$DIR/bin/$t" ] || missing+=("$t"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -57,8 +74,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     grep -q avx512vbmi /proc/cpuinfo && isa+=(-DGGML_AVX512_VBMI=ON)
   fi
   [ "${LLAMA_ISA:-native}" != avx2 ] && grep -q avx_vnni /proc/cpuinfo && isa+=(-DGGML_AVX_VNNI=ON)
+  amx=OFF
+  [ "${LLAMA_ISA:-native}" = amx ] && amx=ON
   cmake -S "$DIR/src/llama.cpp" -B "$DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    "${isa[@]}" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
+    "${isa[@]}" -DGGML_AMX_TILE=$amx -DGGML_AMX_INT8=$amx -DGGML_AMX_BF16=$amx -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
     -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
   cmake --build "$DIR/build" -j "$(nproc)" --target "${missing[@]}"
   mkdir -p "$DIR/bin"

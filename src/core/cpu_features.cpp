@@ -48,6 +48,7 @@ CpuFeatures detect() {
     f.avx512bw = os_zmm && (b & (1u << 30));
     f.avx512vl = os_zmm && (b & (1u << 31));
     f.avx512vnni = os_zmm && (c & (1u << 11));
+    f.avx512vbmi = os_zmm && (c & (1u << 1));
     const bool os_amx = (xcr0 & 0x60000) == 0x60000;  // XTILECFG, XTILEDATA
     f.amx_int8 = os_amx && (d & (1u << 24)) && (d & (1u << 25)) && request_amx_permission();
   }
@@ -96,7 +97,7 @@ const CpuFeatures& cpu_features() {
 Isa cpu_max_isa() {
   const CpuFeatures& f = cpu_features();
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx2 && f.fma && f.f16c)
-    return f.amx_int8 ? Isa::kAmx : Isa::kAvx512;
+    return f.amx_int8 && f.avx512vbmi ? Isa::kAmx : Isa::kAvx512;
   if (f.avx2 && f.fma && f.f16c) return Isa::kAvx2;
   return Isa::kScalar;
 }
@@ -129,6 +130,7 @@ std::string cpu_features_string() {
   add(f.avx2, "avx2"); add(f.fma, "fma"); add(f.f16c, "f16c");
   add(f.avx512f, "avx512f"); add(f.avx512bw, "avx512bw"); add(f.avx512vl, "avx512vl");
   add(f.avx512vnni, "avx512vnni"); add(f.avx512bf16, "avx512bf16"); add(f.avxvnni, "avxvnni");
+  add(f.avx512vbmi, "avx512vbmi");
   add(f.amx_int8, "amx-int8");
   return s;
 }

@@ -10,7 +10,7 @@ namespace ember {
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false, bmi2 = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512vnni = false, avx512bf16 = false, avxvnni = false;
+  bool avx512vnni = false, avx512bf16 = false, avxvnni = false, avx512vbmi = false;
   // AMX tile + INT8 in CPUID and enabled by the OS (XCR0), and the
   // process's request for the tile data state granted (Linux arch_prctl,
   // made once at detection): only then may a thread run tile instructions.
@@ -24,7 +24,7 @@ constexpr int kNumIsaLevels = 4;
 
 const CpuFeatures& cpu_features();
 // Highest level supported by the CPU (kAvx512 needs F/BW/VL/DQ/VNNI; kAmx
-// that plus usable AMX-INT8).
+// that plus VBMI and usable AMX-INT8).
 Isa cpu_max_isa();
 // Level in use: cpu_max_isa() lowered by EMBER_ISA or set_active_isa().
 Isa active_isa();

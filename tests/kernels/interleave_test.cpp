@@ -266,15 +266,16 @@ TEST(Interleave, AmxKernelsMatchAvx512) {
           (q4 ? amx::vec_dot_few_r16_q4_K_q8_K : amx::vec_dot_few_r16_q6_K_q8_K)(n, got.data(), kRows, il.data(),
                                                                                  wrb, xq.data(), xrb, kRows, nc);
         } else {
-          for (int64_t r = 0; r < kRows; r += 16) {
+          for (int64_t r = 0; r < kRows; r += 16)
             for (int t0 = 0; t0 < nc; t0 += kInterleavedTileCols) {  // the AVX-512 tile's width
               const int c = std::min(kInterleavedTileCols, nc - t0);
               (q4 ? avx512::vec_dot_tile_r16_q4_K_q8_K : avx512::vec_dot_tile_r16_q6_K_q8_K)(
                   n, want.data() + t0 * kRows + r, kRows, il.data() + r * wrb, wrb, xq.data() + t0 * xrb, xrb, 16, c);
             }
-            (q4 ? amx::vec_dot_tile_r16_q4_K_q8_K : amx::vec_dot_tile_r16_q6_K_q8_K)(
-                n, got.data() + r, kRows, il.data() + r * wrb, wrb, xq.data(), xrb, 16, nc);
-          }
+          // One call over 16 rows, one over the other 32 (several groups).
+          const auto amx_tile = q4 ? amx::vec_dot_tile_r16_q4_K_q8_K : amx::vec_dot_tile_r16_q6_K_q8_K;
+          amx_tile(n, got.data(), kRows, il.data(), wrb, xq.data(), xrb, 16, nc);
+          amx_tile(n, got.data() + 16, kRows, il.data() + 16 * wrb, wrb, xq.data(), xrb, 32, nc);
         }
         for (size_t i = 0; i < got.size(); ++i)
           ASSERT_TRUE(same_bits(got[i], want[i])) << dtype_name(base) << (extreme ? " extreme" : "") << " nc=" << nc

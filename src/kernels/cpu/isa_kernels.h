@@ -1,10 +1,12 @@
 // Declarations of the x86 SIMD kernels of the CPU backend: namespace avx2
-// (kernels/cpu/avx2/*.cpp) and avx512 (kernels/cpu/avx512/*.cpp, compiled
-// with AVX-512 flags). The matmul kernels match the registry's function
+// (kernels/cpu/avx2/*.cpp), avx512 (kernels/cpu/avx512/*.cpp, compiled
+// with AVX-512 flags) and amx (kernels/cpu/amx/*.cpp, AVX-512 + VBMI + AMX
+// tile / INT8 flags). The matmul kernels match the registry's function
 // pointer types (kernels/registry.h), the row ops and attention those of the
 // op table (kernels/cpu/op_table.h); only those two tables refer to them,
 // and install the avx512 ones only when cpu_max_isa() says the CPU has
-// AVX-512 F/BW/VL/DQ + VNNI.
+// AVX-512 F/BW/VL/DQ + VNNI, the amx ones only when it also has AMX-INT8
+// granted by the OS.
 //
 // Files are named <family>_<kind>.cpp: family float (F32/F16/BF16), legacy
 // (32-element blocks), kquants (256-element super-blocks) or lanes (the
@@ -358,9 +360,11 @@ extern const DType kInterleavedTypes[kNumInterleavedTypes];
 // folded into i16 products split into two byte tiles; the same bits as the
 // AVX-512 kernels of those layouts, which take fewer tokens. The few-token
 // form over any multiple of 16 rows, up to avx512::kInterleavedFewMax
-// tokens; the tile of one group x up to kAmxTileCols tokens.
+// tokens; the tile of kAmxTileRows rows (whole groups) x up to kAmxTileCols
+// tokens.
 namespace amx {
 constexpr int kAmxMinTokens = 8;
+constexpr int kAmxTileRows = 64;  // per call: the per-call activation work over 4 groups (16 rows: 0.85x)
 constexpr int kAmxTileCols = 128;
 void vec_dot_few_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                size_t x_row_bytes, int64_t nr, int nc);

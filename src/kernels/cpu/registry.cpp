@@ -336,7 +336,7 @@ Table build_table() {
     for (const Amx& a : amx_kernels) {
       KernelSet& k = at(t, a.type, Isa::kAmx);
       k.vec_dot_few = a.few;
-      set_tile(k, a.tile, 16, amx::kAmxTileCols);
+      set_tile(k, a.tile, amx::kAmxTileRows, amx::kAmxTileCols);
     }
   }
   return t;

@@ -133,13 +133,12 @@ inline void r16_q4k_min_pairs(const R16Q4KScales& sc, __m512i mp[4]) {
 // bsums[2s + 1] of one super-block (|S_s| <= 32 * 128) as the i16 pairs
 // (S_0, S_2), (S_1, S_3), (S_4, S_6), (S_5, S_7) that meet mp[0 .. 3].
 inline void q4k_bsum_pairs(const BlockQ8_K& x, int32_t out[4]) {
-  int32_t sub[8];
-  for (int k = 0; k < 8; ++k) sub[k] = x.bsums[2 * k] + x.bsums[2 * k + 1];
-  for (int j = 0; j < 4; ++j) {
-    const int lo = 4 * (j / 2) + j % 2;  // (0, 2), (1, 3), (4, 6), (5, 7)
-    out[j] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(sub[lo])) |
-                                  static_cast<uint32_t>(static_cast<uint16_t>(sub[lo + 2])) << 16);
-  }
+  const __m128i ones = _mm_set1_epi16(1);
+  const __m128i s03 = _mm_madd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums)), ones);
+  const __m128i s47 = _mm_madd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums + 8)), ones);
+  // i16 S_0 .. S_7 -> (S_0, S_2), (S_1, S_3), (S_4, S_6), (S_5, S_7).
+  const __m128i order = _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_shuffle_epi8(_mm_packs_epi32(s03, s47), order));
 }
 constexpr int kR16Q4KQuants = 256;  // byte offset of the qs vectors in a Q4_K_R16 super-block
 constexpr int kR16Q6KScales = 32, kR16Q6KQl = 288, kR16Q6KQh = 2336;  // Q6_K_R16 field offsets
