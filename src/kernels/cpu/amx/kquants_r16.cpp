@@ -62,20 +62,23 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Loads the configuration (eight 16 x 64-byte tiles); releases on scope exit.
+// Eight 16 x 64-byte tiles. Constant-initialized static storage: GCC's
+// _tile_loadconfig names only 8 bytes of its operand, so stores to a local
+// configuration past those may be dropped (llama.cpp's AMX path dies so).
+constexpr TileConfig make_config() {
+  TileConfig c;
+  for (int i = 0; i < 8; ++i) {
+    c.colsb[i] = 64;
+    c.rows[i] = 16;
+  }
+  return c;
+}
+alignas(64) constexpr TileConfig kTileConfig = make_config();
+
+// Loads the configuration; releases the tiles on scope exit.
 class TileScope {
  public:
-  TileScope() {
-    static const TileConfig cfg = [] {
-      TileConfig c;
-      for (int i = 0; i < 8; ++i) {
-        c.colsb[i] = 64;
-        c.rows[i] = 16;
-      }
-      return c;
-    }();
-    _tile_loadconfig(&cfg);
-  }
+  TileScope() { _tile_loadconfig(&kTileConfig); }
   ~TileScope() { _tile_release(); }
   TileScope(const TileScope&) = delete;
   TileScope& operator=(const TileScope&) = delete;
