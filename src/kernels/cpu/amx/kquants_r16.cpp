@@ -118,12 +118,11 @@ struct Q4K {
   static constexpr size_t kBlockBytes = kR * sizeof(BlockQ4_K);
   // Chunk j = sub-blocks 2j (B rows 0..7: low nibbles of layout vector 8j + l)
   // and 2j + 1 (rows 8..15: high nibbles).
-  static void expand(const uint8_t* p, Expanded& e, lanes::GroupPrefetch& pf) {
+  static void expand(const uint8_t* p, Expanded& e, lanes::GroupPrefetch& pf, int j) {
     const kq::R16Q4KScales sc = kq::r16_q4k_scales(p);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const Splitter split;
-#pragma GCC unroll 1
-    for (int j = 0; j < kChunks; ++j) {
+    {
       pf.step();
       // Scale bytes (sc, 0, sc, 0) per dword for the even bytes, (0, sc, 0, sc)
       // for the odd: vpmaddubsw gives each i16 lane one product.
@@ -146,13 +145,13 @@ struct Q6K {
   static constexpr size_t kBlockBytes = kR * sizeof(BlockQ6_K);
   // Quants of elements 128h + 32e + 4k .. + 3 (group 8h + 2e + k / 4) go to
   // chunk 2h + e / 2, B row 8 (e % 2) + k.
-  static void expand(const uint8_t* p, Expanded& e, lanes::GroupPrefetch& pf) {
+  // Chunk j: h = j / 2, half = j % 2.
+  static void expand(const uint8_t* p, Expanded& e, lanes::GroupPrefetch& pf, int j) {
     const Splitter split;
     const __m512i m00ff = _mm512_set1_epi16(0x00FF), m0000ffff = _mm512_set1_epi32(0xFFFF);
-    for (int h = 0; h < 2; ++h)
-#pragma GCC unroll 1
-      for (int half = 0; half < 2; ++half) {
-        pf.step();
+    {
+      const int h = j / 2, half = j % 2;
+      pf.step();
         // Group 8h + 2e + half's scale bytes (sc, 0, sc, 0) / (0, sc, 0, sc)
         // per dword as for Q4_K; sc (q - 32) = sc q - 32 sc.
         __m512i se[4], so[4], c32[4];
@@ -183,8 +182,11 @@ struct Q6K {
 
 // C_lo / C_hi of one or two token tiles (A rows at a0 / a1, stride xrb)
 // against one expanded super-block, into c[0..3] (lo0, hi0, lo1, hi1).
-template <bool kSignedHi>
-inline void tile_sums(const Expanded& e, const uint8_t* a0, const uint8_t* a1, size_t xrb, int32_t (*c)[kT * kR]) {
+// between(ch) runs after chunk ch's products are issued: vector work that
+// overlaps the tile unit's (the previous step's float sums).
+template <bool kSignedHi, class Between>
+inline void tile_sums(const Expanded& e, const uint8_t* a0, const uint8_t* a1, size_t xrb, int32_t (*c)[kT * kR],
+                      Between&& between) {
   _tile_zero(0);
   _tile_zero(1);
   if (a1) {
@@ -204,6 +206,7 @@ inline void tile_sums(const Expanded& e, const uint8_t* a0, const uint8_t* a1, s
       if constexpr (kSignedHi) _tile_dpbssd(3, 5, 7);
       else _tile_dpbsud(3, 5, 7);
     }
+    between(ch);
   }
   _tile_stored(0, c[0], 64);
   _tile_stored(1, c[1], 64);
@@ -256,9 +259,10 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     __m512 d, dmin;
     __m512i mp[4];
   };
-  auto finish_step = [&](const Step& st) {
-    const int u_end = std::min(nc, (st.t0 + (st.two ? 2 : 1)) * kT);
-    for (int u = st.t0 * kT; u < u_end; ++u) {
+  // Tokens [st.t0 * kT + from, st.t0 * kT + to) of a step.
+  auto finish_step = [&](const Step& st, int from, int to) {
+    const int u_end = std::min(nc, st.t0 * kT + to);
+    for (int u = st.t0 * kT + from; u < u_end; ++u) {
       const int tt = (u - st.t0 * kT) / kT, row = u % kT;
       const __m512i lo = _mm512_load_si512(c[st.buf][2 * tt] + kR * row);
       const __m512i hi = _mm512_load_si512(c[st.buf][2 * tt + 1] + kR * row);
@@ -281,15 +285,17 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
     auto pf = lanes::GroupPrefetch(g + kR * w_row_bytes, kR * w_row_bytes, nb * 4);
     std::fill(accs.begin(), accs.end(), 0.0f);
-    // Super-block i + 1 is expanded before i's tiles run, for the same
-    // reason (a tile load right after the stores of its bytes stalls).
-    K::expand(g, e[0], pf);
+    // Super-block i + 1 is expanded while i's tiles run (a chunk between
+    // each of the first step's chunks), for the same two reasons: a tile
+    // load right after the stores of its bytes stalls, and the vector work
+    // overlaps the tile unit's.
+    for (int j = 0; j < kChunks; ++j) K::expand(g, e[0], pf, j);
     Step prev{};
     bool pending = false;
     int buf = 0;
     for (int64_t i = 0; i < nb; ++i) {
       const uint8_t* p = g + static_cast<size_t>(i) * K::kBlockBytes;
-      if (i + 1 < nb) K::expand(p + K::kBlockBytes, e[(i + 1) & 1], pf);
+      const uint8_t* next = i + 1 < nb ? p + K::kBlockBytes : nullptr;
       Step st{};
       st.i = i;
       st.d = load_f16x16(p);
@@ -302,15 +308,19 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
         st.t0 = t0;
         st.two = t0 + 1 < tiles;
         st.buf = buf;
+        // The previous step's float sums in four parts between this step's chunks.
+        const int per = (prev.two ? 2 : 1) * kT / kChunks;
         tile_sums<!kQ4>(e[i & 1], tile_x[t0] + blk + qs_off, st.two ? tile_x[t0 + 1] + blk + qs_off : nullptr, xrb,
-                        c[buf]);
-        if (pending) finish_step(prev);
+                        c[buf], [&](int ch) {
+                          if (pending) finish_step(prev, ch * per, (ch + 1) * per);
+                          if (next && t0 == 0) K::expand(next, e[(i + 1) & 1], pf, ch);
+                        });
         prev = st;
         pending = true;
         buf ^= 1;
       }
     }
-    if (pending) finish_step(prev);
+    if (pending) finish_step(prev, 0, 2 * kT);
     pf.finish();
     for (int u = 0; u < nc; ++u) {
       const float* a = acc + 2 * kR * u;
