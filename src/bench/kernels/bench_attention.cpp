@@ -12,6 +12,12 @@
 // contiguous cache.
 // e.g. the Llama-3.2-1B shape, a 512-token prefill slice at 1k context:
 //   build-bench/bench_attention 32 8 64 512 1024 f32 2
+// EMBER_BENCH_SEQS=S: batched decode instead, N_TOK tokens (token t of
+// sequence t % S, at position CTX - 1) over S caches through
+// attention_ragged, as a decode step of S sequences runs (with
+// EMBER_BENCH_LAYERS=N: N sets of S caches, call r on set r % N), e.g. 32
+// chats, their caches in DRAM as in a 16-layer model:
+//   EMBER_BENCH_SEQS=32 EMBER_BENCH_LAYERS=16 build-bench/bench_attention 32 8 64 32 256 f16 48 16
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -44,8 +50,12 @@ int main(int argc, char** argv) {
   const int64_t rowf = (int64_t)nkv * hd; const int64_t rb = kv_row_bytes(ty, rowf);
   std::mt19937 rng(1); std::normal_distribution<float> nd;
   std::vector<float> x(rowf); std::vector<uint8_t> k((int64_t)ctx * rb), v((int64_t)ctx * rb);
-  for (int p = 0; p < ctx; ++p) { for (auto& f : x) f = nd(rng); kv_store_row(ty, x.data(), rowf, k.data() + p * rb);
-    for (auto& f : x) f = nd(rng); kv_store_row(ty, x.data(), rowf, v.data() + p * rb); }
+  for (int p = 0; p < ctx; ++p) {
+    for (auto& f : x) f = nd(rng);
+    kv_store_row(ty, x.data(), rowf, k.data() + p * rb);
+    for (auto& f : x) f = nd(rng);
+    kv_store_row(ty, x.data(), rowf, v.data() + p * rb);
+  }
   // Pages of `block` positions, placed in a shuffled order in the pool.
   const int n_blocks = (ctx + block - 1) / block;
   std::vector<int> slot(n_blocks);
@@ -56,7 +66,10 @@ int main(int argc, char** argv) {
   // on copy r % N, so that with N x the cache's bytes beyond the last-level
   // cache every call reads its K/V from DRAM, as a decode step's layers do.
   const char* nl = std::getenv("EMBER_BENCH_LAYERS");
-  const int n_layers = nl ? std::max(1, std::atoi(nl)) : 1;
+  const char* ns = std::getenv("EMBER_BENCH_SEQS");
+  const int n_seqs = ns ? std::max(1, std::atoi(ns)) : 0;
+  const int n_copies = nl ? std::max(1, std::atoi(nl)) : 1;
+  const int n_layers = n_copies * std::max(1, n_seqs);  // caches: n_copies x sequences
   const int64_t pool_bytes = (int64_t)n_blocks * block * rb;
   // EMBER_BENCH_HUGE=1: each pool on transparent huge pages (as the engine's KV pool).
   const bool huge = std::getenv("EMBER_BENCH_HUGE") != nullptr;
@@ -86,7 +99,11 @@ int main(int argc, char** argv) {
     kv.k_blocks = kbs[l].data(); kv.v_blocks = vbs[l].data(); kv.block_size = block; kv.k_row_bytes = rb; kv.v_row_bytes = rb; kv.k_type = ty; kv.v_type = ty;
   }
   std::vector<float> q((int64_t)nt * nh * hd); for (auto& f : q) f = nd(rng);
-  std::vector<int32_t> pos(nt); for (int t = 0; t < nt; ++t) pos[t] = ctx - nt + t;
+  std::vector<int32_t> pos(nt), view_of(nt);
+  for (int t = 0; t < nt; ++t) {
+    pos[t] = n_seqs ? ctx - 1 : ctx - nt + t;
+    view_of[t] = n_seqs ? t % n_seqs : 0;
+  }
   std::vector<float> out((int64_t)nt * nh * hd);
   ThreadPool pool(2);
   std::vector<float> scratch(attention_scratch_floats(s, nt, 2, ctx));
@@ -94,7 +111,11 @@ int main(int argc, char** argv) {
   for (int r = 0; r <= reps; ++r) {
     const KvView& kv = kvs[r % n_layers];
     auto t0 = std::chrono::steady_clock::now();
-    attention(s, q.data(), pos.data(), nt, kv, out.data(), scratch.data(), pool);
+    if (n_seqs)
+      attention_ragged(s, q.data(), pos.data(), nt, kvs.data() + (r % n_copies) * n_seqs, view_of.data(), out.data(),
+                       scratch.data(), pool);
+    else
+      attention(s, q.data(), pos.data(), nt, kv, out.data(), scratch.data(), pool);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (r) ts.push_back(ms);
   }
