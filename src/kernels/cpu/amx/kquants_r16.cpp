@@ -44,6 +44,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/amx/tiles.h"
 #include "kernels/cpu/avx512/kquants_unpack.h"
 #include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
@@ -62,34 +63,9 @@ constexpr int kT = 16;       // tokens per A / C tile
 constexpr int kChunks = 4;   // 64-element K chunks per super-block
 constexpr size_t kTile = 1024;
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Eight 16 x 64-byte tiles. Constant-initialized static storage: GCC's
-// _tile_loadconfig names only 8 bytes of its operand, so stores to a local
-// configuration past those may be dropped (llama.cpp's AMX path dies so).
-constexpr TileConfig make_config() {
-  TileConfig c;
-  for (int i = 0; i < 8; ++i) {
-    c.colsb[i] = 64;
-    c.rows[i] = 16;
-  }
-  return c;
-}
-alignas(64) constexpr TileConfig kTileConfig = make_config();
-
-// Loads the configuration; releases the tiles on scope exit.
-class TileScope {
- public:
-  TileScope() { _tile_loadconfig(&kTileConfig); }
-  ~TileScope() { _tile_release(); }
-  TileScope(const TileScope&) = delete;
-  TileScope& operator=(const TileScope&) = delete;
-};
+// Eight 16 x 64-byte tiles.
+alignas(64) constexpr TileConfig kTileConfig = make_config({{16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64},
+                                                            {16, 64}, {16, 64}, {16, 64}});
 
 inline __m512 load_f16x16(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -287,7 +263,7 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
       }
     }
   };
-  TileScope scope;
+  TileScope scope(kTileConfig);
   for (int64_t r0 = 0; r0 < nr; r0 += kR) {
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
     auto pf = lanes::GroupPrefetch(g + kR * w_row_bytes, kR * w_row_bytes, nb * 4);
