@@ -315,33 +315,19 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace
 
-void vec_dot_few_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc) {
-  if (nc < kAmxMinTokens)
-    return avx512::vec_dot_few_r16_q4_K_q8_K(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
-  run<Q4K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
-           nc);
-}
-void vec_dot_few_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc) {
-  if (nc < kAmxMinTokens)
-    return avx512::vec_dot_few_r16_q6_K_q8_K(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
-  run<Q6K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
-           nc);
-}
-void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc) {
-  if (nc < kAmxMinTokens)
-    return avx512::vec_dot_tile_r16_q4_K_q8_K(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
-  run<Q4K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
-           nc);
-}
-void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc) {
-  if (nc < kAmxMinTokens)
-    return avx512::vec_dot_tile_r16_q6_K_q8_K(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
-  run<Q6K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
-           nc);
-}
+// The entry points: fewer than kAmxMinTokens tokens go to the AVX-512 form.
+#define EMBER_AMX_ENTRY(form, name, K, NrType)                                                                      \
+  void vec_dot_##form##_r16_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,     \
+                                          const void* x, size_t x_row_bytes, NrType nr, int nc) {                  \
+    if (nc < kAmxMinTokens)                                                                                         \
+      return avx512::vec_dot_##form##_r16_##name##_q8_K(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);         \
+    run<K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr, \
+           nc);                                                                                                     \
+  }
+EMBER_AMX_ENTRY(few, q4_K, Q4K, int64_t)
+EMBER_AMX_ENTRY(few, q6_K, Q6K, int64_t)
+EMBER_AMX_ENTRY(tile, q4_K, Q4K, int)
+EMBER_AMX_ENTRY(tile, q6_K, Q6K, int)
+#undef EMBER_AMX_ENTRY
 
 }  // namespace ember::amx
