@@ -170,6 +170,7 @@ struct Q6K {
 template <bool kSignedHi, class Between>
 inline void tile_sums(const Expanded& e, const uint8_t* a0, const uint8_t* a1, size_t xrb, int32_t (*c)[kT * kR],
                       Between&& between) {
+  tile_reads(e);  // the expansion's stores before the B loads (tiles.h)
   _tile_zero(0);
   _tile_zero(1);
   if (a1) {
@@ -197,6 +198,7 @@ inline void tile_sums(const Expanded& e, const uint8_t* a0, const uint8_t* a1, s
     _tile_stored(2, c[2], 64);
     _tile_stored(3, c[3], 64);
   }
+  tile_writes(*reinterpret_cast<int32_t(*)[4][kT * kR]>(c));  // the C stores before the float sums' loads
 }
 
 // nc tokens (any >= 1) over nr rows (a multiple of 16): s[t * lds + r].
@@ -217,6 +219,7 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     std::memcpy(pad.data(), x + static_cast<size_t>(full) * xrb, static_cast<size_t>(nc - full) * xrb);
     tile_x[tiles - 1] = pad.data();
   }
+  tile_memory_barrier();  // the pad's bytes before any A load (tiles.h)
   // Q4_K: the tokens' bsum pairs (kq::q4k_bsum_pairs) per super-block.
   thread_local std::vector<int32_t> pairs;
   if constexpr (kQ4) {

@@ -36,6 +36,29 @@ constexpr TileConfig make_config(const TileShape (&tiles)[8]) {
 // _tile_loadconfig names only 8 bytes of its operand, so stores to a local
 // configuration past those may be dropped; llama.cpp's AMX path dies so)
 // and releases the tiles on scope exit.
+// GCC's tile load / store intrinsics are asm statements with no memory
+// operands: the compiler does not know that they read or write memory, so
+// it may move, merge or drop the ordinary stores a tile load needs (a stack
+// buffer that no C++ code reads looks dead) and move the loads after a tile
+// store before it (bytes it believes nothing wrote). Serving the default
+// model at 32 concurrent requests showed it (tests/server's batch
+// invariance: a few outputs garbage from their first token) while every
+// kernel test passed. So: every buffer C++ code writes and a tile load
+// reads is named by tile_reads(buffer) before the loads (or, for buffers
+// filled once per call, covered by a tile_memory_barrier() after filling),
+// and every buffer a tile store writes and C++ code reads is named by
+// tile_writes(buffer) after the stores. Barriers at every tile step passed
+// too but cost ~10% of the kernels' rate (the compiler reloads everything).
+template <class T>
+inline void tile_reads(const T& obj) {
+  asm volatile("" : : "m"(obj));
+}
+template <class T>
+inline void tile_writes(T& obj) {
+  asm volatile("" : "+m"(obj));
+}
+inline void tile_memory_barrier() { asm volatile("" ::: "memory"); }
+
 class TileScope {
  public:
   explicit TileScope(const TileConfig& cfg) { _tile_loadconfig(&cfg); }
