@@ -73,11 +73,7 @@ CpuFeatures detect() {
 
 Isa parse_env_isa(Isa max) {
   const char* e = std::getenv("EMBER_ISA");
-  // AMX is opt-in for now: serving the default model at 32 concurrent
-  // requests at the amx level gave 1 of 200 outputs garbage from their first
-  // token (tests/server batch invariance), a failure no kernel test, nor a
-  // 6-thread stress of the kernels, reproduces (docs/performance.md, "AMX").
-  if (!e) return max < Isa::kAvx512 ? max : Isa::kAvx512;
+  if (!e) return max;
   Isa want = max;
   if (!std::strcmp(e, "scalar")) want = Isa::kScalar;
   else if (!std::strcmp(e, "avx2")) want = Isa::kAvx2;

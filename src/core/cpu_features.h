@@ -1,7 +1,6 @@
 // Runtime CPU feature detection (CPUID + XGETBV) and the ISA level used for
-// kernel dispatch. EMBER_ISA=scalar|avx2|avx512|amx picks the level (tests,
-// benchmarks; amx is opt-in, the default is at most avx512); it can never
-// raise it above what the CPU supports.
+// kernel dispatch. EMBER_ISA=scalar|avx2|avx512|amx lowers the level (tests,
+// benchmarks); it can never raise it above what the CPU supports.
 #pragma once
 
 #include <string>
@@ -27,8 +26,7 @@ const CpuFeatures& cpu_features();
 // Highest level supported by the CPU (kAvx512 needs F/BW/VL/DQ/VNNI; kAmx
 // that plus VBMI and usable AMX-INT8).
 Isa cpu_max_isa();
-// Level in use: cpu_max_isa() lowered by EMBER_ISA or set_active_isa(); the
-// amx level only when asked for (EMBER_ISA=amx or set_active_isa).
+// Level in use: cpu_max_isa() lowered by EMBER_ISA or set_active_isa().
 Isa active_isa();
 // Sets the active level (clamped to cpu_max_isa()); returns the level set.
 Isa set_active_isa(Isa isa);

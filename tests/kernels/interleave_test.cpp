@@ -224,7 +224,10 @@ TEST(Interleave, Q5_0LayoutAsDocumented) {
 
 TEST_P(Interleaved, MatmulMatchesBaseType) {
   constexpr int64_t kRows = 160, n = 768;  // 10 groups: several row tasks on 2 threads
-  expect_same_matmul(make_weights(base(), kRows, n, 21), kRows, n, {1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 33, 70, 300});
+  // 134 = a 128-token block and 6 (a tile call below the AMX tile's
+  // minimum, over 64 rows).
+  expect_same_matmul(make_weights(base(), kRows, n, 21), kRows, n,
+                     {1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 33, 70, 134, 300});
 }
 
 // The integer sums at their extremes: largest quants and scales, +-127.
@@ -257,6 +260,7 @@ TEST(Interleave, AmxKernelsMatchAvx512) {
         for (auto& v : xf) v = extreme ? (u(rng) < 0 ? -1.0f : 1.0f) : u(rng) * (t % 3 == 0 ? 50.0f : 1.0f);
         kernels(DType::kQ8_K).quantize_row(xf.data(), xq.data() + t * xrb, n);
       }
+      const auto amx_tile = q4 ? amx::vec_dot_tile_r16_q4_K_q8_K : amx::vec_dot_tile_r16_q6_K_q8_K;
       for (int nc = 1; nc <= max_tokens; nc += nc < 40 ? 1 : 11) {
         std::vector<float> want(static_cast<size_t>(nc * kRows)), got(want.size(), -7.0f);
         const bool few = nc <= avx512::kInterleavedFewMax;
@@ -273,7 +277,6 @@ TEST(Interleave, AmxKernelsMatchAvx512) {
                   n, want.data() + t0 * kRows + r, kRows, il.data() + r * wrb, wrb, xq.data() + t0 * xrb, xrb, 16, c);
             }
           // One call over 16 rows, one over the other 32 (several groups).
-          const auto amx_tile = q4 ? amx::vec_dot_tile_r16_q4_K_q8_K : amx::vec_dot_tile_r16_q6_K_q8_K;
           amx_tile(n, got.data(), kRows, il.data(), wrb, xq.data(), xrb, 16, nc);
           amx_tile(n, got.data() + 16, kRows, il.data() + 16 * wrb, wrb, xq.data(), xrb, 32, nc);
         }
@@ -281,6 +284,13 @@ TEST(Interleave, AmxKernelsMatchAvx512) {
           ASSERT_TRUE(same_bits(got[i], want[i])) << dtype_name(base) << (extreme ? " extreme" : "") << " nc=" << nc
                                                   << (few ? " few" : " tile") << " t=" << i / kRows
                                                   << " r=" << i % kRows << ": " << got[i] << " vs " << want[i];
+        if (few) {  // the tile form too at these counts (its AVX-512 fallback below the minimum), 48 rows a call
+          std::vector<float> tiled(want.size(), -7.0f);
+          amx_tile(n, tiled.data(), kRows, il.data(), wrb, xq.data(), xrb, static_cast<int>(kRows), nc);
+          for (size_t i = 0; i < tiled.size(); ++i)
+            ASSERT_TRUE(same_bits(tiled[i], want[i])) << dtype_name(base) << " nc=" << nc << " tile over 48 rows t="
+                                                      << i / kRows << " r=" << i % kRows;
+        }
       }
     }
   }

@@ -318,19 +318,38 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace
 
-// The entry points: fewer than kAmxMinTokens tokens go to the AVX-512 form.
-#define EMBER_AMX_ENTRY(form, name, K, NrType)                                                                      \
-  void vec_dot_##form##_r16_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,     \
-                                          const void* x, size_t x_row_bytes, NrType nr, int nc) {                  \
+// The AVX-512 tile of one group (16 rows, up to kInterleavedTileCols
+// tokens) over the AMX tile's nr rows x nc tokens: the AMX tile takes
+// kAmxTileRows rows per call, so its small-token fallback must cut them.
+template <class F>
+void avx512_tiles(F tile, int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                  size_t x_row_bytes, int nr, int nc) {
+  for (int r = 0; r < nr; r += kR)
+    for (int t = 0; t < nc; t += kInterleavedTileCols)
+      tile(n, s + t * lds + r, lds, static_cast<const uint8_t*>(w) + r * w_row_bytes, w_row_bytes,
+           static_cast<const uint8_t*>(x) + t * x_row_bytes, x_row_bytes, kR, std::min(kInterleavedTileCols, nc - t));
+}
+
+// The entry points: fewer than kAmxMinTokens tokens go to the AVX-512 form
+// (the few-token form takes any rows; the tile one group at a time).
+#define EMBER_AMX_ENTRY(name, K)                                                                                    \
+  void vec_dot_few_r16_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
+                                     const void* x, size_t x_row_bytes, int64_t nr, int nc) {                      \
     if (nc < kAmxMinTokens)                                                                                         \
-      return avx512::vec_dot_##form##_r16_##name##_q8_K(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);         \
+      return avx512::vec_dot_few_r16_##name##_q8_K(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);              \
+    run<K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr, \
+           nc);                                                                                                     \
+  }                                                                                                                 \
+  void vec_dot_tile_r16_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,         \
+                                      const void* x, size_t x_row_bytes, int nr, int nc) {                         \
+    if (nc < kAmxMinTokens)                                                                                         \
+      return avx512_tiles(avx512::vec_dot_tile_r16_##name##_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr,    \
+                          nc);                                                                                      \
     run<K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr, \
            nc);                                                                                                     \
   }
-EMBER_AMX_ENTRY(few, q4_K, Q4K, int64_t)
-EMBER_AMX_ENTRY(few, q6_K, Q6K, int64_t)
-EMBER_AMX_ENTRY(tile, q4_K, Q4K, int)
-EMBER_AMX_ENTRY(tile, q6_K, Q6K, int)
+EMBER_AMX_ENTRY(q4_K, Q4K)
+EMBER_AMX_ENTRY(q6_K, Q6K)
 #undef EMBER_AMX_ENTRY
 
 }  // namespace ember::amx

@@ -40,15 +40,14 @@ constexpr TileConfig make_config(const TileShape (&tiles)[8]) {
 // operands: the compiler does not know that they read or write memory, so
 // it may move, merge or drop the ordinary stores a tile load needs (a stack
 // buffer that no C++ code reads looks dead) and move the loads after a tile
-// store before it (bytes it believes nothing wrote). Serving the default
-// model at 32 concurrent requests showed it (tests/server's batch
-// invariance: a few outputs garbage from their first token) while every
-// kernel test passed. So: every buffer C++ code writes and a tile load
-// reads is named by tile_reads(buffer) before the loads (or, for buffers
-// filled once per call, covered by a tile_memory_barrier() after filling),
-// and every buffer a tile store writes and C++ code reads is named by
-// tile_writes(buffer) after the stores. Barriers at every tile step passed
-// too but cost ~10% of the kernels' rate (the compiler reloads everything).
+// store before it (bytes it believes nothing wrote). Nothing observed so far
+// came from it (the garbage outputs once blamed on it were a fallback that
+// passed 64 rows to a 16-row kernel), but nothing forbids it either. So:
+// every buffer C++ code writes and a tile load reads is named by
+// tile_reads(buffer) before the loads (buffers filled once per call: a
+// tile_memory_barrier() after filling), and every buffer a tile store
+// writes and C++ code reads is named by tile_writes(buffer) after the
+// stores. (Full barriers at every tile step cost ~10% of the kernels' rate.)
 template <class T>
 inline void tile_reads(const T& obj) {
   asm volatile("" : : "m"(obj));
