@@ -363,8 +363,9 @@ extern const DType kInterleavedTypes[kNumInterleavedTypes];
 // tokens; the tile of kAmxTileRows rows (whole groups) x up to kAmxTileCols
 // tokens.
 namespace amx {
-// Q4_K, 2048 x 256 rows, one thread: 8 tokens 0.85x the AVX-512 passes,
-// 10: 1.05x, 12: 1.10x, 16: 1.34x, 32: 1.9x (Q6_K: 8: 1.06x, 12: 1.40x).
+// The kernels alone, Q4_K, 2048 x 256 rows, one thread: 8 tokens 0.85x the
+// AVX-512 passes, 10: 1.05x, 12: 1.10x, 16: 1.34x, 32: 1.9x (Q6_K: 8: 1.06x,
+// 12: 1.40x); through the driver (bench_gemm 2048 2048 12 1 q4_K): 1.16x.
 constexpr int kAmxMinTokens = 10;
 constexpr int kAmxTileRows = 64;  // per call: the per-call activation work over 4 groups (16 rows: 0.85x)
 constexpr int kAmxTileCols = 128;

@@ -80,17 +80,22 @@ struct alignas(64) Expanded {
 // we / wo: the i16 products of the even / odd bytes of a layout vector
 // (lane r = row r's 4 elements); stores w's low bytes to lo, high to hi (one
 // two-source byte permute each).
-struct Splitter {
-  __m512i lo_idx, hi_idx;
-  Splitter() {
-    alignas(64) uint8_t idx[64];
-    for (int m = 0; m < 32; ++m) {
-      idx[2 * m] = static_cast<uint8_t>(2 * m);           // we's low byte of lane m
-      idx[2 * m + 1] = static_cast<uint8_t>(64 + 2 * m);  // wo's
-    }
-    lo_idx = _mm512_load_si512(idx);
-    hi_idx = _mm512_add_epi8(lo_idx, _mm512_set1_epi8(1));
+struct SplitIndex {
+  alignas(64) uint8_t lo[64], hi[64];
+};
+constexpr SplitIndex make_split_index() {
+  SplitIndex x{};
+  for (int m = 0; m < 32; ++m) {
+    x.lo[2 * m] = static_cast<uint8_t>(2 * m);           // we's low byte of lane m
+    x.lo[2 * m + 1] = static_cast<uint8_t>(64 + 2 * m);  // wo's
+    x.hi[2 * m] = static_cast<uint8_t>(2 * m + 1);       // their high bytes
+    x.hi[2 * m + 1] = static_cast<uint8_t>(64 + 2 * m + 1);
   }
+  return x;
+}
+constexpr SplitIndex kSplitIndex = make_split_index();
+struct Splitter {
+  __m512i lo_idx = _mm512_load_si512(kSplitIndex.lo), hi_idx = _mm512_load_si512(kSplitIndex.hi);
   void store(__m512i we, __m512i wo, uint8_t* lo, uint8_t* hi) const {
     _mm512_store_si512(lo, _mm512_permutex2var_epi8(we, lo_idx, wo));
     _mm512_store_si512(hi, _mm512_permutex2var_epi8(we, hi_idx, wo));
@@ -105,21 +110,19 @@ struct Q4K {
     const kq::R16Q4KScales sc = kq::r16_q4k_scales(p);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const Splitter split;
-    {
-      pf.step();
-      // Scale bytes (sc, 0, sc, 0) per dword for the even bytes, (0, sc, 0, sc)
-      // for the odd: vpmaddubsw gives each i16 lane one product.
-      const __m512i sv = j < 2 ? sc.sc_lo : sc.sc_hi;
-      const __m512i s0e = _mm512_shuffle_epi8(sv, kq::pair_index((2 * j) & 3)), s0o = _mm512_slli_epi16(s0e, 8);
-      const __m512i s1e = _mm512_shuffle_epi8(sv, kq::pair_index((2 * j + 1) & 3)), s1o = _mm512_slli_epi16(s1e, 8);
+    pf.step();
+    // Scale bytes (sc, 0, sc, 0) per dword for the even bytes, (0, sc, 0, sc)
+    // for the odd: vpmaddubsw gives each i16 lane one product.
+    const __m512i sv = j < 2 ? sc.sc_lo : sc.sc_hi;
+    const __m512i s0e = _mm512_shuffle_epi8(sv, kq::pair_index((2 * j) & 3)), s0o = _mm512_slli_epi16(s0e, 8);
+    const __m512i s1e = _mm512_shuffle_epi8(sv, kq::pair_index((2 * j + 1) & 3)), s1o = _mm512_slli_epi16(s1e, 8);
 #pragma GCC unroll 8
-      for (int l = 0; l < 8; ++l) {
-        const __m512i q = _mm512_loadu_si512(p + kq::kR16Q4KQuants + 64 * (8 * j + l));
-        const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        split.store(_mm512_maddubs_epi16(lo, s0e), _mm512_maddubs_epi16(lo, s0o), e.lo[j] + 64 * l, e.hi[j] + 64 * l);
-        split.store(_mm512_maddubs_epi16(hi, s1e), _mm512_maddubs_epi16(hi, s1o), e.lo[j] + 64 * (8 + l),
-                    e.hi[j] + 64 * (8 + l));
-      }
+    for (int l = 0; l < 8; ++l) {
+      const __m512i q = _mm512_loadu_si512(p + kq::kR16Q4KQuants + 64 * (8 * j + l));
+      const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+      split.store(_mm512_maddubs_epi16(lo, s0e), _mm512_maddubs_epi16(lo, s0o), e.lo[j] + 64 * l, e.hi[j] + 64 * l);
+      split.store(_mm512_maddubs_epi16(hi, s1e), _mm512_maddubs_epi16(hi, s1o), e.lo[j] + 64 * (8 + l),
+                  e.hi[j] + 64 * (8 + l));
     }
   }
 };
@@ -132,34 +135,32 @@ struct Q6K {
   static void expand(const uint8_t* p, Expanded& e, lanes::GroupPrefetch& pf, int j) {
     const Splitter split;
     const __m512i m00ff = _mm512_set1_epi16(0x00FF), m0000ffff = _mm512_set1_epi32(0xFFFF);
-    {
-      const int h = j / 2, half = j % 2;
-      pf.step();
-        // Group 8h + 2e + half's scale bytes (sc, 0, sc, 0) / (0, sc, 0, sc)
-        // per dword as for Q4_K; sc (q - 32) = sc q - 32 sc.
-        __m512i se[4], so[4], c32[4];
+    const int h = j / 2, half = j % 2;
+    pf.step();
+    // Group 8h + 2e + half's scale bytes (sc, 0, sc, 0) / (0, sc, 0, sc) per
+    // dword as for Q4_K; sc (q - 32) = sc q - 32 sc.
+    __m512i se[4], so[4], c32[4];
 #pragma GCC unroll 4
-        for (int ee = 0; ee < 4; ++ee) {
-          const __m512i v = kq::r16_q6k_scale(p, 8 * h + 2 * ee + half);  // i32, sign-extended
-          const __m512i pair = _mm512_or_si512(_mm512_and_si512(v, m0000ffff), _mm512_slli_epi32(v, 16));  // sc, sc
-          se[ee] = _mm512_and_si512(pair, m00ff);
-          so[ee] = _mm512_slli_epi16(se[ee], 8);
-          c32[ee] = _mm512_slli_epi16(pair, 5);
-        }
+    for (int ee = 0; ee < 4; ++ee) {
+      const __m512i v = kq::r16_q6k_scale(p, 8 * h + 2 * ee + half);  // i32, sign-extended
+      const __m512i pair = _mm512_or_si512(_mm512_and_si512(v, m0000ffff), _mm512_slli_epi32(v, 16));  // sc, sc
+      se[ee] = _mm512_and_si512(pair, m00ff);
+      so[ee] = _mm512_slli_epi16(se[ee], 8);
+      c32[ee] = _mm512_slli_epi16(pair, 5);
+    }
 #pragma GCC unroll 4
-        for (int kk = 0; kk < 4; ++kk) {
-          const int k = 4 * half + kk;
-          __m512i q[4];
-          kq::r16_q6k_quants(p, h, k, q);
+    for (int kk = 0; kk < 4; ++kk) {
+      const int k = 4 * half + kk;
+      __m512i q[4];
+      kq::r16_q6k_quants(p, h, k, q);
 #pragma GCC unroll 4
-          for (int ee = 0; ee < 4; ++ee) {
-            const int c = 2 * h + ee / 2, row = 8 * (ee % 2) + k;
-            split.store(_mm512_sub_epi16(_mm512_maddubs_epi16(q[ee], se[ee]), c32[ee]),
-                        _mm512_sub_epi16(_mm512_maddubs_epi16(q[ee], so[ee]), c32[ee]), e.lo[c] + 64 * row,
-                        e.hi[c] + 64 * row);
-          }
-        }
+      for (int ee = 0; ee < 4; ++ee) {
+        const int c = 2 * h + ee / 2, row = 8 * (ee % 2) + k;
+        split.store(_mm512_sub_epi16(_mm512_maddubs_epi16(q[ee], se[ee]), c32[ee]),
+                    _mm512_sub_epi16(_mm512_maddubs_epi16(q[ee], so[ee]), c32[ee]), e.lo[c] + 64 * row,
+                    e.hi[c] + 64 * row);
       }
+    }
   }
 };
 
@@ -318,20 +319,11 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace
 
-// The AVX-512 tile of one group (16 rows, up to kInterleavedTileCols
-// tokens) over the AMX tile's nr rows x nc tokens: the AMX tile takes
-// kAmxTileRows rows per call, so its small-token fallback must cut them.
-template <class F>
-void avx512_tiles(F tile, int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                  size_t x_row_bytes, int nr, int nc) {
-  for (int r = 0; r < nr; r += kR)
-    for (int t = 0; t < nc; t += kInterleavedTileCols)
-      tile(n, s + t * lds + r, lds, static_cast<const uint8_t*>(w) + r * w_row_bytes, w_row_bytes,
-           static_cast<const uint8_t*>(x) + t * x_row_bytes, x_row_bytes, kR, std::min(kInterleavedTileCols, nc - t));
-}
-
-// The entry points: fewer than kAmxMinTokens tokens go to the AVX-512 form
-// (the few-token form takes any rows; the tile one group at a time).
+// The entry points. Fewer than kAmxMinTokens tokens go to the AVX-512
+// few-token form (same bits), for the tile too: it takes any multiple of 16
+// rows, where the AVX-512 tile takes one group (a first version passed the
+// AMX tile's 64 rows to it, and 48 rows went unwritten).
+static_assert(kAmxMinTokens - 1 <= avx512::kInterleavedFewMax, "the fallback's token counts fit the few-token form");
 #define EMBER_AMX_ENTRY(name, K)                                                                                    \
   void vec_dot_few_r16_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
                                      const void* x, size_t x_row_bytes, int64_t nr, int nc) {                      \
@@ -342,11 +334,7 @@ void avx512_tiles(F tile, int64_t n, float* s, int64_t lds, const void* w, size_
   }                                                                                                                 \
   void vec_dot_tile_r16_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,         \
                                       const void* x, size_t x_row_bytes, int nr, int nc) {                         \
-    if (nc < kAmxMinTokens)                                                                                         \
-      return avx512_tiles(avx512::vec_dot_tile_r16_##name##_q8_K, n, s, lds, w, w_row_bytes, x, x_row_bytes, nr,    \
-                          nc);                                                                                      \
-    run<K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr, \
-           nc);                                                                                                     \
+    vec_dot_few_r16_##name##_q8_K(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);                               \
   }
 EMBER_AMX_ENTRY(q4_K, Q4K)
 EMBER_AMX_ENTRY(q6_K, Q6K)
