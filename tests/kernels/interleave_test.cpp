@@ -152,6 +152,14 @@ TEST_P(Interleaved, KernelsRegistered) {
     EXPECT_EQ(k.tokens_min, k.few_max + 1);
     EXPECT_GE(k.tokens_max, 4096);
   }
+  // Q4_0 / Q5_0 / Q8_0 at AMX: the AMX token lanes with their own pack.
+  if (isa() == Isa::kAmx && legacy) {
+    const VecDotTokensFn fn = base() == DType::kQ4_0   ? amx::vec_dot_tokens_r16_q4_0_q8_0
+                              : base() == DType::kQ5_0 ? amx::vec_dot_tokens_r16_q5_0_q8_0
+                                                       : amx::vec_dot_tokens_r16_q8_0_q8_0;
+    EXPECT_EQ(k.vec_dot_tokens, fn);
+    EXPECT_EQ(k.tokens_pack_bytes, amx::tokens_pack_bytes_r16_legacy);
+  }
   // Q4_K / Q6_K at AMX: the tile kernels for batched decode and prefill
   // (MatmulMatchesBaseType's 8 .. 300 tokens go through them).
   if (isa() == Isa::kAmx && !legacy) {
@@ -290,6 +298,52 @@ TEST(Interleave, AmxKernelsMatchAvx512) {
           for (size_t i = 0; i < tiled.size(); ++i)
             ASSERT_TRUE(same_bits(tiled[i], want[i])) << dtype_name(base) << " nc=" << nc << " tile over 48 rows t="
                                                       << i / kRows << " r=" << i % kRows;
+        }
+      }
+    }
+  }
+}
+
+// The AMX token lanes of Q4_0 / Q5_0 / Q8_0 against the AVX-512 token lanes,
+// bit for bit, each with its own pack: every token count from the form's
+// start past three token tiles (partial tiles, the Q4_0 / Q5_0 switch at
+// amx::kAmxNibbleTokensMin), then larger ones; an odd block count (the
+// products go in block pairs), one call over 16 rows and one over 32.
+TEST(Interleave, AmxLegacyTokensMatchAvx512) {
+  if (cpu_max_isa() < Isa::kAmx) GTEST_SKIP() << "CPU without usable AMX-INT8";
+  constexpr int64_t kRows = 48;
+  for (DType base : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0}) {
+    for (int64_t n : {int64_t{544}, int64_t{1024}}) {
+      for (bool extreme : {false, true}) {
+        const std::vector<uint8_t> w = extreme ? extreme_weights(base, kRows, n, 7) : make_weights(base, kRows, n, 8);
+        std::vector<uint8_t> il(w.size());
+        interleave_rows(base, w.data(), kRows, n, il.data());
+        const size_t wrb = dtype_row_size(base, n), xrb = dtype_row_size(DType::kQ8_0, n);
+        constexpr int kMaxTokens = 150;
+        std::vector<uint8_t> xq(static_cast<size_t>(kMaxTokens) * xrb);
+        std::mt19937 rng(extreme ? 5 : 6);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        std::vector<float> xf(static_cast<size_t>(n));
+        for (int t = 0; t < kMaxTokens; ++t) {
+          for (auto& v : xf) v = extreme ? (u(rng) < 0 ? -1.0f : 1.0f) : u(rng) * (t % 3 == 0 ? 50.0f : 1.0f);
+          kernels(DType::kQ8_0).quantize_row(xf.data(), xq.data() + t * xrb, n);
+        }
+        const KernelSet& ka = kernels(interleaved_type(base), Isa::kAmx);
+        const KernelSet& kv = kernels(interleaved_type(base), Isa::kAvx512);
+        const int nb = static_cast<int>(n / 32);
+        for (int nc = ka.tokens_min; nc <= kMaxTokens; nc += nc < 60 ? 1 : 29) {
+          std::vector<uint8_t> pa(ka.tokens_pack_bytes(n, nc)), pv(kv.tokens_pack_bytes(n, nc));
+          ka.pack_tokens(n, xq.data(), xrb, nc, pa.data(), 0, nb / 2);  // in two parts, as the driver's threads
+          ka.pack_tokens(n, xq.data(), xrb, nc, pa.data(), nb / 2, nb);
+          kv.pack_tokens(n, xq.data(), xrb, nc, pv.data(), 0, nb);
+          std::vector<float> want(static_cast<size_t>(nc * kRows)), got(want.size(), -7.0f);
+          kv.vec_dot_tokens(n, want.data(), kRows, il.data(), wrb, pv.data(), kRows, nc);
+          ka.vec_dot_tokens(n, got.data(), kRows, il.data(), wrb, pa.data(), 16, nc);
+          ka.vec_dot_tokens(n, got.data() + 16, kRows, il.data() + 16 * wrb, wrb, pa.data(), 32, nc);
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_TRUE(same_bits(got[i], want[i])) << dtype_name(base) << " n=" << n << (extreme ? " extreme" : "")
+                                                    << " nc=" << nc << " t=" << i / kRows << " r=" << i % kRows
+                                                    << ": " << got[i] << " vs " << want[i];
         }
       }
     }

@@ -377,6 +377,30 @@ void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w,
                                 size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                 size_t x_row_bytes, int nr, int nc);
+// Q4_0_R16 / Q5_0_R16 / Q8_0_R16 x Q8_0 (amx/legacy_r16.cpp): the token-lane
+// form above avx512::kInterleavedLegacyFewMax tokens, one tile product per
+// block and 16 tokens, the lane contract of the AVX-512 kernels (same
+// bits). Its own pack (per 16-token tile and block one A tile of quants,
+// then the f32 scales, zero past the token count); Q4_0 / Q5_0 below
+// kAmxNibbleTokensMin tokens take the AVX-512 token lanes and their pack
+// instead (each function chooses by the token count).
+// bench_gemm 2048 2048 T 1, GMAC/s amx / avx512: Q4_0 at 24 tokens 150 /
+// 165, 32: 169 / 160, 64: 208 / 150, 128: 240-276 / 165-175; Q8_0 at 24:
+// 218 / 151, 128: 265 / 161.
+constexpr int kAmxNibbleTokensMin = 32;
+size_t tokens_pack_bytes_r16_legacy(int64_t n, int nc);
+void pack_tokens_r16_q4_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
+                               int64_t e);
+void pack_tokens_r16_q5_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
+                               int64_t e);
+void pack_tokens_r16_q8_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
+                               int64_t e);
+void vec_dot_tokens_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                  const void* packed, int64_t nr, int nc);
+void vec_dot_tokens_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                  const void* packed, int64_t nr, int nc);
+void vec_dot_tokens_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                                  const void* packed, int64_t nr, int nc);
 }  // namespace amx
 
 }  // namespace ember

@@ -338,6 +338,22 @@ Table build_table() {
       k.vec_dot_few = a.few;
       set_tile(k, a.tile, amx::kAmxTileRows, amx::kAmxTileCols);
     }
+    // Q4_0 / Q5_0 / Q8_0: the AMX token-lane form (its own pack) where the
+    // AVX-512 token lanes ran.
+    struct AmxTokens {
+      DType type;
+      VecDotTokensFn fn;
+      PackTokensFn pack;
+    };
+    const AmxTokens amx_tokens[] = {
+        {DType::kQ4_0_R16, amx::vec_dot_tokens_r16_q4_0_q8_0, amx::pack_tokens_r16_q4_0_q8_0},
+        {DType::kQ5_0_R16, amx::vec_dot_tokens_r16_q5_0_q8_0, amx::pack_tokens_r16_q5_0_q8_0},
+        {DType::kQ8_0_R16, amx::vec_dot_tokens_r16_q8_0_q8_0, amx::pack_tokens_r16_q8_0_q8_0},
+    };
+    for (const AmxTokens& a : amx_tokens) {
+      KernelSet& k = at(t, a.type, Isa::kAmx);
+      set_tokens(k, a.fn, a.pack, amx::tokens_pack_bytes_r16_legacy, k.tokens_min, k.tokens_max);
+    }
   }
   return t;
 }

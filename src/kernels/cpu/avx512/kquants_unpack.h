@@ -1,7 +1,7 @@
 // The Q4_K / Q5_K / Q6_K quant unpacking and the 16 x 16 dword transpose shared by
 // the AVX-512 row-lane kernels (avx512/lanes_kquants.cpp) and token-lane
 // kernels (avx512/lanes_kquants_tokens.cpp). Include only from avx512/ files
-// (compiled with the AVX-512 flags). Pure register functions, no state.
+// (compiled with the AVX-512 flags) and amx/ files. Pure register functions, no state.
 #pragma once
 
 #include <immintrin.h>
@@ -14,6 +14,9 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace ember::avx512::kq {
+// Internal linkage: included by TUs with different ISA flags (avx512/, amx/),
+// whose copies of an inline function the linker must not merge.
+namespace {
 
 inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
@@ -170,6 +173,7 @@ inline __m512i r16_q6k_scale_pair(const uint8_t* p, int k) {
   return _mm512_permutexvar_epi16(idx, v);
 }
 
+}  // namespace
 }  // namespace ember::avx512::kq
 
 #pragma GCC diagnostic pop

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/avx512/legacy_r16_layout.h"
 #include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/simd.h"
@@ -38,12 +39,11 @@ namespace {
 constexpr int kR = 16;
 constexpr int kMaxTokens = std::max(kInterleavedFewMax, kInterleavedTileCols);
 
+using legacy::Layout;
+using legacy::Legacy;
+using legacy::quants;
+
 inline __m512i bcast32(const void* p) { return _mm512_set1_epi32(static_cast<int>(simd::load_u32(p))); }
-inline __mmask64 mask64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return _cvtu64_mask64(v);
-}
 
 // sum of the 32 activation quants of a block.
 inline int32_t block_sum(const BlockQ8_0& x) {
@@ -52,33 +52,6 @@ inline int32_t block_sum(const BlockQ8_0& x) {
   const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());  // 4 sums of 8 (x + 128)
   const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
   return static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
-}
-
-// kU8: a Q5_0 group unpacked for many tokens (unpack()): the Q8_0
-// layout with the unsigned quants (offset as the source type's).
-enum class Legacy { kQ4_0, kQ5_0, kQ8_0, kU8 };
-
-template <Legacy K>
-struct Layout {
-  static constexpr bool kBytes = K == Legacy::kQ8_0 || K == Legacy::kU8;  // one byte per quant
-  static constexpr int kVectors = kBytes ? 8 : 4;                         // quant vectors per block
-  static constexpr size_t kQs = K == Legacy::kQ5_0 ? 96 : 32;             // d vector [, qh masks], then qs
-  static constexpr size_t kBlock = kQs + 64 * kVectors;                   // bytes per block of a group
-  static constexpr int kOffset = K == Legacy::kQ8_0 ? 128 : K == Legacy::kQ5_0 ? 16 : 8;
-};
-
-// The unsigned quants of block b of a group: nibble vectors k (low) and 4 + k
-// (high), the high bits added for Q5_0.
-template <Legacy K>
-inline void quants(const uint8_t* p, int k, __m512i* lo, __m512i* hi) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), k16 = _mm512_set1_epi8(16);
-  const __m512i q = _mm512_loadu_si512(p + Layout<K>::kQs + 64 * k);
-  *lo = _mm512_and_si512(q, m4);
-  *hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-  if constexpr (K == Legacy::kQ5_0) {  // the high bits: masks k and 4 + k
-    *lo = _mm512_mask_add_epi8(*lo, mask64(p + 32 + 8 * k), *lo, k16);
-    *hi = _mm512_mask_add_epi8(*hi, mask64(p + 64 + 8 * k), *hi, k16);
-  }
 }
 
 // A Q5_0 group's nb blocks as kU8 blocks at out (nb * 544 bytes):

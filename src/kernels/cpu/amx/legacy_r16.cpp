@@ -1,0 +1,249 @@
+// AMX-INT8 token-lane kernels over the interleaved Q4_0_R16 / Q5_0_R16 /
+// Q8_0_R16 layouts (kernels/interleave.h) x Q8_0 activations: the matmuls
+// of many tokens (prefill, batched decode) at the amx level, in the lane
+// contract of the AVX-512 kernels (avx512/lanes_legacy_r16.cpp): per block
+// b in order acc = fma(float(isum_b), d_w[b] * d_x[b], acc), isum_b the
+// exact integer dot of the weight quants minus their offset and the
+// activation quants; so the results equal theirs (and the base types') bit
+// for bit.
+//
+// How. A block is 32 elements, so each tile product covers one block: A =
+// 16 tokens x 32 quants (i8), B = 8 x 64 bytes (B row k: dword r = row r's
+// elements 4k .. 4k + 3, the layout's own lane order), C = isum of 16
+// tokens x 16 rows, exact in int32. The weights go in as signed quants: Q8_0
+// as stored; Q4_0 / Q5_0 minus their offset, unpacked once per group and
+// call into a buffer of B tiles (the tokens of a call share it). The float
+// steps run on the vector units, one zmm per token (16 rows): load C's row,
+// convert, multiply d_w by the token's d_x, fma. Those 3 vector operations
+// per token and block replace the AVX-512 kernel's 8 vpdpbusd + 3; the tile
+// unit's product (16 cycles) overlaps them. Each block's C tile is stored to
+// one of two buffers and converted one block later (a vector load right
+// after the tile store of its bytes stalls).
+//
+// The activations are packed once per matmul (pack(), parallel over blocks):
+// per 16-token tile and block, the 16 x 32 quants contiguous (one A tile,
+// 32 bytes a row), then per tile and block the 16 tokens' f32 scales;
+// tokens past the count are zero (quants and scales), so a partial last
+// tile needs no other care. One thread per call; no state outside the call
+// but thread_local scratch.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/amx/tiles.h"
+#include "kernels/cpu/avx512/legacy_r16_layout.h"
+#include "kernels/cpu/group_prefetch.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "quant/blocks.h"
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace ember::amx {
+namespace {
+
+using avx512::legacy::Layout;
+using avx512::legacy::Legacy;
+
+constexpr int kR = 16;           // rows per group = dwords per B row
+constexpr int kT = 16;           // tokens per A / C tile
+constexpr size_t kATile = 512;   // 16 tokens x 32 quants
+constexpr size_t kBTile = 512;   // 8 rows x 64 bytes
+
+// Tiles 0 / 1: C (even / odd blocks), 2 / 3: A, 4 / 5: B.
+alignas(64) constexpr TileConfig kTileConfig =
+    make_config({{16, 64}, {16, 64}, {16, 32}, {16, 32}, {8, 64}, {8, 64}, {0, 0}, {0, 0}});
+
+// The packed activations: the A tiles (tiles x nb x 512 bytes), then the
+// scales (tiles x nb x 16 floats).
+size_t packed_bytes(int64_t n, int nc) {
+  const size_t tiles = static_cast<size_t>((nc + kT - 1) / kT);
+  return tiles * static_cast<size_t>(n / 32) * (kATile + kT * sizeof(float));
+}
+
+void pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b, int64_t e) {
+  const int64_t nb = n / 32;
+  const int tiles = (nc + kT - 1) / kT;
+  uint8_t* qs = static_cast<uint8_t*>(packed);
+  float* ds = reinterpret_cast<float*>(qs + static_cast<size_t>(tiles) * nb * kATile);
+  for (int t = 0; t < tiles * kT; ++t) {
+    const int tile = t / kT, row = t % kT;
+    for (int64_t i = b; i < e; ++i) {
+      const size_t step = static_cast<size_t>(tile) * nb + i;
+      uint8_t* q = qs + step * kATile + 32 * row;
+      float* d = ds + step * kT + row;
+      if (t < nc) {
+        const auto& blk = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(x) + t * x_row_bytes)[i];
+        std::memcpy(q, blk.qs, 32);
+        *d = _cvtsh_ss(blk.d);
+      } else {
+        std::memset(q, 0, 32);
+        *d = 0.0f;
+      }
+    }
+  }
+}
+
+// Block b of a group at p as a B tile of signed quants (Q4_0 / Q5_0: rows
+// 0..3 the low nibble vectors, 4..7 the high, minus the offset).
+template <Legacy K>
+inline void unpack_b(const uint8_t* p, uint8_t* out) {
+  const __m512i off = _mm512_set1_epi8(static_cast<char>(Layout<K>::kOffset));
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    __m512i lo, hi;
+    avx512::legacy::quants<K>(p, k, &lo, &hi);
+    _mm512_storeu_si512(out + 64 * k, _mm512_sub_epi8(lo, off));
+    _mm512_storeu_si512(out + 64 * (4 + k), _mm512_sub_epi8(hi, off));
+  }
+}
+
+// The tile products of blocks i and i + 1 (one token tile, A rows at a, B
+// at b, kBStride apart) into the C buffers c0 / c1; both products issue
+// before either store (the tile unit runs in order: a store right after its
+// product would hold the next product until the first completes). A macro:
+// GCC's tile intrinsics paste their tile numbers into the instruction text.
+#define EMBER_AMX_PRODUCT(C, A, B, a, b, cb) \
+  do {                                         \
+    _tile_zero(C);                             \
+    _tile_loadd(A, a, 32);                     \
+    _tile_loadd(B, b, 64);                     \
+    _tile_dpbssd(C, A, B);                     \
+  } while (0)
+
+template <size_t kBStride>
+inline void block_pair(const uint8_t* a, const uint8_t* b, bool two, int32_t (&c)[2][kT * kR]) {
+  tile_writes(c);  // earlier loads of these buffers before the stores (tiles.h)
+  EMBER_AMX_PRODUCT(0, 2, 4, a, b, c[0]);
+  if (two) {
+    EMBER_AMX_PRODUCT(1, 3, 5, a + kATile, b + kBStride, c[1]);
+    _tile_stored(0, c[0], 64);
+    _tile_stored(1, c[1], 64);
+  } else {
+    _tile_stored(0, c[0], 64);
+  }
+  tile_writes(c);  // the stores before block_step's loads
+}
+
+// acc[u] = fma(float(c[u]), d_w * d_x[u], acc[u]) for the 16 tokens of a
+// tile: the lane kernels' float step of one block (d_w: the block's 16 f16
+// scales at dw).
+inline void block_step(__m512 (&lo)[kT / 2], __m512 (&hi)[kT / 2], const int32_t* c, const uint8_t* dw,
+                       const float* dx) {
+  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dw)));
+  auto one = [&](__m512& acc, int u) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + kR * u)), _mm512_mul_ps(d, _mm512_set1_ps(dx[u])),
+                          acc);
+  };
+#pragma GCC unroll 8
+  for (int u = 0; u < kT / 2; ++u) one(lo[u], u);
+#pragma GCC unroll 8
+  for (int u = 0; u < kT / 2; ++u) one(hi[u], kT / 2 + u);
+}
+
+// Block pairs in flight: a pair's sums are converted kLag pairs later (a
+// vector load soon after the tile store of its bytes stalls).
+constexpr int kLag = 1;
+
+// One token tile (A tiles at a, scales dx) against one group (blocks at g,
+// B tiles at b, kBStride apart): out[u] lane r = token u, row r.
+template <size_t kBlock, size_t kBStride>
+void token_tile(int64_t nb, const uint8_t* g, const uint8_t* b, const uint8_t* a, const float* dx,
+                lanes::GroupPrefetch* pf, float* s, int64_t lds, int nt) {
+  alignas(64) int32_t c[kLag + 1][2][kT * kR];
+  // Two arrays of 8: GCC keeps arrays up to 512 bytes in registers, not 1 KB.
+  __m512 lo[kT / 2], hi[kT / 2];
+#pragma GCC unroll 8
+  for (int u = 0; u < kT / 2; ++u) lo[u] = hi[u] = _mm512_setzero_ps();
+  // (no lambda for this: GCC then keeps lo / hi in memory)
+#define EMBER_STEP(j) \
+  block_step(lo, hi, c[(j) / 2 % (kLag + 1)][(j) % 2], g + static_cast<size_t>(j) * kBlock, dx + (j) * kT)
+  const int64_t pairs = (nb + 1) / 2;
+  for (int64_t q = 0; q < pairs; ++q) {
+    if (pf) {
+      pf->step();
+      pf->step();
+    }
+    const int64_t i = 2 * q;
+    block_pair<kBStride>(a + static_cast<size_t>(i) * kATile, b + static_cast<size_t>(i) * kBStride, i + 1 < nb,
+                         c[q % (kLag + 1)]);
+    if (q >= kLag) {
+      EMBER_STEP(2 * (q - kLag));
+      EMBER_STEP(2 * (q - kLag) + 1);
+    }
+  }
+  for (int64_t j = 2 * std::max<int64_t>(0, pairs - kLag); j < nb; ++j) EMBER_STEP(j);
+#undef EMBER_STEP
+#pragma GCC unroll 8
+  for (int u = 0; u < kT / 2; ++u) {
+    if (u < nt) _mm512_storeu_ps(s + u * lds, lo[u]);
+    if (kT / 2 + u < nt) _mm512_storeu_ps(s + (kT / 2 + u) * lds, hi[u]);
+  }
+}
+
+// nc tokens (packed) over nr rows (a multiple of 16) at w: s[t * lds + r].
+template <Legacy K>
+void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* packed, int64_t nr,
+         int nc) {
+  using L = Layout<K>;
+  constexpr bool kUnpack = K != Legacy::kQ8_0;
+  const int64_t nb = n / 32;
+  const int tiles = (nc + kT - 1) / kT;
+  const uint8_t* qs = packed;
+  const float* ds = reinterpret_cast<const float*>(qs + static_cast<size_t>(tiles) * nb * kATile);
+  thread_local std::vector<uint8_t> bbuf;
+  if constexpr (kUnpack) bbuf.resize(static_cast<size_t>(nb) * kBTile);
+  TileScope scope(kTileConfig);
+  for (int64_t r0 = 0; r0 < nr; r0 += kR) {
+    const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
+    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb);
+    if constexpr (kUnpack) {
+      for (int64_t i = 0; i < nb; ++i) {
+        pf.step();
+        unpack_b<K>(g + static_cast<size_t>(i) * L::kBlock, bbuf.data() + static_cast<size_t>(i) * kBTile);
+      }
+      tile_memory_barrier();  // the unpacked bytes before the B loads (tiles.h)
+    }
+    // B tiles: unpacked (Q4_0 / Q5_0) or in place (Q8_0).
+    constexpr size_t kBStride = kUnpack ? kBTile : L::kBlock;
+    const uint8_t* b = kUnpack ? bbuf.data() : g + L::kQs;
+    for (int t = 0; t < tiles; ++t)
+      token_tile<L::kBlock, kBStride>(nb, g, b, qs + static_cast<size_t>(t) * nb * kATile,
+                                       ds + static_cast<size_t>(t) * nb * kT, !kUnpack && t == 0 ? &pf : nullptr,
+                                       s + static_cast<int64_t>(t) * kT * lds + r0, lds, std::min(kT, nc - t * kT));
+    pf.finish();
+  }
+}
+
+#undef EMBER_AMX_PRODUCT
+
+}  // namespace
+
+// Q4_0 / Q5_0 below kAmxNibbleTokensMin tokens: the AVX-512 token lanes
+// and their pack (the unpacking of each group is not paid back by one or
+// two token tiles). The pack and the kernel choose by the same count.
+size_t tokens_pack_bytes_r16_legacy(int64_t n, int nc) {
+  return std::max(packed_bytes(n, nc), avx512::tokens_pack_bytes_r16_q8_0(n, nc));
+}
+
+#define EMBER_AMX_LEGACY(name, kind, min_tokens)                                                                  \
+  void pack_tokens_r16_##name##_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed,          \
+                                     int64_t b, int64_t e) {                                                      \
+    if (nc < min_tokens) return avx512::pack_tokens_r16_##name##_q8_0(n, x, x_row_bytes, nc, packed, b, e);      \
+    pack(n, x, x_row_bytes, nc, packed, b, e);                                                                    \
+  }                                                                                                               \
+  void vec_dot_tokens_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,     \
+                                        const void* packed, int64_t nr, int nc) {                                 \
+    if (nc < min_tokens)                                                                                          \
+      return avx512::vec_dot_tokens_r16_##name##_q8_0(n, s, lds, w, w_row_bytes, packed, nr, nc);                 \
+    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(packed), nr, nc); \
+  }
+EMBER_AMX_LEGACY(q4_0, Legacy::kQ4_0, kAmxNibbleTokensMin)
+EMBER_AMX_LEGACY(q5_0, Legacy::kQ5_0, kAmxNibbleTokensMin)
+EMBER_AMX_LEGACY(q8_0, Legacy::kQ8_0, 0)
+#undef EMBER_AMX_LEGACY
+
+}  // namespace ember::amx
