@@ -101,11 +101,9 @@ inline void unpack_b(const uint8_t* p, uint8_t* out) {
   }
 }
 
-// The tile products of blocks i and i + 1 (one token tile, A rows at a, B
-// at b, kBStride apart) into the C buffers c0 / c1; both products issue
-// before either store (the tile unit runs in order: a store right after its
-// product would hold the next product until the first completes). A macro:
-// GCC's tile intrinsics paste their tile numbers into the instruction text.
+// A block's tile product: tiles C (zeroed), A (the token tile's quants of
+// the block, at a), B (at b); stored by the caller. A macro: GCC's tile
+// intrinsics paste their tile numbers into the instruction text.
 #define EMBER_AMX_PRODUCT(C, A, B, a, b, cb) \
   do {                                         \
     _tile_zero(C);                             \
@@ -114,34 +112,18 @@ inline void unpack_b(const uint8_t* p, uint8_t* out) {
     _tile_dpbssd(C, A, B);                     \
   } while (0)
 
-template <size_t kBStride>
-inline void block_pair(const uint8_t* a, const uint8_t* b, bool two, int32_t (&c)[2][kT * kR]) {
-  tile_writes(c);  // earlier loads of these buffers before the stores (tiles.h)
-  EMBER_AMX_PRODUCT(0, 2, 4, a, b, c[0]);
-  if (two) {
-    EMBER_AMX_PRODUCT(1, 3, 5, a + kATile, b + kBStride, c[1]);
-    _tile_stored(0, c[0], 64);
-    _tile_stored(1, c[1], 64);
-  } else {
-    _tile_stored(0, c[0], 64);
-  }
-  tile_writes(c);  // the stores before block_step's loads
-}
-
 // acc[u] = fma(float(c[u]), d_w * d_x[u], acc[u]) for the 16 tokens of a
 // tile: the lane kernels' float step of one block (d_w: the block's 16 f16
 // scales at dw).
-inline void block_step(__m512 (&lo)[kT / 2], __m512 (&hi)[kT / 2], const int32_t* c, const uint8_t* dw,
-                       const float* dx) {
-  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dw)));
-  auto one = [&](__m512& acc, int u) {
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + kR * u)), _mm512_mul_ps(d, _mm512_set1_ps(dx[u])),
-                          acc);
-  };
+inline __m512 block_scale(const uint8_t* dw) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dw)));
+}
+// Tokens u0 .. u0 + 7 of the step (acc: their 8 accumulators).
+inline void block_step8(__m512 (&acc)[kT / 2], const int32_t* c, __m512 d, const float* dx, int u0) {
 #pragma GCC unroll 8
-  for (int u = 0; u < kT / 2; ++u) one(lo[u], u);
-#pragma GCC unroll 8
-  for (int u = 0; u < kT / 2; ++u) one(hi[u], kT / 2 + u);
+  for (int u = 0; u < kT / 2; ++u)
+    acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + kR * (u0 + u))),
+                             _mm512_mul_ps(d, _mm512_set1_ps(dx[u0 + u])), acc[u]);
 }
 
 // Block pairs in flight: a pair's sums are converted kLag pairs later (a
@@ -158,25 +140,49 @@ void token_tile(int64_t nb, const uint8_t* g, const uint8_t* b, const uint8_t* a
   __m512 lo[kT / 2], hi[kT / 2];
 #pragma GCC unroll 8
   for (int u = 0; u < kT / 2; ++u) lo[u] = hi[u] = _mm512_setzero_ps();
-  // (no lambda for this: GCC then keeps lo / hi in memory)
-#define EMBER_STEP(j) \
-  block_step(lo, hi, c[(j) / 2 % (kLag + 1)][(j) % 2], g + static_cast<size_t>(j) * kBlock, dx + (j) * kT)
+  // The float steps of block j (no lambda for these: GCC then keeps lo / hi
+  // in memory); between a pair's tile instructions, so the vector units
+  // have work while the tile unit runs.
+#define EMBER_CBUF(j) c[(j) / 2 % (kLag + 1)][(j) % 2]
+#define EMBER_DW(j) block_scale(g + static_cast<size_t>(j) * kBlock)
   const int64_t pairs = (nb + 1) / 2;
   for (int64_t q = 0; q < pairs; ++q) {
     if (pf) {
       pf->step();
       pf->step();
     }
-    const int64_t i = 2 * q;
-    block_pair<kBStride>(a + static_cast<size_t>(i) * kATile, b + static_cast<size_t>(i) * kBStride, i + 1 < nb,
-                         c[q % (kLag + 1)]);
-    if (q >= kLag) {
-      EMBER_STEP(2 * (q - kLag));
-      EMBER_STEP(2 * (q - kLag) + 1);
+    const int64_t i = 2 * q, j = 2 * (q - kLag);
+    const uint8_t* ai = a + static_cast<size_t>(i) * kATile;
+    const uint8_t* bi = b + static_cast<size_t>(i) * kBStride;
+    int32_t(&cq)[2][kT * kR] = c[q % (kLag + 1)];
+    tile_writes(cq);  // earlier loads of these buffers before the stores (tiles.h)
+    if (q >= kLag) {  // (then blocks j and j + 1 both exist)
+      const __m512 d0 = EMBER_DW(j), d1 = EMBER_DW(j + 1);
+      const float* x0 = dx + j * kT;
+      const float* x1 = x0 + kT;
+      EMBER_AMX_PRODUCT(0, 2, 4, ai, bi, cq[0]);
+      block_step8(lo, EMBER_CBUF(j), d0, x0, 0);
+      if (i + 1 < nb) EMBER_AMX_PRODUCT(1, 3, 5, ai + kATile, bi + kBStride, cq[1]);
+      block_step8(hi, EMBER_CBUF(j), d0, x0, kT / 2);
+      _tile_stored(0, cq[0], 64);
+      block_step8(lo, EMBER_CBUF(j + 1), d1, x1, 0);
+      if (i + 1 < nb) _tile_stored(1, cq[1], 64);
+      block_step8(hi, EMBER_CBUF(j + 1), d1, x1, kT / 2);
+    } else {
+      EMBER_AMX_PRODUCT(0, 2, 4, ai, bi, cq[0]);
+      if (i + 1 < nb) EMBER_AMX_PRODUCT(1, 3, 5, ai + kATile, bi + kBStride, cq[1]);
+      _tile_stored(0, cq[0], 64);
+      if (i + 1 < nb) _tile_stored(1, cq[1], 64);
     }
+    tile_writes(cq);  // the stores before the float steps' loads
   }
-  for (int64_t j = 2 * std::max<int64_t>(0, pairs - kLag); j < nb; ++j) EMBER_STEP(j);
-#undef EMBER_STEP
+  for (int64_t j = 2 * std::max<int64_t>(0, pairs - kLag); j < nb; ++j) {
+    const __m512 d = EMBER_DW(j);
+    block_step8(lo, EMBER_CBUF(j), d, dx + j * kT, 0);
+    block_step8(hi, EMBER_CBUF(j), d, dx + j * kT, kT / 2);
+  }
+#undef EMBER_CBUF
+#undef EMBER_DW
 #pragma GCC unroll 8
   for (int u = 0; u < kT / 2; ++u) {
     if (u < nt) _mm512_storeu_ps(s + u * lds, lo[u]);
