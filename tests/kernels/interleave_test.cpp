@@ -313,7 +313,7 @@ TEST(Interleave, AmxLegacyTokensMatchAvx512) {
   if (cpu_max_isa() < Isa::kAmx) GTEST_SKIP() << "CPU without usable AMX-INT8";
   constexpr int64_t kRows = 48;
   for (DType base : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_0}) {
-    for (int64_t n : {int64_t{544}, int64_t{1024}}) {
+    for (int64_t n : {int64_t{544}, int64_t{1024}, int64_t{2144}}) {  // 2144: 67 blocks, two passes
       for (bool extreme : {false, true}) {
         const std::vector<uint8_t> w = extreme ? extreme_weights(base, kRows, n, 7) : make_weights(base, kRows, n, 8);
         std::vector<uint8_t> il(w.size());

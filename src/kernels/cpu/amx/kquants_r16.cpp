@@ -193,6 +193,9 @@ inline void tile_sums(const Expanded& e, const uint8_t* a0, const uint8_t* a1, s
     }
     between(ch);
   }
+  // The float sums' loads of these buffers (two steps ago) before the stores:
+  // nothing else keeps the compiler from moving those loads past them.
+  tile_writes(*reinterpret_cast<int32_t(*)[4][kT * kR]>(c));
   _tile_stored(0, c[0], 64);
   _tile_stored(1, c[1], 64);
   if (a1) {

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -130,16 +131,21 @@ inline void block_step8(__m512 (&acc)[kT / 2], const int32_t* c, __m512 d, const
 // vector load soon after the tile store of its bytes stalls).
 constexpr int kLag = 1;
 
-// One token tile (A tiles at a, scales dx) against one group (blocks at g,
-// B tiles at b, kBStride apart): out[u] lane r = token u, row r.
+// One token tile (A tiles at a, scales dx) against nb blocks of one group
+// (blocks at g, B tiles at b, kBStride apart), continuing the sums in acc
+// (16 x 16 floats; zero: start from 0); then out[u] lane r = token u, row r
+// when out, else the sums back to acc.
 template <size_t kBlock, size_t kBStride>
 void token_tile(int64_t nb, const uint8_t* g, const uint8_t* b, const uint8_t* a, const float* dx,
-                lanes::GroupPrefetch* pf, float* s, int64_t lds, int nt) {
+                lanes::GroupPrefetch* pf, float* acc, bool zero, float* out, int64_t lds, int nt) {
   alignas(64) int32_t c[kLag + 1][2][kT * kR];
   // Two arrays of 8: GCC keeps arrays up to 512 bytes in registers, not 1 KB.
   __m512 lo[kT / 2], hi[kT / 2];
 #pragma GCC unroll 8
-  for (int u = 0; u < kT / 2; ++u) lo[u] = hi[u] = _mm512_setzero_ps();
+  for (int u = 0; u < kT / 2; ++u) {
+    lo[u] = zero ? _mm512_setzero_ps() : _mm512_load_ps(acc + kR * u);
+    hi[u] = zero ? _mm512_setzero_ps() : _mm512_load_ps(acc + kR * (kT / 2 + u));
+  }
   // The float steps of block j (no lambda for these: GCC then keeps lo / hi
   // in memory); between a pair's tile instructions, so the vector units
   // have work while the tile unit runs.
@@ -183,12 +189,28 @@ void token_tile(int64_t nb, const uint8_t* g, const uint8_t* b, const uint8_t* a
   }
 #undef EMBER_CBUF
 #undef EMBER_DW
+  if (!out) {
+#pragma GCC unroll 8
+    for (int u = 0; u < kT / 2; ++u) {
+      _mm512_store_ps(acc + kR * u, lo[u]);
+      _mm512_store_ps(acc + kR * (kT / 2 + u), hi[u]);
+    }
+    return;
+  }
 #pragma GCC unroll 8
   for (int u = 0; u < kT / 2; ++u) {
-    if (u < nt) _mm512_storeu_ps(s + u * lds, lo[u]);
-    if (kT / 2 + u < nt) _mm512_storeu_ps(s + (kT / 2 + u) * lds, hi[u]);
+    if (u < nt) _mm512_storeu_ps(out + u * lds, lo[u]);
+    if (kT / 2 + u < nt) _mm512_storeu_ps(out + (kT / 2 + u) * lds, hi[u]);
   }
 }
+
+// Blocks per pass over the tokens: a pass keeps its K range of every
+// token tile's activations in L2 (64 blocks: 32 KB a tile, 1 MB for 512
+// tokens) for all the call's groups, and its B tiles in L1 for all tiles;
+// over longer rows (ffn_down: 8960 / 14336) whole rows re-read every token
+// tile's activations for every group from L3. The sums between passes stay
+// in memory, in block order, so the bits are the same.
+constexpr int64_t kPassBlocks = 64;
 
 // nc tokens (packed) over nr rows (a multiple of 16) at w: s[t * lds + r].
 template <Legacy K>
@@ -196,31 +218,45 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
          int nc) {
   using L = Layout<K>;
   constexpr bool kUnpack = K != Legacy::kQ8_0;
+  constexpr size_t kBStride = kUnpack ? kBTile : L::kBlock;
   const int64_t nb = n / 32;
   const int tiles = (nc + kT - 1) / kT;
+  const int64_t groups = nr / kR;
   const uint8_t* qs = packed;
   const float* ds = reinterpret_cast<const float*>(qs + static_cast<size_t>(tiles) * nb * kATile);
   thread_local std::vector<uint8_t> bbuf;
-  if constexpr (kUnpack) bbuf.resize(static_cast<size_t>(nb) * kBTile);
+  thread_local std::vector<float> accs;  // per group and tile, 16 x 16 (several passes only)
+  if constexpr (kUnpack) bbuf.resize(static_cast<size_t>(std::min(nb, kPassBlocks)) * kBTile);
+  if (nb > kPassBlocks) accs.resize(static_cast<size_t>(groups) * tiles * kT * kR + 16);
+  float* acc0 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(accs.data()) + 63) / 64 * 64);
   TileScope scope(kTileConfig);
-  for (int64_t r0 = 0; r0 < nr; r0 += kR) {
-    const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
-    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb);
-    if constexpr (kUnpack) {
-      for (int64_t i = 0; i < nb; ++i) {
-        pf.step();
-        unpack_b<K>(g + static_cast<size_t>(i) * L::kBlock, bbuf.data() + static_cast<size_t>(i) * kBTile);
+  for (int64_t k0 = 0; k0 < nb; k0 += kPassBlocks) {
+    const int64_t kn = std::min(kPassBlocks, nb - k0);
+    const bool first = k0 == 0, last = k0 + kn == nb;
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      const uint8_t* g = w + static_cast<size_t>(gi * kR) * w_row_bytes + static_cast<size_t>(k0) * L::kBlock;
+      // This pass's blocks of the next group (the next call's first group's
+      // past the last; see lanes_kquants_r16.cpp).
+      auto pf = lanes::GroupPrefetch(g + kR * w_row_bytes, static_cast<size_t>(kn) * L::kBlock, kn);
+      if constexpr (kUnpack) {
+        for (int64_t i = 0; i < kn; ++i) {
+          pf.step();
+          unpack_b<K>(g + static_cast<size_t>(i) * L::kBlock, bbuf.data() + static_cast<size_t>(i) * kBTile);
+        }
+        tile_memory_barrier();  // the unpacked bytes before the B loads (tiles.h)
       }
-      tile_memory_barrier();  // the unpacked bytes before the B loads (tiles.h)
+      // B tiles: unpacked (Q4_0 / Q5_0) or in place (Q8_0).
+      const uint8_t* b = kUnpack ? bbuf.data() : g + L::kQs;
+      for (int t = 0; t < tiles; ++t) {
+        const size_t step = static_cast<size_t>(t) * nb + k0;
+        token_tile<L::kBlock, kBStride>(kn, g, b, qs + step * kATile, ds + step * kT,
+                                         !kUnpack && t == 0 ? &pf : nullptr,
+                                         acc0 + (static_cast<size_t>(gi) * tiles + t) * kT * kR, first,
+                                         last ? s + static_cast<int64_t>(t) * kT * lds + gi * kR : nullptr, lds,
+                                         std::min(kT, nc - t * kT));
+      }
+      pf.finish();
     }
-    // B tiles: unpacked (Q4_0 / Q5_0) or in place (Q8_0).
-    constexpr size_t kBStride = kUnpack ? kBTile : L::kBlock;
-    const uint8_t* b = kUnpack ? bbuf.data() : g + L::kQs;
-    for (int t = 0; t < tiles; ++t)
-      token_tile<L::kBlock, kBStride>(nb, g, b, qs + static_cast<size_t>(t) * nb * kATile,
-                                       ds + static_cast<size_t>(t) * nb * kT, !kUnpack && t == 0 ? &pf : nullptr,
-                                       s + static_cast<int64_t>(t) * kT * lds + r0, lds, std::min(kT, nc - t * kT));
-    pf.finish();
   }
 }
 
