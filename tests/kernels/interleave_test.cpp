@@ -244,6 +244,21 @@ TEST_P(Interleaved, ExtremeBlocksMatchBaseType) {
   expect_same_matmul(extreme_weights(base(), kRows, n, 11), kRows, n, {1, 3, 6, 20, 70});
 }
 
+// `count` activation rows of n, quantized to `act`: random (every third row
+// 50x larger) or extreme (+-1 everywhere). Returns the rows, row_bytes apart.
+std::vector<uint8_t> quantized_activations(DType act, int64_t n, int count, bool extreme, uint32_t seed) {
+  const size_t xrb = dtype_row_size(act, n);
+  std::vector<uint8_t> xq(static_cast<size_t>(count) * xrb);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> xf(static_cast<size_t>(n));
+  for (int t = 0; t < count; ++t) {
+    for (auto& v : xf) v = extreme ? (u(rng) < 0 ? -1.0f : 1.0f) : u(rng) * (t % 3 == 0 ? 50.0f : 1.0f);
+    kernels(act).quantize_row(xf.data(), xq.data() + t * xrb, n);
+  }
+  return xq;
+}
+
 // The AMX tile kernels against the AVX-512 kernels of the same layouts, bit
 // for bit, called directly: every token count of the few-token form (full,
 // partial and paired token tiles, and the AVX-512 fallback below
@@ -260,14 +275,7 @@ TEST(Interleave, AmxKernelsMatchAvx512) {
       interleave_rows(base, w.data(), kRows, n, il.data());
       const size_t wrb = dtype_row_size(base, n), xrb = dtype_row_size(DType::kQ8_K, n);
       const int max_tokens = amx::kAmxTileCols;
-      std::vector<uint8_t> xq(static_cast<size_t>(max_tokens) * xrb);
-      std::mt19937 rng(extreme ? 3 : 4);
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      std::vector<float> xf(static_cast<size_t>(n));
-      for (int t = 0; t < max_tokens; ++t) {
-        for (auto& v : xf) v = extreme ? (u(rng) < 0 ? -1.0f : 1.0f) : u(rng) * (t % 3 == 0 ? 50.0f : 1.0f);
-        kernels(DType::kQ8_K).quantize_row(xf.data(), xq.data() + t * xrb, n);
-      }
+      const std::vector<uint8_t> xq = quantized_activations(DType::kQ8_K, n, max_tokens, extreme, extreme ? 3 : 4);
       const auto amx_tile = q4 ? amx::vec_dot_tile_r16_q4_K_q8_K : amx::vec_dot_tile_r16_q6_K_q8_K;
       for (int nc = 1; nc <= max_tokens; nc += nc < 40 ? 1 : 11) {
         std::vector<float> want(static_cast<size_t>(nc * kRows)), got(want.size(), -7.0f);
@@ -320,14 +328,7 @@ TEST(Interleave, AmxLegacyTokensMatchAvx512) {
         interleave_rows(base, w.data(), kRows, n, il.data());
         const size_t wrb = dtype_row_size(base, n), xrb = dtype_row_size(DType::kQ8_0, n);
         constexpr int kMaxTokens = 150;
-        std::vector<uint8_t> xq(static_cast<size_t>(kMaxTokens) * xrb);
-        std::mt19937 rng(extreme ? 5 : 6);
-        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-        std::vector<float> xf(static_cast<size_t>(n));
-        for (int t = 0; t < kMaxTokens; ++t) {
-          for (auto& v : xf) v = extreme ? (u(rng) < 0 ? -1.0f : 1.0f) : u(rng) * (t % 3 == 0 ? 50.0f : 1.0f);
-          kernels(DType::kQ8_0).quantize_row(xf.data(), xq.data() + t * xrb, n);
-        }
+        const std::vector<uint8_t> xq = quantized_activations(DType::kQ8_0, n, kMaxTokens, extreme, extreme ? 5 : 6);
         const KernelSet& ka = kernels(interleaved_type(base), Isa::kAmx);
         const KernelSet& kv = kernels(interleaved_type(base), Isa::kAvx512);
         const int nb = static_cast<int>(n / 32);
