@@ -9,6 +9,9 @@
 #include <cstdint>
 
 namespace ember::lanes {
+// Internal linkage: compiled into the avx2/, avx512/ and amx/ TUs with their
+// own ISA flags; the linker must not merge their copies into one.
+namespace {
 
 // Prefetches the cache line at p into L1 (L1 = true: prefetcht0) or L2
 // (prefetcht1). Inline asm, not _mm_prefetch: GCC 12 deletes a loop whose
@@ -69,4 +72,5 @@ inline GroupPrefetch next_group_prefetch(const uint8_t* w, size_t w_row_bytes, i
                        steps);
 }
 
+}  // namespace
 }  // namespace ember::lanes

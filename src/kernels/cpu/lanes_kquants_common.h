@@ -14,6 +14,9 @@
 #include "kernels/cpu/group_prefetch.h"
 
 namespace ember::lanes {
+// Internal linkage: compiled into the avx2/, avx512/ and amx/ TUs with their
+// own ISA flags; the linker must not merge their copies into one.
+namespace {
 
 // Block i of row r (< nr: rows past nr repeat the last) of the rows at w.
 template <class Block>
@@ -21,6 +24,7 @@ inline const Block* block_at(const uint8_t* w, size_t w_row_bytes, int nr, int r
   return reinterpret_cast<const Block*>(w + static_cast<size_t>(std::min(r, nr - 1)) * w_row_bytes) + i;
 }
 
+}  // namespace
 }  // namespace ember::lanes
 
 // The entry points of one type at one level, in that level's namespace:
