@@ -12,13 +12,16 @@
 // elements 4k .. 4k + 3, the layout's own lane order), C = isum of 16
 // tokens x 16 rows, exact in int32. The weights go in as signed quants: Q8_0
 // as stored; Q4_0 / Q5_0 minus their offset, unpacked once per group and
-// call into a buffer of B tiles (the tokens of a call share it). The float
+// pass into a buffer of B tiles (the call's token tiles share it). The float
 // steps run on the vector units, one zmm per token (16 rows): load C's row,
-// convert, multiply d_w by the token's d_x, fma. Those 3 vector operations
-// per token and block replace the AVX-512 kernel's 8 vpdpbusd + 3; the tile
-// unit's product (16 cycles) overlaps them. Each block's C tile is stored to
-// one of two buffers and converted one block later (a vector load right
-// after the tile store of its bytes stalls).
+// convert, multiply d_w by the token's d_x, fma; 3 vector operations per
+// token and block where the AVX-512 kernel has 8 vpdpbusd + 3. Blocks go in
+// pairs: both products issue before either C tile is stored (the tile unit
+// runs in order), and the previous pair's float steps run between these
+// tile instructions (a vector load soon after the tile store of its bytes
+// stalls, and the vector units get work while the tile unit runs). A pass
+// covers 64 blocks of every token tile and group of the call, the sums
+// kept in memory between passes (same order, same bits).
 //
 // The activations are packed once per matmul (pack(), parallel over blocks):
 // per 16-token tile and block, the 16 x 32 quants contiguous (one A tile,
@@ -54,7 +57,7 @@ constexpr int kT = 16;           // tokens per A / C tile
 constexpr size_t kATile = 512;   // 16 tokens x 32 quants
 constexpr size_t kBTile = 512;   // 8 rows x 64 bytes
 
-// Tiles 0 / 1: C (even / odd blocks), 2 / 3: A, 4 / 5: B.
+// Tiles 0 / 1: C (the first / second block of a pair), 2 / 3: A, 4 / 5: B.
 alignas(64) constexpr TileConfig kTileConfig =
     make_config({{16, 64}, {16, 64}, {16, 32}, {16, 32}, {8, 64}, {8, 64}, {0, 0}, {0, 0}});
 
@@ -105,7 +108,7 @@ inline void unpack_b(const uint8_t* p, uint8_t* out) {
 // A block's tile product: tiles C (zeroed), A (the token tile's quants of
 // the block, at a), B (at b); stored by the caller. A macro: GCC's tile
 // intrinsics paste their tile numbers into the instruction text.
-#define EMBER_AMX_PRODUCT(C, A, B, a, b, cb) \
+#define EMBER_AMX_PRODUCT(C, A, B, a, b) \
   do {                                         \
     _tile_zero(C);                             \
     _tile_loadd(A, a, 32);                     \
@@ -166,17 +169,17 @@ void token_tile(int64_t nb, const uint8_t* g, const uint8_t* b, const uint8_t* a
       const __m512 d0 = EMBER_DW(j), d1 = EMBER_DW(j + 1);
       const float* x0 = dx + j * kT;
       const float* x1 = x0 + kT;
-      EMBER_AMX_PRODUCT(0, 2, 4, ai, bi, cq[0]);
+      EMBER_AMX_PRODUCT(0, 2, 4, ai, bi);
       block_step8(lo, EMBER_CBUF(j), d0, x0, 0);
-      if (i + 1 < nb) EMBER_AMX_PRODUCT(1, 3, 5, ai + kATile, bi + kBStride, cq[1]);
+      if (i + 1 < nb) EMBER_AMX_PRODUCT(1, 3, 5, ai + kATile, bi + kBStride);
       block_step8(hi, EMBER_CBUF(j), d0, x0, kT / 2);
       _tile_stored(0, cq[0], 64);
       block_step8(lo, EMBER_CBUF(j + 1), d1, x1, 0);
       if (i + 1 < nb) _tile_stored(1, cq[1], 64);
       block_step8(hi, EMBER_CBUF(j + 1), d1, x1, kT / 2);
     } else {
-      EMBER_AMX_PRODUCT(0, 2, 4, ai, bi, cq[0]);
-      if (i + 1 < nb) EMBER_AMX_PRODUCT(1, 3, 5, ai + kATile, bi + kBStride, cq[1]);
+      EMBER_AMX_PRODUCT(0, 2, 4, ai, bi);
+      if (i + 1 < nb) EMBER_AMX_PRODUCT(1, 3, 5, ai + kATile, bi + kBStride);
       _tile_stored(0, cq[0], 64);
       if (i + 1 < nb) _tile_stored(1, cq[1], 64);
     }
