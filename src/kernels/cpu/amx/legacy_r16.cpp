@@ -231,7 +231,10 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
   thread_local std::vector<float> accs;  // per group and tile, 16 x 16 (several passes only)
   if constexpr (kUnpack) bbuf.resize(static_cast<size_t>(std::min(nb, kPassBlocks)) * kBTile);
   if (nb > kPassBlocks) accs.resize(static_cast<size_t>(groups) * tiles * kT * kR + 16);
-  float* acc0 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(accs.data()) + 63) / 64 * 64);
+  // 64-byte aligned (token_tile's aligned loads / stores); null with one pass (never read).
+  float* acc0 = nb > kPassBlocks
+                    ? reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(accs.data()) + 63) / 64 * 64)
+                    : nullptr;
   TileScope scope(kTileConfig);
   for (int64_t k0 = 0; k0 < nb; k0 += kPassBlocks) {
     const int64_t kn = std::min(kPassBlocks, nb - k0);
@@ -254,7 +257,7 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
         const size_t step = static_cast<size_t>(t) * nb + k0;
         token_tile<L::kBlock, kBStride>(kn, g, b, qs + step * kATile, ds + step * kT,
                                          !kUnpack && t == 0 ? &pf : nullptr,
-                                         acc0 + (static_cast<size_t>(gi) * tiles + t) * kT * kR, first,
+                                         acc0 ? acc0 + (static_cast<size_t>(gi) * tiles + t) * kT * kR : nullptr, first,
                                          last ? s + static_cast<int64_t>(t) * kT * lds + gi * kR : nullptr, lds,
                                          std::min(kT, nc - t * kT));
       }

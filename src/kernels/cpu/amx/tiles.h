@@ -47,7 +47,9 @@ constexpr TileConfig make_config(const TileShape (&tiles)[8]) {
 // tile_reads(buffer) before the loads (buffers filled once per call: a
 // tile_memory_barrier() after filling), and every buffer a tile store
 // writes and C++ code reads is named by tile_writes(buffer) after the
-// stores. (Full barriers at every tile step cost ~10% of the kernels' rate.)
+// stores (so later loads see them) and before them when C++ code read the
+// buffer earlier (so those loads are not moved past the store). (Full
+// barriers at every tile step cost ~10% of the kernels' rate.)
 template <class T>
 inline void tile_reads(const T& obj) {
   asm volatile("" : : "m"(obj));
