@@ -35,6 +35,18 @@ def template_text(entry_file):
         return f.read()
 
 
+class FixedClock:
+    """Stands in for datetime in transformers' strftime_now (templates that print today's date)."""
+    now_ts = None
+
+    @classmethod
+    def now(cls):
+        return REAL_DATETIME.fromtimestamp(cls.now_ts)
+
+
+REAL_DATETIME = ctu.datetime
+
+
 def render_chat(tpl, messages, tools, add_generation_prompt, bos, eos, extra):
     """Mirrors PreTrainedTokenizerBase.apply_chat_template(tokenize=False)."""
     conversation = ctu._normalize_chat_messages(messages)
@@ -60,6 +72,10 @@ def gen_chat():
     out = []
     for t in spec["templates"]:
         tpl = template_text(t["file"])
+        # "now": the clock strftime_now() reads (seconds since the epoch; noon
+        # UTC gives the same date in every time zone within 11 hours).
+        FixedClock.now_ts = t.get("now")
+        ctu.datetime = FixedClock if "now" in t else REAL_DATETIME
         for case in spec["cases"]:
             tools = spec["tools"][case["tools"]] if case.get("tools") else None
             extra = dict(t.get("extra", {}))

@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -18,6 +20,7 @@
 #include "engine/kv/kv_pool.h"
 #include "server/http_server.h"
 #include "server/openai_service.h"
+#include "template/chat_template.h"
 
 namespace ember::cli {
 
@@ -65,8 +68,24 @@ int cmd_serve(int argc, char** argv, int first) {
   p.flag("--disable-log-requests", &no_log, "do not log one line per finished request");
   std::string tool_parser = "auto";
   p.option("--tool-call-parser", &tool_parser, "NAME",
-           "how tool calls in the output are parsed: auto (from the chat template), hermes, llama3_json, mistral or "
-           "none (default auto)");
+           "how tool calls in the output are parsed: auto (from the chat template; the generic <tool_call> format "
+           "when it shows none), hermes, llama3_json, mistral, gpt_oss or none (default auto)");
+  std::string chat_template, reasoning_parser = "auto", reasoning_format = "auto", budget_message;
+  int64_t reasoning_budget = -1, reasoning_budget_min = 0;
+  p.option("--chat-template", &chat_template, "FILE|TEXT",
+           "chat template (Jinja) used instead of the model's: a file, or the template text itself");
+  p.option("--reasoning-parser", &reasoning_parser, "NAME",
+           "how a model's thinking is told apart from its answer: auto (from the chat template), deepseek_r1, qwen3, "
+           "gpt_oss or none (default auto)");
+  p.option("--reasoning-format", &reasoning_format, "FORMAT",
+           "auto or deepseek: thinking in message.reasoning_content and message.reasoning; none: left in the content "
+           "as the model wrote it (default auto)");
+  p.option("--reasoning-budget", &reasoning_budget, "N",
+           "thinking tokens before the end of thinking is forced: -1 no budget, 0 no thinking (default -1)");
+  p.option("--reasoning-budget-min", &reasoning_budget_min, "N",
+           "thinking tokens before the model may end its thinking (default 0)");
+  p.option("--reasoning-budget-message", &budget_message, "TEXT",
+           "text injected before the forced end of thinking (default none)");
   p.option("-t,--threads", &threads, "N", "compute threads (default: all cores)");
   spec_opts.add_to(p);
   kv_opts.add_to(p);
@@ -88,8 +107,30 @@ int cmd_serve(int argc, char** argv, int first) {
   if (handler_threads < 1 || handler_threads > 256) return usage_error(p, "--handler-threads must be in [1, 256]");
   if (shutdown_timeout < 0) return usage_error(p, "--shutdown-timeout must be >= 0");
   if (tool_parser != "auto" && !tool_call_format_from_name(tool_parser))
-    return usage_error(p, fmt::format("--tool-call-parser must be auto, hermes, llama3_json, mistral or none, got '{}'",
-                                      tool_parser));
+    return usage_error(p, fmt::format(
+                              "--tool-call-parser must be auto, hermes, llama3_json, mistral, gpt_oss or none, got '{}'",
+                              tool_parser));
+  if (reasoning_parser != "auto" && !reasoning_syntax_from_name(reasoning_parser))
+    return usage_error(p, fmt::format("--reasoning-parser must be auto, deepseek_r1, qwen3, gpt_oss or none, got '{}'",
+                                      reasoning_parser));
+  if (reasoning_format != "auto" && reasoning_format != "deepseek" && reasoning_format != "none")
+    return usage_error(p, fmt::format("--reasoning-format must be auto, deepseek or none, got '{}'", reasoning_format));
+  if (reasoning_budget < -1 || reasoning_budget > (int64_t{1} << 31))
+    return usage_error(p, "--reasoning-budget must be -1 (no budget), 0 (no thinking) or a token count");
+  if (reasoning_budget_min < 0 || reasoning_budget_min > (int64_t{1} << 31))
+    return usage_error(p, "--reasoning-budget-min must be >= 0");
+  if (!chat_template.empty()) {
+    std::ifstream f(chat_template, std::ios::binary);
+    if (f) {
+      std::stringstream ss;
+      ss << f.rdbuf();
+      chat_template = ss.str();
+    } else if (chat_template.find("{{") == std::string::npos && chat_template.find("{%") == std::string::npos) {
+      return usage_error(p, fmt::format("--chat-template: '{}' is neither a readable file nor a template", chat_template));
+    }
+    if (auto t = tmpl::Template::parse(chat_template); !t)
+      return usage_error(p, fmt::format("--chat-template: {}", t.status().message()));
+  }
   if (api_key.empty())
     if (const char* k = std::getenv("EMBER_API_KEY")) api_key = k;
   EngineConfig ec;
@@ -158,6 +199,12 @@ int cmd_serve(int argc, char** argv, int first) {
   sc.limits.max_n = max_n;
   sc.log_requests = !no_log;
   sc.tool_call_parser = tool_parser;
+  sc.chat_template = chat_template;
+  sc.reasoning_parser = reasoning_parser;
+  sc.reasoning_format = reasoning_format;
+  sc.reasoning_budget = reasoning_budget;
+  sc.reasoning_budget_min = reasoning_budget_min;
+  sc.reasoning_budget_message = budget_message;
   for (size_t b = 0; b < origins.size();) {
     size_t e = origins.find(',', b);
     if (e == std::string::npos) e = origins.size();

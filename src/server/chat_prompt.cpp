@@ -15,10 +15,16 @@ std::string chat_template_for(const Tokenizer& tok, const std::string& arch) {
 
 Result<std::string> render_chat(const Tokenizer& tok, const std::string& arch, const nlohmann::json& messages,
                                 bool add_generation_prompt, const nlohmann::json& tools) {
-  const std::string tmpl = chat_template_for(tok, arch);
+  return render_chat_template(tok, chat_template_for(tok, arch), messages, add_generation_prompt, tools,
+                              nlohmann::json::object());
+}
+
+Result<std::string> render_chat_template(const Tokenizer& tok, const std::string& chat_template,
+                                         const nlohmann::json& messages, bool add_generation_prompt,
+                                         const nlohmann::json& tools, const nlohmann::json& kwargs) {
   const std::string bos = tok.bos_id() >= 0 ? tok.token_text(tok.bos_id()) : "";
   const std::string eos = tok.eos_id() >= 0 ? tok.token_text(tok.eos_id()) : "";
-  return apply_chat_template(tmpl, messages, tools, add_generation_prompt, bos, eos, nlohmann::json::object());
+  return apply_chat_template(chat_template, messages, tools, add_generation_prompt, bos, eos, kwargs);
 }
 
 std::vector<std::pair<size_t, size_t>> content_ranges(const std::string& rendered, const nlohmann::json& messages) {

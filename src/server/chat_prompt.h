@@ -24,6 +24,12 @@ std::string chat_template_for(const Tokenizer& tok, const std::string& arch);
 Result<std::string> render_chat(const Tokenizer& tok, const std::string& arch, const nlohmann::json& messages,
                                 bool add_generation_prompt, const nlohmann::json& tools = nullptr);
 
+// The same with the template's text given, and extra template variables
+// (`kwargs`: an object, e.g. {"enable_thinking": false}).
+Result<std::string> render_chat_template(const Tokenizer& tok, const std::string& chat_template,
+                                         const nlohmann::json& messages, bool add_generation_prompt,
+                                         const nlohmann::json& tools, const nlohmann::json& kwargs);
+
 // Byte ranges of `rendered` that hold the messages' text contents (found in
 // order, verbatim or trimmed as templates do).
 std::vector<std::pair<size_t, size_t>> content_ranges(const std::string& rendered, const nlohmann::json& messages);

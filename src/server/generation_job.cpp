@@ -65,10 +65,15 @@ GenerationJob::GenerationJob(const GenerationRequest& req, std::vector<JobPrompt
       Choice& c = choice(static_cast<int>(p), k);
       c.prompt = static_cast<int>(p);
       c.sample = k;
-      c.dec = std::make_unique<StreamDecoder>(tok_, !req_.skip_special_tokens);
-      c.stop = std::make_unique<StopMatcher>(req_.stop);
-      if (req_.endpoint == Endpoint::kChat && req_.tool_format != ToolCallFormat::kNone)
-        c.tools = std::make_unique<ToolCallParser>(req_.tool_format);
+      ChoiceOutputOptions co;
+      co.skip_special_tokens = req_.skip_special_tokens;
+      co.stop = req_.stop;
+      if (req_.endpoint == Endpoint::kChat) {
+        co.reasoning = req_.reasoning_syntax;
+        co.prompt = prompts_[p].rendered;
+        co.tools = req_.tool_format;
+      }
+      c.out = std::make_unique<ChoiceOutput>(tok_, co);
       if (req_.echo) {
         c.text = prompts_[p].echo_text;
         c.text_len = c.text.size();
@@ -108,6 +113,11 @@ json GenerationJob::usage() const {
   json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
   // Extension: completion tokens appended by forced-token jumps (structured output), not sampled.
   if (req_.constraint.kind != OutputConstraint::Kind::kNone) u["forced_tokens"] = forced;
+  if (reasoning_on()) {
+    int64_t reasoning = 0;
+    for (const auto& c : choices_) reasoning += c.out->reasoning_tokens();
+    u["completion_tokens_details"] = {{"reasoning_tokens", reasoning}};
+  }
   return u;
 }
 
@@ -208,14 +218,14 @@ void GenerationJob::append_logprobs(Choice& c, const RequestUpdate& u, size_t i,
   }
 }
 
-void GenerationJob::emit_stream(Choice& c, int idx, const std::string& text, json lp, bool finished) {
+void GenerationJob::emit_stream(Choice& c, int idx, json delta, json lp, bool finished) {
   if (!req_.stream) return;
   json ch = chunk_base();
   json choice_j = {{"index", idx}, {"logprobs", req_.logprobs ? std::move(lp) : json(nullptr)}};
   if (req_.endpoint == Endpoint::kChat)
-    choice_j["delta"] = text.empty() && finished ? json::object() : json{{"content", text}};
+    choice_j["delta"] = std::move(delta);
   else
-    choice_j["text"] = text;
+    choice_j["text"] = std::move(delta);
   choice_j["finish_reason"] = finished ? json(c.finish_reason) : json(nullptr);
   ch["choices"].push_back(std::move(choice_j));
   send_chunk(std::move(ch));
@@ -251,7 +261,8 @@ void GenerationJob::on_update(int p, const RequestUpdate& u) {
   }
   if (req_.max_tokens == 0) {  // echo only: the engine's one token is not part of the answer
     if (u.finished) finish_choice(c, "length");
-    if (req_.stream && !client_gone_ && c.done) emit_stream(c, idx, "", json(nullptr), true);
+    if (req_.stream && !client_gone_ && c.done)
+      emit_stream(c, idx, req_.endpoint == Endpoint::kChat ? json::object() : json(""), json(nullptr), true);
     if (n_done_ == static_cast<int>(choices_.size())) complete();
     return;
   }
@@ -263,65 +274,68 @@ void GenerationJob::on_update(int p, const RequestUpdate& u) {
              ? json{{"content", json::array()}}
              : json{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
                     {"text_offset", json::array()}};
+  std::vector<OutputEvent> ev;
   for (size_t i = 0; i < u.tokens.size() && !c.done; ++i) {
-    std::string piece = c.dec->push(u.tokens[i]);
-    // Control tokens that mark tool calls reach the parser even when special
-    // tokens are not shown.
-    if (c.tools && req_.skip_special_tokens && tok_.token_type(u.tokens[i]) == TokenType::kControl &&
-        c.tools->is_marker(tok_.token_text(u.tokens[i])))
-      piece += c.dec->flush() + tok_.token_text(u.tokens[i]);
+    const std::string piece = c.out->push(u.tokens[i], &ev);
     ++c.n_tokens;
     if (i < u.forced.size()) c.n_forced += u.forced[i];
     if (req_.logprobs) append_logprobs(c, u, i, piece, &lp);
-    out += c.stop->push(piece);
-    if (c.stop->stopped()) {
+    if (c.out->stopped()) {
       finish_choice(c, "stop");
       engine_.stop_sample(engine_id(p), u.index);
     }
   }
-  if (!c.done && u.finished) {
-    out += c.stop->push(c.dec->flush());
-    if (!c.stop->stopped()) out += c.stop->flush();
-    finish_choice(c, c.stop->stopped() ? "stop" : reason_text(u.result.reason));
+  if (c.done) {
+    c.out->finish(false, &ev);  // a stop string ended it
+  } else if (u.finished) {
+    c.out->finish(u.result.reason == FinishReason::kLength, &ev);
+    finish_choice(c, c.out->stopped() ? "stop" : reason_text(u.result.reason));
   }
-  if (c.tools) {
-    const std::string content = take_tool_calls(c, idx, out);
-    c.text += content;
-    if (req_.stream && !client_gone_ && (!content.empty() || c.done || (req_.logprobs && !u.tokens.empty())))
-      emit_stream(c, idx, content, std::move(lp), c.done);
-  } else {
-    c.text += out;
-    if (req_.stream && !client_gone_ && (!out.empty() || c.done || (req_.logprobs && !u.tokens.empty())))
-      emit_stream(c, idx, out, std::move(lp), c.done);
-  }
+  take_events(c, idx, ev, std::move(lp), c.done || (req_.logprobs && !u.tokens.empty()));
   if (n_done_ == static_cast<int>(choices_.size())) complete();
 }
 
-std::string GenerationJob::take_tool_calls(Choice& c, int idx, const std::string& out) {
-  std::vector<ToolCallEvent> events;
-  c.tools->push(out, &events);
-  if (c.done) c.tools->finish(&events);
-  std::string content;
+void GenerationJob::take_events(Choice& c, int idx, std::vector<OutputEvent>& ev, json lp, bool send_empty) {
   const bool stream = req_.stream && !client_gone_;
-  for (ToolCallEvent& e : events) {
-    if (e.call < 0) {
-      content += e.text;
+  const bool chat = req_.endpoint == Endpoint::kChat;
+  std::vector<json> deltas;  // streaming: in order
+  auto add_text = [&](const char* key, const std::string& t) {
+    if (!stream) return;
+    if (!chat) {
+      if (deltas.empty()) deltas.push_back(json(""));
+      deltas.back() = deltas.back().get<std::string>() + t;
+      return;
+    }
+    if (!deltas.empty() && deltas.back().contains(key)) {
+      json& d = deltas.back();
+      d[key] = d[key].get<std::string>() + t;
+      if (d.contains("reasoning")) d["reasoning"] = d[key];
+      return;
+    }
+    json d = {{key, t}};
+    if (std::string(key) == "reasoning_content") d["reasoning"] = t;  // vLLM's name for it
+    deltas.push_back(std::move(d));
+  };
+  for (OutputEvent& e : ev) {
+    if (e.kind == OutputEvent::Kind::kReasoning) {
+      if (req_.reasoning.exclude) continue;
+      c.reasoning += e.text;
+      add_text("reasoning_content", e.text);
       continue;
     }
-    // Content before the call first, then the call: its id, type and name
-    // when it starts, then its arguments as they come.
-    if (stream && !content.empty()) {
-      emit_stream(c, idx, content, json(nullptr), false);
-      c.text += content;
-      content.clear();
+    if (e.kind == OutputEvent::Kind::kContent) {
+      c.text += e.text;
+      add_text("content", e.text);
+      continue;
     }
+    // A call: its id, type and name when it starts, then its arguments as they come.
     const size_t k = static_cast<size_t>(e.call);
     json delta = {{"index", k}};
     if (k >= c.calls.size()) {
       std::string id = fmt::format("call_{}{:x}x{:x}", id_.substr(id_.find('-') + 1, 12), idx, k);
       delta["id"] = id;
       delta["type"] = "function";
-      delta["function"] = {{"name", e.name}, {"arguments", ""}};
+      delta["function"] = {{"name", e.name}, {"arguments", e.text}};
       c.calls.emplace_back(std::move(id), ToolCall{std::move(e.name), ""});
     } else if (e.text.empty()) {
       continue;
@@ -329,18 +343,19 @@ std::string GenerationJob::take_tool_calls(Choice& c, int idx, const std::string
       delta["function"] = {{"arguments", e.text}};
     }
     c.calls[k].second.arguments += e.text;
-    if (!stream) continue;
-    if (delta.contains("id") && !e.text.empty()) delta["function"]["arguments"] = e.text;
-    json ch = chunk_base();
-    ch["choices"].push_back(json{{"index", idx},
-                                 {"delta", {{"tool_calls", json::array({std::move(delta)})}}},
-                                 {"logprobs", nullptr},
-                                 {"finish_reason", nullptr}});
-    send_chunk(std::move(ch));
+    if (stream) deltas.push_back(json{{"tool_calls", json::array({std::move(delta)})}});
   }
   // A call cut inside its arguments keeps the reason it was cut for.
-  if (c.done && !c.calls.empty() && c.finish_reason == "stop" && !c.tools->cut()) c.finish_reason = "tool_calls";
-  return content;
+  if (c.done && !c.calls.empty() && c.finish_reason == "stop" && !c.out->tool_call_cut()) c.finish_reason = "tool_calls";
+  if (!stream) return;
+  if (deltas.empty()) {
+    if (send_empty) emit_stream(c, idx, !chat ? json("") : c.done ? json::object() : json{{"content", ""}}, std::move(lp), c.done);
+    return;
+  }
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    const bool last = i + 1 == deltas.size();
+    emit_stream(c, idx, std::move(deltas[i]), last ? std::move(lp) : json(nullptr), last && c.done);
+  }
 }
 
 json GenerationJob::prompt_logprobs_json(int p) const {
@@ -394,6 +409,12 @@ json GenerationJob::final_body() const {
       const bool no_content = c.text.empty() && !c.calls.empty();
       j["message"] = json{{"role", "assistant"}, {"content", no_content ? json(nullptr) : json(c.text)},
                           {"tool_calls", std::move(calls)}};
+      if (reasoning_on() && !req_.reasoning.exclude) {
+        // DeepSeek's and llama.cpp's field, and vLLM's newer name for it.
+        const json rc = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
+        j["message"]["reasoning_content"] = rc;
+        j["message"]["reasoning"] = rc;
+      }
     }
     else
       j["text"] = c.text;

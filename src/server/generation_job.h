@@ -20,8 +20,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
-#include "server/stop_matcher.h"
-#include "server/tool_calls.h"
+#include "server/choice_output.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember {
@@ -29,6 +28,7 @@ namespace ember {
 struct JobPrompt {
   std::vector<int32_t> tokens;
   std::string echo_text;  // completions with echo: the prompt's text
+  std::string rendered;   // chat: the rendered prompt (its end says where the model starts)
   // echo + logprobs: log p of prompt tokens 1.. (filled from the engine)
   std::vector<float> lp;
   std::vector<TopLogprobs> top;
@@ -60,9 +60,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   struct Choice {
     int prompt = 0;
     int sample = 0;
-    std::unique_ptr<StreamDecoder> dec;
-    std::unique_ptr<StopMatcher> stop;
+    std::unique_ptr<ChoiceOutput> out;  // tokens -> reasoning, content, tool calls
     std::string text;           // emitted text (non-streaming: the whole answer)
+    std::string reasoning;      // the thinking (non-streaming)
     int64_t n_tokens = 0;
     int64_t n_forced = 0;       // of which appended by forced-token jumps
     size_t text_len = 0;        // bytes produced by the decoder so far (for text_offset)
@@ -71,12 +71,12 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     bool done = false;
     bool sent_role = false;
     bool echo_pending = false;  // streaming echo waits for the prompt's log-probabilities
-    std::unique_ptr<ToolCallParser> tools;            // chat with tools: parses the text into calls
     std::vector<std::pair<std::string, ToolCall>> calls;  // (id, call) parsed so far
   };
-  // The part of update text `out` that is content (the rest becomes calls);
-  // streams the new calls as tool_calls deltas.
-  std::string take_tool_calls(Choice& c, int idx, const std::string& out);
+  // Folds output events into the choice (reasoning, content, calls) and,
+  // streaming, sends them as deltas in order; the last chunk carries `lp`
+  // and, when the choice is done, its finish_reason.
+  void take_events(Choice& c, int idx, std::vector<OutputEvent>& ev, nlohmann::json lp, bool send_empty);
   // The prompt's tokens as completions logprobs ({tokens, token_logprobs, ...}).
   nlohmann::json prompt_logprobs_json(int p) const;
   std::string engine_id(int p) const;
@@ -86,7 +86,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   nlohmann::json chunk_base() const;
   nlohmann::json usage() const;
   void send_chunk(nlohmann::json chunk);
-  void emit_stream(Choice& c, int idx, const std::string& text, nlohmann::json lp, bool finished);
+  void emit_stream(Choice& c, int idx, nlohmann::json delta, nlohmann::json lp, bool finished);
+  bool reasoning_on() const { return req_.reasoning_syntax.format != ReasoningFormat::kNone; }
   void finish_choice(Choice& c, const std::string& reason);
   void complete(const char* error = nullptr);
   nlohmann::json final_body() const;

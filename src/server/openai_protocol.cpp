@@ -326,6 +326,16 @@ void parse_messages(Fields& f, const json& body, GenerationRequest* r) {
     json msg = {{"role", rs}, {"content", text}};
     if (auto name = m.find("name"); name != m.end() && name->is_string()) msg["name"] = *name;
     if (auto id = m.find("tool_call_id"); rs == "tool" && id != m.end() && id->is_string()) msg["tool_call_id"] = *id;
+    // The thinking of an earlier answer, given back (templates that keep it,
+    // e.g. Qwen3 within a tool-calling turn, render it).
+    for (const char* key : {"reasoning_content", "reasoning", "thinking"}) {
+      auto rc = m.find(key);
+      if (rs != "assistant" || rc == m.end() || rc->is_null()) continue;
+      if (!rc->is_string())
+        return f.fail(fmt::format("'{}.{}' must be a string", where, key), where + "." + key);
+      msg["reasoning_content"] = *rc;
+      break;
+    }
     if (auto tc = m.find("tool_calls"); rs == "assistant" && tc != m.end() && !tc->is_null()) {
       json calls;
       if (!parse_message_tool_calls(f, *tc, where + ".tool_calls", &calls)) return;
@@ -334,6 +344,75 @@ void parse_messages(Fields& f, const json& body, GenerationRequest* r) {
     out.push_back(std::move(msg));
   }
   r->messages = std::move(out);
+}
+
+// reasoning_effort, reasoning {effort, max_tokens, min_tokens, exclude,
+// enabled}, thinking_budget / thinking_budget_min, reasoning_format and
+// chat_template_kwargs.
+void parse_reasoning(Fields& f, GenerationRequest* r) {
+  ReasoningOptions& o = r->reasoning;
+  auto effort = [&](const json& v, const std::string& param) {
+    static const char* kEfforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+    bool ok = v.is_string();
+    if (ok) {
+      ok = false;
+      for (const char* e : kEfforts) ok |= v.get<std::string>() == e;
+    }
+    if (!ok) return f.fail(fmt::format("'{}' must be one of none, minimal, low, medium, high, xhigh", param), param);
+    o.effort = v.get<std::string>();
+  };
+  if (const json* e = f.get("reasoning_effort"); e && f.ok()) effort(*e, "reasoning_effort");
+  if (const json* rs = f.get("reasoning"); rs && f.ok()) {
+    if (!rs->is_object()) return f.fail("'reasoning' must be an object", "reasoning");
+    auto get = [&](const char* k) {
+      auto it = rs->find(k);
+      return it == rs->end() || it->is_null() ? nullptr : &*it;
+    };
+    if (const json* e = get("effort")) {
+      if (!o.effort.empty()) return f.fail("'reasoning.effort' and 'reasoning_effort' cannot both be given", "reasoning.effort");
+      effort(*e, "reasoning.effort");
+    }
+    if (const json* m = get("max_tokens")) {
+      if (!m->is_number_integer() || m->get<int64_t>() < -1)
+        return f.fail("'reasoning.max_tokens' must be an integer >= -1", "reasoning.max_tokens");
+      if (get("effort")) return f.fail("'reasoning.effort' and 'reasoning.max_tokens' cannot both be given", "reasoning");
+      o.budget = m->get<int64_t>();
+    }
+    if (const json* m = get("min_tokens")) {
+      if (!m->is_number_integer() || m->get<int64_t>() < 0)
+        return f.fail("'reasoning.min_tokens' must be an integer >= 0", "reasoning.min_tokens");
+      o.min_tokens = m->get<int64_t>();
+    }
+    for (const char* k : {"exclude", "enabled"}) {
+      const json* b = get(k);
+      if (!b) continue;
+      if (!b->is_boolean()) return f.fail(fmt::format("'reasoning.{}' must be a boolean", k), std::string("reasoning.") + k);
+      if (std::string(k) == "exclude") o.exclude = b->get<bool>();
+      else o.enabled = b->get<bool>();
+    }
+  }
+  if (!f.ok()) return;
+  if (f.get("thinking_budget")) {
+    if (o.budget != -2) return f.fail("'thinking_budget' and 'reasoning.max_tokens' cannot both be given", "thinking_budget");
+    f.integer("thinking_budget", &o.budget, -1, std::numeric_limits<int32_t>::max());
+  }
+  if (f.get("thinking_budget_min")) {
+    if (o.min_tokens >= 0)
+      return f.fail("'thinking_budget_min' and 'reasoning.min_tokens' cannot both be given", "thinking_budget_min");
+    f.integer("thinking_budget_min", &o.min_tokens, 0, std::numeric_limits<int32_t>::max());
+  }
+  if (const json* rf = f.get("reasoning_format"); rf && f.ok()) {
+    if (!rf->is_string() || (*rf != "auto" && *rf != "deepseek" && *rf != "none"))
+      return f.fail("'reasoning_format' must be 'auto', 'deepseek' or 'none'", "reasoning_format");
+    o.format = rf->get<std::string>();
+  }
+  if (const json* kw = f.get("chat_template_kwargs"); kw && f.ok()) {
+    if (!kw->is_object()) return f.fail("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    for (const char* k : {"messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token"})
+      if (kw->contains(k))
+        return f.fail(fmt::format("'chat_template_kwargs' may not set '{}'", k), "chat_template_kwargs");
+    r->chat_template_kwargs = *kw;
+  }
 }
 
 // response_format, the vLLM guided_* fields and structured_outputs: at most one constraint.
@@ -532,6 +611,7 @@ std::optional<GenerationRequest> parse_generation_request(const json& body, Endp
   parse_json_whitespace(f, &r);
   if (ep == Endpoint::kChat) {
     if (f.ok()) parse_tools(f, &r);
+    if (f.ok()) parse_reasoning(f, &r);
   } else if (f.get("tools") && f.ok()) {
     f.fail("'tools' are only supported on /v1/chat/completions", "tools");
   }

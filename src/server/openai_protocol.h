@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/reasoning.h"
 #include "server/tool_calls.h"
 
 namespace ember {
@@ -54,9 +55,24 @@ struct OutputConstraint {
   std::string param;                 // the field it came from (for errors)
   ToolCallFormat tool_format = ToolCallFormat::kNone;  // kToolCall
   bool parallel = false;                               // kToolCall
+  // kToolCall with tool_choice "auto": the grammar applies from this text
+  // on (the call marker the model may write); "": from the start.
+  std::string trigger;
   // kJsonObject / kJsonSchema: no whitespace between JSON tokens (extension
   // `json_whitespace: "compact"`; the default "flexible" allows a little).
   bool compact = false;
+};
+
+// Reasoning controls of a chat request (all optional): OpenAI's
+// reasoning_effort, OpenRouter's reasoning {effort, max_tokens, exclude,
+// enabled}, the thinking_budget extension and llama.cpp's reasoning_format.
+struct ReasoningOptions {
+  std::string effort;          // none, minimal, low, medium, high, xhigh ("": not given)
+  int64_t budget = -2;         // thinking tokens: -1 unlimited, -2 not given
+  int64_t min_tokens = -1;     // thinking before the end may be written (-1: not given)
+  std::optional<bool> enabled; // reasoning.enabled
+  bool exclude = false;        // think, but do not return the thinking
+  std::string format;          // reasoning_format: "auto", "deepseek", "none" ("": the server's)
 };
 
 // tool_choice: kAuto lets the model choose (the default with tools), kNone
@@ -104,6 +120,13 @@ struct GenerationRequest {
   std::string tool_choice_name;     // kNamed
   bool parallel_tool_calls = true;
   ToolCallFormat tool_format = ToolCallFormat::kNone;  // set by the service: how the output is parsed
+  // Chat: variables for the chat template (chat_template_kwargs, e.g.
+  // enable_thinking), and the reasoning controls.
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+  ReasoningOptions reasoning;
+  // Set by the service: how the output's thinking is parsed (kNone: it is
+  // not; the text is all content).
+  ReasoningSyntax reasoning_syntax;
 };
 
 // Parses and validates a request body. `ep` selects the schema.

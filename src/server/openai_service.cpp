@@ -64,11 +64,7 @@ OpenAiService::OpenAiService(const Tokenizer& tok, AsyncEngine& engine, ServiceC
   if (cfg_.limits.max_model_len <= 0) cfg_.limits.max_model_len = engine_.max_seq_len();
   cfg_.limits.max_model_len = std::min(cfg_.limits.max_model_len, engine_.max_seq_len());
   rng_.seed((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}());
-  // An unknown parser name was refused by the command line; it reads as "none" here.
-  if (cfg_.tool_call_parser == "auto")
-    tool_format_ = detect_tool_call_format(chat_template_for(tok_, cfg_.arch));
-  else
-    tool_format_ = tool_call_format_from_name(cfg_.tool_call_parser).value_or(ToolCallFormat::kNone);
+  init_reasoning();
 }
 
 bool OpenAiService::authorized(const std::string* header, const std::string& key) {
@@ -184,31 +180,6 @@ void OpenAiService::handle_models(const HttpRequest& req, HttpResponse& resp) {
 
 namespace {
 
-// Renders and tokenizes a chat (also for /tokenize with messages).
-std::optional<std::vector<int32_t>> chat_tokens(const Tokenizer& tok, const std::string& arch, const json& messages,
-                                                bool add_generation_prompt, bool continue_final, const json& tools,
-                                                ApiError* err) {
-  auto rendered = render_chat(tok, arch, messages, add_generation_prompt, tools);
-  if (!rendered) {
-    *err = bad_request(fmt::format("the chat template rejected the messages: {}", rendered.status().message()),
-                       "messages");
-    return std::nullopt;
-  }
-  std::string text = std::move(rendered.value());
-  if (continue_final) {
-    // Cut right after the final message's content: the model continues it.
-    const std::string last = messages.back()["content"].get<std::string>();
-    const size_t at = last.empty() ? std::string::npos : text.rfind(last);
-    if (at == std::string::npos) {
-      *err = bad_request("cannot continue the final message: its content is empty or not in the rendered chat",
-                         "continue_final_message");
-      return std::nullopt;
-    }
-    text.resize(at + last.size());
-  }
-  return tokenize_rendered_chat(tok, text, messages);
-}
-
 JobPrompt make_prompt(std::vector<int32_t> tokens, std::string echo_text) {
   JobPrompt p;
   p.tokens = std::move(tokens);
@@ -240,29 +211,9 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
   std::vector<JobPrompt> prompts;
   const int32_t V = tok_.n_vocab();
   if (ep == Endpoint::kChat) {
-    if (r.tool_choice != ToolChoice::kNone) {
-      if (tool_format_ == ToolCallFormat::kNone)
-        return send_error(*resp, bad_request("tool calls need a tool-call parser: this model's chat template shows no "
-                                             "known tool-call format (start the server with --tool-call-parser "
-                                             "hermes, llama3_json or mistral)",
-                                             "tools"));
-      r.tool_format = tool_format_;
-      if (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) {
-        OutputConstraint& c = r.constraint;
-        c.kind = OutputConstraint::Kind::kToolCall;
-        c.param = "tool_choice";
-        c.tool_format = tool_format_;
-        c.parallel = r.tool_choice == ToolChoice::kRequired && r.parallel_tool_calls;
-        if (r.tool_choice == ToolChoice::kNamed)
-          c.choices = {r.tool_choice_name};
-        else
-          for (const auto& t : r.tools) c.choices.push_back(t["function"]["name"].get<std::string>());
-      }
-    }
-    auto ids = chat_tokens(tok_, cfg_.arch, r.messages, r.add_generation_prompt, r.continue_final_message, r.tools,
-                           &err);
-    if (!ids) return send_error(*resp, err);
-    prompts.push_back(make_prompt(std::move(*ids), {}));
+    JobPrompt jp;
+    if (!prepare_chat(r, &jp, &err)) return send_error(*resp, err);
+    prompts.push_back(std::move(jp));
   } else if (r.prompt_is_tokens) {
     for (auto& ids : r.token_prompts) {
       for (int32_t t : ids)
@@ -321,7 +272,9 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
     }
     std::vector<int32_t> may_end = rp.stop_token_ids;  // where the grammar is complete
     may_end.insert(may_end.end(), tok_.eog_ids().begin(), tok_.eog_ids().end());
-    rp.logits_processor = structured_.processor(constraint, r.logit_bias, may_end, r.forced_tokens);
+    rp.logits_processor = ep == Endpoint::kChat
+                              ? chat_processor(r, prompts[p], rp.max_tokens, constraint, may_end)
+                              : structured_.processor(constraint, r.logit_bias, may_end, r.forced_tokens);
     rp.logprobs = r.logprobs;
     rp.top_logprobs = r.top_logprobs;
     if (r.echo && r.logprobs) rp.prompt_logprobs = r.top_logprobs;
@@ -350,10 +303,9 @@ void OpenAiService::handle_tokenize(const HttpRequest& req, HttpResponse& resp) 
   if (b.contains("messages")) {
     auto parsed = parse_generation_request(b, Endpoint::kChat, cfg_.limits, &err);
     if (!parsed) return send_error(resp, err);
-    auto t = chat_tokens(tok_, cfg_.arch, parsed->messages, parsed->add_generation_prompt,
-                         parsed->continue_final_message, parsed->tools, &err);
-    if (!t) return send_error(resp, err);
-    ids = std::move(*t);
+    JobPrompt jp;
+    if (!prepare_chat(*parsed, &jp, &err)) return send_error(resp, err);
+    ids = std::move(jp.tokens);
   } else {
     auto p = b.find("prompt");
     if (p == b.end() || !p->is_string()) return send_error(resp, bad_request("'prompt' must be a string", "prompt"));

@@ -16,7 +16,9 @@
 #include "engine/async_engine.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/generation_job.h"
 #include "server/openai_protocol.h"
+#include "server/reasoning.h"
 #include "server/structured_output.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,6 +36,18 @@ struct ServiceConfig {
   // How tool calls in the output are parsed: "auto" (from the chat
   // template), "hermes", "llama3_json", "mistral" or "none".
   std::string tool_call_parser = "auto";
+  // Chat template text replacing the model's (--chat-template); "": the model's.
+  std::string chat_template;
+  // Reasoning: how thinking is told apart from the answer ("auto": from the
+  // chat template, "none", "deepseek_r1", "qwen3", "gpt_oss"), whether it is
+  // returned apart ("auto"/"deepseek") or left in the content as written
+  // ("none"), and the default thinking budget (-1: none; 0: no thinking),
+  // minimum and the message injected before the forced end of thinking.
+  std::string reasoning_parser = "auto";
+  std::string reasoning_format = "auto";
+  int64_t reasoning_budget = -1;
+  int64_t reasoning_budget_min = 0;
+  std::string reasoning_budget_message;
 };
 
 class OpenAiService {
@@ -59,6 +73,20 @@ class OpenAiService {
   void handle_models(const HttpRequest& req, HttpResponse& resp);
   void handle_tokenize(const HttpRequest& req, HttpResponse& resp);
   void handle_detokenize(const HttpRequest& req, HttpResponse& resp);
+  // Chat requests (openai_chat.cpp): the tool format and constraint, the
+  // template variables, the rendered and tokenized prompt.
+  bool prepare_chat(GenerationRequest& r, JobPrompt* prompt, ApiError* err);
+  std::optional<std::vector<int32_t>> render_chat_prompt(const GenerationRequest& r, std::string* rendered,
+                                                         ApiError* err) const;
+  void init_reasoning();
+  // The thinking-budget processor around `inner` for one prompt (nullptr
+  // when the model does not think or nothing is to be done).
+  // The logits processor of one chat prompt: the output constraint `g` and
+  // logit_bias, inside the thinking-budget processor when the model thinks.
+  std::shared_ptr<const LogitsProcessor> chat_processor(const GenerationRequest& r, const JobPrompt& prompt,
+                                                        int64_t max_tokens,
+                                                        std::shared_ptr<const grammar::CompiledGrammar> g,
+                                                        const std::vector<int32_t>& stop_ids) const;
   std::string new_id(const char* prefix);
   uint64_t random_seed();
 
@@ -73,6 +101,15 @@ class OpenAiService {
   std::mt19937_64 rng_;
   StructuredOutput structured_;  // output constraints and logit_bias
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;  // from cfg_.tool_call_parser
+  std::string chat_template_;   // the template chats are rendered with
+  bool generic_tools_ = false;  // the template has no tool support: the generic format (tool_prompt.h)
+  ReasoningSyntax reasoning_;   // how the model thinks (kNone: it does not)
+  // For thinking budgets: every token's text, the whitespace-only tokens,
+  // the tokens that start the start tag, the forced end of thinking and
+  // harmony's final header.
+  std::shared_ptr<const std::vector<std::string>> pieces_;
+  std::shared_ptr<const std::vector<int32_t>> space_tokens_;
+  std::vector<int32_t> start_tokens_, close_tokens_, answer_header_tokens_;
 };
 
 }  // namespace ember

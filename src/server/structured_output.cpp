@@ -163,20 +163,23 @@ std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile(const 
 
 std::shared_ptr<const LogitsProcessor> StructuredOutput::processor(
     std::shared_ptr<const grammar::CompiledGrammar> g, const std::vector<std::pair<int32_t, float>>& logit_bias,
-    const std::vector<int32_t>& stop_ids, bool forced_jumps) const {
+    const std::vector<int32_t>& stop_ids, bool forced_jumps, const std::string& trigger) const {
   if (!g && logit_bias.empty()) return nullptr;
   return std::make_shared<ConstrainedLogits>(std::move(g), logit_bias, stop_ids, forced_jumps ? &tok_ : nullptr,
-                                             worker_);
+                                             worker_, g ? trigger : std::string());
 }
 
 ConstrainedLogits::ConstrainedLogits(std::shared_ptr<const grammar::CompiledGrammar> g,
                                      std::vector<std::pair<int32_t, float>> bias, std::vector<int32_t> stop_ids,
-                                     const Tokenizer* jump_tok, std::shared_ptr<grammar::MaskWorker> worker)
+                                     const Tokenizer* jump_tok, std::shared_ptr<grammar::MaskWorker> worker,
+                                     std::string trigger)
     : jump_tok_(jump_tok),
       worker_(std::move(worker)),
       g_(std::move(g)),
       bias_(std::move(bias)),
-      stop_ids_(std::move(stop_ids)) {
+      stop_ids_(std::move(stop_ids)),
+      trigger_(std::move(trigger)),
+      armed_(trigger_.empty()) {
   if (g_) {
     pool_ = g_->new_pool();
     pool_mu_ = std::make_shared<std::mutex>();
@@ -193,7 +196,7 @@ void ConstrainedLogits::prefetch() {
 void ConstrainedLogits::process(const int32_t*, int64_t, int64_t, float* logits, int n_vocab) {
   for (auto [id, b] : bias_)
     if (id < n_vocab) logits[id] += b;
-  if (!g_) return;
+  if (!g_ || !armed_) return;
   const grammar::StateId s = matcher_->state();
   std::unique_lock<std::mutex> lk(*pool_mu_, std::defer_lock);
   if (!prefetch_ || !prefetch_->take(s, &bits_)) {
@@ -229,6 +232,26 @@ void ConstrainedLogits::process(const int32_t*, int64_t, int64_t, float* logits,
 
 void ConstrainedLogits::accept(int32_t token) {
   if (!g_) return;
+  if (!armed_) {
+    if (token < 0 || token >= g_->vocab().n_vocab) return;
+    seen_ += g_->vocab().bytes[token];
+    const size_t at = seen_.find(trigger_);
+    if (at == std::string::npos) {
+      if (seen_.size() >= trigger_.size()) seen_.erase(0, seen_.size() - trigger_.size() + 1);
+      return;
+    }
+    // The grammar takes the text from the trigger on (the trigger itself
+    // first, so that a token running past it cannot lose it).
+    armed_ = true;
+    {
+      std::lock_guard<std::mutex> lk(*pool_mu_);
+      const std::string_view rest = std::string_view(seen_).substr(at + trigger_.size());
+      if (!matcher_->accept(trigger_) || (!rest.empty() && !matcher_->accept(rest))) matcher_->accept_nothing();
+    }
+    seen_.clear();
+    prefetch();
+    return;
+  }
   if (std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end()) {
     matcher_->accept_nothing();
     return;  // the end: no next mask
@@ -249,7 +272,7 @@ bool ConstrainedLogits::rollback(int k) {
 }
 
 void ConstrainedLogits::forced_tokens(std::vector<int32_t>* out) {
-  if (!g_ || !jump_tok_) return;
+  if (!g_ || !jump_tok_ || !armed_) return;
   std::lock_guard<std::mutex> lk(*pool_mu_);
   const std::string bytes = matcher_->forced_bytes(kMaxForcedBytes);
   if (bytes.empty()) return;
@@ -270,7 +293,9 @@ void ConstrainedLogits::forced_tokens(std::vector<int32_t>* out) {
 }
 
 std::unique_ptr<LogitsProcessor> ConstrainedLogits::clone() const {
-  auto c = std::make_unique<ConstrainedLogits>(nullptr, bias_, stop_ids_, jump_tok_, worker_);
+  auto c = std::make_unique<ConstrainedLogits>(nullptr, bias_, stop_ids_, jump_tok_, worker_, trigger_);
+  c->armed_ = armed_;
+  c->seen_ = seen_;
   c->g_ = g_;
   c->pool_ = pool_;
   c->pool_mu_ = pool_mu_;
@@ -278,7 +303,7 @@ std::unique_ptr<LogitsProcessor> ConstrainedLogits::clone() const {
   c->bits_.resize(bits_.size());
   if (g_ && worker_) {
     c->prefetch_ = std::make_unique<grammar::MaskPrefetch>(worker_, g_, pool_, pool_mu_);
-    c->prefetch();  // the first mask, while the prompt is computed
+    if (armed_) c->prefetch();  // the first mask, while the prompt is computed
   }
   return c;
 }

@@ -42,9 +42,12 @@ class StructuredOutput {
   // The processor for one prompt, or nullptr when there is nothing to do;
   // `forced_jumps`: the grammar's forced continuations are appended
   // unsampled (LogitsProcessor::forced_tokens).
+  // `trigger`: the grammar applies only once the output contains this text
+  // (from the trigger on; ConstrainedLogits).
   std::shared_ptr<const LogitsProcessor> processor(std::shared_ptr<const grammar::CompiledGrammar> g,
                                                    const std::vector<std::pair<int32_t, float>>& logit_bias,
-                                                   const std::vector<int32_t>& stop_ids, bool forced_jumps = true) const;
+                                                   const std::vector<int32_t>& stop_ids, bool forced_jumps = true,
+                                                   const std::string& trigger = {}) const;
   const grammar::TokenVocab& vocab() const { return *vocab_; }
 
  private:
@@ -69,12 +72,17 @@ class StructuredOutput {
 // the first token the grammar would not admit. The tokenizer must outlive
 // the processor (the server's does). With a worker, the mask of the state
 // after each accept() or rollback() is computed there ahead of process().
+// With a `trigger`, the grammar is off (only the biases apply) until the
+// accepted tokens' text contains the trigger; the grammar, whose text must
+// begin with the trigger, then takes that text from the trigger on and
+// applies from the next token (tool_choice "auto": free text, then calls
+// that always parse once the model writes a call marker).
 class ConstrainedLogits final : public LogitsProcessor {
  public:
   static constexpr size_t kMaxForcedBytes = 256;
   ConstrainedLogits(std::shared_ptr<const grammar::CompiledGrammar> g, std::vector<std::pair<int32_t, float>> bias,
                     std::vector<int32_t> stop_ids, const Tokenizer* jump_tok = nullptr,
-                    std::shared_ptr<grammar::MaskWorker> worker = nullptr);
+                    std::shared_ptr<grammar::MaskWorker> worker = nullptr, std::string trigger = {});
   void process(const int32_t* tokens, int64_t n_tokens, int64_t n_prompt, float* logits, int n_vocab) override;
   void accept(int32_t token) override;
   bool rollback(int k) override;
@@ -93,6 +101,9 @@ class ConstrainedLogits final : public LogitsProcessor {
   std::shared_ptr<grammar::StackPool> pool_;
   std::unique_ptr<grammar::GrammarMatcher> matcher_;
   std::vector<uint64_t> bits_;
+  std::string trigger_;  // "" or the text that turns the grammar on
+  bool armed_ = true;    // the grammar applies
+  std::string seen_;     // before the trigger: the recent text
 };
 
 }  // namespace ember

@@ -165,6 +165,7 @@ std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name) 
   if (name == "hermes") return ToolCallFormat::kHermes;
   if (name == "llama3_json") return ToolCallFormat::kLlama3Json;
   if (name == "mistral") return ToolCallFormat::kMistral;
+  if (name == "gpt_oss" || name == "gpt-oss" || name == "harmony") return ToolCallFormat::kHarmony;
   return std::nullopt;
 }
 
@@ -173,17 +174,33 @@ const char* tool_call_format_name(ToolCallFormat f) {
     case ToolCallFormat::kHermes: return "hermes";
     case ToolCallFormat::kLlama3Json: return "llama3_json";
     case ToolCallFormat::kMistral: return "mistral";
+    case ToolCallFormat::kHarmony: return "gpt_oss";
     default: return "none";
   }
 }
 
 ToolCallFormat detect_tool_call_format(std::string_view t) {
+  if (t.find("<|channel|>") != std::string_view::npos && t.find("<|call|>") != std::string_view::npos)
+    return ToolCallFormat::kHarmony;
   if (t.find(kHermesOpen) != std::string_view::npos) return ToolCallFormat::kHermes;
   if (t.find(kMistralOpen) != std::string_view::npos) return ToolCallFormat::kMistral;
   if (t.find(kPythonTag) != std::string_view::npos ||
       (t.find("ipython") != std::string_view::npos && t.find("\"parameters\"") != std::string_view::npos))
     return ToolCallFormat::kLlama3Json;
   return ToolCallFormat::kNone;
+}
+
+// Text held back at the end that is a proper start of the format's call marker.
+bool ToolCallParser::is_partial_marker(std::string_view s) const {
+  s = trim(s);
+  std::string_view m;
+  switch (format_) {
+    case ToolCallFormat::kHermes: m = kHermesOpen; break;
+    case ToolCallFormat::kMistral: m = kMistralOpen; break;
+    case ToolCallFormat::kLlama3Json: m = kPythonTag; break;
+    default: return false;
+  }
+  return !s.empty() && s.size() < m.size() && m.substr(0, s.size()) == s;
 }
 
 bool ToolCallParser::is_marker(std::string_view text) const {
@@ -463,7 +480,7 @@ void ToolCallParser::stream_list() {
 // The end of the output inside a streamed list: a call cut in its arguments
 // stands as written; a last object of another shape is a call if it parses;
 // anything else left is content.
-bool ToolCallParser::finish_list() {
+bool ToolCallParser::finish_list(bool cut) {
   if (stream_ == Stream::kArgs) {
     cut_ = true;
     return true;
@@ -477,7 +494,7 @@ bool ToolCallParser::finish_list() {
       return true;
     }
   }
-  emit_content(rest);
+  if (!cut) emit_content(rest);
   return true;
 }
 
@@ -602,18 +619,18 @@ void ToolCallParser::push(std::string_view text, std::string* content, std::vect
   apply_tool_call_events(ev, content, calls);
 }
 
-void ToolCallParser::finish(std::string* content, std::vector<ToolCall>* calls) {
+void ToolCallParser::finish(std::string* content, std::vector<ToolCall>* calls, bool cut) {
   std::vector<ToolCallEvent> ev;
-  finish(&ev);
+  finish(&ev, cut);
   apply_tool_call_events(ev, content, calls);
 }
 
-void ToolCallParser::finish(std::vector<ToolCallEvent>* out) {
+void ToolCallParser::finish(std::vector<ToolCallEvent>* out, bool cut) {
   out_ = out;
   const bool streamed_list = list_ != List::kNone && stream_ != Stream::kWhole &&
                              (list_calls_ > 0 || stream_ == Stream::kArgs || stream_ == Stream::kTail);
   if (in_call_ && streamed_list) {
-    finish_list();
+    finish_list(cut);
   } else if (in_call_ && stream_ != Stream::kUndecided && stream_ != Stream::kWhole) {
     // A streamed call cut short (a stop string, max_tokens): it stands with
     // the arguments written so far.
@@ -636,8 +653,8 @@ void ToolCallParser::finish(std::vector<ToolCallEvent>* out) {
       case ToolCallFormat::kLlama3Json: ok = finish_llama3(); break;
       default: break;
     }
-    if (!ok) emit_content(raw);
-  } else {
+    if (!ok && !cut) emit_content(raw);
+  } else if (!(cut && is_partial_marker(buf_))) {
     emit_content(buf_);
   }
   buf_.clear();

@@ -8,7 +8,8 @@
 //   mistral      Mistral: [TOOL_CALLS][{"name": .., "arguments": {..}}, ...] or the v11 form
 //                [TOOL_CALLS]name[ARGS]{..}
 // A call block that does not parse (invalid JSON, no name) is passed through
-// as content, never dropped.
+// as content, never dropped, unless the text was cut inside it (max_tokens,
+// a stop string): partial markup is not content.
 //
 // Streaming: a call is committed as soon as its head
 // `{"name": "...", "arguments": {` (llama3_json: "parameters"; mistral v11:
@@ -34,9 +35,12 @@
 
 namespace ember {
 
-enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral };
+// kHarmony (gpt-oss): calls are commentary messages to functions.NAME,
+// parsed with the rest of the harmony structure by ReasoningParser
+// (server/reasoning.h); ToolCallParser passes the text through.
+enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral, kHarmony };
 
-// "none", "hermes", "llama3_json", "mistral" (not "auto": see detect_tool_call_format).
+// "none", "hermes", "llama3_json", "mistral", "gpt_oss" (not "auto": see detect_tool_call_format).
 std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name);
 const char* tool_call_format_name(ToolCallFormat f);
 // The format a chat template writes tool calls in (kNone if it shows none).
@@ -66,12 +70,15 @@ class ToolCallParser {
   explicit ToolCallParser(ToolCallFormat f) : format_(f) {}
   // Feeds model text: appends what can be shown now to *out.
   void push(std::string_view text, std::vector<ToolCallEvent>* out);
-  // The end of the output: whatever was held back.
-  void finish(std::vector<ToolCallEvent>* out);
+  // The end of the output: whatever was held back. `cut`: max_tokens or a
+  // stop string ended the text: a call block left open that is not a call
+  // (`<tool_call>\n{` and the like) and a partial marker are dropped, never
+  // shown as content (a committed call stands, see above).
+  void finish(std::vector<ToolCallEvent>* out, bool cut = false);
   // The same folded (apply_tool_call_events) into *content and *calls (all
   // the calls so far: pass the same vector every time).
   void push(std::string_view text, std::string* content, std::vector<ToolCall>* calls);
-  void finish(std::string* content, std::vector<ToolCall>* calls);
+  void finish(std::string* content, std::vector<ToolCall>* calls, bool cut = false);
   // After finish(): the output ended inside a committed call's arguments.
   bool cut() const { return cut_; }
   // Texts of control tokens that carry meaning for this format (passed to
@@ -92,7 +99,8 @@ class ToolCallParser {
   void end_list();
   void commit(std::string name, size_t args_at, int tail_depth);
   bool stream_object();
-  bool finish_list();
+  bool finish_list(bool cut);
+  bool is_partial_marker(std::string_view s) const;
   void content(std::string_view s);
   void emit_content(std::string_view s);
   void add_call(ToolCall call);

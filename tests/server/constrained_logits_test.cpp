@@ -1,7 +1,8 @@
 // ConstrainedLogits (server/structured_output.h): logit_bias is added, the
 // grammar masks every token it does not admit, end-of-generation tokens are
 // admitted only where the grammar may end, clones are independent and
-// rollback(k) restores the earlier mask; forced-token jumps on the default
+// rollback(k) restores the earlier mask; a triggered grammar is off until
+// the trigger text and then applies from it on; forced-token jumps on the default
 // model's tokenizer are admitted by the mask, tokenized canonically, and
 // save tokens on a schema with fixed keys.
 #include <gtest/gtest.h>
@@ -47,6 +48,36 @@ TEST(ConstrainedLogits, MaskEosCloneAndRollback) {
   EXPECT_FALSE(p.rollback(5));
   // Logits beyond the tokenizer's vocabulary are masked too.
   EXPECT_EQ(admitted(p, 8), (std::vector<int>{2, 4}));
+}
+
+TEST(ConstrainedLogits, TriggeredGrammarAppliesFromTheTriggerOn) {
+  // tool_choice "auto": free text until the model writes "<tool_call>", then the call's grammar.
+  // ids: 0 eos, 1 "Hi", 2 " <tool", 3 "_call>", 4 "\n", 5 "{}", 6 "\n</tool_call>", 7 "x", 8 "_call>\n"
+  auto vocab = grammar::TokenVocab::from_pieces({"", "Hi", " <tool", "_call>", "\n", "{}", "\n</tool_call>", "x",
+                                                 "_call>\n"});
+  auto g = grammar::parse_gbnf("root ::= \"<tool_call>\\n\" \"{}\" \"\\n</tool_call>\"\n");
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  auto cg = grammar::CompiledGrammar::compile(std::move(g.value()), vocab);
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  for (const int split : {3, 8}) {
+    ConstrainedLogits p(cg, {}, {0}, nullptr, nullptr, "<tool_call>");
+    EXPECT_EQ(admitted(p, 9), all);  // off: text, the end, anything
+    p.accept(1);
+    EXPECT_EQ(admitted(p, 9), all);
+    p.accept(2);
+    auto before = p.clone();
+    p.accept(split);  // the trigger is complete: the grammar has taken it
+    if (split == 3) {
+      EXPECT_EQ(admitted(p, 9), (std::vector<int>{4}));
+      p.accept(4);
+    }
+    EXPECT_EQ(admitted(p, 9), (std::vector<int>{5}));
+    p.accept(5);
+    EXPECT_EQ(admitted(p, 9), (std::vector<int>{4, 6}));  // "\n" starts "\n</tool_call>"
+    p.accept(6);
+    EXPECT_EQ(admitted(p, 9), (std::vector<int>{0}));  // one call, then only the end
+    EXPECT_EQ(admitted(*before, 9), all);               // a clone from before the trigger is still off
+  }
 }
 
 TEST(ConstrainedLogits, LogitBiasAlone) {

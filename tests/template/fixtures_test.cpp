@@ -83,6 +83,7 @@ TEST(TemplateFixtures, RealChatTemplatesMatchJinja2) {
       for (auto it = cspec["extra"].begin(); it != cspec["extra"].end(); ++it) extra[it.key()] = it.value();
     }
     in.extra_context = Value(extra);
+    if (tspec.contains("now")) in.options.now = static_cast<std::time_t>(tspec["now"].get<int64_t>());
     auto out = apply_chat_template(*parsed[file], in);
     if (rec.contains("output")) {
       ASSERT_TRUE(out.is_ok()) << label << ": " << out.status().message();
