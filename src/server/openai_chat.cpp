@@ -67,11 +67,14 @@ void OpenAiService::init_reasoning() {
   EncodeOptions eo;
   eo.add_bos = false;
   eo.parse_special = true;
-  const std::string final_header = std::string(kHarmonyStart) + "assistant" + std::string(kHarmonyFinal);
-  close_tokens_ = tok_.encode(cfg_.reasoning_budget_message +
-                                  (harmony ? std::string(kHarmonyEnd) + final_header : reasoning_.end),
-                              eo);
-  if (harmony) answer_header_tokens_ = tok_.encode(final_header, eo);
+  close_tokens_ = tok_.encode(cfg_.reasoning_budget_message + (harmony ? std::string(kHarmonyEnd) : reasoning_.end), eo);
+  if (harmony) {
+    analysis_tokens_ = tok_.encode(std::string(kHarmonyAnalysis), eo);
+    final_header_tokens_ = tok_.encode(std::string(kHarmonyStart) + "assistant" + std::string(kHarmonyFinal), eo);
+    call_header_tokens_ = tok_.encode(std::string(kHarmonyStart) + "assistant" + std::string(kHarmonyChannel) +
+                                          "commentary to=functions.",
+                                      eo);
+  }
 }
 
 bool OpenAiService::prepare_chat(GenerationRequest& r, JobPrompt* prompt, ApiError* err) {
@@ -88,17 +91,13 @@ bool OpenAiService::prepare_chat(GenerationRequest& r, JobPrompt* prompt, ApiErr
     // constrains the output itself).
     const bool lazy = r.tool_choice == ToolChoice::kAuto && tool_format_ == ToolCallFormat::kHermes &&
                       c.kind == OutputConstraint::Kind::kNone;
-    if (forced && tool_format_ == ToolCallFormat::kHarmony) {
-      *err = bad_request("tool_choice 'required' and named functions are not supported with the gpt-oss (harmony) "
-                         "format; use 'auto'",
-                         "tool_choice");
-      return false;
-    }
     if (forced || lazy) {
       c.kind = OutputConstraint::Kind::kToolCall;
       c.param = "tool_choice";
       c.tool_format = tool_format_;
-      c.parallel = r.tool_choice == ToolChoice::kNamed ? false : r.parallel_tool_calls;
+      // harmony: one call per message, and a message ends the output.
+      c.parallel = r.tool_choice != ToolChoice::kNamed && tool_format_ != ToolCallFormat::kHarmony &&
+                   r.parallel_tool_calls;
       if (lazy) c.trigger = "<tool_call>";
       if (r.tool_choice == ToolChoice::kNamed)
         c.choices = {r.tool_choice_name};
@@ -165,14 +164,31 @@ std::optional<std::vector<int32_t>> OpenAiService::render_chat_prompt(const Gene
   return ids;
 }
 
-std::shared_ptr<const LogitsProcessor> OpenAiService::chat_processor(const GenerationRequest& r,
-                                                                     const JobPrompt& prompt, int64_t max_tokens,
-                                                                     std::shared_ptr<const grammar::CompiledGrammar> g,
-                                                                     const std::vector<int32_t>& stop_ids) const {
+bool OpenAiService::chat_processor(const GenerationRequest& r, const std::string& body, const JobPrompt& prompt,
+                                   int64_t max_tokens, std::shared_ptr<const grammar::CompiledGrammar> g,
+                                   const std::vector<int32_t>& stop_ids, std::shared_ptr<const LogitsProcessor>* out,
+                                   ApiError* err) {
   const ReasoningOptions& o = r.reasoning;
   const bool harmony = reasoning_.format == ReasoningFormat::kHarmony;
-  if (reasoning_.format == ReasoningFormat::kNone)
-    return structured_.processor(g, r.logit_bias, stop_ids, r.forced_tokens, r.constraint.trigger);
+  const bool harmony_call =
+      r.constraint.kind == OutputConstraint::Kind::kToolCall && r.constraint.tool_format == ToolCallFormat::kHarmony;
+  std::shared_ptr<const LogitsProcessor> inner;
+  if (harmony_call) {
+    if (!harmony) {
+      *err = bad_request("a forced call in the gpt-oss format needs its reasoning parser (--reasoning-parser gpt_oss)",
+                         "tool_choice");
+      return false;
+    }
+    inner = structured_.harmony_call(r.constraint, body, stop_ids, r.forced_tokens, err);
+    if (!inner) return false;
+  }
+  if (reasoning_.format == ReasoningFormat::kNone) {
+    *out = structured_.processor(g, r.logit_bias, stop_ids, r.forced_tokens, r.constraint.trigger);
+    return true;
+  }
+  const std::vector<int32_t>& header = harmony_call ? call_header_tokens_ : final_header_tokens_;
+  std::vector<int32_t> close = close_tokens_;
+  if (harmony) close.insert(close.end(), header.begin(), header.end());
   // The budget: the request's (thinking_budget, reasoning.max_tokens), none
   // when thinking is off, a share of max_tokens for an effort level (gpt-oss
   // takes the level itself), else the server's. Unless the request asked for
@@ -192,11 +208,15 @@ std::shared_ptr<const LogitsProcessor> OpenAiService::chat_processor(const Gener
   }
   if (!unlimited) {
     const int64_t cap = std::max<int64_t>(
-        0, max_tokens - static_cast<int64_t>(close_tokens_.size()) - std::min<int64_t>(max_tokens / 4, 1024));
+        0, max_tokens - static_cast<int64_t>(close.size()) - std::min<int64_t>(max_tokens / 4, 1024));
     budget = budget < 0 ? cap : std::min(budget, cap);
   }
   const int64_t min_tokens = o.min_tokens >= 0 ? o.min_tokens : cfg_.reasoning_budget_min;
-  if (budget < 0 && min_tokens == 0 && !g) return structured_.processor(g, r.logit_bias, stop_ids, r.forced_tokens);
+  if (!inner) inner = structured_.processor(g, {}, stop_ids, r.forced_tokens, r.constraint.trigger);
+  if (budget < 0 && min_tokens == 0 && !inner) {
+    *out = structured_.processor(nullptr, r.logit_bias, stop_ids, r.forced_tokens);
+    return true;
+  }
   auto spec = std::make_shared<ThinkingSpec>();
   spec->harmony = harmony;
   spec->start = harmony ? std::string(kHarmonyAnalysis) : reasoning_.start;
@@ -204,16 +224,19 @@ std::shared_ptr<const LogitsProcessor> OpenAiService::chat_processor(const Gener
   spec->open = ReasoningParser(reasoning_, prompt.rendered).phase() == ReasoningParser::Phase::kThinking;
   spec->budget = budget;
   spec->min_tokens = budget >= 0 ? std::min(min_tokens, budget) : min_tokens;
-  spec->close = close_tokens_;
-  spec->answer_header = answer_header_tokens_;
+  spec->close = std::move(close);
+  if (harmony) {
+    spec->answer_header = header;
+    spec->open_tokens = analysis_tokens_;
+  }
   spec->stop_ids = stop_ids;
   spec->bias = r.logit_bias;
   spec->pieces = pieces_;
   spec->space_tokens = space_tokens_;
   spec->start_tokens = start_tokens_;
   spec->tok = &tok_;
-  auto inner = structured_.processor(g, {}, stop_ids, r.forced_tokens, r.constraint.trigger);
-  return std::make_shared<ThinkingLogits>(std::move(spec), inner ? inner->clone() : nullptr);
+  *out = std::make_shared<ThinkingLogits>(std::move(spec), inner ? inner->clone() : nullptr);
+  return true;
 }
 
 }  // namespace ember

@@ -235,7 +235,10 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
       return send_error(*resp, bad_request(fmt::format("'logit_bias' token id {} is out of range [0, {})", id, V),
                                            "logit_bias"));
   auto constraint = structured_.compile(r.constraint, req.body, &err);
-  if (!constraint && r.constraint.kind != OutputConstraint::Kind::kNone) return send_error(*resp, err);
+  const bool harmony_call =  // compiled per prompt (chat_processor)
+      r.constraint.kind == OutputConstraint::Kind::kToolCall && r.constraint.tool_format == ToolCallFormat::kHarmony;
+  if (!constraint && r.constraint.kind != OutputConstraint::Kind::kNone && !harmony_call)
+    return send_error(*resp, err);
   const int64_t ctx = cfg_.limits.max_model_len;
   std::vector<RequestParams> params;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -272,9 +275,10 @@ void OpenAiService::handle_generation(const HttpRequest& req, std::shared_ptr<Ht
     }
     std::vector<int32_t> may_end = rp.stop_token_ids;  // where the grammar is complete
     may_end.insert(may_end.end(), tok_.eog_ids().begin(), tok_.eog_ids().end());
-    rp.logits_processor = ep == Endpoint::kChat
-                              ? chat_processor(r, prompts[p], rp.max_tokens, constraint, may_end)
-                              : structured_.processor(constraint, r.logit_bias, may_end, r.forced_tokens);
+    if (ep != Endpoint::kChat)
+      rp.logits_processor = structured_.processor(constraint, r.logit_bias, may_end, r.forced_tokens);
+    else if (!chat_processor(r, req.body, prompts[p], rp.max_tokens, constraint, may_end, &rp.logits_processor, &err))
+      return send_error(*resp, err);
     rp.logprobs = r.logprobs;
     rp.top_logprobs = r.top_logprobs;
     if (r.echo && r.logprobs) rp.prompt_logprobs = r.top_logprobs;

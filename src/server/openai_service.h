@@ -81,12 +81,13 @@ class OpenAiService {
   void init_reasoning();
   // The thinking-budget processor around `inner` for one prompt (nullptr
   // when the model does not think or nothing is to be done).
-  // The logits processor of one chat prompt: the output constraint `g` and
-  // logit_bias, inside the thinking-budget processor when the model thinks.
-  std::shared_ptr<const LogitsProcessor> chat_processor(const GenerationRequest& r, const JobPrompt& prompt,
-                                                        int64_t max_tokens,
-                                                        std::shared_ptr<const grammar::CompiledGrammar> g,
-                                                        const std::vector<int32_t>& stop_ids) const;
+  // The logits processor of one chat prompt into *out: the output
+  // constraint `g` (or a forced harmony call) and logit_bias, inside the
+  // thinking-budget processor when the model thinks. False with *err set.
+  bool chat_processor(const GenerationRequest& r, const std::string& body, const JobPrompt& prompt,
+                      int64_t max_tokens, std::shared_ptr<const grammar::CompiledGrammar> g,
+                      const std::vector<int32_t>& stop_ids, std::shared_ptr<const LogitsProcessor>* out,
+                      ApiError* err);
   std::string new_id(const char* prefix);
   uint64_t random_seed();
 
@@ -105,11 +106,12 @@ class OpenAiService {
   bool generic_tools_ = false;  // the template has no tool support: the generic format (tool_prompt.h)
   ReasoningSyntax reasoning_;   // how the model thinks (kNone: it does not)
   // For thinking budgets: every token's text, the whitespace-only tokens,
-  // the tokens that start the start tag, the forced end of thinking and
-  // harmony's final header.
+  // the tokens that start the start tag, the forced end of thinking (the
+  // budget message and the end tag), and harmony's headers: the reasoning
+  // message's, the final answer's and a call's.
   std::shared_ptr<const std::vector<std::string>> pieces_;
   std::shared_ptr<const std::vector<int32_t>> space_tokens_;
-  std::vector<int32_t> start_tokens_, close_tokens_, answer_header_tokens_;
+  std::vector<int32_t> start_tokens_, close_tokens_, analysis_tokens_, final_header_tokens_, call_header_tokens_;
 };
 
 }  // namespace ember

@@ -318,7 +318,7 @@ void ReasoningParser::push_harmony() {
     if (!header_generated_) {
       const std::string_view t = lstrip(buf_);
       if (t.empty()) return;
-      const bool marker = t.front() == '<' && (t.size() < 2 || t[1] == '|');
+      const bool marker = t.front() == '<';  // (a stray "<" before "<|start|>" is cut with the header's start)
       const std::string_view to = "to=";
       const bool recipient = to.substr(0, std::min(t.size(), to.size())) == t.substr(0, std::min(t.size(), to.size()));
       if (!marker && !recipient) {

@@ -8,6 +8,7 @@
 
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
+#include "server/harmony_calls.h"
 
 namespace ember {
 
@@ -130,6 +131,7 @@ std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile(const 
       break;
     }
     case Kind::kToolCall: {
+      if (c.tool_format == ToolCallFormat::kHarmony) return nullptr;  // harmony_call()
       auto text = tool_call_grammar(c, body_text, err);
       if (!text) return nullptr;
       gbnf = std::move(*text);
@@ -137,6 +139,12 @@ std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile(const 
     }
   }
   if (c.compact) gbnf = grammar::with_json_whitespace(std::move(gbnf), "\"\"");
+  return compile_gbnf(gbnf, c.param, err);
+}
+
+std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile_gbnf(const std::string& gbnf,
+                                                                               const std::string& param,
+                                                                               ApiError* err) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (auto it = by_text_.find(gbnf); it != by_text_.end()) {
@@ -146,7 +154,7 @@ std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile(const 
   }
   auto g = grammar::parse_gbnf(gbnf);
   if (!g) {
-    *err = bad_request(g.status().message(), c.param);
+    *err = bad_request(g.status().message(), param);
     return nullptr;
   }
   auto compiled = grammar::CompiledGrammar::compile(std::move(g.value()), vocab_);
@@ -159,6 +167,53 @@ std::shared_ptr<const grammar::CompiledGrammar> StructuredOutput::compile(const 
     lru_.pop_back();
   }
   return compiled;
+}
+
+std::shared_ptr<const LogitsProcessor> StructuredOutput::harmony_call(const OutputConstraint& c,
+                                                                    const std::string& body_text,
+                                                                    const std::vector<int32_t>& stop_ids,
+                                                                    bool forced_jumps, ApiError* err) {
+  const ordered_json body = ordered_json::parse(body_text, nullptr, false);
+  if (body.is_discarded() || !body.contains("tools") || !body["tools"].is_array()) {
+    *err = bad_request("the tools could not be read", "tools");
+    return nullptr;
+  }
+  auto spec = std::make_shared<HarmonyCallLogits::Spec>();
+  std::vector<std::string> names;
+  const ordered_json& tools = body["tools"];
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ordered_json& fn = tools[i]["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (std::find(c.choices.begin(), c.choices.end(), name) == c.choices.end()) continue;
+    ordered_json params =
+        ordered_json{{"type", "object"}, {"properties", ordered_json::object()}, {"additionalProperties", false}};
+    if (auto p = fn.find("parameters"); p != fn.end() && p->is_object() && !p->empty()) params = *p;
+    const std::string where = fmt::format("tools[{}].function.parameters", i);
+    grammar::SchemaError se;
+    auto text = grammar::json_schema_to_gbnf(params, &se);
+    if (!text) {
+      *err = bad_request(fmt::format("unsupported JSON schema in '{}': {}{}", where, se.message,
+                                     se.path.empty() ? "" : " (at " + se.path + ")"),
+                         where);
+      return nullptr;
+    }
+    auto g = compile_gbnf(grammar::with_json_whitespace(std::move(*text), "| \" \""), where, err);
+    if (!g) return nullptr;
+    spec->args.emplace_back(name, processor(g, {}, stop_ids, forced_jumps));
+    names.push_back(name + " ");
+  }
+  auto names_g = compile_gbnf(grammar::choice_gbnf(names), "tool_choice", err);
+  if (!names_g) return nullptr;
+  spec->names = processor(names_g, {}, {}, forced_jumps);
+  EncodeOptions eo;
+  eo.add_bos = false;
+  eo.parse_special = true;
+  spec->separator = tok_.encode("<|constrain|>json<|message|>", eo);
+  spec->vocab = vocab_;
+  for (std::string_view m : {"<|end|>", "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|call|>",
+                             "<|return|>"})
+    if (const int32_t id = tok_.token_id(m); id >= 0 && !vocab_->bytes[id].empty()) spec->banned.push_back(id);
+  return std::make_shared<HarmonyCallLogits>(std::move(spec));
 }
 
 std::shared_ptr<const LogitsProcessor> StructuredOutput::processor(

@@ -49,9 +49,18 @@ class StructuredOutput {
                                                    const std::vector<int32_t>& stop_ids, bool forced_jumps = true,
                                                    const std::string& trigger = {}) const;
   const grammar::TokenVocab& vocab() const { return *vocab_; }
+  // A forced call (c.kind kToolCall) in the harmony format: the processor
+  // for the call after its header (server/harmony_calls.h), or nullptr with
+  // *err set.
+  std::shared_ptr<const LogitsProcessor> harmony_call(const OutputConstraint& c, const std::string& body_text,
+                                                      const std::vector<int32_t>& stop_ids, bool forced_jumps,
+                                                      ApiError* err);
 
  private:
   std::optional<std::string> tool_call_grammar(const OutputConstraint& c, const std::string& body_text, ApiError* err);
+  // GBNF text -> compiled grammar, through the cache.
+  std::shared_ptr<const grammar::CompiledGrammar> compile_gbnf(const std::string& gbnf, const std::string& param,
+                                                               ApiError* err);
 
   const Tokenizer& tok_;
   std::shared_ptr<const grammar::TokenVocab> vocab_;

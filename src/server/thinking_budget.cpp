@@ -72,11 +72,15 @@ const std::vector<int32_t>& ThinkingSpec::end_completing(size_t k) const {
 
 ThinkingLogits::ThinkingLogits(std::shared_ptr<const ThinkingSpec> spec, std::unique_ptr<LogitsProcessor> inner)
     : spec_(std::move(spec)), inner_(std::move(inner)) {
-  if (spec_->open) enter_thinking();
+  if (spec_->open)
+    enter_thinking();
+  else if (spec_->harmony && inner_)
+    force(spec_->open_tokens, Phase::kThinking);
 }
 
 void ThinkingLogits::force(const std::vector<int32_t>& toks, Phase after) {
   if (toks.empty()) {
+    if (after == Phase::kThinking) return enter_thinking();
     phase_ = after;
     return;
   }
@@ -137,11 +141,18 @@ void ThinkingLogits::process(const int32_t* tokens, int64_t n_tokens, int64_t n_
       return;
     case Phase::kBefore:
       // The model may open a thinking section or answer under the constraint.
+      if (inner_ && spec_->harmony)
+        for (int32_t t : spec_->stop_ids)
+          if (t >= 0 && t < n_vocab) logits[t] = kNegInf;
       if (inner_ && !spec_->harmony)
         inner_with(n_space_ < kMaxSpaceTokens ? spec_->space_tokens.get() : nullptr, &spec_->start_tokens, tokens,
                    n_tokens, n_prompt, logits, n_vocab);
       return;
     case Phase::kThinking:
+      // With a constraint the answer must come: thinking does not end the output.
+      if (inner_)
+        for (int32_t t : spec_->stop_ids)
+          if (t >= 0 && t < n_vocab) logits[t] = kNegInf;
       if (count_ < spec_->min_tokens) {
         // Tokens that would complete the end of thinking, and the end of generation.
         const std::string_view end = spec_->end;

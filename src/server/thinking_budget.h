@@ -16,7 +16,10 @@
 //    after the final channel's header, which is forced when a reasoning
 //    message ends). Before a thinking section the model may choose to open
 //    one (tokens that start the start tag, whose rest is then forced) or to
-//    answer at once under the grammar.
+//    answer at once under the grammar (harmony: the analysis message is
+//    opened for it). With a constraint the output cannot end inside
+//    thinking: the end-of-generation tokens are masked there, the answer
+//    must come.
 // logit_bias is applied in every phase.
 //
 // Threading and ownership as for every LogitsProcessor
@@ -48,6 +51,10 @@ struct ThinkingSpec {
   int64_t min_tokens = 0;   // the end of thinking is masked before this many
   std::vector<int32_t> close;          // forced at the budget: message + end (+ harmony's final header)
   std::vector<int32_t> answer_header;  // harmony with a constraint: forced after a reasoning message ends
+  // harmony with a constraint: forced first when the prompt opened no
+  // message ("<|channel|>analysis<|message|>": the model thinks, then answers
+  // under the constraint).
+  std::vector<int32_t> open_tokens;
   std::vector<int32_t> stop_ids;       // end-of-generation tokens (masked below the minimum)
   std::vector<std::pair<int32_t, float>> bias;  // logit_bias
   // Per token id: its text, control tokens included (shared by the service).

@@ -19,6 +19,7 @@
 #include "server/choice_output.h"
 #include "server/reasoning.h"
 #include "template/chat_template.h"
+#include "server/harmony_vocab.h"
 #include "tokenizer/tokenizer_test_util.h"
 
 namespace ember {
@@ -210,6 +211,10 @@ TEST(ReasoningParser, GptOssHarmonyEveryFragmentation) {
                             "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>analysis<|message|>"
                             "More.<|end|><|start|>assistant<|channel|>final<|message|>It is 3 degrees.<|return|>",
                             {"Think.\n\nMore.", "It is 3 degrees.", {}}, "gpt-oss final");
+  // A stray byte before the next message's <|start|> (markers spelled in text tokens).
+  expect_all_fragmentations(s, prompt,
+                            "<|channel|>analysis<|message|>Hm.<|end|><<|start|>assistant<|channel|>final<|message|>Hi",
+                            {"Hm.", "Hi", {}}, "gpt-oss stray byte");
   // Cut inside the analysis message.
   expect_all_fragmentations(s, prompt, "<|channel|>analysis<|message|>Still thinking <|e", {"Still thinking", "", {}},
                             "gpt-oss cut");
@@ -276,48 +281,6 @@ TEST(ChoiceOutput, Qwen3TokensReasoningThenToolCall) {
   EXPECT_TRUE(g.calls.empty());
   // The same text ended by the model itself stays content (nothing is lost).
   EXPECT_EQ(run_tokens(*tok, o, cut, false).content, "<tool_call>\n{");
-}
-
-// A byte-level vocabulary with the harmony markers as control tokens.
-std::unique_ptr<Tokenizer> harmony_tokenizer() {
-  VocabSpec s;
-  s.model = "gpt2";
-  s.pre = "gpt-2";
-  // GPT-2's byte -> printable code point map.
-  std::vector<int> bs;
-  for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
-  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
-  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
-  std::vector<int> cs = bs;
-  int n = 0;
-  for (int b = 0; b < 256; ++b)
-    if (std::find(bs.begin(), bs.end(), b) == bs.end()) {
-      bs.push_back(b);
-      cs.push_back(256 + n++);
-    }
-  std::vector<std::string> by_byte(256);
-  for (size_t i = 0; i < bs.size(); ++i) {
-    const int c = cs[i];
-    std::string u;
-    if (c < 0x80) {
-      u.push_back(static_cast<char>(c));
-    } else {
-      u.push_back(static_cast<char>(0xC0 | (c >> 6)));
-      u.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-    }
-    by_byte[bs[i]] = u;
-  }
-  for (const auto& u : by_byte) s.tokens.push_back(u);
-  s.token_types.assign(256, 1);
-  for (const char* m : {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>",
-                        "<|constrain|>", "<|endoftext|>"}) {
-    s.tokens.push_back(m);
-    s.token_types.push_back(3);
-  }
-  s.add_bos = false;
-  auto tok = Tokenizer::from_spec(std::move(s));
-  EXPECT_TRUE(tok.is_ok()) << tok.status().message();
-  return tok.is_ok() ? std::move(tok.value()) : nullptr;
 }
 
 TEST(ChoiceOutput, HarmonyMarkersAreControlTokensHiddenFromTheText) {

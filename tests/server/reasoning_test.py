@@ -19,6 +19,12 @@ prefix caching across turns when the template drops earlier thinking.
 
   python3 tests/server/reasoning_test.py --base-url http://127.0.0.1:PORT --api-key KEY
 
+With --harmony the server runs gpt-oss's template instead (the harmony
+format; the default model spells its markers in text tokens): a forced tool
+call (tool_choice "required", a named function) goes through the analysis
+message and comes out as a call whose arguments validate, streamed and not
+alike, and structured output lands in the final channel.
+
 Run by tests/server/server_test.sh. Exit 0 passed, 1 failed, 77 skipped
 (openai or jsonschema missing).
 """
@@ -173,7 +179,7 @@ def test_structured_output_after_thinking(client, srv):
 
 
 TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather in a city",
+    "name": "get_weather", "description": "Current weather in a city",  # (gpt-oss's template needs a description)
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
                    "required": ["city"], "additionalProperties": False}}}]
 
@@ -218,11 +224,44 @@ def test_prefix_cache_across_turns(client, srv):
     assert hits >= (common // 16) * 16 > 0, (hits, common)
 
 
+def test_harmony_forced_calls(client, srv):
+    tools = [dict(TOOLS[0], function=dict(TOOLS[0]["function"]))]
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        kw = dict(messages=CHAT, tools=tools, tool_choice=choice, max_tokens=96)
+        r = ask(client, srv, **kw)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1, c
+        call = c.message.tool_calls[0]
+        assert call.function.name == "get_weather", call
+        jsonschema.validate(json.loads(call.function.arguments), tools[0]["function"]["parameters"])
+        assert r.usage.completion_tokens_details.reasoning_tokens > 0, r.usage
+        _, content, _, finish, calls = stream_parts(client, srv, **kw)
+        assert finish == "tool_calls" and content == "", (finish, content)
+        assert [(x["name"], x["arguments"]) for _, x in sorted(calls.items())] == \
+            [(call.function.name, call.function.arguments)]
+
+
+def test_harmony_structured_output(client, srv):
+    r = ask(client, srv, max_tokens=96,
+            response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA}})
+    c = r.choices[0]
+    assert c.finish_reason == "stop", c
+    jsonschema.validate(json.loads(c.message.content), SCHEMA)
+    assert r.usage.completion_tokens_details.reasoning_tokens > 0, r.usage
+
+
 def main():
+    harmony = "--harmony" in sys.argv
+    if harmony:
+        sys.argv.remove("--harmony")
     args = server_util.parse_args(__doc__)
     srv = server_util.Server(args.base_url, args.api_key, args.pid)
     client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key=args.api_key or "none", max_retries=0, timeout=300)
     checks = server_util.Checks("reasoning", args.only)
+    if harmony:
+        checks.run("harmony_forced_calls", test_harmony_forced_calls, client, srv)
+        checks.run("harmony_structured_output", test_harmony_structured_output, client, srv)
+        checks.finish()
     with concurrent.futures.ThreadPoolExecutor(6) as ex:
         list(ex.map(lambda nf: checks.run(nf[0], nf[1], client, srv), [
             ("server_budget_plain_and_stream", test_server_budget_plain_and_stream),

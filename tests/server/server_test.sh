@@ -107,6 +107,18 @@ for s in "${SUITES[@]}"; do
   kill -TERM "$pid2" 2>/dev/null
   wait "$pid2" 2>/dev/null
   pid2=""
+  # gpt-oss's template (the harmony format).
+  start_server harmony --kv-cache-memory 128M --max-model-len 1024 \
+    --chat-template "$ROOT/tests/data/template/templates/openai-gpt-oss-120b.jinja" --reasoning-budget 12
+  pid2=$started_pid
+  t0=$(date +%s)
+  python3 "$HERE/reasoning_test.py" --harmony --base-url "$started_url" --api-key "$KEY" --pid "$pid2"
+  rc=$?
+  echo "suite reasoning (harmony): exit $rc in $(( $(date +%s) - t0 )) s"
+  if [ $rc -ne 0 ]; then fail=1; sed 's/^/   | /' "$tmp/harmony.err" | tail -5; fi
+  kill -TERM "$pid2" 2>/dev/null
+  wait "$pid2" 2>/dev/null
+  pid2=""
 done
 
 # Graceful shutdown: SIGTERM while a streaming request is in flight. The
