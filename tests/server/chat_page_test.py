@@ -5,6 +5,12 @@ Drives Debian's Chromium through Selenium and chromedriver (no downloads):
 loads the page, checks the title and that the model id from /v1/models is
 shown, sends a message, waits for the streamed assistant reply to finish,
 checks the reply text and the tok/s figure in #stats, and saves a screenshot.
+With a reasoning model (the server this test starts runs the default model
+with DeepSeek-R1-Distill-Qwen's chat template and a thinking budget) the
+reply's thinking must be in a collapsible block, folded once the answer
+came; then, with tools set in the settings, a tool call must be shown as a
+call (name and arguments), and its result sent from the page must bring the
+next answer.
 
   python3 tests/server/chat_page_test.py --base-url http://127.0.0.1:PORT \
       --screenshot OUT.png [--api-key KEY] [--timeout 120]
@@ -14,8 +20,8 @@ or let the test start the server itself on a free port (and stop it after):
   python3 tests/server/chat_page_test.py --ember build/ember \
       [--model models/gemma-3-270m-q4_k_m.gguf] --screenshot OUT.png
 
-which runs `EMBER serve --port N [-m MODEL] [--api-key KEY]` and waits for
-GET /v1/models to answer.
+which runs `EMBER serve --port N [-m MODEL] [--api-key KEY] --chat-template
+TEMPLATE --reasoning-budget N` and waits for GET /v1/models to answer.
 
 Exit status: 0 passed, 1 failed (reason printed, screenshot saved if it can
 be), 77 skipped (Chromium, chromedriver or the selenium module missing, or
@@ -87,6 +93,8 @@ def start_server(args):
     cmd = [args.ember, "serve", "--port", str(port)]
     if args.model:
         cmd += ["-m", args.model]
+    if args.chat_template:
+        cmd += ["--chat-template", args.chat_template, "--reasoning-budget", str(args.reasoning_budget)]
     if args.api_key:
         cmd += ["--api-key", args.api_key]
     log = tempfile.TemporaryFile()
@@ -224,9 +232,90 @@ def run(driver, By, args, base):
         raise Failure(f"reply has {n.group(1)} tokens, more than max tokens {args.max_tokens}: {stats!r}")
     if not driver.find_element(By.ID, "send").is_enabled():
         raise Failure("Send button still disabled after the reply finished")
+    if args.expect_thinking:
+        check_thinking(driver, By, reply_el)
+        check_tool_call(driver, By, args)
     errs = page_errors(driver)
     if errs:
         raise Failure(f"uncaught script errors: {errs}")
+
+
+def wait_reply(driver, By, args, n_before):
+    """Waits for assistant reply number n_before + 1 to finish; returns it."""
+    def finished():
+        errs = driver.find_elements(By.CSS_SELECTOR, "#messages .msg.error")
+        if errs:
+            raise Failure(f"page shows an error: {errs[-1].text!r}")
+        done = driver.find_elements(By.CSS_SELECTOR, '#messages .msg.assistant[data-done="1"]')
+        return done[-1] if len(done) > n_before else None
+    return wait_for("the assistant reply to finish", args.timeout, finished, 0.25)
+
+
+def check_thinking(driver, By, reply_el):
+    """The reply's thinking: a <details class="thinking"> block, folded after
+    the answer came, holding the thinking text; the answer apart from it."""
+    blocks = reply_el.find_elements(By.CSS_SELECTOR, "details.thinking")
+    if len(blocks) != 1:
+        raise Failure(f"the reply has {len(blocks)} thinking blocks, want 1: {reply_el.text!r}")
+    block = blocks[0]
+    if block.get_attribute("open") is not None:
+        raise Failure("the thinking block is still open after the answer came")
+    summary = block.find_element(By.TAG_NAME, "summary").text
+    thought = block.find_element(By.CSS_SELECTOR, ".thinking-text").get_attribute("textContent")
+    answer = reply_el.find_elements(By.CSS_SELECTOR, ".content")
+    print(f"chat_page_test: thinking {summary!r}: {thought[:80]!r}")
+    if "Thought for" not in summary or not thought.strip():
+        raise Failure(f"thinking block: summary {summary!r}, text {thought!r}")
+    if not answer or not answer[0].text.strip():
+        raise Failure("the reply has no answer text apart from its thinking")
+    if thought.strip() in answer[0].text:
+        raise Failure("the thinking is repeated in the answer")
+    block.find_element(By.TAG_NAME, "summary").click()  # unfolds (for the screenshot)
+    if block.get_attribute("open") is None:
+        raise Failure("clicking the summary does not unfold the thinking")
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+                   "required": ["city"], "additionalProperties": False}}}]
+
+
+def check_tool_call(driver, By, args):
+    """Tools from the settings; a forced call shown as a call; its result
+    sent from the page brings the next answer."""
+    driver.execute_script(
+        "document.getElementById('tools').value = arguments[0];"
+        "document.getElementById('tool-choice').value = 'required';"
+        "document.getElementById('max-tokens').value = '64';", json.dumps(TOOLS))
+    n = len(driver.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant"))
+    box = driver.find_element(By.ID, "input")
+    box.send_keys("What is the weather in Paris?")
+    driver.find_element(By.ID, "send").click()
+    reply = wait_reply(driver, By, args, n)
+    calls = reply.find_elements(By.CSS_SELECTOR, ".tool-call")
+    if not calls:  # (a base model goes on calling: later calls may be cut by max tokens)
+        raise Failure(f"the reply shows no tool call: {reply.text!r}")
+    name = calls[0].find_element(By.CSS_SELECTOR, ".tool-name").text
+    arguments = calls[0].find_element(By.CSS_SELECTOR, ".tool-args").text
+    print(f"chat_page_test: tool call {name} {arguments!r}")
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        raise Failure(f"the call's arguments are not JSON: {arguments!r}")
+    if name != "get_weather" or not isinstance(parsed.get("city"), str):
+        raise Failure(f"unexpected call {name} {arguments!r}")
+    # The result, sent from the page with tool_choice back to "auto".
+    driver.execute_script("document.getElementById('tool-choice').value = 'auto';")
+    calls[0].find_element(By.CSS_SELECTOR, ".tool-result").send_keys("sunny, 21 C")
+    reply.find_element(By.CSS_SELECTOR, ".send-results").click()
+    answer = wait_reply(driver, By, args, n + 1)
+    if not driver.find_elements(By.CSS_SELECTOR, "#messages .msg.tool"):
+        raise Failure("the tool result is not shown")
+    text = " ".join(e.text for e in answer.find_elements(By.CSS_SELECTOR, ".content, .tool-call"))
+    print(f"chat_page_test: answer after the result: {text[:120]!r}")
+    if not text.strip():
+        raise Failure("no answer after the tool result")
 
 
 def main():
@@ -240,7 +329,16 @@ def main():
     ap.add_argument("--api-key", help="API key the server requires, if any")
     ap.add_argument("--timeout", type=float, default=120, help="seconds to wait for the reply")
     ap.add_argument("--max-tokens", type=int, default=32, help="max tokens set in the page for the reply")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ap.add_argument("--chat-template", default=os.path.join(
+        repo, "tests/data/template/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"),
+        help="with --ember: the server's --chat-template (a reasoning model's; '' for the model's own)")
+    ap.add_argument("--reasoning-budget", type=int, default=8, help="with --ember: the server's --reasoning-budget")
+    ap.add_argument("--expect-thinking", action="store_true",
+                    help="check the thinking block and a tool call (implied with --ember and a chat template)")
     args = ap.parse_args()
+    if args.ember and args.chat_template:
+        args.expect_thinking = True
 
     try:
         from selenium import webdriver
