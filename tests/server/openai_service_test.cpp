@@ -31,6 +31,34 @@ TEST(StopMatcher, HoldsBackPartialMatchesAcrossPieces) {
   EXPECT_EQ(m.flush(), "");
 }
 
+TEST(Protocol, ReasoningFields) {
+  ProtocolLimits lim;
+  ApiError err;
+  auto r = parse_generation_request(
+      json::parse(R"({"messages": [{"role": "user", "content": "q"},
+                      {"role": "assistant", "content": "a", "reasoning": "because"}, {"role": "user", "content": "r"}],
+                      "reasoning": {"effort": "high", "exclude": true, "min_tokens": 3, "enabled": true},
+                      "reasoning_format": "none", "chat_template_kwargs": {"enable_thinking": false, "x": [1]}})"),
+      Endpoint::kChat, lim, &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  EXPECT_EQ(r->reasoning.effort, "high");
+  EXPECT_TRUE(r->reasoning.exclude);
+  EXPECT_EQ(r->reasoning.min_tokens, 3);
+  EXPECT_EQ(r->reasoning.budget, -2);
+  EXPECT_TRUE(r->reasoning.enabled.value_or(false));
+  EXPECT_EQ(r->reasoning.format, "none");
+  EXPECT_EQ(r->chat_template_kwargs, json::parse(R"({"enable_thinking": false, "x": [1]})"));
+  EXPECT_EQ(r->messages[1]["reasoning_content"], "because");  // given back under its template name
+  auto b = parse_generation_request(
+      json::parse(R"({"messages": [{"role": "user", "content": "q"}], "reasoning_effort": "none",
+                      "thinking_budget": -1, "thinking_budget_min": 0})"),
+      Endpoint::kChat, lim, &err);
+  ASSERT_TRUE(b.has_value()) << err.message;
+  EXPECT_EQ(b->reasoning.effort, "none");
+  EXPECT_EQ(b->reasoning.budget, -1);
+  EXPECT_EQ(b->reasoning.min_tokens, 0);
+}
+
 TEST(StopMatcher, EarliestMatchWinsAndFlushReleasesTail) {
   StopMatcher m({"cd", "bcx"});
   EXPECT_EQ(m.push("ab"), "a");
@@ -78,6 +106,26 @@ TEST(Protocol, ErrorsNameTheField) {
        "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", Endpoint::kChat, "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "seed": 1.5})", Endpoint::kChat, "seed"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "max"})", Endpoint::kChat,
+       "reasoning_effort"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "reasoning": "high"})", Endpoint::kChat, "reasoning"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "reasoning": {"max_tokens": -5}})", Endpoint::kChat,
+       "reasoning.max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "reasoning": {"effort": "low", "max_tokens": 5}})",
+       Endpoint::kChat, "reasoning"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "reasoning": {"exclude": 1}})", Endpoint::kChat,
+       "reasoning.exclude"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "thinking_budget": "x"})", Endpoint::kChat, "thinking_budget"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "thinking_budget": 5, "reasoning": {"max_tokens": 5}})",
+       Endpoint::kChat, "thinking_budget"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_format": "raw"})", Endpoint::kChat,
+       "reasoning_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []})", Endpoint::kChat,
+       "chat_template_kwargs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"messages": []}})", Endpoint::kChat,
+       "chat_template_kwargs"},
+      {R"({"messages": [{"role": "assistant", "content": "x", "reasoning_content": 5}]})", Endpoint::kChat,
+       "messages[0].reasoning_content"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})",
        Endpoint::kChat, "response_format.type"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}})",

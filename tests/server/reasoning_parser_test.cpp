@@ -70,11 +70,18 @@ std::ostream& operator<<(std::ostream& os, const Parsed& p) {
   return os << "}";
 }
 
-void fold(std::vector<ReasoningEvent>& ev, Parsed* p) {
+// The answer goes on through a tool-call parser when `tools` is given (as in ChoiceOutput).
+void fold(std::vector<ReasoningEvent>& ev, Parsed* p, ToolCallParser* tools, std::vector<ToolCall>* tcalls) {
   for (const auto& e : ev) {
     switch (e.kind) {
       case ReasoningEvent::Kind::kReasoning: p->reasoning += e.text; break;
-      case ReasoningEvent::Kind::kContent: p->content += e.text; break;
+      case ReasoningEvent::Kind::kContent:
+        if (!tools) {
+          p->content += e.text;
+        } else {
+          tools->push(e.text, &p->content, tcalls);
+        }
+        break;
       case ReasoningEvent::Kind::kCallStart: p->calls.push_back({e.text, ""}); break;
       case ReasoningEvent::Kind::kCallArgs: p->calls.at(static_cast<size_t>(e.call)).second += e.text; break;
     }
@@ -82,29 +89,39 @@ void fold(std::vector<ReasoningEvent>& ev, Parsed* p) {
   ev.clear();
 }
 
-Parsed parse_pieces(const ReasoningSyntax& s, const std::string& prompt, const std::vector<std::string>& pieces) {
+Parsed parse_pieces(const ReasoningSyntax& s, const std::string& prompt, const std::vector<std::string>& pieces,
+                    ToolCallFormat tools = ToolCallFormat::kNone) {
   ReasoningParser p(s, prompt);
+  std::unique_ptr<ToolCallParser> tp;
+  if (tools != ToolCallFormat::kNone) tp = std::make_unique<ToolCallParser>(tools);
   Parsed out;
+  std::vector<ToolCall> tcalls;  // the tool-call parser's calls, in pieces as they stream
   std::vector<ReasoningEvent> ev;
   for (const auto& piece : pieces) {
     p.push(piece, &ev);
-    fold(ev, &out);
+    fold(ev, &out, tp.get(), &tcalls);
   }
   p.finish(&ev);
-  fold(ev, &out);
+  fold(ev, &out, tp.get(), &tcalls);
+  if (tp) {
+    tp->finish(&out.content, &tcalls);
+    for (auto& c : tcalls) out.calls.push_back({c.name, c.arguments});
+  }
   return out;
 }
 
 // Every fragmentation gives what the whole text gives, and that is `want`.
 void expect_all_fragmentations(const ReasoningSyntax& s, const std::string& prompt, const std::string& text,
-                               const Parsed& want, const std::string& label) {
-  const Parsed whole = parse_pieces(s, prompt, {text});
+                               const Parsed& want, const std::string& label,
+                               ToolCallFormat tools = ToolCallFormat::kNone) {
+  const Parsed whole = parse_pieces(s, prompt, {text}, tools);
   EXPECT_EQ(whole, want) << label;
   for (size_t cut = 0; cut <= text.size(); ++cut)
-    ASSERT_EQ(parse_pieces(s, prompt, {text.substr(0, cut), text.substr(cut)}), whole) << label << " split at " << cut;
+    ASSERT_EQ(parse_pieces(s, prompt, {text.substr(0, cut), text.substr(cut)}, tools), whole)
+        << label << " split at " << cut;
   std::vector<std::string> bytes;
   for (char c : text) bytes.emplace_back(1, c);
-  EXPECT_EQ(parse_pieces(s, prompt, bytes), whole) << label << " byte by byte";
+  EXPECT_EQ(parse_pieces(s, prompt, bytes, tools), whole) << label << " byte by byte";
   std::mt19937 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
     std::vector<std::string> pieces;
@@ -113,7 +130,7 @@ void expect_all_fragmentations(const ReasoningSyntax& s, const std::string& prom
       pieces.push_back(text.substr(i, n));
       i += n;
     }
-    ASSERT_EQ(parse_pieces(s, prompt, pieces), whole) << label << " trial " << trial;
+    ASSERT_EQ(parse_pieces(s, prompt, pieces, tools), whole) << label << " trial " << trial;
   }
 }
 
@@ -185,6 +202,12 @@ TEST(ReasoningParser, Qwen3EveryFragmentation) {
                              "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
                              {}},
                             "qwen3 thinking");
+  // The same through the tool-call parser (Qwen3's <tool_call> format): the call, not its markup.
+  expect_all_fragmentations(s, prompt,
+                            "<think>\nI should call get_weather.\n</think>\n\nChecking.\n<tool_call>\n"
+                            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
+                            {"I should call get_weather.", "Checking.", {{"get_weather", R"({"city":"Oslo"})"}}},
+                            "qwen3 thinking + call", ToolCallFormat::kHermes);
   // No thinking: the whole text is content, "<" that is not "<think>" included.
   expect_all_fragmentations(s, prompt, "  <b>Hello</b>", {"", "  <b>Hello</b>", {}}, "qwen3 no thinking");
   expect_all_fragmentations(s, render(kQwen3, json{{"enable_thinking", false}}), "Hi there.", {"", "Hi there.", {}},
