@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "server/text_scan.h"
+
 namespace ember {
 
 namespace {
@@ -13,24 +15,10 @@ constexpr std::string_view kThinkEnd = "</think>";
 constexpr std::string_view kBodyEnds[] = {kHarmonyEnd, kHarmonyCall, kHarmonyReturn, kHarmonyStart};
 constexpr size_t kMaxHeaderBytes = 512;
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-
-std::string_view lstrip(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  return s;
-}
-
-std::string_view rstrip(std::string_view s) {
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-// Length of the longest suffix of `s` that is a proper prefix of `marker`.
-size_t partial_marker(std::string_view s, std::string_view marker) {
-  for (size_t k = std::min(s.size(), marker.size() - 1); k > 0; --k)
-    if (s.substr(s.size() - k) == marker.substr(0, k)) return k;
-  return 0;
-}
+using text::is_space;
+using text::lstrip;
+using text::partial_marker;
+using text::rstrip;
 
 ReasoningSyntax think_tags(bool implicit_open) {
   ReasoningSyntax s;

@@ -35,6 +35,47 @@ void move_refs(ordered_json& s, const std::string& prefix) {
   }
 }
 
+// The tools named in c.choices, in the request's order: each with its
+// parameters schema (none: the function takes none, {}) and its grammar.
+// False with *err set when the tools cannot be read or a schema is not
+// supported.
+struct ChosenTool {
+  std::string name;
+  ordered_json params;
+  std::string gbnf;   // of the arguments
+  std::string where;  // tools[i].function.parameters
+};
+
+bool chosen_tools(const OutputConstraint& c, const std::string& body_text, std::vector<ChosenTool>* out,
+                  ApiError* err) {
+  const ordered_json body = ordered_json::parse(body_text, nullptr, false);
+  if (body.is_discarded() || !body.contains("tools") || !body["tools"].is_array()) {
+    *err = bad_request("the tools could not be read", "tools");
+    return false;
+  }
+  const ordered_json& tools = body["tools"];
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ordered_json& fn = tools[i]["function"];
+    ChosenTool t;
+    t.name = fn["name"].get<std::string>();
+    if (std::find(c.choices.begin(), c.choices.end(), t.name) == c.choices.end()) continue;
+    t.params = ordered_json{{"type", "object"}, {"properties", ordered_json::object()}, {"additionalProperties", false}};
+    if (auto p = fn.find("parameters"); p != fn.end() && p->is_object() && !p->empty()) t.params = *p;
+    t.where = fmt::format("tools[{}].function.parameters", i);
+    grammar::SchemaError se;
+    auto text = grammar::json_schema_to_gbnf(t.params, &se);
+    if (!text) {
+      *err = bad_request(fmt::format("unsupported JSON schema in '{}': {}{}", t.where, se.message,
+                                     se.path.empty() ? "" : " (at " + se.path + ")"),
+                         t.where);
+      return false;
+    }
+    t.gbnf = std::move(*text);
+    out->push_back(std::move(t));
+  }
+  return true;
+}
+
 }  // namespace
 
 // The grammar of tool calls to the tools named in c.choices: each call is
@@ -42,32 +83,13 @@ void move_refs(ordered_json& s, const std::string& prefix) {
 // them (anyOf), wrapped in the format's markers.
 std::optional<std::string> StructuredOutput::tool_call_grammar(const OutputConstraint& c, const std::string& body_text,
                                                                ApiError* err) {
-  const ordered_json body = ordered_json::parse(body_text, nullptr, false);
-  if (body.is_discarded() || !body.contains("tools") || !body["tools"].is_array()) {
-    *err = bad_request("the tools could not be read", "tools");
-    return std::nullopt;
-  }
+  std::vector<ChosenTool> chosen;
+  if (!chosen_tools(c, body_text, &chosen, err)) return std::nullopt;
   const std::string key = tool_arguments_key(c.tool_format);
   ordered_json calls = ordered_json::array();
-  const ordered_json& tools = body["tools"];
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const ordered_json& fn = tools[i]["function"];
-    const std::string name = fn["name"].get<std::string>();
-    if (std::find(c.choices.begin(), c.choices.end(), name) == c.choices.end()) continue;
-    // No parameters: the function takes none ({}).
-    ordered_json params =
-        ordered_json{{"type", "object"}, {"properties", ordered_json::object()}, {"additionalProperties", false}};
-    if (auto p = fn.find("parameters"); p != fn.end() && p->is_object() && !p->empty()) params = *p;
-    const std::string where = fmt::format("tools[{}].function.parameters", i);
-    grammar::SchemaError se;
-    if (!grammar::json_schema_to_gbnf(params, &se)) {
-      *err = bad_request(fmt::format("unsupported JSON schema in '{}': {}{}", where, se.message,
-                                     se.path.empty() ? "" : " (at " + se.path + ")"),
-                         where);
-      return std::nullopt;
-    }
+  for (ChosenTool& t : chosen) {
     ordered_json call = {{"type", "object"},
-                         {"properties", {{"name", {{"const", name}}}, {key, std::move(params)}}},
+                         {"properties", {{"name", {{"const", t.name}}}, {key, std::move(t.params)}}},
                          {"required", {"name", key}},
                          {"additionalProperties", false}};
     calls.push_back(std::move(call));
@@ -173,34 +195,15 @@ std::shared_ptr<const LogitsProcessor> StructuredOutput::harmony_call(const Outp
                                                                     const std::string& body_text,
                                                                     const std::vector<int32_t>& stop_ids,
                                                                     bool forced_jumps, ApiError* err) {
-  const ordered_json body = ordered_json::parse(body_text, nullptr, false);
-  if (body.is_discarded() || !body.contains("tools") || !body["tools"].is_array()) {
-    *err = bad_request("the tools could not be read", "tools");
-    return nullptr;
-  }
+  std::vector<ChosenTool> chosen;
+  if (!chosen_tools(c, body_text, &chosen, err)) return nullptr;
   auto spec = std::make_shared<HarmonyCallLogits::Spec>();
   std::vector<std::string> names;
-  const ordered_json& tools = body["tools"];
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const ordered_json& fn = tools[i]["function"];
-    const std::string name = fn["name"].get<std::string>();
-    if (std::find(c.choices.begin(), c.choices.end(), name) == c.choices.end()) continue;
-    ordered_json params =
-        ordered_json{{"type", "object"}, {"properties", ordered_json::object()}, {"additionalProperties", false}};
-    if (auto p = fn.find("parameters"); p != fn.end() && p->is_object() && !p->empty()) params = *p;
-    const std::string where = fmt::format("tools[{}].function.parameters", i);
-    grammar::SchemaError se;
-    auto text = grammar::json_schema_to_gbnf(params, &se);
-    if (!text) {
-      *err = bad_request(fmt::format("unsupported JSON schema in '{}': {}{}", where, se.message,
-                                     se.path.empty() ? "" : " (at " + se.path + ")"),
-                         where);
-      return nullptr;
-    }
-    auto g = compile_gbnf(grammar::with_json_whitespace(std::move(*text), "| \" \""), where, err);
+  for (ChosenTool& t : chosen) {
+    auto g = compile_gbnf(grammar::with_json_whitespace(std::move(t.gbnf), "| \" \""), t.where, err);
     if (!g) return nullptr;
-    spec->args.emplace_back(name, processor(g, {}, stop_ids, forced_jumps));
-    names.push_back(name + " ");
+    spec->args.emplace_back(t.name, processor(g, {}, stop_ids, forced_jumps));
+    names.push_back(t.name + " ");
   }
   auto names_g = compile_gbnf(grammar::choice_gbnf(names), "tool_choice", err);
   if (!names_g) return nullptr;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "server/reasoning.h"
+#include "server/text_scan.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember {
@@ -16,18 +17,14 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kMaxSpaceTokens = 2;     // whitespace tokens before the answer's grammar starts
 constexpr size_t kMaxHeaderText = 1024;  // harmony: header text kept between messages
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+using text::is_space;
+using text::lstrip;
 
 bool all_space(const std::string& s) {
   if (s.empty()) return false;
   for (char c : s)
     if (!is_space(c)) return false;
   return true;
-}
-
-std::string_view lstrip(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  return s;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "grammar/json_schema.h"
+#include "server/text_scan.h"
 
 namespace ember {
 
@@ -18,21 +19,9 @@ constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-// Length of the longest suffix of `s` that is a proper prefix of `marker`
-// (text that may still become the marker).
-size_t partial_marker(std::string_view s, std::string_view marker) {
-  for (size_t k = std::min(s.size(), marker.size() - 1); k > 0; --k)
-    if (s.substr(s.size() - k) == marker.substr(0, k)) return k;
-  return 0;
-}
+using text::is_space;
+using text::partial_marker;
+using text::trim;
 
 // One character of JSON text: updates *in_string / *escape and returns +1
 // for an opening bracket outside strings, -1 for a closing one, else 0.

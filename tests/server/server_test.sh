@@ -91,34 +91,30 @@ for s in "${SUITES[@]}"; do
   fi
 done
 
-# The reasoning suite: DeepSeek-R1-Distill-Qwen's template (it opens the
-# thinking section) on the default model, with a thinking budget.
+# The reasoning suite, on its own servers: DeepSeek-R1-Distill-Qwen's
+# template (it opens the thinking section) with a thinking budget, then
+# gpt-oss's (the harmony format).
+# run_reasoning NAME SUITE_FLAG TEMPLATE SERVER_ARGS...
+run_reasoning() {
+  local name=$1 flag=$2 template=$3
+  shift 3
+  start_server "$name" --kv-cache-memory 128M --chat-template "$ROOT/tests/data/template/templates/$template" "$@"
+  pid2=$started_pid
+  local t0
+  t0=$(date +%s)
+  python3 "$HERE/reasoning_test.py" $flag --base-url "$started_url" --api-key "$KEY" --pid "$pid2"
+  local rc=$?
+  echo "suite reasoning ($name): exit $rc in $(( $(date +%s) - t0 )) s"
+  if [ $rc -ne 0 ]; then fail=1; sed 's/^/   | /' "$tmp/$name.err" | tail -5; fi
+  kill -TERM "$pid2" 2>/dev/null
+  wait "$pid2" 2>/dev/null
+  pid2=""
+}
 for s in "${SUITES[@]}"; do
   [ "$s" = reasoning ] || continue
-  start_server reasoning --kv-cache-memory 128M --max-model-len 512 \
-    --chat-template "$ROOT/tests/data/template/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja" \
+  run_reasoning r1 "" deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja --max-model-len 512 \
     --reasoning-budget 12 --reasoning-budget-message " Time is up."
-  pid2=$started_pid
-  t0=$(date +%s)
-  python3 "$HERE/reasoning_test.py" --base-url "$started_url" --api-key "$KEY" --pid "$pid2"
-  rc=$?
-  echo "suite reasoning: exit $rc in $(( $(date +%s) - t0 )) s"
-  if [ $rc -ne 0 ]; then fail=1; sed 's/^/   | /' "$tmp/reasoning.err" | tail -5; fi
-  kill -TERM "$pid2" 2>/dev/null
-  wait "$pid2" 2>/dev/null
-  pid2=""
-  # gpt-oss's template (the harmony format).
-  start_server harmony --kv-cache-memory 128M --max-model-len 1024 \
-    --chat-template "$ROOT/tests/data/template/templates/openai-gpt-oss-120b.jinja" --reasoning-budget 12
-  pid2=$started_pid
-  t0=$(date +%s)
-  python3 "$HERE/reasoning_test.py" --harmony --base-url "$started_url" --api-key "$KEY" --pid "$pid2"
-  rc=$?
-  echo "suite reasoning (harmony): exit $rc in $(( $(date +%s) - t0 )) s"
-  if [ $rc -ne 0 ]; then fail=1; sed 's/^/   | /' "$tmp/harmony.err" | tail -5; fi
-  kill -TERM "$pid2" 2>/dev/null
-  wait "$pid2" 2>/dev/null
-  pid2=""
+  run_reasoning harmony --harmony openai-gpt-oss-120b.jinja --max-model-len 1024 --reasoning-budget 12
 done
 
 # Graceful shutdown: SIGTERM while a streaming request is in flight. The
