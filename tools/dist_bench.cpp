@@ -12,7 +12,9 @@
 //   allreduce  dist's deterministic all_reduce_sum and MPI_Allreduce, each
 //              rank's average time per call, the maximum over ranks
 //
-// Output: one line per measurement, "op bytes usec MB/s" (MB = 1e6 bytes).
+// Output: one line per measurement, "op bytes median_usec mean_usec MB/s"
+// (per-iteration times; MB/s from the median, MB = 1e6 bytes). OSU reports
+// means; the median is also given because shared machines add outliers.
 #include <mpi.h>
 
 #include <algorithm>
@@ -33,6 +35,22 @@ int iters_for(size_t bytes, int base) {
 
 double now() { return MPI_Wtime(); }
 
+struct Stats {
+  double median = 0, mean = 0;
+};
+Stats stats(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  s.median = v[v.size() / 2];
+  return s;
+}
+void row(const char* op, size_t bytes, const Stats& s) {
+  std::printf("%s %zu %.2f %.2f %.1f\n", op, bytes, s.median, s.mean, static_cast<double>(bytes) / s.median);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,16 +68,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (me == 0)
-    std::printf("# %s, %d ranks, rank 0 on %s\n# op bytes usec MB/s\n", c.library_version().c_str(), p, c.host_name().c_str());
+    std::printf("# %s, %d ranks, rank 0 on %s\n# op bytes median_usec mean_usec MB/s\n", c.library_version().c_str(), p, c.host_name().c_str());
   std::vector<char> buf(max_bytes), rbuf(max_bytes);
   std::memset(buf.data(), 1, buf.size());
   // osu_latency
   for (size_t s = 1; s <= max_bytes; s *= 4) {
     const int it = iters_for(s, base), warm = it / 10 + 1;
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = 0;
+    std::vector<double> t;
     for (int i = 0; i < it + warm; ++i) {
-      if (i == warm) t0 = now();
+      const double t0 = now();
       if (me == 0) {
         MPI_Send(buf.data(), static_cast<int>(s), MPI_CHAR, 1, 1, MPI_COMM_WORLD);
         MPI_Recv(rbuf.data(), static_cast<int>(s), MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -67,17 +85,17 @@ int main(int argc, char** argv) {
         MPI_Recv(rbuf.data(), static_cast<int>(s), MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         MPI_Send(buf.data(), static_cast<int>(s), MPI_CHAR, 0, 1, MPI_COMM_WORLD);
       }
+      if (i >= warm) t.push_back((now() - t0) * 1e6 / 2);
     }
-    const double us = (now() - t0) * 1e6 / (2.0 * it);
-    if (me == 0) std::printf("latency %zu %.2f %.1f\n", s, us, static_cast<double>(s) / us);
+    if (me == 0) row("latency", s, stats(t));
   }
   // dist's send / recv ping-pong
   for (size_t s = 8; s <= max_bytes; s *= 16) {
     const int it = iters_for(s, base), warm = it / 10 + 1;
     c.barrier();
-    double t0 = 0;
+    std::vector<double> t;
     for (int i = 0; i < it + warm; ++i) {
-      if (i == warm) t0 = now();
+      const double t0 = now();
       if (me == 0) {
         (void)c.send(buf.data(), s, 1, 2);
         (void)c.recv(rbuf.data(), s, 1, 2);
@@ -85,9 +103,9 @@ int main(int argc, char** argv) {
         (void)c.recv(rbuf.data(), s, 0, 2);
         (void)c.send(buf.data(), s, 0, 2);
       }
+      if (i >= warm) t.push_back((now() - t0) * 1e6 / 2);
     }
-    const double us = (now() - t0) * 1e6 / (2.0 * it);
-    if (me == 0) std::printf("p2p %zu %.2f %.1f\n", s, us, static_cast<double>(s) / us);
+    if (me == 0) row("p2p", s, stats(t));
   }
   // osu_bw
   const int window = 64;
@@ -95,9 +113,9 @@ int main(int argc, char** argv) {
     const int it = std::max(5, iters_for(s, base) / 20);
     std::vector<MPI_Request> reqs(window);
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = 0;
+    std::vector<double> t;
     for (int i = 0; i < it + 2; ++i) {
-      if (i == 2) t0 = now();
+      const double t0 = now();
       if (me == 0) {
         for (int w = 0; w < window; ++w)
           MPI_Isend(buf.data(), static_cast<int>(s), MPI_CHAR, 1, 3, MPI_COMM_WORLD, &reqs[static_cast<size_t>(w)]);
@@ -111,9 +129,9 @@ int main(int argc, char** argv) {
         char ack = 0;
         MPI_Send(&ack, 1, MPI_CHAR, 0, 4, MPI_COMM_WORLD);
       }
+      if (i >= 2) t.push_back((now() - t0) * 1e6 / window);  // per message
     }
-    const double sec = now() - t0;
-    if (me == 0) std::printf("bandwidth %zu %.2f %.1f\n", s, sec * 1e6 / (it * window), static_cast<double>(s) * window * it / sec / 1e6);
+    if (me == 0) row("bandwidth", s, stats(t));
   }
   // osu_allreduce: ours and the library's
   std::vector<float> x(max_bytes / sizeof(float));
@@ -123,19 +141,21 @@ int main(int argc, char** argv) {
       const int it = iters_for(s, base), warm = it / 10 + 1;
       std::fill(x.begin(), x.begin() + static_cast<long>(n), 1.0f);
       MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = 0;
+      std::vector<double> t;
       for (int i = 0; i < it + warm; ++i) {
-        if (i == warm) t0 = now();
+        const double t0 = now();
         ember::Status st = which == 0 ? c.all_reduce_sum(x.data(), n) : c.mpi_all_reduce_sum(x.data(), n);
         if (!st.is_ok()) {
           std::fprintf(stderr, "%s\n", st.message().c_str());
           return 1;
         }
+        if (i >= warm) t.push_back((now() - t0) * 1e6);
       }
-      double us = (now() - t0) * 1e6 / it, worst = 0;
-      MPI_Reduce(&us, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-      if (me == 0)
-        std::printf("%s %zu %.2f %.1f\n", which == 0 ? "allreduce" : "mpi_allreduce", s, worst, static_cast<double>(s) / worst);
+      // The slowest rank's figures (osu_allreduce reports the max over ranks).
+      Stats mine = stats(t), worst;
+      MPI_Reduce(&mine.median, &worst.median, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      MPI_Reduce(&mine.mean, &worst.mean, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      if (me == 0) row(which == 0 ? "allreduce" : "mpi_allreduce", s, worst);
     }
   }
   std::fflush(stdout);
