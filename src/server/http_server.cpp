@@ -90,6 +90,8 @@ struct Conn {
   bool continue_sent = false;
   bool closing = false;       // no more requests: close once output is flushed
   bool lingering = false;     // write side shut down, draining input until EOF/deadline
+  uint64_t idle_epoch = 0;    // bumped each time the connection becomes idle (see idle_q_)
+  uint64_t slow_epoch = 0;    // bumped each time a request starts arriving (see slow_q_)
   Clock::time_point req_start;
   Clock::time_point last_activity;
   Clock::time_point linger_deadline;
@@ -137,6 +139,8 @@ class HttpServerImpl final : public HttpServer {
   void count(Conn& c);
   void uncount(Conn& c);
   bool evict_one(const std::string* ip);
+  void became_idle(Conn& c);
+  Conn* oldest(std::deque<std::pair<uint64_t, uint64_t>>& q, bool idle);
   void sweep();
   void close_listener();
 
@@ -155,6 +159,11 @@ class HttpServerImpl final : public HttpServer {
   int n_counted_ = 0;
   std::unordered_map<std::string, int> per_client_;  // counted connections per client address
   int max_conns_ = 0;  // cfg_.max_connections clamped to the descriptor limit
+  // Eviction candidates in the order they became idle / started a request:
+  // (connection id, epoch), checked lazily (an entry whose connection is
+  // gone or whose epoch moved on is dropped), so making room is O(1)
+  // amortized however many connections are open.
+  std::deque<std::pair<uint64_t, uint64_t>> idle_q_, slow_q_;
   bool listen_paused_ = false;
   Clock::time_point listen_resume_;
   std::vector<char> rbuf_ = std::vector<char>(kReadChunk);
@@ -383,7 +392,29 @@ void HttpServerImpl::accept_all() {
       continue;
     }
     count(ref);
+    became_idle(ref);
   }
+}
+
+void HttpServerImpl::became_idle(Conn& c) {
+  idle_q_.emplace_back(c.id, ++c.idle_epoch);
+}
+
+// The front of q that is still a candidate (idle: no request bytes, nothing
+// in flight; slow: a partial request), dropping stale entries on the way.
+Conn* HttpServerImpl::oldest(std::deque<std::pair<uint64_t, uint64_t>>& q, bool idle) {
+  while (!q.empty()) {
+    auto [id, epoch] = q.front();
+    auto it = conns_.find(id);
+    if (it != conns_.end()) {
+      Conn& c = *it->second;
+      const bool usable = c.counted && !c.in_flight && !c.closing && !c.lingering;
+      if (usable && idle && c.idle_epoch == epoch && !c.req_active && c.in_off == c.in.size()) return &c;
+      if (usable && !idle && c.slow_epoch == epoch && c.req_active) return &c;
+    }
+    q.pop_front();
+  }
+  return nullptr;
 }
 
 void HttpServerImpl::count(Conn& c) {
@@ -409,14 +440,20 @@ void HttpServerImpl::uncount(Conn& c) {
 bool HttpServerImpl::evict_one(const std::string* ip) {
   Conn* idle = nullptr;
   Conn* slow = nullptr;
-  for (auto& [id, up] : conns_) {
-    Conn& c = *up;
-    if (!c.counted || c.in_flight || c.closing || c.lingering) continue;
-    if (ip && c.ip != *ip) continue;
-    if (!c.req_active && c.in_off == c.in.size()) {
-      if (!idle || c.last_activity < idle->last_activity) idle = &c;
-    } else if (!slow || c.req_start < slow->req_start) {
-      slow = &c;
+  if (!ip) {
+    idle = oldest(idle_q_, true);
+    if (!idle) slow = oldest(slow_q_, false);
+  } else {
+    // One client's connections: a scan of every connection, done only when
+    // that client is at its own limit (--max-connections-per-client).
+    for (auto& [id, up] : conns_) {
+      Conn& c = *up;
+      if (!c.counted || c.in_flight || c.closing || c.lingering || c.ip != *ip) continue;
+      if (!c.req_active && c.in_off == c.in.size()) {
+        if (!idle || c.last_activity < idle->last_activity) idle = &c;
+      } else if (!slow || c.req_start < slow->req_start) {
+        slow = &c;
+      }
     }
   }
   if (idle) {
@@ -480,6 +517,7 @@ void HttpServerImpl::process_input(Conn& c) {
     if (!c.req_active) {
       c.req_active = true;
       c.req_start = Clock::now();
+      slow_q_.emplace_back(c.id, ++c.slow_epoch);
     }
     size_t used = 0;
     auto st = c.parser.feed(c.in.data() + c.in_off, avail, &used);
@@ -569,6 +607,7 @@ void HttpServerImpl::on_wake(Conn& c) {
     c.in_flight = false;
     n_in_flight_.fetch_sub(1);
     c.last_activity = Clock::now();
+    if (!close_after) became_idle(c);
     if (close_after) c.closing = true;
   }
   if (!flush(c)) return;
@@ -663,6 +702,19 @@ void HttpServerImpl::sweep() {
     ev.events = EPOLLIN;
     ev.data.u64 = kListenId;
     ::epoll_ctl(ep_, EPOLL_CTL_MOD, listen_fd_, &ev);
+  }
+  // Drop stale eviction candidates once they outnumber the connections.
+  for (auto* q : {&idle_q_, &slow_q_}) {
+    if (q->size() <= 2 * conns_.size() + 1024) continue;
+    const bool idle = q == &idle_q_;
+    std::deque<std::pair<uint64_t, uint64_t>> keep;
+    for (const auto& [id, epoch] : *q) {
+      auto it = conns_.find(id);
+      if (it == conns_.end()) continue;
+      const Conn& c = *it->second;
+      if ((idle ? c.idle_epoch : c.slow_epoch) == epoch) keep.emplace_back(id, epoch);
+    }
+    q->swap(keep);
   }
   const auto req_to = std::chrono::milliseconds(cfg_.request_timeout_ms);
   const auto idle_to = std::chrono::milliseconds(cfg_.idle_timeout_ms);
