@@ -11,7 +11,7 @@
 set -euo pipefail
 EMBER="$(realpath "${1:?usage: bench_router.sh path/to/ember [ROUNDS]}")"
 ROUNDS="${2:-1}"
-N_PREFIX="${N_PREFIX:-24}" PREFIX_WORDS="${PREFIX_WORDS:-280}" N_REQ="${N_REQ:-192}" CONC="${CONC:-32}"
+N_PREFIX="${N_PREFIX:-24}" PREFIX_WORDS="${PREFIX_WORDS:-280}" N_REQ="${N_REQ:-100}" CONC="${CONC:-32}"
 WORKER_KV="${WORKER_KV:-64M}" OUT_LEN="${OUT_LEN:-16}"
 MODEL="${MODEL:-$(dirname "$0")/../models/gemma-3-270m-q4_k_m.gguf}"
 tmp=$(mktemp -d)
@@ -58,7 +58,7 @@ for round in $(seq "$ROUNDS"); do
     rpid=$!
     pids+=($rpid)
     rurl=$(wait_url "$tmp/r.out")
-    "$EMBER" bench serve --base-url "$rurl" --dataset "$tmp/data.jsonl" --max-concurrency "$CONC" --ignore-eos -q \
+    "$EMBER" bench serve --base-url "$rurl" --dataset "$tmp/data.jsonl" --num-prompts "$N_REQ" --max-concurrency "$CONC" --ignore-eos -q \
       --num-warmups 0 --json "$tmp/b.json" >"$tmp/b.txt" 2>&1
     hits=$(metric_sum ember:prefix_cache_hits_total "${urls[@]}")
     queries=$(metric_sum ember:prefix_cache_queries_total "${urls[@]}")

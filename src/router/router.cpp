@@ -258,7 +258,7 @@ void Router::proxy(HttpRequest req, std::shared_ptr<HttpResponse> resp, std::sha
     };
     auto r = http_request(creq, on_body);
     w.in_flight.fetch_sub(1);
-    if (act->cancelled.load() || resp->closed()) break;  // the client left: nothing to answer
+    if (act->cancelled.load() || resp->closed()) break;  // the client left, or the router is shutting down
     if (r && sse) {
       parser.finish(&events);
       forward(events);
@@ -302,12 +302,24 @@ void Router::proxy(HttpRequest req, std::shared_ptr<HttpResponse> resp, std::sha
       break;
     }
   }
-  if (!done && !act->cancelled.load() && !resp->closed()) {
-    if (tried.empty()) metrics_.observe_no_worker();
-    const std::string msg = tried.empty() ? fmt::format("no healthy worker (last error: {})", last_error)
-                                          : fmt::format("no worker could complete the request: {}", last_error);
-    metrics_.observe_http(tried.empty() ? 503 : 502);
-    resp->send(tried.empty() ? 503 : 502, "application/json", http_error_json(msg, "server_error"));
+  if (!done && !resp->closed()) {
+    // The client is still there: the router gave up (no worker, every
+    // attempt failed) or is shutting down (cancel_all).
+    const bool shutting_down = act->cancelled.load();
+    if (shutting_down) last_error = "the router is shutting down";
+    if (started) {
+      metrics_.observe_stream_error();
+      resp->write(error_event(last_error));
+      resp->end_stream();
+    } else {
+      if (tried.empty() && !shutting_down) metrics_.observe_no_worker();
+      const int status = shutting_down || tried.empty() ? 503 : 502;
+      const std::string msg = shutting_down    ? last_error
+                              : tried.empty() ? fmt::format("no healthy worker (last error: {})", last_error)
+                                              : fmt::format("no worker could complete the request: {}", last_error);
+      metrics_.observe_http(status);
+      resp->send(status, "application/json", http_error_json(msg, "server_error"));
+    }
   }
   metrics_.observe_latency(ttfb, std::chrono::duration<double>(Clock::now() - t0).count());
   resp.reset();

@@ -13,6 +13,8 @@ loopback (the default model, one thread each, small KV caches):
   streaming completes on the other worker, the rest end with an error event
   and [DONE], none ends in silence; later requests are served;
 - drain: SIGTERM lets an in-flight stream finish, the router exits 0;
+- shutdown_cancels: past --shutdown-timeout a stream still going ends with
+  an error event and [DONE];
 - no_worker: with every worker down, a request gets 503 in OpenAI's shape.
 
 Usage: router_test.py --ember build/ember [--model M] [--only NAME]
@@ -221,6 +223,31 @@ def main():
         assert r.p.wait(30) == 0
         w.stop()
 
+    def shutdown_cancels():
+        # Past --shutdown-timeout the router cancels what is left: a stream
+        # that had output ends with an error event and [DONE], not a cut.
+        w = ru.start_worker(E, M, tmp, "sc-w0", ["--kv-cache-memory", "64M"])
+        r = ru.start_router(E, [w], tmp, "sc-router", ["--shutdown-timeout", "1"])
+        got = threading.Event()
+        out = {}
+
+        def run():
+            out["res"] = ru.stream(r, "/v1/completions", {"prompt": "Count: one two three", "max_tokens": 2000,
+                                                          "temperature": 0, "ignore_eos": True, "stream": True},
+                                   on_event=lambda i, ev: got.set())
+
+        t = threading.Thread(target=run)
+        t.start()
+        assert got.wait(60)
+        t0 = time.time()
+        r.p.send_signal(15)
+        t.join(60)
+        status, evs, broken = out["res"]
+        assert broken is None and evs[-1] == "[DONE]", (broken, evs[-2:])
+        assert "error" in evs[-2] and "shutting down" in evs[-2]["error"]["message"], evs[-2:]
+        assert r.p.wait(30) == 0 and time.time() - t0 < 10
+        w.stop()
+
     def no_worker():
         w = ru.start_worker(E, M, tmp, "nw-w0", ["--kv-cache-memory", "64M"])
         r = ru.start_router(E, [w], tmp, "nw-router")
@@ -238,6 +265,7 @@ def main():
     checks.run("hit_rate", hit_rate_check)
     checks.run("worker_killed", worker_killed)
     checks.run("drain", drain)
+    checks.run("shutdown_cancels", shutdown_cancels)
     checks.run("no_worker", no_worker)
     checks.finish()
 
