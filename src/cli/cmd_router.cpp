@@ -2,16 +2,20 @@
 // data-parallel `ember serve` workers (src/router/router.h), and
 // `ember serve --data-parallel-size K`, which starts K workers on free
 // loopback ports (each with its share of the threads) and the router in
-// front of them. SIGINT/SIGTERM: stop accepting, let in-flight requests
-// finish (up to --shutdown-timeout; a second signal cuts it short), cancel
-// the rest, then stop the workers this process started.
+// front of them, and starts a worker again on its port when it exits.
+// SIGINT/SIGTERM: stop accepting, let in-flight requests finish (up to
+// --shutdown-timeout; a second signal cuts it short), cancel the rest, then
+// stop the workers this process started.
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -164,16 +168,6 @@ int run_router(const std::vector<std::string>& urls, RouterOptions& o, sigset_t*
   return kExitOk;
 }
 
-sigset_t block_stop_signals() {
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
-  return sigs;
-}
-
 struct Child {
   pid_t pid = -1;
   int out = -1;  // its stdout (read for the "listening on" line)
@@ -262,6 +256,16 @@ void stop_workers(std::vector<Child>& kids, double timeout_s) {
 
 }  // namespace
 
+sigset_t block_stop_signals() {
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  return sigs;
+}
+
 int cmd_router(int argc, char** argv, int first) {
   ArgParser p("router",
               "ember router --workers http://HOST:PORT,... [--host 127.0.0.1] [--port 8080] [--policy cache_aware]");
@@ -335,7 +339,52 @@ int serve_data_parallel(int argc, char** argv, int first, const DataParallelFron
     urls.push_back(c->url);
     kids.push_back(*c);
   }
+  // Supervision: a worker that exits is started again on its port (the
+  // router marks it down meanwhile and back up when its health check
+  // passes), at most 5 times a minute per worker.
+  std::mutex kids_mu;
+  std::atomic<bool> stopping{false};
+  std::thread monitor([&] {
+    std::vector<std::vector<std::chrono::steady_clock::time_point>> restarts(kids.size());
+    while (!stopping.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::lock_guard<std::mutex> lk(kids_mu);
+      for (size_t k = 0; k < kids.size() && !stopping.load(); ++k) {
+        Child& c = kids[k];
+        int status = 0;
+        if (c.pid <= 0 || ::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+        c.pid = -1;
+        if (c.out >= 0) ::close(c.out);
+        c.out = -1;
+        const auto now = std::chrono::steady_clock::now();
+        auto& r = restarts[k];
+        r.erase(std::remove_if(r.begin(), r.end(), [&](auto t) { return now - t > std::chrono::minutes(1); }), r.end());
+        const std::string how = WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
+                                                    : fmt::format("exited with status {}", WEXITSTATUS(status));
+        if (r.size() >= 5) {
+          std::fprintf(stderr, "ember serve: worker %s %s; restarted 5 times in a minute: giving up on it\n",
+                       c.url.c_str(), how.c_str());
+          continue;
+        }
+        r.push_back(now);
+        std::fprintf(stderr, "ember serve: worker %s %s; starting it again\n", c.url.c_str(), how.c_str());
+        std::vector<std::string> args = wargs;
+        const std::string port = c.url.substr(c.url.rfind(':') + 1);
+        for (size_t i = 0; i + 1 < args.size(); ++i)
+          if (args[i] == "--port") args[i + 1] = port;
+        auto nc = start_worker(args, 600);
+        if (nc) {
+          nc->url = c.url;
+          c = *nc;
+        } else {
+          std::fprintf(stderr, "ember serve: worker %s: %s\n", c.url.c_str(), nc.status().message().c_str());
+        }
+      }
+    }
+  });
   const int rc = run_router(urls, o, &sigs);
+  stopping.store(true);
+  monitor.join();
   std::fprintf(stderr, "ember serve: stopping %d workers\n", dp);
   stop_workers(kids, front.shutdown_timeout + 5.0);
   return rc;

@@ -2,6 +2,7 @@
 // (--data-parallel-size K: K workers behind a router in one command).
 #pragma once
 
+#include <csignal>
 #include <string>
 
 #include "server/http_server.h"
@@ -9,6 +10,11 @@
 namespace ember::cli {
 
 int cmd_router(int argc, char** argv, int first);
+
+// Blocks SIGINT and SIGTERM in the calling thread (call it before any other
+// thread starts, so that all inherit the mask and only a sigwait takes
+// them), ignores SIGPIPE, and returns the set for sigwait.
+sigset_t block_stop_signals();
 
 // What `ember serve` parsed for the front (the router) when K > 1.
 struct DataParallelFront {

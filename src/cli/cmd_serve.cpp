@@ -145,12 +145,7 @@ int cmd_serve(int argc, char** argv, int first) {
   // Signals are taken by this thread only (sigwait below): block them before
   // any other thread starts so they all inherit the mask (a signal during
   // loading waits and then shuts the server down at once).
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs = block_stop_signals();
 
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;

@@ -15,7 +15,9 @@ loopback (the default model, one thread each, small KV caches):
 - drain: SIGTERM lets an in-flight stream finish, the router exits 0;
 - shutdown_cancels: past --shutdown-timeout a stream still going ends with
   an error event and [DONE];
-- no_worker: with every worker down, a request gets 503 in OpenAI's shape.
+- no_worker: with every worker down, a request gets 503 in OpenAI's shape;
+- serve_data_parallel: `ember serve --data-parallel-size 2` serves, starts a
+  killed worker again on its port, and stops its workers on SIGTERM.
 
 Usage: router_test.py --ember build/ember [--model M] [--only NAME]
 Exit: 0 passed, 1 failed, 77 skipped (no model file).
@@ -248,6 +250,40 @@ def main():
         assert r.p.wait(30) == 0 and time.time() - t0 < 10
         w.stop()
 
+    def serve_data_parallel():
+        # ember serve --data-parallel-size 2: two workers and the router in
+        # one command; a worker that dies is started again on its port.
+        import subprocess
+        dp = ru.Proc([E, "serve", "-m", M, "--data-parallel-size", "2", "--port", "0", "-t", "2",
+                      "--kv-cache-memory", "64M", "--disable-log-requests"], os.path.join(tmp, "dp.log"))
+        status, j = ru.post_json(dp, "/v1/completions", {"prompt": "Hello", "max_tokens": 2, "temperature": 0})
+        assert status == 200, (status, j)
+        m = ru.metrics(dp)
+        healthy = [k for k, v in m.items() if k.startswith("ember_router:worker_healthy") and v == 1]
+        assert len(healthy) == 2, m
+        kids = subprocess.run(["pgrep", "-P", str(dp.pid)], capture_output=True, text=True).stdout.split()
+        assert len(kids) == 2, kids
+        os.kill(int(kids[0]), 9)
+        t0 = time.time()
+        back = False
+        while time.time() - t0 < 60:
+            time.sleep(0.5)
+            now = subprocess.run(["pgrep", "-P", str(dp.pid)], capture_output=True, text=True).stdout.split()
+            m = ru.metrics(dp)
+            up = sum(1 for k, v in m.items() if k.startswith("ember_router:worker_healthy") and v == 1)
+            if len(now) == 2 and kids[0] not in now and up == 2:
+                back = True
+                break
+        assert back, (now, m)
+        for _ in range(4):
+            status, j = ru.post_json(dp, "/v1/completions", {"prompt": "Again", "max_tokens": 2})
+            assert status == 200, (status, j)
+        assert dp.stop(60) == 0
+        left = subprocess.run(["pgrep", "-P", str(dp.pid)], capture_output=True, text=True).stdout.split()
+        assert not left, left
+        log = open(os.path.join(tmp, "dp.log")).read()
+        assert "killed by signal 9; starting it again" in log, log[-2000:]
+
     def no_worker():
         w = ru.start_worker(E, M, tmp, "nw-w0", ["--kv-cache-memory", "64M"])
         r = ru.start_router(E, [w], tmp, "nw-router")
@@ -267,6 +303,7 @@ def main():
     checks.run("drain", drain)
     checks.run("shutdown_cancels", shutdown_cancels)
     checks.run("no_worker", no_worker)
+    checks.run("serve_data_parallel", serve_data_parallel)
     checks.finish()
 
 
