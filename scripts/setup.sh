@@ -5,13 +5,16 @@
 #
 #   scripts/setup.sh            deps + model + build
 #   scripts/setup.sh --no-model deps + build
+#   scripts/setup.sh --with-mpi also OpenMPI (scripts/setup_mpi.sh), so dist/ is built
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_model=1
+want_mpi=0
 for a in "$@"; do
   case "$a" in
     --no-model) want_model=0 ;;
+    --with-mpi) want_mpi=1 ;;
     *) echo "setup.sh: unknown option '$a'" >&2; exit 2 ;;
   esac
 done
@@ -30,6 +33,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+if [ "$want_mpi" = 1 ]; then scripts/setup_mpi.sh; fi
 
 # 2. Default model.
 MODEL=models/gemma-3-270m-q4_k_m.gguf

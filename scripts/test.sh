@@ -5,7 +5,8 @@
 # WebDriver and `selenium`: installed here when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+# With MPI, so that dist/ is built and its tests (real mpirun ranks) run.
+scripts/setup.sh --with-mpi
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

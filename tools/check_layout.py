@@ -28,6 +28,8 @@ ALLOWED = {
     "train": {"core", "quant", "kernels", "model", "engine", "eval", "transform"},
     "bench": {"core", "quant", "kernels", "model", "engine"},
     "server": {"core", "quant", "kernels", "model", "engine", "tokenizer", "template", "grammar"},
+    "router": {"core", "quant", "kernels", "model", "engine", "tokenizer", "template", "grammar", "server", "bench"},
+    "dist": {"core", "quant", "kernels"},
     "cli": None,  # the program: may use every room
 }
 MAX_LINES = 800

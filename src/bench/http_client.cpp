@@ -57,23 +57,25 @@ class Fd {
   int fd_;
 };
 
-// Waits for `events` on fd until the deadline. Returns ok when ready.
-Status wait_fd(int fd, short events, Clock::time_point deadline, const char* what) {
+// Waits for `events` on fd until the deadline, or until cancel_fd (if >= 0)
+// is readable. Returns ok when fd is ready.
+Status wait_fd(int fd, short events, Clock::time_point deadline, const char* what, int cancel_fd) {
   for (;;) {
     const int left = ms_left(deadline);
     if (left == 0) return Status::errorf("timed out {}", what);
-    pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, left);
+    pollfd p[2] = {{fd, events, 0}, {cancel_fd, POLLIN, 0}};
+    const int r = ::poll(p, cancel_fd >= 0 ? 2 : 1, left);
     if (r < 0) {
       if (errno == EINTR) continue;
       return Status::errorf("poll failed {}: {}", what, std::strerror(errno));
     }
     if (r == 0) continue;  // loop re-checks the deadline
+    if (cancel_fd >= 0 && p[1].revents) return Status::errorf("cancelled {}", what);
     return Status::ok();
   }
 }
 
-Result<int> connect_to(const std::string& host, int port, Clock::time_point connect_deadline) {
+Result<int> connect_to(const std::string& host, int port, Clock::time_point connect_deadline, int cancel_fd) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -93,7 +95,7 @@ Result<int> connect_to(const std::string& host, int port, Clock::time_point conn
     ::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (rc < 0 && errno == EINPROGRESS) {
-      Status st = wait_fd(fd, POLLOUT, connect_deadline, "connecting");
+      Status st = wait_fd(fd, POLLOUT, connect_deadline, "connecting", cancel_fd);
       if (!st) {
         last_err = st.message();
         ::close(fd);
@@ -119,7 +121,7 @@ Result<int> connect_to(const std::string& host, int port, Clock::time_point conn
   return result;
 }
 
-Status send_all(int fd, std::string_view data, Clock::time_point deadline) {
+Status send_all(int fd, std::string_view data, Clock::time_point deadline, int cancel_fd) {
   size_t off = 0;
   while (off < data.size()) {
     const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
@@ -129,7 +131,7 @@ Status send_all(int fd, std::string_view data, Clock::time_point deadline) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      EMBER_RETURN_IF_ERROR(wait_fd(fd, POLLOUT, deadline, "sending the request"));
+      EMBER_RETURN_IF_ERROR(wait_fd(fd, POLLOUT, deadline, "sending the request", cancel_fd));
       continue;
     }
     return Status::errorf("sending the request failed: {}", n < 0 ? std::strerror(errno) : "connection closed");
@@ -140,7 +142,7 @@ Status send_all(int fd, std::string_view data, Clock::time_point deadline) {
 // Buffered reader over the socket, bounded by the deadline.
 class Reader {
  public:
-  Reader(int fd, Clock::time_point deadline) : fd_(fd), deadline_(deadline) {}
+  Reader(int fd, Clock::time_point deadline, int cancel_fd) : fd_(fd), deadline_(deadline), cancel_fd_(cancel_fd) {}
 
   // Reads more bytes into buf_. Returns false at EOF.
   Result<bool> fill() {
@@ -154,7 +156,7 @@ class Reader {
       if (n == 0) return false;
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        EMBER_RETURN_IF_ERROR(wait_fd(fd_, POLLIN, deadline_, "waiting for the response"));
+        EMBER_RETURN_IF_ERROR(wait_fd(fd_, POLLIN, deadline_, "waiting for the response", cancel_fd_));
         continue;
       }
       return Status::errorf("reading the response failed: {}", std::strerror(errno));
@@ -199,6 +201,7 @@ class Reader {
   }
   int fd_;
   Clock::time_point deadline_;
+  int cancel_fd_;
   std::string buf_;
   size_t pos_ = 0;
 };
@@ -362,7 +365,7 @@ Result<HttpClientResponse> http_request(const HttpClientRequest& req, const Http
   if (req.target.empty() || req.target[0] != '/' || req.target.find_first_of(" \r\n") != std::string::npos)
     return Status::errorf("bad request target '{}'", req.target);
 
-  auto fd_r = connect_to(req.host, req.port, connect_deadline);
+  auto fd_r = connect_to(req.host, req.port, connect_deadline, req.cancel_fd);
   if (!fd_r) return fd_r.status();
   Fd fd(*fd_r);
 
@@ -381,10 +384,10 @@ Result<HttpClientResponse> http_request(const HttpClientRequest& req, const Http
   if (!req.body.empty() || req.method == "POST" || req.method == "PUT")
     head += "Content-Length: " + std::to_string(req.body.size()) + "\r\n";
   head += "\r\n";
-  EMBER_RETURN_IF_ERROR(send_all(fd.get(), head, deadline));
-  EMBER_RETURN_IF_ERROR(send_all(fd.get(), req.body, deadline));
+  EMBER_RETURN_IF_ERROR(send_all(fd.get(), head, deadline, req.cancel_fd));
+  EMBER_RETURN_IF_ERROR(send_all(fd.get(), req.body, deadline, req.cancel_fd));
 
-  Reader r(fd.get(), deadline);
+  Reader r(fd.get(), deadline, req.cancel_fd);
   HttpClientResponse resp;
   // Status line and headers; 1xx interim responses are skipped.
   for (int interim = 0;; ++interim) {

@@ -37,6 +37,10 @@ struct HttpClientRequest {
   double timeout_s = 600;                 // whole request: connect, send, headers and body
   size_t max_header_bytes = 64 << 10;
   size_t max_body_bytes = 256u << 20;     // for the buffered (non-streaming) mode
+  // When >= 0, a descriptor (e.g. an eventfd) that becomes readable to cancel
+  // the request: every wait ends at once with the error "cancelled". Not
+  // owned.
+  int cancel_fd = -1;
 };
 
 struct HttpClientResponse {

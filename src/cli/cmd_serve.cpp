@@ -14,6 +14,8 @@
 
 #include "cli/common.h"
 #include "cli/act_options.h"
+#include "cli/cmd_router.h"
+#include "cli/connection_options.h"
 #include "cli/kv_options.h"
 #include "cli/spec_options.h"
 #include "engine/async_engine.h"
@@ -32,6 +34,9 @@ int cmd_serve(int argc, char** argv, int first) {
   std::string model_path, host = "127.0.0.1", api_key, served_name, kv_mem, preempt_mode = "recompute", swap_mem = "1G";
   int port = 8080, threads = default_thread_count(), max_num_seqs = 64, max_batched = 512, block_size = 16;
   int max_n = 16, handler_threads = 4, shutdown_timeout = 30;
+  HttpServerConfig hc;
+  float idle_timeout_s = 30, request_timeout_s = 10;
+  int data_parallel = 1;
   std::string batching = "continuous";
   float batch_window_ms = 50;
   int64_t max_model_len = 0, max_body = int64_t{8} << 20;
@@ -62,6 +67,10 @@ int cmd_serve(int argc, char** argv, int first) {
   p.option("--max-n", &max_n, "N", "largest 'n' (samples per prompt) a request may ask for (default 16)");
   p.option("--max-body-bytes", &max_body, "BYTES", "largest request body (default 8 MiB)");
   p.option("--handler-threads", &handler_threads, "N", "HTTP handler threads (default 4)");
+  add_connection_options(p, &hc, &idle_timeout_s, &request_timeout_s);
+  p.option("--data-parallel-size", &data_parallel, "K",
+           "run K engine processes (each with threads/K compute threads) behind a prefix-aware router on "
+           "--host:--port (default 1); see ember router");
   p.option("--shutdown-timeout", &shutdown_timeout, "S", "seconds in-flight requests get to finish on SIGTERM (default 30)");
   p.option("--allowed-origins", &origins, "LIST",
            "comma-separated browser origins allowed to call the API (CORS), or * for any (default: none)");
@@ -106,6 +115,8 @@ int cmd_serve(int argc, char** argv, int first) {
   if (max_body < 1024 || max_body > (int64_t{1} << 32)) return usage_error(p, "--max-body-bytes must be in [1024, 4G]");
   if (handler_threads < 1 || handler_threads > 256) return usage_error(p, "--handler-threads must be in [1, 256]");
   if (shutdown_timeout < 0) return usage_error(p, "--shutdown-timeout must be >= 0");
+  if (Status st = check_connection_options(&hc, idle_timeout_s, request_timeout_s); !st)
+    return usage_error(p, st.message());
   if (tool_parser != "auto" && !tool_call_format_from_name(tool_parser))
     return usage_error(p, fmt::format(
                               "--tool-call-parser must be auto, hermes, llama3_json, mistral, gpt_oss or none, got '{}'",
@@ -130,6 +141,17 @@ int cmd_serve(int argc, char** argv, int first) {
     }
     if (auto t = tmpl::Template::parse(chat_template); !t)
       return usage_error(p, fmt::format("--chat-template: {}", t.status().message()));
+  }
+  if (data_parallel < 1 || data_parallel > 256) return usage_error(p, "--data-parallel-size must be in [1, 256]");
+  if (data_parallel > 1) {
+    DataParallelFront front;
+    front.data_parallel_size = data_parallel;
+    front.host = host;
+    front.port = port;
+    front.threads = threads;
+    front.shutdown_timeout = shutdown_timeout;
+    front.http = hc;
+    return serve_data_parallel(argc, argv, first, front);
   }
   if (api_key.empty())
     if (const char* k = std::getenv("EMBER_API_KEY")) api_key = k;
@@ -164,12 +186,7 @@ int cmd_serve(int argc, char** argv, int first) {
   // Signals are taken by this thread only (sigwait below): block them before
   // any other thread starts so they all inherit the mask (a signal during
   // loading waits and then shuts the server down at once).
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs = block_stop_signals();
 
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
@@ -215,7 +232,6 @@ int cmd_serve(int argc, char** argv, int first) {
     b = e + 1;
   }
   OpenAiService service(**tok, **engine, sc);
-  HttpServerConfig hc;
   hc.host = host;
   hc.port = port;
   hc.max_body_bytes = static_cast<size_t>(max_body);

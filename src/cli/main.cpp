@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cli/cmd_router.h"
 #include "cli/common.h"
 #include "core/cpu_features.h"
 
@@ -16,6 +17,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"run", ember::cli::cmd_run, "generate text from a prompt"},
     {"serve", ember::cli::cmd_serve, "OpenAI-compatible HTTP server with a chat page"},
+    {"router", ember::cli::cmd_router, "one OpenAI endpoint in front of data-parallel ember serve workers"},
     {"info", ember::cli::cmd_info, "describe a model file"},
     {"bench", ember::cli::cmd_bench, "measure prompt-processing and generation speed"},
     {"quantize", ember::cli::cmd_quantize, "write a model in another tensor type"},

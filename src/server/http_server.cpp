@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -75,6 +76,7 @@ struct Conn {
   uint64_t id = 0;
   int fd = -1;
   std::string peer;
+  std::string ip;             // the client address: the key of the per-client limit
   std::shared_ptr<ConnShared> shared;
   HttpRequestParser parser;
   std::string in;
@@ -88,6 +90,8 @@ struct Conn {
   bool continue_sent = false;
   bool closing = false;       // no more requests: close once output is flushed
   bool lingering = false;     // write side shut down, draining input until EOF/deadline
+  uint64_t idle_epoch = 0;    // bumped each time the connection becomes idle (see idle_q_)
+  uint64_t slow_epoch = 0;    // bumped each time a request starts arriving (see slow_q_)
   Clock::time_point req_start;
   Clock::time_point last_activity;
   Clock::time_point linger_deadline;
@@ -113,6 +117,9 @@ class HttpServerImpl final : public HttpServer {
   int port() const override { return port_; }
   void stop_accepting() override;
   int n_in_flight() const override { return n_in_flight_.load(); }
+  int n_connections() const override { return n_conns_pub_.load(); }
+  int max_connections() const override { return max_conns_; }
+  int64_t n_evicted() const override { return n_evicted_.load(); }
   void shutdown() override;
 
  private:
@@ -129,6 +136,11 @@ class HttpServerImpl final : public HttpServer {
   void after_flush(Conn& c);
   void update_events(Conn& c);
   void close_conn(uint64_t id);
+  void count(Conn& c);
+  void uncount(Conn& c);
+  bool evict_one(const std::string* ip);
+  void became_idle(Conn& c);
+  Conn* oldest(std::deque<std::pair<uint64_t, uint64_t>>& q, bool idle);
   void sweep();
   void close_listener();
 
@@ -145,11 +157,20 @@ class HttpServerImpl final : public HttpServer {
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
   uint64_t next_id_ = 2;
   int n_counted_ = 0;
+  std::unordered_map<std::string, int> per_client_;  // counted connections per client address
+  int max_conns_ = 0;  // cfg_.max_connections clamped to the descriptor limit
+  // Eviction candidates in the order they became idle / started a request:
+  // (connection id, epoch), checked lazily (an entry whose connection is
+  // gone or whose epoch moved on is dropped), so making room is O(1)
+  // amortized however many connections are open.
+  std::deque<std::pair<uint64_t, uint64_t>> idle_q_, slow_q_;
   bool listen_paused_ = false;
   Clock::time_point listen_resume_;
   std::vector<char> rbuf_ = std::vector<char>(kReadChunk);
 
   std::atomic<int> n_in_flight_{0};
+  std::atomic<int> n_conns_pub_{0};
+  std::atomic<int64_t> n_evicted_{0};
   std::atomic<bool> stop_loop_{false};
 
   std::mutex listen_mu_;
@@ -170,6 +191,11 @@ Status HttpServerImpl::init() {
   if (cfg_.port < 0 || cfg_.port > 65535) return Status::errorf("invalid port {}", cfg_.port);
   if (cfg_.n_handler_threads < 1) return Status::error("n_handler_threads must be at least 1");
   if (cfg_.max_connections < 1) return Status::error("max_connections must be at least 1");
+  if (cfg_.max_connections_per_client < 0) return Status::error("max_connections_per_client must be >= 0");
+  // Leave descriptors for everything else the process opens (model files,
+  // upstream connections of a router, lingering closes).
+  const int fd_limit = open_file_limit();
+  max_conns_ = std::max(1, std::min(cfg_.max_connections, fd_limit - std::max(128, fd_limit / 10)));
   if (cfg_.request_timeout_ms < 1 || cfg_.idle_timeout_ms < 1) return Status::error("timeouts must be positive");
   if (cfg_.max_header_bytes < 64) return Status::error("max_header_bytes must be at least 64");
 
@@ -321,6 +347,7 @@ void HttpServerImpl::accept_all() {
     int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
+      if ((errno == EMFILE || errno == ENFILE) && evict_one(nullptr)) continue;  // make room, then retry
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // Out of descriptors: stop polling the listener briefly instead of spinning.
         epoll_event ev{};
@@ -337,6 +364,7 @@ void HttpServerImpl::accept_all() {
     c->id = next_id_++;
     c->fd = fd;
     c->peer = tcp_peer_name(ss);
+    c->ip = tcp_peer_ip(ss);
     c->shared = std::make_shared<ConnShared>();
     c->shared->id = c->id;
     c->shared->waker = waker_;
@@ -352,13 +380,94 @@ void HttpServerImpl::accept_all() {
     }
     Conn& ref = *c;
     conns_.emplace(c->id, std::move(c));
-    if (n_counted_ >= cfg_.max_connections) {
+    if (cfg_.max_connections_per_client > 0) {
+      auto pc = per_client_.find(ref.ip);
+      if (pc != per_client_.end() && pc->second >= cfg_.max_connections_per_client && !evict_one(&ref.ip)) {
+        send_error(ref, 429, "too many connections from this client; retry later");
+        continue;
+      }
+    }
+    if (n_counted_ >= max_conns_ && !evict_one(nullptr)) {
       send_error(ref, 503, "server is at its connection limit; retry later");
-    } else {
-      ref.counted = true;
-      ++n_counted_;
+      continue;
+    }
+    count(ref);
+    became_idle(ref);
+  }
+}
+
+void HttpServerImpl::became_idle(Conn& c) {
+  idle_q_.emplace_back(c.id, ++c.idle_epoch);
+}
+
+// The front of q that is still a candidate (idle: no request bytes, nothing
+// in flight; slow: a partial request), dropping stale entries on the way.
+Conn* HttpServerImpl::oldest(std::deque<std::pair<uint64_t, uint64_t>>& q, bool idle) {
+  while (!q.empty()) {
+    auto [id, epoch] = q.front();
+    auto it = conns_.find(id);
+    if (it != conns_.end()) {
+      Conn& c = *it->second;
+      const bool usable = c.counted && !c.in_flight && !c.closing && !c.lingering;
+      if (usable && idle && c.idle_epoch == epoch && !c.req_active && c.in_off == c.in.size()) return &c;
+      if (usable && !idle && c.slow_epoch == epoch && c.req_active) return &c;
+    }
+    q.pop_front();
+  }
+  return nullptr;
+}
+
+void HttpServerImpl::count(Conn& c) {
+  c.counted = true;
+  ++n_counted_;
+  ++per_client_[c.ip];
+  n_conns_pub_.store(n_counted_);
+}
+
+void HttpServerImpl::uncount(Conn& c) {
+  if (!c.counted) return;
+  c.counted = false;
+  --n_counted_;
+  auto it = per_client_.find(c.ip);
+  if (it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
+  n_conns_pub_.store(n_counted_);
+}
+
+// Makes room for a new connection (of client `ip` when given): closes the
+// longest idle keep-alive connection, else answers the connection that has
+// been sending a partial request the longest with 503. Connections with a
+// request in flight are never taken. Returns false when none can go.
+bool HttpServerImpl::evict_one(const std::string* ip) {
+  Conn* idle = nullptr;
+  Conn* slow = nullptr;
+  if (!ip) {
+    idle = oldest(idle_q_, true);
+    if (!idle) slow = oldest(slow_q_, false);
+  } else {
+    // One client's connections: a scan of every connection, done only when
+    // that client is at its own limit (--max-connections-per-client).
+    for (auto& [id, up] : conns_) {
+      Conn& c = *up;
+      if (!c.counted || c.in_flight || c.closing || c.lingering || c.ip != *ip) continue;
+      if (!c.req_active && c.in_off == c.in.size()) {
+        if (!idle || c.last_activity < idle->last_activity) idle = &c;
+      } else if (!slow || c.req_start < slow->req_start) {
+        slow = &c;
+      }
     }
   }
+  if (idle) {
+    close_conn(idle->id);
+  } else if (slow) {
+    const uint64_t id = slow->id;
+    send_error(*slow, 503, "server is at its connection limit; request not completed in time");
+    auto it = conns_.find(id);  // closed by a failed write, or lingering
+    if (it != conns_.end()) uncount(*it->second);  // on its way out: no longer takes a place
+  } else {
+    return false;
+  }
+  n_evicted_.fetch_add(1);
+  return true;
 }
 
 void HttpServerImpl::on_event(Conn& c, uint32_t ev) {
@@ -408,6 +517,7 @@ void HttpServerImpl::process_input(Conn& c) {
     if (!c.req_active) {
       c.req_active = true;
       c.req_start = Clock::now();
+      slow_q_.emplace_back(c.id, ++c.slow_epoch);
     }
     size_t used = 0;
     auto st = c.parser.feed(c.in.data() + c.in_off, avail, &used);
@@ -497,6 +607,7 @@ void HttpServerImpl::on_wake(Conn& c) {
     c.in_flight = false;
     n_in_flight_.fetch_sub(1);
     c.last_activity = Clock::now();
+    if (!close_after) became_idle(c);
     if (close_after) c.closing = true;
   }
   if (!flush(c)) return;
@@ -540,10 +651,7 @@ void HttpServerImpl::after_flush(Conn& c) {
     c.lingering = true;
     c.linger_deadline = Clock::now() + std::chrono::milliseconds(kLingerMs);
     ::shutdown(c.fd, SHUT_WR);
-    if (c.counted) {
-      c.counted = false;
-      --n_counted_;
-    }
+    uncount(c);
     update_events(c);
   }
 }
@@ -576,7 +684,7 @@ void HttpServerImpl::close_conn(uint64_t id) {
   }
   ::epoll_ctl(ep_, EPOLL_CTL_DEL, c->fd, nullptr);
   ::close(c->fd);
-  if (c->counted) --n_counted_;
+  uncount(*c);
   if (c->in_flight) n_in_flight_.fetch_sub(1);
   if (fn) {
     try {
@@ -594,6 +702,19 @@ void HttpServerImpl::sweep() {
     ev.events = EPOLLIN;
     ev.data.u64 = kListenId;
     ::epoll_ctl(ep_, EPOLL_CTL_MOD, listen_fd_, &ev);
+  }
+  // Drop stale eviction candidates once they outnumber the connections.
+  for (auto* q : {&idle_q_, &slow_q_}) {
+    if (q->size() <= 2 * conns_.size() + 1024) continue;
+    const bool idle = q == &idle_q_;
+    std::deque<std::pair<uint64_t, uint64_t>> keep;
+    for (const auto& [id, epoch] : *q) {
+      auto it = conns_.find(id);
+      if (it == conns_.end()) continue;
+      const Conn& c = *it->second;
+      if ((idle ? c.idle_epoch : c.slow_epoch) == epoch) keep.emplace_back(id, epoch);
+    }
+    q->swap(keep);
   }
   const auto req_to = std::chrono::milliseconds(cfg_.request_timeout_ms);
   const auto idle_to = std::chrono::milliseconds(cfg_.idle_timeout_ms);

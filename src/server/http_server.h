@@ -70,7 +70,16 @@ struct HttpServerConfig {
   int request_timeout_ms = 10000;        // whole request (headers + body) must arrive within this: else 408 + close
   int idle_timeout_ms = 30000;           // keep-alive connection with no request in flight: closed
   size_t max_output_backlog = size_t{64} << 20;  // unsent bytes per connection before it is dropped
-  int max_connections = 1024;            // beyond: new connections get 503 and are closed
+  // Open connections at most (clamped to what RLIMIT_NOFILE leaves). At the
+  // limit a new connection takes the place of the longest idle keep-alive
+  // connection, else of the oldest connection still sending a partial
+  // request; only when every connection has a request in flight does it get
+  // 503 and close. So idle or slow clients never lock new ones out.
+  int max_connections = 16384;
+  // Connections one client address (IP, any port) may hold; 0: no limit. At
+  // the limit its longest idle connection is closed for the new one, else the
+  // new one gets 429 and closes.
+  int max_connections_per_client = 0;
   int n_handler_threads = 4;             // threads running HttpHandler
 };
 
@@ -93,6 +102,13 @@ class HttpServer {
   virtual void stop_accepting() = 0;
   // Open connections with a request whose response has not ended.
   virtual int n_in_flight() const = 0;
+  // Open connections (counted towards max_connections).
+  virtual int n_connections() const = 0;
+  // The connection limit in force (max_connections, clamped to the
+  // descriptor limit).
+  virtual int max_connections() const = 0;
+  // Connections closed to make room for new ones (idle or slow ones).
+  virtual int64_t n_evicted() const = 0;
   // Closes every connection (in-flight responses see on_close) and joins all
   // threads. Idempotent; the destructor calls it. Must not be called from a
   // handler or an on_close callback (it joins those threads).

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -75,6 +76,35 @@ std::string tcp_peer_name(const sockaddr_storage& ss) {
   const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
   ::inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
   return fmt::format("{}:{}", ip, ntohs(a->sin_port));
+}
+
+std::string tcp_peer_ip(const sockaddr_storage& ss) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (ss.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, ip, sizeof(ip));
+  } else {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, ip, sizeof(ip));
+  }
+  return ip;
+}
+
+int open_file_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 30)) return 1 << 30;
+  return static_cast<int>(rl.rlim_cur);
+}
+
+int raise_open_file_limit(int want) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < static_cast<rlim_t>(want)) {
+    rlim_t target = static_cast<rlim_t>(want);
+    if (rl.rlim_max != RLIM_INFINITY && target > rl.rlim_max) target = rl.rlim_max;
+    if (target > rl.rlim_cur) {
+      rl.rlim_cur = target;
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
+  return open_file_limit();
 }
 
 }  // namespace ember

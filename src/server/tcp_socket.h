@@ -25,5 +25,14 @@ Result<TcpListener> tcp_listen(const std::string& host, int port);
 
 // "ip:port", or "[ip]:port" for IPv6.
 std::string tcp_peer_name(const sockaddr_storage& ss);
+// The peer's address alone ("ip"), the key of per-client limits.
+std::string tcp_peer_ip(const sockaddr_storage& ss);
+
+// The process's open-file limit (RLIMIT_NOFILE, soft). raise_open_file_limit
+// lifts the soft limit towards the hard one (at most `want`) and returns the
+// soft limit in force afterwards; it changes process-wide state, so programs
+// call it at start-up (ember serve, ember router), libraries never do.
+int open_file_limit();
+int raise_open_file_limit(int want);
 
 }  // namespace ember

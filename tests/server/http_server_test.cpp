@@ -763,29 +763,101 @@ TEST(HttpServer, HandlerThatDropsResponseYields500) {
   EXPECT_EQ(r.status, 500);
 }
 
-TEST(HttpServer, MaxConnectionsGets503) {
+TEST(HttpServer, MaxConnectionsGets503OnlyWhenAllAreInFlight) {
+  Captured cap;
   HttpServerConfig cfg = test_config();
   cfg.max_connections = 2;
-  auto srv = start_server(cfg, echo_handler);
+  auto srv = start_server(cfg, cap.handler(false));
   ASSERT_TRUE(srv);
   Client a(srv->port()), b(srv->port());
-  Resp r;
   ASSERT_TRUE(a.send(get("/a")));
-  ASSERT_TRUE(a.read(&r));
   ASSERT_TRUE(b.send(get("/b")));
-  ASSERT_TRUE(b.read(&r));
+  ASSERT_TRUE(cap.wait(2));  // both requests in flight: neither can make room
   Client c(srv->port());
   ASSERT_TRUE(c.ok());
+  Resp r;
   ASSERT_TRUE(c.read(&r));
   expect_json_error(r, 503);
   EXPECT_TRUE(c.wait_closed(2000));
-  // Once a slot frees up, new clients are served again.
-  a.close();
-  std::this_thread::sleep_for(50ms);
+  // Once a response ends its connection is idle, and a new client takes its place.
+  cap.resps[0]->send(200, "text/plain", "done");
+  ASSERT_TRUE(a.read(&r));
+  EXPECT_EQ(r.status, 200);
   Client d(srv->port());
   ASSERT_TRUE(d.send(get("/d")));
+  auto resp = cap.wait(3);
+  ASSERT_TRUE(resp);
+  resp->send(200, "text/plain", "d");
   ASSERT_TRUE(d.read(&r));
-  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "d");
+  EXPECT_TRUE(a.wait_closed(2000));  // a was the idle one: closed for d
+  EXPECT_EQ(srv->n_evicted(), 1);
+}
+
+// Idle and slow connections at the limit make room for new clients: the
+// longest idle goes first, then the oldest partial request (with a 503);
+// connections with a request in flight never.
+TEST(HttpServer, IdleAndSlowConnectionsMakeRoomForNewClients) {
+  Captured cap;
+  HttpServerConfig cfg = test_config();
+  cfg.max_connections = 8;
+  cfg.request_timeout_ms = 30000;
+  cfg.idle_timeout_ms = 30000;
+  auto srv = start_server(cfg, cap.handler(false));
+  ASSERT_TRUE(srv);
+  std::vector<std::unique_ptr<Client>> idle, slow, fresh;
+  for (int i = 0; i < 4; ++i) idle.push_back(std::make_unique<Client>(srv->port()));
+  ASSERT_TRUE(wait_for([&] { return srv->n_connections() == 4; }, 2000));
+  for (int i = 0; i < 4; ++i) {
+    slow.push_back(std::make_unique<Client>(srv->port()));
+    ASSERT_TRUE(slow.back()->send("GET /slow HTTP/1.1\r\nX-Partial: "));
+    ASSERT_TRUE(wait_for([&] { return srv->n_connections() == 5 + i; }, 2000));
+  }
+  // 8 new clients whose requests stay in flight: the 4 idle connections go
+  // first, oldest first, then the 4 slow ones, oldest first.
+  for (int i = 0; i < 8; ++i) {
+    fresh.push_back(std::make_unique<Client>(srv->port()));
+    ASSERT_TRUE(fresh.back()->send(get("/n" + std::to_string(i))));
+    ASSERT_TRUE(cap.wait(static_cast<size_t>(i) + 1)) << i;
+    if (i < 4) {
+      EXPECT_TRUE(idle[static_cast<size_t>(i)]->wait_closed(2000)) << i;
+    } else {
+      Resp r;
+      ASSERT_TRUE(slow[static_cast<size_t>(i - 4)]->read(&r)) << i;
+      expect_json_error(r, 503);
+    }
+  }
+  EXPECT_EQ(srv->n_evicted(), 8);
+  // Now every connection has a request in flight: a new one gets 503.
+  Client last(srv->port());
+  Resp r;
+  ASSERT_TRUE(last.read(&r));
+  expect_json_error(r, 503);
+  for (size_t i = 0; i < 8; ++i) {
+    cap.resps[i]->send(200, "text/plain", "ok");
+    ASSERT_TRUE(fresh[i]->read(&r));
+    EXPECT_EQ(r.body, "ok");
+  }
+}
+
+TEST(HttpServer, PerClientLimitClosesThatClientsIdleConnections) {
+  Captured cap;
+  HttpServerConfig cfg = test_config();
+  cfg.max_connections_per_client = 2;
+  auto srv = start_server(cfg, cap.handler(false));
+  ASSERT_TRUE(srv);
+  Client a(srv->port()), b(srv->port());
+  ASSERT_TRUE(wait_for([&] { return srv->n_connections() == 2; }, 2000));
+  Client c(srv->port());  // a (idle, the oldest) makes room
+  EXPECT_TRUE(a.wait_closed(2000));
+  ASSERT_TRUE(b.send(get("/b")));
+  ASSERT_TRUE(c.send(get("/c")));
+  ASSERT_TRUE(cap.wait(2));
+  Client d(srv->port());  // both in flight: 429
+  Resp r;
+  ASSERT_TRUE(d.read(&r));
+  expect_json_error(r, 429);
+  for (auto& resp : cap.resps) resp->send(200, "text/plain", "ok");
 }
 
 TEST(HttpServer, StopAcceptingRefusesNewConnections) {
