@@ -3,7 +3,7 @@
 // activations, gated FFN glue, softcap. Each function dispatches at the
 // active ISA level (core/cpu_features.h) through the CPU op table
 // (kernels/cpu/op_table.h): the scalar level runs the reference twins
-// (kernels/ref/ops_ref.h), AVX2 and AVX-512 the AVX2 kernels
+// (kernels/ref/row_ops.h), AVX2 and AVX-512 the AVX2 kernels
 // (kernels/cpu/avx2/row_ops.cpp). At every level the reduction order within
 // a row is fixed, so results never depend on how rows are batched or
 // threaded. Thread-safe (no state); no allocation.

@@ -15,7 +15,7 @@
 #include "kernels/backend_under_test.h"
 #include "kernels/matmul.h"
 #include "kernels/matrix_view.h"
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/ref/dot.h"
 #include "kernels/registry.h"
 #include "kernels/test_weights.h"
 #include "quant/blocks.h"

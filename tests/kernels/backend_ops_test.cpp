@@ -22,8 +22,8 @@
 #include "kernels/backend_under_test.h"
 #include "kernels/matmul.h"
 #include "kernels/matrix_view.h"
-#include "kernels/ref/ops_ref.h"
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/ref/row_ops.h"
+#include "kernels/ref/dot.h"
 #include "kernels/registry.h"
 #include "quant/quantize.h"
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/fp16.h"
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/ref/dot.h"
 #include "quant/blocks.h"
 #include "quant/quantize.h"
 

@@ -10,7 +10,7 @@
 //
 // Files are named <family>_<kind>.cpp: family float (F32/F16/BF16), legacy
 // (32-element blocks), kquants (256-element super-blocks) or lanes (the
-// AVX-512 row-lane form of the legacy types; lanes_kquants.cpp, at both
+// AVX-512 row-lane form of the legacy types; kquants_lanes.cpp, at both
 // levels: of Q4_K and Q6_K, all three kinds); kind dot (vec_dot and the row conversions), tile
 // (vec_dot_tile) or rows (vec_dot_rows). A file whose
 // kernels share one arithmetic contract may hold several kinds of its
@@ -49,8 +49,8 @@ void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x);
 // i32 lane sums fma'd in f32).
 void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* w, const void* x);
 void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x);
-// Q4_0 / Q5_0 / Q8_0 in the row-lane form (avx2/lanes_legacy.cpp): the
-// arithmetic of the AVX-512 lane kernels (avx512/lanes_tile.cpp), so these
+// Q4_0 / Q5_0 / Q8_0 in the row-lane form (avx2/legacy_lanes.cpp): the
+// arithmetic of the AVX-512 lane kernels (avx512/legacy_lanes.cpp), so these
 // types give the same bits at both levels. vec_dot; decode over any nr >= 1
 // rows (8-row groups, the next group prefetched into L2); the token-lane
 // form over activations packed once per matmul (prefill, batched decode:
@@ -104,8 +104,8 @@ void vec_dot_tile_f16(int64_t n, float* s, int64_t lds, const void* w, size_t w_
 void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                        size_t x_row_bytes, int nr, int nc);
 
-// Q4_K, Q5_K and Q6_K in the row-lane form (avx2/lanes_kquants.cpp): the
-// arithmetic of the AVX-512 row lanes (twins in kernels/ref/kquants_lanes_ref.h),
+// Q4_K, Q5_K and Q6_K in the row-lane form (avx2/kquants_lanes.cpp): the
+// arithmetic of the AVX-512 row lanes (twins in kernels/ref/kquants_lanes.h),
 // so these types give the same bits at both levels. vec_dot, decode over any
 // nr >= 1 rows in 8-row groups, and the tile of kLaneKTileRows rows x up to
 // kLaneKTileCols tokens (each call transposes its rows once).
@@ -217,7 +217,7 @@ void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, siz
 void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (avx512/lanes_tile.cpp): 32 rows (two
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (avx512/legacy_lanes.cpp): 32 rows (two
 // sets of 16, one row per zmm lane) x up to kLaneTileCols tokens, with their
 // own arithmetic (see that file; the vec_dot of these types above follows it
 // too).
@@ -231,8 +231,8 @@ void vec_dot_tile_q5_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, siz
                             size_t x_row_bytes, int nr, int nc);
 // Decode over many rows (KernelSet::vec_dot_rows), bit-identical to the
 // vec_dot of this level for every row: Q4_0 / Q8_0 / Q4_1 / Q5_1 in
-// lanes_rows.cpp (groups of kDecodeGroupRows rows share the activation work;
-// any nr >= 1), Q5_0 in lanes_tile.cpp (sequential rows, two at a time when short,
+// legacy_rows.cpp (groups of kDecodeGroupRows rows share the activation work;
+// any nr >= 1), Q5_0 in legacy_lanes.cpp (sequential rows, two at a time when short,
 // the activation side prepared once per call).
 constexpr int kDecodeGroupRows = 16;
 void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
@@ -249,8 +249,8 @@ void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, siz
 void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                             size_t x_row_bytes, int nr, int nc);
 
-// Q4_K, Q5_K and Q6_K in the row-lane form (avx512/lanes_kquants.cpp, their own
-// arithmetic: see that file; the twins are in kernels/ref/kquants_lanes_ref.h):
+// Q4_K, Q5_K and Q6_K in the row-lane form (avx512/kquants_lanes.cpp, their own
+// arithmetic: see that file; the twins are in kernels/ref/kquants_lanes.h):
 // vec_dot, decode over any nr >= 1 rows in 16-row groups, and the tile of
 // kLaneKTileRows rows x up to kLaneKTileCols tokens (each call transposes
 // its rows once).
@@ -260,7 +260,7 @@ EMBER_DECLARE_LANES_K(q4_K)
 EMBER_DECLARE_LANES_K(q5_K)
 EMBER_DECLARE_LANES_K(q6_K)
 // A few tokens (1 .. kLaneKFewMax) over any number of rows in the decode
-// form (avx512/lanes_kquants.cpp: each row unpacked once for all tokens).
+// form (avx512/kquants_lanes.cpp: each row unpacked once for all tokens).
 // Up to 6 because that is where it beats the tile (bench_gemm, one thread:
 // 1.7-2.0x at 2 tokens, 1.3x at 3, 1.0-1.4x at 4, 1.1x at 5, 1.0-1.1x at 6,
 // 0.75-0.9x at 8).
@@ -271,7 +271,7 @@ void vec_dot_few_lanes_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w
                                  size_t x_row_bytes, int64_t nr, int nc);
 void vec_dot_few_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                  size_t x_row_bytes, int64_t nr, int nc);
-// The token-lane form of the same arithmetic (avx512/lanes_kquants_tokens.cpp):
+// The token-lane form of the same arithmetic (avx512/kquants_tokens.cpp):
 // kLaneKTokensMin .. kLaneKTokensMax tokens (where it beats the tile),
 // activations packed once per matmul (KernelSet::pack_tokens), any number of
 // rows per call (the kernel accepts 1 .. kLaneKTokensMax tokens).
@@ -286,16 +286,16 @@ void vec_dot_tokens_lanes_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void
 void vec_dot_tokens_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
                                     const void* packed, int64_t nr, int nc);
 // The interleaved layouts (kernels/interleave.h) of Q4_K / Q6_K, the same
-// arithmetic: decode over whole 16-row groups (avx512/lanes_kquants_r16.cpp)
+// arithmetic: decode over whole 16-row groups (avx512/kquants_r16_few.cpp)
 // and the tile of one group x up to kInterleavedTileCols tokens
-// (avx512/lanes_kquants.cpp: the row-lane tile's register blocks, its
+// (avx512/kquants_lanes.cpp: the row-lane tile's register blocks, its
 // packing reduced to nibble splits and scale shuffles).
 void vec_dot_rows_r16_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_rows_r16_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
 void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                 size_t x_row_bytes, int nr, int nc);
 // ... and 1 .. kInterleavedFewMax tokens over whole groups, four per pass
-// (avx512/lanes_kquants_r16.cpp): Q4_K / Q6_K use it up to 64 tokens (it
+// (avx512/kquants_r16_few.cpp): Q4_K / Q6_K use it up to 64 tokens (it
 // beats their tile there: bench_gemm 2048 x 4096, one thread, 32 tokens
 // 158 / 126 GMAC/s against 137 / 95), Q4_0 / Q8_0 up to
 // kInterleavedLegacyFewMax (their two-group tile is faster above).
@@ -305,8 +305,8 @@ void vec_dot_few_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, 
                                size_t x_row_bytes, int64_t nr, int nc);
 void vec_dot_few_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                size_t x_row_bytes, int64_t nr, int nc);
-// Q4_0 / Q5_0 / Q8_0 x Q8_0 interleaved (avx512/lanes_legacy_r16.cpp): the
-// lane contract of lanes_tile.cpp / lanes_rows.cpp (per block in order acc =
+// Q4_0 / Q5_0 / Q8_0 x Q8_0 interleaved (avx512/legacy_r16_lanes.cpp): the
+// lane contract of legacy_lanes.cpp / legacy_rows.cpp (per block in order acc =
 // fma(float(isum_b), d_w * d_x, acc)); decode, 1 .. kInterleavedFewMax
 // tokens four per pass, and the tile as the same passes over one group.
 void vec_dot_rows_r16_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
@@ -355,7 +355,7 @@ void set_interleaved_generic(KernelSet& k, DType t, Isa isa);
 constexpr int kNumInterleavedTypes = 5;
 extern const DType kInterleavedTypes[kNumInterleavedTypes];
 
-// AMX-INT8 (amx/kquants_r16.cpp, the level above AVX-512): Q4_K_R16 /
+// AMX-INT8 (amx/kquants_r16_tile.cpp, the level above AVX-512): Q4_K_R16 /
 // Q6_K_R16 x Q8_K for kAmxMinTokens tokens or more, the weights' scales
 // folded into i16 products split into two byte tiles; the same bits as the
 // AVX-512 kernels of those layouts, which take fewer tokens. The few-token
@@ -377,7 +377,7 @@ void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w,
                                 size_t x_row_bytes, int nr, int nc);
 void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                 size_t x_row_bytes, int nr, int nc);
-// Q4_0_R16 / Q5_0_R16 / Q8_0_R16 x Q8_0 (amx/legacy_r16.cpp): the token-lane
+// Q4_0_R16 / Q5_0_R16 / Q8_0_R16 x Q8_0 (amx/legacy_r16_tokens.cpp): the token-lane
 // form above avx512::kInterleavedLegacyFewMax tokens, one tile product per
 // block and 16 tokens, the lane contract of the AVX-512 kernels (same
 // bits). Its own pack (per 16-token tile and block one A tile of quants,

@@ -9,9 +9,9 @@
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/hadamard.h"
-#include "kernels/ref/attention_ref.h"
-#include "kernels/ref/hadamard_ref.h"
-#include "kernels/ref/ops_ref.h"
+#include "kernels/ref/attention.h"
+#include "kernels/ref/hadamard.h"
+#include "kernels/ref/row_ops.h"
 
 namespace ember {
 namespace {

@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "kernels/cpu/isa_kernels.h"
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/ref/dot.h"
 #include "quant/quantize.h"
 
 namespace ember {

@@ -1,6 +1,6 @@
 // AVX2 kernels for the k-quant types (256-element super-blocks): vec_dot of
 // Q2_K, Q3_K x Q8_K (Q4_K, Q5_K and Q6_K: the row lanes of
-// avx2/lanes_kquants.cpp), the Q8_K activation quantizer and dequantizers.
+// avx2/kquants_lanes.cpp), the Q8_K activation quantizer and dequantizers.
 //
 // Scheme (all types): unsigned quants u (offset removed later) x Q8_K quants
 // via maddubs -> i16 pairs, times the 16-bit sub-block scale via madd -> i32,

@@ -1,6 +1,6 @@
 // AVX2 tile kernels (VecDotTileFn, kernels/registry.h) for the k-quant
 // weight types Q2_K and Q3_K x Q8_K activations (Q4_K, Q5_K and Q6_K have
-// the row-lane kernels of avx2/lanes_kquants.cpp): up to
+// the row-lane kernels of avx2/kquants_lanes.cpp): up to
 // kKquantTileRows weight rows x kKquantTileCols tokens per call, in register
 // blocks of one row x kGroup (8) tokens. (Single tokens go to the row
 // kernels: kernels/matmul.cpp.)

@@ -1,6 +1,6 @@
 // AVX2 kernels for the legacy 32-element block types: vec_dot for Q4_1 /
 // Q5_1 x Q8_1, the Q8_0 / Q8_1 activation quantizers and the Q4_0 / Q5_0 /
-// Q8_0 dequantizers. (Q4_0 / Q5_0 / Q8_0 x Q8_0 dots: avx2/lanes_legacy.cpp.)
+// Q8_0 dequantizers. (Q4_0 / Q5_0 / Q8_0 x Q8_0 dots: avx2/legacy_lanes.cpp.)
 //
 // Integer dot products use maddubs (u8 x s8 -> i16 pairs) + madd (-> i32) on
 // the unsigned quants; the mins enter as m * s per block. Each block's i32

@@ -1,5 +1,5 @@
 // AVX-512 (BW/VL + VNNI) vec_dot kernels for the k-quants Q2_K and Q3_K x
-// Q8_K (Q4_K, Q5_K and Q6_K: avx512/lanes_kquants.cpp). Same scheme as the AVX2 kernels
+// Q8_K (Q4_K, Q5_K and Q6_K: avx512/kquants_lanes.cpp). Same scheme as the AVX2 kernels
 // (maddubs u8 x s8 -> i16 pairs), but the sub-block scale multiply and the
 // i32 accumulation fuse into one vpdpwssd (two accumulator chains hide its
 // latency), scale vectors come from one vpermw instead of shuffle pairs, and

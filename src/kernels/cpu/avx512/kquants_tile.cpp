@@ -1,6 +1,6 @@
 // AVX-512 (F/BW/VL + VNNI) tile kernels for the k-quant weight types Q2_K
 // and Q3_K x Q8_K activations (Q4_K, Q5_K and Q6_K have the row-lane kernels
-// of avx512/lanes_kquants.cpp at this level; kernels/registry.h,
+// of avx512/kquants_lanes.cpp at this level; kernels/registry.h,
 // VecDotTileFn): kTileRows weight rows x up to kWideTileCols tokens per call,
 // in register blocks of 1 row x 16 tokens (see the driver below).
 // (Single tokens go to the row kernels, vec_dot_rows_*_q8_K at the end of

@@ -1,7 +1,7 @@
-// Scalar reference dot products (kernels/ref/vec_dot_ref.h): each must agree
+// Scalar reference dot products (kernels/ref/dot.h): each must agree
 // with dequantize(weights) . dequantize(activations) summed in double, to
 // within the rounding of its per-block f32 scale arithmetic.
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/ref/dot.h"
 
 #include <gtest/gtest.h>
 

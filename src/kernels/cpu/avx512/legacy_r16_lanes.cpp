@@ -1,7 +1,7 @@
 // AVX-512 VNNI kernels over the interleaved Q4_0_R16 / Q5_0_R16 / Q8_0_R16
 // layouts (kernels/interleave.h): lane r of every vector = row r of a 16-row
 // group, the activations Q8_0. Arithmetic: the lane contract of the
-// plain-row kernels (avx512/lanes_tile.cpp, lanes_rows.cpp): per block b in
+// plain-row kernels (avx512/legacy_lanes.cpp, legacy_rows.cpp): per block b in
 // order acc = fma(float(isum_b), d_w[b] * d_x[b], acc), isum_b the exact
 // integer dot of the weight quants (Q4_0: q - 8; Q5_0: q - 16; Q8_0: q,
 // taken as q ^ 0x80 minus 128) and the activation quants, so results equal
@@ -209,7 +209,7 @@ void run_view(int64_t nb, float* s, int64_t lds, const uint8_t* w, size_t w_row_
     // Two groups per pass when both are here and there are tokens enough
     // to share the broadcasts (prefill tiles); else one. The group after
     // them is prefetched even past the call's rows (the next task's; see
-    // lanes_kquants_r16.cpp).
+    // kquants_r16_few.cpp).
     const int G = nc >= 4 && r0 + 2 * kR <= nr ? 2 : 1;
     const uint8_t* g[2] = {w + static_cast<size_t>(r0) * w_row_bytes, w + static_cast<size_t>(r0 + kR) * w_row_bytes};
     auto pf = lanes::GroupPrefetch(w + static_cast<size_t>(r0 + G * kR) * w_row_bytes, kR * w_row_bytes, nb);

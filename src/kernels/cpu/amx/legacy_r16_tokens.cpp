@@ -1,7 +1,7 @@
 // AMX-INT8 token-lane kernels over the interleaved Q4_0_R16 / Q5_0_R16 /
 // Q8_0_R16 layouts (kernels/interleave.h) x Q8_0 activations: the matmuls
 // of many tokens (prefill, batched decode) at the amx level, in the lane
-// contract of the AVX-512 kernels (avx512/lanes_legacy_r16.cpp): per block
+// contract of the AVX-512 kernels (avx512/legacy_r16_lanes.cpp): per block
 // b in order acc = fma(float(isum_b), d_w[b] * d_x[b], acc), isum_b the
 // exact integer dot of the weight quants minus their offset and the
 // activation quants; so the results equal theirs (and the base types') bit
@@ -242,7 +242,7 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     for (int64_t gi = 0; gi < groups; ++gi) {
       const uint8_t* g = w + static_cast<size_t>(gi * kR) * w_row_bytes + static_cast<size_t>(k0) * L::kBlock;
       // This pass's blocks of the next group (the next call's first group's
-      // past the last; see lanes_kquants_r16.cpp).
+      // past the last; see avx512/kquants_r16_few.cpp).
       auto pf = lanes::GroupPrefetch(g + kR * w_row_bytes, static_cast<size_t>(kn) * L::kBlock, kn);
       if constexpr (kUnpack) {
         for (int64_t i = 0; i < kn; ++i) {

@@ -5,7 +5,7 @@
 // work (convert, scale, fma) is one instruction per block for all 16 rows
 // (lane r of one zmm = row r).
 //
-// Arithmetic: the lane contract of avx512/lanes_tile.cpp (per block in
+// Arithmetic: the lane contract of avx512/legacy_lanes.cpp (per block in
 // order acc = fma(float(isum_b), d_w[b] * d_x[b], acc), then for Q4_1 / Q5_1
 // acc = fma(m_w[b], s_x[b], acc); isum_b the exact integer dot of the weight
 // quants (Q4_0: minus 8; Q8_0: taken as q ^ 0x80, minus 128) and activation

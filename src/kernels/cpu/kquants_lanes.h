@@ -1,5 +1,5 @@
 // ISA-independent pieces of the row-lane Q4_K / Q6_K kernels
-// (kernels/cpu/avx2/lanes_kquants.cpp: 8-row groups, avx512/lanes_kquants.cpp:
+// (kernels/cpu/avx2/kquants_lanes.cpp: 8-row groups, avx512/kquants_lanes.cpp:
 // 16-row groups): row addressing, the decode kernels' group prefetch, and
 // the three entry points (vec_dot, vec_dot_rows, vec_dot_tile) each level
 // defines from its templates rows<RowsTraits> and tile<TileTraits>.

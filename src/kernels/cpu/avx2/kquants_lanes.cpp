@@ -2,8 +2,8 @@
 // (decode) and the tile kernel (kLaneKTileRows = 8 weight rows x up to
 // kLaneKTileCols tokens), the kernels of these types at this level.
 //
-// Arithmetic: the row-lane contract of avx512/lanes_kquants.cpp (scalar twins
-// in kernels/ref/kquants_lanes_ref.h): per super-block one exact int32 sumi
+// Arithmetic: the row-lane contract of avx512/kquants_lanes.cpp (scalar twins
+// in kernels/ref/kquants_lanes.h): per super-block one exact int32 sumi
 // (Q4_K also summ), converted once and fma'd with f16(d) * x.d (Q4_K:
 // acc_m with f16(dmin) * x.d; result acc - acc_m). So these kernels agree
 // bit for bit with the twins and with the AVX-512 level, whatever the row
@@ -28,7 +28,7 @@
 // together (horizontal adds) so the float work is once per 8 rows.
 // Interleaved Q4_K_R16 / Q6_K_R16 (kernels/interleave.h): the tile packs each
 // 8-row half of a group from the layout (pack_r16: no transposes) and runs
-// the same register passes; their decode is in avx2/lanes_kquants_r16.cpp.
+// the same register passes; their decode is in avx2/kquants_r16_rows.cpp.
 // (AVX-VNNI `vpdpbusd ymm` would fold the i16 adds; not used yet.)
 #include <immintrin.h>
 
@@ -40,7 +40,7 @@
 #include "kernels/cpu/avx2/lanes8.h"
 #include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
-#include "kernels/cpu/lanes_kquants_common.h"
+#include "kernels/cpu/kquants_lanes.h"
 #include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 

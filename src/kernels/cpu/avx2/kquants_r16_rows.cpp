@@ -1,7 +1,7 @@
 // AVX2 decode over the interleaved Q4_K_R16 / Q6_K_R16 layouts
 // (kernels/interleave.h): one token against whole 16-row groups, in the
-// arithmetic of the row-lane kernels (avx2/lanes_kquants.cpp; twins in
-// kernels/ref/kquants_lanes_ref.h), so results equal the base type's kernels
+// arithmetic of the row-lane kernels (avx2/kquants_lanes.cpp; twins in
+// kernels/ref/kquants_lanes.h), so results equal the base type's kernels
 // bit for bit (tests/kernels/interleave_test.cpp).
 //
 // Why: the plain-row decode reads a group of 8 rows as 8 strided streams and

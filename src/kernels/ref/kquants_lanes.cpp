@@ -1,12 +1,12 @@
 // Scalar twins of the AVX-512 row-lane K-quant kernels (contract in
-// kernels/ref/kquants_lanes_ref.h). FMA contraction is off: every float step
+// kernels/ref/kquants_lanes.h). FMA contraction is off: every float step
 // is the one written (the fma calls are explicit).
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
-#include "kernels/ref/kquants_lanes_ref.h"
+#include "kernels/ref/kquants_lanes.h"
 
 #include <cmath>
 

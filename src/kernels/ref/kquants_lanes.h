@@ -1,5 +1,5 @@
 // Scalar twins of the row-lane K-quant kernels
-// (kernels/cpu/avx512/lanes_kquants.cpp, avx2/lanes_kquants.cpp): the exact arithmetic those
+// (kernels/cpu/avx512/kquants_lanes.cpp, avx2/kquants_lanes.cpp): the exact arithmetic those
 // kernels follow, written plainly, so tests can check them bit for bit.
 //
 // Q4_K (and Q5_K, its quants 0..31) x Q8_K, per super-block in order (sumi,

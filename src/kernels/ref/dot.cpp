@@ -1,5 +1,5 @@
 // Scalar reference dot products. The arithmetic contract is documented in
-// vec_dot_ref.h; FMA contraction is disabled so every formula is evaluated
+// dot.h; FMA contraction is disabled so every formula is evaluated
 // exactly as written.
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -7,7 +7,7 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/ref/dot.h"
 
 #include <cstring>
 

@@ -3,7 +3,7 @@
 // x up to kLaneKTileCols tokens), the kernels of these types at this level.
 //
 // Arithmetic (the contract of all three, hence batch-invariant; the scalar
-// twins are in kernels/ref/kquants_lanes_ref.h):
+// twins are in kernels/ref/kquants_lanes.h):
 //   acc = acc_m = 0;  for each super-block i in order:
 //     Q4_K: sumi = sum_s sc_s * (sum of the 32 products q * x of sub-block s)
 //           summ = sum_s m_s * (bsums[2s] + bsums[2s+1])
@@ -45,7 +45,7 @@
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/avx512/kquants_unpack.h"
-#include "kernels/cpu/lanes_kquants_common.h"
+#include "kernels/cpu/kquants_lanes.h"
 #include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 

@@ -2,10 +2,10 @@
 // tokens (up to 16, one per zmm lane: batched decode of many sequences)
 // against any number of weight rows.
 //
-// Arithmetic: exactly the row-lane contract of avx512/lanes_kquants.cpp
+// Arithmetic: exactly the row-lane contract of avx512/kquants_lanes.cpp
 // (integer sums per super-block, then acc = fma(float(sumi), d * x.d, acc),
 // acc_m likewise, result acc - acc_m; scalar twins in
-// kernels/ref/kquants_lanes_ref.h), so every output is bit-identical to
+// kernels/ref/kquants_lanes.h), so every output is bit-identical to
 // vec_dot, vec_dot_rows and vec_dot_tile of this level.
 //
 // Why this form: the row-lane tile (16 rows x up to 64 tokens) transposes its
@@ -40,7 +40,7 @@
 #include "kernels/cpu/avx512/kquants_unpack.h"
 #include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
-#include "kernels/cpu/lanes_kquants_common.h"
+#include "kernels/cpu/kquants_lanes.h"
 #include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 

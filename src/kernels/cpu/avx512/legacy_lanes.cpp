@@ -1,7 +1,7 @@
 // AVX-512 VNNI "row lanes" kernels for the legacy weight types Q4_0, Q5_0,
 // Q8_0 x Q8_0 activations and Q4_1, Q5_1 x Q8_1 activations: vec_dot,
 // vec_dot_rows (decode; Q4_0 / Q4_1 / Q5_1 ones are in
-// avx512/lanes_rows.cpp) and the tile kernel (kLaneTileRows = 32 weight
+// avx512/legacy_rows.cpp) and the tile kernel (kLaneTileRows = 32 weight
 // rows x up to kLaneTileCols tokens). Q8_0 is the tied
 // token embedding / output head (the largest matrix of small models), Q5_0
 // most of the Gemma 3 body in Q4_K_M files and Q4_0 the whole of Q4_0 files,
@@ -19,7 +19,7 @@
 // s_x the Q8_1 block's s (= d * sum of its quants). This differs from the
 // AVX2 / scalar levels (8-lane partial sums per block) only by float
 // rounding; every kernel here reproduces it bit for bit
-// (tests/kernels/gemm_lanes_test.cpp checks them against a scalar model of
+// (tests/kernels/legacy_lanes_test.cpp checks them against a scalar model of
 // exactly these steps).
 //
 // Why this form: one output per zmm lane. A tile unpacks and transposes its
@@ -42,7 +42,7 @@
 // (two at a time for rows of up to 20 blocks, one at a time above: see
 // lanes_decode): weights then stream from memory and the hardware
 // prefetchers keep up; Q5_0 decode uses it. Q4_0, Q4_1, Q5_1 and Q8_0
-// decode use a 16-row group kernel instead (avx512/lanes_rows.cpp, same
+// decode use a 16-row group kernel instead (avx512/legacy_rows.cpp, same
 // arithmetic): with their short blocks the per-row work of this walk
 // dominates (Q4_0: measured 30-45% slower than the group kernel; Q8_0 on
 // an AMD EPYC VM, one thread from DRAM: 4.5-5 GB/s at rows of 640 and

@@ -1,7 +1,7 @@
 // AVX-512 VNNI decode over the interleaved Q4_K_R16 / Q6_K_R16 layouts
 // (kernels/interleave.h): one token against whole 16-row groups, lane r of
 // every vector = row r, in the arithmetic of the row-lane kernels
-// (avx512/lanes_kquants.cpp; twins in kernels/ref/kquants_lanes_ref.h), so
+// (avx512/kquants_lanes.cpp; twins in kernels/ref/kquants_lanes.h), so
 // results equal the base type's kernels bit for bit.
 //
 // Why: the row-lane decode of plain rows spends most of its instructions

@@ -1,8 +1,8 @@
 // AMX-INT8 kernels over the interleaved Q4_K_R16 / Q6_K_R16 layouts
 // (kernels/interleave.h) for many tokens at once: batched decode (the
 // few-token form) and prefill (the tile), in the arithmetic of the row-lane
-// kernels (twins in kernels/ref/kquants_lanes_ref.h), so results equal the
-// AVX-512 kernels' (avx512/lanes_kquants_r16.cpp) bit for bit.
+// kernels (twins in kernels/ref/kquants_lanes.h), so results equal the
+// AVX-512 kernels' (avx512/kquants_r16_few.cpp) bit for bit.
 //
 // Why: those kernels sit at the vpdpbusd port bound (one 64-MAC instruction
 // per cycle and core); one tdpbsud does 16 x 16 x 64 MACs in ~13 cycles

@@ -7,12 +7,12 @@
 // Q5_0_R16 / Q8_0_R16 layouts (each 8-row half of a group read as this
 // form's vectors, no transposes; Q5_0's fifth bits from the layout's masks).
 //
-// Arithmetic: the lane contract of the AVX-512 level (avx512/lanes_tile.cpp):
+// Arithmetic: the lane contract of the AVX-512 level (avx512/legacy_lanes.cpp):
 //   acc = 0;  for each block b in order:  acc = fma(float(isum_b), d_w[b] * d_x[b], acc)
 // isum_b the exact int32 dot of the 32 signed weights (Q4_0: nibble - 8;
 // Q5_0: quant - 16; Q8_0: quant) and activation quants. So these types give
 // the same bits at both levels, whatever the row grouping or token count
-// (tests/kernels/gemm_lanes_test.cpp checks both against a scalar model of
+// (tests/kernels/legacy_lanes_test.cpp checks both against a scalar model of
 // these steps).
 //
 // Token lanes / tile: one output row per 32-bit ymm lane. A group of 8 rows
