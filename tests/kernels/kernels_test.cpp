@@ -188,8 +188,8 @@ TEST(KernelRegistry, LevelsAboveTheCpuClampAndUnknownTypesAreEmpty) {
 }
 
 TEST(KernelRegistry, ScalarLevelIsTheReference) {
-  EXPECT_EQ(kernels(DType::kQ8_0, Isa::kScalar).vec_dot, &ref::vec_dot_q8_0_q8_0);
-  EXPECT_EQ(kernels(DType::kQ4_K, Isa::kScalar).vec_dot, &ref::vec_dot_q4_K_q8_K);
+  EXPECT_EQ(kernels(DType::kQ8_0, Isa::kScalar).vec_dot, &ref::q8_0_dot);
+  EXPECT_EQ(kernels(DType::kQ4_K, Isa::kScalar).vec_dot, &ref::q4_K_dot);
   EXPECT_EQ(kernels(DType::kQ8_K, Isa::kScalar).quantize_row, &quantize_row_q8_K_ref);
 }
 

@@ -43,9 +43,9 @@ class KQuantLanes : public ::testing::TestWithParam<std::tuple<DType, Isa>> {
   int tile_rows() const { return k().tile_rows; }
   float twin(int64_t n, const uint8_t* w, const BlockQ8_K* x) const {
     float s;
-    if (t() == DType::kQ4_K) ref::vec_dot_q4_K_q8_K_lanes(n, &s, w, x);
-    else if (t() == DType::kQ5_K) ref::vec_dot_q5_K_q8_K_lanes(n, &s, w, x);
-    else ref::vec_dot_q6_K_q8_K_lanes(n, &s, w, x);
+    if (t() == DType::kQ4_K) ref::q4_K_lanes_dot(n, &s, w, x);
+    else if (t() == DType::kQ5_K) ref::q5_K_lanes_dot(n, &s, w, x);
+    else ref::q6_K_lanes_dot(n, &s, w, x);
     return s;
   }
   // s (cols x lds, filled with -7 before the call) holds the twin's bits

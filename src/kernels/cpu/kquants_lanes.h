@@ -30,16 +30,16 @@ inline const Block* block_at(const uint8_t* w, size_t w_row_bytes, int nr, int r
 // The entry points of one type at one level, in that level's namespace:
 // vec_dot is decode over one row.
 #define EMBER_LANES_K_ENTRIES(name, rows_traits, tile_traits)                                                      \
-  void vec_dot_rows_lanes_##name##_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,    \
+  void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,    \
                                         int64_t nr) {                                                              \
     rows<rows_traits>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_K*>(x), nr);    \
   }                                                                                                                \
-  void vec_dot_lanes_##name##_q8_K(int64_t n, float* s, const void* w, const void* x) {                           \
+  void name##_dot(int64_t n, float* s, const void* w, const void* x) {                           \
     rows<rows_traits>(n, s, static_cast<const uint8_t*>(w),                                                        \
                       sizeof(rows_traits::Block) * static_cast<size_t>(n / kQK_K), static_cast<const BlockQ8_K*>(x), \
                       1);                                                                                          \
   }                                                                                                                \
-  void vec_dot_tile_lanes_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,      \
+  void name##_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,      \
                                         const void* x, size_t x_row_bytes, int nr, int nc) {                       \
     tile<tile_traits>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),      \
                       x_row_bytes, nr, nc);                                                                        \

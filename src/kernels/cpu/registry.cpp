@@ -63,41 +63,41 @@ void set_tokens(KernelSet& k, VecDotTokensFn f, PackTokensFn pack, TokensPackByt
 
 void fill_scalar(Table& t) {
   const Isa s = Isa::kScalar;
-  at(t, DType::kF32, s) = {copy_row_f32_out, copy_row_f32, ref::vec_dot_f32};
-  at(t, DType::kF16, s) = {dequantize_row_f16_ref, quantize_row_f16_ref, ref::vec_dot_f16};
-  at(t, DType::kBF16, s) = {dequantize_row_bf16_ref, quantize_row_bf16_ref, ref::vec_dot_bf16};
-  at(t, DType::kQ4_0, s) = {dequantize_row_q4_0_ref, quantize_row_q4_0_ref, ref::vec_dot_q4_0_q8_0};
-  at(t, DType::kQ4_1, s) = {dequantize_row_q4_1_ref, quantize_row_q4_1_ref, ref::vec_dot_q4_1_q8_1};
-  at(t, DType::kQ5_0, s) = {dequantize_row_q5_0_ref, quantize_row_q5_0_ref, ref::vec_dot_q5_0_q8_0};
-  at(t, DType::kQ5_1, s) = {dequantize_row_q5_1_ref, quantize_row_q5_1_ref, ref::vec_dot_q5_1_q8_1};
-  at(t, DType::kQ8_0, s) = {dequantize_row_q8_0_ref, quantize_row_q8_0_ref, ref::vec_dot_q8_0_q8_0};
+  at(t, DType::kF32, s) = {copy_row_f32_out, copy_row_f32, ref::f32_dot};
+  at(t, DType::kF16, s) = {dequantize_row_f16_ref, quantize_row_f16_ref, ref::f16_dot};
+  at(t, DType::kBF16, s) = {dequantize_row_bf16_ref, quantize_row_bf16_ref, ref::bf16_dot};
+  at(t, DType::kQ4_0, s) = {dequantize_row_q4_0_ref, quantize_row_q4_0_ref, ref::q4_0_dot};
+  at(t, DType::kQ4_1, s) = {dequantize_row_q4_1_ref, quantize_row_q4_1_ref, ref::q4_1_dot};
+  at(t, DType::kQ5_0, s) = {dequantize_row_q5_0_ref, quantize_row_q5_0_ref, ref::q5_0_dot};
+  at(t, DType::kQ5_1, s) = {dequantize_row_q5_1_ref, quantize_row_q5_1_ref, ref::q5_1_dot};
+  at(t, DType::kQ8_0, s) = {dequantize_row_q8_0_ref, quantize_row_q8_0_ref, ref::q8_0_dot};
   at(t, DType::kQ8_0, s).quantize_row_int4 = quantize_row_q8_0_int4_ref;
   at(t, DType::kQ8_1, s) = {dequantize_row_q8_1_ref, quantize_row_q8_1_ref, nullptr};
-  at(t, DType::kQ2_K, s) = {dequantize_row_q2_K_ref, quantize_row_q2_K_ref, ref::vec_dot_q2_K_q8_K};
-  at(t, DType::kQ3_K, s) = {dequantize_row_q3_K_ref, quantize_row_q3_K_ref, ref::vec_dot_q3_K_q8_K};
-  at(t, DType::kQ4_K, s) = {dequantize_row_q4_K_ref, quantize_row_q4_K_ref, ref::vec_dot_q4_K_q8_K};
-  at(t, DType::kQ5_K, s) = {dequantize_row_q5_K_ref, quantize_row_q5_K_ref, ref::vec_dot_q5_K_q8_K};
-  at(t, DType::kQ6_K, s) = {dequantize_row_q6_K_ref, quantize_row_q6_K_ref, ref::vec_dot_q6_K_q8_K};
-  at(t, DType::kQ8_K, s) = {dequantize_row_q8_K_ref, quantize_row_q8_K_ref, ref::vec_dot_q8_K_q8_K};
+  at(t, DType::kQ2_K, s) = {dequantize_row_q2_K_ref, quantize_row_q2_K_ref, ref::q2_K_dot};
+  at(t, DType::kQ3_K, s) = {dequantize_row_q3_K_ref, quantize_row_q3_K_ref, ref::q3_K_dot};
+  at(t, DType::kQ4_K, s) = {dequantize_row_q4_K_ref, quantize_row_q4_K_ref, ref::q4_K_dot};
+  at(t, DType::kQ5_K, s) = {dequantize_row_q5_K_ref, quantize_row_q5_K_ref, ref::q5_K_dot};
+  at(t, DType::kQ6_K, s) = {dequantize_row_q6_K_ref, quantize_row_q6_K_ref, ref::q6_K_dot};
+  at(t, DType::kQ8_K, s) = {dequantize_row_q8_K_ref, quantize_row_q8_K_ref, ref::q8_K_dot};
 }
 
 void fill_avx2(Table& t) {
   const Isa a = Isa::kAvx2;
-  at(t, DType::kF32, a).vec_dot = avx2::vec_dot_f32;
-  at(t, DType::kF16, a) = {avx2::dequantize_row_f16, nullptr, avx2::vec_dot_f16};
-  at(t, DType::kBF16, a) = {avx2::dequantize_row_bf16, nullptr, avx2::vec_dot_bf16};
-  at(t, DType::kQ4_0, a) = {avx2::dequantize_row_q4_0, nullptr, avx2::vec_dot_q4_0_q8_0};
-  at(t, DType::kQ4_1, a).vec_dot = avx2::vec_dot_q4_1_q8_1;
-  at(t, DType::kQ5_0, a) = {avx2::dequantize_row_q5_0, nullptr, avx2::vec_dot_q5_0_q8_0};
-  at(t, DType::kQ5_1, a).vec_dot = avx2::vec_dot_q5_1_q8_1;
-  at(t, DType::kQ8_0, a) = {avx2::dequantize_row_q8_0, avx2::quantize_row_q8_0, avx2::vec_dot_q8_0_q8_0};
-  at(t, DType::kQ8_0, a).quantize_row_int4 = avx2::quantize_row_q8_0_int4;
-  at(t, DType::kQ8_1, a).quantize_row = avx2::quantize_row_q8_1;
-  at(t, DType::kQ2_K, a).vec_dot = avx2::vec_dot_q2_K_q8_K;
-  at(t, DType::kQ3_K, a).vec_dot = avx2::vec_dot_q3_K_q8_K;
-  at(t, DType::kQ4_K, a).dequantize_row = avx2::dequantize_row_q4_K;
-  at(t, DType::kQ6_K, a).dequantize_row = avx2::dequantize_row_q6_K;
-  at(t, DType::kQ8_K, a).quantize_row = avx2::quantize_row_q8_K;
+  at(t, DType::kF32, a).vec_dot = avx2::f32_dot;
+  at(t, DType::kF16, a) = {avx2::f16_dequantize, nullptr, avx2::f16_dot};
+  at(t, DType::kBF16, a) = {avx2::bf16_dequantize, nullptr, avx2::bf16_dot};
+  at(t, DType::kQ4_0, a) = {avx2::q4_0_dequantize, nullptr, avx2::q4_0_dot};
+  at(t, DType::kQ4_1, a).vec_dot = avx2::q4_1_dot;
+  at(t, DType::kQ5_0, a) = {avx2::q5_0_dequantize, nullptr, avx2::q5_0_dot};
+  at(t, DType::kQ5_1, a).vec_dot = avx2::q5_1_dot;
+  at(t, DType::kQ8_0, a) = {avx2::q8_0_dequantize, avx2::q8_0_quantize, avx2::q8_0_dot};
+  at(t, DType::kQ8_0, a).quantize_row_int4 = avx2::q8_0_quantize_int4;
+  at(t, DType::kQ8_1, a).quantize_row = avx2::q8_1_quantize;
+  at(t, DType::kQ2_K, a).vec_dot = avx2::q2_K_dot;
+  at(t, DType::kQ3_K, a).vec_dot = avx2::q3_K_dot;
+  at(t, DType::kQ4_K, a).dequantize_row = avx2::q4_K_dequantize;
+  at(t, DType::kQ6_K, a).dequantize_row = avx2::q6_K_dequantize;
+  at(t, DType::kQ8_K, a).quantize_row = avx2::q8_K_quantize;
   // Q4_0 / Q5_0 / Q8_0: the row-lane kernels (one arithmetic with the AVX-512
   // level's); two or more tokens take the token-lane form.
   struct Legacy {
@@ -108,68 +108,68 @@ void fill_avx2(Table& t) {
     PackTokensFn pack;
   };
   const Legacy legacy[] = {
-      {DType::kQ4_0, avx2::vec_dot_rows_q4_0_q8_0, avx2::vec_dot_tile_q4_0_q8_0, avx2::vec_dot_tokens_q4_0_q8_0,
-       avx2::pack_tokens_q4_0_q8_0},
-      {DType::kQ5_0, avx2::vec_dot_rows_q5_0_q8_0, avx2::vec_dot_tile_q5_0_q8_0, avx2::vec_dot_tokens_q5_0_q8_0,
-       avx2::pack_tokens_q5_0_q8_0},
-      {DType::kQ8_0, avx2::vec_dot_rows_q8_0_q8_0, avx2::vec_dot_tile_q8_0_q8_0, avx2::vec_dot_tokens_q8_0_q8_0,
-       avx2::pack_tokens_q8_0_q8_0},
+      {DType::kQ4_0, avx2::q4_0_rows, avx2::q4_0_tile, avx2::q4_0_tokens,
+       avx2::q4_0_tokens_pack},
+      {DType::kQ5_0, avx2::q5_0_rows, avx2::q5_0_tile, avx2::q5_0_tokens,
+       avx2::q5_0_tokens_pack},
+      {DType::kQ8_0, avx2::q8_0_rows, avx2::q8_0_tile, avx2::q8_0_tokens,
+       avx2::q8_0_tokens_pack},
   };
   for (const Legacy& l : legacy) {
     KernelSet& k = at(t, l.type, a);
     k.vec_dot_rows = l.rows;
     set_tile(k, l.tile, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
-    set_tokens(k, l.tokens, l.pack, avx2::tokens_pack_bytes_legacy, 2, 1 << 30);
+    set_tokens(k, l.tokens, l.pack, avx2::legacy_tokens_pack_bytes, 2, 1 << 30);
   }
-  set_tile(at(t, DType::kQ2_K, a), avx2::vec_dot_tile_q2_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
-  set_tile(at(t, DType::kQ3_K, a), avx2::vec_dot_tile_q3_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
-  set_tile(at(t, DType::kF32, a), avx2::vec_dot_tile_f32, avx2::kFloatTileRows, avx2::kFloatTileCols);
-  set_tile(at(t, DType::kF16, a), avx2::vec_dot_tile_f16, avx2::kFloatTileRows, avx2::kFloatTileCols);
-  set_tile(at(t, DType::kBF16, a), avx2::vec_dot_tile_bf16, avx2::kFloatTileRows, avx2::kFloatTileCols);
+  set_tile(at(t, DType::kQ2_K, a), avx2::q2_K_tile, avx2::kKquantsTileRows, avx2::kKquantsTileCols);
+  set_tile(at(t, DType::kQ3_K, a), avx2::q3_K_tile, avx2::kKquantsTileRows, avx2::kKquantsTileCols);
+  set_tile(at(t, DType::kF32, a), avx2::f32_tile, avx2::kFloatTileRows, avx2::kFloatTileCols);
+  set_tile(at(t, DType::kF16, a), avx2::f16_tile, avx2::kFloatTileRows, avx2::kFloatTileCols);
+  set_tile(at(t, DType::kBF16, a), avx2::bf16_tile, avx2::kFloatTileRows, avx2::kFloatTileCols);
   // Q4_K, Q6_K: the row-lane kernels (the AVX-512 lanes' arithmetic).
-  at(t, DType::kQ4_K, a).vec_dot = avx2::vec_dot_lanes_q4_K_q8_K;
-  at(t, DType::kQ4_K, a).vec_dot_rows = avx2::vec_dot_rows_lanes_q4_K_q8_K;
-  set_tile(at(t, DType::kQ4_K, a), avx2::vec_dot_tile_lanes_q4_K_q8_K, avx2::kLaneKTileRows, avx2::kLaneKTileCols);
-  at(t, DType::kQ5_K, a).vec_dot = avx2::vec_dot_lanes_q5_K_q8_K;
-  at(t, DType::kQ5_K, a).vec_dot_rows = avx2::vec_dot_rows_lanes_q5_K_q8_K;
-  set_tile(at(t, DType::kQ5_K, a), avx2::vec_dot_tile_lanes_q5_K_q8_K, avx2::kLaneKTileRows, avx2::kLaneKTileCols);
-  at(t, DType::kQ6_K, a).vec_dot = avx2::vec_dot_lanes_q6_K_q8_K;
-  at(t, DType::kQ6_K, a).vec_dot_rows = avx2::vec_dot_rows_lanes_q6_K_q8_K;
-  set_tile(at(t, DType::kQ6_K, a), avx2::vec_dot_tile_lanes_q6_K_q8_K, avx2::kLaneKTileRows, avx2::kLaneKTileCols);
+  at(t, DType::kQ4_K, a).vec_dot = avx2::q4_K_dot;
+  at(t, DType::kQ4_K, a).vec_dot_rows = avx2::q4_K_rows;
+  set_tile(at(t, DType::kQ4_K, a), avx2::q4_K_tile, avx2::kKquantsLanesTileRows, avx2::kKquantsLanesTileCols);
+  at(t, DType::kQ5_K, a).vec_dot = avx2::q5_K_dot;
+  at(t, DType::kQ5_K, a).vec_dot_rows = avx2::q5_K_rows;
+  set_tile(at(t, DType::kQ5_K, a), avx2::q5_K_tile, avx2::kKquantsLanesTileRows, avx2::kKquantsLanesTileCols);
+  at(t, DType::kQ6_K, a).vec_dot = avx2::q6_K_dot;
+  at(t, DType::kQ6_K, a).vec_dot_rows = avx2::q6_K_rows;
+  set_tile(at(t, DType::kQ6_K, a), avx2::q6_K_tile, avx2::kKquantsLanesTileRows, avx2::kKquantsLanesTileCols);
 }
 
 void fill_avx512(Table& t) {
   const Isa v = Isa::kAvx512;
-  at(t, DType::kF32, v).vec_dot = avx512::vec_dot_f32;
-  at(t, DType::kF16, v).vec_dot = avx512::vec_dot_f16;
-  at(t, DType::kBF16, v).vec_dot = avx512::vec_dot_bf16;
-  set_tile(at(t, DType::kF32, v), avx512::vec_dot_tile_f32, avx512::kFloatTileRows, avx512::kFloatTileCols);
-  set_tile(at(t, DType::kF16, v), avx512::vec_dot_tile_f16, avx512::kFloatTileRows, avx512::kFloatTileCols);
-  set_tile(at(t, DType::kBF16, v), avx512::vec_dot_tile_bf16, avx512::kFloatTileRows, avx512::kFloatTileCols);
-  at(t, DType::kF32, v).vec_dot_rows = avx512::vec_dot_rows_f32;
-  at(t, DType::kF16, v).vec_dot_rows = avx512::vec_dot_rows_f16;
-  at(t, DType::kBF16, v).vec_dot_rows = avx512::vec_dot_rows_bf16;
-  at(t, DType::kQ4_0, v).vec_dot = avx512::vec_dot_q4_0_q8_0;
-  at(t, DType::kQ4_1, v).vec_dot = avx512::vec_dot_q4_1_q8_1;
-  at(t, DType::kQ5_0, v).vec_dot = avx512::vec_dot_q5_0_q8_0;
-  at(t, DType::kQ5_1, v).vec_dot = avx512::vec_dot_q5_1_q8_1;
-  at(t, DType::kQ8_0, v).vec_dot = avx512::vec_dot_q8_0_q8_0;
-  at(t, DType::kQ2_K, v).vec_dot = avx512::vec_dot_q2_K_q8_K;
-  at(t, DType::kQ3_K, v).vec_dot = avx512::vec_dot_q3_K_q8_K;
-  set_tile(at(t, DType::kQ4_0, v), avx512::vec_dot_tile_q4_0_q8_0, avx512::kLaneTileRows, avx512::kLaneTileCols);
-  at(t, DType::kQ4_0, v).vec_dot_rows = avx512::vec_dot_rows_q4_0_q8_0;
-  set_tile(at(t, DType::kQ4_1, v), avx512::vec_dot_tile_q4_1_q8_1, avx512::kLaneTileRows, avx512::kLaneTileCols);
-  set_tile(at(t, DType::kQ5_1, v), avx512::vec_dot_tile_q5_1_q8_1, avx512::kLaneTileRows, avx512::kLaneTileCols);
-  at(t, DType::kQ4_1, v).vec_dot_rows = avx512::vec_dot_rows_q4_1_q8_1;
-  at(t, DType::kQ5_1, v).vec_dot_rows = avx512::vec_dot_rows_q5_1_q8_1;
-  set_tile(at(t, DType::kQ5_0, v), avx512::vec_dot_tile_q5_0_q8_0, avx512::kLaneTileRows, avx512::kLaneTileCols);
-  set_tile(at(t, DType::kQ8_0, v), avx512::vec_dot_tile_q8_0_q8_0, avx512::kLaneTileRows, avx512::kLaneTileCols);
-  at(t, DType::kQ5_0, v).vec_dot_rows = avx512::vec_dot_rows_q5_0_q8_0;
-  at(t, DType::kQ8_0, v).vec_dot_rows = avx512::vec_dot_rows_q8_0_q8_0;
-  set_tile(at(t, DType::kQ2_K, v), avx512::vec_dot_tile_q2_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
-  set_tile(at(t, DType::kQ3_K, v), avx512::vec_dot_tile_q3_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
-  at(t, DType::kQ2_K, v).vec_dot_rows = avx512::vec_dot_rows_q2_K_q8_K;
-  at(t, DType::kQ3_K, v).vec_dot_rows = avx512::vec_dot_rows_q3_K_q8_K;
+  at(t, DType::kF32, v).vec_dot = avx512::f32_dot;
+  at(t, DType::kF16, v).vec_dot = avx512::f16_dot;
+  at(t, DType::kBF16, v).vec_dot = avx512::bf16_dot;
+  set_tile(at(t, DType::kF32, v), avx512::f32_tile, avx512::kFloatTileRows, avx512::kFloatTileCols);
+  set_tile(at(t, DType::kF16, v), avx512::f16_tile, avx512::kFloatTileRows, avx512::kFloatTileCols);
+  set_tile(at(t, DType::kBF16, v), avx512::bf16_tile, avx512::kFloatTileRows, avx512::kFloatTileCols);
+  at(t, DType::kF32, v).vec_dot_rows = avx512::f32_rows;
+  at(t, DType::kF16, v).vec_dot_rows = avx512::f16_rows;
+  at(t, DType::kBF16, v).vec_dot_rows = avx512::bf16_rows;
+  at(t, DType::kQ4_0, v).vec_dot = avx512::q4_0_dot;
+  at(t, DType::kQ4_1, v).vec_dot = avx512::q4_1_dot;
+  at(t, DType::kQ5_0, v).vec_dot = avx512::q5_0_dot;
+  at(t, DType::kQ5_1, v).vec_dot = avx512::q5_1_dot;
+  at(t, DType::kQ8_0, v).vec_dot = avx512::q8_0_dot;
+  at(t, DType::kQ2_K, v).vec_dot = avx512::q2_K_dot;
+  at(t, DType::kQ3_K, v).vec_dot = avx512::q3_K_dot;
+  set_tile(at(t, DType::kQ4_0, v), avx512::q4_0_tile, avx512::kLegacyTileRows, avx512::kLegacyTileCols);
+  at(t, DType::kQ4_0, v).vec_dot_rows = avx512::q4_0_rows;
+  set_tile(at(t, DType::kQ4_1, v), avx512::q4_1_tile, avx512::kLegacyTileRows, avx512::kLegacyTileCols);
+  set_tile(at(t, DType::kQ5_1, v), avx512::q5_1_tile, avx512::kLegacyTileRows, avx512::kLegacyTileCols);
+  at(t, DType::kQ4_1, v).vec_dot_rows = avx512::q4_1_rows;
+  at(t, DType::kQ5_1, v).vec_dot_rows = avx512::q5_1_rows;
+  set_tile(at(t, DType::kQ5_0, v), avx512::q5_0_tile, avx512::kLegacyTileRows, avx512::kLegacyTileCols);
+  set_tile(at(t, DType::kQ8_0, v), avx512::q8_0_tile, avx512::kLegacyTileRows, avx512::kLegacyTileCols);
+  at(t, DType::kQ5_0, v).vec_dot_rows = avx512::q5_0_rows;
+  at(t, DType::kQ8_0, v).vec_dot_rows = avx512::q8_0_rows;
+  set_tile(at(t, DType::kQ2_K, v), avx512::q2_K_tile, avx512::kKquantsTileRows, avx512::kKquantsTileCols);
+  set_tile(at(t, DType::kQ3_K, v), avx512::q3_K_tile, avx512::kKquantsTileRows, avx512::kKquantsTileCols);
+  at(t, DType::kQ2_K, v).vec_dot_rows = avx512::q2_K_rows;
+  at(t, DType::kQ3_K, v).vec_dot_rows = avx512::q3_K_rows;
   // Q4_K, Q5_K, Q6_K: the row-lane kernels (one arithmetic for vec_dot,
   // decode, tiles), their decode form for a few tokens (speculative
   // verification, small batches) and their token-lane form for 12-16 tokens
@@ -183,25 +183,25 @@ void fill_avx512(Table& t) {
     VecDotTokensFn tokens;
   };
   const LanesK lanes_k[] = {
-      {DType::kQ4_K, avx512::vec_dot_lanes_q4_K_q8_K, avx512::vec_dot_rows_lanes_q4_K_q8_K,
-       avx512::vec_dot_tile_lanes_q4_K_q8_K, avx512::vec_dot_few_lanes_q4_K_q8_K,
-       avx512::vec_dot_tokens_lanes_q4_K_q8_K},
-      {DType::kQ5_K, avx512::vec_dot_lanes_q5_K_q8_K, avx512::vec_dot_rows_lanes_q5_K_q8_K,
-       avx512::vec_dot_tile_lanes_q5_K_q8_K, avx512::vec_dot_few_lanes_q5_K_q8_K,
-       avx512::vec_dot_tokens_lanes_q5_K_q8_K},
-      {DType::kQ6_K, avx512::vec_dot_lanes_q6_K_q8_K, avx512::vec_dot_rows_lanes_q6_K_q8_K,
-       avx512::vec_dot_tile_lanes_q6_K_q8_K, avx512::vec_dot_few_lanes_q6_K_q8_K,
-       avx512::vec_dot_tokens_lanes_q6_K_q8_K},
+      {DType::kQ4_K, avx512::q4_K_dot, avx512::q4_K_rows,
+       avx512::q4_K_tile, avx512::q4_K_few,
+       avx512::q4_K_tokens},
+      {DType::kQ5_K, avx512::q5_K_dot, avx512::q5_K_rows,
+       avx512::q5_K_tile, avx512::q5_K_few,
+       avx512::q5_K_tokens},
+      {DType::kQ6_K, avx512::q6_K_dot, avx512::q6_K_rows,
+       avx512::q6_K_tile, avx512::q6_K_few,
+       avx512::q6_K_tokens},
   };
   for (const LanesK& l : lanes_k) {
     KernelSet& k = at(t, l.type, v);
     k.vec_dot = l.dot;
     k.vec_dot_rows = l.rows;
-    set_tile(k, l.tile, avx512::kLaneKTileRows, avx512::kLaneKTileCols);
+    set_tile(k, l.tile, avx512::kKquantsLanesTileRows, avx512::kKquantsLanesTileCols);
     k.vec_dot_few = l.few;
-    k.few_max = avx512::kLaneKFewMax;
-    set_tokens(k, l.tokens, avx512::pack_tokens_q8_K, avx512::tokens_pack_bytes_q8_K, avx512::kLaneKTokensMin,
-               avx512::kLaneKTokensMax);
+    k.few_max = avx512::kKquantsLanesFewMax;
+    set_tokens(k, l.tokens, avx512::kquants_tokens_pack, avx512::kquants_tokens_pack_bytes, avx512::kKquantsTokensMin,
+               avx512::kKquantsTokensMax);
   }
 }
 
@@ -253,20 +253,20 @@ Table build_table() {
       PackTokensFn pack;
     };
     const Native natives[] = {
-        {DType::kQ4_K_R16, avx2::vec_dot_rows_r16_q4_K_q8_K, avx2::vec_dot_tile_r16_q4_K_q8_K, nullptr, nullptr},
-        {DType::kQ6_K_R16, avx2::vec_dot_rows_r16_q6_K_q8_K, avx2::vec_dot_tile_r16_q6_K_q8_K, nullptr, nullptr},
-        {DType::kQ4_0_R16, avx2::vec_dot_rows_r16_q4_0_q8_0, nullptr, avx2::vec_dot_tokens_r16_q4_0_q8_0,
-         avx2::pack_tokens_q4_0_q8_0},
-        {DType::kQ5_0_R16, avx2::vec_dot_rows_r16_q5_0_q8_0, nullptr, avx2::vec_dot_tokens_r16_q5_0_q8_0,
-         avx2::pack_tokens_q5_0_q8_0},
-        {DType::kQ8_0_R16, avx2::vec_dot_rows_r16_q8_0_q8_0, nullptr, avx2::vec_dot_tokens_r16_q8_0_q8_0,
-         avx2::pack_tokens_q8_0_q8_0},
+        {DType::kQ4_K_R16, avx2::q4_K_r16_rows, avx2::q4_K_r16_tile, nullptr, nullptr},
+        {DType::kQ6_K_R16, avx2::q6_K_r16_rows, avx2::q6_K_r16_tile, nullptr, nullptr},
+        {DType::kQ4_0_R16, avx2::q4_0_r16_rows, nullptr, avx2::q4_0_r16_tokens,
+         avx2::q4_0_tokens_pack},
+        {DType::kQ5_0_R16, avx2::q5_0_r16_rows, nullptr, avx2::q5_0_r16_tokens,
+         avx2::q5_0_tokens_pack},
+        {DType::kQ8_0_R16, avx2::q8_0_r16_rows, nullptr, avx2::q8_0_r16_tokens,
+         avx2::q8_0_tokens_pack},
     };
     for (const Native& n : natives) {
       KernelSet& k = at(t, n.type, Isa::kAvx2);
       k.vec_dot_rows = n.rows;
       if (n.tile) k.vec_dot_tile = n.tile;
-      if (n.tokens) set_tokens(k, n.tokens, n.pack, avx2::tokens_pack_bytes_legacy, 2, 1 << 30);
+      if (n.tokens) set_tokens(k, n.tokens, n.pack, avx2::legacy_tokens_pack_bytes, 2, 1 << 30);
       k.interleaved_native = true;
     }
   }
@@ -278,16 +278,16 @@ Table build_table() {
       VecDotTileFn tile;
     };
     const Native natives[] = {
-        {DType::kQ4_0_R16, avx512::vec_dot_rows_r16_q4_0_q8_0, avx512::vec_dot_few_r16_q4_0_q8_0,
-         avx512::vec_dot_tile_r16_q4_0_q8_0},
-        {DType::kQ5_0_R16, avx512::vec_dot_rows_r16_q5_0_q8_0, avx512::vec_dot_few_r16_q5_0_q8_0,
-         avx512::vec_dot_tile_r16_q5_0_q8_0},
-        {DType::kQ8_0_R16, avx512::vec_dot_rows_r16_q8_0_q8_0, avx512::vec_dot_few_r16_q8_0_q8_0,
-         avx512::vec_dot_tile_r16_q8_0_q8_0},
-        {DType::kQ4_K_R16, avx512::vec_dot_rows_r16_q4_K_q8_K, avx512::vec_dot_few_r16_q4_K_q8_K,
-         avx512::vec_dot_tile_r16_q4_K_q8_K},
-        {DType::kQ6_K_R16, avx512::vec_dot_rows_r16_q6_K_q8_K, avx512::vec_dot_few_r16_q6_K_q8_K,
-         avx512::vec_dot_tile_r16_q6_K_q8_K},
+        {DType::kQ4_0_R16, avx512::q4_0_r16_rows, avx512::q4_0_r16_few,
+         avx512::q4_0_r16_tile},
+        {DType::kQ5_0_R16, avx512::q5_0_r16_rows, avx512::q5_0_r16_few,
+         avx512::q5_0_r16_tile},
+        {DType::kQ8_0_R16, avx512::q8_0_r16_rows, avx512::q8_0_r16_few,
+         avx512::q8_0_r16_tile},
+        {DType::kQ4_K_R16, avx512::q4_K_r16_rows, avx512::q4_K_r16_few,
+         avx512::q4_K_r16_tile},
+        {DType::kQ6_K_R16, avx512::q6_K_r16_rows, avx512::q6_K_r16_few,
+         avx512::q6_K_r16_tile},
     };
     for (const Native& n : natives) {
       KernelSet& k = at(t, n.type, Isa::kAvx512);
@@ -311,17 +311,17 @@ Table build_table() {
       PackTokensFn pack;
     };
     const Tokens tokens[] = {
-        {DType::kQ4_0_R16, avx512::vec_dot_tokens_r16_q4_0_q8_0, avx512::pack_tokens_r16_q4_0_q8_0},
-        {DType::kQ5_0_R16, avx512::vec_dot_tokens_r16_q5_0_q8_0, avx512::pack_tokens_r16_q5_0_q8_0},
-        {DType::kQ8_0_R16, avx512::vec_dot_tokens_r16_q8_0_q8_0, avx512::pack_tokens_r16_q8_0_q8_0},
+        {DType::kQ4_0_R16, avx512::q4_0_r16_tokens, avx512::q4_0_r16_tokens_pack},
+        {DType::kQ5_0_R16, avx512::q5_0_r16_tokens, avx512::q5_0_r16_tokens_pack},
+        {DType::kQ8_0_R16, avx512::q8_0_r16_tokens, avx512::q8_0_r16_tokens_pack},
     };
     for (const Tokens& n : tokens)
-      set_tokens(at(t, n.type, Isa::kAvx512), n.fn, n.pack, avx512::tokens_pack_bytes_r16_q8_0,
+      set_tokens(at(t, n.type, Isa::kAvx512), n.fn, n.pack, avx512::legacy_r16_tokens_pack_bytes,
                  avx512::kInterleavedLegacyFewMax + 1, 1 << 30);
   }
   if (max >= Isa::kAmx) {
     // AMX: the AVX-512 kernels of every interleaved layout, and for Q4_K_R16
-    // / Q6_K_R16 the tile kernels from amx::kAmxMinTokens tokens (they call
+    // / Q6_K_R16 the tile kernels from amx::kKquantsR16MinTokens tokens (they call
     // the AVX-512 ones below that).
     for (DType type : kInterleavedTypes) at(t, type, Isa::kAmx) = at(t, type, Isa::kAvx512);
     struct Amx {
@@ -330,13 +330,13 @@ Table build_table() {
       VecDotTileFn tile;
     };
     const Amx amx_kernels[] = {
-        {DType::kQ4_K_R16, amx::vec_dot_few_r16_q4_K_q8_K, amx::vec_dot_tile_r16_q4_K_q8_K},
-        {DType::kQ6_K_R16, amx::vec_dot_few_r16_q6_K_q8_K, amx::vec_dot_tile_r16_q6_K_q8_K},
+        {DType::kQ4_K_R16, amx::q4_K_r16_few, amx::q4_K_r16_tile},
+        {DType::kQ6_K_R16, amx::q6_K_r16_few, amx::q6_K_r16_tile},
     };
     for (const Amx& a : amx_kernels) {
       KernelSet& k = at(t, a.type, Isa::kAmx);
       k.vec_dot_few = a.few;
-      set_tile(k, a.tile, amx::kAmxTileRows, amx::kAmxTileCols);
+      set_tile(k, a.tile, amx::kKquantsR16TileRows, amx::kKquantsR16TileCols);
     }
     // Q4_0 / Q5_0 / Q8_0: the AMX token-lane form (its own pack) where the
     // AVX-512 token lanes ran.
@@ -346,13 +346,13 @@ Table build_table() {
       PackTokensFn pack;
     };
     const AmxTokens amx_tokens[] = {
-        {DType::kQ4_0_R16, amx::vec_dot_tokens_r16_q4_0_q8_0, amx::pack_tokens_r16_q4_0_q8_0},
-        {DType::kQ5_0_R16, amx::vec_dot_tokens_r16_q5_0_q8_0, amx::pack_tokens_r16_q5_0_q8_0},
-        {DType::kQ8_0_R16, amx::vec_dot_tokens_r16_q8_0_q8_0, amx::pack_tokens_r16_q8_0_q8_0},
+        {DType::kQ4_0_R16, amx::q4_0_r16_tokens, amx::q4_0_r16_tokens_pack},
+        {DType::kQ5_0_R16, amx::q5_0_r16_tokens, amx::q5_0_r16_tokens_pack},
+        {DType::kQ8_0_R16, amx::q8_0_r16_tokens, amx::q8_0_r16_tokens_pack},
     };
     for (const AmxTokens& a : amx_tokens) {
       KernelSet& k = at(t, a.type, Isa::kAmx);
-      set_tokens(k, a.fn, a.pack, amx::tokens_pack_bytes_r16_legacy, k.tokens_min, k.tokens_max);
+      set_tokens(k, a.fn, a.pack, amx::legacy_r16_tokens_pack_bytes, k.tokens_min, k.tokens_max);
     }
   }
   return t;

@@ -270,27 +270,27 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace
 
-// Q4_0 / Q5_0 below kAmxNibbleTokensMin tokens: the AVX-512 token lanes
+// Q4_0 / Q5_0 below kLegacyR16NibbleTokensMin tokens: the AVX-512 token lanes
 // and their pack (the unpacking of each group is not paid back by one or
 // two token tiles). The pack and the kernel choose by the same count.
-size_t tokens_pack_bytes_r16_legacy(int64_t n, int nc) {
-  return std::max(packed_bytes(n, nc), avx512::tokens_pack_bytes_r16_q8_0(n, nc));
+size_t legacy_r16_tokens_pack_bytes(int64_t n, int nc) {
+  return std::max(packed_bytes(n, nc), avx512::legacy_r16_tokens_pack_bytes(n, nc));
 }
 
 #define EMBER_AMX_LEGACY(name, kind, min_tokens)                                                                  \
-  void pack_tokens_r16_##name##_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed,          \
+  void name##_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed,          \
                                      int64_t b, int64_t e) {                                                      \
-    if (nc < min_tokens) return avx512::pack_tokens_r16_##name##_q8_0(n, x, x_row_bytes, nc, packed, b, e);      \
+    if (nc < min_tokens) return avx512::name##_r16_tokens_pack(n, x, x_row_bytes, nc, packed, b, e);      \
     pack(n, x, x_row_bytes, nc, packed, b, e);                                                                    \
   }                                                                                                               \
-  void vec_dot_tokens_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,     \
+  void name##_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,     \
                                         const void* packed, int64_t nr, int nc) {                                 \
     if (nc < min_tokens)                                                                                          \
-      return avx512::vec_dot_tokens_r16_##name##_q8_0(n, s, lds, w, w_row_bytes, packed, nr, nc);                 \
+      return avx512::name##_r16_tokens(n, s, lds, w, w_row_bytes, packed, nr, nc);                 \
     run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(packed), nr, nc); \
   }
-EMBER_AMX_LEGACY(q4_0, Legacy::kQ4_0, kAmxNibbleTokensMin)
-EMBER_AMX_LEGACY(q5_0, Legacy::kQ5_0, kAmxNibbleTokensMin)
+EMBER_AMX_LEGACY(q4_0, Legacy::kQ4_0, kLegacyR16NibbleTokensMin)
+EMBER_AMX_LEGACY(q5_0, Legacy::kQ5_0, kLegacyR16NibbleTokensMin)
 EMBER_AMX_LEGACY(q8_0, Legacy::kQ8_0, 0)
 #undef EMBER_AMX_LEGACY
 

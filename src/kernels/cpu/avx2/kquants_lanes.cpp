@@ -1,6 +1,6 @@
 // AVX2 "row lanes" kernels for Q4_K, Q5_K and Q6_K x Q8_K: vec_dot, vec_dot_rows
-// (decode) and the tile kernel (kLaneKTileRows = 8 weight rows x up to
-// kLaneKTileCols tokens), the kernels of these types at this level.
+// (decode) and the tile kernel (kKquantsLanesTileRows = 8 weight rows x up to
+// kKquantsLanesTileCols tokens), the kernels of these types at this level.
 //
 // Arithmetic: the row-lane contract of avx512/kquants_lanes.cpp (scalar twins
 // in kernels/ref/kquants_lanes.h): per super-block one exact int32 sumi
@@ -60,7 +60,7 @@ using lanes8::transpose8;
 
 constexpr int kR = 8;  // rows per lane group (one per 32-bit ymm lane)
 constexpr int kT = 4;  // tokens per register group of the tile kernel
-static_assert(kLaneKTileRows == kR, "one lane group per tile");
+static_assert(kKquantsLanesTileRows == kR, "one lane group per tile");
 
 using lanes8::loadu;
 inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
@@ -115,7 +115,7 @@ inline void unpack_q6(const BlockQ6_K& b, __m256i u[8]) {
   }
 }
 
-// ---- tile: 8 rows x up to kLaneKTileCols tokens ----
+// ---- tile: 8 rows x up to kKquantsLanesTileCols tokens ----
 
 // w[8m + k] lane r <- dword k of u_r[m] for the 8 rows.
 inline void transpose_quants(__m256i u[kR][8], __m256i* w) {
@@ -524,11 +524,11 @@ EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
 EMBER_LANES_K_ENTRIES(q5_K, RowsQ5K, TileQ5K)
 EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
 
-void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
+void q4_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
                                 size_t x_row_bytes, int, int nc) {
   tile_r16<TileQ4K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
 }
-void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
+void q6_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
                                 size_t x_row_bytes, int, int nc) {
   tile_r16<TileQ6K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
 }

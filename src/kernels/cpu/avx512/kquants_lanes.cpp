@@ -1,6 +1,6 @@
 // AVX-512 VNNI "row lanes" kernels for Q4_K and Q6_K x Q8_K: vec_dot,
-// vec_dot_rows (decode) and the tile kernel (kLaneKTileRows = 16 weight rows
-// x up to kLaneKTileCols tokens), the kernels of these types at this level.
+// vec_dot_rows (decode) and the tile kernel (kKquantsLanesTileRows = 16 weight rows
+// x up to kKquantsLanesTileCols tokens), the kernels of these types at this level.
 //
 // Arithmetic (the contract of all three, hence batch-invariant; the scalar
 // twins are in kernels/ref/kquants_lanes.h):
@@ -63,7 +63,7 @@ using kq::unpack_q6;
 
 constexpr int kR = 16;  // rows per lane group (one per zmm lane)
 constexpr int kT = 4;   // tokens per register group of the tile kernel
-static_assert(kLaneKTileRows == kR, "one lane group per tile");
+static_assert(kKquantsLanesTileRows == kR, "one lane group per tile");
 
 inline __m512i bcast32(const void* p) { return _mm512_set1_epi32(static_cast<int>(simd::load_u32(p))); }
 
@@ -82,7 +82,7 @@ inline void gather_f16_pair(const uint8_t* base, __m512i offsets, __m512& lo, __
   hi = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
 }
 
-// ---- tile: 16 rows x up to kLaneKTileCols tokens ----
+// ---- tile: 16 rows x up to kKquantsLanesTileCols tokens ----
 
 // w[16m + k] lane r <- dword k of u_r[m] for the 16 rows.
 inline void transpose_quants(__m512i u[kR][4], __m512i* w) {
@@ -473,7 +473,7 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
   }
 }
 
-// A few tokens (2 .. kLaneKFewMax) over many rows: rows() for each token,
+// A few tokens (2 .. kKquantsLanesFewMax) over many rows: rows() for each token,
 // with each row's super-block unpacked once for all of them and the rows'
 // d / dmin gathered once. The same arithmetic as rows() token by token.
 template <class T>
@@ -481,17 +481,17 @@ void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
          size_t x_row_bytes, int64_t nr, int nc) {
   using Block = typename T::Block;
   const int64_t nb = n / kQK_K;
-  const BlockQ8_K* xt[kLaneKFewMax];
+  const BlockQ8_K* xt[kKquantsLanesFewMax];
   for (int t = 0; t < nc; ++t) xt[t] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t) * x_row_bytes);
   for (int64_t r0 = 0; r0 < nr; r0 += kR) {
     const int gr = static_cast<int>(std::min<int64_t>(kR, nr - r0));
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
     const __m512i offsets = row_offsets(w_row_bytes, gr);
-    __m512 acc[kLaneKFewMax], acc_m[kLaneKFewMax];
+    __m512 acc[kKquantsLanesFewMax], acc_m[kKquantsLanesFewMax];
     for (int t = 0; t < nc; ++t) acc[t] = acc_m[t] = _mm512_setzero_ps();
     auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * kR);
     for (int64_t i = 0; i < nb; ++i) {
-      __m512i v[kLaneKFewMax][kR];
+      __m512i v[kKquantsLanesFewMax][kR];
       for (int r = 0; r < kR; ++r) {
         pf.step();
         PreppedRow p;
@@ -519,27 +519,27 @@ EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
 EMBER_LANES_K_ENTRIES(q5_K, RowsQ5K, TileQ5K)
 EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
 
-void vec_dot_few_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+void q4_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                  size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ4K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
 }
-void vec_dot_few_lanes_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+void q5_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                  size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ5K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
 }
-void vec_dot_few_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+void q6_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                  size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ6K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
 }
 
-void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
+void q4_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
                                 size_t x_row_bytes, int, int nc) {
   tile_r16<TileQ4K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
 }
-void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
+void q6_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
                                 size_t x_row_bytes, int, int nc) {
   tile_r16<TileQ6K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
 }
