@@ -344,12 +344,18 @@ void q6_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row
 
 // Interleaved layouts at every level (kernels/cpu/interleave.cpp): each
 // group de-interleaved into base-type rows for the base type's kernels at
-// `isa` (vec_dot_rows, vec_dot_tile with tile_rows 16 and
-// kInterleavedTileCols).
+// `isa` (vec_dot_rows, and vec_dot_tile with tile_rows kInterleavedGroupRows
+// and tile_cols kInterleavedTileCols); the registry's rows for the levels
+// without native kernels.
+constexpr int kInterleavedGroupRows = 16;
 constexpr int kInterleavedTileCols = 64;
-void set_interleaved_generic(KernelSet& k, DType t, Isa isa);
-constexpr int kNumInterleavedTypes = 5;
-extern const DType kInterleavedTypes[kNumInterleavedTypes];
+KernelSet deinterleaved(DType t, Isa isa);
+VecDotTileFn deinterleaved_tile(DType t, Isa isa);
+
+// The registry's entry for t at level isa as it is folded on a CPU whose
+// highest level is max (kernels/cpu/registry.cpp; tests read the levels
+// this CPU lacks through it). Builds the whole table: not for hot paths.
+KernelSet registry_entry(DType t, Isa isa, Isa max);
 
 // AMX-INT8 (amx/kquants_r16_tile.cpp, the level above AVX-512): Q4_K_R16 /
 // Q6_K_R16 x Q8_K for kKquantsR16MinTokens tokens or more, the weights' scales
