@@ -22,6 +22,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
+#include "kernels/hadamard.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 
@@ -136,45 +137,28 @@ void q8_0_dequantize(const void* x, float* y, int64_t n);
 void q4_K_dequantize(const void* x, float* y, int64_t n);
 void q6_K_dequantize(const void* x, float* y, int64_t n);
 
-// Row ops (row_ops.cpp), as declared in kernels/ops.h; the exp-based ones
+// Row ops (row_ops.cpp), declared from kernels/ops.h's list; the exp-based ones
 // use an 8-lane polynomial (about 1 ulp), RMSNorm sums squares in four
 // 8-lane f32 accumulators whose lanes are added in double.
-void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps);
-void rope_angles(float pos, const float* inv_freq, int n_rot, float* cos_t, float* sin_t);
-void rope_head(float* x, int n_rot, RopeStyle style, const float* cos_t, const float* sin_t);
-float softmax_row(float* x, int64_t n);
-float max_row(const float* x, int64_t n);
-double log_sum_exp_row(const float* x, int64_t n);
-void exp_shifted_row(float* x, int64_t n, float mx);
-void silu_row(float* x, int64_t n);
-void gelu_tanh_row(float* x, int64_t n);
-void swiglu_row(float* gate, const float* up, int64_t n);
-void geglu_tanh_row(float* gate, const float* up, int64_t n);
-void softcap_row(float* x, int64_t n, float cap);
-void add_row(float* y, const float* x, int64_t n);
-void scale_row(float* y, float s, int64_t n);
+EMBER_ROW_OPS(EMBER_DECLARE_LIKE)
 // Hadamard transform (hadamard.cpp), the contract of kernels/hadamard.h.
-void hadamard_row(float* x, int64_t n, bool transpose);
+EMBER_DECLARE_LIKE(hadamard_row)
 // Attention helpers: dot product with a fixed reduction order (two 8-lane
 // accumulators, then hsum, then the tail in order); y[i] += a * x[i] (fma).
 float dot_f32(const float* a, const float* b, int64_t n);
 void axpy_f32(float* y, float a, const float* x, int64_t n);
 
 // Ragged attention (attention.cpp), the contract of kernels/attention.h.
-int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos);
-void attention_ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens,
-                      const KvView* views, const int32_t* view_of_token, float* out, float* scratch,
-                      ThreadPool& pool);
+EMBER_DECLARE_LIKE(attention_scratch_floats)
+EMBER_DECLARE_LIKE(attention_ragged)
 
 }  // namespace avx2
 
 namespace avx512 {
 // Ragged attention (avx512/attention.cpp): the AVX2 kernel's arithmetic, bit
 // for bit, on 16-lane registers (kernels/cpu/attention_tiles.h).
-int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos);
-void attention_ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens,
-                      const KvView* views, const int32_t* view_of_token, float* out, float* scratch,
-                      ThreadPool& pool);
+EMBER_DECLARE_LIKE(attention_scratch_floats)
+EMBER_DECLARE_LIKE(attention_ragged)
 
 
 void f32_dot(int64_t n, float* s, const void* w, const void* x);
