@@ -29,7 +29,7 @@
 namespace ember {
 
 // The three row-lane K-quant entry points of a type (both levels).
-#define EMBER_DECLARE_LANES_K(name)                                                                             \
+#define EMBER_DECLARE_KQUANTS_LANES(name)                                                                             \
   void name##_dot(int64_t n, float* s, const void* w, const void* x);                         \
   void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, \
                                         int64_t nr);                                                           \
@@ -108,9 +108,9 @@ void bf16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_byt
 // kKquantsLanesTileCols tokens (each call transposes its rows once).
 constexpr int kKquantsLanesTileRows = 8;
 constexpr int kKquantsLanesTileCols = 64;
-EMBER_DECLARE_LANES_K(q4_K)
-EMBER_DECLARE_LANES_K(q5_K)
-EMBER_DECLARE_LANES_K(q6_K)
+EMBER_DECLARE_KQUANTS_LANES(q4_K)
+EMBER_DECLARE_KQUANTS_LANES(q5_K)
+EMBER_DECLARE_KQUANTS_LANES(q6_K)
 // The interleaved Q4_K_R16 / Q6_K_R16 layouts (kernels/interleave.h), the
 // same arithmetic: decode over whole 16-row groups (one sequential stream per
 // group) and the tile of one group x up to kInterleavedTileCols tokens, each
@@ -236,9 +236,9 @@ void q8_0_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_byt
 // its rows once).
 constexpr int kKquantsLanesTileRows = 16;
 constexpr int kKquantsLanesTileCols = 64;
-EMBER_DECLARE_LANES_K(q4_K)
-EMBER_DECLARE_LANES_K(q5_K)
-EMBER_DECLARE_LANES_K(q6_K)
+EMBER_DECLARE_KQUANTS_LANES(q4_K)
+EMBER_DECLARE_KQUANTS_LANES(q5_K)
+EMBER_DECLARE_KQUANTS_LANES(q6_K)
 // A few tokens (1 .. kKquantsLanesFewMax) over any number of rows in the decode
 // form (avx512/kquants_lanes.cpp: each row unpacked once for all tokens).
 // Up to 6 because that is where it beats the tile (bench_gemm, one thread:

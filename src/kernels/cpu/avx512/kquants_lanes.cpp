@@ -35,6 +35,10 @@
 // row four zmm vpdpbusd and four vpdpwssd give 16 lane sums (4-product sums
 // fit i16 for both types), and the 16 rows' lane sums are reduced together
 // so the float work is again one instruction per 16 rows.
+// The drivers (decode over row groups, the tile, the interleaved tile, the
+// entry points) are the width-generic ones of kernels/cpu/kquants_lanes.h
+// over Lanes16; this file holds the 16-lane arithmetic and packing and the
+// few-token form (this level only).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -61,8 +65,8 @@ using kq::transpose16;
 using kq::unpack_nibbles;
 using kq::unpack_q6;
 
-constexpr int kR = 16;  // rows per lane group (one per zmm lane)
-constexpr int kT = 4;   // tokens per register group of the tile kernel
+constexpr int kR = 16;                  // rows per lane group (one per zmm lane)
+constexpr int kT = lanes::kTileTokens;  // tokens per register group of the tile kernel
 static_assert(kKquantsLanesTileRows == kR, "one lane group per tile");
 
 inline __m512i bcast32(const void* p) { return _mm512_set1_epi32(static_cast<int>(simd::load_u32(p))); }
@@ -73,6 +77,20 @@ inline __m512i row_offsets(size_t w_row_bytes, int nr) {
   for (int r = 0; r < kR; ++r) off[r] = static_cast<int32_t>(static_cast<size_t>(std::min(r, nr - 1)) * w_row_bytes);
   return _mm512_load_si512(off);
 }
+
+// The lanes of the width-generic drivers (kernels/cpu/kquants_lanes.h):
+// row r of a group in lane r of a zmm.
+struct Lanes16 {
+  static constexpr int kR = 16;
+  using F = __m512;
+  using I = __m512i;
+  static F zero() { return _mm512_setzero_ps(); }
+  static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static I row_offsets(size_t w_row_bytes, int nr) { return avx512::row_offsets(w_row_bytes, nr); }
+  static void store_rows(float* dst, F v, int nr) {
+    _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << nr) - 1), v);
+  }
+};
 
 // The f16 words at byte offset `at` and at + 2 of the 16 rows' blocks
 // starting at `base` (one gather of the dword at `at`), as f32.
@@ -147,7 +165,7 @@ struct TileScaleMin {
 
   // The same from the interleaved super-block at p (kernels/interleave.h):
   // nibble splits and scale shuffles, no transposes.
-  static void pack_r16(const uint8_t* p, Packed& pk) {
+  static void pack_r16(const uint8_t* p, int /*half: always 0*/, Packed& pk) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int j = 0; j < 4; ++j)
       for (int l = 0; l < 8; ++l) {
@@ -239,7 +257,7 @@ struct TileQ6K {
     gather_f16_pair(w + static_cast<size_t>(i) * sizeof(Block) + offsetof(Block, d) - 2, offsets, unused, pk.d);
   }
 
-  static void pack_r16(const uint8_t* p, Packed& pk) {
+  static void pack_r16(const uint8_t* p, int /*half: always 0*/, Packed& pk) {
     for (int h = 0; h < 2; ++h)
       for (int k = 0; k < 8; ++k) {
         __m512i q[4];
@@ -290,44 +308,6 @@ struct TileQ6K {
   }
 };
 
-// The packed super-blocks against nc tokens, kT at a time: row lanes of
-// `mask` stored to s[c * lds + lane].
-template <class T>
-void tokens_over_packed(const typename T::Packed* packed, int64_t nb, float* s, int64_t lds, const uint8_t* x,
-                        size_t x_row_bytes, int nc, __mmask16 mask) {
-  for (int t0 = 0; t0 < nc; t0 += kT) {
-    const int gt = std::min(kT, nc - t0);
-    const BlockQ8_K* xc[kT];
-    for (int c = 0; c < kT; ++c)
-      xc[c] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t0 + std::min(c, gt - 1)) * x_row_bytes);
-    __m512 out[kT];
-    T::group(packed, nb, xc, out);
-    for (int c = 0; c < gt; ++c) _mm512_mask_storeu_ps(s + (t0 + c) * lds, mask, out[c]);
-  }
-}
-
-template <class T>
-void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
-          size_t x_row_bytes, int nr, int nc) {
-  const int64_t nb = n / kQK_K;
-  thread_local std::vector<typename T::Packed> packed;
-  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
-  const __m512i offsets = row_offsets(w_row_bytes, nr);
-  for (int64_t i = 0; i < nb; ++i) T::pack(w, w_row_bytes, offsets, nr, i, packed[static_cast<size_t>(i)]);
-  tokens_over_packed<T>(packed.data(), nb, s, lds, x, x_row_bytes, nc, static_cast<__mmask16>((1u << nr) - 1));
-}
-
-// The tile over one interleaved 16-row group (nr == 16).
-template <class T>
-void tile_r16(int64_t n, float* s, int64_t lds, const uint8_t* w, const uint8_t* x, size_t x_row_bytes, int nc) {
-  const int64_t nb = n / kQK_K;
-  thread_local std::vector<typename T::Packed> packed;
-  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
-  for (int64_t i = 0; i < nb; ++i)
-    T::pack_r16(w + static_cast<size_t>(i) * kR * sizeof(typename T::Block), packed[static_cast<size_t>(i)]);
-  tokens_over_packed<T>(packed.data(), nb, s, lds, x, x_row_bytes, nc, 0xFFFF);
-}
-
 // ---- decode: one token over 16-row groups ----
 
 // vpermw indices for the vpdpwssd weights of piece m's vpdpbusd sums: lane k
@@ -377,10 +357,37 @@ inline __m256i weighted_sum8(const __m512i u[4], const int8_t* y, const __m512i 
 
 inline __m512i join(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
 
+// v[r] = [a_r | b_r] (8-lane halves) -> lane r of sa = total of a_r, lane r
+// of sb = total of b_r.
+inline void reduce_rows(const __m512i v[kR], __m512i& sa, __m512i& sb);
+
+// What the decode driver (lanes::rows) calls: one row's super-block prepared
+// and dotted with the token ([a | b] lane sums; rows past the group's end
+// repeat its last row, not stored), then per super-block the 16 rows' sums
+// reduced together and the float steps once for the 16 rows.
+template <class Self>
+struct RowsLanes16 {
+  using Sums = __m512i;
+  template <class Block>
+  static void row_sums(const Block& b, const BlockQ8_K& x, bool /*valid*/, Sums& v) {
+    PreppedRow p;
+    Self::prep(b, p);
+    v = Self::dot(p, x);
+  }
+  static void finish(const Sums v[kR], const uint8_t* blocks, __m512i offsets, float xd, __m512& acc,
+                     __m512& acc_m) {
+    __m512i a, b;
+    reduce_rows(v, a, b);
+    __m512 d, dmin;
+    Self::scales(blocks, offsets, d, dmin);
+    Self::step(a, b, d, dmin, xd, acc, acc_m);
+  }
+};
+
 // Q4_K and Q5_K (their 4-product lane sums fit i16 either way: 4 * 31 *
 // 128 < 2^15).
 template <bool kFive>
-struct RowsScaleMin {
+struct RowsScaleMin : RowsLanes16<RowsScaleMin<kFive>> {
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   static void prep(const Block& b, PreppedRow& p) {
     alignas(16) uint8_t sc[8], m[8];
@@ -412,7 +419,7 @@ struct RowsScaleMin {
 using RowsQ4K = RowsScaleMin<false>;
 using RowsQ5K = RowsScaleMin<true>;
 
-struct RowsQ6K {
+struct RowsQ6K : RowsLanes16<RowsQ6K> {
   using Block = BlockQ6_K;
   static void prep(const Block& b, PreppedRow& p) {
     p.mw = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
@@ -443,34 +450,6 @@ inline void reduce_rows(const __m512i v[kR], __m512i& sa, __m512i& sb) {
   const __m512i b2 = _mm512_add_epi32(_mm512_add_epi32(t[12], t[13]), _mm512_add_epi32(t[14], t[15]));
   sa = _mm512_add_epi32(a, a2);
   sb = _mm512_add_epi32(b, b2);
-}
-
-template <class T>
-void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const BlockQ8_K* x, int64_t nr) {
-  using Block = typename T::Block;
-  const int64_t nb = n / kQK_K;
-  for (int64_t r0 = 0; r0 < nr; r0 += kR) {
-    const int gr = static_cast<int>(std::min<int64_t>(kR, nr - r0));
-    const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
-    const __m512i offsets = row_offsets(w_row_bytes, gr);
-    __m512 acc = _mm512_setzero_ps(), acc_m = _mm512_setzero_ps();
-    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * kR);
-    for (int64_t i = 0; i < nb; ++i) {
-      __m512i v[kR];
-      for (int r = 0; r < kR; ++r) {
-        pf.step();  // the next group's bytes, a share per row of each super-block (no bursts)
-        PreppedRow p;
-        T::prep(*block_at<Block>(g, w_row_bytes, gr, r, i), p);
-        v[r] = T::dot(p, x[i]);
-      }
-      __m512i a, b;
-      reduce_rows(v, a, b);
-      __m512 d, dmin;
-      T::scales(g + static_cast<size_t>(i) * sizeof(Block), offsets, d, dmin);
-      T::step(a, b, d, dmin, x[i].d, acc, acc_m);
-    }
-    _mm512_mask_storeu_ps(s + r0, static_cast<__mmask16>((1u << gr) - 1), _mm512_sub_ps(acc, acc_m));
-  }
 }
 
 // A few tokens (2 .. kKquantsLanesFewMax) over many rows: rows() for each token,
@@ -515,9 +494,11 @@ void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace
 
-EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
-EMBER_LANES_K_ENTRIES(q5_K, RowsQ5K, TileQ5K)
-EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
+EMBER_KQUANTS_LANES_ENTRIES(q4_K, Lanes16, RowsQ4K, TileQ4K)
+EMBER_KQUANTS_LANES_ENTRIES(q5_K, Lanes16, RowsQ5K, TileQ5K)
+EMBER_KQUANTS_LANES_ENTRIES(q6_K, Lanes16, RowsQ6K, TileQ6K)
+EMBER_KQUANTS_R16_TILE_ENTRY(q4_K, Lanes16, TileQ4K)
+EMBER_KQUANTS_R16_TILE_ENTRY(q6_K, Lanes16, TileQ6K)
 
 void q4_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
                                  size_t x_row_bytes, int64_t nr, int nc) {
@@ -533,15 +514,6 @@ void q6_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_byte
                                  size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ6K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
-}
-
-void q4_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
-                                size_t x_row_bytes, int, int nc) {
-  tile_r16<TileQ4K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
-}
-void q6_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
-                                size_t x_row_bytes, int, int nc) {
-  tile_r16<TileQ6K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
 }
 
 }  // namespace ember::avx512
