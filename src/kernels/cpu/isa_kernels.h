@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
@@ -28,24 +29,26 @@
 
 namespace ember {
 
-// The three row-lane K-quant entry points of a type (both levels).
-#define EMBER_DECLARE_KQUANTS_LANES(name)                                                                             \
-  void name##_dot(int64_t n, float* s, const void* w, const void* x);                         \
-  void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, \
-                                        int64_t nr);                                                           \
-  void name##_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,   \
-                                        const void* x, size_t x_row_bytes, int nr, int nc);
+// The kernel signatures of kernels/registry.h as function types, so that a
+// kernel is declared by name only (`DotKernel q4_0_dot;`) and its
+// parameters are written once, in registry.h.
+using DotKernel = std::remove_pointer_t<VecDotFn>;
+using RowsKernel = std::remove_pointer_t<VecDotRowsFn>;
+using FewKernel = std::remove_pointer_t<VecDotFewFn>;
+using TokensKernel = std::remove_pointer_t<VecDotTokensFn>;
+using TokensPackKernel = std::remove_pointer_t<PackTokensFn>;
+using TokensPackBytesKernel = std::remove_pointer_t<TokensPackBytesFn>;
+using TileKernel = std::remove_pointer_t<VecDotTileFn>;
+using QuantizeKernel = std::remove_pointer_t<QuantizeRowFn>;
+using DequantizeKernel = std::remove_pointer_t<DequantizeRowFn>;
 
 namespace avx2 {
 
 // Float weights x f32 activations.
-void f32_dot(int64_t n, float* s, const void* w, const void* x);
-void f16_dot(int64_t n, float* s, const void* w, const void* x);
-void bf16_dot(int64_t n, float* s, const void* w, const void* x);
+DotKernel f32_dot, f16_dot, bf16_dot;
 // Legacy 32-element blocks: Q4_1 / Q5_1 (avx2/legacy_dot.cpp; per block 8
 // i32 lane sums fma'd in f32).
-void q4_1_dot(int64_t n, float* s, const void* w, const void* x);
-void q5_1_dot(int64_t n, float* s, const void* w, const void* x);
+DotKernel q4_1_dot, q5_1_dot;
 // Q4_0 / Q5_0 / Q8_0 in the row-lane form (avx2/legacy_lanes.cpp): the
 // arithmetic of the AVX-512 lane kernels (avx512/legacy_lanes.cpp), so these
 // types give the same bits at both levels. vec_dot; decode over any nr >= 1
@@ -57,28 +60,17 @@ void q5_1_dot(int64_t n, float* s, const void* w, const void* x);
 // transposes).
 constexpr int kLegacyTileRows = 16;
 constexpr int kLegacyTileCols = 64;
-#define EMBER_DECLARE_AVX2_LEGACY(name)                                                                              \
-  void name##_dot(int64_t n, float* s, const void* w, const void* x);                                  \
-  void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,          \
-                                  int64_t nr);                                                                     \
-  void name##_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,            \
-                                  const void* x, size_t x_row_bytes, int nr, int nc);                              \
-  void name##_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
-                                    const void* packed, int64_t nr, int nc);                                       \
-  void name##_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,   \
-                                 int64_t e);                                                                       \
-  void name##_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,      \
-                                      int64_t nr);                                                                 \
-  void name##_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,      \
-                                        const void* packed, int64_t nr, int nc);
-EMBER_DECLARE_AVX2_LEGACY(q4_0)
-EMBER_DECLARE_AVX2_LEGACY(q5_0)
-EMBER_DECLARE_AVX2_LEGACY(q8_0)
-#undef EMBER_DECLARE_AVX2_LEGACY
-size_t legacy_tokens_pack_bytes(int64_t n, int nc);
+DotKernel q4_0_dot, q5_0_dot, q8_0_dot;
+RowsKernel q4_0_rows, q5_0_rows, q8_0_rows;
+TileKernel q4_0_tile, q5_0_tile, q8_0_tile;
+TokensKernel q4_0_tokens, q5_0_tokens, q8_0_tokens;
+TokensPackKernel q4_0_tokens_pack, q5_0_tokens_pack, q8_0_tokens_pack;
+RowsKernel q4_0_r16_rows, q5_0_r16_rows, q8_0_r16_rows;
+TokensKernel q4_0_r16_tokens, q5_0_r16_tokens, q8_0_r16_tokens;
+TokensPackBytesKernel legacy_tokens_pack_bytes;
 // K-quants (256-element super-blocks).
-void q2_K_dot(int64_t n, float* s, const void* w, const void* x);
-void q3_K_dot(int64_t n, float* s, const void* w, const void* x);
+DotKernel q2_K_dot;
+DotKernel q3_K_dot;
 
 // Tile kernels (VecDotTileFn), bit-identical to the vec_dot above for every
 // (row, token) pair.
@@ -86,20 +78,12 @@ void q3_K_dot(int64_t n, float* s, const void* w, const void* x);
 // kKquantsTileCols tokens.
 constexpr int kKquantsTileRows = 4;
 constexpr int kKquantsTileCols = 64;
-void q2_K_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void q3_K_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
+TileKernel q2_K_tile, q3_K_tile;
 // Float weights (avx2/float_tile.cpp): up to kFloatTileRows rows x
 // kFloatTileCols tokens.
 constexpr int kFloatTileRows = 4;
 constexpr int kFloatTileCols = 60;
-void f32_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                      size_t x_row_bytes, int nr, int nc);
-void f16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                      size_t x_row_bytes, int nr, int nc);
-void bf16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                       size_t x_row_bytes, int nr, int nc);
+TileKernel f32_tile, f16_tile, bf16_tile;
 
 // Q4_K, Q5_K and Q6_K in the row-lane form (avx2/kquants_lanes.cpp): the
 // arithmetic of the AVX-512 row lanes (twins in kernels/ref/kquants_lanes.h),
@@ -108,34 +92,25 @@ void bf16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_byt
 // kKquantsLanesTileCols tokens (each call transposes its rows once).
 constexpr int kKquantsLanesTileRows = 8;
 constexpr int kKquantsLanesTileCols = 64;
-EMBER_DECLARE_KQUANTS_LANES(q4_K)
-EMBER_DECLARE_KQUANTS_LANES(q5_K)
-EMBER_DECLARE_KQUANTS_LANES(q6_K)
+DotKernel q4_K_dot, q5_K_dot, q6_K_dot;
+RowsKernel q4_K_rows, q5_K_rows, q6_K_rows;
+TileKernel q4_K_tile, q5_K_tile, q6_K_tile;
 // The interleaved Q4_K_R16 / Q6_K_R16 layouts (kernels/interleave.h), the
 // same arithmetic: decode over whole 16-row groups (one sequential stream per
 // group) and the tile of one group x up to kInterleavedTileCols tokens, each
 // 8-row half packed from the layout without transposes.
-void q4_K_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q6_K_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q4_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
-void q6_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
+RowsKernel q4_K_r16_rows, q6_K_r16_rows;
+TileKernel q4_K_r16_tile, q6_K_r16_tile;
+TileKernel q6_K_r16_tile;
 
 // Activation quantizers (bit-identical to the scalar reference).
-void q8_0_quantize(const float* x, void* y, int64_t n);
-void q8_0_quantize_int4(const float* x, void* y, int64_t n);
-void q8_1_quantize(const float* x, void* y, int64_t n);
-void q8_K_quantize(const float* x, void* y, int64_t n);
+QuantizeKernel q8_0_quantize, q8_0_quantize_int4, q8_1_quantize;
+QuantizeKernel q8_K_quantize;
 
 // Dequantizers (bit-identical to the scalar reference).
-void f16_dequantize(const void* x, float* y, int64_t n);
-void bf16_dequantize(const void* x, float* y, int64_t n);
-void q4_0_dequantize(const void* x, float* y, int64_t n);
-void q5_0_dequantize(const void* x, float* y, int64_t n);
-void q8_0_dequantize(const void* x, float* y, int64_t n);
-void q4_K_dequantize(const void* x, float* y, int64_t n);
-void q6_K_dequantize(const void* x, float* y, int64_t n);
+DequantizeKernel f16_dequantize, bf16_dequantize, q4_0_dequantize, q5_0_dequantize, q8_0_dequantize;
+DequantizeKernel q4_K_dequantize;
+DequantizeKernel q6_K_dequantize;
 
 // Row ops (row_ops.cpp), declared from kernels/ops.h's list; the exp-based ones
 // use an 8-lane polynomial (about 1 ulp), RMSNorm sums squares in four
@@ -160,31 +135,15 @@ namespace avx512 {
 EMBER_DECLARE_LIKE(attention_scratch_floats)
 EMBER_DECLARE_LIKE(attention_ragged)
 
-
-void f32_dot(int64_t n, float* s, const void* w, const void* x);
-void f16_dot(int64_t n, float* s, const void* w, const void* x);
-void bf16_dot(int64_t n, float* s, const void* w, const void* x);
+DotKernel f32_dot, f16_dot, bf16_dot;
 // Float weights (avx512/float_dot.cpp, float_tile.cpp): one fma chain per
 // output; decode walks rows sequentially, the tile is kFloatTileRows rows x
 // up to kFloatTileCols tokens.
 constexpr int kFloatTileRows = 4;
 constexpr int kFloatTileCols = 60;
-void f32_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void f16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void bf16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void f32_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                      size_t x_row_bytes, int nr, int nc);
-void f16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                      size_t x_row_bytes, int nr, int nc);
-void bf16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                       size_t x_row_bytes, int nr, int nc);
-void q4_0_dot(int64_t n, float* s, const void* w, const void* x);
-void q4_1_dot(int64_t n, float* s, const void* w, const void* x);
-void q5_0_dot(int64_t n, float* s, const void* w, const void* x);
-void q5_1_dot(int64_t n, float* s, const void* w, const void* x);
-void q8_0_dot(int64_t n, float* s, const void* w, const void* x);
-void q2_K_dot(int64_t n, float* s, const void* w, const void* x);
-void q3_K_dot(int64_t n, float* s, const void* w, const void* x);
+RowsKernel f32_rows, f16_rows, bf16_rows;
+TileKernel f32_tile, f16_tile, bf16_tile;
+DotKernel q4_0_dot, q4_1_dot, q5_0_dot, q5_1_dot, q8_0_dot, q2_K_dot, q3_K_dot;
 
 // K-quant tile kernels (VecDotTileFn, avx512/kquants_tile.cpp), bit-identical
 // to the vec_dot above for every (row, token) pair: up to kKquantsTileRows weight
@@ -192,10 +151,7 @@ void q3_K_dot(int64_t n, float* s, const void* w, const void* x);
 // once for all its tokens).
 constexpr int kKquantsTileRows = 4;
 constexpr int kKquantsTileCols = 64;
-void q2_K_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void q3_K_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
+TileKernel q2_K_tile, q3_K_tile;
 
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (avx512/legacy_lanes.cpp): 32 rows (two
 // sets of 16, one row per zmm lane) x up to kLegacyTileCols tokens, with their
@@ -203,31 +159,18 @@ void q3_K_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_byt
 // too).
 constexpr int kLegacyTileRows = 32;
 constexpr int kLegacyTileCols = 64;
-void q4_0_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void q4_1_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void q5_1_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
+TileKernel q4_0_tile, q4_1_tile, q5_1_tile;
 // Decode over many rows (KernelSet::vec_dot_rows), bit-identical to the
 // vec_dot of this level for every row: Q4_0 / Q8_0 / Q4_1 / Q5_1 in
 // legacy_rows.cpp (groups of kLegacyRowsGroup rows share the activation work;
 // any nr >= 1), Q5_0 in legacy_lanes.cpp (sequential rows, two at a time when short,
 // the activation side prepared once per call).
 constexpr int kLegacyRowsGroup = 16;
-void q4_0_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+RowsKernel q4_0_rows, q8_0_rows, q4_1_rows, q5_1_rows, q5_0_rows;
+TileKernel q5_0_tile, q8_0_tile;
 // K-quants (avx512/kquants_tile.cpp): sequential rows with software prefetch,
 // the tile kernels' 1 row x 1 token arithmetic (any nr >= 1).
-void q2_K_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q3_K_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q8_0_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q5_0_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q4_1_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q5_1_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q5_0_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void q8_0_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
+RowsKernel q2_K_rows, q3_K_rows;
 
 // Q4_K, Q5_K and Q6_K in the row-lane form (avx512/kquants_lanes.cpp, their own
 // arithmetic: see that file; the twins are in kernels/ref/kquants_lanes.h):
@@ -236,44 +179,32 @@ void q8_0_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_byt
 // its rows once).
 constexpr int kKquantsLanesTileRows = 16;
 constexpr int kKquantsLanesTileCols = 64;
-EMBER_DECLARE_KQUANTS_LANES(q4_K)
-EMBER_DECLARE_KQUANTS_LANES(q5_K)
-EMBER_DECLARE_KQUANTS_LANES(q6_K)
+DotKernel q4_K_dot, q5_K_dot, q6_K_dot;
+RowsKernel q4_K_rows, q5_K_rows, q6_K_rows;
+TileKernel q4_K_tile, q5_K_tile, q6_K_tile;
 // A few tokens (1 .. kKquantsLanesFewMax) over any number of rows in the decode
 // form (avx512/kquants_lanes.cpp: each row unpacked once for all tokens).
 // Up to 6 because that is where it beats the tile (bench_gemm, one thread:
 // 1.7-2.0x at 2 tokens, 1.3x at 3, 1.0-1.4x at 4, 1.1x at 5, 1.0-1.1x at 6,
 // 0.75-0.9x at 8).
 constexpr int kKquantsLanesFewMax = 6;
-void q4_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc);
-void q5_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc);
-void q6_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc);
+FewKernel q4_K_few, q5_K_few, q6_K_few;
 // The token-lane form of the same arithmetic (avx512/kquants_tokens.cpp):
 // kKquantsTokensMin .. kKquantsTokensMax tokens (where it beats the tile),
 // activations packed once per matmul (KernelSet::pack_tokens), any number of
 // rows per call (the kernel accepts 1 .. kKquantsTokensMax tokens).
 constexpr int kKquantsTokensMin = 12;
 constexpr int kKquantsTokensMax = 16;
-size_t kquants_tokens_pack_bytes(int64_t n, int nc);
-void kquants_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b, int64_t e);
-void q4_K_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc);
-void q5_K_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc);
-void q6_K_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc);
+TokensPackBytesKernel kquants_tokens_pack_bytes;
+TokensPackKernel kquants_tokens_pack;
+TokensKernel q4_K_tokens, q5_K_tokens, q6_K_tokens;
 // The interleaved layouts (kernels/interleave.h) of Q4_K / Q6_K, the same
 // arithmetic: decode over whole 16-row groups (avx512/kquants_r16_few.cpp)
 // and the tile of one group x up to kInterleavedTileCols tokens
 // (avx512/kquants_lanes.cpp: the row-lane tile's register blocks, its
 // packing reduced to nibble splits and scale shuffles).
-void q4_K_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q6_K_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q4_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
+RowsKernel q4_K_r16_rows, q6_K_r16_rows;
+TileKernel q4_K_r16_tile, q6_K_r16_tile;
 // ... and 1 .. kInterleavedFewMax tokens over whole groups, four per pass
 // (avx512/kquants_r16_few.cpp): Q4_K / Q6_K use it up to 64 tokens (it
 // beats their tile there: bench_gemm 2048 x 4096, one thread, 32 tokens
@@ -281,48 +212,21 @@ void q4_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row
 // kInterleavedLegacyFewMax (their two-group tile is faster above).
 constexpr int kInterleavedFewMax = 64;
 constexpr int kInterleavedLegacyFewMax = 16;
-void q4_K_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void q6_K_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
+FewKernel q4_K_r16_few, q6_K_r16_few;
 // Q4_0 / Q5_0 / Q8_0 x Q8_0 interleaved (avx512/legacy_r16_lanes.cpp): the
 // lane contract of legacy_lanes.cpp / legacy_rows.cpp (per block in order acc =
 // fma(float(isum_b), d_w * d_x, acc)); decode, 1 .. kInterleavedFewMax
 // tokens four per pass, and the tile as the same passes over one group.
-void q4_0_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q5_0_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q5_0_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void q5_0_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
-void q8_0_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void q4_0_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void q8_0_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void q4_0_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
-void q8_0_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
+RowsKernel q4_0_r16_rows, q5_0_r16_rows, q8_0_r16_rows;
+FewKernel q4_0_r16_few, q5_0_r16_few, q8_0_r16_few;
+TileKernel q4_0_r16_tile, q5_0_r16_tile, q8_0_r16_tile;
 // ... and the token-lane form the driver takes above kInterleavedLegacyFewMax
 // tokens: the activations packed once per matmul (quants, f32 scales, the
 // blocks' seeds), then the passes over long runs of rows (a tile call of 32
 // rows recomputed the seeds of all its tokens: a third of its work).
-size_t legacy_r16_tokens_pack_bytes(int64_t n, int nc);
-void q4_0_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void q5_0_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void q8_0_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void q4_0_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void q5_0_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void q8_0_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void q6_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
+TokensPackBytesKernel legacy_r16_tokens_pack_bytes;
+TokensPackKernel q4_0_r16_tokens_pack, q5_0_r16_tokens_pack, q8_0_r16_tokens_pack;
+TokensKernel q4_0_r16_tokens, q5_0_r16_tokens, q8_0_r16_tokens;
 
 }  // namespace avx512
 
@@ -355,14 +259,8 @@ namespace amx {
 constexpr int kKquantsR16MinTokens = 10;
 constexpr int kKquantsR16TileRows = 64;  // per call: the per-call activation work over 4 groups (16 rows: 0.85x)
 constexpr int kKquantsR16TileCols = 128;
-void q4_K_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void q6_K_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void q4_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
-void q6_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
+FewKernel q4_K_r16_few, q6_K_r16_few;
+TileKernel q4_K_r16_tile, q6_K_r16_tile;
 // Q4_0_R16 / Q5_0_R16 / Q8_0_R16 x Q8_0 (amx/legacy_r16_tokens.cpp): the token-lane
 // form above avx512::kInterleavedLegacyFewMax tokens, one tile product per
 // block and 16 tokens, the lane contract of the AVX-512 kernels (same
@@ -374,19 +272,9 @@ void q6_K_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row
 // 165, 32: 169 / 160, 64: 208 / 150, 128: 240-276 / 165-175; Q8_0 at 24:
 // 218 / 151, 128: 265 / 161.
 constexpr int kLegacyR16NibbleTokensMin = 32;
-size_t legacy_r16_tokens_pack_bytes(int64_t n, int nc);
-void q4_0_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void q5_0_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void q8_0_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void q4_0_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void q5_0_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void q8_0_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
+TokensPackBytesKernel legacy_r16_tokens_pack_bytes;
+TokensPackKernel q4_0_r16_tokens_pack, q5_0_r16_tokens_pack, q8_0_r16_tokens_pack;
+TokensKernel q4_0_r16_tokens, q5_0_r16_tokens, q8_0_r16_tokens;
 }  // namespace amx
 
 }  // namespace ember
