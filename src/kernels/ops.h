@@ -54,8 +54,8 @@ void softcap_row(float* x, int64_t n, float cap);
 // (kernels/cpu/isa_kernels.h) and the op table's fields
 // (kernels/cpu/op_table.h) are declared from this list with
 // EMBER_DECLARE_LIKE, so a changed signature changes all of them.
-#define EMBER_ROW_OPS(X)                                                                                            \
-  X(rms_norm_row) X(rope_angles) X(rope_head) X(softmax_row) X(max_row) X(log_sum_exp_row) X(exp_shifted_row)     \
+#define EMBER_ROW_OPS(X)                                                                                               \
+  X(rms_norm_row) X(rope_angles) X(rope_head) X(softmax_row) X(max_row) X(log_sum_exp_row) X(exp_shifted_row)          \
   X(silu_row) X(gelu_tanh_row) X(swiglu_row) X(geglu_tanh_row) X(softcap_row) X(add_row) X(scale_row)
 // Declares `op` in the enclosing namespace with the signature of ember::op.
 #define EMBER_DECLARE_LIKE(op) decltype(::ember::op) op;

@@ -125,25 +125,25 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
 
 // The entry points of one type at one level, in that level's namespace
 // (V: the level's lane traits): vec_dot is decode over one row.
-#define EMBER_KQUANTS_LANES_ENTRIES(name, V, rows_traits, tile_traits)                                              \
-  void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {            \
-    lanes::rows<V, rows_traits>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_K*>(x), \
-                                nr);                                                                                \
-  }                                                                                                                 \
-  void name##_dot(int64_t n, float* s, const void* w, const void* x) {                                            \
-    lanes::rows<V, rows_traits>(n, s, static_cast<const uint8_t*>(w),                                               \
-                                sizeof(rows_traits::Block) * static_cast<size_t>(n / kQK_K),                        \
-                                static_cast<const BlockQ8_K*>(x), 1);                                               \
-  }                                                                                                                 \
-  void name##_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,             \
-                   size_t x_row_bytes, int nr, int nc) {                                                            \
-    lanes::tile<V, tile_traits>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,                             \
-                                static_cast<const uint8_t*>(x), x_row_bytes, nr, nc);                               \
+#define EMBER_KQUANTS_LANES_ENTRIES(name, V, rows_traits, tile_traits)                                                 \
+  void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {                \
+    lanes::rows<V, rows_traits>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_K*>(x),   \
+                                nr);                                                                                   \
+  }                                                                                                                    \
+  void name##_dot(int64_t n, float* s, const void* w, const void* x) {                                                 \
+    lanes::rows<V, rows_traits>(n, s, static_cast<const uint8_t*>(w),                                                  \
+                                sizeof(rows_traits::Block) * static_cast<size_t>(n / kQK_K),                           \
+                                static_cast<const BlockQ8_K*>(x), 1);                                                  \
+  }                                                                                                                    \
+  void name##_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,                 \
+                   size_t x_row_bytes, int nr, int nc) {                                                               \
+    lanes::tile<V, tile_traits>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,                                \
+                                static_cast<const uint8_t*>(x), x_row_bytes, nr, nc);                                  \
   }
 // ... and the tile of its interleaved layout (Q4_K_R16, Q6_K_R16).
-#define EMBER_KQUANTS_R16_TILE_ENTRY(name, V, tile_traits)                                                         \
-  void name##_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x, size_t x_row_bytes, \
-                       int, int nc) {                                                                               \
-    lanes::tile_r16<V, tile_traits>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x),     \
-                                    x_row_bytes, nc);                                                               \
+#define EMBER_KQUANTS_R16_TILE_ENTRY(name, V, tile_traits)                                                             \
+  void name##_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x, size_t x_row_bytes,     \
+                       int, int nc) {                                                                                  \
+    lanes::tile_r16<V, tile_traits>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x),         \
+                                    x_row_bytes, nc);                                                                  \
   }

@@ -78,7 +78,7 @@ OpTable avx512_ops() {
 
 // Fills null entries from the level below.
 void inherit(OpTable& t, const OpTable& lower) {
-#define EMBER_INHERIT(op) \
+#define EMBER_INHERIT(op)                                                                                              \
   if (!t.op) t.op = lower.op;
   EMBER_TABLE_OPS(EMBER_INHERIT) EMBER_INHERIT(attention_scratch_floats) EMBER_INHERIT(attention_ragged)
 #undef EMBER_INHERIT

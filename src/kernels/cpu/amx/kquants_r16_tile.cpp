@@ -327,17 +327,17 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 // rows, where the AVX-512 tile takes one group (a first version passed the
 // AMX tile's 64 rows to it, and 48 rows went unwritten).
 static_assert(kKquantsR16MinTokens - 1 <= avx512::kInterleavedFewMax, "the fallback's token counts fit the few-token form");
-#define EMBER_AMX_ENTRY(name, K)                                                                                    \
-  void name##_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
-                                     const void* x, size_t x_row_bytes, int64_t nr, int nc) {                      \
-    if (nc < kKquantsR16MinTokens)                                                                                         \
-      return avx512::name##_r16_few(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);              \
-    run<K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr, \
-           nc);                                                                                                     \
-  }                                                                                                                 \
-  void name##_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,         \
-                                      const void* x, size_t x_row_bytes, int nr, int nc) {                         \
-    name##_r16_few(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);                               \
+#define EMBER_AMX_ENTRY(name, K)                                                                                       \
+  void name##_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                             \
+                      const void* x, size_t x_row_bytes, int64_t nr, int nc) {                                         \
+    if (nc < kKquantsR16MinTokens)                                                                                     \
+      return avx512::name##_r16_few(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);                                \
+    run<K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,    \
+           nc);                                                                                                        \
+  }                                                                                                                    \
+  void name##_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                            \
+                       const void* x, size_t x_row_bytes, int nr, int nc) {                                            \
+    name##_r16_few(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);                                                 \
   }
 EMBER_AMX_ENTRY(q4_K, Q4K)
 EMBER_AMX_ENTRY(q6_K, Q6K)

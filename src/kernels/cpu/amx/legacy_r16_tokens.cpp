@@ -108,12 +108,12 @@ inline void unpack_b(const uint8_t* p, uint8_t* out) {
 // A block's tile product: tiles C (zeroed), A (the token tile's quants of
 // the block, at a), B (at b); stored by the caller. A macro: GCC's tile
 // intrinsics paste their tile numbers into the instruction text.
-#define EMBER_AMX_PRODUCT(C, A, B, a, b) \
-  do {                                         \
-    _tile_zero(C);                             \
-    _tile_loadd(A, a, 32);                     \
-    _tile_loadd(B, b, 64);                     \
-    _tile_dpbssd(C, A, B);                     \
+#define EMBER_AMX_PRODUCT(C, A, B, a, b)                                                                               \
+  do {                                                                                                                 \
+    _tile_zero(C);                                                                                                     \
+    _tile_loadd(A, a, 32);                                                                                             \
+    _tile_loadd(B, b, 64);                                                                                             \
+    _tile_dpbssd(C, A, B);                                                                                             \
   } while (0)
 
 // acc[u] = fma(float(c[u]), d_w * d_x[u], acc[u]) for the 16 tokens of a
@@ -277,17 +277,17 @@ size_t legacy_r16_tokens_pack_bytes(int64_t n, int nc) {
   return std::max(packed_bytes(n, nc), avx512::legacy_r16_tokens_pack_bytes(n, nc));
 }
 
-#define EMBER_AMX_LEGACY(name, kind, min_tokens)                                                                  \
-  void name##_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed,          \
-                                     int64_t b, int64_t e) {                                                      \
-    if (nc < min_tokens) return avx512::name##_r16_tokens_pack(n, x, x_row_bytes, nc, packed, b, e);      \
-    pack(n, x, x_row_bytes, nc, packed, b, e);                                                                    \
-  }                                                                                                               \
-  void name##_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,     \
-                                        const void* packed, int64_t nr, int nc) {                                 \
-    if (nc < min_tokens)                                                                                          \
-      return avx512::name##_r16_tokens(n, s, lds, w, w_row_bytes, packed, nr, nc);                 \
-    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(packed), nr, nc); \
+#define EMBER_AMX_LEGACY(name, kind, min_tokens)                                                                       \
+  void name##_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed,                      \
+                              int64_t b, int64_t e) {                                                                  \
+    if (nc < min_tokens) return avx512::name##_r16_tokens_pack(n, x, x_row_bytes, nc, packed, b, e);                   \
+    pack(n, x, x_row_bytes, nc, packed, b, e);                                                                         \
+  }                                                                                                                    \
+  void name##_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                          \
+                         const void* packed, int64_t nr, int nc) {                                                     \
+    if (nc < min_tokens)                                                                                               \
+      return avx512::name##_r16_tokens(n, s, lds, w, w_row_bytes, packed, nr, nc);                                     \
+    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(packed), nr, nc);    \
   }
 EMBER_AMX_LEGACY(q4_0, Legacy::kQ4_0, kLegacyR16NibbleTokensMin)
 EMBER_AMX_LEGACY(q5_0, Legacy::kQ5_0, kLegacyR16NibbleTokensMin)

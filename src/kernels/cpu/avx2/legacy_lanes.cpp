@@ -461,39 +461,39 @@ void rows_r16(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const B
 }  // namespace
 
 // ---- entry points ----
-#define EMBER_AVX2_LEGACY_LANES(name, kind)                                                                          \
-  void name##_dot(int64_t n, float* s, const void* w, const void* x) {                                 \
-    rows<Legacy::kind>(n, s, static_cast<const uint8_t*>(w),                                                       \
-                       sizeof(Type<Legacy::kind>::Block) * static_cast<size_t>(n / kQK),                           \
-                       static_cast<const BlockQ8_0*>(x), 1);                                                       \
-  }                                                                                                                \
-  void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,          \
-                                  int64_t nr) {                                                                    \
-    rows<Legacy::kind>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);   \
-  }                                                                                                                \
-  void name##_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,            \
-                                  const void* x, size_t x_row_bytes, int nr, int nc) {                             \
-    tile<Legacy::kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),     \
-                       x_row_bytes, nr, nc);                                                                       \
-  }                                                                                                                \
-  void name##_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
-                                    const void* packed, int64_t nr, int nc) {                                      \
-    tokens<Legacy::kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,                                   \
-                         static_cast<const uint8_t*>(packed), nr, nc);                                             \
-  }                                                                                                                \
-  void name##_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,   \
-                                 int64_t e) {                                                                      \
-    pack<Type<Legacy::kind>::kOffset>(n, x, x_row_bytes, nc, packed, b, e);                                        \
-  }                                                                                                                \
-  void name##_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,      \
-                                      int64_t nr) {                                                                \
-    rows_r16<Legacy::kind>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x),    \
-                           nr);                                                                                    \
-  }                                                                                                                \
-  void name##_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,      \
-                                        const void* packed, int64_t nr, int nc) {                                  \
-    tokens<Legacy::kind, true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,                             \
-                               static_cast<const uint8_t*>(packed), nr, nc);                                       \
+#define EMBER_AVX2_LEGACY_LANES(name, kind)                                                                            \
+  void name##_dot(int64_t n, float* s, const void* w, const void* x) {                                                 \
+    rows<Legacy::kind>(n, s, static_cast<const uint8_t*>(w),                                                           \
+                       sizeof(Type<Legacy::kind>::Block) * static_cast<size_t>(n / kQK),                               \
+                       static_cast<const BlockQ8_0*>(x), 1);                                                           \
+  }                                                                                                                    \
+  void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,                              \
+                   int64_t nr) {                                                                                       \
+    rows<Legacy::kind>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);       \
+  }                                                                                                                    \
+  void name##_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                                \
+                   const void* x, size_t x_row_bytes, int nr, int nc) {                                                \
+    tile<Legacy::kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),         \
+                       x_row_bytes, nr, nc);                                                                           \
+  }                                                                                                                    \
+  void name##_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                              \
+                     const void* packed, int64_t nr, int nc) {                                                         \
+    tokens<Legacy::kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,                                       \
+                         static_cast<const uint8_t*>(packed), nr, nc);                                                 \
+  }                                                                                                                    \
+  void name##_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,               \
+                          int64_t e) {                                                                                 \
+    pack<Type<Legacy::kind>::kOffset>(n, x, x_row_bytes, nc, packed, b, e);                                            \
+  }                                                                                                                    \
+  void name##_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,                          \
+                       int64_t nr) {                                                                                   \
+    rows_r16<Legacy::kind>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x),        \
+                           nr);                                                                                        \
+  }                                                                                                                    \
+  void name##_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                          \
+                         const void* packed, int64_t nr, int nc) {                                                     \
+    tokens<Legacy::kind, true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,                                 \
+                               static_cast<const uint8_t*>(packed), nr, nc);                                           \
   }
 
 EMBER_AVX2_LEGACY_LANES(q4_0, kQ4_0)

@@ -501,17 +501,17 @@ EMBER_KQUANTS_R16_TILE_ENTRY(q4_K, Lanes16, TileQ4K)
 EMBER_KQUANTS_R16_TILE_ENTRY(q6_K, Lanes16, TileQ6K)
 
 void q4_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc) {
+              size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ4K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
 }
 void q5_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc) {
+              size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ5K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
 }
 void q6_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc) {
+              size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ6K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
 }

@@ -289,23 +289,23 @@ void kquant_rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, cons
 
 }  // namespace
 
-#define EMBER_KQUANT_ROWS(name, traits)                                                                   \
-  void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, \
-                                  int64_t nr) {                                                           \
-    kquant_rows<traits>(n, s, static_cast<const uint8_t*>(w), w_row_bytes,                                \
-                        static_cast<const BlockQ8_K*>(x), nr);                                            \
+#define EMBER_KQUANT_ROWS(name, traits)                                                                                \
+  void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,                              \
+                   int64_t nr) {                                                                                       \
+    kquant_rows<traits>(n, s, static_cast<const uint8_t*>(w), w_row_bytes,                                             \
+                        static_cast<const BlockQ8_K*>(x), nr);                                                         \
   }
 EMBER_KQUANT_ROWS(q2_K, TraitsQ2K)
 EMBER_KQUANT_ROWS(q3_K, TraitsQ3K)
 #undef EMBER_KQUANT_ROWS
 
 void q2_K_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+               size_t x_row_bytes, int nr, int nc) {
   kquant_tile<TraitsQ2K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
                          x_row_bytes, nr, nc);
 }
 void q3_K_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+               size_t x_row_bytes, int nr, int nc) {
   kquant_tile<TraitsQ3K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
                          x_row_bytes, nr, nc);
 }

@@ -292,17 +292,17 @@ void kquants_tokens_pack(int64_t, const void* x, size_t x_row_bytes, int nc, voi
 }
 
 void q4_K_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc) {
+                 const void* packed, int64_t nr, int nc) {
   tokens<TokQ4K>(n, s, lds, w, w_row_bytes, packed, nr, nc);
 }
 
 void q5_K_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc) {
+                 const void* packed, int64_t nr, int nc) {
   tokens<TokQ5K>(n, s, lds, w, w_row_bytes, packed, nr, nc);
 }
 
 void q6_K_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc) {
+                 const void* packed, int64_t nr, int nc) {
   tokens<TokQ6K>(n, s, lds, w, w_row_bytes, packed, nr, nc);
 }
 

@@ -479,12 +479,12 @@ void q4_1_dot(int64_t n, float* s, const void* w, const void* x) { *s = lanes_do
 void q5_1_dot(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ5_1>(n, w, x); }
 
 void q4_1_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+               size_t x_row_bytes, int nr, int nc) {
   lanes_tile<LanesQ4_1>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
 void q5_1_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+               size_t x_row_bytes, int nr, int nc) {
   lanes_tile<LanesQ5_1>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
@@ -495,17 +495,17 @@ void q5_0_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const voi
 }
 
 void q4_0_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+               size_t x_row_bytes, int nr, int nc) {
   lanes_tile<LanesQ4_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
 void q8_0_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+               size_t x_row_bytes, int nr, int nc) {
   lanes_tile<LanesQ8_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
 void q5_0_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+               size_t x_row_bytes, int nr, int nc) {
   lanes_tile<LanesQ5_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 

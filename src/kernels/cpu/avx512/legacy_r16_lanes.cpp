@@ -303,29 +303,29 @@ void run_packed(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row
 
 }  // namespace
 
-#define EMBER_LEGACY_R16(name, kind)                                                                                \
-  void name##_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,        \
-                                      int64_t nr) {                                                                 \
-    run<kind>(n, s, 0, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), 0, nr, 1);     \
-  }                                                                                                                 \
-  void name##_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
-                                     const void* x, size_t x_row_bytes, int64_t nr, int nc) {                       \
-    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, \
-              nr, nc);                                                                                              \
-  }                                                                                                                 \
-  void name##_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,         \
-                                      const void* x, size_t x_row_bytes, int nr, int nc) {                          \
-    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, \
-              nr, nc);                                                                                              \
-  }                                                                                                                 \
-  void name##_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b, \
-                                     int64_t e) {                                                                   \
-    pack<kind>(n, x, x_row_bytes, nc, packed, b, e);                                                                \
-  }                                                                                                                 \
-  void name##_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,       \
-                                        const void* packed, int64_t nr, int nc) {                                   \
-    run_packed<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(packed),  \
-                     nr, nc);                                                                                       \
+#define EMBER_LEGACY_R16(name, kind)                                                                                   \
+  void name##_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,                          \
+                       int64_t nr) {                                                                                   \
+    run<kind>(n, s, 0, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), 0, nr, 1);         \
+  }                                                                                                                    \
+  void name##_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                             \
+                      const void* x, size_t x_row_bytes, int64_t nr, int nc) {                                         \
+    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,     \
+              nr, nc);                                                                                                 \
+  }                                                                                                                    \
+  void name##_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                            \
+                       const void* x, size_t x_row_bytes, int nr, int nc) {                                            \
+    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,     \
+              nr, nc);                                                                                                 \
+  }                                                                                                                    \
+  void name##_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,           \
+                              int64_t e) {                                                                             \
+    pack<kind>(n, x, x_row_bytes, nc, packed, b, e);                                                                   \
+  }                                                                                                                    \
+  void name##_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                          \
+                         const void* packed, int64_t nr, int nc) {                                                     \
+    run_packed<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(packed),      \
+                     nr, nc);                                                                                          \
   }
 
 size_t legacy_r16_tokens_pack_bytes(int64_t n, int nc) { return static_cast<size_t>(nc) * packed_row_bytes(n); }
