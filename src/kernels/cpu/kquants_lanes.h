@@ -16,11 +16,12 @@
 //               pack(w, w_row_bytes, offsets, nr, i, packed),
 //               pack_r16(super-block, half, packed) (rows kR * half .. of a
 //               16-row group), group(packed, nb, xc[kTileTokens], out).
-//   T (decode): Block, Sums (one row's exact integer lane sums of one
-//               super-block), row_sums(block, x, valid, sums) (valid: a row
-//               of the group, not a repeat past its end), finish(sums[kR],
-//               super-block i of the group, offsets, x.d, acc, acc_m) (the
-//               kR rows' sums reduced, their scales, the float steps).
+//   T (decode): Block, Sums (the kR rows' exact integer lane sums of one
+//               super-block), row_sums(block, x, r, valid, sums) (row r's;
+//               valid: a row of the group, not a repeat past its end),
+//               finish(sums, super-block i of the group, offsets, x.d, acc,
+//               acc_m) (the rows' sums reduced, their scales, the float
+//               steps).
 //
 // Internal linkage: compiled into the avx2/ and avx512/ TUs with their own
 // ISA flags; the linker must not merge their copies into one.
@@ -109,12 +110,12 @@ void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const Block
     typename V::F acc = V::zero(), acc_m = V::zero();
     auto pf = next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * kR);
     for (int64_t i = 0; i < nb; ++i) {
-      typename T::Sums v[kR];
+      typename T::Sums sums;
       for (int r = 0; r < kR; ++r) {
         pf.step();
-        T::row_sums(*block_at<Block>(g, w_row_bytes, gr, r, i), x[i], r < gr, v[r]);
+        T::row_sums(*block_at<Block>(g, w_row_bytes, gr, r, i), x[i], r, r < gr, sums);
       }
-      T::finish(v, g + static_cast<size_t>(i) * sizeof(Block), offsets, x[i].d, acc, acc_m);
+      T::finish(sums, g + static_cast<size_t>(i) * sizeof(Block), offsets, x[i].d, acc, acc_m);
     }
     V::store_rows(s + r0, V::sub(acc, acc_m), gr);
   }

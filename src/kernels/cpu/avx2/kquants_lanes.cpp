@@ -380,25 +380,19 @@ struct TileQ6K {
 template <class Self>
 struct RowsLanes8 {
   struct Sums {
-    __m256i a, m;  // lanes totalling sumi / summ (Q6_K: m unused)
+    __m256i a[kR], m[kR];  // row r: lanes totalling sumi / summ (Q6_K: m unused)
   };
   template <class Block>
-  static void row_sums(const Block& b, const BlockQ8_K& x, bool valid, Sums& v) {
+  static void row_sums(const Block& b, const BlockQ8_K& x, int r, bool valid, Sums& v) {
     if (!valid) {
-      v.a = v.m = _mm256_setzero_si256();
+      v.a[r] = v.m[r] = _mm256_setzero_si256();
       return;
     }
-    Self::sums(b, x, v.a, v.m);
+    Self::sums(b, x, v.a[r], v.m[r]);
   }
-  static void finish(const Sums v[kR], const uint8_t* blocks, __m256i offsets, float xd, __m256& acc,
-                     __m256& acc_m) {
-    __m256i va[kR], vm[kR];
-    for (int r = 0; r < kR; ++r) {
-      va[r] = v[r].a;
-      vm[r] = v[r].m;
-    }
-    const __m256i a = reduce8(va);
-    const __m256i m = Self::kMins ? reduce8(vm) : _mm256_setzero_si256();
+  static void finish(const Sums& v, const uint8_t* blocks, __m256i offsets, float xd, __m256& acc, __m256& acc_m) {
+    const __m256i a = reduce8(v.a);
+    const __m256i m = Self::kMins ? reduce8(v.m) : _mm256_setzero_si256();
     Self::step(blocks, offsets, a, m, xd, acc, acc_m);
   }
 };

@@ -367,17 +367,18 @@ inline void reduce_rows(const __m512i v[kR], __m512i& sa, __m512i& sb);
 // reduced together and the float steps once for the 16 rows.
 template <class Self>
 struct RowsLanes16 {
-  using Sums = __m512i;
+  struct Sums {
+    __m512i v[kR];  // row r: [a | b] lane sums
+  };
   template <class Block>
-  static void row_sums(const Block& b, const BlockQ8_K& x, bool /*valid*/, Sums& v) {
+  static void row_sums(const Block& b, const BlockQ8_K& x, int r, bool /*valid*/, Sums& s) {
     PreppedRow p;
     Self::prep(b, p);
-    v = Self::dot(p, x);
+    s.v[r] = Self::dot(p, x);
   }
-  static void finish(const Sums v[kR], const uint8_t* blocks, __m512i offsets, float xd, __m512& acc,
-                     __m512& acc_m) {
+  static void finish(const Sums& s, const uint8_t* blocks, __m512i offsets, float xd, __m512& acc, __m512& acc_m) {
     __m512i a, b;
-    reduce_rows(v, a, b);
+    reduce_rows(s.v, a, b);
     __m512 d, dmin;
     Self::scales(blocks, offsets, d, dmin);
     Self::step(a, b, d, dmin, xd, acc, acc_m);
