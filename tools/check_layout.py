@@ -5,7 +5,15 @@
   depend on (the table below, which mirrors the ember_area() lines of
   CMakeLists.txt and the dependency table of docs/architecture.md);
 * no hand-written source file in src/ is longer than 800 lines (generated
-  tables, *_data.cpp / *_data.h, are exempt).
+  tables, *_data.cpp / *_data.h, are exempt);
+* kernel files are named by the scheme of kernels/cpu/registry.cpp: a .cpp
+  in src/kernels/ref/ or an ISA directory (cpu/avx2/, cpu/avx512/, cpu/amx/)
+  is <type>_<form>.cpp or names an ISA-independent op;
+* a kernels/cpu header with SIMD code (it includes <immintrin.h>) that TUs
+  of two flag sets include (cpu/, avx2/, avx512/, amx/ are compiled with
+  different ISA flags) has internal linkage (an anonymous namespace or
+  static inline functions): the linker must not merge copies compiled for
+  different instruction sets.
 
 Run by ctest as `architecture_layout`; exits 1 and lists every violation.
 """
@@ -34,6 +42,50 @@ ALLOWED = {
 }
 MAX_LINES = 800
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
+QUOTED = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+# Kernel file names: <type>_<form>.cpp (type a family, + _r16 for the
+# interleaved layouts; form one of the KernelSet's, or `lanes` for a file
+# holding every form of one row-lane contract), or an op's name.
+KERNEL_FILE = re.compile(r"^(float|legacy|kquants)(_r16)?_(dot|rows|few|tokens|tile|lanes)\.cpp$")
+KERNEL_OPS = {"attention", "row_ops", "hadamard", "kv_types", "dot"}  # dot: ref/dot.cpp, every type's
+KERNEL_DIRS = ("src/kernels/ref", "src/kernels/cpu/avx2", "src/kernels/cpu/avx512", "src/kernels/cpu/amx")
+
+
+def check_kernels(root: pathlib.Path, problems: list) -> None:
+    for d in KERNEL_DIRS:
+        for path in sorted((root / d).glob("*.cpp")):
+            if not KERNEL_FILE.match(path.name) and path.stem not in KERNEL_OPS:
+                problems.append(f"{path.relative_to(root)}: not <type>_<form>.cpp nor an op's name "
+                                "(the naming scheme atop src/kernels/cpu/registry.cpp)")
+    cpu = root / "src/kernels/cpu"
+    if not cpu.is_dir():
+        return
+
+    def includes(path: pathlib.Path) -> list:
+        out = []
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            m = QUOTED.match(line)
+            if m and m.group(1).startswith("kernels/cpu/") and m.group(1).endswith(".h"):
+                out.append(root / "src" / m.group(1))
+        return out
+
+    groups = {}  # header -> the flag sets of the TUs that include it
+    for tu in sorted(cpu.rglob("*.cpp")):
+        group = tu.parent.name if tu.parent != cpu else "cpu"
+        seen, todo = set(), includes(tu)
+        while todo:
+            h = todo.pop()
+            if h in seen or not h.is_file():
+                continue
+            seen.add(h)
+            groups.setdefault(h, set()).add(group)
+            todo.extend(includes(h))
+    for h, g in sorted(groups.items()):
+        text = h.read_text(encoding="utf-8", errors="replace")
+        if len(g) > 1 and "<immintrin.h>" in text and "namespace {" not in text and "static inline" not in text:
+            problems.append(f"{h.relative_to(root)}: SIMD code included under {len(g)} flag sets "
+                            f"({', '.join(sorted(g))}) without internal linkage (wrap it in namespace {{ }})")
 
 
 def main() -> int:
@@ -59,6 +111,7 @@ def main() -> int:
             m = INCLUDE.match(line)
             if m and m.group(1) != room and m.group(1) not in allowed and m.group(1) in ALLOWED:
                 problems.append(f"{rel}:{n}: src/{room}/ may not include {m.group(1)}/ ({line.strip()})")
+    check_kernels(root, problems)
     for p in problems:
         print(p)
     if problems:

@@ -12,7 +12,7 @@
 // gets the same bits. That is the kernel of kernels/cpu/attention_tiles.h,
 // compiled for AVX2 (avx2/attention.cpp) and AVX-512 (avx512/attention.cpp)
 // with the same bits at both levels; the scalar level is the
-// reference (kernels/ref/attention_ref.h: a plain softmax per row in double,
+// reference (kernels/ref/attention.h: a plain softmax per row in double,
 // row-parallel, batch-invariant too). The functions below dispatch at the
 // active ISA level (core/cpu_features.h).
 #pragma once

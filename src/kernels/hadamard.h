@@ -10,7 +10,7 @@
 // the Paley-I matrix of the prime q = m - 1 (q = 11, 19; q = 3 mod 4):
 // row 0 all ones, row i >= 1 = [-1, e_i + Q_i], Q the Jacobsthal matrix
 // Q[i][j] = chi(j - i) mod q (chi: quadratic character), and D a fixed
-// diagonal of pseudo-random signs (kernels/ref/hadamard_ref.h
+// diagonal of pseudo-random signs (kernels/ref/hadamard.h
 // hadamard_sign: a "randomized Hadamard" as in QuaRot, so that a vector
 // with a large common component, e.g. all channels alike, is not mapped
 // onto one spike, as the plain Walsh matrix maps the all-ones vector).
@@ -18,7 +18,7 @@
 // Element i of the row is index (a, b) = (i / m, i % m).
 //
 // Arithmetic contract (every ISA level, bit for bit; the scalar twin is
-// kernels/ref/hadamard_ref.cpp):
+// kernels/ref/hadamard.cpp):
 //   0. (not transpose) x[i] = -x[i] where D_i = -1 (a sign flip, exact);
 //   1. m > 1: each block of m, y[a, b] = sum over b' = 0..m-1 in order of
 //      +-x[a, b'] (H_m[b][b'], or H_m[b'][b] for the transpose), starting

@@ -4,7 +4,7 @@
 // The decode and prefill kernels then read each group as one sequential
 // stream with no per-call transposes or scale shuffles: one 64-byte load
 // gives the same dword of all 16 rows, the lane order of the row-lane
-// kernels (kernels/cpu/avx512/lanes_kquants.cpp), whose arithmetic contract
+// kernels (kernels/cpu/avx512/kquants_lanes.cpp), whose arithmetic contract
 // they keep bit for bit (matmul over an interleaved matrix == matmul over
 // its base-type rows, at every ISA level and token count).
 //

@@ -3,7 +3,7 @@
 // activations, gated FFN glue, softcap. Each function dispatches at the
 // active ISA level (core/cpu_features.h) through the CPU op table
 // (kernels/cpu/op_table.h): the scalar level runs the reference twins
-// (kernels/ref/ops_ref.h), AVX2 and AVX-512 the AVX2 kernels
+// (kernels/ref/row_ops.h), AVX2 and AVX-512 the AVX2 kernels
 // (kernels/cpu/avx2/row_ops.cpp). At every level the reduction order within
 // a row is fixed, so results never depend on how rows are batched or
 // threaded. Thread-safe (no state); no allocation.
@@ -48,5 +48,16 @@ void add_row(float* y, const float* x, int64_t n);
 void scale_row(float* y, float s, int64_t n);
 // x[i] = cap * tanh(x[i] / cap) (cap > 0): logit soft-capping.
 void softcap_row(float* x, int64_t n, float cap);
+
+// The row ops above by name (an X-macro). Each signature is written once,
+// above: the scalar twins (kernels/ref/row_ops.h), the AVX2 kernels
+// (kernels/cpu/isa_kernels.h) and the op table's fields
+// (kernels/cpu/op_table.h) are declared from this list with
+// EMBER_DECLARE_LIKE, so a changed signature changes all of them.
+#define EMBER_ROW_OPS(X)                                                                                               \
+  X(rms_norm_row) X(rope_angles) X(rope_head) X(softmax_row) X(max_row) X(log_sum_exp_row) X(exp_shifted_row)          \
+  X(silu_row) X(gelu_tanh_row) X(swiglu_row) X(geglu_tanh_row) X(softcap_row) X(add_row) X(scale_row)
+// Declares `op` in the enclosing namespace with the signature of ember::op.
+#define EMBER_DECLARE_LIKE(op) decltype(::ember::op) op;
 
 }  // namespace ember

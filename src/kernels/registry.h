@@ -59,18 +59,18 @@ using VecDotTokensFn = void (*)(int64_t n, float* s, int64_t lds, const void* w,
                                 const void* packed, int64_t nr, int nc);
 
 struct KernelSet {
+  // Row conversions.
   DequantizeRowFn dequantize_row = nullptr;
   QuantizeRowFn quantize_row = nullptr;  // fast activation quantizer (may differ from the
                                          // reference RTN quantizer only where allowed)
-  VecDotFn vec_dot = nullptr;            // weight row of this type x row of vec_dot_type
-  VecDotTileFn vec_dot_tile = nullptr;   // tiled vec_dot (null: loop over vec_dot)
-  int tile_rows = 0;                     // largest nr vec_dot_tile accepts
-  int tile_cols = 0;                     // largest nc vec_dot_tile accepts
-  VecDotRowsFn vec_dot_rows = nullptr;   // one-token multi-row kernel (null: use the tile / vec_dot)
   // Activation quantizer of an activation type (Q8_0) with 4-bit levels in
   // the same blocks (values in [-7, 7], scale amax / 7): W4A4 / W8A4 through
   // the int8 kernels (MatmulTarget::act_bits). Null: no 4-bit form.
   QuantizeRowFn quantize_row_int4 = nullptr;
+  // The forms of the dot, each bit-identical to vec_dot (the matmul driver
+  // picks one per weight by token count: kernels/cpu/matmul.cpp).
+  VecDotFn vec_dot = nullptr;           // weight row of this type x row of vec_dot_type
+  VecDotRowsFn vec_dot_rows = nullptr;  // one-token multi-row kernel (null: use the tile / vec_dot)
   // Few-token form (null: none): the driver uses it for 2 <= nc <= few_max.
   VecDotFewFn vec_dot_few = nullptr;
   int few_max = 0;
@@ -78,13 +78,16 @@ struct KernelSet {
   VecDotTokensFn vec_dot_tokens = nullptr;
   PackTokensFn pack_tokens = nullptr;
   TokensPackBytesFn tokens_pack_bytes = nullptr;
-  int tokens_max = 0;  // largest nc vec_dot_tokens accepts
   int tokens_min = 0;  // the driver uses it for tokens_min <= nc <= tokens_max (where it beats the tile)
-  // Interleaved layouts (kernels/interleave.h; dtype_row_group(t) > 1): only
-  // vec_dot_rows and vec_dot_tile exist, over whole 16-row groups (nr a
-  // multiple of 16 for vec_dot_rows, nr == 16 for the tile; the w pointer
-  // at a group's start). True where this level's kernels are native rather
-  // than de-interleaving into the base type's.
+  int tokens_max = 0;  // largest nc vec_dot_tokens accepts
+  VecDotTileFn vec_dot_tile = nullptr;  // tiled vec_dot (null: loop over vec_dot)
+  int tile_rows = 0;                    // largest nr vec_dot_tile accepts
+  int tile_cols = 0;                    // largest nc vec_dot_tile accepts
+  // Interleaved layouts (kernels/interleave.h; dtype_row_group(t) > 1) have
+  // no vec_dot; their forms run over whole 16-row groups (nr a multiple of
+  // 16; the tile: tile_rows a multiple of 16, the w pointer at a group's
+  // start). True where this level's kernels are native rather than
+  // de-interleaving into the base type's.
   bool interleaved_native = false;
 };
 

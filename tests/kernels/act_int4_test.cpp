@@ -15,7 +15,7 @@
 #include "kernels/backend_under_test.h"
 #include "kernels/matmul.h"
 #include "kernels/matrix_view.h"
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/ref/dot.h"
 #include "kernels/registry.h"
 #include "kernels/test_weights.h"
 #include "quant/blocks.h"
@@ -81,8 +81,8 @@ TEST_P(Int4MatmulTest, MatmulWithInt4ActivationsIsTheReferenceDotAndBatchInvaria
     std::vector<float> x = gaussian(n_tokens * ldx, 1.f, 7);
     for (int64_t j = 0; j < n; j += 97) x[j] = 25.f;  // outliers, as in real activations
     // The reference: each token quantized by the scalar twin, the scalar dot.
-    VecDotFn ref = t == DType::kQ4_0 ? ref::vec_dot_q4_0_q8_0 : t == DType::kQ5_0 ? ref::vec_dot_q5_0_q8_0
-                                                                                   : ref::vec_dot_q8_0_q8_0;
+    VecDotFn ref = t == DType::kQ4_0 ? ref::q4_0_dot : t == DType::kQ5_0 ? ref::q5_0_dot
+                                                                                   : ref::q8_0_dot;
     std::vector<float> want(n_tokens * rows), mag(n_tokens * rows), wf(n), xf(n);
     std::vector<BlockQ8_0> xq(n / 32);
     for (int64_t tk = 0; tk < n_tokens; ++tk) {

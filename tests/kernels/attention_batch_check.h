@@ -14,7 +14,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/backend_under_test.h"
-#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/attention.h"
 
 namespace ember::testing_backend {
 

@@ -18,7 +18,7 @@
 #include "kernels/attention.h"
 #include "kernels/backend_under_test.h"
 #include "kernels/kv_types.h"
-#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/attention.h"
 
 namespace ember {
 namespace {

@@ -2,7 +2,7 @@
 // its batch invariance (same bits whatever the batch split or thread count).
 #include "kernels/attention.h"
 #include "kernels/attention_batch_check.h"
-#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/attention.h"
 
 #include <gtest/gtest.h>
 

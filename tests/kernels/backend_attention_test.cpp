@@ -1,5 +1,5 @@
 // Backend::attention at every level of every backend (backend_under_test.h)
-// against the reference (kernels/ref/attention_ref.h: plain softmax per row
+// against the reference (kernels/ref/attention.h: plain softmax per row
 // in double): GQA groups of 1 to 16 heads (more than one head group of 8),
 // head dims with and without the 16-float fast path, a V head dim unlike
 // the K one, sliding windows, softcap, and a ragged batch of four sequences
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "kernels/backend_under_test.h"
-#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/attention.h"
 
 namespace ember {
 namespace {

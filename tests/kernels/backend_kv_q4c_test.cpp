@@ -24,7 +24,7 @@
 #include "kernels/attention_batch_check.h"
 #include "kernels/backend_under_test.h"
 #include "kernels/kv_types.h"
-#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/attention.h"
 
 namespace ember {
 namespace {

@@ -22,8 +22,8 @@
 #include "kernels/backend_under_test.h"
 #include "kernels/matmul.h"
 #include "kernels/matrix_view.h"
-#include "kernels/ref/ops_ref.h"
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/ref/row_ops.h"
+#include "kernels/ref/dot.h"
 #include "kernels/registry.h"
 #include "quant/quantize.h"
 
@@ -47,19 +47,19 @@ const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::k
 // The reference dot of each weight type, independent of the registry.
 VecDotFn ref_dot(DType t) {
   switch (t) {
-    case DType::kF32: return ref::vec_dot_f32;
-    case DType::kF16: return ref::vec_dot_f16;
-    case DType::kBF16: return ref::vec_dot_bf16;
-    case DType::kQ4_0: return ref::vec_dot_q4_0_q8_0;
-    case DType::kQ4_1: return ref::vec_dot_q4_1_q8_1;
-    case DType::kQ5_0: return ref::vec_dot_q5_0_q8_0;
-    case DType::kQ5_1: return ref::vec_dot_q5_1_q8_1;
-    case DType::kQ8_0: return ref::vec_dot_q8_0_q8_0;
-    case DType::kQ2_K: return ref::vec_dot_q2_K_q8_K;
-    case DType::kQ3_K: return ref::vec_dot_q3_K_q8_K;
-    case DType::kQ4_K: return ref::vec_dot_q4_K_q8_K;
-    case DType::kQ5_K: return ref::vec_dot_q5_K_q8_K;
-    case DType::kQ6_K: return ref::vec_dot_q6_K_q8_K;
+    case DType::kF32: return ref::f32_dot;
+    case DType::kF16: return ref::f16_dot;
+    case DType::kBF16: return ref::bf16_dot;
+    case DType::kQ4_0: return ref::q4_0_dot;
+    case DType::kQ4_1: return ref::q4_1_dot;
+    case DType::kQ5_0: return ref::q5_0_dot;
+    case DType::kQ5_1: return ref::q5_1_dot;
+    case DType::kQ8_0: return ref::q8_0_dot;
+    case DType::kQ2_K: return ref::q2_K_dot;
+    case DType::kQ3_K: return ref::q3_K_dot;
+    case DType::kQ4_K: return ref::q4_K_dot;
+    case DType::kQ5_K: return ref::q5_K_dot;
+    case DType::kQ6_K: return ref::q6_K_dot;
     default: return nullptr;
   }
 }

@@ -14,7 +14,7 @@
 
 #include "kernels/backend_under_test.h"
 #include "kernels/hadamard.h"
-#include "kernels/ref/hadamard_ref.h"
+#include "kernels/ref/hadamard.h"
 
 namespace ember {
 namespace {

@@ -154,18 +154,18 @@ TEST_P(Interleaved, KernelsRegistered) {
   }
   // Q4_0 / Q5_0 / Q8_0 at AMX: the AMX token lanes with their own pack.
   if (isa() == Isa::kAmx && legacy) {
-    const VecDotTokensFn fn = base() == DType::kQ4_0   ? amx::vec_dot_tokens_r16_q4_0_q8_0
-                              : base() == DType::kQ5_0 ? amx::vec_dot_tokens_r16_q5_0_q8_0
-                                                       : amx::vec_dot_tokens_r16_q8_0_q8_0;
+    const VecDotTokensFn fn = base() == DType::kQ4_0   ? amx::q4_0_r16_tokens
+                              : base() == DType::kQ5_0 ? amx::q5_0_r16_tokens
+                                                       : amx::q8_0_r16_tokens;
     EXPECT_EQ(k.vec_dot_tokens, fn);
-    EXPECT_EQ(k.tokens_pack_bytes, amx::tokens_pack_bytes_r16_legacy);
+    EXPECT_EQ(k.tokens_pack_bytes, amx::legacy_r16_tokens_pack_bytes);
   }
   // Q4_K / Q6_K at AMX: the tile kernels for batched decode and prefill
   // (MatmulMatchesBaseType's 8 .. 300 tokens go through them).
   if (isa() == Isa::kAmx && !legacy) {
     const bool q4 = base() == DType::kQ4_K;
-    EXPECT_EQ(k.vec_dot_few, q4 ? amx::vec_dot_few_r16_q4_K_q8_K : amx::vec_dot_few_r16_q6_K_q8_K);
-    EXPECT_EQ(k.vec_dot_tile, q4 ? amx::vec_dot_tile_r16_q4_K_q8_K : amx::vec_dot_tile_r16_q6_K_q8_K);
+    EXPECT_EQ(k.vec_dot_few, q4 ? amx::q4_K_r16_few : amx::q6_K_r16_few);
+    EXPECT_EQ(k.vec_dot_tile, q4 ? amx::q4_K_r16_tile : amx::q6_K_r16_tile);
   }
 }
 
@@ -262,7 +262,7 @@ std::vector<uint8_t> quantized_activations(DType act, int64_t n, int count, bool
 // The AMX tile kernels against the AVX-512 kernels of the same layouts, bit
 // for bit, called directly: every token count of the few-token form (full,
 // partial and paired token tiles, and the AVX-512 fallback below
-// amx::kAmxMinTokens) and tiles up to amx::kAmxTileCols, on random and
+// amx::kKquantsR16MinTokens) and tiles up to amx::kKquantsR16TileCols, on random and
 // extreme blocks.
 TEST(Interleave, AmxKernelsMatchAvx512) {
   if (cpu_max_isa() < Isa::kAmx) GTEST_SKIP() << "CPU without usable AMX-INT8";
@@ -274,22 +274,22 @@ TEST(Interleave, AmxKernelsMatchAvx512) {
       std::vector<uint8_t> il(w.size());
       interleave_rows(base, w.data(), kRows, n, il.data());
       const size_t wrb = dtype_row_size(base, n), xrb = dtype_row_size(DType::kQ8_K, n);
-      const int max_tokens = amx::kAmxTileCols;
+      const int max_tokens = amx::kKquantsR16TileCols;
       const std::vector<uint8_t> xq = quantized_activations(DType::kQ8_K, n, max_tokens, extreme, extreme ? 3 : 4);
-      const auto amx_tile = q4 ? amx::vec_dot_tile_r16_q4_K_q8_K : amx::vec_dot_tile_r16_q6_K_q8_K;
+      const auto amx_tile = q4 ? amx::q4_K_r16_tile : amx::q6_K_r16_tile;
       for (int nc = 1; nc <= max_tokens; nc += nc < 40 ? 1 : 11) {
         std::vector<float> want(static_cast<size_t>(nc * kRows)), got(want.size(), -7.0f);
         const bool few = nc <= avx512::kInterleavedFewMax;
         if (few) {
-          (q4 ? avx512::vec_dot_few_r16_q4_K_q8_K : avx512::vec_dot_few_r16_q6_K_q8_K)(
+          (q4 ? avx512::q4_K_r16_few : avx512::q6_K_r16_few)(
               n, want.data(), kRows, il.data(), wrb, xq.data(), xrb, kRows, nc);
-          (q4 ? amx::vec_dot_few_r16_q4_K_q8_K : amx::vec_dot_few_r16_q6_K_q8_K)(n, got.data(), kRows, il.data(),
+          (q4 ? amx::q4_K_r16_few : amx::q6_K_r16_few)(n, got.data(), kRows, il.data(),
                                                                                  wrb, xq.data(), xrb, kRows, nc);
         } else {
           for (int64_t r = 0; r < kRows; r += 16)
             for (int t0 = 0; t0 < nc; t0 += kInterleavedTileCols) {  // the AVX-512 tile's width
               const int c = std::min(kInterleavedTileCols, nc - t0);
-              (q4 ? avx512::vec_dot_tile_r16_q4_K_q8_K : avx512::vec_dot_tile_r16_q6_K_q8_K)(
+              (q4 ? avx512::q4_K_r16_tile : avx512::q6_K_r16_tile)(
                   n, want.data() + t0 * kRows + r, kRows, il.data() + r * wrb, wrb, xq.data() + t0 * xrb, xrb, 16, c);
             }
           // One call over 16 rows, one over the other 32 (several groups).
@@ -315,7 +315,7 @@ TEST(Interleave, AmxKernelsMatchAvx512) {
 // The AMX token lanes of Q4_0 / Q5_0 / Q8_0 against the AVX-512 token lanes,
 // bit for bit, each with its own pack: every token count from the form's
 // start past three token tiles (partial tiles, the Q4_0 / Q5_0 switch at
-// amx::kAmxNibbleTokensMin), then larger ones; an odd block count (the
+// amx::kLegacyR16NibbleTokensMin), then larger ones; an odd block count (the
 // products go in block pairs), one call over 16 rows and one over 32.
 TEST(Interleave, AmxLegacyTokensMatchAvx512) {
   if (cpu_max_isa() < Isa::kAmx) GTEST_SKIP() << "CPU without usable AMX-INT8";

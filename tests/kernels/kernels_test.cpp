@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "core/fp16.h"
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/ref/dot.h"
 #include "quant/blocks.h"
 #include "quant/quantize.h"
 
@@ -187,9 +188,58 @@ TEST(KernelRegistry, LevelsAboveTheCpuClampAndUnknownTypesAreEmpty) {
   EXPECT_EQ(kernels(DType::kI32, Isa::kAvx2).vec_dot, nullptr);
 }
 
+// The folding rules of the one table (kernels/cpu/registry.cpp), at every
+// level whatever this CPU has (registry_entry folds the table for a given
+// highest level): a form is carried up with the vec_dot it reproduces, never
+// past a new one; a level's entry does not depend on the levels above it.
+TEST(KernelRegistry, FormsCarryUpWithTheirVecDot) {
+  const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,     DType::kQ4_1,     DType::kQ5_0,
+                         DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,     DType::kQ4_K,     DType::kQ5_K,
+                         DType::kQ6_K, DType::kQ8_K, DType::kQ4_0_R16, DType::kQ5_0_R16, DType::kQ8_0_R16,
+                         DType::kQ4_K_R16, DType::kQ6_K_R16};
+  for (DType t : types) {
+    for (int l = 1; l < kNumIsaLevels; ++l) {
+      const Isa isa = static_cast<Isa>(l), lower_isa = static_cast<Isa>(l - 1);
+      const KernelSet k = registry_entry(t, isa, Isa::kAmx), lower = registry_entry(t, lower_isa, Isa::kAmx);
+      const std::string at = std::string(dtype_name(t)) + " at " + isa_name(isa);
+      EXPECT_TRUE(k.vec_dot || !lower.vec_dot) << at;
+      EXPECT_TRUE(k.dequantize_row || !lower.dequantize_row) << at;
+      if (k.vec_dot != lower.vec_dot) continue;
+      // The same vec_dot: every form of the level below is still there (the
+      // AMX level, which adds no plain-type kernels, once lost the decode rows).
+      EXPECT_TRUE(k.vec_dot_rows || !lower.vec_dot_rows) << at;
+      EXPECT_TRUE(k.vec_dot_few || !lower.vec_dot_few) << at;
+      EXPECT_TRUE(k.vec_dot_tokens || !lower.vec_dot_tokens) << at;
+      EXPECT_TRUE(k.vec_dot_tile || !lower.vec_dot_tile) << at;
+    }
+    for (int l = 0; l < kNumIsaLevels; ++l)
+      for (int m = l; m < kNumIsaLevels; ++m) {
+        const KernelSet a = registry_entry(t, static_cast<Isa>(l), static_cast<Isa>(l));
+        const KernelSet b = registry_entry(t, static_cast<Isa>(l), static_cast<Isa>(m));
+        const bool same = a.dequantize_row == b.dequantize_row && a.quantize_row == b.quantize_row &&
+                          a.quantize_row_int4 == b.quantize_row_int4 && a.vec_dot == b.vec_dot &&
+                          a.vec_dot_rows == b.vec_dot_rows && a.vec_dot_few == b.vec_dot_few &&
+                          a.few_max == b.few_max && a.vec_dot_tokens == b.vec_dot_tokens &&
+                          a.pack_tokens == b.pack_tokens && a.tokens_pack_bytes == b.tokens_pack_bytes &&
+                          a.tokens_min == b.tokens_min && a.tokens_max == b.tokens_max &&
+                          a.vec_dot_tile == b.vec_dot_tile && a.tile_rows == b.tile_rows &&
+                          a.tile_cols == b.tile_cols && a.interleaved_native == b.interleaved_native;
+        EXPECT_TRUE(same) << dtype_name(t) << " level " << l << " folded up to " << m;
+      }
+  }
+  // The AMX level holds the AVX-512 decode of the plain types.
+  EXPECT_EQ(registry_entry(DType::kQ4_K, Isa::kAmx, Isa::kAmx).vec_dot_rows, &avx512::q4_K_rows);
+  EXPECT_EQ(registry_entry(DType::kQ5_0, Isa::kAmx, Isa::kAmx).vec_dot_rows, &avx512::q5_0_rows);
+  EXPECT_EQ(registry_entry(DType::kQ4_K_R16, Isa::kAmx, Isa::kAmx).vec_dot_tile, &amx::q4_K_r16_tile);
+  EXPECT_EQ(registry_entry(DType::kQ4_K_R16, Isa::kAmx, Isa::kAmx).vec_dot_rows, &avx512::q4_K_r16_rows);
+  // No level holds a kernel of a level above it.
+  EXPECT_EQ(registry_entry(DType::kQ4_K_R16, Isa::kAvx512, Isa::kAmx).vec_dot_tile, &avx512::q4_K_r16_tile);
+  EXPECT_EQ(registry_entry(DType::kQ4_K, Isa::kAmx, Isa::kAvx512).vec_dot, nullptr);
+}
+
 TEST(KernelRegistry, ScalarLevelIsTheReference) {
-  EXPECT_EQ(kernels(DType::kQ8_0, Isa::kScalar).vec_dot, &ref::vec_dot_q8_0_q8_0);
-  EXPECT_EQ(kernels(DType::kQ4_K, Isa::kScalar).vec_dot, &ref::vec_dot_q4_K_q8_K);
+  EXPECT_EQ(kernels(DType::kQ8_0, Isa::kScalar).vec_dot, &ref::q8_0_dot);
+  EXPECT_EQ(kernels(DType::kQ4_K, Isa::kScalar).vec_dot, &ref::q4_K_dot);
   EXPECT_EQ(kernels(DType::kQ8_K, Isa::kScalar).quantize_row, &quantize_row_q8_K_ref);
 }
 

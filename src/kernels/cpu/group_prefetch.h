@@ -29,8 +29,8 @@ inline void prefetch_line(const void* p) {
 // group: while this group's super-blocks are computed, the next group's
 // bytes are prefetched line by line, spread evenly over this group's
 // super-blocks (or block pairs: the caller's steps). Used by the Q4_0 /
-// Q8_0 / Q4_1 / Q5_1 group decode (avx512/lanes_rows.cpp) and the Q4_K /
-// Q6_K row-lane decode (avx2/ and avx512/lanes_kquants.cpp).
+// Q8_0 / Q4_1 / Q5_1 group decode (avx512/legacy_rows.cpp) and the Q4_K /
+// Q6_K row-lane decode (avx2/ and avx512/kquants_lanes.cpp).
 // One sequential prefetch stream replaces kR per-row streams, which the
 // hardware prefetchers could not follow: with one stream per row the Q4_K /
 // Q6_K decode kernels drew ~5.6 GB/s from DRAM on one thread against ~10.5

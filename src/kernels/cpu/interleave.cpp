@@ -17,7 +17,7 @@
 namespace ember {
 namespace {
 
-constexpr int kG = 16;  // rows per group
+constexpr int kG = kInterleavedGroupRows;
 
 // A field of the base block: byte offset, unit (bytes) and units per row.
 // A bit field (Q5_0's qh: one 4-byte unit) is stored transposed instead:
@@ -140,7 +140,8 @@ void tile_fn(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes
 }
 
 template <DType kT>
-void set_generic(KernelSet& k, Isa isa) {
+KernelSet generic(Isa isa) {
+  KernelSet k;
   switch (isa) {
     case Isa::kScalar:
       k.vec_dot_rows = rows_fn<kT, Isa::kScalar>;
@@ -156,25 +157,25 @@ void set_generic(KernelSet& k, Isa isa) {
       k.vec_dot_tile = tile_fn<kT, Isa::kAvx512>;
       break;
   }
-  k.tile_rows = kG;
+  k.tile_rows = kInterleavedGroupRows;
   k.tile_cols = kInterleavedTileCols;
+  return k;
 }
 
 }  // namespace
 
-void set_interleaved_generic(KernelSet& k, DType t, Isa isa) {
+KernelSet deinterleaved(DType t, Isa isa) {
   switch (t) {
-    case DType::kQ4_0_R16: set_generic<DType::kQ4_0_R16>(k, isa); break;
-    case DType::kQ5_0_R16: set_generic<DType::kQ5_0_R16>(k, isa); break;
-    case DType::kQ8_0_R16: set_generic<DType::kQ8_0_R16>(k, isa); break;
-    case DType::kQ4_K_R16: set_generic<DType::kQ4_K_R16>(k, isa); break;
-    case DType::kQ6_K_R16: set_generic<DType::kQ6_K_R16>(k, isa); break;
-    default: break;
+    case DType::kQ4_0_R16: return generic<DType::kQ4_0_R16>(isa);
+    case DType::kQ5_0_R16: return generic<DType::kQ5_0_R16>(isa);
+    case DType::kQ8_0_R16: return generic<DType::kQ8_0_R16>(isa);
+    case DType::kQ4_K_R16: return generic<DType::kQ4_K_R16>(isa);
+    case DType::kQ6_K_R16: return generic<DType::kQ6_K_R16>(isa);
+    default: return {};
   }
 }
 
-const DType kInterleavedTypes[kNumInterleavedTypes] = {DType::kQ4_0_R16, DType::kQ5_0_R16, DType::kQ8_0_R16,
-                                                        DType::kQ4_K_R16, DType::kQ6_K_R16};
+VecDotTileFn deinterleaved_tile(DType t, Isa isa) { return deinterleaved(t, isa).vec_dot_tile; }
 
 DType interleaved_type(DType base) {
   const Layout* l = layout_of(base);

@@ -8,14 +8,10 @@
 // AVX-512 F/BW/VL/DQ + VNNI, the amx ones only when it also has AMX-INT8
 // granted by the OS.
 //
-// Files are named <family>_<kind>.cpp: family float (F32/F16/BF16), legacy
-// (32-element blocks), kquants (256-element super-blocks) or lanes (the
-// AVX-512 row-lane form of the legacy types; lanes_kquants.cpp, at both
-// levels: of Q4_K and Q6_K, all three kinds); kind dot (vec_dot and the row conversions), tile
-// (vec_dot_tile) or rows (vec_dot_rows). A file whose
-// kernels share one arithmetic contract may hold several kinds of its
-// family; its header says which. row_ops.cpp, hadamard.cpp and attention.cpp hold the ops
-// of the op table.
+// Names read ISA, type, form (the scheme is stated once, atop
+// kernels/cpu/registry.cpp): files <isa>/<type>_<form>.cpp, functions
+// <isa>::<type>_<form> (avx512::q4_K_rows: vec_dot_rows of Q4_K at the
+// AVX-512 level), constants <isa>::k<Type><Form><What>.
 //
 // Activation preconditions (hold for everything our activation quantizers
 // produce): Q8_0/Q8_1/Q8_K activation quants lie in [-127, 127].
@@ -23,34 +19,38 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
+#include "kernels/hadamard.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 
 namespace ember {
 
-// The three row-lane K-quant entry points of a type (both levels).
-#define EMBER_DECLARE_LANES_K(name)                                                                             \
-  void vec_dot_lanes_##name##_q8_K(int64_t n, float* s, const void* w, const void* x);                         \
-  void vec_dot_rows_lanes_##name##_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, \
-                                        int64_t nr);                                                           \
-  void vec_dot_tile_lanes_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,   \
-                                        const void* x, size_t x_row_bytes, int nr, int nc);
+// The kernel signatures of kernels/registry.h as function types, so that a
+// kernel is declared by name only (`DotKernel q4_0_dot;`) and its
+// parameters are written once, in registry.h.
+using DotKernel = std::remove_pointer_t<VecDotFn>;
+using RowsKernel = std::remove_pointer_t<VecDotRowsFn>;
+using FewKernel = std::remove_pointer_t<VecDotFewFn>;
+using TokensKernel = std::remove_pointer_t<VecDotTokensFn>;
+using TokensPackKernel = std::remove_pointer_t<PackTokensFn>;
+using TokensPackBytesKernel = std::remove_pointer_t<TokensPackBytesFn>;
+using TileKernel = std::remove_pointer_t<VecDotTileFn>;
+using QuantizeKernel = std::remove_pointer_t<QuantizeRowFn>;
+using DequantizeKernel = std::remove_pointer_t<DequantizeRowFn>;
 
 namespace avx2 {
 
 // Float weights x f32 activations.
-void vec_dot_f32(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_f16(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x);
+DotKernel f32_dot, f16_dot, bf16_dot;
 // Legacy 32-element blocks: Q4_1 / Q5_1 (avx2/legacy_dot.cpp; per block 8
 // i32 lane sums fma'd in f32).
-void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x);
-// Q4_0 / Q5_0 / Q8_0 in the row-lane form (avx2/lanes_legacy.cpp): the
-// arithmetic of the AVX-512 lane kernels (avx512/lanes_tile.cpp), so these
+DotKernel q4_1_dot, q5_1_dot;
+// Q4_0 / Q5_0 / Q8_0 in the row-lane form (avx2/legacy_lanes.cpp): the
+// arithmetic of the AVX-512 lane kernels (avx512/legacy_lanes.cpp), so these
 // types give the same bits at both levels. vec_dot; decode over any nr >= 1
 // rows (8-row groups, the next group prefetched into L2); the token-lane
 // form over activations packed once per matmul (prefill, batched decode:
@@ -60,347 +60,221 @@ void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x);
 // transposes).
 constexpr int kLegacyTileRows = 16;
 constexpr int kLegacyTileCols = 64;
-#define EMBER_DECLARE_AVX2_LEGACY(name)                                                                              \
-  void vec_dot_##name##_q8_0(int64_t n, float* s, const void* w, const void* x);                                  \
-  void vec_dot_rows_##name##_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,          \
-                                  int64_t nr);                                                                     \
-  void vec_dot_tile_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,            \
-                                  const void* x, size_t x_row_bytes, int nr, int nc);                              \
-  void vec_dot_tokens_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
-                                    const void* packed, int64_t nr, int nc);                                       \
-  void pack_tokens_##name##_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,   \
-                                 int64_t e);                                                                       \
-  void vec_dot_rows_r16_##name##_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,      \
-                                      int64_t nr);                                                                 \
-  void vec_dot_tokens_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,      \
-                                        const void* packed, int64_t nr, int nc);
-EMBER_DECLARE_AVX2_LEGACY(q4_0)
-EMBER_DECLARE_AVX2_LEGACY(q5_0)
-EMBER_DECLARE_AVX2_LEGACY(q8_0)
-#undef EMBER_DECLARE_AVX2_LEGACY
-size_t tokens_pack_bytes_legacy(int64_t n, int nc);
+DotKernel q4_0_dot, q5_0_dot, q8_0_dot;
+RowsKernel q4_0_rows, q5_0_rows, q8_0_rows;
+TileKernel q4_0_tile, q5_0_tile, q8_0_tile;
+TokensKernel q4_0_tokens, q5_0_tokens, q8_0_tokens;
+TokensPackKernel q4_0_tokens_pack, q5_0_tokens_pack, q8_0_tokens_pack;
+RowsKernel q4_0_r16_rows, q5_0_r16_rows, q8_0_r16_rows;
+TokensKernel q4_0_r16_tokens, q5_0_r16_tokens, q8_0_r16_tokens;
+TokensPackBytesKernel legacy_tokens_pack_bytes;
 // K-quants (256-element super-blocks).
-void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+DotKernel q2_K_dot;
+DotKernel q3_K_dot;
 
 // Tile kernels (VecDotTileFn), bit-identical to the vec_dot above for every
 // (row, token) pair.
-// K-quants Q2_K, Q3_K (avx2/kquants_tile.cpp): up to kKquantTileRows rows x
-// kKquantTileCols tokens.
-constexpr int kKquantTileRows = 4;
-constexpr int kKquantTileCols = 64;
-void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
+// K-quants Q2_K, Q3_K (avx2/kquants_tile.cpp): up to kKquantsTileRows rows x
+// kKquantsTileCols tokens.
+constexpr int kKquantsTileRows = 4;
+constexpr int kKquantsTileCols = 64;
+TileKernel q2_K_tile, q3_K_tile;
 // Float weights (avx2/float_tile.cpp): up to kFloatTileRows rows x
 // kFloatTileCols tokens.
 constexpr int kFloatTileRows = 4;
 constexpr int kFloatTileCols = 60;
-void vec_dot_tile_f32(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                      size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_f16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                      size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                       size_t x_row_bytes, int nr, int nc);
+TileKernel f32_tile, f16_tile, bf16_tile;
 
-// Q4_K, Q5_K and Q6_K in the row-lane form (avx2/lanes_kquants.cpp): the
-// arithmetic of the AVX-512 row lanes (twins in kernels/ref/kquants_lanes_ref.h),
+// Q4_K, Q5_K and Q6_K in the row-lane form (avx2/kquants_lanes.cpp): the
+// arithmetic of the AVX-512 row lanes (twins in kernels/ref/kquants_lanes.h),
 // so these types give the same bits at both levels. vec_dot, decode over any
-// nr >= 1 rows in 8-row groups, and the tile of kLaneKTileRows rows x up to
-// kLaneKTileCols tokens (each call transposes its rows once).
-constexpr int kLaneKTileRows = 8;
-constexpr int kLaneKTileCols = 64;
-EMBER_DECLARE_LANES_K(q4_K)
-EMBER_DECLARE_LANES_K(q5_K)
-EMBER_DECLARE_LANES_K(q6_K)
+// nr >= 1 rows in 8-row groups, and the tile of kKquantsLanesTileRows rows x up to
+// kKquantsLanesTileCols tokens (each call transposes its rows once).
+constexpr int kKquantsLanesTileRows = 8;
+constexpr int kKquantsLanesTileCols = 64;
+DotKernel q4_K_dot, q5_K_dot, q6_K_dot;
+RowsKernel q4_K_rows, q5_K_rows, q6_K_rows;
+TileKernel q4_K_tile, q5_K_tile, q6_K_tile;
 // The interleaved Q4_K_R16 / Q6_K_R16 layouts (kernels/interleave.h), the
 // same arithmetic: decode over whole 16-row groups (one sequential stream per
 // group) and the tile of one group x up to kInterleavedTileCols tokens, each
 // 8-row half packed from the layout without transposes.
-void vec_dot_rows_r16_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_r16_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
+RowsKernel q4_K_r16_rows, q6_K_r16_rows;
+TileKernel q4_K_r16_tile, q6_K_r16_tile;
+TileKernel q6_K_r16_tile;
 
 // Activation quantizers (bit-identical to the scalar reference).
-void quantize_row_q8_0(const float* x, void* y, int64_t n);
-void quantize_row_q8_0_int4(const float* x, void* y, int64_t n);
-void quantize_row_q8_1(const float* x, void* y, int64_t n);
-void quantize_row_q8_K(const float* x, void* y, int64_t n);
+QuantizeKernel q8_0_quantize, q8_0_quantize_int4, q8_1_quantize;
+QuantizeKernel q8_K_quantize;
 
 // Dequantizers (bit-identical to the scalar reference).
-void dequantize_row_f16(const void* x, float* y, int64_t n);
-void dequantize_row_bf16(const void* x, float* y, int64_t n);
-void dequantize_row_q4_0(const void* x, float* y, int64_t n);
-void dequantize_row_q5_0(const void* x, float* y, int64_t n);
-void dequantize_row_q8_0(const void* x, float* y, int64_t n);
-void dequantize_row_q4_K(const void* x, float* y, int64_t n);
-void dequantize_row_q6_K(const void* x, float* y, int64_t n);
+DequantizeKernel f16_dequantize, bf16_dequantize, q4_0_dequantize, q5_0_dequantize, q8_0_dequantize;
+DequantizeKernel q4_K_dequantize;
+DequantizeKernel q6_K_dequantize;
 
-// Row ops (row_ops.cpp), as declared in kernels/ops.h; the exp-based ones
+// Row ops (row_ops.cpp), declared from kernels/ops.h's list; the exp-based ones
 // use an 8-lane polynomial (about 1 ulp), RMSNorm sums squares in four
 // 8-lane f32 accumulators whose lanes are added in double.
-void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps);
-void rope_angles(float pos, const float* inv_freq, int n_rot, float* cos_t, float* sin_t);
-void rope_head(float* x, int n_rot, RopeStyle style, const float* cos_t, const float* sin_t);
-float softmax_row(float* x, int64_t n);
-float max_row(const float* x, int64_t n);
-double log_sum_exp_row(const float* x, int64_t n);
-void exp_shifted_row(float* x, int64_t n, float mx);
-void silu_row(float* x, int64_t n);
-void gelu_tanh_row(float* x, int64_t n);
-void swiglu_row(float* gate, const float* up, int64_t n);
-void geglu_tanh_row(float* gate, const float* up, int64_t n);
-void softcap_row(float* x, int64_t n, float cap);
-void add_row(float* y, const float* x, int64_t n);
-void scale_row(float* y, float s, int64_t n);
+EMBER_ROW_OPS(EMBER_DECLARE_LIKE)
 // Hadamard transform (hadamard.cpp), the contract of kernels/hadamard.h.
-void hadamard_row(float* x, int64_t n, bool transpose);
+EMBER_DECLARE_LIKE(hadamard_row)
 // Attention helpers: dot product with a fixed reduction order (two 8-lane
 // accumulators, then hsum, then the tail in order); y[i] += a * x[i] (fma).
 float dot_f32(const float* a, const float* b, int64_t n);
 void axpy_f32(float* y, float a, const float* x, int64_t n);
 
 // Ragged attention (attention.cpp), the contract of kernels/attention.h.
-int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos);
-void attention_ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens,
-                      const KvView* views, const int32_t* view_of_token, float* out, float* scratch,
-                      ThreadPool& pool);
+EMBER_DECLARE_LIKE(attention_scratch_floats)
+EMBER_DECLARE_LIKE(attention_ragged)
 
 }  // namespace avx2
 
 namespace avx512 {
 // Ragged attention (avx512/attention.cpp): the AVX2 kernel's arithmetic, bit
 // for bit, on 16-lane registers (kernels/cpu/attention_tiles.h).
-int64_t attention_scratch_floats(const AttentionShape& s, int64_t n_tokens, int n_threads, int64_t max_pos);
-void attention_ragged(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n_tokens,
-                      const KvView* views, const int32_t* view_of_token, float* out, float* scratch,
-                      ThreadPool& pool);
+EMBER_DECLARE_LIKE(attention_scratch_floats)
+EMBER_DECLARE_LIKE(attention_ragged)
 
-
-void vec_dot_f32(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_f16(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x);
+DotKernel f32_dot, f16_dot, bf16_dot;
 // Float weights (avx512/float_dot.cpp, float_tile.cpp): one fma chain per
 // output; decode walks rows sequentially, the tile is kFloatTileRows rows x
 // up to kFloatTileCols tokens.
 constexpr int kFloatTileRows = 4;
 constexpr int kFloatTileCols = 60;
-void vec_dot_rows_f32(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_f16(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_bf16(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_tile_f32(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                      size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_f16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                      size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                       size_t x_row_bytes, int nr, int nc);
-void vec_dot_q4_0_q8_0(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x);
-void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x);
+RowsKernel f32_rows, f16_rows, bf16_rows;
+TileKernel f32_tile, f16_tile, bf16_tile;
+DotKernel q4_0_dot, q4_1_dot, q5_0_dot, q5_1_dot, q8_0_dot, q2_K_dot, q3_K_dot;
 
 // K-quant tile kernels (VecDotTileFn, avx512/kquants_tile.cpp), bit-identical
-// to the vec_dot above for every (row, token) pair: up to kTileRows weight
-// rows x kWideTileCols tokens (weight-stationary: each call unpacks its rows
+// to the vec_dot above for every (row, token) pair: up to kKquantsTileRows weight
+// rows x kKquantsTileCols tokens (weight-stationary: each call unpacks its rows
 // once for all its tokens).
-constexpr int kTileRows = 4;
-constexpr int kWideTileCols = 64;
-void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
+constexpr int kKquantsTileRows = 4;
+constexpr int kKquantsTileCols = 64;
+TileKernel q2_K_tile, q3_K_tile;
 
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (avx512/lanes_tile.cpp): 32 rows (two
-// sets of 16, one row per zmm lane) x up to kLaneTileCols tokens, with their
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (avx512/legacy_lanes.cpp): 32 rows (two
+// sets of 16, one row per zmm lane) x up to kLegacyTileCols tokens, with their
 // own arithmetic (see that file; the vec_dot of these types above follows it
 // too).
-constexpr int kLaneTileRows = 32;
-constexpr int kLaneTileCols = 64;
-void vec_dot_tile_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q4_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q5_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
+constexpr int kLegacyTileRows = 32;
+constexpr int kLegacyTileCols = 64;
+TileKernel q4_0_tile, q4_1_tile, q5_1_tile;
 // Decode over many rows (KernelSet::vec_dot_rows), bit-identical to the
 // vec_dot of this level for every row: Q4_0 / Q8_0 / Q4_1 / Q5_1 in
-// lanes_rows.cpp (groups of kDecodeGroupRows rows share the activation work;
-// any nr >= 1), Q5_0 in lanes_tile.cpp (sequential rows, two at a time when short,
+// legacy_rows.cpp (groups of kLegacyRowsGroup rows share the activation work;
+// any nr >= 1), Q5_0 in legacy_lanes.cpp (sequential rows, two at a time when short,
 // the activation side prepared once per call).
-constexpr int kDecodeGroupRows = 16;
-void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
+constexpr int kLegacyRowsGroup = 16;
+RowsKernel q4_0_rows, q8_0_rows, q4_1_rows, q5_1_rows, q5_0_rows;
+TileKernel q5_0_tile, q8_0_tile;
 // K-quants (avx512/kquants_tile.cpp): sequential rows with software prefetch,
 // the tile kernels' 1 row x 1 token arithmetic (any nr >= 1).
-void vec_dot_rows_q2_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_q3_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_q4_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_q5_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc);
+RowsKernel q2_K_rows, q3_K_rows;
 
-// Q4_K, Q5_K and Q6_K in the row-lane form (avx512/lanes_kquants.cpp, their own
-// arithmetic: see that file; the twins are in kernels/ref/kquants_lanes_ref.h):
+// Q4_K, Q5_K and Q6_K in the row-lane form (avx512/kquants_lanes.cpp, their own
+// arithmetic: see that file; the twins are in kernels/ref/kquants_lanes.h):
 // vec_dot, decode over any nr >= 1 rows in 16-row groups, and the tile of
-// kLaneKTileRows rows x up to kLaneKTileCols tokens (each call transposes
+// kKquantsLanesTileRows rows x up to kKquantsLanesTileCols tokens (each call transposes
 // its rows once).
-constexpr int kLaneKTileRows = 16;
-constexpr int kLaneKTileCols = 64;
-EMBER_DECLARE_LANES_K(q4_K)
-EMBER_DECLARE_LANES_K(q5_K)
-EMBER_DECLARE_LANES_K(q6_K)
-// A few tokens (1 .. kLaneKFewMax) over any number of rows in the decode
-// form (avx512/lanes_kquants.cpp: each row unpacked once for all tokens).
+constexpr int kKquantsLanesTileRows = 16;
+constexpr int kKquantsLanesTileCols = 64;
+DotKernel q4_K_dot, q5_K_dot, q6_K_dot;
+RowsKernel q4_K_rows, q5_K_rows, q6_K_rows;
+TileKernel q4_K_tile, q5_K_tile, q6_K_tile;
+// A few tokens (1 .. kKquantsLanesFewMax) over any number of rows in the decode
+// form (avx512/kquants_lanes.cpp: each row unpacked once for all tokens).
 // Up to 6 because that is where it beats the tile (bench_gemm, one thread:
 // 1.7-2.0x at 2 tokens, 1.3x at 3, 1.0-1.4x at 4, 1.1x at 5, 1.0-1.1x at 6,
 // 0.75-0.9x at 8).
-constexpr int kLaneKFewMax = 6;
-void vec_dot_few_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc);
-void vec_dot_few_lanes_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc);
-void vec_dot_few_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc);
-// The token-lane form of the same arithmetic (avx512/lanes_kquants_tokens.cpp):
-// kLaneKTokensMin .. kLaneKTokensMax tokens (where it beats the tile),
+constexpr int kKquantsLanesFewMax = 6;
+FewKernel q4_K_few, q5_K_few, q6_K_few;
+// The token-lane form of the same arithmetic (avx512/kquants_tokens.cpp):
+// kKquantsTokensMin .. kKquantsTokensMax tokens (where it beats the tile),
 // activations packed once per matmul (KernelSet::pack_tokens), any number of
-// rows per call (the kernel accepts 1 .. kLaneKTokensMax tokens).
-constexpr int kLaneKTokensMin = 12;
-constexpr int kLaneKTokensMax = 16;
-size_t tokens_pack_bytes_q8_K(int64_t n, int nc);
-void pack_tokens_q8_K(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b, int64_t e);
-void vec_dot_tokens_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc);
-void vec_dot_tokens_lanes_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc);
-void vec_dot_tokens_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc);
+// rows per call (the kernel accepts 1 .. kKquantsTokensMax tokens).
+constexpr int kKquantsTokensMin = 12;
+constexpr int kKquantsTokensMax = 16;
+TokensPackBytesKernel kquants_tokens_pack_bytes;
+TokensPackKernel kquants_tokens_pack;
+TokensKernel q4_K_tokens, q5_K_tokens, q6_K_tokens;
 // The interleaved layouts (kernels/interleave.h) of Q4_K / Q6_K, the same
-// arithmetic: decode over whole 16-row groups (avx512/lanes_kquants_r16.cpp)
+// arithmetic: decode over whole 16-row groups (avx512/kquants_r16_few.cpp)
 // and the tile of one group x up to kInterleavedTileCols tokens
-// (avx512/lanes_kquants.cpp: the row-lane tile's register blocks, its
+// (avx512/kquants_lanes.cpp: the row-lane tile's register blocks, its
 // packing reduced to nibble splits and scale shuffles).
-void vec_dot_rows_r16_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_r16_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
+RowsKernel q4_K_r16_rows, q6_K_r16_rows;
+TileKernel q4_K_r16_tile, q6_K_r16_tile;
 // ... and 1 .. kInterleavedFewMax tokens over whole groups, four per pass
-// (avx512/lanes_kquants_r16.cpp): Q4_K / Q6_K use it up to 64 tokens (it
+// (avx512/kquants_r16_few.cpp): Q4_K / Q6_K use it up to 64 tokens (it
 // beats their tile there: bench_gemm 2048 x 4096, one thread, 32 tokens
 // 158 / 126 GMAC/s against 137 / 95), Q4_0 / Q8_0 up to
 // kInterleavedLegacyFewMax (their two-group tile is faster above).
 constexpr int kInterleavedFewMax = 64;
 constexpr int kInterleavedLegacyFewMax = 16;
-void vec_dot_few_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void vec_dot_few_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-// Q4_0 / Q5_0 / Q8_0 x Q8_0 interleaved (avx512/lanes_legacy_r16.cpp): the
-// lane contract of lanes_tile.cpp / lanes_rows.cpp (per block in order acc =
+FewKernel q4_K_r16_few, q6_K_r16_few;
+// Q4_0 / Q5_0 / Q8_0 x Q8_0 interleaved (avx512/legacy_r16_lanes.cpp): the
+// lane contract of legacy_lanes.cpp / legacy_rows.cpp (per block in order acc =
 // fma(float(isum_b), d_w * d_x, acc)); decode, 1 .. kInterleavedFewMax
 // tokens four per pass, and the tile as the same passes over one group.
-void vec_dot_rows_r16_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_rows_r16_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_few_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void vec_dot_tile_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
-void vec_dot_rows_r16_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr);
-void vec_dot_few_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void vec_dot_few_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void vec_dot_tile_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
+RowsKernel q4_0_r16_rows, q5_0_r16_rows, q8_0_r16_rows;
+FewKernel q4_0_r16_few, q5_0_r16_few, q8_0_r16_few;
+TileKernel q4_0_r16_tile, q5_0_r16_tile, q8_0_r16_tile;
 // ... and the token-lane form the driver takes above kInterleavedLegacyFewMax
 // tokens: the activations packed once per matmul (quants, f32 scales, the
 // blocks' seeds), then the passes over long runs of rows (a tile call of 32
 // rows recomputed the seeds of all its tokens: a third of its work).
-size_t tokens_pack_bytes_r16_q8_0(int64_t n, int nc);
-void pack_tokens_r16_q4_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void pack_tokens_r16_q5_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void pack_tokens_r16_q8_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void vec_dot_tokens_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void vec_dot_tokens_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void vec_dot_tokens_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
+TokensPackBytesKernel legacy_r16_tokens_pack_bytes;
+TokensPackKernel q4_0_r16_tokens_pack, q5_0_r16_tokens_pack, q8_0_r16_tokens_pack;
+TokensKernel q4_0_r16_tokens, q5_0_r16_tokens, q8_0_r16_tokens;
 
 }  // namespace avx512
 
 // Interleaved layouts at every level (kernels/cpu/interleave.cpp): each
 // group de-interleaved into base-type rows for the base type's kernels at
-// `isa` (vec_dot_rows, vec_dot_tile with tile_rows 16 and
-// kInterleavedTileCols).
+// `isa` (vec_dot_rows, and vec_dot_tile with tile_rows kInterleavedGroupRows
+// and tile_cols kInterleavedTileCols); the registry's rows for the levels
+// without native kernels.
+constexpr int kInterleavedGroupRows = 16;
 constexpr int kInterleavedTileCols = 64;
-void set_interleaved_generic(KernelSet& k, DType t, Isa isa);
-constexpr int kNumInterleavedTypes = 5;
-extern const DType kInterleavedTypes[kNumInterleavedTypes];
+KernelSet deinterleaved(DType t, Isa isa);
+VecDotTileFn deinterleaved_tile(DType t, Isa isa);
 
-// AMX-INT8 (amx/kquants_r16.cpp, the level above AVX-512): Q4_K_R16 /
-// Q6_K_R16 x Q8_K for kAmxMinTokens tokens or more, the weights' scales
+// The registry's entry for t at level isa as it is folded on a CPU whose
+// highest level is max (kernels/cpu/registry.cpp; tests read the levels
+// this CPU lacks through it). Builds the whole table: not for hot paths.
+KernelSet registry_entry(DType t, Isa isa, Isa max);
+
+// AMX-INT8 (amx/kquants_r16_tile.cpp, the level above AVX-512): Q4_K_R16 /
+// Q6_K_R16 x Q8_K for kKquantsR16MinTokens tokens or more, the weights' scales
 // folded into i16 products split into two byte tiles; the same bits as the
 // AVX-512 kernels of those layouts, which take fewer tokens. The few-token
 // form over any multiple of 16 rows, up to avx512::kInterleavedFewMax
-// tokens; the tile of kAmxTileRows rows (whole groups) x up to kAmxTileCols
+// tokens; the tile of kKquantsR16TileRows rows (whole groups) x up to kKquantsR16TileCols
 // tokens.
 namespace amx {
 // The kernels alone, Q4_K, 2048 x 256 rows, one thread: 8 tokens 0.85x the
 // AVX-512 passes, 10: 1.05x, 12: 1.10x, 16: 1.34x, 32: 1.9x (Q6_K: 8: 1.06x,
 // 12: 1.40x); through the driver (bench_gemm 2048 2048 12 1 q4_K): 1.16x.
-constexpr int kAmxMinTokens = 10;
-constexpr int kAmxTileRows = 64;  // per call: the per-call activation work over 4 groups (16 rows: 0.85x)
-constexpr int kAmxTileCols = 128;
-void vec_dot_few_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void vec_dot_few_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc);
-void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
-void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                size_t x_row_bytes, int nr, int nc);
-// Q4_0_R16 / Q5_0_R16 / Q8_0_R16 x Q8_0 (amx/legacy_r16.cpp): the token-lane
+constexpr int kKquantsR16MinTokens = 10;
+constexpr int kKquantsR16TileRows = 64;  // per call: the per-call activation work over 4 groups (16 rows: 0.85x)
+constexpr int kKquantsR16TileCols = 128;
+FewKernel q4_K_r16_few, q6_K_r16_few;
+TileKernel q4_K_r16_tile, q6_K_r16_tile;
+// Q4_0_R16 / Q5_0_R16 / Q8_0_R16 x Q8_0 (amx/legacy_r16_tokens.cpp): the token-lane
 // form above avx512::kInterleavedLegacyFewMax tokens, one tile product per
 // block and 16 tokens, the lane contract of the AVX-512 kernels (same
 // bits). Its own pack (per 16-token tile and block one A tile of quants,
 // then the f32 scales, zero past the token count); Q4_0 / Q5_0 below
-// kAmxNibbleTokensMin tokens take the AVX-512 token lanes and their pack
+// kLegacyR16NibbleTokensMin tokens take the AVX-512 token lanes and their pack
 // instead (each function chooses by the token count).
 // bench_gemm 2048 2048 T 1, GMAC/s amx / avx512: Q4_0 at 24 tokens 150 /
 // 165, 32: 169 / 160, 64: 208 / 150, 128: 240-276 / 165-175; Q8_0 at 24:
 // 218 / 151, 128: 265 / 161.
-constexpr int kAmxNibbleTokensMin = 32;
-size_t tokens_pack_bytes_r16_legacy(int64_t n, int nc);
-void pack_tokens_r16_q4_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void pack_tokens_r16_q5_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void pack_tokens_r16_q8_0_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,
-                               int64_t e);
-void vec_dot_tokens_r16_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void vec_dot_tokens_r16_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
-void vec_dot_tokens_r16_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                  const void* packed, int64_t nr, int nc);
+constexpr int kLegacyR16NibbleTokensMin = 32;
+TokensPackBytesKernel legacy_r16_tokens_pack_bytes;
+TokensPackKernel q4_0_r16_tokens_pack, q5_0_r16_tokens_pack, q8_0_r16_tokens_pack;
+TokensKernel q4_0_r16_tokens, q5_0_r16_tokens, q8_0_r16_tokens;
 }  // namespace amx
 
 }  // namespace ember

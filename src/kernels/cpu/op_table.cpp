@@ -9,21 +9,18 @@
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/hadamard.h"
-#include "kernels/ref/attention_ref.h"
-#include "kernels/ref/hadamard_ref.h"
-#include "kernels/ref/ops_ref.h"
+#include "kernels/ref/attention.h"
+#include "kernels/ref/hadamard.h"
+#include "kernels/ref/row_ops.h"
 
 namespace ember {
 namespace {
 
 constexpr int kLevels = kNumIsaLevels;  // AMX: the AVX-512 ops
 
-// The row ops every level provides under the same name (X-macro: one list
-// for filling and inheriting).
-#define EMBER_ROW_OPS(X)                                                                                    \
-  X(rms_norm_row) X(rope_angles) X(rope_head) X(softmax_row) X(max_row) X(log_sum_exp_row) X(exp_shifted_row) \
-  X(silu_row) X(gelu_tanh_row) X(swiglu_row) X(geglu_tanh_row) X(softcap_row) X(add_row) X(scale_row) \
-  X(hadamard_row)
+// The ops every level provides under the same name: kernels/ops.h's list
+// and the Hadamard transform (X-macro: one list for filling and inheriting).
+#define EMBER_TABLE_OPS(X) EMBER_ROW_OPS(X) X(hadamard_row)
 
 // Scalar attention: every (token, head) row through ref::attention_row, rows
 // split over the pool, one score buffer (doubles) per thread in the scratch.
@@ -54,7 +51,7 @@ void scalar_attention_ragged(const AttentionShape& s, const float* q, const int3
 OpTable scalar_ops() {
   OpTable t;
 #define EMBER_SET_REF(op) t.op = ref::op;
-  EMBER_ROW_OPS(EMBER_SET_REF)
+  EMBER_TABLE_OPS(EMBER_SET_REF)
 #undef EMBER_SET_REF
   t.attention_scratch_floats = scalar_attention_scratch_floats;
   t.attention_ragged = scalar_attention_ragged;
@@ -64,7 +61,7 @@ OpTable scalar_ops() {
 OpTable avx2_ops() {
   OpTable t;
 #define EMBER_SET_AVX2(op) t.op = avx2::op;
-  EMBER_ROW_OPS(EMBER_SET_AVX2)
+  EMBER_TABLE_OPS(EMBER_SET_AVX2)
 #undef EMBER_SET_AVX2
   t.attention_scratch_floats = avx2::attention_scratch_floats;
   t.attention_ragged = avx2::attention_ragged;
@@ -81,9 +78,9 @@ OpTable avx512_ops() {
 
 // Fills null entries from the level below.
 void inherit(OpTable& t, const OpTable& lower) {
-#define EMBER_INHERIT(op) \
+#define EMBER_INHERIT(op)                                                                                              \
   if (!t.op) t.op = lower.op;
-  EMBER_ROW_OPS(EMBER_INHERIT) EMBER_INHERIT(attention_scratch_floats) EMBER_INHERIT(attention_ragged)
+  EMBER_TABLE_OPS(EMBER_INHERIT) EMBER_INHERIT(attention_scratch_floats) EMBER_INHERIT(attention_ragged)
 #undef EMBER_INHERIT
 }
 

@@ -1,18 +1,41 @@
-// Kernel registry: a static [dtype][isa] table of KernelSets, built once on
-// first use by explicit assignments (no self-registration, so nothing depends
-// on static-initializer order or on the linker keeping unreferenced objects).
-// Level order: scalar reference -> AVX2 -> AVX-512 -> AMX; every field left null at a
-// level inherits the next lower level's entry, so a lookup always yields the
-// best implementation available at or below the requested level (a tile
-// kernel is inherited only together with the vec_dot it reproduces). AVX-512
-// entries are only installed when the CPU supports that level.
+// Kernel registry: ONE table of rows (type, ISA level, the kernels that level
+// brings), folded once on first use into a [dtype][level] array of
+// KernelSets (no self-registration: nothing depends on static-initializer
+// order or on the linker keeping unreferenced objects).
+//
+// Names in the kernel tree read ISA, type, form, in that order everywhere:
+//   files      kernels/<isa dir>/<type>_<form>.cpp   cpu/avx512/kquants_lanes.cpp,
+//                                                    ref/dot.cpp, cpu/amx/legacy_r16_tokens.cpp
+//   functions  <isa>::<type>_<form>                  avx512::q4_K_rows, ref::q8_0_dot,
+//                                                    amx::q4_0_r16_tokens_pack
+//   constants  <isa>::k<Type><Form><What>            avx2::kKquantsLanesTileRows
+// ISA: the directory and namespace (ref = the scalar twins, avx2, avx512,
+// amx). Type: a dtype as dtype_name spells it (q4_0, q4_K, f16, q6_K_r16),
+// or a family where one function or file serves several (float = F32 / F16
+// / BF16; legacy = Q4_0 .. Q8_0, 32-element blocks; kquants = the K-quants;
+// `_r16` = their interleaved layouts, kernels/interleave.h). Form: dot
+// (KernelSet::vec_dot), rows, few, tokens (+ tokens_pack, tokens_pack_bytes),
+// tile (vec_dot_<form>), quantize / quantize_int4 / dequantize (the row
+// conversions); a file holding every form of one row-lane arithmetic
+// contract is `<type>_lanes`. The activation type is not in the name (it is
+// vec_dot_type(type)). ISA-independent ops keep their op name (attention,
+// row_ops, hadamard, kv_types).
+//
+// Folding: level by level from scalar, each entry is its row with every
+// field the row leaves null taken from the level below: the conversions and
+// vec_dot always; a form (rows, few, tokens, tile, each with its bounds)
+// only together with the vec_dot it reproduces bit for bit (the same
+// pointer; interleaved layouts have no vec_dot, so their forms always
+// carry up). Rows of levels above cpu_max_isa() are never installed, so a
+// lookup never yields an instruction the CPU lacks.
 #include "kernels/registry.h"
 
 #include <array>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/isa_kernels.h"
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/ref/dot.h"
 #include "quant/quantize.h"
 
 namespace ember {
@@ -20,6 +43,7 @@ namespace {
 
 constexpr int kMaxTypeId = 31;  // file DType ids are < 31 (BF16 = 30)
 constexpr int kLevels = kNumIsaLevels;
+constexpr int kAnyTokens = 1 << 30;  // tokens_max of the token-lane forms without a bound
 
 // Slots: file types by id, then the interleaved layouts by their base's id.
 using Table = std::array<std::array<KernelSet, kLevels>, 2 * kMaxTypeId>;
@@ -33,337 +57,285 @@ int slot(DType t) {
 }
 
 // F32 rows are their own "quantized" form.
-void copy_row_f32(const float* x, void* y, int64_t n) { std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float)); }
-void copy_row_f32_out(const void* x, float* y, int64_t n) {
-  std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
-}
+void f32_quantize(const float* x, void* y, int64_t n) { std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float)); }
+void f32_dequantize(const void* x, float* y, int64_t n) { std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float)); }
 
-KernelSet& at(Table& t, DType type, Isa isa) { return t[slot(type)][static_cast<int>(isa)]; }
+struct Row {
+  DType type;
+  Isa isa;
+  KernelSet k;  // null fields: inherited (see the header)
+};
 
-// Interleaved layouts: the de-interleaving kernels at every level (native
-// ones replace them where a level has them).
-void fill_interleaved(Table& t, Isa max) {
-  for (DType type : kInterleavedTypes)
-    for (int l = 0; l <= static_cast<int>(max); ++l) set_interleaved_generic(at(t, type, static_cast<Isa>(l)), type, static_cast<Isa>(l));
-}
+// The table. Within a level, rows follow the dtype order of core/dtype.h,
+// the interleaved layouts last.
+std::vector<Row> rows() {
+  using enum DType;
+  using enum Isa;
+  namespace a2 = avx2;
+  namespace a5 = avx512;
+  return {
+      // ---- scalar: the reference twins (kernels/ref/, quant/) ----
+      {kF32, kScalar, {.dequantize_row = f32_dequantize, .quantize_row = f32_quantize, .vec_dot = ref::f32_dot}},
+      {kF16, kScalar,
+       {.dequantize_row = dequantize_row_f16_ref, .quantize_row = quantize_row_f16_ref, .vec_dot = ref::f16_dot}},
+      {kBF16, kScalar,
+       {.dequantize_row = dequantize_row_bf16_ref, .quantize_row = quantize_row_bf16_ref, .vec_dot = ref::bf16_dot}},
+      {kQ4_0, kScalar,
+       {.dequantize_row = dequantize_row_q4_0_ref, .quantize_row = quantize_row_q4_0_ref, .vec_dot = ref::q4_0_dot}},
+      {kQ4_1, kScalar,
+       {.dequantize_row = dequantize_row_q4_1_ref, .quantize_row = quantize_row_q4_1_ref, .vec_dot = ref::q4_1_dot}},
+      {kQ5_0, kScalar,
+       {.dequantize_row = dequantize_row_q5_0_ref, .quantize_row = quantize_row_q5_0_ref, .vec_dot = ref::q5_0_dot}},
+      {kQ5_1, kScalar,
+       {.dequantize_row = dequantize_row_q5_1_ref, .quantize_row = quantize_row_q5_1_ref, .vec_dot = ref::q5_1_dot}},
+      {kQ8_0, kScalar, {.dequantize_row = dequantize_row_q8_0_ref, .quantize_row = quantize_row_q8_0_ref,
+                        .quantize_row_int4 = quantize_row_q8_0_int4_ref, .vec_dot = ref::q8_0_dot}},
+      {kQ8_1, kScalar, {.dequantize_row = dequantize_row_q8_1_ref, .quantize_row = quantize_row_q8_1_ref}},
+      {kQ2_K, kScalar,
+       {.dequantize_row = dequantize_row_q2_K_ref, .quantize_row = quantize_row_q2_K_ref, .vec_dot = ref::q2_K_dot}},
+      {kQ3_K, kScalar,
+       {.dequantize_row = dequantize_row_q3_K_ref, .quantize_row = quantize_row_q3_K_ref, .vec_dot = ref::q3_K_dot}},
+      {kQ4_K, kScalar,
+       {.dequantize_row = dequantize_row_q4_K_ref, .quantize_row = quantize_row_q4_K_ref, .vec_dot = ref::q4_K_dot}},
+      {kQ5_K, kScalar,
+       {.dequantize_row = dequantize_row_q5_K_ref, .quantize_row = quantize_row_q5_K_ref, .vec_dot = ref::q5_K_dot}},
+      {kQ6_K, kScalar,
+       {.dequantize_row = dequantize_row_q6_K_ref, .quantize_row = quantize_row_q6_K_ref, .vec_dot = ref::q6_K_dot}},
+      {kQ8_K, kScalar,
+       {.dequantize_row = dequantize_row_q8_K_ref, .quantize_row = quantize_row_q8_K_ref, .vec_dot = ref::q8_K_dot}},
+      // Interleaved layouts: each group de-interleaved for the base type's
+      // kernels (kernels/cpu/interleave.cpp).
+      {kQ4_0_R16, kScalar, deinterleaved(kQ4_0_R16, kScalar)},
+      {kQ5_0_R16, kScalar, deinterleaved(kQ5_0_R16, kScalar)},
+      {kQ8_0_R16, kScalar, deinterleaved(kQ8_0_R16, kScalar)},
+      {kQ4_K_R16, kScalar, deinterleaved(kQ4_K_R16, kScalar)},
+      {kQ6_K_R16, kScalar, deinterleaved(kQ6_K_R16, kScalar)},
 
-void set_tile(KernelSet& k, VecDotTileFn f, int rows, int cols) {
-  k.vec_dot_tile = f;
-  k.tile_rows = rows;
-  k.tile_cols = cols;
-}
+      // ---- avx2 (kernels/cpu/avx2/) ----
+      {kF32, kAvx2,
+       {.vec_dot = a2::f32_dot, .vec_dot_tile = a2::f32_tile, .tile_rows = a2::kFloatTileRows,
+        .tile_cols = a2::kFloatTileCols}},
+      {kF16, kAvx2, {.dequantize_row = a2::f16_dequantize, .vec_dot = a2::f16_dot, .vec_dot_tile = a2::f16_tile,
+                     .tile_rows = a2::kFloatTileRows, .tile_cols = a2::kFloatTileCols}},
+      {kBF16, kAvx2, {.dequantize_row = a2::bf16_dequantize, .vec_dot = a2::bf16_dot, .vec_dot_tile = a2::bf16_tile,
+                      .tile_rows = a2::kFloatTileRows, .tile_cols = a2::kFloatTileCols}},
+      // Q4_0 / Q5_0 / Q8_0: the row lanes (the AVX-512 level's bits); two or
+      // more tokens take the token-lane form.
+      {kQ4_0, kAvx2, {.dequantize_row = a2::q4_0_dequantize, .vec_dot = a2::q4_0_dot, .vec_dot_rows = a2::q4_0_rows,
+                      .vec_dot_tokens = a2::q4_0_tokens, .pack_tokens = a2::q4_0_tokens_pack,
+                      .tokens_pack_bytes = a2::legacy_tokens_pack_bytes, .tokens_min = 2, .tokens_max = kAnyTokens,
+                      .vec_dot_tile = a2::q4_0_tile, .tile_rows = a2::kLegacyTileRows,
+                      .tile_cols = a2::kLegacyTileCols}},
+      {kQ4_1, kAvx2, {.vec_dot = a2::q4_1_dot}},
+      {kQ5_0, kAvx2, {.dequantize_row = a2::q5_0_dequantize, .vec_dot = a2::q5_0_dot, .vec_dot_rows = a2::q5_0_rows,
+                      .vec_dot_tokens = a2::q5_0_tokens, .pack_tokens = a2::q5_0_tokens_pack,
+                      .tokens_pack_bytes = a2::legacy_tokens_pack_bytes, .tokens_min = 2, .tokens_max = kAnyTokens,
+                      .vec_dot_tile = a2::q5_0_tile, .tile_rows = a2::kLegacyTileRows,
+                      .tile_cols = a2::kLegacyTileCols}},
+      {kQ5_1, kAvx2, {.vec_dot = a2::q5_1_dot}},
+      {kQ8_0, kAvx2, {.dequantize_row = a2::q8_0_dequantize, .quantize_row = a2::q8_0_quantize,
+                      .quantize_row_int4 = a2::q8_0_quantize_int4, .vec_dot = a2::q8_0_dot,
+                      .vec_dot_rows = a2::q8_0_rows,
+                      .vec_dot_tokens = a2::q8_0_tokens, .pack_tokens = a2::q8_0_tokens_pack,
+                      .tokens_pack_bytes = a2::legacy_tokens_pack_bytes, .tokens_min = 2, .tokens_max = kAnyTokens,
+                      .vec_dot_tile = a2::q8_0_tile, .tile_rows = a2::kLegacyTileRows,
+                      .tile_cols = a2::kLegacyTileCols}},
+      {kQ8_1, kAvx2, {.quantize_row = a2::q8_1_quantize}},
+      {kQ2_K, kAvx2, {.vec_dot = a2::q2_K_dot, .vec_dot_tile = a2::q2_K_tile, .tile_rows = a2::kKquantsTileRows,
+                      .tile_cols = a2::kKquantsTileCols}},
+      {kQ3_K, kAvx2, {.vec_dot = a2::q3_K_dot, .vec_dot_tile = a2::q3_K_tile, .tile_rows = a2::kKquantsTileRows,
+                      .tile_cols = a2::kKquantsTileCols}},
+      // Q4_K, Q5_K, Q6_K: the row lanes (the AVX-512 level's bits).
+      {kQ4_K, kAvx2, {.dequantize_row = a2::q4_K_dequantize, .vec_dot = a2::q4_K_dot, .vec_dot_rows = a2::q4_K_rows,
+                      .vec_dot_tile = a2::q4_K_tile, .tile_rows = a2::kKquantsLanesTileRows,
+                      .tile_cols = a2::kKquantsLanesTileCols}},
+      {kQ5_K, kAvx2, {.vec_dot = a2::q5_K_dot, .vec_dot_rows = a2::q5_K_rows, .vec_dot_tile = a2::q5_K_tile,
+                      .tile_rows = a2::kKquantsLanesTileRows, .tile_cols = a2::kKquantsLanesTileCols}},
+      {kQ6_K, kAvx2, {.dequantize_row = a2::q6_K_dequantize, .vec_dot = a2::q6_K_dot, .vec_dot_rows = a2::q6_K_rows,
+                      .vec_dot_tile = a2::q6_K_tile, .tile_rows = a2::kKquantsLanesTileRows,
+                      .tile_cols = a2::kKquantsLanesTileCols}},
+      {kQ8_K, kAvx2, {.quantize_row = a2::q8_K_quantize}},
+      // Interleaved: native decode; Q4_0 / Q5_0 / Q8_0 token lanes from 2
+      // tokens (the plain types' pack) and the de-interleaving tile for
+      // direct tile calls; Q4_K / Q6_K a native tile.
+      {kQ4_0_R16, kAvx2, {.vec_dot_rows = a2::q4_0_r16_rows, .vec_dot_tokens = a2::q4_0_r16_tokens,
+                          .pack_tokens = a2::q4_0_tokens_pack, .tokens_pack_bytes = a2::legacy_tokens_pack_bytes,
+                          .tokens_min = 2, .tokens_max = kAnyTokens,
+                          .vec_dot_tile = deinterleaved_tile(kQ4_0_R16, kAvx2),
+                          .tile_rows = kInterleavedGroupRows, .tile_cols = kInterleavedTileCols,
+                          .interleaved_native = true}},
+      {kQ5_0_R16, kAvx2, {.vec_dot_rows = a2::q5_0_r16_rows, .vec_dot_tokens = a2::q5_0_r16_tokens,
+                          .pack_tokens = a2::q5_0_tokens_pack, .tokens_pack_bytes = a2::legacy_tokens_pack_bytes,
+                          .tokens_min = 2, .tokens_max = kAnyTokens,
+                          .vec_dot_tile = deinterleaved_tile(kQ5_0_R16, kAvx2),
+                          .tile_rows = kInterleavedGroupRows, .tile_cols = kInterleavedTileCols,
+                          .interleaved_native = true}},
+      {kQ8_0_R16, kAvx2, {.vec_dot_rows = a2::q8_0_r16_rows, .vec_dot_tokens = a2::q8_0_r16_tokens,
+                          .pack_tokens = a2::q8_0_tokens_pack, .tokens_pack_bytes = a2::legacy_tokens_pack_bytes,
+                          .tokens_min = 2, .tokens_max = kAnyTokens,
+                          .vec_dot_tile = deinterleaved_tile(kQ8_0_R16, kAvx2),
+                          .tile_rows = kInterleavedGroupRows, .tile_cols = kInterleavedTileCols,
+                          .interleaved_native = true}},
+      {kQ4_K_R16, kAvx2, {.vec_dot_rows = a2::q4_K_r16_rows, .vec_dot_tile = a2::q4_K_r16_tile,
+                          .tile_rows = kInterleavedGroupRows, .tile_cols = kInterleavedTileCols,
+                          .interleaved_native = true}},
+      {kQ6_K_R16, kAvx2, {.vec_dot_rows = a2::q6_K_r16_rows, .vec_dot_tile = a2::q6_K_r16_tile,
+                          .tile_rows = kInterleavedGroupRows, .tile_cols = kInterleavedTileCols,
+                          .interleaved_native = true}},
 
-void set_tokens(KernelSet& k, VecDotTokensFn f, PackTokensFn pack, TokensPackBytesFn bytes, int min, int max) {
-  k.vec_dot_tokens = f;
-  k.pack_tokens = pack;
-  k.tokens_pack_bytes = bytes;
-  k.tokens_min = min;
-  k.tokens_max = max;
-}
+      // ---- avx512 (kernels/cpu/avx512/) ----
+      {kF32, kAvx512, {.vec_dot = a5::f32_dot, .vec_dot_rows = a5::f32_rows, .vec_dot_tile = a5::f32_tile,
+                       .tile_rows = a5::kFloatTileRows, .tile_cols = a5::kFloatTileCols}},
+      {kF16, kAvx512, {.vec_dot = a5::f16_dot, .vec_dot_rows = a5::f16_rows, .vec_dot_tile = a5::f16_tile,
+                       .tile_rows = a5::kFloatTileRows, .tile_cols = a5::kFloatTileCols}},
+      {kBF16, kAvx512, {.vec_dot = a5::bf16_dot, .vec_dot_rows = a5::bf16_rows, .vec_dot_tile = a5::bf16_tile,
+                        .tile_rows = a5::kFloatTileRows, .tile_cols = a5::kFloatTileCols}},
+      // The legacy types' lanes (their own bits: kernels/cpu/avx512/legacy_lanes.cpp).
+      {kQ4_0, kAvx512, {.vec_dot = a5::q4_0_dot, .vec_dot_rows = a5::q4_0_rows, .vec_dot_tile = a5::q4_0_tile,
+                        .tile_rows = a5::kLegacyTileRows, .tile_cols = a5::kLegacyTileCols}},
+      {kQ4_1, kAvx512, {.vec_dot = a5::q4_1_dot, .vec_dot_rows = a5::q4_1_rows, .vec_dot_tile = a5::q4_1_tile,
+                        .tile_rows = a5::kLegacyTileRows, .tile_cols = a5::kLegacyTileCols}},
+      {kQ5_0, kAvx512, {.vec_dot = a5::q5_0_dot, .vec_dot_rows = a5::q5_0_rows, .vec_dot_tile = a5::q5_0_tile,
+                        .tile_rows = a5::kLegacyTileRows, .tile_cols = a5::kLegacyTileCols}},
+      {kQ5_1, kAvx512, {.vec_dot = a5::q5_1_dot, .vec_dot_rows = a5::q5_1_rows, .vec_dot_tile = a5::q5_1_tile,
+                        .tile_rows = a5::kLegacyTileRows, .tile_cols = a5::kLegacyTileCols}},
+      {kQ8_0, kAvx512, {.vec_dot = a5::q8_0_dot, .vec_dot_rows = a5::q8_0_rows, .vec_dot_tile = a5::q8_0_tile,
+                        .tile_rows = a5::kLegacyTileRows, .tile_cols = a5::kLegacyTileCols}},
+      {kQ2_K, kAvx512, {.vec_dot = a5::q2_K_dot, .vec_dot_rows = a5::q2_K_rows, .vec_dot_tile = a5::q2_K_tile,
+                        .tile_rows = a5::kKquantsTileRows, .tile_cols = a5::kKquantsTileCols}},
+      {kQ3_K, kAvx512, {.vec_dot = a5::q3_K_dot, .vec_dot_rows = a5::q3_K_rows, .vec_dot_tile = a5::q3_K_tile,
+                        .tile_rows = a5::kKquantsTileRows, .tile_cols = a5::kKquantsTileCols}},
+      // Q4_K, Q5_K, Q6_K: the row lanes; a few tokens (speculative
+      // verification, small batches) in the decode form, 12-16 (batched
+      // decode) in the token-lane form.
+      {kQ4_K, kAvx512, {.vec_dot = a5::q4_K_dot, .vec_dot_rows = a5::q4_K_rows, .vec_dot_few = a5::q4_K_few,
+                        .few_max = a5::kKquantsLanesFewMax, .vec_dot_tokens = a5::q4_K_tokens,
+                        .pack_tokens = a5::kquants_tokens_pack, .tokens_pack_bytes = a5::kquants_tokens_pack_bytes,
+                        .tokens_min = a5::kKquantsTokensMin, .tokens_max = a5::kKquantsTokensMax,
+                        .vec_dot_tile = a5::q4_K_tile, .tile_rows = a5::kKquantsLanesTileRows,
+                        .tile_cols = a5::kKquantsLanesTileCols}},
+      {kQ5_K, kAvx512, {.vec_dot = a5::q5_K_dot, .vec_dot_rows = a5::q5_K_rows, .vec_dot_few = a5::q5_K_few,
+                        .few_max = a5::kKquantsLanesFewMax, .vec_dot_tokens = a5::q5_K_tokens,
+                        .pack_tokens = a5::kquants_tokens_pack, .tokens_pack_bytes = a5::kquants_tokens_pack_bytes,
+                        .tokens_min = a5::kKquantsTokensMin, .tokens_max = a5::kKquantsTokensMax,
+                        .vec_dot_tile = a5::q5_K_tile, .tile_rows = a5::kKquantsLanesTileRows,
+                        .tile_cols = a5::kKquantsLanesTileCols}},
+      {kQ6_K, kAvx512, {.vec_dot = a5::q6_K_dot, .vec_dot_rows = a5::q6_K_rows, .vec_dot_few = a5::q6_K_few,
+                        .few_max = a5::kKquantsLanesFewMax, .vec_dot_tokens = a5::q6_K_tokens,
+                        .pack_tokens = a5::kquants_tokens_pack, .tokens_pack_bytes = a5::kquants_tokens_pack_bytes,
+                        .tokens_min = a5::kKquantsTokensMin, .tokens_max = a5::kKquantsTokensMax,
+                        .vec_dot_tile = a5::q6_K_tile, .tile_rows = a5::kKquantsLanesTileRows,
+                        .tile_cols = a5::kKquantsLanesTileCols}},
+      // Interleaved: native decode, few-token passes and tile; Q4_0 / Q5_0 /
+      // Q8_0 a two-group tile (shared activation broadcasts) and above
+      // kLegacyR16FewMax tokens the token-lane form (activations packed once
+      // per matmul).
+      {kQ4_0_R16, kAvx512, {.vec_dot_rows = a5::q4_0_r16_rows, .vec_dot_few = a5::q4_0_r16_few,
+                            .few_max = a5::kInterleavedLegacyFewMax, .vec_dot_tokens = a5::q4_0_r16_tokens,
+                            .pack_tokens = a5::q4_0_r16_tokens_pack,
+                            .tokens_pack_bytes = a5::legacy_r16_tokens_pack_bytes,
+                            .tokens_min = a5::kInterleavedLegacyFewMax + 1, .tokens_max = kAnyTokens,
+                            .vec_dot_tile = a5::q4_0_r16_tile, .tile_rows = 2 * kInterleavedGroupRows,
+                            .tile_cols = kInterleavedTileCols, .interleaved_native = true}},
+      {kQ5_0_R16, kAvx512, {.vec_dot_rows = a5::q5_0_r16_rows, .vec_dot_few = a5::q5_0_r16_few,
+                            .few_max = a5::kInterleavedLegacyFewMax, .vec_dot_tokens = a5::q5_0_r16_tokens,
+                            .pack_tokens = a5::q5_0_r16_tokens_pack,
+                            .tokens_pack_bytes = a5::legacy_r16_tokens_pack_bytes,
+                            .tokens_min = a5::kInterleavedLegacyFewMax + 1, .tokens_max = kAnyTokens,
+                            .vec_dot_tile = a5::q5_0_r16_tile, .tile_rows = 2 * kInterleavedGroupRows,
+                            .tile_cols = kInterleavedTileCols, .interleaved_native = true}},
+      {kQ8_0_R16, kAvx512, {.vec_dot_rows = a5::q8_0_r16_rows, .vec_dot_few = a5::q8_0_r16_few,
+                            .few_max = a5::kInterleavedLegacyFewMax, .vec_dot_tokens = a5::q8_0_r16_tokens,
+                            .pack_tokens = a5::q8_0_r16_tokens_pack,
+                            .tokens_pack_bytes = a5::legacy_r16_tokens_pack_bytes,
+                            .tokens_min = a5::kInterleavedLegacyFewMax + 1, .tokens_max = kAnyTokens,
+                            .vec_dot_tile = a5::q8_0_r16_tile, .tile_rows = 2 * kInterleavedGroupRows,
+                            .tile_cols = kInterleavedTileCols, .interleaved_native = true}},
+      {kQ4_K_R16, kAvx512, {.vec_dot_rows = a5::q4_K_r16_rows, .vec_dot_few = a5::q4_K_r16_few,
+                            .few_max = a5::kInterleavedFewMax, .vec_dot_tile = a5::q4_K_r16_tile,
+                            .tile_rows = kInterleavedGroupRows, .tile_cols = kInterleavedTileCols,
+                            .interleaved_native = true}},
+      {kQ6_K_R16, kAvx512, {.vec_dot_rows = a5::q6_K_r16_rows, .vec_dot_few = a5::q6_K_r16_few,
+                            .few_max = a5::kInterleavedFewMax, .vec_dot_tile = a5::q6_K_r16_tile,
+                            .tile_rows = kInterleavedGroupRows, .tile_cols = kInterleavedTileCols,
+                            .interleaved_native = true}},
 
-void fill_scalar(Table& t) {
-  const Isa s = Isa::kScalar;
-  at(t, DType::kF32, s) = {copy_row_f32_out, copy_row_f32, ref::vec_dot_f32};
-  at(t, DType::kF16, s) = {dequantize_row_f16_ref, quantize_row_f16_ref, ref::vec_dot_f16};
-  at(t, DType::kBF16, s) = {dequantize_row_bf16_ref, quantize_row_bf16_ref, ref::vec_dot_bf16};
-  at(t, DType::kQ4_0, s) = {dequantize_row_q4_0_ref, quantize_row_q4_0_ref, ref::vec_dot_q4_0_q8_0};
-  at(t, DType::kQ4_1, s) = {dequantize_row_q4_1_ref, quantize_row_q4_1_ref, ref::vec_dot_q4_1_q8_1};
-  at(t, DType::kQ5_0, s) = {dequantize_row_q5_0_ref, quantize_row_q5_0_ref, ref::vec_dot_q5_0_q8_0};
-  at(t, DType::kQ5_1, s) = {dequantize_row_q5_1_ref, quantize_row_q5_1_ref, ref::vec_dot_q5_1_q8_1};
-  at(t, DType::kQ8_0, s) = {dequantize_row_q8_0_ref, quantize_row_q8_0_ref, ref::vec_dot_q8_0_q8_0};
-  at(t, DType::kQ8_0, s).quantize_row_int4 = quantize_row_q8_0_int4_ref;
-  at(t, DType::kQ8_1, s) = {dequantize_row_q8_1_ref, quantize_row_q8_1_ref, nullptr};
-  at(t, DType::kQ2_K, s) = {dequantize_row_q2_K_ref, quantize_row_q2_K_ref, ref::vec_dot_q2_K_q8_K};
-  at(t, DType::kQ3_K, s) = {dequantize_row_q3_K_ref, quantize_row_q3_K_ref, ref::vec_dot_q3_K_q8_K};
-  at(t, DType::kQ4_K, s) = {dequantize_row_q4_K_ref, quantize_row_q4_K_ref, ref::vec_dot_q4_K_q8_K};
-  at(t, DType::kQ5_K, s) = {dequantize_row_q5_K_ref, quantize_row_q5_K_ref, ref::vec_dot_q5_K_q8_K};
-  at(t, DType::kQ6_K, s) = {dequantize_row_q6_K_ref, quantize_row_q6_K_ref, ref::vec_dot_q6_K_q8_K};
-  at(t, DType::kQ8_K, s) = {dequantize_row_q8_K_ref, quantize_row_q8_K_ref, ref::vec_dot_q8_K_q8_K};
-}
-
-void fill_avx2(Table& t) {
-  const Isa a = Isa::kAvx2;
-  at(t, DType::kF32, a).vec_dot = avx2::vec_dot_f32;
-  at(t, DType::kF16, a) = {avx2::dequantize_row_f16, nullptr, avx2::vec_dot_f16};
-  at(t, DType::kBF16, a) = {avx2::dequantize_row_bf16, nullptr, avx2::vec_dot_bf16};
-  at(t, DType::kQ4_0, a) = {avx2::dequantize_row_q4_0, nullptr, avx2::vec_dot_q4_0_q8_0};
-  at(t, DType::kQ4_1, a).vec_dot = avx2::vec_dot_q4_1_q8_1;
-  at(t, DType::kQ5_0, a) = {avx2::dequantize_row_q5_0, nullptr, avx2::vec_dot_q5_0_q8_0};
-  at(t, DType::kQ5_1, a).vec_dot = avx2::vec_dot_q5_1_q8_1;
-  at(t, DType::kQ8_0, a) = {avx2::dequantize_row_q8_0, avx2::quantize_row_q8_0, avx2::vec_dot_q8_0_q8_0};
-  at(t, DType::kQ8_0, a).quantize_row_int4 = avx2::quantize_row_q8_0_int4;
-  at(t, DType::kQ8_1, a).quantize_row = avx2::quantize_row_q8_1;
-  at(t, DType::kQ2_K, a).vec_dot = avx2::vec_dot_q2_K_q8_K;
-  at(t, DType::kQ3_K, a).vec_dot = avx2::vec_dot_q3_K_q8_K;
-  at(t, DType::kQ4_K, a).dequantize_row = avx2::dequantize_row_q4_K;
-  at(t, DType::kQ6_K, a).dequantize_row = avx2::dequantize_row_q6_K;
-  at(t, DType::kQ8_K, a).quantize_row = avx2::quantize_row_q8_K;
-  // Q4_0 / Q5_0 / Q8_0: the row-lane kernels (one arithmetic with the AVX-512
-  // level's); two or more tokens take the token-lane form.
-  struct Legacy {
-    DType type;
-    VecDotRowsFn rows;
-    VecDotTileFn tile;
-    VecDotTokensFn tokens;
-    PackTokensFn pack;
+      // ---- amx (kernels/cpu/amx/): interleaved layouts only ----
+      // Q4_K_R16 / Q6_K_R16 tile kernels from amx::kKquantsR16MinTokens
+      // tokens (the few-token form calls the AVX-512 one below that).
+      {kQ4_K_R16, kAmx, {.vec_dot_few = amx::q4_K_r16_few, .few_max = a5::kInterleavedFewMax,
+                         .vec_dot_tile = amx::q4_K_r16_tile, .tile_rows = amx::kKquantsR16TileRows,
+                         .tile_cols = amx::kKquantsR16TileCols}},
+      {kQ6_K_R16, kAmx, {.vec_dot_few = amx::q6_K_r16_few, .few_max = a5::kInterleavedFewMax,
+                         .vec_dot_tile = amx::q6_K_r16_tile, .tile_rows = amx::kKquantsR16TileRows,
+                         .tile_cols = amx::kKquantsR16TileCols}},
+      // Q4_0 / Q5_0 / Q8_0: the AMX token lanes (their own pack) where the
+      // AVX-512 token lanes ran.
+      {kQ4_0_R16, kAmx, {.vec_dot_tokens = amx::q4_0_r16_tokens, .pack_tokens = amx::q4_0_r16_tokens_pack,
+                         .tokens_pack_bytes = amx::legacy_r16_tokens_pack_bytes,
+                         .tokens_min = a5::kInterleavedLegacyFewMax + 1, .tokens_max = kAnyTokens}},
+      {kQ5_0_R16, kAmx, {.vec_dot_tokens = amx::q5_0_r16_tokens, .pack_tokens = amx::q5_0_r16_tokens_pack,
+                         .tokens_pack_bytes = amx::legacy_r16_tokens_pack_bytes,
+                         .tokens_min = a5::kInterleavedLegacyFewMax + 1, .tokens_max = kAnyTokens}},
+      {kQ8_0_R16, kAmx, {.vec_dot_tokens = amx::q8_0_r16_tokens, .pack_tokens = amx::q8_0_r16_tokens_pack,
+                         .tokens_pack_bytes = amx::legacy_r16_tokens_pack_bytes,
+                         .tokens_min = a5::kInterleavedLegacyFewMax + 1, .tokens_max = kAnyTokens}},
   };
-  const Legacy legacy[] = {
-      {DType::kQ4_0, avx2::vec_dot_rows_q4_0_q8_0, avx2::vec_dot_tile_q4_0_q8_0, avx2::vec_dot_tokens_q4_0_q8_0,
-       avx2::pack_tokens_q4_0_q8_0},
-      {DType::kQ5_0, avx2::vec_dot_rows_q5_0_q8_0, avx2::vec_dot_tile_q5_0_q8_0, avx2::vec_dot_tokens_q5_0_q8_0,
-       avx2::pack_tokens_q5_0_q8_0},
-      {DType::kQ8_0, avx2::vec_dot_rows_q8_0_q8_0, avx2::vec_dot_tile_q8_0_q8_0, avx2::vec_dot_tokens_q8_0_q8_0,
-       avx2::pack_tokens_q8_0_q8_0},
-  };
-  for (const Legacy& l : legacy) {
-    KernelSet& k = at(t, l.type, a);
-    k.vec_dot_rows = l.rows;
-    set_tile(k, l.tile, avx2::kLegacyTileRows, avx2::kLegacyTileCols);
-    set_tokens(k, l.tokens, l.pack, avx2::tokens_pack_bytes_legacy, 2, 1 << 30);
+}
+
+// k's null fields from the level below (the rules in the header).
+void inherit(KernelSet& k, const KernelSet& lower) {
+  if (!k.dequantize_row) k.dequantize_row = lower.dequantize_row;
+  if (!k.quantize_row) k.quantize_row = lower.quantize_row;
+  if (!k.quantize_row_int4) k.quantize_row_int4 = lower.quantize_row_int4;
+  if (!k.vec_dot) k.vec_dot = lower.vec_dot;
+  if (k.vec_dot != lower.vec_dot) return;  // the forms reproduce one vec_dot: none of the lower level's
+  if (!k.vec_dot_rows) {
+    k.vec_dot_rows = lower.vec_dot_rows;
+    k.interleaved_native = lower.interleaved_native;
   }
-  set_tile(at(t, DType::kQ2_K, a), avx2::vec_dot_tile_q2_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
-  set_tile(at(t, DType::kQ3_K, a), avx2::vec_dot_tile_q3_K_q8_K, avx2::kKquantTileRows, avx2::kKquantTileCols);
-  set_tile(at(t, DType::kF32, a), avx2::vec_dot_tile_f32, avx2::kFloatTileRows, avx2::kFloatTileCols);
-  set_tile(at(t, DType::kF16, a), avx2::vec_dot_tile_f16, avx2::kFloatTileRows, avx2::kFloatTileCols);
-  set_tile(at(t, DType::kBF16, a), avx2::vec_dot_tile_bf16, avx2::kFloatTileRows, avx2::kFloatTileCols);
-  // Q4_K, Q6_K: the row-lane kernels (the AVX-512 lanes' arithmetic).
-  at(t, DType::kQ4_K, a).vec_dot = avx2::vec_dot_lanes_q4_K_q8_K;
-  at(t, DType::kQ4_K, a).vec_dot_rows = avx2::vec_dot_rows_lanes_q4_K_q8_K;
-  set_tile(at(t, DType::kQ4_K, a), avx2::vec_dot_tile_lanes_q4_K_q8_K, avx2::kLaneKTileRows, avx2::kLaneKTileCols);
-  at(t, DType::kQ5_K, a).vec_dot = avx2::vec_dot_lanes_q5_K_q8_K;
-  at(t, DType::kQ5_K, a).vec_dot_rows = avx2::vec_dot_rows_lanes_q5_K_q8_K;
-  set_tile(at(t, DType::kQ5_K, a), avx2::vec_dot_tile_lanes_q5_K_q8_K, avx2::kLaneKTileRows, avx2::kLaneKTileCols);
-  at(t, DType::kQ6_K, a).vec_dot = avx2::vec_dot_lanes_q6_K_q8_K;
-  at(t, DType::kQ6_K, a).vec_dot_rows = avx2::vec_dot_rows_lanes_q6_K_q8_K;
-  set_tile(at(t, DType::kQ6_K, a), avx2::vec_dot_tile_lanes_q6_K_q8_K, avx2::kLaneKTileRows, avx2::kLaneKTileCols);
-}
-
-void fill_avx512(Table& t) {
-  const Isa v = Isa::kAvx512;
-  at(t, DType::kF32, v).vec_dot = avx512::vec_dot_f32;
-  at(t, DType::kF16, v).vec_dot = avx512::vec_dot_f16;
-  at(t, DType::kBF16, v).vec_dot = avx512::vec_dot_bf16;
-  set_tile(at(t, DType::kF32, v), avx512::vec_dot_tile_f32, avx512::kFloatTileRows, avx512::kFloatTileCols);
-  set_tile(at(t, DType::kF16, v), avx512::vec_dot_tile_f16, avx512::kFloatTileRows, avx512::kFloatTileCols);
-  set_tile(at(t, DType::kBF16, v), avx512::vec_dot_tile_bf16, avx512::kFloatTileRows, avx512::kFloatTileCols);
-  at(t, DType::kF32, v).vec_dot_rows = avx512::vec_dot_rows_f32;
-  at(t, DType::kF16, v).vec_dot_rows = avx512::vec_dot_rows_f16;
-  at(t, DType::kBF16, v).vec_dot_rows = avx512::vec_dot_rows_bf16;
-  at(t, DType::kQ4_0, v).vec_dot = avx512::vec_dot_q4_0_q8_0;
-  at(t, DType::kQ4_1, v).vec_dot = avx512::vec_dot_q4_1_q8_1;
-  at(t, DType::kQ5_0, v).vec_dot = avx512::vec_dot_q5_0_q8_0;
-  at(t, DType::kQ5_1, v).vec_dot = avx512::vec_dot_q5_1_q8_1;
-  at(t, DType::kQ8_0, v).vec_dot = avx512::vec_dot_q8_0_q8_0;
-  at(t, DType::kQ2_K, v).vec_dot = avx512::vec_dot_q2_K_q8_K;
-  at(t, DType::kQ3_K, v).vec_dot = avx512::vec_dot_q3_K_q8_K;
-  set_tile(at(t, DType::kQ4_0, v), avx512::vec_dot_tile_q4_0_q8_0, avx512::kLaneTileRows, avx512::kLaneTileCols);
-  at(t, DType::kQ4_0, v).vec_dot_rows = avx512::vec_dot_rows_q4_0_q8_0;
-  set_tile(at(t, DType::kQ4_1, v), avx512::vec_dot_tile_q4_1_q8_1, avx512::kLaneTileRows, avx512::kLaneTileCols);
-  set_tile(at(t, DType::kQ5_1, v), avx512::vec_dot_tile_q5_1_q8_1, avx512::kLaneTileRows, avx512::kLaneTileCols);
-  at(t, DType::kQ4_1, v).vec_dot_rows = avx512::vec_dot_rows_q4_1_q8_1;
-  at(t, DType::kQ5_1, v).vec_dot_rows = avx512::vec_dot_rows_q5_1_q8_1;
-  set_tile(at(t, DType::kQ5_0, v), avx512::vec_dot_tile_q5_0_q8_0, avx512::kLaneTileRows, avx512::kLaneTileCols);
-  set_tile(at(t, DType::kQ8_0, v), avx512::vec_dot_tile_q8_0_q8_0, avx512::kLaneTileRows, avx512::kLaneTileCols);
-  at(t, DType::kQ5_0, v).vec_dot_rows = avx512::vec_dot_rows_q5_0_q8_0;
-  at(t, DType::kQ8_0, v).vec_dot_rows = avx512::vec_dot_rows_q8_0_q8_0;
-  set_tile(at(t, DType::kQ2_K, v), avx512::vec_dot_tile_q2_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
-  set_tile(at(t, DType::kQ3_K, v), avx512::vec_dot_tile_q3_K_q8_K, avx512::kTileRows, avx512::kWideTileCols);
-  at(t, DType::kQ2_K, v).vec_dot_rows = avx512::vec_dot_rows_q2_K_q8_K;
-  at(t, DType::kQ3_K, v).vec_dot_rows = avx512::vec_dot_rows_q3_K_q8_K;
-  // Q4_K, Q5_K, Q6_K: the row-lane kernels (one arithmetic for vec_dot,
-  // decode, tiles), their decode form for a few tokens (speculative
-  // verification, small batches) and their token-lane form for 12-16 tokens
-  // (batched decode).
-  struct LanesK {
-    DType type;
-    VecDotFn dot;
-    VecDotRowsFn rows;
-    VecDotTileFn tile;
-    VecDotFewFn few;
-    VecDotTokensFn tokens;
-  };
-  const LanesK lanes_k[] = {
-      {DType::kQ4_K, avx512::vec_dot_lanes_q4_K_q8_K, avx512::vec_dot_rows_lanes_q4_K_q8_K,
-       avx512::vec_dot_tile_lanes_q4_K_q8_K, avx512::vec_dot_few_lanes_q4_K_q8_K,
-       avx512::vec_dot_tokens_lanes_q4_K_q8_K},
-      {DType::kQ5_K, avx512::vec_dot_lanes_q5_K_q8_K, avx512::vec_dot_rows_lanes_q5_K_q8_K,
-       avx512::vec_dot_tile_lanes_q5_K_q8_K, avx512::vec_dot_few_lanes_q5_K_q8_K,
-       avx512::vec_dot_tokens_lanes_q5_K_q8_K},
-      {DType::kQ6_K, avx512::vec_dot_lanes_q6_K_q8_K, avx512::vec_dot_rows_lanes_q6_K_q8_K,
-       avx512::vec_dot_tile_lanes_q6_K_q8_K, avx512::vec_dot_few_lanes_q6_K_q8_K,
-       avx512::vec_dot_tokens_lanes_q6_K_q8_K},
-  };
-  for (const LanesK& l : lanes_k) {
-    KernelSet& k = at(t, l.type, v);
-    k.vec_dot = l.dot;
-    k.vec_dot_rows = l.rows;
-    set_tile(k, l.tile, avx512::kLaneKTileRows, avx512::kLaneKTileCols);
-    k.vec_dot_few = l.few;
-    k.few_max = avx512::kLaneKFewMax;
-    set_tokens(k, l.tokens, avx512::pack_tokens_q8_K, avx512::tokens_pack_bytes_q8_K, avx512::kLaneKTokensMin,
-               avx512::kLaneKTokensMax);
+  if (!k.vec_dot_few) {
+    k.vec_dot_few = lower.vec_dot_few;
+    k.few_max = lower.few_max;
+  }
+  if (!k.vec_dot_tokens) {
+    k.vec_dot_tokens = lower.vec_dot_tokens;
+    k.pack_tokens = lower.pack_tokens;
+    k.tokens_pack_bytes = lower.tokens_pack_bytes;
+    k.tokens_min = lower.tokens_min;
+    k.tokens_max = lower.tokens_max;
+  }
+  if (!k.vec_dot_tile) {
+    k.vec_dot_tile = lower.vec_dot_tile;
+    k.tile_rows = lower.tile_rows;
+    k.tile_cols = lower.tile_cols;
   }
 }
 
-// Fills null fields at each level from the level below.
-void inherit_lower_levels(Table& t) {
-  for (auto& per_type : t) {
-    for (int l = 1; l < kLevels; ++l) {
-      KernelSet& k = per_type[l];
-      const KernelSet& lower = per_type[l - 1];
-      if (!k.dequantize_row) k.dequantize_row = lower.dequantize_row;
-      if (!k.quantize_row) k.quantize_row = lower.quantize_row;
-      if (!k.quantize_row_int4) k.quantize_row_int4 = lower.quantize_row_int4;
-      if (!k.vec_dot) k.vec_dot = lower.vec_dot;
-      // A tile kernel matches one vec_dot bit for bit: inherit it only along
-      // with that same vec_dot.
-      if (!k.vec_dot_tile && k.vec_dot == lower.vec_dot) {
-        k.vec_dot_tile = lower.vec_dot_tile;
-        k.tile_rows = lower.tile_rows;
-        k.tile_cols = lower.tile_cols;
-      }
-      if (!k.vec_dot_few && k.vec_dot == lower.vec_dot) {
-        k.vec_dot_few = lower.vec_dot_few;
-        k.few_max = lower.few_max;
-      }
-      if (!k.vec_dot_tokens && k.vec_dot == lower.vec_dot)
-        set_tokens(k, lower.vec_dot_tokens, lower.pack_tokens, lower.tokens_pack_bytes, lower.tokens_min,
-                   lower.tokens_max);
-    }
-  }
-}
-
-Table build_table() {
+Table build_table(Isa max) {
   Table t{};
-  fill_scalar(t);
-  const Isa max = cpu_max_isa();
-  if (max >= Isa::kAvx2) fill_avx2(t);
-  if (max >= Isa::kAvx512) fill_avx512(t);
-  inherit_lower_levels(t);
-  fill_interleaved(t, max);
-  if (max >= Isa::kAvx2) {
-    // AVX2: native decode over every interleaved layout; 2+ tokens take the
-    // native tile (K-quants) or the token-lane form (Q4_0 / Q5_0 / Q8_0, the
-    // plain types' pack; their generic tile stays for direct tile calls).
-    struct Native {
-      DType type;
-      VecDotRowsFn rows;
-      VecDotTileFn tile;       // null: keep the generic tile
-      VecDotTokensFn tokens;   // null: none
-      PackTokensFn pack;
-    };
-    const Native natives[] = {
-        {DType::kQ4_K_R16, avx2::vec_dot_rows_r16_q4_K_q8_K, avx2::vec_dot_tile_r16_q4_K_q8_K, nullptr, nullptr},
-        {DType::kQ6_K_R16, avx2::vec_dot_rows_r16_q6_K_q8_K, avx2::vec_dot_tile_r16_q6_K_q8_K, nullptr, nullptr},
-        {DType::kQ4_0_R16, avx2::vec_dot_rows_r16_q4_0_q8_0, nullptr, avx2::vec_dot_tokens_r16_q4_0_q8_0,
-         avx2::pack_tokens_q4_0_q8_0},
-        {DType::kQ5_0_R16, avx2::vec_dot_rows_r16_q5_0_q8_0, nullptr, avx2::vec_dot_tokens_r16_q5_0_q8_0,
-         avx2::pack_tokens_q5_0_q8_0},
-        {DType::kQ8_0_R16, avx2::vec_dot_rows_r16_q8_0_q8_0, nullptr, avx2::vec_dot_tokens_r16_q8_0_q8_0,
-         avx2::pack_tokens_q8_0_q8_0},
-    };
-    for (const Native& n : natives) {
-      KernelSet& k = at(t, n.type, Isa::kAvx2);
-      k.vec_dot_rows = n.rows;
-      if (n.tile) k.vec_dot_tile = n.tile;
-      if (n.tokens) set_tokens(k, n.tokens, n.pack, avx2::tokens_pack_bytes_legacy, 2, 1 << 30);
-      k.interleaved_native = true;
-    }
-  }
-  if (max >= Isa::kAvx512) {
-    struct Native {
-      DType type;
-      VecDotRowsFn rows;
-      VecDotFewFn few;
-      VecDotTileFn tile;
-    };
-    const Native natives[] = {
-        {DType::kQ4_0_R16, avx512::vec_dot_rows_r16_q4_0_q8_0, avx512::vec_dot_few_r16_q4_0_q8_0,
-         avx512::vec_dot_tile_r16_q4_0_q8_0},
-        {DType::kQ5_0_R16, avx512::vec_dot_rows_r16_q5_0_q8_0, avx512::vec_dot_few_r16_q5_0_q8_0,
-         avx512::vec_dot_tile_r16_q5_0_q8_0},
-        {DType::kQ8_0_R16, avx512::vec_dot_rows_r16_q8_0_q8_0, avx512::vec_dot_few_r16_q8_0_q8_0,
-         avx512::vec_dot_tile_r16_q8_0_q8_0},
-        {DType::kQ4_K_R16, avx512::vec_dot_rows_r16_q4_K_q8_K, avx512::vec_dot_few_r16_q4_K_q8_K,
-         avx512::vec_dot_tile_r16_q4_K_q8_K},
-        {DType::kQ6_K_R16, avx512::vec_dot_rows_r16_q6_K_q8_K, avx512::vec_dot_few_r16_q6_K_q8_K,
-         avx512::vec_dot_tile_r16_q6_K_q8_K},
-    };
-    for (const Native& n : natives) {
-      KernelSet& k = at(t, n.type, Isa::kAvx512);
-      k.vec_dot_rows = n.rows;
-      k.vec_dot_few = n.few;
-      k.few_max = avx512::kInterleavedFewMax;
-      k.vec_dot_tile = n.tile;
-      // Q4_0 / Q5_0 / Q8_0: the tile takes two groups (shared activation broadcasts)
-      // and beats the one-group passes above 16 tokens.
-      if (n.type == DType::kQ4_0_R16 || n.type == DType::kQ5_0_R16 || n.type == DType::kQ8_0_R16) {
-        k.tile_rows = 32;
-        k.few_max = avx512::kInterleavedLegacyFewMax;
-      }
-      k.interleaved_native = true;
-    }
-    // Q4_0 / Q5_0 / Q8_0 above few_max tokens: the token-lane form (the
-    // activations packed once per matmul) instead of the tile.
-    struct Tokens {
-      DType type;
-      VecDotTokensFn fn;
-      PackTokensFn pack;
-    };
-    const Tokens tokens[] = {
-        {DType::kQ4_0_R16, avx512::vec_dot_tokens_r16_q4_0_q8_0, avx512::pack_tokens_r16_q4_0_q8_0},
-        {DType::kQ5_0_R16, avx512::vec_dot_tokens_r16_q5_0_q8_0, avx512::pack_tokens_r16_q5_0_q8_0},
-        {DType::kQ8_0_R16, avx512::vec_dot_tokens_r16_q8_0_q8_0, avx512::pack_tokens_r16_q8_0_q8_0},
-    };
-    for (const Tokens& n : tokens)
-      set_tokens(at(t, n.type, Isa::kAvx512), n.fn, n.pack, avx512::tokens_pack_bytes_r16_q8_0,
-                 avx512::kInterleavedLegacyFewMax + 1, 1 << 30);
-  }
-  if (max >= Isa::kAmx) {
-    // AMX: the AVX-512 kernels of every interleaved layout, and for Q4_K_R16
-    // / Q6_K_R16 the tile kernels from amx::kAmxMinTokens tokens (they call
-    // the AVX-512 ones below that).
-    for (DType type : kInterleavedTypes) at(t, type, Isa::kAmx) = at(t, type, Isa::kAvx512);
-    struct Amx {
-      DType type;
-      VecDotFewFn few;
-      VecDotTileFn tile;
-    };
-    const Amx amx_kernels[] = {
-        {DType::kQ4_K_R16, amx::vec_dot_few_r16_q4_K_q8_K, amx::vec_dot_tile_r16_q4_K_q8_K},
-        {DType::kQ6_K_R16, amx::vec_dot_few_r16_q6_K_q8_K, amx::vec_dot_tile_r16_q6_K_q8_K},
-    };
-    for (const Amx& a : amx_kernels) {
-      KernelSet& k = at(t, a.type, Isa::kAmx);
-      k.vec_dot_few = a.few;
-      set_tile(k, a.tile, amx::kAmxTileRows, amx::kAmxTileCols);
-    }
-    // Q4_0 / Q5_0 / Q8_0: the AMX token-lane form (its own pack) where the
-    // AVX-512 token lanes ran.
-    struct AmxTokens {
-      DType type;
-      VecDotTokensFn fn;
-      PackTokensFn pack;
-    };
-    const AmxTokens amx_tokens[] = {
-        {DType::kQ4_0_R16, amx::vec_dot_tokens_r16_q4_0_q8_0, amx::pack_tokens_r16_q4_0_q8_0},
-        {DType::kQ5_0_R16, amx::vec_dot_tokens_r16_q5_0_q8_0, amx::pack_tokens_r16_q5_0_q8_0},
-        {DType::kQ8_0_R16, amx::vec_dot_tokens_r16_q8_0_q8_0, amx::pack_tokens_r16_q8_0_q8_0},
-    };
-    for (const AmxTokens& a : amx_tokens) {
-      KernelSet& k = at(t, a.type, Isa::kAmx);
-      set_tokens(k, a.fn, a.pack, amx::tokens_pack_bytes_r16_legacy, k.tokens_min, k.tokens_max);
-    }
+  const std::vector<Row> table = rows();
+  for (int l = 0; l <= static_cast<int>(max); ++l) {
+    for (const Row& r : table)
+      if (static_cast<int>(r.isa) == l) t[static_cast<size_t>(slot(r.type))][l] = r.k;
+    if (l > 0)
+      for (auto& per_type : t) inherit(per_type[l], per_type[l - 1]);
   }
   return t;
 }
 
 const Table& table() {
-  static const Table t = build_table();
+  static const Table t = build_table(cpu_max_isa());
   return t;
 }
 
 }  // namespace
+
+KernelSet registry_entry(DType t, Isa isa, Isa max) {
+  const int s = slot(t);
+  if (s < 0 || isa > max) return {};
+  return build_table(max)[static_cast<size_t>(s)][static_cast<int>(isa)];
+}
 
 DType vec_dot_type(DType weight_type) {
   switch (dtype_layout_base(weight_type)) {

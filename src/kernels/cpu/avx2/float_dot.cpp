@@ -44,26 +44,26 @@ inline float bf16_scalar(uint16_t h) { return bf16_to_f32(h); }
 
 }  // namespace
 
-void vec_dot_f32(int64_t n, float* s, const void* w, const void* x) {
+void f32_dot(int64_t n, float* s, const void* w, const void* x) {
   *s = dot_rows<float, load_f32x8, id_f32>(n, static_cast<const float*>(w), static_cast<const float*>(x));
 }
 
-void vec_dot_f16(int64_t n, float* s, const void* w, const void* x) {
+void f16_dot(int64_t n, float* s, const void* w, const void* x) {
   *s = dot_rows<uint16_t, load_f16x8, f16_scalar>(n, static_cast<const uint16_t*>(w), static_cast<const float*>(x));
 }
 
-void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x) {
+void bf16_dot(int64_t n, float* s, const void* w, const void* x) {
   *s = dot_rows<uint16_t, load_bf16x8, bf16_scalar>(n, static_cast<const uint16_t*>(w), static_cast<const float*>(x));
 }
 
-void dequantize_row_f16(const void* vx, float* y, int64_t n) {
+void f16_dequantize(const void* vx, float* y, int64_t n) {
   const auto* x = static_cast<const uint16_t*>(vx);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_f16x8(x + i));
   for (; i < n; ++i) y[i] = f16_to_f32(x[i]);
 }
 
-void dequantize_row_bf16(const void* vx, float* y, int64_t n) {
+void bf16_dequantize(const void* vx, float* y, int64_t n) {
   const auto* x = static_cast<const uint16_t*>(vx);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_bf16x8(x + i));

@@ -1,7 +1,7 @@
 // AVX2 Hadamard transform (the op table's entry at the AVX2 and AVX-512
 // levels; contract in kernels/hadamard.h): the sign flips of D as xors of
 // the sign bit (the same bits as a negation); stage 1 (the 12 / 20 blocks) is
-// the scalar code of kernels/ref/hadamard_ref.cpp; the butterflies of
+// the scalar code of kernels/ref/hadamard.cpp; the butterflies of
 // stage 2 run 8 lanes at a time (in-register shuffles for the three
 // smallest strides of a power-of-two size, whole vectors above), and the
 // scale of stage 3 is one multiply per lane. Every element gets the same
@@ -10,7 +10,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/isa_kernels.h"
-#include "kernels/ref/hadamard_ref.h"
+#include "kernels/ref/hadamard.h"
 
 namespace ember::avx2 {
 namespace {

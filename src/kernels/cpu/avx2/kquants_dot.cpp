@@ -1,6 +1,6 @@
 // AVX2 kernels for the k-quant types (256-element super-blocks): vec_dot of
 // Q2_K, Q3_K x Q8_K (Q4_K, Q5_K and Q6_K: the row lanes of
-// avx2/lanes_kquants.cpp), the Q8_K activation quantizer and dequantizers.
+// avx2/kquants_lanes.cpp), the Q8_K activation quantizer and dequantizers.
 //
 // Scheme (all types): unsigned quants u (offset removed later) x Q8_K quants
 // via maddubs -> i16 pairs, times the 16-bit sub-block scale via madd -> i32,
@@ -48,7 +48,7 @@ inline __m256i mins_for_bsums(const uint8_t* m) {
 
 // Q2_K: 16 sub-blocks of 16, value = d*sc*q - dmin*m with q in 0..3; scales
 // byte = sc | m << 4. Element 128h + 32j + l is bits 2j..2j+1 of qs[32h + l].
-void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
+void q2_K_dot(int64_t n, float* s, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ2_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   const int64_t nb = n / kQK_K;
@@ -80,7 +80,7 @@ void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
 // Q3_K: value = sc * (lo2 + 4*hbit - 4), sc = 6-bit scale - 32. Element
 // 128h + 32j + l: bits 2j of qs[32h + l], hbit = bit 4h + j of hmask[l].
 // sum (lo2 + 4*hbit) * y via maddubs, minus 4 * sum_s sc[s] * bsum[s].
-void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
+void q3_K_dot(int64_t n, float* s, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ3_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   const int64_t nb = n / kQK_K;
@@ -116,7 +116,7 @@ void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
 // q = min(127, round-half-even(iscale * x)); d = 1/iscale; bsums = sums of 16.
 // _mm256_cvtps_epi32 rounds half to even under the default MXCSR mode, like
 // the reference's nearest_int.
-void quantize_row_q8_K(const float* x, void* vy, int64_t n) {
+void q8_K_quantize(const float* x, void* vy, int64_t n) {
   auto* y = static_cast<BlockQ8_K*>(vy);
   const int64_t nb = n / kQK_K;
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -180,7 +180,7 @@ inline void store_scaled_i8x16(__m128i q, float dl, float* y) {
 
 }  // namespace
 
-void dequantize_row_q4_K(const void* vx, float* y, int64_t n) {
+void q4_K_dequantize(const void* vx, float* y, int64_t n) {
   const auto* x = static_cast<const BlockQ4_K*>(vx);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t i = 0; i < n / kQK_K; ++i, y += kQK_K) {
@@ -197,7 +197,7 @@ void dequantize_row_q4_K(const void* vx, float* y, int64_t n) {
   }
 }
 
-void dequantize_row_q6_K(const void* vx, float* y, int64_t n) {
+void q6_K_dequantize(const void* vx, float* y, int64_t n) {
   const auto* x = static_cast<const BlockQ6_K*>(vx);
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
   for (int64_t i = 0; i < n / kQK_K; ++i, y += kQK_K) {

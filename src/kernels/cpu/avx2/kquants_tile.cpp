@@ -1,7 +1,7 @@
 // AVX2 tile kernels (VecDotTileFn, kernels/registry.h) for the k-quant
 // weight types Q2_K and Q3_K x Q8_K activations (Q4_K, Q5_K and Q6_K have
-// the row-lane kernels of avx2/lanes_kquants.cpp): up to
-// kKquantTileRows weight rows x kKquantTileCols tokens per call, in register
+// the row-lane kernels of avx2/kquants_lanes.cpp): up to
+// kKquantsTileRows weight rows x kKquantsTileCols tokens per call, in register
 // blocks of one row x kGroup (8) tokens. (Single tokens go to the row
 // kernels: kernels/matmul.cpp.)
 //
@@ -32,7 +32,7 @@
 namespace ember::avx2 {
 namespace {
 
-constexpr int kR = kKquantTileRows;
+constexpr int kR = kKquantsTileRows;
 constexpr int kGroup = 8;  // tokens per register block
 
 using simd::load_f16;
@@ -207,13 +207,13 @@ void kquant_tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_ro
 
 }  // namespace
 
-void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+void q2_K_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+               size_t x_row_bytes, int nr, int nc) {
   kquant_tile<TraitsQ2K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
                          x_row_bytes, nr, nc);
 }
-void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+void q3_K_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+               size_t x_row_bytes, int nr, int nc) {
   kquant_tile<TraitsQ3K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
                          x_row_bytes, nr, nc);
 }

@@ -1,5 +1,5 @@
-// Shared pieces of the AVX2 "row lanes" kernels (avx2/lanes_kquants.cpp,
-// avx2/lanes_legacy.cpp): 8-row groups with row r of the group in 32-bit
+// Shared pieces of the AVX2 "row lanes" kernels (avx2/kquants_lanes.cpp,
+// avx2/legacy_lanes.cpp): 8-row groups with row r of the group in 32-bit
 // lane r of a ymm. Only included by files compiled for AVX2 (the avx2/
 // directory); everything here is a stateless inline helper.
 #pragma once

@@ -1,6 +1,6 @@
 // AVX2 kernels for the legacy 32-element block types: vec_dot for Q4_1 /
 // Q5_1 x Q8_1, the Q8_0 / Q8_1 activation quantizers and the Q4_0 / Q5_0 /
-// Q8_0 dequantizers. (Q4_0 / Q5_0 / Q8_0 x Q8_0 dots: avx2/lanes_legacy.cpp.)
+// Q8_0 dequantizers. (Q4_0 / Q5_0 / Q8_0 x Q8_0 dots: avx2/legacy_lanes.cpp.)
 //
 // Integer dot products use maddubs (u8 x s8 -> i16 pairs) + madd (-> i32) on
 // the unsigned quants; the mins enter as m * s per block. Each block's i32
@@ -29,7 +29,7 @@ inline __m256i q5_quants(const uint8_t* qs, const uint8_t* qh) {
 
 // Q4_1 / Q5_1: w = d*q + m with unsigned q; x = dx*qx with s = dx*sum(qx):
 // dot = d*dx*(q . qx) + m*s.
-void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* vw, const void* vx) {
+void q4_1_dot(int64_t n, float* s, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_1*>(vw);
   const auto* x = static_cast<const BlockQ8_1*>(vx);
   const int64_t nb = n / kQK;
@@ -39,7 +39,7 @@ void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* vw, const void* vx) {
        simd::legacy_blocks_min_term(nb, w, sizeof(*w), x, sizeof(*x), 2);
 }
 
-void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* vw, const void* vx) {
+void q5_1_dot(int64_t n, float* s, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_1*>(vw);
   const auto* x = static_cast<const BlockQ8_1*>(vx);
   const int64_t nb = n / kQK;
@@ -76,7 +76,7 @@ inline float quantize_block_q8(const float* x, int8_t* q, int* qsum) {
 
 }  // namespace
 
-void quantize_row_q8_0(const float* x, void* vy, int64_t n) {
+void q8_0_quantize(const float* x, void* vy, int64_t n) {
   auto* y = static_cast<BlockQ8_0*>(vy);
   const int64_t nb = n / kQK;
   for (int64_t i = 0; i < nb; ++i) {
@@ -87,7 +87,7 @@ void quantize_row_q8_0(const float* x, void* vy, int64_t n) {
 
 // 4-bit levels in Q8_0 blocks (quant/quantize.h quantize_row_q8_0_int4_ref):
 // d = amax / 7, q = round-half-away(x / d) clamped to [-7, 7].
-void quantize_row_q8_0_int4(const float* x, void* vy, int64_t n) {
+void q8_0_quantize_int4(const float* x, void* vy, int64_t n) {
   auto* y = static_cast<BlockQ8_0*>(vy);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i lo = _mm256_set1_epi32(-7), hi = _mm256_set1_epi32(7);
@@ -107,7 +107,7 @@ void quantize_row_q8_0_int4(const float* x, void* vy, int64_t n) {
   }
 }
 
-void quantize_row_q8_1(const float* x, void* vy, int64_t n) {
+void q8_1_quantize(const float* x, void* vy, int64_t n) {
   auto* y = static_cast<BlockQ8_1*>(vy);
   const int64_t nb = n / kQK;
   for (int64_t i = 0; i < nb; ++i) {
@@ -134,12 +134,12 @@ inline void store_scaled_i8x32(__m256i q, float d, float* y) {
 
 }  // namespace
 
-void dequantize_row_q8_0(const void* vx, float* y, int64_t n) {
+void q8_0_dequantize(const void* vx, float* y, int64_t n) {
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   for (int64_t i = 0; i < n / kQK; ++i) store_scaled_i8x32(loadu(x[i].qs), load_f16(x[i].d), y + i * kQK);
 }
 
-void dequantize_row_q4_0(const void* vx, float* y, int64_t n) {
+void q4_0_dequantize(const void* vx, float* y, int64_t n) {
   const auto* x = static_cast<const BlockQ4_0*>(vx);
   for (int64_t i = 0; i < n / kQK; ++i) {
     const __m256i q = _mm256_sub_epi8(simd::unpack_nibbles_16(x[i].qs), _mm256_set1_epi8(8));
@@ -147,7 +147,7 @@ void dequantize_row_q4_0(const void* vx, float* y, int64_t n) {
   }
 }
 
-void dequantize_row_q5_0(const void* vx, float* y, int64_t n) {
+void q5_0_dequantize(const void* vx, float* y, int64_t n) {
   const auto* x = static_cast<const BlockQ5_0*>(vx);
   for (int64_t i = 0; i < n / kQK; ++i) {
     const __m256i q = _mm256_sub_epi8(q5_quants(x[i].qs, x[i].qh), _mm256_set1_epi8(16));

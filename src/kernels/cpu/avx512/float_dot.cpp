@@ -55,23 +55,23 @@ void rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,
 }  // namespace
 
 
-void vec_dot_f32(int64_t n, float* s, const void* w, const void* x) {
+void f32_dot(int64_t n, float* s, const void* w, const void* x) {
   *s = dot<F32W>(n, static_cast<const float*>(w), static_cast<const float*>(x));
 }
-void vec_dot_f16(int64_t n, float* s, const void* w, const void* x) {
+void f16_dot(int64_t n, float* s, const void* w, const void* x) {
   *s = dot<F16W>(n, static_cast<const uint16_t*>(w), static_cast<const float*>(x));
 }
-void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x) {
+void bf16_dot(int64_t n, float* s, const void* w, const void* x) {
   *s = dot<BF16W>(n, static_cast<const uint16_t*>(w), static_cast<const float*>(x));
 }
 
-void vec_dot_rows_f32(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void f32_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows<F32W>(n, s, w, w_row_bytes, x, nr);
 }
-void vec_dot_rows_f16(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void f16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows<F16W>(n, s, w, w_row_bytes, x, nr);
 }
-void vec_dot_rows_bf16(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void bf16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows<BF16W>(n, s, w, w_row_bytes, x, nr);
 }
 

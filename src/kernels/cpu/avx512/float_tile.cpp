@@ -94,16 +94,16 @@ void tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, c
 
 }  // namespace
 
-void vec_dot_tile_f32(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                      size_t x_row_bytes, int nr, int nc) {
+void f32_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+              size_t x_row_bytes, int nr, int nc) {
   tile<f512::F32W>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
-void vec_dot_tile_f16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                      size_t x_row_bytes, int nr, int nc) {
+void f16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+              size_t x_row_bytes, int nr, int nc) {
   tile<f512::F16W>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
-void vec_dot_tile_bf16(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                       size_t x_row_bytes, int nr, int nc) {
+void bf16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+               size_t x_row_bytes, int nr, int nc) {
   tile<f512::BF16W>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 

@@ -1,5 +1,5 @@
 // AVX-512 (BW/VL + VNNI) vec_dot kernels for the k-quants Q2_K and Q3_K x
-// Q8_K (Q4_K, Q5_K and Q6_K: avx512/lanes_kquants.cpp). Same scheme as the AVX2 kernels
+// Q8_K (Q4_K, Q5_K and Q6_K: avx512/kquants_lanes.cpp). Same scheme as the AVX2 kernels
 // (maddubs u8 x s8 -> i16 pairs), but the sub-block scale multiply and the
 // i32 accumulation fuse into one vpdpwssd (two accumulator chains hide its
 // latency), scale vectors come from one vpermw instead of shuffle pairs, and
@@ -26,7 +26,7 @@ inline __m256i pick2(int a, int b) {
 }  // namespace
 
 // Q2_K: see the AVX2 kernel for the layout; scale multiply fused (vpdpwssd).
-void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
+void q2_K_dot(int64_t n, float* s, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ2_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   const int64_t nb = n / kQK_K;
@@ -63,7 +63,7 @@ void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
 }
 
 // Q3_K: value = sc * (lo2 + 4*hbit - 4); see the AVX2 kernel for the layout.
-void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* vw, const void* vx) {
+void q3_K_dot(int64_t n, float* s, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ3_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   const int64_t nb = n / kQK_K;

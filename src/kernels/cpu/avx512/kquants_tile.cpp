@@ -1,9 +1,9 @@
 // AVX-512 (F/BW/VL + VNNI) tile kernels for the k-quant weight types Q2_K
 // and Q3_K x Q8_K activations (Q4_K, Q5_K and Q6_K have the row-lane kernels
-// of avx512/lanes_kquants.cpp at this level; kernels/registry.h,
-// VecDotTileFn): kTileRows weight rows x up to kWideTileCols tokens per call,
+// of avx512/kquants_lanes.cpp at this level; kernels/registry.h,
+// VecDotTileFn): kKquantsTileRows weight rows x up to kKquantsTileCols tokens per call,
 // in register blocks of 1 row x 16 tokens (see the driver below).
-// (Single tokens go to the row kernels, vec_dot_rows_*_q8_K at the end of
+// (Single tokens go to the row kernels, q2_K_rows / q3_K_rows at the end of
 // this file: kernels/matmul.cpp.)
 //
 // Batch invariance: every output is bit-identical to this level's vec_dot
@@ -289,23 +289,23 @@ void kquant_rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, cons
 
 }  // namespace
 
-#define EMBER_KQUANT_ROWS(name, traits)                                                                   \
-  void vec_dot_rows_##name##_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, \
-                                  int64_t nr) {                                                           \
-    kquant_rows<traits>(n, s, static_cast<const uint8_t*>(w), w_row_bytes,                                \
-                        static_cast<const BlockQ8_K*>(x), nr);                                            \
+#define EMBER_KQUANT_ROWS(name, traits)                                                                                \
+  void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,                              \
+                   int64_t nr) {                                                                                       \
+    kquant_rows<traits>(n, s, static_cast<const uint8_t*>(w), w_row_bytes,                                             \
+                        static_cast<const BlockQ8_K*>(x), nr);                                                         \
   }
 EMBER_KQUANT_ROWS(q2_K, TraitsQ2K)
 EMBER_KQUANT_ROWS(q3_K, TraitsQ3K)
 #undef EMBER_KQUANT_ROWS
 
-void vec_dot_tile_q2_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+void q2_K_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+               size_t x_row_bytes, int nr, int nc) {
   kquant_tile<TraitsQ2K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
                          x_row_bytes, nr, nc);
 }
-void vec_dot_tile_q3_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+void q3_K_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+               size_t x_row_bytes, int nr, int nc) {
   kquant_tile<TraitsQ3K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),
                          x_row_bytes, nr, nc);
 }

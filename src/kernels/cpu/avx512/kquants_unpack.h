@@ -1,6 +1,6 @@
 // The Q4_K / Q5_K / Q6_K quant unpacking and the 16 x 16 dword transpose shared by
-// the AVX-512 row-lane kernels (avx512/lanes_kquants.cpp) and token-lane
-// kernels (avx512/lanes_kquants_tokens.cpp). Include only from avx512/ files
+// the AVX-512 row-lane kernels (avx512/kquants_lanes.cpp) and token-lane
+// kernels (avx512/kquants_tokens.cpp). Include only from avx512/ files
 // (compiled with the AVX-512 flags) and amx/ files. Pure register functions, no state.
 #pragma once
 

@@ -1,6 +1,6 @@
 // The Q4_0_R16 / Q5_0_R16 / Q8_0_R16 group layouts (kernels/interleave.h)
-// as the AVX-512 lane kernels (avx512/lanes_legacy_r16.cpp) and the AMX
-// tile kernels (amx/legacy_r16.cpp) read them: block sizes, offsets and the
+// as the AVX-512 lane kernels (avx512/legacy_r16_lanes.cpp) and the AMX
+// tile kernels (amx/legacy_r16_tokens.cpp) read them: block sizes, offsets and the
 // unsigned quants of a block's layout vectors. Include only from avx512/ and
 // amx/ files; internal linkage (the TUs have different ISA flags, so no
 // inline function may be shared between them by the linker). Pure register

@@ -1,8 +1,8 @@
 // AMX-INT8 kernels over the interleaved Q4_K_R16 / Q6_K_R16 layouts
 // (kernels/interleave.h) for many tokens at once: batched decode (the
 // few-token form) and prefill (the tile), in the arithmetic of the row-lane
-// kernels (twins in kernels/ref/kquants_lanes_ref.h), so results equal the
-// AVX-512 kernels' (avx512/lanes_kquants_r16.cpp) bit for bit.
+// kernels (twins in kernels/ref/kquants_lanes.h), so results equal the
+// AVX-512 kernels' (avx512/kquants_r16_few.cpp) bit for bit.
 //
 // Why: those kernels sit at the vpdpbusd port bound (one 64-MAC instruction
 // per cycle and core); one tdpbsud does 16 x 16 x 64 MACs in ~13 cycles
@@ -33,7 +33,7 @@
 // units overlap and no load reads bytes the other unit has just stored.
 // Each call loads the tile configuration (constant data) and releases the
 // tiles on return (a thread's AMX state stays clean between calls). Fewer
-// than kAmxMinTokens tokens take the AVX-512 kernels (the expansion is not
+// than kKquantsR16MinTokens tokens take the AVX-512 kernels (the expansion is not
 // paid back). One thread per call; no state outside the call but
 // thread_local scratch.
 #include <immintrin.h>
@@ -322,22 +322,22 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace
 
-// The entry points. Fewer than kAmxMinTokens tokens go to the AVX-512
+// The entry points. Fewer than kKquantsR16MinTokens tokens go to the AVX-512
 // few-token form (same bits), for the tile too: it takes any multiple of 16
 // rows, where the AVX-512 tile takes one group (a first version passed the
 // AMX tile's 64 rows to it, and 48 rows went unwritten).
-static_assert(kAmxMinTokens - 1 <= avx512::kInterleavedFewMax, "the fallback's token counts fit the few-token form");
-#define EMBER_AMX_ENTRY(name, K)                                                                                    \
-  void vec_dot_few_r16_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
-                                     const void* x, size_t x_row_bytes, int64_t nr, int nc) {                      \
-    if (nc < kAmxMinTokens)                                                                                         \
-      return avx512::vec_dot_few_r16_##name##_q8_K(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);              \
-    run<K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr, \
-           nc);                                                                                                     \
-  }                                                                                                                 \
-  void vec_dot_tile_r16_##name##_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,         \
-                                      const void* x, size_t x_row_bytes, int nr, int nc) {                         \
-    vec_dot_few_r16_##name##_q8_K(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);                               \
+static_assert(kKquantsR16MinTokens - 1 <= avx512::kInterleavedFewMax, "the fallback's token counts fit the few-token form");
+#define EMBER_AMX_ENTRY(name, K)                                                                                       \
+  void name##_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                             \
+                      const void* x, size_t x_row_bytes, int64_t nr, int nc) {                                         \
+    if (nc < kKquantsR16MinTokens)                                                                                     \
+      return avx512::name##_r16_few(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);                                \
+    run<K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,    \
+           nc);                                                                                                        \
+  }                                                                                                                    \
+  void name##_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                            \
+                       const void* x, size_t x_row_bytes, int nr, int nc) {                                            \
+    name##_r16_few(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);                                                 \
   }
 EMBER_AMX_ENTRY(q4_K, Q4K)
 EMBER_AMX_ENTRY(q6_K, Q6K)

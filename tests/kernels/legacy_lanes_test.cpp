@@ -1,6 +1,6 @@
 // Q8_0 / Q5_0 / Q4_0 x Q8_0 and Q4_1 / Q5_1 x Q8_1 kernels of the AVX-512
-// level (kernels/cpu/avx512/lanes_tile.cpp, avx512/lanes_rows.cpp) and the
-// Q8_0 / Q5_0 / Q4_0 ones of the AVX2 level (avx2/lanes_legacy.cpp). Those
+// level (kernels/cpu/avx512/legacy_lanes.cpp, avx512/legacy_rows.cpp) and the
+// Q8_0 / Q5_0 / Q4_0 ones of the AVX2 level (avx2/legacy_lanes.cpp). Those
 // levels define their own arithmetic for these types: per block an exact
 // integer dot of the weight quants (minus the offset) and activation quants,
 // then acc = fma(float(isum), d_w * d_x, acc) and, for Q4_1 / Q5_1,

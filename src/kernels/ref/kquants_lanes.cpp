@@ -1,12 +1,12 @@
 // Scalar twins of the AVX-512 row-lane K-quant kernels (contract in
-// kernels/ref/kquants_lanes_ref.h). FMA contraction is off: every float step
+// kernels/ref/kquants_lanes.h). FMA contraction is off: every float step
 // is the one written (the fma calls are explicit).
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
-#include "kernels/ref/kquants_lanes_ref.h"
+#include "kernels/ref/kquants_lanes.h"
 
 #include <cmath>
 
@@ -47,14 +47,14 @@ float dot_scale_min_lanes(int64_t n, const void* w, const void* x) {
 
 }  // namespace
 
-void vec_dot_q4_K_q8_K_lanes(int64_t n, float* s, const void* w, const void* x) {
+void q4_K_lanes_dot(int64_t n, float* s, const void* w, const void* x) {
   *s = dot_scale_min_lanes<BlockQ4_K, quant::unpack_q4_K>(n, w, x);
 }
-void vec_dot_q5_K_q8_K_lanes(int64_t n, float* s, const void* w, const void* x) {
+void q5_K_lanes_dot(int64_t n, float* s, const void* w, const void* x) {
   *s = dot_scale_min_lanes<BlockQ5_K, quant::unpack_q5_K>(n, w, x);
 }
 
-void vec_dot_q6_K_q8_K_lanes(int64_t n, float* s, const void* w, const void* x) {
+void q6_K_lanes_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ6_K*>(w);
   const auto* b = static_cast<const BlockQ8_K*>(x);
   int8_t q[kQK_K];  // q - 32

@@ -1,7 +1,7 @@
 // The row-lane Q4_K, Q5_K and Q6_K kernels of the AVX2 and AVX-512 levels
-// (kernels/cpu/avx2/lanes_kquants.cpp: 8-row groups; avx512/lanes_kquants.cpp:
+// (kernels/cpu/avx2/kquants_lanes.cpp: 8-row groups; avx512/kquants_lanes.cpp:
 // 16-row groups) against their scalar twins
-// (kernels/ref/kquants_lanes_ref.h), bit for bit:
+// (kernels/ref/kquants_lanes.h), bit for bit:
 // vec_dot, decode over any row count (partial row groups), tiles of every
 // shape up to the level's rows x 70 tokens (partial token groups), the
 // extremes of the integer sums (largest quants and scales, activations
@@ -22,7 +22,7 @@
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
 #include "kernels/matrix_view.h"
-#include "kernels/ref/kquants_lanes_ref.h"
+#include "kernels/ref/kquants_lanes.h"
 #include "kernels/registry.h"
 #include "kernels/test_weights.h"
 #include "quant/blocks.h"
@@ -43,9 +43,9 @@ class KQuantLanes : public ::testing::TestWithParam<std::tuple<DType, Isa>> {
   int tile_rows() const { return k().tile_rows; }
   float twin(int64_t n, const uint8_t* w, const BlockQ8_K* x) const {
     float s;
-    if (t() == DType::kQ4_K) ref::vec_dot_q4_K_q8_K_lanes(n, &s, w, x);
-    else if (t() == DType::kQ5_K) ref::vec_dot_q5_K_q8_K_lanes(n, &s, w, x);
-    else ref::vec_dot_q6_K_q8_K_lanes(n, &s, w, x);
+    if (t() == DType::kQ4_K) ref::q4_K_lanes_dot(n, &s, w, x);
+    else if (t() == DType::kQ5_K) ref::q5_K_lanes_dot(n, &s, w, x);
+    else ref::q6_K_lanes_dot(n, &s, w, x);
     return s;
   }
   // s (cols x lds, filled with -7 before the call) holds the twin's bits

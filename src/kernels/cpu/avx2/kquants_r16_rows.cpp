@@ -1,7 +1,7 @@
 // AVX2 decode over the interleaved Q4_K_R16 / Q6_K_R16 layouts
 // (kernels/interleave.h): one token against whole 16-row groups, in the
-// arithmetic of the row-lane kernels (avx2/lanes_kquants.cpp; twins in
-// kernels/ref/kquants_lanes_ref.h), so results equal the base type's kernels
+// arithmetic of the row-lane kernels (avx2/kquants_lanes.cpp; twins in
+// kernels/ref/kquants_lanes.h), so results equal the base type's kernels
 // bit for bit (tests/kernels/interleave_test.cpp).
 //
 // Why: the plain-row decode reads a group of 8 rows as 8 strided streams and
@@ -176,10 +176,10 @@ void rows_q6k(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const B
 
 }  // namespace
 
-void vec_dot_rows_r16_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void q4_K_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows_q4k(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_K*>(x), nr);
 }
-void vec_dot_rows_r16_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void q6_K_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows_q6k(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_K*>(x), nr);
 }
 

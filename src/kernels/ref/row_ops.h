@@ -13,7 +13,7 @@
 // a RoPE angle is the float product pos * inv_freq (as in the models'
 // reference implementations), rotated in double.
 //
-// Same signatures and in-place rules as kernels/ops.h. No allocation, no
+// The signatures (declared from EMBER_ROW_OPS) and in-place rules of kernels/ops.h. No allocation, no
 // threads.
 #pragma once
 
@@ -24,24 +24,7 @@
 
 namespace ember::ref {
 
-void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps);
-void rope_angles(float pos, const float* inv_freq, int n_rot, float* cos_t, float* sin_t);
-void rope_head(float* x, int n_rot, RopeStyle style, const float* cos_t, const float* sin_t);
-
-float softmax_row(float* x, int64_t n);
-float max_row(const float* x, int64_t n);
-double log_sum_exp_row(const float* x, int64_t n);
-void exp_shifted_row(float* x, int64_t n, float mx);
-
-void silu_row(float* x, int64_t n);
-void gelu_tanh_row(float* x, int64_t n);
-void swiglu_row(float* gate, const float* up, int64_t n);
-void geglu_tanh_row(float* gate, const float* up, int64_t n);
-// x[i] = cap * tanh(x[i] / cap)
-void softcap_row(float* x, int64_t n, float cap);
-
-void add_row(float* y, const float* x, int64_t n);
-void scale_row(float* y, float s, int64_t n);
+EMBER_ROW_OPS(EMBER_DECLARE_LIKE)
 
 // out[t, :] = dequantize(table row ids[t]) * scale with the scalar
 // dequantizers of quant/ (bit-exact with gguf-py); out: [n, table.ne[0]].

@@ -1,8 +1,8 @@
 // AVX-512 VNNI "row lanes" kernels for the legacy weight types Q4_0, Q5_0,
 // Q8_0 x Q8_0 activations and Q4_1, Q5_1 x Q8_1 activations: vec_dot,
 // vec_dot_rows (decode; Q4_0 / Q4_1 / Q5_1 ones are in
-// avx512/lanes_rows.cpp) and the tile kernel (kLaneTileRows = 32 weight
-// rows x up to kLaneTileCols tokens). Q8_0 is the tied
+// avx512/legacy_rows.cpp) and the tile kernel (kLegacyTileRows = 32 weight
+// rows x up to kLegacyTileCols tokens). Q8_0 is the tied
 // token embedding / output head (the largest matrix of small models), Q5_0
 // most of the Gemma 3 body in Q4_K_M files and Q4_0 the whole of Q4_0 files,
 // so these kernels set the batched speed of those models.
@@ -19,7 +19,7 @@
 // s_x the Q8_1 block's s (= d * sum of its quants). This differs from the
 // AVX2 / scalar levels (8-lane partial sums per block) only by float
 // rounding; every kernel here reproduces it bit for bit
-// (tests/kernels/gemm_lanes_test.cpp checks them against a scalar model of
+// (tests/kernels/legacy_lanes_test.cpp checks them against a scalar model of
 // exactly these steps).
 //
 // Why this form: one output per zmm lane. A tile unpacks and transposes its
@@ -42,7 +42,7 @@
 // (two at a time for rows of up to 20 blocks, one at a time above: see
 // lanes_decode): weights then stream from memory and the hardware
 // prefetchers keep up; Q5_0 decode uses it. Q4_0, Q4_1, Q5_1 and Q8_0
-// decode use a 16-row group kernel instead (avx512/lanes_rows.cpp, same
+// decode use a 16-row group kernel instead (avx512/legacy_rows.cpp, same
 // arithmetic): with their short blocks the per-row work of this walk
 // dominates (Q4_0: measured 30-45% slower than the group kernel; Q8_0 on
 // an AMD EPYC VM, one thread from DRAM: 4.5-5 GB/s at rows of 640 and
@@ -66,10 +66,10 @@ namespace ember::avx512 {
 namespace {
 
 constexpr int kR = 16;                      // weight rows per set (one per zmm lane)
-constexpr int kSets = kLaneTileRows / kR;   // row sets per tile
+constexpr int kSets = kLegacyTileRows / kR;   // row sets per tile
 constexpr int kChunk = 32 / kSets;          // blocks transposed at a time per set (~20 KB, stays in L1)
 constexpr int kGroup = 8;                   // tokens per register group
-static_assert(kSets * kR == kLaneTileRows, "tile rows: whole sets of 16");
+static_assert(kSets * kR == kLegacyTileRows, "tile rows: whole sets of 16");
 
 // One block of 16 weight rows, transposed (the rows' mins, for types with
 // one, are kept apart so the other types' packed chunk stays small).
@@ -269,7 +269,7 @@ inline void run_group(int nt, const PackedBlock* pk, const __m512* pm, int nblk,
   }
 }
 
-// s[c * lds + r] for r < nr (<= kLaneTileRows), c < nc (<= kLaneTileCols):
+// s[c * lds + r] for r < nr (<= kLegacyTileRows), c < nc (<= kLegacyTileCols):
 // the rows in sets of 16 (one row per zmm lane); each token group's
 // activations are prepared once per chunk for all sets. pf / pf_bytes:
 // memory to prefetch while computing (may be null).
@@ -293,7 +293,7 @@ void tile_lanes(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row
   PackedBlock pk[kSets][kChunk];
   __m512 pm[kSets][kChunk];  // row mins (types with a min)
   TokenChunk tc;
-  __m512 saved[kSets][kLaneTileCols];
+  __m512 saved[kSets][kLegacyTileCols];
 
   for (int64_t ch = 0; ch < std::max<int64_t>(nchunks, 1); ++ch) {
     const int64_t b0 = ch * kChunk;
@@ -463,49 +463,49 @@ void lanes_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_by
   // A full tile prefetches the next 16 rows (usually the caller's next tile;
   // prefetches never fault, so running past the matrix end is harmless):
   // 16 row streams at once defeat the hardware prefetchers.
-  const size_t tile_bytes = static_cast<size_t>(kLaneTileRows) * w_row_bytes;
+  const size_t tile_bytes = static_cast<size_t>(kLegacyTileRows) * w_row_bytes;
   tile_lanes<W>(n, s, lds, wb, w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr, nc,
-                nr == kLaneTileRows ? wb + tile_bytes : nullptr, tile_bytes);
+                nr == kLegacyTileRows ? wb + tile_bytes : nullptr, tile_bytes);
 }
 
 }  // namespace
 
-void vec_dot_q4_0_q8_0(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ4_0>(n, w, x); }
+void q4_0_dot(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ4_0>(n, w, x); }
 
-void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ8_0>(n, w, x); }
+void q8_0_dot(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ8_0>(n, w, x); }
 
-void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ4_1>(n, w, x); }
+void q4_1_dot(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ4_1>(n, w, x); }
 
-void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ5_1>(n, w, x); }
+void q5_1_dot(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ5_1>(n, w, x); }
 
-void vec_dot_tile_q4_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+void q4_1_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+               size_t x_row_bytes, int nr, int nc) {
   lanes_tile<LanesQ4_1>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
-void vec_dot_tile_q5_1_q8_1(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+void q5_1_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+               size_t x_row_bytes, int nr, int nc) {
   lanes_tile<LanesQ5_1>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
-void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ5_0>(n, w, x); }
+void q5_0_dot(int64_t n, float* s, const void* w, const void* x) { *s = lanes_dot<LanesQ5_0>(n, w, x); }
 
-void vec_dot_rows_q5_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void q5_0_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   lanes_decode<LanesQ5_0>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, x, nr);
 }
 
-void vec_dot_tile_q4_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+void q4_0_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+               size_t x_row_bytes, int nr, int nc) {
   lanes_tile<LanesQ4_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
-void vec_dot_tile_q8_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+void q8_0_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+               size_t x_row_bytes, int nr, int nc) {
   lanes_tile<LanesQ8_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 
-void vec_dot_tile_q5_0_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                            size_t x_row_bytes, int nr, int nc) {
+void q5_0_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+               size_t x_row_bytes, int nr, int nc) {
   lanes_tile<LanesQ5_0>(n, s, lds, w, w_row_bytes, x, x_row_bytes, nr, nc);
 }
 

@@ -1,7 +1,7 @@
 // AVX-512 VNNI decode over the interleaved Q4_K_R16 / Q6_K_R16 layouts
 // (kernels/interleave.h): one token against whole 16-row groups, lane r of
 // every vector = row r, in the arithmetic of the row-lane kernels
-// (avx512/lanes_kquants.cpp; twins in kernels/ref/kquants_lanes_ref.h), so
+// (avx512/kquants_lanes.cpp; twins in kernels/ref/kquants_lanes.h), so
 // results equal the base type's kernels bit for bit.
 //
 // Why: the row-lane decode of plain rows spends most of its instructions
@@ -356,21 +356,21 @@ void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace
 
-void vec_dot_few_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc) {
+void q4_K_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                  size_t x_row_bytes, int64_t nr, int nc) {
   few<true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
             nc);
 }
-void vec_dot_few_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                               size_t x_row_bytes, int64_t nr, int nc) {
+void q6_K_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+                  size_t x_row_bytes, int64_t nr, int nc) {
   few<false>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, nr,
              nc);
 }
 
-void vec_dot_rows_r16_q4_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void q4_K_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows_q4k(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_K*>(x), nr);
 }
-void vec_dot_rows_r16_q6_K_q8_K(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void q6_K_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   few<false>(n, s, 0, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), 0, nr, 1);
 }
 

@@ -7,12 +7,12 @@
 // Q5_0_R16 / Q8_0_R16 layouts (each 8-row half of a group read as this
 // form's vectors, no transposes; Q5_0's fifth bits from the layout's masks).
 //
-// Arithmetic: the lane contract of the AVX-512 level (avx512/lanes_tile.cpp):
+// Arithmetic: the lane contract of the AVX-512 level (avx512/legacy_lanes.cpp):
 //   acc = 0;  for each block b in order:  acc = fma(float(isum_b), d_w[b] * d_x[b], acc)
 // isum_b the exact int32 dot of the 32 signed weights (Q4_0: nibble - 8;
 // Q5_0: quant - 16; Q8_0: quant) and activation quants. So these types give
 // the same bits at both levels, whatever the row grouping or token count
-// (tests/kernels/gemm_lanes_test.cpp checks both against a scalar model of
+// (tests/kernels/legacy_lanes_test.cpp checks both against a scalar model of
 // these steps).
 //
 // Token lanes / tile: one output row per 32-bit ymm lane. A group of 8 rows
@@ -461,39 +461,39 @@ void rows_r16(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const B
 }  // namespace
 
 // ---- entry points ----
-#define EMBER_AVX2_LEGACY_LANES(name, kind)                                                                          \
-  void vec_dot_##name##_q8_0(int64_t n, float* s, const void* w, const void* x) {                                 \
-    rows<Legacy::kind>(n, s, static_cast<const uint8_t*>(w),                                                       \
-                       sizeof(Type<Legacy::kind>::Block) * static_cast<size_t>(n / kQK),                           \
-                       static_cast<const BlockQ8_0*>(x), 1);                                                       \
-  }                                                                                                                \
-  void vec_dot_rows_##name##_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,          \
-                                  int64_t nr) {                                                                    \
-    rows<Legacy::kind>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);   \
-  }                                                                                                                \
-  void vec_dot_tile_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,            \
-                                  const void* x, size_t x_row_bytes, int nr, int nc) {                             \
-    tile<Legacy::kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),     \
-                       x_row_bytes, nr, nc);                                                                       \
-  }                                                                                                                \
-  void vec_dot_tokens_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
-                                    const void* packed, int64_t nr, int nc) {                                      \
-    tokens<Legacy::kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,                                   \
-                         static_cast<const uint8_t*>(packed), nr, nc);                                             \
-  }                                                                                                                \
-  void pack_tokens_##name##_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,   \
-                                 int64_t e) {                                                                      \
-    pack<Type<Legacy::kind>::kOffset>(n, x, x_row_bytes, nc, packed, b, e);                                        \
-  }                                                                                                                \
-  void vec_dot_rows_r16_##name##_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,      \
-                                      int64_t nr) {                                                                \
-    rows_r16<Legacy::kind>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x),    \
-                           nr);                                                                                    \
-  }                                                                                                                \
-  void vec_dot_tokens_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,      \
-                                        const void* packed, int64_t nr, int nc) {                                  \
-    tokens<Legacy::kind, true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,                             \
-                               static_cast<const uint8_t*>(packed), nr, nc);                                       \
+#define EMBER_AVX2_LEGACY_LANES(name, kind)                                                                            \
+  void name##_dot(int64_t n, float* s, const void* w, const void* x) {                                                 \
+    rows<Legacy::kind>(n, s, static_cast<const uint8_t*>(w),                                                           \
+                       sizeof(Type<Legacy::kind>::Block) * static_cast<size_t>(n / kQK),                               \
+                       static_cast<const BlockQ8_0*>(x), 1);                                                           \
+  }                                                                                                                    \
+  void name##_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,                              \
+                   int64_t nr) {                                                                                       \
+    rows<Legacy::kind>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x), nr);       \
+  }                                                                                                                    \
+  void name##_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                                \
+                   const void* x, size_t x_row_bytes, int nr, int nc) {                                                \
+    tile<Legacy::kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x),         \
+                       x_row_bytes, nr, nc);                                                                           \
+  }                                                                                                                    \
+  void name##_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                              \
+                     const void* packed, int64_t nr, int nc) {                                                         \
+    tokens<Legacy::kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,                                       \
+                         static_cast<const uint8_t*>(packed), nr, nc);                                                 \
+  }                                                                                                                    \
+  void name##_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,               \
+                          int64_t e) {                                                                                 \
+    pack<Type<Legacy::kind>::kOffset>(n, x, x_row_bytes, nc, packed, b, e);                                            \
+  }                                                                                                                    \
+  void name##_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,                          \
+                       int64_t nr) {                                                                                   \
+    rows_r16<Legacy::kind>(n, s, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const BlockQ8_0*>(x),        \
+                           nr);                                                                                        \
+  }                                                                                                                    \
+  void name##_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                          \
+                         const void* packed, int64_t nr, int nc) {                                                     \
+    tokens<Legacy::kind, true>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes,                                 \
+                               static_cast<const uint8_t*>(packed), nr, nc);                                           \
   }
 
 EMBER_AVX2_LEGACY_LANES(q4_0, kQ4_0)
@@ -501,6 +501,6 @@ EMBER_AVX2_LEGACY_LANES(q5_0, kQ5_0)
 EMBER_AVX2_LEGACY_LANES(q8_0, kQ8_0)
 #undef EMBER_AVX2_LEGACY_LANES
 
-size_t tokens_pack_bytes_legacy(int64_t n, int nc) { return static_cast<size_t>(n / kQK) * pack_stride(nc); }
+size_t legacy_tokens_pack_bytes(int64_t n, int nc) { return static_cast<size_t>(n / kQK) * pack_stride(nc); }
 
 }  // namespace ember::avx2

@@ -2,10 +2,10 @@
 // tokens (up to 16, one per zmm lane: batched decode of many sequences)
 // against any number of weight rows.
 //
-// Arithmetic: exactly the row-lane contract of avx512/lanes_kquants.cpp
+// Arithmetic: exactly the row-lane contract of avx512/kquants_lanes.cpp
 // (integer sums per super-block, then acc = fma(float(sumi), d * x.d, acc),
 // acc_m likewise, result acc - acc_m; scalar twins in
-// kernels/ref/kquants_lanes_ref.h), so every output is bit-identical to
+// kernels/ref/kquants_lanes.h), so every output is bit-identical to
 // vec_dot, vec_dot_rows and vec_dot_tile of this level.
 //
 // Why this form: the row-lane tile (16 rows x up to 64 tokens) transposes its
@@ -28,7 +28,7 @@
 // (bench_gemm, one thread): about 1.24x (Q4_K) and 1.5x (Q6_K) at 16
 // tokens, even at 12, behind it below that (idle lanes) and at 24-32 tokens
 // (where the tile's transposition is shared by enough tokens): hence
-// kLaneKTokensMin .. kLaneKTokensMax.
+// kKquantsTokensMin .. kKquantsTokensMax.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -40,7 +40,7 @@
 #include "kernels/cpu/avx512/kquants_unpack.h"
 #include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
-#include "kernels/cpu/lanes_kquants_common.h"
+#include "kernels/cpu/kquants_lanes.h"
 #include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 
@@ -53,7 +53,7 @@ namespace {
 using lanes::block_at;
 
 constexpr int kLanes = 16;  // tokens (one per zmm lane)
-static_assert(kLaneKTokensMax == kLanes, "one token per lane");
+static_assert(kKquantsTokensMax == kLanes, "one token per lane");
 
 // One super-block of the tokens, transposed.
 struct alignas(64) PackedTokens {
@@ -259,9 +259,9 @@ void tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
 
 }  // namespace
 
-size_t tokens_pack_bytes_q8_K(int64_t n, int) { return static_cast<size_t>(n / kQK_K) * sizeof(PackedTokens); }
+size_t kquants_tokens_pack_bytes(int64_t n, int) { return static_cast<size_t>(n / kQK_K) * sizeof(PackedTokens); }
 
-void pack_tokens_q8_K(int64_t, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b, int64_t e) {
+void kquants_tokens_pack(int64_t, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b, int64_t e) {
   auto* out = static_cast<PackedTokens*>(packed);
   const auto* xb = static_cast<const uint8_t*>(x);
   for (int64_t i = b; i < e; ++i) {
@@ -291,18 +291,18 @@ void pack_tokens_q8_K(int64_t, const void* x, size_t x_row_bytes, int nc, void* 
   }
 }
 
-void vec_dot_tokens_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc) {
+void q4_K_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                 const void* packed, int64_t nr, int nc) {
   tokens<TokQ4K>(n, s, lds, w, w_row_bytes, packed, nr, nc);
 }
 
-void vec_dot_tokens_lanes_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc) {
+void q5_K_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                 const void* packed, int64_t nr, int nc) {
   tokens<TokQ5K>(n, s, lds, w, w_row_bytes, packed, nr, nc);
 }
 
-void vec_dot_tokens_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
-                                    const void* packed, int64_t nr, int nc) {
+void q6_K_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,
+                 const void* packed, int64_t nr, int nc) {
   tokens<TokQ6K>(n, s, lds, w, w_row_bytes, packed, nr, nc);
 }
 

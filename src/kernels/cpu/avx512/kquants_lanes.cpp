@@ -1,9 +1,9 @@
 // AVX-512 VNNI "row lanes" kernels for Q4_K and Q6_K x Q8_K: vec_dot,
-// vec_dot_rows (decode) and the tile kernel (kLaneKTileRows = 16 weight rows
-// x up to kLaneKTileCols tokens), the kernels of these types at this level.
+// vec_dot_rows (decode) and the tile kernel (kKquantsLanesTileRows = 16 weight rows
+// x up to kKquantsLanesTileCols tokens), the kernels of these types at this level.
 //
 // Arithmetic (the contract of all three, hence batch-invariant; the scalar
-// twins are in kernels/ref/kquants_lanes_ref.h):
+// twins are in kernels/ref/kquants_lanes.h):
 //   acc = acc_m = 0;  for each super-block i in order:
 //     Q4_K: sumi = sum_s sc_s * (sum of the 32 products q * x of sub-block s)
 //           summ = sum_s m_s * (bsums[2s] + bsums[2s+1])
@@ -35,6 +35,10 @@
 // row four zmm vpdpbusd and four vpdpwssd give 16 lane sums (4-product sums
 // fit i16 for both types), and the 16 rows' lane sums are reduced together
 // so the float work is again one instruction per 16 rows.
+// The drivers (decode over row groups, the tile, the interleaved tile, the
+// entry points) are the width-generic ones of kernels/cpu/kquants_lanes.h
+// over Lanes16; this file holds the 16-lane arithmetic and packing and the
+// few-token form (this level only).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -45,7 +49,7 @@
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/avx512/kquants_unpack.h"
-#include "kernels/cpu/lanes_kquants_common.h"
+#include "kernels/cpu/kquants_lanes.h"
 #include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 
@@ -61,9 +65,9 @@ using kq::transpose16;
 using kq::unpack_nibbles;
 using kq::unpack_q6;
 
-constexpr int kR = 16;  // rows per lane group (one per zmm lane)
-constexpr int kT = 4;   // tokens per register group of the tile kernel
-static_assert(kLaneKTileRows == kR, "one lane group per tile");
+constexpr int kR = 16;                  // rows per lane group (one per zmm lane)
+constexpr int kT = lanes::kTileTokens;  // tokens per register group of the tile kernel
+static_assert(kKquantsLanesTileRows == kR, "one lane group per tile");
 
 inline __m512i bcast32(const void* p) { return _mm512_set1_epi32(static_cast<int>(simd::load_u32(p))); }
 
@@ -74,6 +78,20 @@ inline __m512i row_offsets(size_t w_row_bytes, int nr) {
   return _mm512_load_si512(off);
 }
 
+// The lanes of the width-generic drivers (kernels/cpu/kquants_lanes.h):
+// row r of a group in lane r of a zmm.
+struct Lanes16 {
+  static constexpr int kR = 16;
+  using F = __m512;
+  using I = __m512i;
+  static F zero() { return _mm512_setzero_ps(); }
+  static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static I row_offsets(size_t w_row_bytes, int nr) { return avx512::row_offsets(w_row_bytes, nr); }
+  static void store_rows(float* dst, F v, int nr) {
+    _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << nr) - 1), v);
+  }
+};
+
 // The f16 words at byte offset `at` and at + 2 of the 16 rows' blocks
 // starting at `base` (one gather of the dword at `at`), as f32.
 inline void gather_f16_pair(const uint8_t* base, __m512i offsets, __m512& lo, __m512& hi) {
@@ -82,7 +100,7 @@ inline void gather_f16_pair(const uint8_t* base, __m512i offsets, __m512& lo, __
   hi = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
 }
 
-// ---- tile: 16 rows x up to kLaneKTileCols tokens ----
+// ---- tile: 16 rows x up to kKquantsLanesTileCols tokens ----
 
 // w[16m + k] lane r <- dword k of u_r[m] for the 16 rows.
 inline void transpose_quants(__m512i u[kR][4], __m512i* w) {
@@ -147,7 +165,7 @@ struct TileScaleMin {
 
   // The same from the interleaved super-block at p (kernels/interleave.h):
   // nibble splits and scale shuffles, no transposes.
-  static void pack_r16(const uint8_t* p, Packed& pk) {
+  static void pack_r16(const uint8_t* p, int /*half: always 0*/, Packed& pk) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int j = 0; j < 4; ++j)
       for (int l = 0; l < 8; ++l) {
@@ -239,7 +257,7 @@ struct TileQ6K {
     gather_f16_pair(w + static_cast<size_t>(i) * sizeof(Block) + offsetof(Block, d) - 2, offsets, unused, pk.d);
   }
 
-  static void pack_r16(const uint8_t* p, Packed& pk) {
+  static void pack_r16(const uint8_t* p, int /*half: always 0*/, Packed& pk) {
     for (int h = 0; h < 2; ++h)
       for (int k = 0; k < 8; ++k) {
         __m512i q[4];
@@ -290,44 +308,6 @@ struct TileQ6K {
   }
 };
 
-// The packed super-blocks against nc tokens, kT at a time: row lanes of
-// `mask` stored to s[c * lds + lane].
-template <class T>
-void tokens_over_packed(const typename T::Packed* packed, int64_t nb, float* s, int64_t lds, const uint8_t* x,
-                        size_t x_row_bytes, int nc, __mmask16 mask) {
-  for (int t0 = 0; t0 < nc; t0 += kT) {
-    const int gt = std::min(kT, nc - t0);
-    const BlockQ8_K* xc[kT];
-    for (int c = 0; c < kT; ++c)
-      xc[c] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t0 + std::min(c, gt - 1)) * x_row_bytes);
-    __m512 out[kT];
-    T::group(packed, nb, xc, out);
-    for (int c = 0; c < gt; ++c) _mm512_mask_storeu_ps(s + (t0 + c) * lds, mask, out[c]);
-  }
-}
-
-template <class T>
-void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
-          size_t x_row_bytes, int nr, int nc) {
-  const int64_t nb = n / kQK_K;
-  thread_local std::vector<typename T::Packed> packed;
-  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
-  const __m512i offsets = row_offsets(w_row_bytes, nr);
-  for (int64_t i = 0; i < nb; ++i) T::pack(w, w_row_bytes, offsets, nr, i, packed[static_cast<size_t>(i)]);
-  tokens_over_packed<T>(packed.data(), nb, s, lds, x, x_row_bytes, nc, static_cast<__mmask16>((1u << nr) - 1));
-}
-
-// The tile over one interleaved 16-row group (nr == 16).
-template <class T>
-void tile_r16(int64_t n, float* s, int64_t lds, const uint8_t* w, const uint8_t* x, size_t x_row_bytes, int nc) {
-  const int64_t nb = n / kQK_K;
-  thread_local std::vector<typename T::Packed> packed;
-  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
-  for (int64_t i = 0; i < nb; ++i)
-    T::pack_r16(w + static_cast<size_t>(i) * kR * sizeof(typename T::Block), packed[static_cast<size_t>(i)]);
-  tokens_over_packed<T>(packed.data(), nb, s, lds, x, x_row_bytes, nc, 0xFFFF);
-}
-
 // ---- decode: one token over 16-row groups ----
 
 // vpermw indices for the vpdpwssd weights of piece m's vpdpbusd sums: lane k
@@ -377,10 +357,38 @@ inline __m256i weighted_sum8(const __m512i u[4], const int8_t* y, const __m512i 
 
 inline __m512i join(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
 
+// v[r] = [a_r | b_r] (8-lane halves) -> lane r of sa = total of a_r, lane r
+// of sb = total of b_r.
+inline void reduce_rows(const __m512i v[kR], __m512i& sa, __m512i& sb);
+
+// What the decode driver (lanes::rows) calls: one row's super-block prepared
+// and dotted with the token ([a | b] lane sums; rows past the group's end
+// repeat its last row, not stored), then per super-block the 16 rows' sums
+// reduced together and the float steps once for the 16 rows.
+template <class Self>
+struct RowsLanes16 {
+  struct Sums {
+    __m512i v[kR];  // row r: [a | b] lane sums
+  };
+  template <class Block>
+  static void row_sums(const Block& b, const BlockQ8_K& x, int r, bool /*valid*/, Sums& s) {
+    PreppedRow p;
+    Self::prep(b, p);
+    s.v[r] = Self::dot(p, x);
+  }
+  static void finish(const Sums& s, const uint8_t* blocks, __m512i offsets, float xd, __m512& acc, __m512& acc_m) {
+    __m512i a, b;
+    reduce_rows(s.v, a, b);
+    __m512 d, dmin;
+    Self::scales(blocks, offsets, d, dmin);
+    Self::step(a, b, d, dmin, xd, acc, acc_m);
+  }
+};
+
 // Q4_K and Q5_K (their 4-product lane sums fit i16 either way: 4 * 31 *
 // 128 < 2^15).
 template <bool kFive>
-struct RowsScaleMin {
+struct RowsScaleMin : RowsLanes16<RowsScaleMin<kFive>> {
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   static void prep(const Block& b, PreppedRow& p) {
     alignas(16) uint8_t sc[8], m[8];
@@ -412,7 +420,7 @@ struct RowsScaleMin {
 using RowsQ4K = RowsScaleMin<false>;
 using RowsQ5K = RowsScaleMin<true>;
 
-struct RowsQ6K {
+struct RowsQ6K : RowsLanes16<RowsQ6K> {
   using Block = BlockQ6_K;
   static void prep(const Block& b, PreppedRow& p) {
     p.mw = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
@@ -445,35 +453,7 @@ inline void reduce_rows(const __m512i v[kR], __m512i& sa, __m512i& sb) {
   sb = _mm512_add_epi32(b, b2);
 }
 
-template <class T>
-void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const BlockQ8_K* x, int64_t nr) {
-  using Block = typename T::Block;
-  const int64_t nb = n / kQK_K;
-  for (int64_t r0 = 0; r0 < nr; r0 += kR) {
-    const int gr = static_cast<int>(std::min<int64_t>(kR, nr - r0));
-    const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
-    const __m512i offsets = row_offsets(w_row_bytes, gr);
-    __m512 acc = _mm512_setzero_ps(), acc_m = _mm512_setzero_ps();
-    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * kR);
-    for (int64_t i = 0; i < nb; ++i) {
-      __m512i v[kR];
-      for (int r = 0; r < kR; ++r) {
-        pf.step();  // the next group's bytes, a share per row of each super-block (no bursts)
-        PreppedRow p;
-        T::prep(*block_at<Block>(g, w_row_bytes, gr, r, i), p);
-        v[r] = T::dot(p, x[i]);
-      }
-      __m512i a, b;
-      reduce_rows(v, a, b);
-      __m512 d, dmin;
-      T::scales(g + static_cast<size_t>(i) * sizeof(Block), offsets, d, dmin);
-      T::step(a, b, d, dmin, x[i].d, acc, acc_m);
-    }
-    _mm512_mask_storeu_ps(s + r0, static_cast<__mmask16>((1u << gr) - 1), _mm512_sub_ps(acc, acc_m));
-  }
-}
-
-// A few tokens (2 .. kLaneKFewMax) over many rows: rows() for each token,
+// A few tokens (2 .. kKquantsLanesFewMax) over many rows: rows() for each token,
 // with each row's super-block unpacked once for all of them and the rows'
 // d / dmin gathered once. The same arithmetic as rows() token by token.
 template <class T>
@@ -481,17 +461,17 @@ void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
          size_t x_row_bytes, int64_t nr, int nc) {
   using Block = typename T::Block;
   const int64_t nb = n / kQK_K;
-  const BlockQ8_K* xt[kLaneKFewMax];
+  const BlockQ8_K* xt[kKquantsLanesFewMax];
   for (int t = 0; t < nc; ++t) xt[t] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t) * x_row_bytes);
   for (int64_t r0 = 0; r0 < nr; r0 += kR) {
     const int gr = static_cast<int>(std::min<int64_t>(kR, nr - r0));
     const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
     const __m512i offsets = row_offsets(w_row_bytes, gr);
-    __m512 acc[kLaneKFewMax], acc_m[kLaneKFewMax];
+    __m512 acc[kKquantsLanesFewMax], acc_m[kKquantsLanesFewMax];
     for (int t = 0; t < nc; ++t) acc[t] = acc_m[t] = _mm512_setzero_ps();
     auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * kR);
     for (int64_t i = 0; i < nb; ++i) {
-      __m512i v[kLaneKFewMax][kR];
+      __m512i v[kKquantsLanesFewMax][kR];
       for (int r = 0; r < kR; ++r) {
         pf.step();
         PreppedRow p;
@@ -515,33 +495,26 @@ void few(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace
 
-EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
-EMBER_LANES_K_ENTRIES(q5_K, RowsQ5K, TileQ5K)
-EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
+EMBER_KQUANTS_LANES_ENTRIES(q4_K, Lanes16, RowsQ4K, TileQ4K)
+EMBER_KQUANTS_LANES_ENTRIES(q5_K, Lanes16, RowsQ5K, TileQ5K)
+EMBER_KQUANTS_LANES_ENTRIES(q6_K, Lanes16, RowsQ6K, TileQ6K)
+EMBER_KQUANTS_R16_TILE_ENTRY(q4_K, Lanes16, TileQ4K)
+EMBER_KQUANTS_R16_TILE_ENTRY(q6_K, Lanes16, TileQ6K)
 
-void vec_dot_few_lanes_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc) {
+void q4_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+              size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ4K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
 }
-void vec_dot_few_lanes_q5_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc) {
+void q5_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+              size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ5K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
 }
-void vec_dot_few_lanes_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
-                                 size_t x_row_bytes, int64_t nr, int nc) {
+void q6_K_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes, const void* x,
+              size_t x_row_bytes, int64_t nr, int nc) {
   few<RowsQ6K>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,
                nr, nc);
-}
-
-void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
-                                size_t x_row_bytes, int, int nc) {
-  tile_r16<TileQ4K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
-}
-void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
-                                size_t x_row_bytes, int, int nc) {
-  tile_r16<TileQ6K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
 }
 
 }  // namespace ember::avx512

@@ -1,5 +1,5 @@
-// Scalar reference attention; see attention_ref.h.
-#include "kernels/ref/attention_ref.h"
+// Scalar reference attention; see attention.h.
+#include "kernels/ref/attention.h"
 
 #include <algorithm>
 #include <cmath>

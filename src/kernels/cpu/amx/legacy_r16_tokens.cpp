@@ -1,7 +1,7 @@
 // AMX-INT8 token-lane kernels over the interleaved Q4_0_R16 / Q5_0_R16 /
 // Q8_0_R16 layouts (kernels/interleave.h) x Q8_0 activations: the matmuls
 // of many tokens (prefill, batched decode) at the amx level, in the lane
-// contract of the AVX-512 kernels (avx512/lanes_legacy_r16.cpp): per block
+// contract of the AVX-512 kernels (avx512/legacy_r16_lanes.cpp): per block
 // b in order acc = fma(float(isum_b), d_w[b] * d_x[b], acc), isum_b the
 // exact integer dot of the weight quants minus their offset and the
 // activation quants; so the results equal theirs (and the base types') bit
@@ -108,12 +108,12 @@ inline void unpack_b(const uint8_t* p, uint8_t* out) {
 // A block's tile product: tiles C (zeroed), A (the token tile's quants of
 // the block, at a), B (at b); stored by the caller. A macro: GCC's tile
 // intrinsics paste their tile numbers into the instruction text.
-#define EMBER_AMX_PRODUCT(C, A, B, a, b) \
-  do {                                         \
-    _tile_zero(C);                             \
-    _tile_loadd(A, a, 32);                     \
-    _tile_loadd(B, b, 64);                     \
-    _tile_dpbssd(C, A, B);                     \
+#define EMBER_AMX_PRODUCT(C, A, B, a, b)                                                                               \
+  do {                                                                                                                 \
+    _tile_zero(C);                                                                                                     \
+    _tile_loadd(A, a, 32);                                                                                             \
+    _tile_loadd(B, b, 64);                                                                                             \
+    _tile_dpbssd(C, A, B);                                                                                             \
   } while (0)
 
 // acc[u] = fma(float(c[u]), d_w * d_x[u], acc[u]) for the 16 tokens of a
@@ -242,7 +242,7 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
     for (int64_t gi = 0; gi < groups; ++gi) {
       const uint8_t* g = w + static_cast<size_t>(gi * kR) * w_row_bytes + static_cast<size_t>(k0) * L::kBlock;
       // This pass's blocks of the next group (the next call's first group's
-      // past the last; see lanes_kquants_r16.cpp).
+      // past the last; see avx512/kquants_r16_few.cpp).
       auto pf = lanes::GroupPrefetch(g + kR * w_row_bytes, static_cast<size_t>(kn) * L::kBlock, kn);
       if constexpr (kUnpack) {
         for (int64_t i = 0; i < kn; ++i) {
@@ -270,27 +270,27 @@ void run(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace
 
-// Q4_0 / Q5_0 below kAmxNibbleTokensMin tokens: the AVX-512 token lanes
+// Q4_0 / Q5_0 below kLegacyR16NibbleTokensMin tokens: the AVX-512 token lanes
 // and their pack (the unpacking of each group is not paid back by one or
 // two token tiles). The pack and the kernel choose by the same count.
-size_t tokens_pack_bytes_r16_legacy(int64_t n, int nc) {
-  return std::max(packed_bytes(n, nc), avx512::tokens_pack_bytes_r16_q8_0(n, nc));
+size_t legacy_r16_tokens_pack_bytes(int64_t n, int nc) {
+  return std::max(packed_bytes(n, nc), avx512::legacy_r16_tokens_pack_bytes(n, nc));
 }
 
-#define EMBER_AMX_LEGACY(name, kind, min_tokens)                                                                  \
-  void pack_tokens_r16_##name##_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed,          \
-                                     int64_t b, int64_t e) {                                                      \
-    if (nc < min_tokens) return avx512::pack_tokens_r16_##name##_q8_0(n, x, x_row_bytes, nc, packed, b, e);      \
-    pack(n, x, x_row_bytes, nc, packed, b, e);                                                                    \
-  }                                                                                                               \
-  void vec_dot_tokens_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,     \
-                                        const void* packed, int64_t nr, int nc) {                                 \
-    if (nc < min_tokens)                                                                                          \
-      return avx512::vec_dot_tokens_r16_##name##_q8_0(n, s, lds, w, w_row_bytes, packed, nr, nc);                 \
-    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(packed), nr, nc); \
+#define EMBER_AMX_LEGACY(name, kind, min_tokens)                                                                       \
+  void name##_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed,                      \
+                              int64_t b, int64_t e) {                                                                  \
+    if (nc < min_tokens) return avx512::name##_r16_tokens_pack(n, x, x_row_bytes, nc, packed, b, e);                   \
+    pack(n, x, x_row_bytes, nc, packed, b, e);                                                                         \
+  }                                                                                                                    \
+  void name##_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                          \
+                         const void* packed, int64_t nr, int nc) {                                                     \
+    if (nc < min_tokens)                                                                                               \
+      return avx512::name##_r16_tokens(n, s, lds, w, w_row_bytes, packed, nr, nc);                                     \
+    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(packed), nr, nc);    \
   }
-EMBER_AMX_LEGACY(q4_0, Legacy::kQ4_0, kAmxNibbleTokensMin)
-EMBER_AMX_LEGACY(q5_0, Legacy::kQ5_0, kAmxNibbleTokensMin)
+EMBER_AMX_LEGACY(q4_0, Legacy::kQ4_0, kLegacyR16NibbleTokensMin)
+EMBER_AMX_LEGACY(q5_0, Legacy::kQ5_0, kLegacyR16NibbleTokensMin)
 EMBER_AMX_LEGACY(q8_0, Legacy::kQ8_0, 0)
 #undef EMBER_AMX_LEGACY
 

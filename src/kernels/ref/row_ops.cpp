@@ -1,5 +1,5 @@
-// Scalar reference row ops; see ops_ref.h.
-#include "kernels/ref/ops_ref.h"
+// Scalar reference row ops; see row_ops.h.
+#include "kernels/ref/row_ops.h"
 
 #include <cmath>
 

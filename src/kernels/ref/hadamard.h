@@ -10,9 +10,12 @@
 
 #include <cstdint>
 
+#include "kernels/hadamard.h"
+#include "kernels/ops.h"
+
 namespace ember::ref {
 
-void hadamard_row(float* x, int64_t n, bool transpose);
+EMBER_DECLARE_LIKE(hadamard_row)
 
 // The odd factor m of a valid size n = 2^k * m (1, 12 or 20).
 int hadamard_odd_factor(int64_t n);

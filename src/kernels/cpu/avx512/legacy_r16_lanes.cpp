@@ -1,7 +1,7 @@
 // AVX-512 VNNI kernels over the interleaved Q4_0_R16 / Q5_0_R16 / Q8_0_R16
 // layouts (kernels/interleave.h): lane r of every vector = row r of a 16-row
 // group, the activations Q8_0. Arithmetic: the lane contract of the
-// plain-row kernels (avx512/lanes_tile.cpp, lanes_rows.cpp): per block b in
+// plain-row kernels (avx512/legacy_lanes.cpp, legacy_rows.cpp): per block b in
 // order acc = fma(float(isum_b), d_w[b] * d_x[b], acc), isum_b the exact
 // integer dot of the weight quants (Q4_0: q - 8; Q5_0: q - 16; Q8_0: q,
 // taken as q ^ 0x80 minus 128) and the activation quants, so results equal
@@ -209,7 +209,7 @@ void run_view(int64_t nb, float* s, int64_t lds, const uint8_t* w, size_t w_row_
     // Two groups per pass when both are here and there are tokens enough
     // to share the broadcasts (prefill tiles); else one. The group after
     // them is prefetched even past the call's rows (the next task's; see
-    // lanes_kquants_r16.cpp).
+    // kquants_r16_few.cpp).
     const int G = nc >= 4 && r0 + 2 * kR <= nr ? 2 : 1;
     const uint8_t* g[2] = {w + static_cast<size_t>(r0) * w_row_bytes, w + static_cast<size_t>(r0 + kR) * w_row_bytes};
     auto pf = lanes::GroupPrefetch(w + static_cast<size_t>(r0 + G * kR) * w_row_bytes, kR * w_row_bytes, nb);
@@ -303,32 +303,32 @@ void run_packed(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row
 
 }  // namespace
 
-#define EMBER_LEGACY_R16(name, kind)                                                                                \
-  void vec_dot_rows_r16_##name##_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,        \
-                                      int64_t nr) {                                                                 \
-    run<kind>(n, s, 0, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), 0, nr, 1);     \
-  }                                                                                                                 \
-  void vec_dot_few_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,          \
-                                     const void* x, size_t x_row_bytes, int64_t nr, int nc) {                       \
-    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, \
-              nr, nc);                                                                                              \
-  }                                                                                                                 \
-  void vec_dot_tile_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,         \
-                                      const void* x, size_t x_row_bytes, int nr, int nc) {                          \
-    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes, \
-              nr, nc);                                                                                              \
-  }                                                                                                                 \
-  void pack_tokens_r16_##name##_q8_0(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b, \
-                                     int64_t e) {                                                                   \
-    pack<kind>(n, x, x_row_bytes, nc, packed, b, e);                                                                \
-  }                                                                                                                 \
-  void vec_dot_tokens_r16_##name##_q8_0(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,       \
-                                        const void* packed, int64_t nr, int nc) {                                   \
-    run_packed<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(packed),  \
-                     nr, nc);                                                                                       \
+#define EMBER_LEGACY_R16(name, kind)                                                                                   \
+  void name##_r16_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x,                          \
+                       int64_t nr) {                                                                                   \
+    run<kind>(n, s, 0, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), 0, nr, 1);         \
+  }                                                                                                                    \
+  void name##_r16_few(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                             \
+                      const void* x, size_t x_row_bytes, int64_t nr, int nc) {                                         \
+    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,     \
+              nr, nc);                                                                                                 \
+  }                                                                                                                    \
+  void name##_r16_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                            \
+                       const void* x, size_t x_row_bytes, int nr, int nc) {                                            \
+    run<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(x), x_row_bytes,     \
+              nr, nc);                                                                                                 \
+  }                                                                                                                    \
+  void name##_r16_tokens_pack(int64_t n, const void* x, size_t x_row_bytes, int nc, void* packed, int64_t b,           \
+                              int64_t e) {                                                                             \
+    pack<kind>(n, x, x_row_bytes, nc, packed, b, e);                                                                   \
+  }                                                                                                                    \
+  void name##_r16_tokens(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_bytes,                          \
+                         const void* packed, int64_t nr, int nc) {                                                     \
+    run_packed<kind>(n, s, lds, static_cast<const uint8_t*>(w), w_row_bytes, static_cast<const uint8_t*>(packed),      \
+                     nr, nc);                                                                                          \
   }
 
-size_t tokens_pack_bytes_r16_q8_0(int64_t n, int nc) { return static_cast<size_t>(nc) * packed_row_bytes(n); }
+size_t legacy_r16_tokens_pack_bytes(int64_t n, int nc) { return static_cast<size_t>(nc) * packed_row_bytes(n); }
 
 EMBER_LEGACY_R16(q4_0, Legacy::kQ4_0)
 EMBER_LEGACY_R16(q5_0, Legacy::kQ5_0)

@@ -1,7 +1,7 @@
-// Scalar reference dot products (kernels/ref/vec_dot_ref.h): each must agree
+// Scalar reference dot products (kernels/ref/dot.h): each must agree
 // with dequantize(weights) . dequantize(activations) summed in double, to
 // within the rounding of its per-block f32 scale arithmetic.
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/ref/dot.h"
 
 #include <gtest/gtest.h>
 
@@ -27,20 +27,20 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {DType::kF32, DType::kF32, ref::vec_dot_f32},
-    {DType::kF16, DType::kF32, ref::vec_dot_f16},
-    {DType::kBF16, DType::kF32, ref::vec_dot_bf16},
-    {DType::kQ4_0, DType::kQ8_0, ref::vec_dot_q4_0_q8_0},
-    {DType::kQ4_1, DType::kQ8_1, ref::vec_dot_q4_1_q8_1},
-    {DType::kQ5_0, DType::kQ8_0, ref::vec_dot_q5_0_q8_0},
-    {DType::kQ5_1, DType::kQ8_1, ref::vec_dot_q5_1_q8_1},
-    {DType::kQ8_0, DType::kQ8_0, ref::vec_dot_q8_0_q8_0},
-    {DType::kQ2_K, DType::kQ8_K, ref::vec_dot_q2_K_q8_K},
-    {DType::kQ3_K, DType::kQ8_K, ref::vec_dot_q3_K_q8_K},
-    {DType::kQ4_K, DType::kQ8_K, ref::vec_dot_q4_K_q8_K},
-    {DType::kQ5_K, DType::kQ8_K, ref::vec_dot_q5_K_q8_K},
-    {DType::kQ6_K, DType::kQ8_K, ref::vec_dot_q6_K_q8_K},
-    {DType::kQ8_K, DType::kQ8_K, ref::vec_dot_q8_K_q8_K},
+    {DType::kF32, DType::kF32, ref::f32_dot},
+    {DType::kF16, DType::kF32, ref::f16_dot},
+    {DType::kBF16, DType::kF32, ref::bf16_dot},
+    {DType::kQ4_0, DType::kQ8_0, ref::q4_0_dot},
+    {DType::kQ4_1, DType::kQ8_1, ref::q4_1_dot},
+    {DType::kQ5_0, DType::kQ8_0, ref::q5_0_dot},
+    {DType::kQ5_1, DType::kQ8_1, ref::q5_1_dot},
+    {DType::kQ8_0, DType::kQ8_0, ref::q8_0_dot},
+    {DType::kQ2_K, DType::kQ8_K, ref::q2_K_dot},
+    {DType::kQ3_K, DType::kQ8_K, ref::q3_K_dot},
+    {DType::kQ4_K, DType::kQ8_K, ref::q4_K_dot},
+    {DType::kQ5_K, DType::kQ8_K, ref::q5_K_dot},
+    {DType::kQ6_K, DType::kQ8_K, ref::q6_K_dot},
+    {DType::kQ8_K, DType::kQ8_K, ref::q8_K_dot},
 };
 
 std::vector<float> random_row(size_t n, float mean, float sigma, uint32_t seed) {
@@ -139,7 +139,7 @@ TEST(VecDotRef, FloatDotIsExactlyRoundedDoubleSum) {
     want += static_cast<double>(w[i]) * x[i];
   }
   float s = 0;
-  ref::vec_dot_f32(64, &s, w.data(), x.data());
+  ref::f32_dot(64, &s, w.data(), x.data());
   EXPECT_EQ(s, static_cast<float>(want));
   std::vector<f16_t> wh(64);
   std::vector<bf16_t> wb(64);
@@ -147,9 +147,9 @@ TEST(VecDotRef, FloatDotIsExactlyRoundedDoubleSum) {
     wh[i] = f32_to_f16(w[i]);
     wb[i] = f32_to_bf16(w[i]);
   }
-  ref::vec_dot_f16(64, &s, wh.data(), x.data());
+  ref::f16_dot(64, &s, wh.data(), x.data());
   EXPECT_EQ(s, static_cast<float>(want));
-  ref::vec_dot_bf16(64, &s, wb.data(), x.data());
+  ref::bf16_dot(64, &s, wb.data(), x.data());
   EXPECT_EQ(s, static_cast<float>(want));
 }
 
@@ -165,7 +165,7 @@ TEST(VecDotRef, Q8_0SingleBlockFormula) {
   const volatile float d = f16_to_f32(dw) * f16_to_f32(dx);
   const volatile float want = d * static_cast<float>(sumi);
   float s = 0;
-  ref::vec_dot_q8_0_q8_0(32, &s, qw.bytes.data(), qx.bytes.data());
+  ref::q8_0_dot(32, &s, qw.bytes.data(), qx.bytes.data());
   EXPECT_EQ(s, want);
 }
 

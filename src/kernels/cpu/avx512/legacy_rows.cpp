@@ -1,11 +1,11 @@
 // AVX-512 VNNI decode kernels for Q4_0 / Q8_0 x Q8_0 and Q4_1 / Q5_1 x Q8_1 over
 // many rows (KernelSet::vec_dot_rows, see kernels/cpu/isa_kernels.h): groups of
-// kDecodeGroupRows (16) consecutive weight rows share the activation work,
+// kLegacyRowsGroup (16) consecutive weight rows share the activation work,
 // and their per-block integer sums are reduced together so that the float
 // work (convert, scale, fma) is one instruction per block for all 16 rows
 // (lane r of one zmm = row r).
 //
-// Arithmetic: the lane contract of avx512/lanes_tile.cpp (per block in
+// Arithmetic: the lane contract of avx512/legacy_lanes.cpp (per block in
 // order acc = fma(float(isum_b), d_w[b] * d_x[b], acc), then for Q4_1 / Q5_1
 // acc = fma(m_w[b], s_x[b], acc); isum_b the exact integer dot of the weight
 // quants (Q4_0: minus 8; Q8_0: taken as q ^ 0x80, minus 128) and activation
@@ -42,7 +42,7 @@
 namespace ember::avx512 {
 namespace {
 
-constexpr int kR = kDecodeGroupRows;
+constexpr int kR = kLegacyRowsGroup;
 static_assert(kR == 16, "one zmm lane per row");
 
 inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
@@ -222,19 +222,19 @@ void rows_dispatch(int64_t n, float* s, const void* w, size_t w_row_bytes, const
 
 }  // namespace
 
-void vec_dot_rows_q4_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void q4_0_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows_dispatch<DecodeQ4_0>(n, s, w, w_row_bytes, x, nr);
 }
 
-void vec_dot_rows_q8_0_q8_0(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void q8_0_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows_dispatch<DecodeQ8_0>(n, s, w, w_row_bytes, x, nr);
 }
 
-void vec_dot_rows_q4_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void q4_1_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows_dispatch<DecodeQ4_1>(n, s, w, w_row_bytes, x, nr);
 }
 
-void vec_dot_rows_q5_1_q8_1(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
+void q5_1_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
   rows_dispatch<DecodeQ5_1>(n, s, w, w_row_bytes, x, nr);
 }
 

@@ -1,6 +1,6 @@
-// Scalar Hadamard transform and its shared pieces; see hadamard_ref.h and
+// Scalar Hadamard transform and its shared pieces; see hadamard.h and
 // kernels/hadamard.h for the contract.
-#include "kernels/ref/hadamard_ref.h"
+#include "kernels/ref/hadamard.h"
 
 #include <array>
 #include <cstdint>

@@ -1,9 +1,9 @@
 // AVX2 "row lanes" kernels for Q4_K, Q5_K and Q6_K x Q8_K: vec_dot, vec_dot_rows
-// (decode) and the tile kernel (kLaneKTileRows = 8 weight rows x up to
-// kLaneKTileCols tokens), the kernels of these types at this level.
+// (decode) and the tile kernel (kKquantsLanesTileRows = 8 weight rows x up to
+// kKquantsLanesTileCols tokens), the kernels of these types at this level.
 //
-// Arithmetic: the row-lane contract of avx512/lanes_kquants.cpp (scalar twins
-// in kernels/ref/kquants_lanes_ref.h): per super-block one exact int32 sumi
+// Arithmetic: the row-lane contract of avx512/kquants_lanes.cpp (scalar twins
+// in kernels/ref/kquants_lanes.h): per super-block one exact int32 sumi
 // (Q4_K also summ), converted once and fma'd with f16(d) * x.d (Q4_K:
 // acc_m with f16(dmin) * x.d; result acc - acc_m). So these kernels agree
 // bit for bit with the twins and with the AVX-512 level, whatever the row
@@ -28,8 +28,11 @@
 // together (horizontal adds) so the float work is once per 8 rows.
 // Interleaved Q4_K_R16 / Q6_K_R16 (kernels/interleave.h): the tile packs each
 // 8-row half of a group from the layout (pack_r16: no transposes) and runs
-// the same register passes; their decode is in avx2/lanes_kquants_r16.cpp.
+// the same register passes; their decode is in avx2/kquants_r16_rows.cpp.
 // (AVX-VNNI `vpdpbusd ymm` would fold the i16 adds; not used yet.)
+// The drivers (decode over row groups, the tile, the interleaved tile, the
+// entry points) are the width-generic ones of kernels/cpu/kquants_lanes.h
+// over Lanes8; this file holds the 8-lane arithmetic and packing.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -40,7 +43,7 @@
 #include "kernels/cpu/avx2/lanes8.h"
 #include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
-#include "kernels/cpu/lanes_kquants_common.h"
+#include "kernels/cpu/kquants_lanes.h"
 #include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 
@@ -51,6 +54,7 @@ namespace ember::avx2 {
 namespace {
 
 using lanes::block_at;
+using lanes::kTileTokens;
 using lanes8::bcast32;
 using lanes8::chain;
 using lanes8::dup_words;
@@ -58,9 +62,29 @@ using lanes8::reduce8;
 using lanes8::row_offsets;
 using lanes8::transpose8;
 
-constexpr int kR = 8;  // rows per lane group (one per 32-bit ymm lane)
-constexpr int kT = 4;  // tokens per register group of the tile kernel
-static_assert(kLaneKTileRows == kR, "one lane group per tile");
+constexpr int kR = 8;            // rows per lane group (one per 32-bit ymm lane)
+constexpr int kT = kTileTokens;  // tokens per register group of the tile kernel
+static_assert(kKquantsLanesTileRows == kR, "one lane group per tile");
+
+// The lanes of the width-generic drivers (kernels/cpu/kquants_lanes.h):
+// row r of a group in 32-bit lane r of a ymm.
+struct Lanes8 {
+  static constexpr int kR = 8;
+  using F = __m256;
+  using I = __m256i;
+  static F zero() { return _mm256_setzero_ps(); }
+  static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static I row_offsets(size_t w_row_bytes, int nr) { return lanes8::row_offsets(w_row_bytes, nr); }
+  static void store_rows(float* dst, F v, int nr) {
+    if (nr == kR) {
+      _mm256_storeu_ps(dst, v);
+      return;
+    }
+    alignas(32) float tmp[kR];
+    _mm256_store_ps(tmp, v);
+    for (int r = 0; r < nr; ++r) dst[r] = tmp[r];
+  }
+};
 
 using lanes8::loadu;
 inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
@@ -115,7 +139,7 @@ inline void unpack_q6(const BlockQ6_K& b, __m256i u[8]) {
   }
 }
 
-// ---- tile: 8 rows x up to kLaneKTileCols tokens ----
+// ---- tile: 8 rows x up to kKquantsLanesTileCols tokens ----
 
 // w[8m + k] lane r <- dword k of u_r[m] for the 8 rows.
 inline void transpose_quants(__m256i u[kR][8], __m256i* w) {
@@ -207,8 +231,7 @@ struct TileScaleMin {
     pk.dmin = _mm256_cvtph_ps(loadu128(p + 32 + 16 * half));
   }
 
-  // Tokens xc[0 .. NT) against the packed rows: out[c] lane r = result.
-  template <int kT>
+  // Tokens xc[0 .. kT) against the packed rows: out[c] lane r = result.
   static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[], __m256 out[]) {
     __m256 acc[kT], acc_m[kT];
     for (int c = 0; c < kT; ++c) acc[c] = acc_m[c] = _mm256_setzero_ps();
@@ -311,7 +334,6 @@ struct TileQ6K {
     pk.d = _mm256_cvtph_ps(loadu128(p + 16 * half));
   }
 
-  template <int kT>
   static void group(const Packed* pk, int64_t nb, const BlockQ8_K* const xc[], __m256 out[]) {
     __m256 acc[kT];
     for (int c = 0; c < kT; ++c) acc[c] = _mm256_setzero_ps();
@@ -349,66 +371,35 @@ struct TileQ6K {
   }
 };
 
-// The packed super-blocks of one 8-row group against nc tokens, kT at a
-// time: lanes r < nr of the results to s[c * lds + r].
-template <class T>
-void tokens_over_packed(const typename T::Packed* packed, int64_t nb, float* s, int64_t lds, const uint8_t* x,
-                        size_t x_row_bytes, int nc, int nr) {
-  for (int t0 = 0; t0 < nc; t0 += kT) {
-    const int gt = std::min(kT, nc - t0);
-    const BlockQ8_K* xc[kT];
-    for (int c = 0; c < kT; ++c)
-      xc[c] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<size_t>(t0 + std::min(c, gt - 1)) * x_row_bytes);
-    __m256 out[kT];
-    T::template group<kT>(packed, nb, xc, out);
-    for (int c = 0; c < gt; ++c) {
-      float* dst = s + (t0 + c) * lds;
-      if (nr == kR) {
-        _mm256_storeu_ps(dst, out[c]);
-      } else {
-        alignas(32) float tmp[kR];
-        _mm256_store_ps(tmp, out[c]);
-        for (int r = 0; r < nr; ++r) dst[r] = tmp[r];
-      }
-    }
-  }
-}
-
-template <class T>
-void tile(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t w_row_bytes, const uint8_t* x,
-          size_t x_row_bytes, int nr, int nc) {
-  const int64_t nb = n / kQK_K;
-  thread_local std::vector<typename T::Packed> packed;
-  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
-  const __m256i offsets = row_offsets(w_row_bytes, nr);
-  for (int64_t i = 0; i < nb; ++i) T::pack(w, w_row_bytes, offsets, nr, i, packed[static_cast<size_t>(i)]);
-  tokens_over_packed<T>(packed.data(), nb, s, lds, x, x_row_bytes, nc, nr);
-}
-
-// ---- the interleaved layouts (kernels/interleave.h): 16-row groups ----
-
-constexpr int kG16 = 16;  // rows per interleaved group: two 8-row halves here
-
-// The tile over one interleaved group (nr == 16): each half packed from the
-// layout (no transposes), then the row-lane register passes.
-template <class T>
-void tile_r16(int64_t n, float* s, int64_t lds, const uint8_t* w, const uint8_t* x, size_t x_row_bytes, int nc) {
-  const int64_t nb = n / kQK_K;
-  thread_local std::vector<typename T::Packed> packed;
-  if (packed.size() < static_cast<size_t>(nb)) packed.resize(static_cast<size_t>(nb));
-  for (int half = 0; half < 2; ++half) {
-    for (int64_t i = 0; i < nb; ++i)
-      T::pack_r16(w + static_cast<size_t>(i) * kG16 * sizeof(typename T::Block), half, packed[static_cast<size_t>(i)]);
-    tokens_over_packed<T>(packed.data(), nb, s + kR * half, lds, x, x_row_bytes, nc, kR);
-  }
-}
-
-
 // ---- decode: one token over 8-row groups ----
+
+// What the decode driver (lanes::rows) calls: one row's 8 exact i32 lane
+// sums per super-block (Self::sums; zero for rows past the group's end, not
+// stored), then per super-block the 8 rows' sums reduced together
+// (horizontal adds) and the float steps once for the 8 rows (Self::step).
+template <class Self>
+struct RowsLanes8 {
+  struct Sums {
+    __m256i a[kR], m[kR];  // row r: lanes totalling sumi / summ (Q6_K: m unused)
+  };
+  template <class Block>
+  static void row_sums(const Block& b, const BlockQ8_K& x, int r, bool valid, Sums& v) {
+    if (!valid) {
+      v.a[r] = v.m[r] = _mm256_setzero_si256();
+      return;
+    }
+    Self::sums(b, x, v.a[r], v.m[r]);
+  }
+  static void finish(const Sums& v, const uint8_t* blocks, __m256i offsets, float xd, __m256& acc, __m256& acc_m) {
+    const __m256i a = reduce8(v.a);
+    const __m256i m = Self::kMins ? reduce8(v.m) : _mm256_setzero_si256();
+    Self::step(blocks, offsets, a, m, xd, acc, acc_m);
+  }
+};
 
 // Q4_K and Q5_K (kFive; a vpmaddubsw pair sum stays within i16 either way).
 template <bool kFive>
-struct RowsScaleMin {
+struct RowsScaleMin : RowsLanes8<RowsScaleMin<kFive>> {
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   static constexpr bool kMins = true;
   // a: 8 lanes whose total is sumi; b: 8 lanes whose total is summ.
@@ -450,7 +441,7 @@ struct RowsScaleMin {
 using RowsQ4K = RowsScaleMin<false>;
 using RowsQ5K = RowsScaleMin<true>;
 
-struct RowsQ6K {
+struct RowsQ6K : RowsLanes8<RowsQ6K> {
   using Block = BlockQ6_K;
   static constexpr bool kMins = false;
   // a: 8 lanes whose total is sum_g sc_g * sum((q - 32) * x); m unused.
@@ -480,57 +471,12 @@ struct RowsQ6K {
   }
 };
 
-template <class T>
-void rows(int64_t n, float* s, const uint8_t* w, size_t w_row_bytes, const BlockQ8_K* x, int64_t nr) {
-  using Block = typename T::Block;
-  const int64_t nb = n / kQK_K;
-  for (int64_t r0 = 0; r0 < nr; r0 += kR) {
-    const int gr = static_cast<int>(std::min<int64_t>(kR, nr - r0));
-    const uint8_t* g = w + static_cast<size_t>(r0) * w_row_bytes;
-    const __m256i offsets = row_offsets(w_row_bytes, gr);
-    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
-    // The next group's bytes, a share per row of each super-block: a share per
-    // super-block (18 lines at once for 2048-wide Q4_K) filled the line fill
-    // buffers and stalled on the prefetches (45% of the decode cycles in perf).
-    auto pf = lanes::next_group_prefetch<kR>(w, w_row_bytes, r0, nr, nb * kR);
-    for (int64_t i = 0; i < nb; ++i) {
-      __m256i va[kR], vm[kR];
-      for (int r = 0; r < kR; ++r) {
-        pf.step();
-        if (r >= gr) {  // rows past the group's end: zero sums, not stored
-          va[r] = vm[r] = _mm256_setzero_si256();
-          continue;
-        }
-        T::sums(*block_at<Block>(g, w_row_bytes, gr, r, i), x[i], va[r], vm[r]);
-      }
-      const __m256i a = reduce8(va);
-      const __m256i m = T::kMins ? reduce8(vm) : _mm256_setzero_si256();
-      T::step(g + static_cast<size_t>(i) * sizeof(Block), offsets, a, m, x[i].d, acc, acc_m);
-    }
-    const __m256 res = _mm256_sub_ps(acc, acc_m);
-    if (gr == kR) {
-      _mm256_storeu_ps(s + r0, res);
-    } else {
-      alignas(32) float tmp[kR];
-      _mm256_store_ps(tmp, res);
-      for (int r = 0; r < gr; ++r) s[r0 + r] = tmp[r];
-    }
-  }
-}
-
 }  // namespace
 
-EMBER_LANES_K_ENTRIES(q4_K, RowsQ4K, TileQ4K)
-EMBER_LANES_K_ENTRIES(q5_K, RowsQ5K, TileQ5K)
-EMBER_LANES_K_ENTRIES(q6_K, RowsQ6K, TileQ6K)
-
-void vec_dot_tile_r16_q4_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
-                                size_t x_row_bytes, int, int nc) {
-  tile_r16<TileQ4K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
-}
-void vec_dot_tile_r16_q6_K_q8_K(int64_t n, float* s, int64_t lds, const void* w, size_t, const void* x,
-                                size_t x_row_bytes, int, int nc) {
-  tile_r16<TileQ6K>(n, s, lds, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(x), x_row_bytes, nc);
-}
+EMBER_KQUANTS_LANES_ENTRIES(q4_K, Lanes8, RowsQ4K, TileQ4K)
+EMBER_KQUANTS_LANES_ENTRIES(q5_K, Lanes8, RowsQ5K, TileQ5K)
+EMBER_KQUANTS_LANES_ENTRIES(q6_K, Lanes8, RowsQ6K, TileQ6K)
+EMBER_KQUANTS_R16_TILE_ENTRY(q4_K, Lanes8, TileQ4K)
+EMBER_KQUANTS_R16_TILE_ENTRY(q6_K, Lanes8, TileQ6K)
 
 }  // namespace ember::avx2

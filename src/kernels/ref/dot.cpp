@@ -1,5 +1,5 @@
 // Scalar reference dot products. The arithmetic contract is documented in
-// vec_dot_ref.h; FMA contraction is disabled so every formula is evaluated
+// dot.h; FMA contraction is disabled so every formula is evaluated
 // exactly as written.
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -7,7 +7,7 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#include "kernels/ref/vec_dot_ref.h"
+#include "kernels/ref/dot.h"
 
 #include <cstring>
 
@@ -33,7 +33,7 @@ inline int fifth_bit(const uint8_t* qh, int j) {
 
 // ---------------------------------------------------------------- float weights
 
-void vec_dot_f32(int64_t n, float* s, const void* w, const void* x) {
+void f32_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const float*>(w);
   const auto* b = static_cast<const float*>(x);
   double sum = 0.0;
@@ -41,7 +41,7 @@ void vec_dot_f32(int64_t n, float* s, const void* w, const void* x) {
   *s = static_cast<float>(sum);
 }
 
-void vec_dot_f16(int64_t n, float* s, const void* w, const void* x) {
+void f16_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const f16_t*>(w);
   const auto* b = static_cast<const float*>(x);
   double sum = 0.0;
@@ -49,7 +49,7 @@ void vec_dot_f16(int64_t n, float* s, const void* w, const void* x) {
   *s = static_cast<float>(sum);
 }
 
-void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x) {
+void bf16_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const bf16_t*>(w);
   const auto* b = static_cast<const float*>(x);
   double sum = 0.0;
@@ -59,7 +59,7 @@ void vec_dot_bf16(int64_t n, float* s, const void* w, const void* x) {
 
 // ---------------------------------------------------------------- legacy x Q8_0 / Q8_1
 
-void vec_dot_q4_0_q8_0(int64_t n, float* s, const void* w, const void* x) {
+void q4_0_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ4_0*>(w);
   const auto* b = static_cast<const BlockQ8_0*>(x);
   float sumf = 0.0f;
@@ -71,7 +71,7 @@ void vec_dot_q4_0_q8_0(int64_t n, float* s, const void* w, const void* x) {
   *s = sumf;
 }
 
-void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* w, const void* x) {
+void q4_1_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ4_1*>(w);
   const auto* b = static_cast<const BlockQ8_1*>(x);
   float sumf = 0.0f;
@@ -84,7 +84,7 @@ void vec_dot_q4_1_q8_1(int64_t n, float* s, const void* w, const void* x) {
   *s = sumf;
 }
 
-void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* w, const void* x) {
+void q5_0_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ5_0*>(w);
   const auto* b = static_cast<const BlockQ8_0*>(x);
   float sumf = 0.0f;
@@ -96,7 +96,7 @@ void vec_dot_q5_0_q8_0(int64_t n, float* s, const void* w, const void* x) {
   *s = sumf;
 }
 
-void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x) {
+void q5_1_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ5_1*>(w);
   const auto* b = static_cast<const BlockQ8_1*>(x);
   float sumf = 0.0f;
@@ -109,7 +109,7 @@ void vec_dot_q5_1_q8_1(int64_t n, float* s, const void* w, const void* x) {
   *s = sumf;
 }
 
-void vec_dot_q8_0_q8_0(int64_t n, float* s, const void* w, const void* x) {
+void q8_0_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ8_0*>(w);
   const auto* b = static_cast<const BlockQ8_0*>(x);
   float sumf = 0.0f;
@@ -134,7 +134,7 @@ inline int32_t dot_span(const int8_t* q, const BlockQ8_K& y, int first, int len)
 
 }  // namespace
 
-void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x) {
+void q2_K_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ2_K*>(w);
   const auto* b = static_cast<const BlockQ8_K*>(x);
   int8_t q[kQK_K];
@@ -153,7 +153,7 @@ void vec_dot_q2_K_q8_K(int64_t n, float* s, const void* w, const void* x) {
   *s = sumf;
 }
 
-void vec_dot_q3_K_q8_K(int64_t n, float* s, const void* w, const void* x) {
+void q3_K_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ3_K*>(w);
   const auto* b = static_cast<const BlockQ8_K*>(x);
   int8_t q[kQK_K];
@@ -187,7 +187,7 @@ inline void accumulate_k4(const Block& a, const BlockQ8_K& b, const int8_t* q, f
 
 }  // namespace
 
-void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x) {
+void q4_K_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ4_K*>(w);
   const auto* b = static_cast<const BlockQ8_K*>(x);
   int8_t q[kQK_K];
@@ -199,7 +199,7 @@ void vec_dot_q4_K_q8_K(int64_t n, float* s, const void* w, const void* x) {
   *s = sumf;
 }
 
-void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x) {
+void q5_K_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ5_K*>(w);
   const auto* b = static_cast<const BlockQ8_K*>(x);
   int8_t q[kQK_K];
@@ -211,7 +211,7 @@ void vec_dot_q5_K_q8_K(int64_t n, float* s, const void* w, const void* x) {
   *s = sumf;
 }
 
-void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x) {
+void q6_K_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ6_K*>(w);
   const auto* b = static_cast<const BlockQ8_K*>(x);
   int8_t q[kQK_K];
@@ -226,7 +226,7 @@ void vec_dot_q6_K_q8_K(int64_t n, float* s, const void* w, const void* x) {
   *s = sumf;
 }
 
-void vec_dot_q8_K_q8_K(int64_t n, float* s, const void* w, const void* x) {
+void q8_K_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ8_K*>(w);
   const auto* b = static_cast<const BlockQ8_K*>(x);
   float sumf = 0.0f;
