@@ -6,10 +6,10 @@
 #include <chrono>
 
 #include "engine/cpu_model_runner.h"
-#include "engine/spec/adaptive_k.h"
-#include "engine/spec/draft_proposer.h"
-#include "engine/spec/ngram_first.h"
-#include "engine/spec/ngram_proposer.h"
+#include "engine/speculative/adaptive_k.h"
+#include "engine/speculative/draft_proposer.h"
+#include "engine/speculative/ngram_first.h"
+#include "engine/speculative/ngram_proposer.h"
 
 namespace ember {
 

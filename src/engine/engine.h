@@ -35,9 +35,9 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
-#include "engine/spec/adaptive_k.h"
-#include "engine/spec/ngram_proposer.h"
-#include "engine/spec/proposer.h"
+#include "engine/speculative/adaptive_k.h"
+#include "engine/speculative/ngram_proposer.h"
+#include "engine/speculative/proposer.h"
 #include "model/model.h"
 
 namespace ember {
@@ -64,7 +64,7 @@ struct SpecConfig {
   // set). Made by Engine::create(model, ...).
   const Model* draft_model = nullptr;
   size_t draft_kv_cache_bytes = 0;
-  // kDraft / kLayerSkip: n-gram lookup first (spec/ngram_first.h): a
+  // kDraft / kLayerSkip: n-gram lookup first (speculative/ngram_first.h): a
   // request whose lookup matches at least ngram_first tokens takes the
   // lookup's proposal, the others the draft model's, at most draft_k tokens
   // (0: k). 0: the draft model only.
@@ -78,7 +78,7 @@ struct SpecConfig {
   // A truncated draft head of a view of the target also scores up to this
   // many tokens of each request's own context (DraftConfig::context_tokens).
   int draft_context_tokens = 2048;
-  // Adaptive k (spec/adaptive_k.h): per request and step, k in [0, k] from
+  // Adaptive k (speculative/adaptive_k.h): per request and step, k in [0, k] from
   // its measured acceptance, the cost of a draft step (draft_cost >= 0: that
   // fraction of a target step; < 0: measured, proposer time over target
   // forward time per draft step) and of one more verified position

@@ -50,7 +50,7 @@ class Sampler {
   // The distribution sample() would draw from for these logits (modified in
   // place: penalties), as probabilities p [n_vocab] summing to 1 (0 outside
   // the top-k / top-p / min-p set; greedy: one-hot at the argmax). Draws
-  // nothing. Speculative decoding's p and q (spec/rejection.h).
+  // nothing. Speculative decoding's p and q (speculative/rejection.h).
   void distribution(float* logits, int n_vocab, float* p);
   // A uniform draw in [0, 1) from this sampler's seeded RNG (the rejection
   // rule's coins).

@@ -19,7 +19,7 @@
 #include <random>
 
 #include "engine/engine.h"
-#include "engine/spec_test_util.h"
+#include "engine/speculative_test_util.h"
 #include "kernels/ops.h"
 #include "model/tiny_layered_model.h"
 

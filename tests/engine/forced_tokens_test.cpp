@@ -13,7 +13,7 @@
 
 #include "engine/engine.h"
 #include "engine/fake_model_runner.h"
-#include "engine/spec_test_util.h"
+#include "engine/speculative_test_util.h"
 
 namespace ember {
 namespace {

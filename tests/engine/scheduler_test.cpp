@@ -18,7 +18,7 @@
 
 #include "engine/engine.h"
 #include "engine/fake_model_runner.h"
-#include "engine/spec_test_util.h"
+#include "engine/speculative_test_util.h"
 #include "engine/test_sampling.h"
 
 namespace ember {

@@ -59,7 +59,7 @@
 #include "core/thread_pool.h"
 #include "engine/cpu_model_runner.h"
 #include "engine/kv/kv_cache_manager.h"
-#include "engine/spec/proposer.h"
+#include "engine/speculative/proposer.h"
 #include "kernels/backend.h"
 #include "kernels/matmul.h"
 #include "model/model.h"

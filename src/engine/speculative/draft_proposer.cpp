@@ -1,5 +1,5 @@
 // Draft-model proposer; see draft_proposer.h.
-#include "engine/spec/draft_proposer.h"
+#include "engine/speculative/draft_proposer.h"
 
 #include <algorithm>
 #include <cstring>
