@@ -68,7 +68,7 @@ class StructuredOutput {
 // them (the last token may merge with what the model writes next), cut at
 // the first token the grammar would not admit. The tokenizer must outlive
 // the processor (the server's does). With a worker, the mask of the state
-// after each accept() or rollback() is computed there ahead of process().
+// after each accept() is computed there ahead of process().
 class ConstrainedLogits final : public LogitsProcessor {
  public:
   static constexpr size_t kMaxForcedBytes = 256;
@@ -77,7 +77,6 @@ class ConstrainedLogits final : public LogitsProcessor {
                     std::shared_ptr<grammar::MaskWorker> worker = nullptr);
   void process(const int32_t* tokens, int64_t n_tokens, int64_t n_prompt, float* logits, int n_vocab) override;
   void accept(int32_t token) override;
-  bool rollback(int k) override;
   void forced_tokens(std::vector<int32_t>* out) override;
   std::unique_ptr<LogitsProcessor> clone() const override;
 

@@ -32,7 +32,6 @@ class JumpAfterSample final : public LogitsProcessor {
       ++n_sampled_;
     }
   }
-  bool rollback(int k) override { return k == 0; }
   void forced_tokens(std::vector<int32_t>* out) override {
     if (pending_ != -1) return;
     out->insert(out->end(), jump_.begin(), jump_.end());

@@ -70,8 +70,7 @@ bool is_view_of(const Model& target, const Model& draft) {
 bool same_linear(const Linear& a, const Linear& b) {
   const void* da = a.weight ? a.weight->data : nullptr;
   const void* db = b.weight ? b.weight->data : nullptr;
-  return da == db && a.bias == b.bias && a.input_scale == b.input_scale && a.input_perm == b.input_perm &&
-         a.act_bits == b.act_bits && a.sparsity == b.sparsity;
+  return da == db && a.bias == b.bias && a.act_bits == b.act_bits;
 }
 }  // namespace
 
