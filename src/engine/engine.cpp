@@ -75,27 +75,14 @@ Result<std::unique_ptr<Engine>> Engine::build(std::unique_ptr<ModelRunner> runne
   auto e = std::unique_ptr<Engine>(new Engine(cfg));
   const KvSpec spec = runner->kv_spec();
   const KvLayout layout = KvLayout::from_spec(spec, cfg.sliding_window_release);
-  // q4c keys: the f16 tails' worst case comes out of the budget first.
-  const size_t reserve = kv_tail_reserve_bytes(spec, layout, cfg.max_num_seqs, cfg.max_num_batched_tokens);
-  size_t page_budget = cfg.kv_cache_bytes;
-  if (reserve > 0 && cfg.num_kv_blocks <= 0) {
-    if (cfg.kv_cache_bytes <= reserve)
-      return Status::errorf(
-          "KV cache budget of {} bytes ({:.1f} MiB) cannot hold the q4c key tails reserve of {} bytes ({:.1f} MiB: "
-          "f16 token groups for {} sequences and steps of {} tokens) and any pages: raise the KV cache memory or "
-          "lower max_num_seqs / max_num_batched_tokens",
-          cfg.kv_cache_bytes, cfg.kv_cache_bytes / 1048576.0, reserve, reserve / 1048576.0, cfg.max_num_seqs,
-          cfg.max_num_batched_tokens);
-    page_budget -= reserve;
-  }
-  auto n_blocks = runner->allocate_kv(layout, cfg.block_size, page_budget, cfg.num_kv_blocks);
-  if (!n_blocks)
-    return reserve > 0 && cfg.num_kv_blocks <= 0
-               ? n_blocks.status().with_context(
-                     fmt::format("after the q4c key tails reserve of {} bytes ({:.1f} MiB) out of {} bytes", reserve,
-                                 reserve / 1048576.0, cfg.kv_cache_bytes))
-               : n_blocks.status();
-  e->page_bytes_ = runner->kv_page_bytes();
+  // The pool sizes itself: what the KV format keeps outside the pages for
+  // max_num_seqs sequences and steps of max_num_batched_tokens comes out of
+  // the budget first.
+  const KvPoolLimits limits{cfg.max_num_seqs, cfg.max_num_batched_tokens};
+  auto n_blocks = runner->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks, limits);
+  if (!n_blocks) return n_blocks.status();
+  const KvMemory mem = runner->kv_memory();
+  e->page_bytes_ = mem.page_bytes;
   const int64_t n_swap_pages =
       cfg.preempt_swap && e->page_bytes_ > 0 ? static_cast<int64_t>(cfg.swap_space_bytes / e->page_bytes_) : 0;
   e->kv_ = std::make_unique<KvCacheManager>(layout, cfg.block_size, n_blocks.value(), cfg.enable_prefix_caching,
@@ -121,7 +108,7 @@ Result<std::unique_ptr<Engine>> Engine::build(std::unique_ptr<ModelRunner> runne
   e->stats_.blocks_total = n_blocks.value();
   e->stats_.kv_bytes_per_token = static_cast<int64_t>(kv_bytes_per_token(e->runner_->kv_spec()));
   e->stats_.kv_tokens_total = static_cast<int64_t>(n_blocks.value()) / layout.n_groups * cfg.block_size;
-  e->stats_.kv_tail_reserve_bytes = static_cast<int64_t>(reserve);
+  e->stats_.kv_tail_reserve_bytes = mem.tail_reserve_bytes;
   return e;
 }
 
@@ -130,8 +117,8 @@ Status Engine::add_request(const std::string& id, RequestParams p) {
   if (p.n < 1 || p.n > 256) return Status::errorf("request '{}': n must be in [1, 256] (got {})", id, p.n);
   if (p.prompt.empty()) return Status::errorf("request '{}': empty prompt", id);
   if (stats_.kv_tail_reserve_bytes > 0 && p.n > cfg_.max_num_seqs)
-    return Status::errorf("request '{}': n = {} samples exceed max_num_seqs {}, the sequences the q4c key tails "
-                          "reserve is sized for",
+    return Status::errorf("request '{}': n = {} samples exceed max_num_seqs {}, the sequences the KV format's "
+                          "tails reserve is sized for",
                           id, p.n, cfg_.max_num_seqs);
   const int V = n_vocab_;
   for (int32_t t : p.prompt)
@@ -425,8 +412,9 @@ EngineStats Engine::stats() const {
   st.blocks_used = kv_->n_used_blocks();
   st.blocks_free = kv_->n_free_blocks();
   st.blocks_cached_free = kv_->n_cached_free_blocks();
-  st.kv_tail_bytes = static_cast<int64_t>(runner_->kv_tail_bytes());
-  st.kv_tail_peak_bytes = static_cast<int64_t>(runner_->kv_tail_peak_bytes());
+  const KvMemory mem = runner_->kv_memory();
+  st.kv_tail_bytes = mem.tail_bytes;
+  st.kv_tail_peak_bytes = mem.tail_peak_bytes;
   st.kv_slots_allocated = 0;
   st.kv_slots_filled = 0;
   const int bs = cfg_.block_size;

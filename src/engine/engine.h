@@ -144,9 +144,10 @@ struct EngineStats {
   // all layers (K + V), and token positions the pool holds in every layer.
   int64_t kv_bytes_per_token = 0;
   int64_t kv_tokens_total = 0;
-  // q4c keys: bytes of the KV budget reserved for the f16 tails (kv_pool.h,
-  // "q4c tails"; taken out before the pages are sized), and the tail bytes
-  // held now and at most so far (never above the reserve).
+  // What the KV format holds outside the pages (ModelRunner::kv_memory,
+  // KvMemory; 0 for per-row formats): the budget reserved for it (taken out
+  // before the pages are sized), the bytes held now and at most so far
+  // (never above the reserve).
   int64_t kv_tail_reserve_bytes = 0;
   int64_t kv_tail_bytes = 0;
   int64_t kv_tail_peak_bytes = 0;
@@ -168,8 +169,8 @@ class Engine {
 
   // Queues a request. Errors (nothing queued): duplicate id, empty prompt,
   // token ids out of range, bad sampling parameters, a prompt that can
-  // never fit in the KV cache / max_model_len, or (q4c keys) more samples
-  // than max_num_seqs, the sequences the tails reserve is sized for.
+  // never fit in the KV cache / max_model_len, or (a KV format with a tails
+  // reserve) more samples than max_num_seqs, the sequences it is sized for.
   Status add_request(const std::string& id, RequestParams params);
   // Removes a waiting or running request (all its samples), frees its
   // blocks; it is reported as finished (kAbort) by the next step(). False if

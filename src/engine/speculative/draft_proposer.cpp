@@ -120,7 +120,7 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target
   p->draft_head_tokens_ = draft.config().head_tokens;
   p->runner_ = std::make_unique<CpuModelRunner>(draft, pool, cfg.max_batch, draft_kv_types(cfg.kv_types, draft.config()));
   const KvLayout layout = KvLayout::from_spec(p->runner_->kv_spec(), true);
-  auto n_blocks = p->runner_->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks);
+  auto n_blocks = p->runner_->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks, {});
   if (!n_blocks) return n_blocks.status().with_context("draft model KV cache");
   p->kv_ = std::make_unique<KvCacheManager>(layout, cfg.block_size, n_blocks.value(), false, 0);
   p->shared_layers_ = shared_kv_layers(target, draft);
