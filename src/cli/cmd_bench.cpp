@@ -210,8 +210,8 @@ int bench_throughput(int argc, char** argv, int first) {
   const EngineStats& st = r->stats;
   const std::string tails =
       st.kv_tail_reserve_bytes > 0
-          ? fmt::format(" ({} in pages + {} of the q4c tails reserve of {} spread over the pool; tails peaked at {})",
-                        st.kv_bytes_per_token, st.kv_tail_bytes_per_token(),
+          ? fmt::format(" ({} in pages + {} of the {} tails reserve of {} spread over the pool; tails peaked at {})",
+                        st.kv_bytes_per_token, st.kv_tail_bytes_per_token(), kv_type_name(kv_types->k),
                         human_bytes(static_cast<double>(st.kv_tail_reserve_bytes)),
                         human_bytes(static_cast<double>(st.kv_tail_peak_bytes)))
           : "";
@@ -276,11 +276,11 @@ Result<EngineRowResult> engine_row_tps(const Model& m, ThreadPool& pool, int bat
   o.engine.kv_types = kv_types;
   const KvSpec spec = kv_spec_from_config(c, kv_types);
   const size_t per_token = kv_bytes_per_token(spec);
-  // Room for every sequence, plus the q4c tails reserve (0 for other formats).
+  // Room for every sequence, plus the dtype's tails reserve (0 for per-row dtypes).
   o.engine.kv_cache_bytes = per_token * static_cast<size_t>(batch) * (o.input_len + o.output_len + 32) * 5 / 4 +
                             (size_t{16} << 20) +
                             kv_tail_reserve_bytes(spec, KvLayout::from_spec(spec, o.engine.sliding_window_release),
-                                                  batch, o.engine.max_num_batched_tokens);
+                                                  {batch, o.engine.max_num_batched_tokens});
   auto r = run_throughput_bench(m, pool, o);
   if (!r) return r.status();
   if (n_gen == 0)

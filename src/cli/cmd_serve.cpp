@@ -244,15 +244,16 @@ int cmd_serve(int argc, char** argv, int first) {
     return kExitFailure;
   }
   const EngineStats st = (*engine)->stats();
-  // q4c keys: the f16 tails' reserve is part of the budget and of the cost
-  // per token (engine/kv/kv_pool.h, "q4c tails").
+  // A token-group key dtype (q4c): its tails' reserve is part of the budget
+  // and of the cost per token (engine/kv/kv_pool.h, "Tails").
   const std::string reserve =
       st.kv_tail_reserve_bytes > 0
-          ? fmt::format(" (of which q4c tails reserve {})", human_bytes(static_cast<double>(st.kv_tail_reserve_bytes)))
+          ? fmt::format(" (of which {} tails reserve {})", kv_type_name(ec.kv_types.k),
+                        human_bytes(static_cast<double>(st.kv_tail_reserve_bytes)))
           : "";
   const std::string per_token =
       st.kv_tail_reserve_bytes > 0
-          ? fmt::format("{} bytes per token ({} in pages + {} of the q4c tails reserve spread over the pool)",
+          ? fmt::format("{} bytes per token ({} in pages + {} of the tails reserve spread over the pool)",
                         st.kv_bytes_per_token_with_tails(), st.kv_bytes_per_token, st.kv_tail_bytes_per_token())
           : fmt::format("{} bytes per token", st.kv_bytes_per_token);
   std::fprintf(stderr,

@@ -3,9 +3,9 @@
 
 #include "cli/common.h"
 
-#include "engine/spec/draft_head.h"
-#include "engine/spec/draft_proposer.h"
-#include "engine/spec/layerskip.h"
+#include "engine/speculative/draft_head.h"
+#include "engine/speculative/draft_proposer.h"
+#include "engine/speculative/layerskip.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember::cli {

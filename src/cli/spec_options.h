@@ -41,7 +41,7 @@ struct SpecOptions {
   // vocabulary is the target's, tokenizer files of Hugging Face folders
   // included) or builds the layer-skipped target into *holder, and points
   // c->draft_model at it; with --draft-vocab N its head scores only the N
-  // most frequent tokens (engine/spec/draft_head.h). Nothing to do for other
+  // most frequent tokens (engine/speculative/draft_head.h). Nothing to do for other
   // methods.
   Status load_draft(const Model& target, std::unique_ptr<Model>* holder, SpecConfig* c) const;
 };

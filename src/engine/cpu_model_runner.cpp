@@ -13,48 +13,19 @@ CpuModelRunner::CpuModelRunner(const Model& model, ThreadPool& pool, int max_bat
     : model_(model), kv_types_(kv_types), fwd_(model, pool, max_batch) {}
 
 Result<int32_t> CpuModelRunner::allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes,
-                                            int64_t n_blocks) {
+                                            int64_t n_blocks, const KvPoolLimits& limits) {
   EMBER_CHECK_MSG(!kv_, "allocate_kv called twice");
-  auto kv = KvBlockPool::create(kv_spec(), layout, block_size, memory_bytes, n_blocks);
+  auto kv = KvBlockPool::create(kv_spec(), layout, block_size, memory_bytes, n_blocks, limits);
   if (!kv) return kv.status();
   kv_ = std::move(kv.value());
   return kv_->n_blocks();
 }
 
-void CpuModelRunner::apply(const KvOp& op) {
-  switch (op.kind) {
-    case KvOp::Kind::kCopy:
-      kv_->copy_block(op.src, op.dst, op.n_rows);
-      break;
-    case KvOp::Kind::kSwapOut:
-      if (swap_.size() <= static_cast<size_t>(op.dst)) swap_.resize(op.dst + 1);
-      swap_[op.dst].resize(kv_->swap_page_bytes(op.src, op.n_rows));
-      kv_->read_page(op.src, swap_[op.dst].data(), op.n_rows);
-      break;
-    case KvOp::Kind::kSwapIn:
-      EMBER_CHECK(static_cast<size_t>(op.src) < swap_.size() && !swap_[op.src].empty());
-      kv_->write_page(op.dst, swap_[op.src].data());
-      std::vector<uint8_t>().swap(swap_[op.src]);  // host memory goes back with the slot
-      break;
-  }
-}
-
 Result<float*> CpuModelRunner::execute(const SchedulerOutput& so) {
   EMBER_CHECK_MSG(kv_, "execute before allocate_kv");
-  // q4c: only the tail of each live sequence's frontier group outlives a
-  // step (kv_pool.h, "q4c tails"): dead ones go before the ops add any
-  // (except on pages a swap-out still reads), the rest after them.
-  const bool q4c = kv_token_grouped(kv_->types().k);
-  if (q4c) {
-    frontiers_.assign(so.idle.begin(), so.idle.end());
-    for (const ScheduledRequest& sr : so.scheduled) frontiers_.push_back({sr.tables, sr.pos0});
-    swap_out_pages_.clear();
-    for (const KvOp& op : so.kv_ops)
-      if (op.kind == KvOp::Kind::kSwapOut) swap_out_pages_.push_back(op.src);
-    kv_->release_tails(frontiers_, swap_out_pages_);
-  }
-  for (const KvOp& op : so.kv_ops) apply(op);
-  if (q4c && !swap_out_pages_.empty()) kv_->release_tails(frontiers_);
+  frontiers_.assign(so.idle.begin(), so.idle.end());
+  for (const ScheduledRequest& sr : so.scheduled) frontiers_.push_back({sr.tables, sr.pos0});
+  kv_->apply_ops(so.kv_ops, frontiers_, &swap_);
   if (so.scheduled.empty()) return logits_.data();
   while (views_.size() < so.scheduled.size()) views_.push_back(std::make_unique<PagedKvCache>(*kv_, kNoTables));
   batch_.clear();

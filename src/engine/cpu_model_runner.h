@@ -1,6 +1,6 @@
 // CpuModelRunner: the ModelRunner over a loaded Model on the CPU: a paged
-// KV pool (KvBlockPool, in the chosen KvTypes), host swap pages, and ForwardContext's ragged
-// forward pass. See model_runner.h.
+// KV pool (KvBlockPool, in the chosen KvTypes), host swap pages, and
+// ForwardContext's ragged forward pass. See model_runner.h.
 //
 // Ownership: borrows the Model and the ThreadPool (both must outlive it);
 // owns the pool, the swap pages and the forward buffers. Engine thread only.
@@ -24,10 +24,9 @@ class CpuModelRunner final : public ModelRunner {
   int64_t n_ctx_train() const override { return model_.config().n_ctx_train; }
   int max_batch_tokens() const override { return fwd_.max_batch(); }
   KvSpec kv_spec() const override { return kv_spec_from_config(model_.config(), kv_types_); }
-  Result<int32_t> allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes, int64_t n_blocks) override;
-  size_t kv_page_bytes() const override { return kv_ ? kv_->bytes_per_block() : 0; }
-  size_t kv_tail_bytes() const override { return kv_ ? kv_->tail_bytes() : 0; }
-  size_t kv_tail_peak_bytes() const override { return kv_ ? kv_->tail_peak_bytes() : 0; }
+  Result<int32_t> allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes, int64_t n_blocks,
+                              const KvPoolLimits& limits) override;
+  KvMemory kv_memory() const override { return kv_ ? kv_->memory() : KvMemory{}; }
   // The final residual row [n_embd] behind logits row j of the last
   // execute (a slice without given rows).
   const float* hidden_of_row(int j) const {
@@ -39,16 +38,13 @@ class CpuModelRunner final : public ModelRunner {
   Result<float*> execute(const SchedulerOutput& so) override;
 
  private:
-  void apply(const KvOp& op);
-
   const Model& model_;
   KvTypes kv_types_;
   ForwardContext fwd_;
   std::unique_ptr<KvBlockPool> kv_;
-  std::vector<std::vector<uint8_t>> swap_;           // host pages by swap slot (empty: unused)
+  KvSwapPages swap_;                                  // host pages by swap slot
   std::vector<std::unique_ptr<PagedKvCache>> views_;  // reused across steps, one per scheduled slice
-  std::vector<KvFrontier> frontiers_;                 // q4c: where every live sequence writes next
-  std::vector<int32_t> swap_out_pages_;               // q4c: pages this step's kSwapOut ops read
+  std::vector<KvFrontier> frontiers_;                 // where every sequence holding pages writes next
   std::vector<SeqBatch> batch_;
   std::vector<std::vector<int32_t>> spec_tokens_;     // per slice: the tokens of a verification slice
   std::vector<float> logits_;                         // [rows, n_vocab]

@@ -6,10 +6,7 @@
 #include <chrono>
 
 #include "engine/cpu_model_runner.h"
-#include "engine/spec/adaptive_k.h"
-#include "engine/spec/draft_proposer.h"
-#include "engine/spec/ngram_first.h"
-#include "engine/spec/ngram_proposer.h"
+#include "engine/speculative/draft_proposer.h"
 
 namespace ember {
 
@@ -34,80 +31,33 @@ int64_t Engine::kv_sequences_of(int64_t len) const {
 
 Engine::~Engine() = default;
 
-NgramConfig SpecConfig::ngram() const {
-  NgramConfig nc;
-  nc.min_n = ngram_min;
-  nc.max_n = ngram_max;
-  nc.k_by_match = ngram_k_by_match;
-  return nc;
-}
-
-Status SpecConfig::validate() const {
-  if (method == SpecMethod::kNone) return Status::ok();
-  if (num_speculative_tokens < 1 || num_speculative_tokens > kMaxSpecTokens)
-    return Status::errorf("number of speculative tokens must be in [1, {}] (got {})", kMaxSpecTokens,
-                          num_speculative_tokens);
-  if (max_running < 0) return Status::errorf("speculation max running must be >= 0 (got {})", max_running);
-  if (!(draft_cost < 100) || !(verify_cost < 100))
-    return Status::errorf("speculation costs out of range (draft {}, verify {})", draft_cost, verify_cost);
-  if ((method == SpecMethod::kDraft || method == SpecMethod::kLayerSkip) && !draft_model)
-    return Status::errorf("speculative method '{}' needs a draft model", spec_method_name(method));
-  if (draft_context_tokens < 0 || draft_context_tokens > (1 << 20))
-    return Status::errorf("draft context tokens must be in [0, {}] (got {})", 1 << 20, draft_context_tokens);
-  if (ngram_first < 0 || ngram_first > 64)
-    return Status::errorf("n-gram-first match length must be in [0, 64] (got {})", ngram_first);
-  if (draft_k < 0 || draft_k > kMaxSpecTokens)
-    return Status::errorf("draft model tokens must be in [0, {}] (got {})", kMaxSpecTokens, draft_k);
-  if ((ngram_first > 0 || draft_k > 0) && method != SpecMethod::kDraft && method != SpecMethod::kLayerSkip)
-    return Status::errorf("n-gram first and draft model tokens are for the draft and layerskip methods, not '{}'",
-                          spec_method_name(method));
-  if (ngram_first > 0 || method == SpecMethod::kNgram) return ngram().validate();
-  return Status::ok();
-}
-
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& pool, const EngineConfig& cfg) {
   if (cfg.max_num_batched_tokens < 1 || cfg.max_num_batched_tokens > (1 << 16))
     return Status::errorf("max_num_batched_tokens {} out of range [1, 65536]", cfg.max_num_batched_tokens);
   if (!model.config().head_tokens.empty())
     return Status::error("a model with a truncated output head is a draft, not a target");
-  EngineConfig base = cfg;
-  const bool draft = cfg.spec.method == SpecMethod::kDraft || cfg.spec.method == SpecMethod::kLayerSkip;
-  if (draft) EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
-  if (draft) base.spec.method = SpecMethod::kNone;  // the proposer is set below
+  if (cfg.spec.uses_draft_model()) EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
   auto runner = std::make_unique<CpuModelRunner>(model, pool, cfg.max_num_batched_tokens, cfg.kv_types);
   CpuModelRunner* target_runner = runner.get();
-  auto e = create(std::move(runner), base);
-  if (e) {
-    e.value()->pool_ = &pool;
-    e.value()->output_->set_slots(pool.size());
-  }
-  if (!e || !draft) return e;
-  DraftConfig dc;
-  dc.block_size = cfg.block_size;
-  // Drafting is for few sequences (the engine-wide switch-off): a quarter
-  // of the target's budget by default.
-  dc.kv_cache_bytes = cfg.spec.draft_kv_cache_bytes > 0 ? cfg.spec.draft_kv_cache_bytes : cfg.kv_cache_bytes / 4;
-  dc.num_kv_blocks = cfg.spec.draft_kv_cache_bytes > 0 ? 0 : cfg.num_kv_blocks;
-  dc.max_batch = cfg.max_num_batched_tokens;
-  dc.method = cfg.spec.method;
-  dc.kv_types = cfg.kv_types;
-  dc.context_tokens = cfg.spec.draft_context_tokens;
-  auto dp = DraftProposer::create(model, *cfg.spec.draft_model, pool, dc);
-  if (!dp) return dp.status().with_context("speculative decoding");
-  e.value()->cfg_.spec = cfg.spec;
-  // A draft made of the target's own first layers copies the target's K/V
-  // of final tokens instead of recomputing it (draft_proposer.h).
-  if (cfg.spec.share_kv) (void)dp.value()->set_kv_donor({target_runner->kv_pool(), e.value()->kv_.get()});
-  if (cfg.spec.ngram_first > 0) {
-    e.value()->proposer_ = std::make_unique<NgramFirstProposer>(cfg.spec.ngram(), cfg.spec.ngram_first,
-                                                                 cfg.spec.draft_k, std::move(dp.value()));
-  } else {
-    e.value()->proposer_ = std::move(dp.value());
-  }
+  auto e = build(std::move(runner), cfg, true);
+  if (!e) return e;
+  e.value()->pool_ = &pool;
+  e.value()->output_->set_slots(pool.size());
+  if (!cfg.spec.uses_draft_model()) return e;
+  const DraftKvBase base{cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks, cfg.max_num_batched_tokens,
+                         cfg.kv_types};
+  auto p = make_draft_proposer(cfg.spec, model, pool, base, {target_runner->kv_pool(), e.value()->kv_.get()});
+  if (!p) return p.status().with_context("speculative decoding");
+  e.value()->spec_->set_proposer(std::move(p.value()));
   return e;
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg) {
+  return build(std::move(runner), cfg, false);
+}
+
+Result<std::unique_ptr<Engine>> Engine::build(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg,
+                                              bool draft_follows) {
   if (cfg.max_num_batched_tokens < 1 || cfg.max_num_batched_tokens > (1 << 16))
     return Status::errorf("max_num_batched_tokens {} out of range [1, 65536]", cfg.max_num_batched_tokens);
   if (cfg.max_num_batched_tokens > runner->max_batch_tokens())
@@ -119,36 +69,20 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
   if (!(cfg.batch_window_s >= 0 && cfg.batch_window_s <= 3600))
     return Status::errorf("batch window {} s out of range [0, 3600]", cfg.batch_window_s);
   EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
-  if (cfg.spec.method == SpecMethod::kDraft || cfg.spec.method == SpecMethod::kLayerSkip)
+  if (cfg.spec.uses_draft_model() && !draft_follows)
     return Status::error("speculative decoding: a draft-model proposer needs the engine over a Model "
                          "(Engine::create(model, pool, cfg))");
   auto e = std::unique_ptr<Engine>(new Engine(cfg));
-  if (cfg.spec.method == SpecMethod::kNgram) {
-    e->proposer_ = std::make_unique<NgramProposer>(cfg.spec.ngram());
-  }
   const KvSpec spec = runner->kv_spec();
   const KvLayout layout = KvLayout::from_spec(spec, cfg.sliding_window_release);
-  // q4c keys: the f16 tails' worst case comes out of the budget first.
-  const size_t reserve = kv_tail_reserve_bytes(spec, layout, cfg.max_num_seqs, cfg.max_num_batched_tokens);
-  size_t page_budget = cfg.kv_cache_bytes;
-  if (reserve > 0 && cfg.num_kv_blocks <= 0) {
-    if (cfg.kv_cache_bytes <= reserve)
-      return Status::errorf(
-          "KV cache budget of {} bytes ({:.1f} MiB) cannot hold the q4c key tails reserve of {} bytes ({:.1f} MiB: "
-          "f16 token groups for {} sequences and steps of {} tokens) and any pages: raise the KV cache memory or "
-          "lower max_num_seqs / max_num_batched_tokens",
-          cfg.kv_cache_bytes, cfg.kv_cache_bytes / 1048576.0, reserve, reserve / 1048576.0, cfg.max_num_seqs,
-          cfg.max_num_batched_tokens);
-    page_budget -= reserve;
-  }
-  auto n_blocks = runner->allocate_kv(layout, cfg.block_size, page_budget, cfg.num_kv_blocks);
-  if (!n_blocks)
-    return reserve > 0 && cfg.num_kv_blocks <= 0
-               ? n_blocks.status().with_context(
-                     fmt::format("after the q4c key tails reserve of {} bytes ({:.1f} MiB) out of {} bytes", reserve,
-                                 reserve / 1048576.0, cfg.kv_cache_bytes))
-               : n_blocks.status();
-  e->page_bytes_ = runner->kv_page_bytes();
+  // The pool sizes itself: what the KV format keeps outside the pages for
+  // max_num_seqs sequences and steps of max_num_batched_tokens comes out of
+  // the budget first.
+  const KvPoolLimits limits{cfg.max_num_seqs, cfg.max_num_batched_tokens};
+  auto n_blocks = runner->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks, limits);
+  if (!n_blocks) return n_blocks.status();
+  const KvMemory mem = runner->kv_memory();
+  e->page_bytes_ = mem.page_bytes;
   const int64_t n_swap_pages =
       cfg.preempt_swap && e->page_bytes_ > 0 ? static_cast<int64_t>(cfg.swap_space_bytes / e->page_bytes_) : 0;
   e->kv_ = std::make_unique<KvCacheManager>(layout, cfg.block_size, n_blocks.value(), cfg.enable_prefix_caching,
@@ -169,11 +103,12 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
     return Status::errorf("KV cache of {} pages is too small for {} layer groups", n_blocks.value(), layout.n_groups);
   e->n_vocab_ = runner->n_vocab();
   e->output_ = std::make_unique<OutputProcessor>(e->n_vocab_, e->max_seq_len_);
+  e->spec_ = std::make_unique<Speculator>(cfg.spec, e->n_vocab_, e->max_seq_len_);
   e->runner_ = std::move(runner);
   e->stats_.blocks_total = n_blocks.value();
   e->stats_.kv_bytes_per_token = static_cast<int64_t>(kv_bytes_per_token(e->runner_->kv_spec()));
   e->stats_.kv_tokens_total = static_cast<int64_t>(n_blocks.value()) / layout.n_groups * cfg.block_size;
-  e->stats_.kv_tail_reserve_bytes = static_cast<int64_t>(reserve);
+  e->stats_.kv_tail_reserve_bytes = mem.tail_reserve_bytes;
   return e;
 }
 
@@ -182,8 +117,8 @@ Status Engine::add_request(const std::string& id, RequestParams p) {
   if (p.n < 1 || p.n > 256) return Status::errorf("request '{}': n must be in [1, 256] (got {})", id, p.n);
   if (p.prompt.empty()) return Status::errorf("request '{}': empty prompt", id);
   if (stats_.kv_tail_reserve_bytes > 0 && p.n > cfg_.max_num_seqs)
-    return Status::errorf("request '{}': n = {} samples exceed max_num_seqs {}, the sequences the q4c key tails "
-                          "reserve is sized for",
+    return Status::errorf("request '{}': n = {} samples exceed max_num_seqs {}, the sequences the KV format's "
+                          "tails reserve is sized for",
                           id, p.n, cfg_.max_num_seqs);
   const int V = n_vocab_;
   for (int32_t t : p.prompt)
@@ -201,7 +136,7 @@ Status Engine::add_request(const std::string& id, RequestParams p) {
   if (p.num_speculative_tokens < -1 || p.num_speculative_tokens > kMaxSpecTokens)
     return Status::errorf("request '{}': num_speculative_tokens must be in [-1, {}] (got {})", id, kMaxSpecTokens,
                           p.num_speculative_tokens);
-  if (p.num_speculative_tokens > 0 && !proposer_)
+  if (p.num_speculative_tokens > 0 && !spec_->enabled())
     return Status::errorf("request '{}': num_speculative_tokens {} asked, but speculative decoding is not enabled "
                           "(start with a speculative method)",
                           id, p.num_speculative_tokens);
@@ -248,7 +183,7 @@ void Engine::finish(Request* r, FinishReason reason, StepOutput* out) {
   f.n_cached_prompt = std::max<int64_t>(0, r->n_cached_prompt);
   f.queue_seconds = r->queue_seconds;
   f.n_preemptions = r->n_preemptions;
-  if (proposer_) proposer_->release(*r);
+  spec_->release(*r);
   kv_->remove(*r);
   scheduler_->remove(r);
   if (out) out->finished.push_back(std::move(f));
@@ -393,9 +328,7 @@ Result<StepOutput> Engine::step() {
   pending_finished_.clear();
   if (!has_work()) return out;
 
-  propose_seconds_ = 0;
-  propose_k_ = 0;
-  EMBER_RETURN_IF_ERROR(propose());
+  EMBER_RETURN_IF_ERROR(spec_->propose(scheduler_->running()));
   SchedulerOutput so = scheduler_->schedule();
   if (so.empty()) {
     out.seconds = now_seconds() - t0;
@@ -403,23 +336,11 @@ Result<StepOutput> Engine::step() {
   }
   // KV memory ops (copy-on-write, swap) and one ragged forward pass over
   // every scheduled token.
-  if (proposer_) proposer_->before_verify(so.scheduled);
+  spec_->before_verify(so.scheduled);
   const double t_exec = now_seconds();
   auto rows = runner_->execute(so);
   if (!rows) return rows.status();
-  if (proposer_ && cfg_.spec.adaptive) {  // the costs adaptive k weighs
-    const double exec = now_seconds() - t_exec;
-    bool decode_only = true;
-    int64_t n_run = so.n_tokens;  // positions the forward computed (given rows are not)
-    for (const ScheduledRequest& sr : so.scheduled) {
-      decode_only &= sr.n_tokens == 1 + sr.n_spec;
-      n_run -= sr.n_pre;
-    }
-    if (decode_only && !so.scheduled.empty()) step_cost_.observe(n_run, exec);
-    // Draft cost per draft step, relative to a one-token target step.
-    const double one = step_cost_.one_token_seconds() > 0 ? step_cost_.one_token_seconds() : exec;
-    if (propose_k_ > 0 && one > 0) draft_cost_ = 0.8 * draft_cost_ + 0.2 * (propose_seconds_ / propose_k_ / one);
-  }
+  spec_->observe(so, now_seconds() - t_exec);
   if (so.scheduled.empty()) {
     out.seconds = now_seconds() - t0;
     return out;
@@ -464,115 +385,19 @@ Result<StepOutput> Engine::step() {
 }
 
 double Engine::seconds_until_admission() const { return scheduler_->seconds_until_admission(now_seconds()); }
-Status Engine::propose() {
-  if (!proposer_) return Status::ok();
-  const std::vector<Request*>& run = scheduler_->running();
-  for (Request* r : run) {
-    r->spec_tokens.clear();
-    r->spec_q.clear();
-  }
-  if (cfg_.spec.max_running > 0 && static_cast<int>(run.size()) > cfg_.spec.max_running) return Status::ok();
-  propose_items_.clear();
-  if (proposals_.size() < run.size()) proposals_.resize(run.size());
-  for (Request* r : run) {
-    int k = r->num_speculative_tokens >= 0 ? r->num_speculative_tokens : cfg_.spec.num_speculative_tokens;
-    // Decoding only (one token to compute), and never past max_tokens or
-    // the sequence cap: at most k + 1 tokens are emitted.
-    if (k <= 0 || r->n_fork > 0 || r->num_tokens() - r->num_computed_tokens != 1 || r->needs_prompt_rows()) continue;
-    k = static_cast<int>(std::min<int64_t>({k, r->max_tokens - r->n_output() - 1, max_seq_len_ - r->num_tokens() - 1}));
-    if (k <= 0) continue;
-    if (cfg_.spec.adaptive) {
-      const double cd = cfg_.spec.draft_cost >= 0 ? cfg_.spec.draft_cost : draft_cost_;
-      const double cv = cfg_.spec.verify_cost >= 0 ? cfg_.spec.verify_cost : step_cost_.verify_cost(0.05);
-      const int k_max = k;
-      k = spec_choose_k(spec_alpha(r->spec_acc), k, cd, cv);
-      // A probe once the evidence has decayed (~11 steps at k = 0): one
-      // draft, so acceptance and the measured cost are seen again.
-      if (k == 0 && r->spec_acc.s + r->spec_acc.f < 0.5) k = std::min(k_max, 1);
-      if (k == 0) {
-        spec_idle(&r->spec_acc);
-        continue;
-      }
-    }
-    propose_k_ = std::max(propose_k_, k);
-    propose_items_.push_back({r, k, &proposals_[propose_items_.size()]});
-  }
-  if (propose_items_.empty()) return Status::ok();
-  const double t0 = now_seconds();
-  EMBER_RETURN_IF_ERROR(proposer_->propose(propose_items_));
-  propose_seconds_ = now_seconds() - t0;
-  for (const ProposeItem& it : propose_items_) {
-    const Proposal& p = *it.out;
-    if (static_cast<int>(p.tokens.size()) > it.max_k)
-      return Status::errorf("proposer returned {} draft tokens, at most {} asked", p.tokens.size(), it.max_k);
-    for (int32_t t : p.tokens)
-      if (t < 0 || t >= n_vocab_) return Status::errorf("proposer returned token id {} out of range", t);
-    if (!p.q.empty() && p.q.size() != p.tokens.size())
-      return Status::errorf("proposer returned {} draft distributions for {} tokens", p.q.size(), p.tokens.size());
-    for (const std::vector<float>& q : p.q)
-      if (static_cast<int>(q.size()) != n_vocab_)
-        return Status::errorf("proposer returned a draft distribution of {} entries, the vocabulary has {}", q.size(),
-                              n_vocab_);
-    Request* r = const_cast<Request*>(it.req);  // the engine owns it
-    r->spec_tokens = p.tokens;
-    r->spec_q.swap(it.out->q);
-  }
-  return Status::ok();
-}
-
-// Point-mass drafts: the target's token at each position is sampled exactly
-// as without speculation (logits processor, sampler, logprobs of the raw
-// row); a draft is accepted iff it equals that token (rejection.h: the
-// rejection rule for q = 1), and the first mismatch (or, all accepted, the
-// token after the last draft) ends the burst, as does a token after which
-// the logits processor forces a jump (the forced tokens follow it, not the
-// drafts: the output is the same as without speculation). So neither the sampler nor
-// the logits processor ever sees a rejected token: nothing to roll back
-// there; the KV slots past the last accepted token are given back.
 void Engine::verify(const ScheduledRequest& sr, float* rows, StepOutput* out) {
   Request* r = sr.req;
-  const int V = n_vocab_;
-  drafts_.assign(r->spec_tokens.begin(), r->spec_tokens.end());
-  const int k = static_cast<int>(drafts_.size());
-  // Drafts drawn from a distribution q: the rejection rule per position
-  // (sample_draft), the bonus row sampled plainly.
-  const bool with_q = r->spec_q.size() >= static_cast<size_t>(k);
-  int accepted = 0;
-  FinishReason reason = FinishReason::kNone;
-  for (int j = 0; j <= k; ++j) {
-    float* row = rows + static_cast<size_t>(j) * V;
-    bool match = false;
-    if (with_q && j < k) {
-      reason = output_->sample_draft(*r, row, drafts_[j], r->spec_q[static_cast<size_t>(j)].data(), &match,
-                                     &out->tokens);
-    } else {
-      reason = output_->sample(*r, row, &out->tokens);
-      match = j < k && r->tokens.back() == drafts_[j];
-    }
-    ++stats_.n_generated_tokens;
-    accepted += match;
-    if (reason != FinishReason::kNone) break;  // a stop inside the burst drops the drafts after it
-    // A forced-token jump ends the burst too: the forced tokens, not the
-    // drafts, follow (as without speculation).
-    output_->forced(*r, &forced_);
-    if (!match || !forced_.empty()) break;
-  }
-  if (reason != FinishReason::kNone) forced_.clear();
+  const Verification v = spec_->verify(*r, rows, *output_, &forced_, &out->tokens);
+  stats_.n_generated_tokens += v.n_emitted;
   scheduler_->on_verified(sr);
+  FinishReason reason = v.reason;
   if (reason == FinishReason::kNone) reason = append_forced(r, out);  // after on_verified: its KV slots are new
-  r->spec_q.clear();
-  spec_observe(&r->spec_acc, k, accepted);
-  SpecCounters& c = stats_.spec;
-  ++c.n_verifications;
-  c.n_draft_tokens += k;
-  c.n_accepted_tokens += accepted;
-  ++c.accepted_hist[static_cast<size_t>(accepted)];
   if (reason != FinishReason::kNone) finish(r, reason, out);
 }
 
-
 EngineStats Engine::stats() const {
   EngineStats st = stats_;
+  st.spec = spec_->counters();
   st.n_running = static_cast<int>(scheduler_->running().size());
   st.n_waiting = static_cast<int>(scheduler_->waiting().size());
   st.n_swapped = 0;
@@ -587,8 +412,9 @@ EngineStats Engine::stats() const {
   st.blocks_used = kv_->n_used_blocks();
   st.blocks_free = kv_->n_free_blocks();
   st.blocks_cached_free = kv_->n_cached_free_blocks();
-  st.kv_tail_bytes = static_cast<int64_t>(runner_->kv_tail_bytes());
-  st.kv_tail_peak_bytes = static_cast<int64_t>(runner_->kv_tail_peak_bytes());
+  const KvMemory mem = runner_->kv_memory();
+  st.kv_tail_bytes = mem.tail_bytes;
+  st.kv_tail_peak_bytes = mem.tail_peak_bytes;
   st.kv_slots_allocated = 0;
   st.kv_slots_filled = 0;
   const int bs = cfg_.block_size;

@@ -10,6 +10,9 @@
 //                   Model, FakeModelRunner for tests),
 //   OutputProcessor sampling, logits processors, log-probabilities, forks
 //                   and stop decisions (output_processor.h),
+//   Speculator      speculative decoding: drafts before scheduling, their
+//                   verification after the forward pass, adaptive k
+//                   (speculative/speculator.h),
 // and the Requests (request.h) they share. Requests are added and aborted
 // between steps; each step() schedules one ragged batch, runs it, samples,
 // and reports new tokens and finished requests. Single-threaded: see
@@ -35,61 +38,10 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
-#include "engine/spec/adaptive_k.h"
-#include "engine/spec/ngram_proposer.h"
-#include "engine/spec/proposer.h"
+#include "engine/speculative/speculator.h"
 #include "model/model.h"
 
 namespace ember {
-
-constexpr int kMaxSpecTokens = 32;  // draft tokens per request and step at most
-
-// Speculative decoding (docs/engine.md): a proposer drafts up to
-// num_speculative_tokens tokens per decoding request and step; one target
-// forward pass over the k+1 positions verifies them, mixed into the step's
-// batch. Output is identical to decoding without it (greedy and seeded).
-struct SpecConfig {
-  SpecMethod method = SpecMethod::kNone;
-  int num_speculative_tokens = 0;  // k (a request may override it)
-  int ngram_min = 1, ngram_max = 4;  // n-gram lookup: suffix sizes tried, longest first
-  bool ngram_k_by_match = false;     // n-gram lookup: at most 2^(n-1) drafts for a match of n (ngram_proposer.h)
-  // Engine-wide switch-off: no proposals in a step with more running
-  // sequences than this (0: no limit). Large batches make decode compute-
-  // bound, where verifying k extra positions per sequence costs more than
-  // the accepted tokens save.
-  int max_running = 0;
-  // kDraft / kLayerSkip: the draft model (borrowed; outlives the engine),
-  // run by a DraftProposer with its own KV cache of draft_kv_cache_bytes
-  // (0: a quarter of kv_cache_bytes, or num_kv_blocks pages when that is
-  // set). Made by Engine::create(model, ...).
-  const Model* draft_model = nullptr;
-  size_t draft_kv_cache_bytes = 0;
-  // kDraft / kLayerSkip: n-gram lookup first (spec/ngram_first.h): a
-  // request whose lookup matches at least ngram_first tokens takes the
-  // lookup's proposal, the others the draft model's, at most draft_k tokens
-  // (0: k). 0: the draft model only.
-  int ngram_first = 0;
-  int draft_k = 0;
-  // kDraft / kLayerSkip: a draft whose layers are the target's first ones
-  // (layer-skip views with no skipped layer before a kept one) copies the
-  // target's K/V rows of final tokens instead of running them
-  // (DraftProposer::set_kv_donor); false: it always runs them (for A/B).
-  bool share_kv = true;
-  // A truncated draft head of a view of the target also scores up to this
-  // many tokens of each request's own context (DraftConfig::context_tokens).
-  int draft_context_tokens = 2048;
-  // Adaptive k (spec/adaptive_k.h): per request and step, k in [0, k] from
-  // its measured acceptance, the cost of a draft step (draft_cost >= 0: that
-  // fraction of a target step; < 0: measured, proposer time over target
-  // forward time per draft step) and of one more verified position
-  // (verify_cost, a fraction of a target decode step).
-  bool adaptive = false;
-  double draft_cost = -1;
-  double verify_cost = 0.05;  // < 0: measured (SpecStepCost over decode-only steps)
-  // The n-gram lookup's settings (the ngram method and --ngram-first).
-  NgramConfig ngram() const;
-  Status validate() const;
-};
 
 struct EngineConfig {
   int block_size = 16;
@@ -161,21 +113,6 @@ struct StepOutput {
   double seconds = 0;
 };
 
-struct SpecCounters {
-  int64_t n_verifications = 0;   // verification slices (a request with drafts in a step)
-  int64_t n_draft_tokens = 0;    // draft tokens verified
-  int64_t n_accepted_tokens = 0; // of which accepted
-  // Verifications by number of accepted draft tokens (0 .. kMaxSpecTokens).
-  std::vector<int64_t> accepted_hist = std::vector<int64_t>(kMaxSpecTokens + 1, 0);
-  double acceptance_rate() const {
-    return n_draft_tokens > 0 ? static_cast<double>(n_accepted_tokens) / n_draft_tokens : 0.0;
-  }
-  // Tokens emitted per verification (accepted drafts + the target's token).
-  double mean_accepted_length() const {
-    return n_verifications > 0 ? 1.0 + static_cast<double>(n_accepted_tokens) / n_verifications : 0.0;
-  }
-};
-
 struct EngineStats {
   int n_running = 0;
   int n_waiting = 0;
@@ -207,9 +144,10 @@ struct EngineStats {
   // all layers (K + V), and token positions the pool holds in every layer.
   int64_t kv_bytes_per_token = 0;
   int64_t kv_tokens_total = 0;
-  // q4c keys: bytes of the KV budget reserved for the f16 tails (kv_pool.h,
-  // "q4c tails"; taken out before the pages are sized), and the tail bytes
-  // held now and at most so far (never above the reserve).
+  // What the KV format holds outside the pages (ModelRunner::kv_memory,
+  // KvMemory; 0 for per-row formats): the budget reserved for it (taken out
+  // before the pages are sized), the bytes held now and at most so far
+  // (never above the reserve).
   int64_t kv_tail_reserve_bytes = 0;
   int64_t kv_tail_bytes = 0;
   int64_t kv_tail_peak_bytes = 0;
@@ -231,8 +169,8 @@ class Engine {
 
   // Queues a request. Errors (nothing queued): duplicate id, empty prompt,
   // token ids out of range, bad sampling parameters, a prompt that can
-  // never fit in the KV cache / max_model_len, or (q4c keys) more samples
-  // than max_num_seqs, the sequences the tails reserve is sized for.
+  // never fit in the KV cache / max_model_len, or (a KV format with a tails
+  // reserve) more samples than max_num_seqs, the sequences it is sized for.
   Status add_request(const std::string& id, RequestParams params);
   // Removes a waiting or running request (all its samples), frees its
   // blocks; it is reported as finished (kAbort) by the next step(). False if
@@ -264,9 +202,9 @@ class Engine {
   const ModelRunner& runner() const { return *runner_; }
   // Replaces the proposer made from cfg.spec (tests; a draft model). Call
   // before the first step; nullptr turns speculation off.
-  void set_proposer(std::unique_ptr<Proposer> p) { proposer_ = std::move(p); }
-  Proposer* proposer() { return proposer_.get(); }  // null without speculation
-  const Proposer* proposer() const { return proposer_.get(); }
+  void set_proposer(std::unique_ptr<Proposer> p) { spec_->set_proposer(std::move(p)); }
+  Proposer* proposer() { return spec_->proposer(); }  // null without speculation
+  const Proposer* proposer() const { return spec_->proposer(); }
 
  private:
   struct Group {
@@ -274,6 +212,10 @@ class Engine {
     int live = 0;
   };
   explicit Engine(const EngineConfig& cfg) : cfg_(cfg) {}
+  // create(runner, cfg); with draft_follows a draft-model method is not
+  // refused (create(model, ...) sets its proposer).
+  static Result<std::unique_ptr<Engine>> build(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg,
+                                               bool draft_follows);
   void finish(Request* r, FinishReason reason, StepOutput* out);
   void fork_samples(Request* parent, const float* logits, StepOutput* out);
   void sample_into(Request* r, float* logits, StepOutput* out);
@@ -286,10 +228,8 @@ class Engine {
   // parallel on pool_ when there are several; indexed by schedule entry.
   void choose_rows(const SchedulerOutput& so, float* logits);
   FinishReason append_forced(Request* r, StepOutput* out);
-  // Asks the proposer for drafts of the running requests that decode.
-  Status propose();
-  // Verifies r's drafts against the rows of its verification slice: emits
-  // the accepted drafts and the target's next token.
+  // Verifies sr's drafts against its rows (Speculator::verify), then gives
+  // back the rejected positions' KV slots and appends a forced-token jump.
   void verify(const ScheduledRequest& sr, float* rows, StepOutput* out);
 
   EngineConfig cfg_;
@@ -311,15 +251,8 @@ class Engine {
   std::unordered_map<std::string, Group> groups_;                   // by request id
   std::vector<FinishedRequest> pending_finished_;
   std::vector<float> fork_row_;  // a copy of the parent's logits row per forked sample
-  std::unique_ptr<Proposer> proposer_;
-  std::vector<ProposeItem> propose_items_;
-  std::vector<Proposal> proposals_;
-  std::vector<int32_t> drafts_;
+  std::unique_ptr<Speculator> spec_;
   std::vector<int32_t> forced_;  // a forced-token jump's tokens (verify, append_forced)
-  double draft_cost_ = 0;    // measured draft-step cost relative to a target step (adaptive k)
-  SpecStepCost step_cost_;   // measured forward seconds of decode steps by positions (adaptive k)
-  double propose_seconds_ = 0;  // this step's proposer time
-  int propose_k_ = 0;           // this step's largest k asked
   EngineStats stats_;
 };
 

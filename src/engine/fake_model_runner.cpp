@@ -41,7 +41,7 @@ KvSpec FakeModelRunner::kv_spec() const {
 }
 
 Result<int32_t> FakeModelRunner::allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes,
-                                             int64_t n_blocks) {
+                                             int64_t n_blocks, const KvPoolLimits&) {
   if (block_size < 1 || block_size > 4096) return Status::errorf("KV block size {} out of range [1, 4096]", block_size);
   layout_ = layout;
   block_size_ = block_size;

@@ -35,8 +35,10 @@ class FakeModelRunner final : public ModelRunner {
   int64_t n_ctx_train() const override { return cfg_.n_ctx_train; }
   int max_batch_tokens() const override { return cfg_.max_batch; }
   KvSpec kv_spec() const override;
-  Result<int32_t> allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes, int64_t n_blocks) override;
-  size_t kv_page_bytes() const override { return page_bytes_; }
+  // Pages only (no KV format: limits are ignored).
+  Result<int32_t> allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes, int64_t n_blocks,
+                              const KvPoolLimits& limits) override;
+  KvMemory kv_memory() const override { return {page_bytes_}; }
   Result<float*> execute(const SchedulerOutput& so) override;
 
   // The logits row at position pos of a sequence whose tokens are

@@ -27,10 +27,11 @@ class LogitsProcessor {
   // n_tokens) (the prompt is tokens[0 .. n_prompt)).
   virtual void process(const int32_t* tokens, int64_t n_tokens, int64_t n_prompt, float* logits, int n_vocab) = 0;
   // The sampled token was appended to the request (advance the state).
+  // Only final tokens are accepted: a speculative verification samples the
+  // target's token at each position and stops at the first that differs
+  // from the draft, so a rejected draft never reaches a processor (nothing
+  // to roll back).
   virtual void accept(int32_t token) {}
-  // The last k accepted tokens were withdrawn (speculative decoding); false
-  // if the processor cannot go back that far.
-  virtual bool rollback(int k) { return k == 0; }
   // Forced-token jump: the tokens the constraint admits as the only
   // continuation after the accepted ones (JSON keys, punctuation, closing
   // brackets), appended to *out, tokenized as the model would write them.

@@ -1,8 +1,10 @@
 // ModelRunner: what the engine needs from a model: the shape of its KV
 // cache, KV memory (pages, swap space), and execute(SchedulerOutput) — apply
 // the step's KV memory ops, then one forward pass over every scheduled
-// slice, returning the logits rows the schedule asks for. The CPU runner
-// wraps ForwardContext over a paged f32 pool; the fake runner
+// slice, returning the logits rows the schedule asks for. The KV formats
+// are the KvSpec's business (engine/kv/kv_pool.h): a runner passes the
+// step's frontiers and ops to its pool. The CPU runner wraps
+// ForwardContext over a paged pool (KvBlockPool); the fake runner
 // (fake_model_runner.h) needs no model file and checks the paging itself,
 // so scheduler and KV tests run without one. A GPU or tensor-parallel
 // runner implements the same interface.
@@ -32,16 +34,15 @@ class ModelRunner {
   virtual KvSpec kv_spec() const = 0;
 
   // Allocates the KV pages for `layout` (n_blocks > 0: that many; else as
-  // many as fit in memory_bytes). Returns the number of pages; errors on a
-  // budget below one page or a failed allocation. Call once.
-  virtual Result<int32_t> allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes,
-                                      int64_t n_blocks) = 0;
-  // Bytes of one page (after allocate_kv), the unit of swap space.
-  virtual size_t kv_page_bytes() const = 0;
-  // q4c keys: bytes of f16 tails held outside the pages now, and their
-  // high-water mark (kv_pool.h, "q4c tails"; 0 for other formats).
-  virtual size_t kv_tail_bytes() const { return 0; }
-  virtual size_t kv_tail_peak_bytes() const { return 0; }
+  // many as fit in memory_bytes, after what the KV format reserves for
+  // `limits`: KvBlockPool::create). Returns the number of pages; errors on a
+  // budget below that reserve and one page, or a failed allocation. Call
+  // once.
+  virtual Result<int32_t> allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes, int64_t n_blocks,
+                                      const KvPoolLimits& limits) = 0;
+  // The KV memory (after allocate_kv): a page's bytes (the unit of swap
+  // space) and what the format holds outside the pages (KvMemory).
+  virtual KvMemory kv_memory() const = 0;
 
   // Applies so.kv_ops in order, then runs every scheduled slice (if any) in
   // one forward pass. Returns so.n_logit_rows rows of n_vocab logits, in

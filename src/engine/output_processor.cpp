@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/spec/rejection.h"
+#include "engine/speculative/rejection.h"
 #include "kernels/ops.h"
 
 namespace ember {

@@ -96,7 +96,7 @@ class OutputProcessor {
   // Speculative verification of a draft token drawn from the draft
   // distribution q [n_vocab]: as sample() up to the target distribution p
   // (logits processor, penalties, temperature, top-k/top-p/min-p; the
-  // sampler's distribution()), then the rejection rule (spec/rejection.h)
+  // sampler's distribution()), then the rejection rule (speculative/rejection.h)
   // with the sampler's RNG: *accepted and the draft is appended, or the
   // token drawn from normalized max(0, p - q) is. The appended token is
   // distributed exactly as p.

@@ -14,7 +14,7 @@
 
 #include "engine/logits_processor.h"
 #include "engine/sampler.h"
-#include "engine/spec/adaptive_k.h"
+#include "engine/speculative/adaptive_k.h"
 
 namespace ember {
 

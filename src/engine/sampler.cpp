@@ -41,40 +41,9 @@ Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 void Sampler::reset() {
   rng_.seed(p_.seed);
   history_.clear();
-  snapshots_.clear();
-  pending_ = false;
 }
 
-void Sampler::accept(int32_t token) {
-  if (pending_) {
-    snapshots_.push_back({history_.size(), pending_rng_});
-    if (static_cast<int>(snapshots_.size()) > depth_) snapshots_.pop_front();
-    pending_ = false;
-  }
-  history_.push_back(token);
-}
-
-void Sampler::set_rollback_depth(int depth) {
-  depth_ = depth < 0 ? 0 : depth;
-  snapshots_.clear();
-  pending_ = false;
-}
-
-bool Sampler::rollback(int k) {
-  if (k <= 0) return k == 0;
-  if (k > static_cast<int>(snapshots_.size())) return false;
-  // The last k history entries must be exactly the last k snapshots (their
-  // indices increase, so first and last matching means all k do).
-  const size_t first = history_.size() - static_cast<size_t>(k);
-  if (snapshots_[snapshots_.size() - k].history_index != first ||
-      snapshots_.back().history_index != history_.size() - 1)
-    return false;
-  rng_ = snapshots_[snapshots_.size() - k].rng;
-  snapshots_.erase(snapshots_.end() - k, snapshots_.end());
-  history_.resize(first);
-  pending_ = false;
-  return true;
-}
+void Sampler::accept(int32_t token) { history_.push_back(token); }
 
 void Sampler::apply_penalties(float* logits, int n_vocab) {
   const bool rep = p_.repetition_penalty != 1.f;
@@ -93,10 +62,6 @@ void Sampler::apply_penalties(float* logits, int n_vocab) {
 }
 
 int32_t Sampler::sample(float* logits, int n_vocab) {
-  if (depth_ > 0) {
-    pending_rng_ = rng_;
-    pending_ = true;
-  }
   apply_penalties(logits, n_vocab);
   if (p_.temperature <= 0.f) return argmax(logits, n_vocab);
   const float inv_t = 1.0f / p_.temperature;

@@ -1,11 +1,10 @@
 // Token sampling: greedy, temperature, top-k, top-p, min-p, repetition /
-// presence / frequency penalties, seeded RNG (same seed, same output), and
-// rollback of the last k sampled tokens (RNG and penalty history) for
-// speculative decoding.
+// presence / frequency penalties, seeded RNG (same seed, same output). No
+// rollback: speculative verification samples only the tokens it keeps
+// (engine/speculative/).
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <random>
 #include <unordered_map>
 #include <vector>
@@ -50,7 +49,7 @@ class Sampler {
   // The distribution sample() would draw from for these logits (modified in
   // place: penalties), as probabilities p [n_vocab] summing to 1 (0 outside
   // the top-k / top-p / min-p set; greedy: one-hot at the argmax). Draws
-  // nothing. Speculative decoding's p and q (spec/rejection.h).
+  // nothing. Speculative decoding's p and q (speculative/rejection.h).
   void distribution(float* logits, int n_vocab, float* p);
   // A uniform draw in [0, 1) from this sampler's seeded RNG (the rejection
   // rule's coins).
@@ -58,21 +57,6 @@ class Sampler {
   // Records a token as part of the context (prompt or generated) for penalties.
   void accept(int32_t token);
   void reset();
-
-  // Rollback: with depth > 0 the sampler keeps, for each of the last `depth`
-  // tokens that were sampled and then accepted, the RNG state from before
-  // the draw (2.5 KB each); depth 0 (the default) keeps nothing and costs
-  // nothing. Changing the depth drops what was kept.
-  void set_rollback_depth(int depth);
-  int rollback_depth() const { return depth_; }
-  // Tokens rollback() can undo now.
-  int rollback_available() const { return static_cast<int>(snapshots_.size()); }
-  // Undoes the last k sampled-and-accepted tokens: they leave the penalty
-  // history and the RNG returns to its state before the first of them was
-  // drawn, so sampling again from the same logits repeats the same tokens.
-  // False (nothing changed) if k > rollback_available() or a token accepted
-  // without sampling (a prompt token) lies within the last k.
-  bool rollback(int k);
 
  private:
   void apply_penalties(float* logits, int n_vocab);
@@ -87,16 +71,6 @@ class Sampler {
   SamplerScratch* sc_ = &own_;
   double top_p_total_ = 0.0;    // softmax denominator over the whole vocabulary (no top-k)
   std::unordered_map<int32_t, int> counts_;  // reused
-  // Rollback (depth_ > 0): RNG state before the pending sample() draw, and
-  // per accepted sampled token its history index and that state.
-  struct Snapshot {
-    size_t history_index;
-    std::mt19937_64 rng;
-  };
-  int depth_ = 0;
-  bool pending_ = false;
-  std::mt19937_64 pending_rng_;
-  std::deque<Snapshot> snapshots_;
 };
 
 // Index of the largest logit (lowest index on ties).

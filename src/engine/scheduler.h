@@ -94,7 +94,8 @@ struct SchedulerOutput {
   std::vector<KvOp> kv_ops;                 // memory ops to apply, in order, before the forward pass
   // The other sequences that hold KV pages (running, not in this step), at
   // num_computed_tokens: with the slices, where every live sequence writes
-  // next (the q4c tails a runner must keep, kv_pool.h).
+  // next (what KV state outside the pages the pool keeps: KvBlockPool::
+  // apply_ops).
   std::vector<KvFrontier> idle;
   int64_t n_tokens = 0;                     // tokens in the forward pass
   int n_logit_rows = 0;                     // rows of logits it returns

@@ -19,7 +19,7 @@
 //         [d: head_dim f16][m: head_dim f16][16 position rows of head_dim / 2
 //         bytes of nibbles, q4 order per 32 elements]. The rows of a group
 //         that is not yet full live in f16 in a tail held by the cache
-//         (model/kv_cache.h KvGroupTails) and are encoded from those f16
+//         (model/kv_group_tails.h KvGroupTails) and are encoded from those f16
 //         values when the group's last position is written; a query reads
 //         the keys of its own unfinished group from the tail (kv_key_in_tail
 //         of kernels/attention.h), so every query sees what it would see

@@ -83,7 +83,7 @@ struct ModelConfig {
   int n_ff = 0;
   int n_vocab = 0;
   // The tokens the output head scores when it scores only a subset of the
-  // vocabulary (a truncated draft head, engine/spec/layerskip.h): ascending
+  // vocabulary (a truncated draft head, engine/speculative/layerskip.h): ascending
   // ids; logits rows are n_logits() wide, entry j the score of
   // head_tokens[j]. Empty: the whole vocabulary (every model from a file).
   std::vector<int32_t> head_tokens;

@@ -48,7 +48,7 @@ struct SeqBatch {
   bool want_logits = false;  // logits of the last token of this slice
   bool all_logits = false;   // logits of every token of this slice (overrides want_logits)
   // Rows computed elsewhere (a speculative verification whose draft is this
-  // model's own stack: engine/spec/draft_proposer.h): the final residual
+  // model's own stack: engine/speculative/draft_proposer.h): the final residual
   // rows [n_pre, n_embd] of tokens 0 .. n_pre-1, whose K/V are in `cache`
   // already. Only tokens n_pre .. n-1 run through the layers; with
   // all_logits (required) the slice's n logits rows are the head over the

@@ -1,9 +1,9 @@
-// Linear: one weight matrix of the forward pass with what travels with it.
-// Today a weight (any registry dtype) and an optional bias; the other fields
-// are the room the compression toolkit will fill (calibrated input scales,
-// act-order permutations, tensor-parallel shards, sparse formats). The
-// forward pass supports only what bind_weights() produces: a layer that sets
-// a field the forward pass does not implement yet is rejected at load.
+// Linear: one weight matrix of the forward pass with what travels with it:
+// a weight (any registry dtype), an optional bias, the activation bits of
+// its product, and the tensor-parallel shard a rank holds (kept for issue 40;
+// nothing sets it yet). The forward pass supports only what bind_weights()
+// produces: a layer that sets a field the forward pass does not implement
+// yet (a shard) is rejected at load (check_forward_support).
 #pragma once
 
 #include <cstdint>
@@ -11,8 +11,6 @@
 #include "core/tensor.h"
 
 namespace ember {
-
-enum class SparsityFormat { kDense };  // 2:4 and unstructured formats follow with pruning
 
 // How a tensor-parallel rank holds its part of the matrix.
 struct LinearShard {
@@ -25,27 +23,18 @@ struct LinearShard {
 struct Linear {
   const TensorView* weight = nullptr;  // [n_out, n_in] (ne[0] = n_in)
   const float* bias = nullptr;         // [n_out], optional
-  // Per-input-channel divisors applied to x before the product (AWQ scales
-  // that could not be folded into a preceding op); null: none.
-  const float* input_scale = nullptr;  // [n_in]
-  // x columns are read in this order (GPTQ act-order without reordering the
-  // stored rows); null: identity.
-  const int32_t* input_perm = nullptr;  // [n_in]
   // Activation bits of the product (MatmulTarget::act_bits): 0 = the weight
   // type's activation type as it is (int8 blocks for quantized weights);
   // 4 = 4-bit levels in those blocks (Model::set_activation_bits).
   int act_bits = 0;
   LinearShard shard;
-  SparsityFormat sparsity = SparsityFormat::kDense;
 
   explicit operator bool() const { return weight != nullptr; }
   int64_t n_in() const { return weight ? weight->ne[0] : 0; }
   int64_t n_out() const { return weight ? weight->ne[1] : 0; }
-  // True when only weight (+ bias) are set: what the forward pass runs today.
-  bool is_plain() const {
-    return !input_scale && !input_perm && shard.split == LinearShard::Split::kNone &&
-           sparsity == SparsityFormat::kDense;
-  }
+  // True when the whole matrix is held (no shard): what the forward pass
+  // runs today.
+  bool is_plain() const { return shard.split == LinearShard::Split::kNone; }
 };
 
 }  // namespace ember

@@ -39,8 +39,8 @@ Status check_forward_support(const ModelConfig& c, const ModelWeights& w) {
     if (!l.weight) return Status::errorf("{}: no weight", what);
     if (!l.is_plain())
       return Status::errorf(
-          "{}: the forward pass runs only plain linears (weight and bias); input scales, input permutations, "
-          "tensor-parallel shards and sparse formats are not supported yet",
+          "{}: the forward pass runs only plain linears (weight and bias); tensor-parallel shards are not "
+          "supported yet",
           what);
     if (l.n_out() != n_out || l.n_in() != n_in)
       return Status::errorf("{}: weight is [{}, {}] (out, in), the config needs [{}, {}]", what, l.n_out(), l.n_in(),

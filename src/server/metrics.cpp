@@ -115,13 +115,13 @@ std::string ServerMetrics::render(const EngineStats& e, const std::string& model
   gauge(&out, "ember:kv_cache_blocks_free", "KV-cache blocks free (including cached ones).", e.blocks_free);
   gauge(&out, "ember:kv_cache_waste_perc", "Allocated but unfilled KV slots of running requests (0..1).", e.kv_waste());
   gauge(&out, "ember:kv_cache_bytes_per_token",
-        "KV-cache bytes per token position (all layers, K + V, its dtype; q4c keys: with the f16 tails reserve "
+        "KV-cache bytes per token position (all layers, K + V, its dtype; with the dtype's tails reserve, if any, "
         "spread over the pool's positions).",
         static_cast<double>(e.kv_bytes_per_token_with_tails()));
   gauge(&out, "ember:kv_cache_tails_reserve_bytes",
-        "q4c keys: KV budget reserved for the f16 tails of unfinished token groups (0: other formats).",
+        "KV budget reserved for the tails of unfinished token groups (a token-group key dtype; 0: others).",
         static_cast<double>(e.kv_tail_reserve_bytes));
-  gauge(&out, "ember:kv_cache_tails_bytes", "q4c keys: bytes of f16 tails held now (at most the reserve).",
+  gauge(&out, "ember:kv_cache_tails_bytes", "Bytes of token-group tails held now (at most the reserve).",
         static_cast<double>(e.kv_tail_bytes));
   gauge(&out, "ember:kv_cache_tokens_total", "Token positions the KV-cache pool holds (every layer).",
         static_cast<double>(e.kv_tokens_total));

@@ -322,13 +322,6 @@ void ConstrainedLogits::accept(int32_t token) {
   prefetch();
 }
 
-bool ConstrainedLogits::rollback(int k) {
-  if (!g_) return true;
-  if (!matcher_->rollback(k)) return false;
-  prefetch();
-  return true;
-}
-
 void ConstrainedLogits::forced_tokens(std::vector<int32_t>* out) {
   if (!g_ || !jump_tok_ || !armed_) return;
   std::lock_guard<std::mutex> lk(*pool_mu_);

@@ -80,7 +80,7 @@ class StructuredOutput {
 // them (the last token may merge with what the model writes next), cut at
 // the first token the grammar would not admit. The tokenizer must outlive
 // the processor (the server's does). With a worker, the mask of the state
-// after each accept() or rollback() is computed there ahead of process().
+// after each accept() is computed there ahead of process().
 // With a `trigger`, the grammar is off (only the biases apply) until the
 // accepted tokens' text contains the trigger; the grammar, whose text must
 // begin with the trigger, then takes that text from the trigger on and
@@ -94,7 +94,6 @@ class ConstrainedLogits final : public LogitsProcessor {
                     std::shared_ptr<grammar::MaskWorker> worker = nullptr, std::string trigger = {});
   void process(const int32_t* tokens, int64_t n_tokens, int64_t n_prompt, float* logits, int n_vocab) override;
   void accept(int32_t token) override;
-  bool rollback(int k) override;
   void forced_tokens(std::vector<int32_t>* out) override;
   std::unique_ptr<LogitsProcessor> clone() const override;
 

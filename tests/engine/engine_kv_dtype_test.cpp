@@ -19,7 +19,7 @@
 #include <random>
 
 #include "engine/engine.h"
-#include "engine/spec_test_util.h"
+#include "engine/speculative_test_util.h"
 #include "kernels/ops.h"
 #include "model/tiny_layered_model.h"
 
@@ -291,7 +291,7 @@ TEST(EngineKvDtypeQ4c, TailsStayWithinTheReserveAndTheBudget) {
       ec.num_kv_blocks = 4;
       auto probe = Engine::create(m, pool, ec);
       ASSERT_TRUE(probe.is_ok()) << probe.status().message();
-      const size_t page = (*probe)->runner().kv_page_bytes();
+      const size_t page = (*probe)->runner().kv_memory().page_bytes;
       const int64_t reserve = (*probe)->stats().kv_tail_reserve_bytes;
       ASSERT_GT(reserve, 0);
       ec.num_kv_blocks = 0;
@@ -363,11 +363,11 @@ TEST(EngineKvDtypeQ4c, TailsOfFinishedSequencesDoNotPileUp) {
   ec.max_num_seqs = 1;
   ec.max_num_batched_tokens = 2;
   ec.enable_prefix_caching = false;
-  EXPECT_EQ(kv_tails_per_layer(1, 2), 2);
+  EXPECT_EQ(kv_tails_per_layer(kKvTokenGroup, 1, 2), 2);
   ec.num_kv_blocks = 4;
   auto probe = Engine::create(*m, pool, ec);
   ASSERT_TRUE(probe.is_ok()) << probe.status().message();
-  const size_t page = (*probe)->runner().kv_page_bytes();
+  const size_t page = (*probe)->runner().kv_memory().page_bytes;
   const int64_t reserve = (*probe)->stats().kv_tail_reserve_bytes;
   ec.num_kv_blocks = 0;
   ec.kv_cache_bytes = static_cast<size_t>(reserve) + 4 * page;
@@ -410,15 +410,15 @@ TEST(EngineKvDtypeErrors, Q4cBudgetMustHoldTheTailsReserve) {
   ec.max_num_batched_tokens = 64;
   // 8 + (64 + 14 * 8) / 16 = 19 tails per layer, of 16 f16 rows of 64, 128
   // and 32 elements.
-  EXPECT_EQ(kv_tails_per_layer(8, 64), 19);
+  EXPECT_EQ(kv_tails_per_layer(kKvTokenGroup, 8, 64), 19);
   const size_t reserve = 19 * 16 * 2 * (64 + 128 + 32);
   const KvSpec ks = kv_spec_from_config(m->config(), ec.kv_types);
-  EXPECT_EQ(kv_tail_reserve_bytes(ks, KvLayout::from_spec(ks, true), 8, 64), reserve);
+  EXPECT_EQ(kv_tail_reserve_bytes(ks, KvLayout::from_spec(ks, true), {8, 64}), reserve);
   ec.num_kv_blocks = 3;  // a page count: the reserve is reported, not taken out
   auto fixed = Engine::create(*m, pool, ec);
   ASSERT_TRUE(fixed.is_ok()) << fixed.status().message();
   EXPECT_EQ((*fixed)->stats().kv_tail_reserve_bytes, static_cast<int64_t>(reserve));
-  const size_t page = (*fixed)->runner().kv_page_bytes();
+  const size_t page = (*fixed)->runner().kv_memory().page_bytes;
   ec.num_kv_blocks = 0;
 
   ec.kv_cache_bytes = reserve;

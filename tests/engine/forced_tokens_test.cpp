@@ -13,7 +13,7 @@
 
 #include "engine/engine.h"
 #include "engine/fake_model_runner.h"
-#include "engine/spec_test_util.h"
+#include "engine/speculative_test_util.h"
 
 namespace ember {
 namespace {
@@ -32,7 +32,6 @@ class JumpAfterSample final : public LogitsProcessor {
       ++n_sampled_;
     }
   }
-  bool rollback(int k) override { return k == 0; }
   void forced_tokens(std::vector<int32_t>* out) override {
     if (pending_ != -1) return;
     out->insert(out->end(), jump_.begin(), jump_.end());

@@ -27,11 +27,6 @@ class ForceScript final : public LogitsProcessor {
       if (j != script_[pos_]) logits[j] = -INFINITY;
   }
   void accept(int32_t) override { ++pos_; }
-  bool rollback(int k) override {
-    if (k < 0 || static_cast<size_t>(k) > pos_) return false;
-    pos_ -= static_cast<size_t>(k);
-    return true;
-  }
   std::unique_ptr<LogitsProcessor> clone() const override { return std::make_unique<ForceScript>(*this); }
   int calls_ = 0;
 

@@ -177,52 +177,5 @@ TEST(Sampler, ValidateRejectsBadValues) {
   EXPECT_TRUE(SamplingParams().validate().is_ok());
 }
 
-// Rollback by k tokens: RNG and penalty history return to where they were,
-// so the same logits give the same tokens again; prompt tokens cannot be
-// rolled back, nor more than the depth.
-TEST(Sampler, RollbackRepeatsTheSameDraws) {
-  SamplingParams p;
-  p.temperature = 1.0f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.f;
-  p.repetition_penalty = 1.5f;
-  p.seed = 77;
-  std::mt19937 rng(5);
-  std::vector<std::vector<float>> rows(12, std::vector<float>(50));
-  for (auto& r : rows)
-    for (float& x : r) x = static_cast<float>(rng() % 1000) / 300.0f;
-  auto draw_at = [&](Sampler& s, int i) {
-    std::vector<float> l = rows[i];
-    const int32_t t = s.sample(l.data(), 50);
-    s.accept(t);
-    return t;
-  };
-  Sampler plain(p);
-  plain.accept(3);
-  std::vector<int32_t> want;
-  for (int i = 0; i < 12; ++i) want.push_back(draw_at(plain, i));
-
-  Sampler s(p);
-  s.set_rollback_depth(4);
-  s.accept(3);  // a prompt token
-  std::vector<int32_t> got;
-  for (int i = 0; i < 8; ++i) got.push_back(draw_at(s, i));
-  EXPECT_EQ(s.rollback_available(), 4);
-  EXPECT_FALSE(s.rollback(5));  // deeper than kept
-  // Draw three "speculative" tokens from other logits, then take them back.
-  for (int i = 9; i < 12; ++i) draw_at(s, i);
-  ASSERT_TRUE(s.rollback(3));
-  for (int i = 8; i < 12; ++i) got.push_back(draw_at(s, i));
-  EXPECT_EQ(got, want);
-  ASSERT_TRUE(s.rollback(4));
-  EXPECT_FALSE(s.rollback(1));  // nothing kept beyond the depth
-  Sampler fresh(p);
-  fresh.set_rollback_depth(2);
-  fresh.accept(3);
-  EXPECT_FALSE(fresh.rollback(1));  // a prompt token
-  EXPECT_TRUE(fresh.rollback(0));
-}
-
 }  // namespace
 }  // namespace ember

@@ -18,7 +18,7 @@
 
 #include "engine/engine.h"
 #include "engine/fake_model_runner.h"
-#include "engine/spec_test_util.h"
+#include "engine/speculative_test_util.h"
 #include "engine/test_sampling.h"
 
 namespace ember {
@@ -641,7 +641,7 @@ TEST(FakeModelRunner, DetectsWrongPagesAndReleasedPages) {
   mc.windows = {0};
   FakeModelRunner runner(mc);
   const KvLayout layout = KvLayout::from_spec(runner.kv_spec(), true);
-  ASSERT_TRUE(runner.allocate_kv(layout, 4, 0, 8).is_ok());
+  ASSERT_TRUE(runner.allocate_kv(layout, 4, 0, 8, {}).is_ok());
   Request r;
   r.id = "x";
   r.tokens = {1, 2, 3, 4, 5, 6};

@@ -105,20 +105,16 @@ TEST(ForwardLayers, ContiguousKvCacheRowsFitTheLargestLayer) {
 
 TEST(ForwardLayers, FromPartsRejectsWhatTheForwardPassCannotRun) {
   const TinySpec s;
-  static const float kScale[64] = {};
-  static const int32_t kPerm[64] = {};
   struct Case {
     const char* what;
     std::function<void(ModelConfig&, ModelWeights&)> edit;
     std::vector<std::string> message;
   };
   const std::vector<Case> cases = {
-      {"input scale", [](ModelConfig&, ModelWeights& w) { w.layers[1].gate.input_scale = kScale; },
-       {"layer 1 ffn_gate", "plain linears"}},
-      {"input permutation", [](ModelConfig&, ModelWeights& w) { w.output.input_perm = kPerm; },
-       {"output", "plain linears"}},
       {"shard", [](ModelConfig&, ModelWeights& w) { w.layers[0].v.shard.split = LinearShard::Split::kRows; },
        {"layer 0 attn_v", "plain linears"}},
+      {"output shard", [](ModelConfig&, ModelWeights& w) { w.output.shard.split = LinearShard::Split::kCols; },
+       {"output", "plain linears"}},
       {"ffn width", [](ModelConfig& c, ModelWeights&) { c.layers[2].n_ff = 32; },
        {"layer 2 ffn_gate", "weight is [24, 32]", "needs [32, 32]"}},
       {"head grouping", [](ModelConfig& c, ModelWeights&) { c.layers[0].n_head_kv = 3; },

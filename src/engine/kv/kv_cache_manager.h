@@ -4,7 +4,7 @@
 // window release, swap-space accounting, forks, rollback of speculative
 // slots, and the block-accounting invariants. Memory work it decides on
 // (copy a page, move a page to or from swap space) is returned as an
-// ordered list of KvOps that the model runner applies before the next
+// ordered list of KvOps (kv_pool.h) that the model runner applies before the next
 // forward pass, so the manager runs without a model (tests use the fake
 // runner) and a GPU runner can apply the same ops to device memory.
 //
@@ -33,16 +33,6 @@
 namespace ember {
 
 using BlockTables = std::vector<std::vector<int32_t>>;  // [n_groups][blocks of positions]
-
-// A memory operation for the model runner, applied in list order.
-struct KvOp {
-  enum class Kind { kCopy, kSwapOut, kSwapIn };
-  Kind kind = Kind::kCopy;
-  int32_t src = -1;  // kCopy, kSwapOut: page id; kSwapIn: swap slot
-  int32_t dst = -1;  // kCopy, kSwapIn: page id; kSwapOut: swap slot
-  int n_rows = 0;    // kCopy: leading positions of the page to copy (the rest is unwritten);
-                     // kSwapOut: positions of the page its sequence has computed
-};
 
 struct KvCacheCounters {
   PrefixCacheCounters prefix;

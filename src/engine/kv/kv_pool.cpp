@@ -8,6 +8,8 @@
 #include <numeric>
 #include <string>
 
+#include "core/check.h"
+
 namespace ember {
 
 Result<size_t> kv_budget_from_free_memory(double fraction) {
@@ -44,21 +46,23 @@ size_t kv_bytes_per_token(const KvSpec& spec) {
   return b;
 }
 
-int64_t kv_tails_per_layer(int max_seqs, int max_batch_tokens) {
+int64_t kv_tails_per_layer(int group, int max_seqs, int max_batch_tokens) {
   const int64_t r = std::max(0, max_seqs), b = std::max(0, max_batch_tokens);
-  return r + (b + 14 * std::min(r, b)) / kKvTokenGroup;
+  return r + (b + (group - 2) * std::min(r, b)) / group;
 }
 
-size_t kv_tail_reserve_bytes(const KvSpec& spec, const KvLayout& layout, int max_seqs, int max_batch_tokens) {
-  if (!kv_token_grouped(spec.types.k)) return 0;
+size_t kv_tail_reserve_bytes(const KvSpec& spec, const KvLayout& layout, const KvPoolLimits& limits) {
+  const KvGroupCodec* codec = kv_group_codec(spec.types.k);
+  if (!codec) return 0;
   const KvSlotDims d = KvSlotDims::of(spec, layout);
   size_t per_tail_set = 0;  // one tail in every layer
   for (size_t il = 0; il < layout.slot_of_layer.size(); ++il) {
     const int s = layout.slot_of_layer[il];
     if (s >= 0 && s < static_cast<int>(d.k_dim.size()))
-      per_tail_set += static_cast<size_t>(2 * kKvTokenGroup * d.k_dim[s]);
+      per_tail_set += codec->group * kv_row_bytes(codec->staged, d.k_dim[s]);
   }
-  return per_tail_set * static_cast<size_t>(kv_tails_per_layer(max_seqs, max_batch_tokens));
+  return per_tail_set *
+         static_cast<size_t>(kv_tails_per_layer(codec->group, limits.max_seqs, limits.max_batch_tokens));
 }
 
 KvLayout KvLayout::from_spec(const KvSpec& spec, bool split_windows) {
@@ -122,7 +126,8 @@ size_t KvSlotDims::page_bytes(int block_size) const {
 }
 
 Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, const KvLayout& layout, int block_size,
-                                                         size_t memory_bytes, int64_t n_blocks) {
+                                                         size_t memory_bytes, int64_t n_blocks,
+                                                         const KvPoolLimits& limits) {
   if (block_size < 1 || block_size > 4096) return Status::errorf("KV block size {} out of range [1, 4096]", block_size);
   if (spec.layers.empty()) return Status::error("KV pool: invalid model shape");
   for (const KvLayerSpec& l : spec.layers)
@@ -131,11 +136,12 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, con
     return Status::error("KV pool: layout does not match the model");
   if (spec.head_dim > 0) EMBER_RETURN_IF_ERROR(kv_type_check(spec.types.k, spec.head_dim));
   if (spec.head_dim_v > 0) EMBER_RETURN_IF_ERROR(kv_type_check(spec.types.v, spec.head_dim_v));
-  if (kv_token_grouped(spec.types.v))
-    return Status::error("KV cache dtype q4c is a key format (V: f32, f16, bf16, q8, q4)");
-  if (kv_token_grouped(spec.types.k) && (block_size % kKvTokenGroup != 0 || spec.head_dim <= 0))
-    return Status::errorf("KV cache dtype q4c needs a block size that is a multiple of {} (have {})", kKvTokenGroup,
-                          block_size);
+  const KvGroupCodec* codec = kv_group_codec(spec.types.k);
+  if (kv_group_codec(spec.types.v))
+    return Status::errorf("KV cache dtype {} is a key format (V: f32, f16, bf16, q8, q4)", kv_type_name(spec.types.v));
+  if (codec && (block_size % codec->group != 0 || spec.head_dim <= 0))
+    return Status::errorf("KV cache dtype {} needs a block size that is a multiple of {} (have {})",
+                          kv_type_name(codec->type), codec->group, block_size);
   auto grouped = [](KvType t) { return t == KvType::kQ8 || t == KvType::kQ4 || t == KvType::kQ4C; };
   for (const KvLayerSpec& l : spec.layers)
     if ((grouped(spec.types.k) && l.k_dim % kKvGroup) || (grouped(spec.types.v) && l.v_dim % kKvGroup))
@@ -146,10 +152,32 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, con
   p->types_ = spec.types;
   p->block_size_ = block_size;
   p->dims_ = KvSlotDims::of(spec, layout);
+  p->codec_ = codec;
+  // Token groups: the tails' worst case comes out of the budget first.
+  const size_t reserve = kv_tail_reserve_bytes(spec, layout, limits);
+  p->tail_reserve_ = reserve;
   const size_t per_block = p->bytes_per_block();
-  if (n_blocks <= 0) n_blocks = static_cast<int64_t>(memory_bytes / per_block);
-  if (n_blocks < 1)
-    return Status::errorf("KV cache budget of {} bytes is below one block ({} bytes)", memory_bytes, per_block);
+  if (n_blocks <= 0) {
+    const char* staged = codec ? kv_type_name(codec->staged) : "";
+    const char* name = codec ? kv_type_name(codec->type) : "";
+    if (reserve > 0 && memory_bytes <= reserve)
+      return Status::errorf(
+          "KV cache budget of {} bytes ({:.1f} MiB) cannot hold the {} key tails reserve of {} bytes ({:.1f} MiB: "
+          "{} token groups for {} sequences and steps of {} tokens) and any pages: raise the KV cache memory or "
+          "lower max_num_seqs / max_num_batched_tokens",
+          memory_bytes, memory_bytes / 1048576.0, name, reserve, reserve / 1048576.0, staged, limits.max_seqs,
+          limits.max_batch_tokens);
+    const size_t pages = memory_bytes - reserve;
+    n_blocks = static_cast<int64_t>(pages / per_block);
+    if (n_blocks < 1) {
+      const Status below =
+          Status::errorf("KV cache budget of {} bytes is below one block ({} bytes)", pages, per_block);
+      return reserve > 0 ? below.with_context(fmt::format("after the {} key tails reserve of {} bytes ({:.1f} MiB) "
+                                                          "out of {} bytes",
+                                                          name, reserve, reserve / 1048576.0, memory_bytes))
+                         : below;
+    }
+  }
   if (n_blocks > (int64_t{1} << 30)) return Status::errorf("KV pool: {} blocks is too many", n_blocks);
   p->n_blocks_ = static_cast<int32_t>(n_blocks);
   for (int s = 0; s < layout.layers_per_group; ++s) {
@@ -165,21 +193,61 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, con
     p->k_.emplace_back(k);  // uninitialised: only written rows are read
     p->v_.emplace_back(v);
   }
-  p->head_dim_ = spec.head_dim;
-  if (kv_token_grouped(spec.types.k)) {
+  if (codec) {
     p->tails_.resize(layout.layers_per_group);
     for (int s = 0; s < layout.layers_per_group; ++s)
-      p->tails_[s].init(n_blocks * p->groups_per_page(), p->dims_.k_dim[s], spec.head_dim);
+      p->tails_[s].init(*codec, n_blocks * p->groups_per_page(), p->dims_.k_dim[s], spec.head_dim);
   }
   return p;
 }
 
 size_t KvBlockPool::bytes_per_block() const { return dims_.page_bytes(block_size_); }
 
+KvMemory KvBlockPool::memory() const {
+  KvMemory m;
+  m.page_bytes = bytes_per_block();
+  m.tail_reserve_bytes = static_cast<int64_t>(tail_reserve_);
+  m.tail_bytes = static_cast<int64_t>(tail_bytes());
+  m.tail_peak_bytes = static_cast<int64_t>(tail_peak_bytes());
+  return m;
+}
+
+void KvBlockPool::apply_ops(const std::vector<KvOp>& ops, const std::vector<KvFrontier>& live, KvSwapPages* swap) {
+  // Token groups: only the tail of each live sequence's frontier group
+  // outlives a step ("Tails" in kv_pool.h): dead ones go before the ops add
+  // any (except on pages a swap-out still reads), the rest after them.
+  swap_out_pages_.clear();
+  if (codec_) {
+    for (const KvOp& op : ops)
+      if (op.kind == KvOp::Kind::kSwapOut) swap_out_pages_.push_back(op.src);
+    release_tails(live, swap_out_pages_);
+  }
+  for (const KvOp& op : ops) {
+    switch (op.kind) {
+      case KvOp::Kind::kCopy:
+        copy_block(op.src, op.dst, op.n_rows);
+        break;
+      case KvOp::Kind::kSwapOut: {
+        if (swap->size() <= static_cast<size_t>(op.dst)) swap->resize(op.dst + 1);
+        std::vector<uint8_t>& host = (*swap)[op.dst];
+        host.resize(swap_page_bytes(op.src, op.n_rows));
+        read_page(op.src, host.data(), op.n_rows);
+        break;
+      }
+      case KvOp::Kind::kSwapIn:
+        EMBER_CHECK(static_cast<size_t>(op.src) < swap->size() && !(*swap)[op.src].empty());
+        write_page(op.dst, (*swap)[op.src].data());
+        std::vector<uint8_t>().swap((*swap)[op.src]);  // host memory goes back with the slot
+        break;
+    }
+  }
+  if (!swap_out_pages_.empty()) release_tails(live);
+}
+
 void KvBlockPool::copy_block(int32_t src, int32_t dst, int n_rows) {
   n_rows = std::clamp(n_rows, 0, block_size_);
   const int gpp = groups_per_page();
-  const int open = n_rows % kKvTokenGroup != 0 ? n_rows / kKvTokenGroup : -1;  // the group holding n_rows
+  const int open = open_group(n_rows);
   for (int s = 0; s < layout_.layers_per_group; ++s) {
     std::copy(k_block(s, src), k_block(s, src) + n_rows * k_row_bytes(s), k_block(s, dst));
     std::copy(v_block(s, src), v_block(s, src) + n_rows * v_row_bytes(s), v_block(s, dst));
@@ -196,7 +264,7 @@ void KvBlockPool::release_tails(const std::vector<KvFrontier>& live, const std::
     if (!f.tables || f.pos < 0) continue;
     const size_t i = static_cast<size_t>(f.pos / block_size_);
     for (const std::vector<int32_t>& t : *f.tables)
-      if (i < t.size() && t[i] >= 0) keep_ids_.push_back(int64_t{t[i]} * gpp + f.pos % block_size_ / kKvTokenGroup);
+      if (i < t.size() && t[i] >= 0) keep_ids_.push_back(int64_t{t[i]} * gpp + f.pos % block_size_ / codec_->group);
   }
   std::sort(keep_ids_.begin(), keep_ids_.end());
   keep_pages_.assign(keep_pages.begin(), keep_pages.end());
@@ -222,7 +290,7 @@ size_t KvBlockPool::tail_peak_bytes() const {
 
 size_t KvBlockPool::swap_page_bytes(int32_t b, int n_rows) const {
   size_t bytes = bytes_per_block() + tails_.size() * static_cast<size_t>(groups_per_page());  // state bytes
-  const int open = n_rows % kKvTokenGroup != 0 && n_rows < block_size_ ? n_rows / kKvTokenGroup : -1;
+  const int open = open_group(n_rows);
   if (open >= 0)
     for (const KvGroupTails& t : tails_)
       if (t.rows(int64_t{b} * groups_per_page() + open)) bytes += static_cast<size_t>(t.tail_bytes());
@@ -238,7 +306,7 @@ void KvBlockPool::read_page(int32_t b, uint8_t* dst, int n_rows) {
     std::copy(v_block(s, b), v_block(s, b) + vn, dst);
     dst += vn;
   }
-  const int open = n_rows % kKvTokenGroup != 0 && n_rows < block_size_ ? n_rows / kKvTokenGroup : -1;
+  const int open = open_group(n_rows);
   for (const KvGroupTails& t : tails_)
     for (int g = 0; g < groups_per_page(); ++g) {
       if (g == open) {
@@ -272,7 +340,7 @@ void PagedKvCache::sync() {
   const size_t L = l.group_of_layer.size();
   k_ptr_.resize(L * n_synced_);
   v_ptr_.resize(L * n_synced_);
-  if (kv_token_grouped(pool_.types().k)) tail_ptr_.resize(L * n_synced_ * pool_.groups_per_page());
+  if (pool_.group_codec()) tail_ptr_.resize(L * n_synced_ * pool_.groups_per_page());
   for (size_t il = 0; il < L; ++il) {
     const std::vector<int32_t>& t = (*tables_)[l.group_of_layer[il]];
     const int s = l.slot_of_layer[il];
@@ -293,7 +361,7 @@ KvView PagedKvCache::view(int layer) const {
   v.v_row_bytes = pool_.v_row_bytes(s);
   v.k_type = pool_.types().k;
   v.v_type = pool_.types().v;
-  if (kv_token_grouped(v.k_type)) {
+  if (pool_.group_codec()) {
     const int gpp = pool_.groups_per_page();
     const std::vector<int32_t>& t = (*tables_)[pool_.layout().group_of_layer[layer]];
     const uint8_t** tp = tail_ptr_.data() + static_cast<size_t>(layer) * n_synced_ * gpp;
@@ -307,26 +375,28 @@ KvView PagedKvCache::view(int layer) const {
 }
 
 void PagedKvCache::store_k(int layer, int64_t pos, const float* src, int64_t n) {
-  if (!kv_token_grouped(pool_.types().k)) return KvCache::store_k(layer, pos, src, n);
+  const KvGroupCodec* codec = pool_.group_codec();
+  if (!codec) return KvCache::store_k(layer, pos, src, n);
   const KvLayout& l = pool_.layout();
-  const int s = l.slot_of_layer[layer], bs = pool_.block_size();
+  const int s = l.slot_of_layer[layer], bs = pool_.block_size(), G = codec->group;
   const int32_t page = (*tables_)[l.group_of_layer[layer]][pos / bs];
-  const int g = static_cast<int>(pos % bs / kKvTokenGroup);
-  pool_.tails(s).store(int64_t{page} * pool_.groups_per_page() + g, static_cast<int>(pos % kKvTokenGroup), src, n,
-                       pool_.k_block(s, page) + int64_t{g} * kKvTokenGroup * pool_.k_row_bytes(s));
+  const int g = static_cast<int>(pos % bs / G);
+  pool_.tails(s).store(int64_t{page} * pool_.groups_per_page() + g, static_cast<int>(pos % G), src, n,
+                       pool_.k_block(s, page) + int64_t{g} * G * pool_.k_row_bytes(s));
 }
 
 void PagedKvCache::begin_k_writes(int layer, int64_t first_pos) {
-  if (!kv_token_grouped(pool_.types().k)) return;
+  const KvGroupCodec* codec = pool_.group_codec();
+  if (!codec) return;
   const KvLayout& l = pool_.layout();
-  const int s = l.slot_of_layer[layer], bs = pool_.block_size();
+  const int s = l.slot_of_layer[layer], bs = pool_.block_size(), G = codec->group;
   const std::vector<int32_t>& t = (*tables_)[l.group_of_layer[layer]];
   // Tails exist only for the groups of the last passes: walk back from the
   // last group ending at or before first_pos until one holds none.
-  for (int64_t g = first_pos / kKvTokenGroup - 1; g >= 0; --g) {
-    const int64_t p = g * kKvTokenGroup;
+  for (int64_t g = first_pos / G - 1; g >= 0; --g) {
+    const int64_t p = g * G;
     if (static_cast<size_t>(p / bs) >= t.size() || t[p / bs] < 0) break;
-    if (!pool_.tails(s).release_full(int64_t{t[p / bs]} * pool_.groups_per_page() + p % bs / kKvTokenGroup)) break;
+    if (!pool_.tails(s).release_full(int64_t{t[p / bs]} * pool_.groups_per_page() + p % bs / G)) break;
   }
 }
 

@@ -1,6 +1,9 @@
-// Paged KV memory: one preallocated pool of fixed-size pages, and
-// PagedKvCache, the KvCache adaptor through which the forward pass reads and
-// writes one sequence's K/V via its block tables.
+// Paged KV memory: one preallocated pool of fixed-size pages, the page ops
+// of a step (copy-on-write, swap), and PagedKvCache, the KvCache adaptor
+// through which the forward pass reads and writes one sequence's K/V via its
+// block tables. Everything a KV format needs beyond its row layout lives
+// here and in model/ (kv_cache.h, kv_group_tails.h), so the scheduler, the
+// engine and the model runner see only the KvTypes.
 //
 // Layers are split into KV groups (KvLayout): layers with the same attention
 // window, cut into groups of equal size so every group uses the same page
@@ -17,11 +20,12 @@
 // size (structured pruning): each page slot is as wide as the widest layer
 // stored in that slot. Rows are stored in the spec's KvTypes (f32, f16,
 // bf16, q8, q4, q4c: kernels/kv_types.h, scales inside the page), so the
-// page ops (copy-on-write, swap) move bytes whatever the format. q4c keys
-// (block_size a multiple of kKvTokenGroup) also have f16 tails per (slot,
-// page, token group) (model/kv_cache.h KvGroupTails), outside the pages and
-// bounded (below: "q4c tails"); the page ops move the one tail a copied or
-// swapped page still needs (that of its sequence's frontier group).
+// page ops (copy-on-write, swap) move bytes whatever the format. A
+// token-group key format (q4c; block_size a multiple of its group) also has
+// tails per (slot, page, token group) (model/kv_group_tails.h), outside the
+// pages and bounded (below: "Tails"); the page ops move the one tail a
+// copied or swapped page still needs (that of its sequence's frontier
+// group), and apply_ops frees the tails no later pass can read.
 //
 // Block ownership (reference counts, free lists, prefix cache) lives in
 // BlockManager and KvCacheManager; this file only owns memory. Not
@@ -65,6 +69,41 @@ struct KvFrontier {
   int64_t pos = 0;
 };
 
+// A page op of a step, made by the KV manager (kv_cache_manager.h) and
+// applied by the model runner, in list order, before the forward pass
+// (KvBlockPool::apply_ops).
+struct KvOp {
+  enum class Kind { kCopy, kSwapOut, kSwapIn };
+  Kind kind = Kind::kCopy;
+  int32_t src = -1;  // kCopy, kSwapOut: page id; kSwapIn: swap slot
+  int32_t dst = -1;  // kCopy, kSwapIn: page id; kSwapOut: swap slot
+  int n_rows = 0;    // kCopy: leading positions of the page to copy (the rest is unwritten);
+                     // kSwapOut: positions of the page its sequence has computed
+};
+
+// Host copies of swapped-out pages by swap slot (empty: a free slot).
+using KvSwapPages = std::vector<std::vector<uint8_t>>;
+
+// What the pool serves at most: sequences that hold pages at once and
+// tokens one forward pass writes. A token-group format sizes its tails'
+// reserve from them (below: "Tails"); 0, 0: no reserve (the tails are not
+// bounded by the budget).
+struct KvPoolLimits {
+  int max_seqs = 0;
+  int max_batch_tokens = 0;
+};
+
+// The pool's memory as the engine reports it: one page (the unit of swap
+// space) and, for a token-group format, its tails: the budget reserved for
+// them, the bytes held now and the sum over the slots of the most each ever
+// held (>= the peak of their sum; 0 for per-row formats).
+struct KvMemory {
+  size_t page_bytes = 0;
+  int64_t tail_reserve_bytes = 0;
+  int64_t tail_bytes = 0;
+  int64_t tail_peak_bytes = 0;
+};
+
 struct KvLayout {
   int n_groups = 1;
   int layers_per_group = 0;
@@ -91,23 +130,22 @@ struct KvSlotDims {
   size_t page_bytes(int block_size) const;
 };
 
-// q4c tails: the bound. A tail is the f16 copy of one token group of one
-// layer: kKvTokenGroup rows of its page slot's K width, 2 * 16 * k_dim
-// bytes. A query reads only its own group's tail, and only in a pass that
-// writes that group, so before each step's KV ops (and after them, if a
-// swap-out read some first) the runner frees every tail but one per
-// sequence that holds pages: that
-// of the group holding its frontier (release_tails; a rollback may have
-// reopened that group, full or not). The ops carry only that tail
-// (copy_block, read_page). The forward pass then writes, per slice of n
-// tokens, the groups [pos0, pos0 + n) touches: at most
-// floor((n + 14) / 16) + 1, the frontier group among them. Per layer, with
-// R sequences holding pages (running ones; R <= max_num_seqs: the engine
-// refuses more samples than that with q4c keys), S <= min(R, B) of them
-// in the pass and sum n <= B (max_num_batched_tokens):
+// Tails: the bound. A tail is the staged copy of one token group of G
+// positions of one layer (q4c: G = 16 f16 rows of its page slot's K width,
+// 2 * 16 * k_dim bytes). A query reads only its own group's tail, and only
+// in a pass that writes that group, so before each step's page ops (and
+// after them, if a swap-out read some first) apply_ops frees every tail but
+// one per sequence that holds pages: that of the group holding its frontier
+// (release_tails; a rollback may have reopened that group, full or not).
+// The ops carry only that tail (copy_block, read_page). The forward pass
+// then writes, per slice of n tokens, the groups [pos0, pos0 + n) touches:
+// at most floor((n + G - 2) / G) + 1, the frontier group among them. Per
+// layer, with R sequences holding pages (running ones; R <= max_seqs: the
+// engine refuses more samples than that when the pool has a reserve), S <=
+// min(R, B) of them in the pass and sum n <= B (max_batch_tokens):
 //
-//   tails <= sum over the slices (floor((n + 14) / 16) + 1) + (R - S)
-//         <= R + floor((B + 14 * min(R, B)) / 16)
+//   tails <= sum over the slices (floor((n + G - 2) / G) + 1) + (R - S)
+//         <= R + floor((B + (G - 2) * min(R, B)) / G)
 //
 // (floors of a sum bound the sum of floors from below; the bound grows with
 // S). Sequences a preemption swaps out keep their tails until their
@@ -115,18 +153,21 @@ struct KvSlotDims {
 // counted there, and are not running now (no admission in a step that
 // preempts). Finished sequences' tails go at the next step, before any op
 // adds one. kv_tails_per_layer is that count; kv_tail_reserve_bytes sums
-// it over the layers at their slots' widths: what the engine takes out of
-// the KV budget before sizing the pages (0 for other key formats).
-int64_t kv_tails_per_layer(int max_seqs, int max_batch_tokens);
-size_t kv_tail_reserve_bytes(const KvSpec& spec, const KvLayout& layout, int max_seqs, int max_batch_tokens);
+// it over the layers at their slots' widths: what KvBlockPool::create takes
+// out of the KV budget before sizing the pages (0 for per-row formats).
+int64_t kv_tails_per_layer(int group, int max_seqs, int max_batch_tokens);
+size_t kv_tail_reserve_bytes(const KvSpec& spec, const KvLayout& layout, const KvPoolLimits& limits);
 
 class KvBlockPool {
  public:
   // n_blocks > 0 fixes the page count; otherwise as many pages as fit in
-  // memory_bytes. Errors on a bad block size, a budget below one page, or
-  // KV formats that do not fit the head dims.
+  // memory_bytes, after a token-group format's tails reserve for `limits`
+  // (with a fixed page count the reserve is on top). Errors on a bad block
+  // size, a budget below the reserve and one page, or KV formats that do
+  // not fit the head dims.
   static Result<std::unique_ptr<KvBlockPool>> create(const KvSpec& spec, const KvLayout& layout, int block_size,
-                                                     size_t memory_bytes, int64_t n_blocks = 0);
+                                                     size_t memory_bytes, int64_t n_blocks = 0,
+                                                     const KvPoolLimits& limits = {});
   static Result<std::unique_ptr<KvBlockPool>> create(const ModelConfig& cfg, const KvLayout& layout, int block_size,
                                                      size_t memory_bytes, int64_t n_blocks = 0) {
     return create(kv_spec_from_config(cfg), layout, block_size, memory_bytes, n_blocks);
@@ -142,6 +183,8 @@ class KvBlockPool {
   // Bytes of one page (K + V of its group's layers).
   size_t bytes_per_block() const;
   size_t memory_bytes() const { return bytes_per_block() * static_cast<size_t>(n_blocks_); }
+  // Pages, and the tails' reserve, live and peak bytes.
+  KvMemory memory() const;
 
   // Page b, layer slot s: [block_size, k_dim(s)] (K) and [block_size,
   // v_dim(s)] (V) elements, k_row_bytes(s) (v_row_bytes(s)) bytes a position.
@@ -163,50 +206,67 @@ class KvBlockPool {
   int64_t k_row_bytes(int slot) const { return dims_.k_bytes[slot]; }
   int64_t v_row_bytes(int slot) const { return dims_.v_bytes[slot]; }
 
+  // A step's page ops, in order: kCopy (copy_block), kSwapOut (read_page
+  // into (*swap)[dst], sized to fit), kSwapIn (write_page from (*swap)[src],
+  // whose host memory then goes back). `live`: the frontier of every
+  // sequence that holds pages (the step's slices and the idle ones): the
+  // tails no later pass can read go first (release_tails), those of pages a
+  // swap-out reads once it has.
+  void apply_ops(const std::vector<KvOp>& ops, const std::vector<KvFrontier>& live, KvSwapPages* swap);
+
   // Copies the first n_rows positions of page src into dst in every slot
-  // (copy-on-write of a shared partial block; q4c: dst gets only the tail of
-  // the group holding position n_rows, the copier's frontier: the groups
-  // before it are encoded).
+  // (copy-on-write of a shared partial block; token groups: dst gets only
+  // the tail of the group holding position n_rows, the copier's frontier:
+  // the groups before it are encoded).
   void copy_block(int32_t src, int32_t dst, int n_rows);
   // Copies of a whole page (bytes_per_block(): all slots, K then V per
-  // slot, in the pool's formats; q4c: then its tail states) to / from a
-  // host buffer (swap space) of swap_page_bytes(b, n_rows) bytes. n_rows:
-  // the positions of the page its sequence has computed (q4c: only the tail
-  // of the group holding the next one travels).
+  // slot, in the pool's formats; token groups: then its tail states) to /
+  // from a host buffer (swap space) of swap_page_bytes(b, n_rows) bytes.
+  // n_rows: the positions of the page its sequence has computed (token
+  // groups: only the tail of the group holding the next one travels).
   void read_page(int32_t b, uint8_t* dst, int n_rows);
   void write_page(int32_t b, const uint8_t* src);
   size_t swap_page_bytes(int32_t b, int n_rows) const;
 
-  // q4c: frees every tail a later pass cannot read or rewrite, which is all
-  // but the tail of the group holding each frontier in `live` (every
-  // sequence that holds pages), full or not, and the tails of keep_pages
-  // (sources of swap-outs still to be read). Groups before a frontier are
-  // full and read encoded, rows past it are withdrawn or unwritten, pages no
-  // one holds are dead.
+  // Token groups: frees every tail a later pass cannot read or rewrite,
+  // which is all but the tail of the group holding each frontier in `live`
+  // (every sequence that holds pages), full or not, and the tails of
+  // keep_pages (sources of swap-outs still to be read). Groups before a
+  // frontier are full and read encoded, rows past it are withdrawn or
+  // unwritten, pages no one holds are dead.
   void release_tails(const std::vector<KvFrontier>& live, const std::vector<int32_t>& keep_pages = {});
-  // q4c: bytes of the tails allocated now, and the sum over the slots of
-  // the most each ever held (>= the peak of their sum).
+  // Token groups: bytes of the tails allocated now, and the sum over the
+  // slots of the most each ever held (>= the peak of their sum).
   size_t tail_bytes() const;
   size_t tail_peak_bytes() const;
 
-  // q4c: token groups per page, the head dim, and slot s's tails.
-  int groups_per_page() const { return block_size_ / kKvTokenGroup; }
-  int head_dim() const { return head_dim_; }
+  // The key format's token groups (null: a per-row format), groups per
+  // page, and slot s's tails.
+  const KvGroupCodec* group_codec() const { return codec_; }
+  int groups_per_page() const { return codec_ ? block_size_ / codec_->group : 0; }
   KvGroupTails& tails(int slot) { return tails_[slot]; }
   const KvGroupTails& tails(int slot) const { return tails_[slot]; }
 
  private:
   KvBlockPool() = default;
+  // Token groups: the group of a page holding position n_rows when its
+  // sequence has computed n_rows of the page and that group is unfinished
+  // (the one tail a copy or a swap carries); -1 if none.
+  int open_group(int n_rows) const {
+    return codec_ && n_rows % codec_->group != 0 && n_rows < block_size_ ? n_rows / codec_->group : -1;
+  }
   KvLayout layout_;
   KvTypes types_;
   int block_size_ = 0;
   int32_t n_blocks_ = 0;
   KvSlotDims dims_;
-  int head_dim_ = 0;
   std::vector<std::unique_ptr<uint8_t[]>> k_, v_;  // per slot: [n_blocks, block_size, row bytes]
-  std::vector<KvGroupTails> tails_;                // q4c: per slot
+  const KvGroupCodec* codec_ = nullptr;            // the key format's token groups (null: per-row)
+  size_t tail_reserve_ = 0;                        // the tails' share of the budget (kv_tail_reserve_bytes)
+  std::vector<KvGroupTails> tails_;                // token groups: per slot
   std::vector<int64_t> keep_ids_;                  // release_tails' frontier groups (sorted)
   std::vector<int32_t> keep_pages_;                // and pages (sorted)
+  std::vector<int32_t> swap_out_pages_;            // apply_ops: pages this step's swap-outs read
 };
 
 // One sequence's view of the pool through its block tables (not owned; one
@@ -244,7 +304,7 @@ class PagedKvCache final : public KvCache {
   const std::vector<std::vector<int32_t>>* tables_;
   size_t n_synced_ = 0;
   std::vector<const uint8_t*> k_ptr_, v_ptr_;  // [n_layer, n_synced] page pointers (null: released)
-  mutable std::vector<const uint8_t*> tail_ptr_;  // q4c: [n_layer, n_synced * groups per page] (view())
+  mutable std::vector<const uint8_t*> tail_ptr_;  // token groups: [n_layer, n_synced * groups per page] (view())
 };
 
 }  // namespace ember

@@ -1,5 +1,5 @@
 // The speculative-sampling rejection rule; see rejection.h.
-#include "engine/spec/rejection.h"
+#include "engine/speculative/rejection.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // Adaptive k; see adaptive_k.h.
-#include "engine/spec/adaptive_k.h"
+#include "engine/speculative/adaptive_k.h"
 
 namespace ember {
 

@@ -1,5 +1,5 @@
 // Prompt-lookup (n-gram) proposer; see ngram_proposer.h.
-#include "engine/spec/ngram_proposer.h"
+#include "engine/speculative/ngram_proposer.h"
 
 #include <algorithm>
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/spec/proposer.h"
+#include "engine/speculative/proposer.h"
 #include "engine/test_sampling.h"
 
 namespace ember::test {

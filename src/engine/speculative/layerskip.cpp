@@ -1,5 +1,5 @@
 // Layer-skip draft models; see layerskip.h.
-#include "engine/spec/layerskip.h"
+#include "engine/speculative/layerskip.h"
 
 #include <algorithm>
 #include <cstdlib>

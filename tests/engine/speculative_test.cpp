@@ -11,9 +11,9 @@
 #include <random>
 
 #include "engine/engine.h"
-#include "engine/spec/ngram_proposer.h"
-#include "engine/spec/rejection.h"
-#include "engine/spec_test_util.h"
+#include "engine/speculative/ngram_proposer.h"
+#include "engine/speculative/rejection.h"
+#include "engine/speculative_test_util.h"
 #include "engine/test_sampling.h"
 
 namespace ember {

@@ -1,5 +1,5 @@
 // Draft-model proposer; see draft_proposer.h.
-#include "engine/spec/draft_proposer.h"
+#include "engine/speculative/draft_proposer.h"
 
 #include <algorithm>
 #include <cstring>
@@ -70,8 +70,7 @@ bool is_view_of(const Model& target, const Model& draft) {
 bool same_linear(const Linear& a, const Linear& b) {
   const void* da = a.weight ? a.weight->data : nullptr;
   const void* db = b.weight ? b.weight->data : nullptr;
-  return da == db && a.bias == b.bias && a.input_scale == b.input_scale && a.input_perm == b.input_perm &&
-         a.act_bits == b.act_bits && a.sparsity == b.sparsity;
+  return da == db && a.bias == b.bias && a.act_bits == b.act_bits;
 }
 }  // namespace
 
@@ -121,7 +120,7 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target
   p->draft_head_tokens_ = draft.config().head_tokens;
   p->runner_ = std::make_unique<CpuModelRunner>(draft, pool, cfg.max_batch, draft_kv_types(cfg.kv_types, draft.config()));
   const KvLayout layout = KvLayout::from_spec(p->runner_->kv_spec(), true);
-  auto n_blocks = p->runner_->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks);
+  auto n_blocks = p->runner_->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks, {});
   if (!n_blocks) return n_blocks.status().with_context("draft model KV cache");
   p->kv_ = std::make_unique<KvCacheManager>(layout, cfg.block_size, n_blocks.value(), false, 0);
   p->shared_layers_ = shared_kv_layers(target, draft);

@@ -1,5 +1,5 @@
 // Truncated draft head token selection; see draft_head.h.
-#include "engine/spec/draft_head.h"
+#include "engine/speculative/draft_head.h"
 
 #include <algorithm>
 #include <numeric>

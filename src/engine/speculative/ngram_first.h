@@ -24,8 +24,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/spec/ngram_proposer.h"
-#include "engine/spec/proposer.h"
+#include "engine/speculative/ngram_proposer.h"
+#include "engine/speculative/proposer.h"
 
 namespace ember {
 

@@ -3,7 +3,7 @@
 // and the draft view's head: it holds only the chosen rows (fewer bytes
 // read per draft step) and its logits are, bit for bit, the full head's
 // logits of those tokens. Exactness of speculation with such a draft is in
-// spec_draft_test.cpp (GreedyIdentical*WithTruncatedHead,
+// speculative_draft_test.cpp (GreedyIdentical*WithTruncatedHead,
 // SampledMatchesPlainDistributionTruncatedDraftHead). An interleaved
 // target head gives an interleaved draft head where the rows allow.
 #include <gtest/gtest.h>
@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <string>
 
-#include "engine/spec/draft_head.h"
-#include "engine/spec/layerskip.h"
+#include "engine/speculative/draft_head.h"
+#include "engine/speculative/layerskip.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"

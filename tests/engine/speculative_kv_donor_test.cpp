@@ -11,10 +11,10 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
-#include "engine/spec/draft_proposer.h"
-#include "engine/spec/layerskip.h"
-#include "engine/spec/ngram_first.h"
-#include "engine/spec_test_util.h"
+#include "engine/speculative/draft_proposer.h"
+#include "engine/speculative/layerskip.h"
+#include "engine/speculative/ngram_first.h"
+#include "engine/speculative_test_util.h"
 #include "engine/test_sampling.h"
 #include "model/tiny_layered_model.h"
 

@@ -59,7 +59,7 @@
 #include "core/thread_pool.h"
 #include "engine/cpu_model_runner.h"
 #include "engine/kv/kv_cache_manager.h"
-#include "engine/spec/proposer.h"
+#include "engine/speculative/proposer.h"
 #include "kernels/backend.h"
 #include "kernels/matmul.h"
 #include "model/model.h"
@@ -84,8 +84,8 @@ struct DraftConfig {
 };
 
 // The draft's KV formats for a target cache of formats t: t where the
-// draft's head dims take it, f16 where they do not; q4c keys become f16 (its
-// f16 tails are managed by the engine's pool, which the draft's is not).
+// draft's head dims take it, f16 where they do not; token-group keys (q4c)
+// become f16 (the draft's pool is sized without a tails reserve).
 KvTypes draft_kv_types(KvTypes t, const ModelConfig& draft);
 
 // The number n of leading draft layers whose K/V are the target's: the same
@@ -121,7 +121,7 @@ class DraftProposer final : public Proposer {
 
   // Takes the target's pages as the source of the draft's K/V (see the top)
   // when every draft layer is shared (shared_kv_layers) and both pools store
-  // rows alike (formats, row bytes, block size; not q4c keys). False, and
+  // rows alike (formats, row bytes, block size; not token-group keys). False, and
   // nothing set, otherwise. The donor must outlive the proposer.
   bool set_kv_donor(const KvDonor& donor);
   bool has_kv_donor() const { return donor_.pool != nullptr; }

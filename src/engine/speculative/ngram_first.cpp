@@ -1,5 +1,5 @@
 // N-gram lookup first, the model proposer otherwise; see ngram_first.h.
-#include "engine/spec/ngram_first.h"
+#include "engine/speculative/ngram_first.h"
 
 #include <algorithm>
 

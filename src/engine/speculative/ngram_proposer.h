@@ -12,7 +12,7 @@
 // for the contexts ember serves.
 #pragma once
 
-#include "engine/spec/proposer.h"
+#include "engine/speculative/proposer.h"
 
 namespace ember {
 
