@@ -4,8 +4,58 @@
 #include <map>
 
 #include "cli/common.h"
+#include "model/archs/tensors.h"
 
 namespace ember::cli {
+
+namespace {
+
+// Experts, active parameters and the weight bytes one decoded token reads:
+// every tensor but the experts and the embedding table (one row of it, or
+// all of it when it is also the output head), plus n_expert_used / n_expert
+// of each MoE layer's experts.
+void print_experts(const ModelFile& f, const ModelConfig& c, int64_t n_params) {
+  const LayerConfig* first = nullptr;
+  int n_moe = 0;
+  for (const LayerConfig& l : c.layers)
+    if (l.ffn_kind == FfnKind::kMoe) {
+      if (!first) first = &l;
+      ++n_moe;
+    }
+  const bool tied = !f.tensor("output.weight");
+  double active = 0, bytes = 0;
+  int64_t expert_params = 0;
+  for (const auto& [name, t] : f.tensors) {
+    int layer = -1, expert = -1;
+    TensorRole role = role_from_gguf_expert_name(name, &layer, &expert);
+    if (role == TensorRole::kUnknown) role = role_from_gguf_name(name, &layer);
+    const bool exps = role != TensorRole::kUnknown && role_info(role).kind == TensorKind::kExperts;
+    if (exps && layer >= 0 && layer < c.n_layer && c.layers[layer].n_expert > 0) {
+      const double share = static_cast<double>(c.layers[layer].n_expert_used) / c.layers[layer].n_expert;
+      expert_params += t.nelements();
+      active += share * t.nelements();
+      bytes += share * t.nbytes;
+    } else if (role == TensorRole::kTokenEmbd && !tied) {
+      active += t.nelements();
+      bytes += static_cast<double>(t.row_bytes());
+    } else {
+      active += t.nelements();
+      bytes += t.nbytes;
+    }
+  }
+  std::printf("experts:       %d MoE layers of %d experts (%d used per token, ffn %d", n_moe, first->n_expert,
+              first->n_expert_used, first->n_ff_exp);
+  if (first->n_ff_shexp) std::printf(", shared expert ffn %d", first->n_ff_shexp);
+  std::printf("), routing %s%s\n", moe_gating_name(first->moe_gating),
+              first->moe_norm_topk ? ", weights renormalised" : "");
+  std::printf("parameters:    %.1f M in experts, %.1f M active per token (of %.1f M)\n", expert_params / 1e6,
+              active / 1e6, n_params / 1e6);
+  std::printf("bytes/token:   %.1f MiB of weights read per decoded token (active experts, the rest, one embedding "
+              "row)\n",
+              bytes / 1048576.0);
+}
+
+}  // namespace
 
 int cmd_info(int argc, char** argv, int first) {
   ArgParser p("info", "ember info [MODEL]");
@@ -66,6 +116,7 @@ int cmd_info(int argc, char** argv, int first) {
                   "attention output %d; V/O per head %d\n",
                   c.rotation.attn_in, c.rotation.ffn_in, c.rotation.ffn_down, c.rotation.attn_out, c.rotation.attn_v);
     if (c.act_bits != 8) std::printf("activations:   %d-bit (block linears)\n", c.act_bits);
+    if (c.has_moe()) print_experts(f, c, n_params);
   } else {
     std::printf("config:        not loadable: %s\n", cfg.status().message().c_str());
   }
