@@ -4,16 +4,13 @@
 #include <map>
 
 #include "cli/common.h"
-#include "model/archs/tensors.h"
 
 namespace ember::cli {
 
 namespace {
 
-// Experts, active parameters and the weight bytes one decoded token reads:
-// every tensor but the experts and the embedding table (one row of it, or
-// all of it when it is also the output head), plus n_expert_used / n_expert
-// of each MoE layer's experts.
+// Experts, active parameters and the weight bytes one decoded token reads
+// (Model::decode_reads).
 void print_experts(const ModelFile& f, const ModelConfig& c, int64_t n_params) {
   const LayerConfig* first = nullptr;
   int n_moe = 0;
@@ -22,37 +19,21 @@ void print_experts(const ModelFile& f, const ModelConfig& c, int64_t n_params) {
       if (!first) first = &l;
       ++n_moe;
     }
-  const bool tied = !f.tensor("output.weight");
-  double active = 0, bytes = 0;
-  int64_t expert_params = 0;
-  for (const auto& [name, t] : f.tensors) {
-    int layer = -1, expert = -1;
-    TensorRole role = role_from_gguf_expert_name(name, &layer, &expert);
-    if (role == TensorRole::kUnknown) role = role_from_gguf_name(name, &layer);
-    const bool exps = role != TensorRole::kUnknown && role_info(role).kind == TensorKind::kExperts;
-    if (exps && layer >= 0 && layer < c.n_layer && c.layers[layer].n_expert > 0) {
-      const double share = static_cast<double>(c.layers[layer].n_expert_used) / c.layers[layer].n_expert;
-      expert_params += t.nelements();
-      active += share * t.nelements();
-      bytes += share * t.nbytes;
-    } else if (role == TensorRole::kTokenEmbd && !tied) {
-      active += t.nelements();
-      bytes += static_cast<double>(t.row_bytes());
-    } else {
-      active += t.nelements();
-      bytes += t.nbytes;
-    }
-  }
   std::printf("experts:       %d MoE layers of %d experts (%d used per token, ffn %d", n_moe, first->n_expert,
               first->n_expert_used, first->n_ff_exp);
   if (first->n_ff_shexp) std::printf(", shared expert ffn %d", first->n_ff_shexp);
   std::printf("), routing %s%s\n", moe_gating_name(first->moe_gating),
               first->moe_norm_topk ? ", weights renormalised" : "");
-  std::printf("parameters:    %.1f M in experts, %.1f M active per token (of %.1f M)\n", expert_params / 1e6,
-              active / 1e6, n_params / 1e6);
-  std::printf("bytes/token:   %.1f MiB of weights read per decoded token (active experts, the rest, one embedding "
-              "row)\n",
-              bytes / 1048576.0);
+  auto m = Model::from_file(std::make_unique<ModelFile>(f));
+  if (!m) {
+    std::printf("parameters:    active per token unknown: %s\n", m.status().message().c_str());
+    return;
+  }
+  const Model::DecodeReads r = (*m)->decode_reads();
+  std::printf("parameters:    %.1f M active per token (of %.1f M)\n", r.params / 1e6, n_params / 1e6);
+  std::printf("bytes/token:   %.1f MiB of weights read per decoded token (the chosen experts' share, every other "
+              "matrix, one embedding row)\n",
+              r.bytes / 1048576.0);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "core/check.h"
 #include "kernels/interleave.h"
 #include "kernels/registry.h"
+#include "model/archs/tensors.h"
 
 namespace ember {
 
@@ -312,6 +313,28 @@ int Model::interleave_weights(int threads) {
     file_->owners.push_back(bufs[i]);
   }
   return static_cast<int>(todo.size());
+}
+
+Model::DecodeReads Model::decode_reads() const {
+  DecodeReads r;
+  const bool tied = weights_->output.weight == weights_->tok_embd;
+  for (const auto& [name, t] : file_->tensors) {
+    int layer = -1, expert = -1;
+    TensorRole role = role_from_gguf_expert_name(name, &layer, &expert);
+    if (role == TensorRole::kUnknown) role = role_from_gguf_name(name, &layer);
+    double share = 1;
+    if (role != TensorRole::kUnknown && role_info(role).kind == TensorKind::kExperts && layer >= 0 &&
+        layer < cfg_.n_layer && cfg_.layers[layer].n_expert > 0) {
+      share = static_cast<double>(cfg_.layers[layer].n_expert_used) / cfg_.layers[layer].n_expert;
+    } else if (&t == weights_->tok_embd && !tied) {
+      r.params += static_cast<double>(t.nelements());
+      r.bytes += static_cast<double>(t.nbytes) / static_cast<double>(t.nrows());
+      continue;
+    }
+    r.params += share * static_cast<double>(t.nelements());
+    r.bytes += share * static_cast<double>(t.nbytes);
+  }
+  return r;
 }
 
 size_t Model::weight_bytes() const {
