@@ -282,3 +282,31 @@ TEST(MoeLoad, InterleavedExpertsKeepTheBits) {
 
 }  // namespace
 }  // namespace ember
+
+namespace ember {
+namespace {
+
+// 4-bit activations reach the experts (not the router, which keeps
+// full-precision inputs), and stay batch-invariant.
+TEST(MoeLoad, FourBitActivationsInTheExperts) {
+  test::TempDir dir("moe");
+  const std::string path = write_moe("qwen3moe", dir, DType::kQ4_0);
+  auto m = Model::load(path);
+  auto m8 = Model::load(path);
+  ASSERT_TRUE(m.is_ok() && m8.is_ok());
+  ASSERT_TRUE((*m)->set_activation_bits(4).is_ok());
+  const MoeWeights& w = (*m)->weights().layers[1].moe;
+  EXPECT_EQ(w.gate[3].act_bits, 4);
+  EXPECT_EQ(w.down[0].act_bits, 4);
+  EXPECT_EQ((*m)->weights().layers[1].q.act_bits, 4);
+  EXPECT_EQ(w.router.act_bits, 0);
+  ThreadPool pool(2);
+  const std::vector<int32_t> toks = {1, 7, 200, 33, 5, 5, 90, 17};
+  const std::vector<float> a = prefill_logits(**m, pool, toks, 64);
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(prefill_logits(**m, pool, toks, 3), a);
+  EXPECT_NE(prefill_logits(**m8, pool, toks, 64), a);
+}
+
+}  // namespace
+}  // namespace ember
