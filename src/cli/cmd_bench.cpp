@@ -76,17 +76,10 @@ double measure_read_bandwidth(ThreadPool& pool) {
   return best;
 }
 
-// Bytes of weights a single decode step reads (every matrix once; the
-// embedding matrix only counts if it doubles as the output head).
-size_t decode_weight_bytes(const Model& m) {
-  size_t bytes = 0;
-  const ModelWeights& w = m.weights();
-  for (const auto& [name, t] : m.file().tensors) {
-    if (&t == w.tok_embd && w.output.weight != w.tok_embd) continue;
-    bytes += t.nbytes;
-  }
-  return bytes;
-}
+// Bytes of weights a single decode step reads (every matrix once, the
+// active share of MoE experts; the embedding matrix only counts if it
+// doubles as the output head).
+size_t decode_weight_bytes(const Model& m) { return static_cast<size_t>(m.decode_reads().bytes); }
 
 }  // namespace
 

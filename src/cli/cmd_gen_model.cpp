@@ -36,7 +36,7 @@ int cmd_gen_model(int argc, char** argv, int first) {
                   "--synthetic-vocab] -o OUT.gguf");
   std::string shape_name, arch, type_name = "q8_0", out, vocab_from;
   int n_layer = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_vocab = 0, n_ctx = 0;
-  int n_expert = -1, n_expert_used = -1;
+  int n_expert = -1, n_expert_used = -1, n_ff_exp = -1, n_ff_shexp = -1;
   int threads = default_thread_count();
   uint64_t seed = 0;
   bool synthetic = false, list = false;
@@ -52,9 +52,10 @@ int cmd_gen_model(int argc, char** argv, int first) {
   p.option("--head-dim", &head_dim, "N", "head size (default: n-embd / n-head)");
   p.option("--n-vocab", &n_vocab, "N", "vocabulary size of the synthetic vocabulary");
   p.option("--ctx", &n_ctx, "N", "trained context length written to the file");
-  p.option("--n-expert", &n_expert, "N", "experts per layer (llama, Mixtral layout; 0: dense; ember cannot run MoE "
-                                         "yet)");
+  p.option("--n-expert", &n_expert, "N", "experts per layer (0: dense; llama: the Mixtral layout)");
   p.option("--n-expert-used", &n_expert_used, "N", "experts used per token");
+  p.option("--n-ff-exp", &n_ff_exp, "N", "an expert's FFN size (qwen2moe / qwen3moe; default: --n-ff)");
+  p.option("--n-ff-shexp", &n_ff_shexp, "N", "the shared expert's FFN size (qwen2moe; default: --n-ff)");
   p.option("--type", &type_name, "T", "type of the weight matrices (default q8_0): f32 f16 bf16 q4_0 q4_1 q5_0 "
                                       "q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k");
   p.option("--seed", &seed, "S", "random seed (default 0); same seed, same file");
@@ -80,7 +81,9 @@ int cmd_gen_model(int argc, char** argv, int first) {
       std::printf("%-14s %-6s layers %3d  embd %5d  ff %5d  heads %2d/%d  head_dim %3lld  vocab %6d%s", n.c_str(),
                   s->arch.c_str(), s->n_layer, s->n_embd, s->n_ff, s->n_head, s->n_head_kv,
                   static_cast<long long>(s->head_size()), s->n_vocab, s->tied_embeddings ? "  tied" : "");
-      if (s->n_expert > 0) std::printf("  experts %d (%d used; llama.cpp only)", s->n_expert, s->n_expert_used);
+      if (s->n_expert > 0)
+        std::printf("  experts %d (%d used, ff %d)", s->n_expert, s->n_expert_used,
+                    s->n_ff_exp > 0 ? s->n_ff_exp : s->n_ff);
       std::printf("\n");
     }
     return kExitOk;
@@ -104,6 +107,8 @@ int cmd_gen_model(int argc, char** argv, int first) {
   }
   if (n_head_kv < 0) return usage_error(p, "sizes must be positive");
   if (n_expert >= 0) shape.n_expert = n_expert;
+  if (n_ff_exp >= 0) shape.n_ff_exp = n_ff_exp;
+  if (n_ff_shexp >= 0) shape.n_ff_shexp = n_ff_shexp;
   if (n_expert_used >= 0) shape.n_expert_used = n_expert_used;
   if (shape.n_expert == 0 && n_expert_used < 0) shape.n_expert_used = 0;
   else if (shape.n_expert_used == 0) shape.n_expert_used = std::min(2, shape.n_expert);
@@ -168,8 +173,7 @@ int cmd_gen_model(int argc, char** argv, int first) {
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const std::string& f : stats->fallbacks) std::printf("fallback: %s\n", f.c_str());
   if (shape.n_expert > 0)
-    std::printf("note: mixture-of-experts (%d experts, %d used): llama.cpp runs this file, ember cannot yet\n",
-                shape.n_expert, shape.n_expert_used);
+    std::printf("mixture of experts: %d experts, %d used per token\n", shape.n_expert, shape.n_expert_used);
   std::printf("wrote %s: %s %s, %d layers, embd %d, ff %d, heads %d/%d, head_dim %lld, vocab %d; %lld tensors, "
               "%.1f M params, type %s, %.1f MiB, seed %llu, in %.1f s\n",
               out.c_str(), shape.name.c_str(), shape.arch.c_str(), shape.n_layer, shape.n_embd, shape.n_ff,

@@ -7,6 +7,37 @@
 
 namespace ember::cli {
 
+namespace {
+
+// Experts, active parameters and the weight bytes one decoded token reads
+// (Model::decode_reads).
+void print_experts(const ModelFile& f, const ModelConfig& c, int64_t n_params) {
+  const LayerConfig* first = nullptr;
+  int n_moe = 0;
+  for (const LayerConfig& l : c.layers)
+    if (l.ffn_kind == FfnKind::kMoe) {
+      if (!first) first = &l;
+      ++n_moe;
+    }
+  std::printf("experts:       %d MoE layers of %d experts (%d used per token, ffn %d", n_moe, first->n_expert,
+              first->n_expert_used, first->n_ff_exp);
+  if (first->n_ff_shexp) std::printf(", shared expert ffn %d", first->n_ff_shexp);
+  std::printf("), routing %s%s\n", moe_gating_name(first->moe_gating),
+              first->moe_norm_topk ? ", weights renormalised" : "");
+  auto m = Model::from_file(std::make_unique<ModelFile>(f));
+  if (!m) {
+    std::printf("parameters:    active per token unknown: %s\n", m.status().message().c_str());
+    return;
+  }
+  const Model::DecodeReads r = (*m)->decode_reads();
+  std::printf("parameters:    %.1f M active per token (of %.1f M)\n", r.params / 1e6, n_params / 1e6);
+  std::printf("bytes/token:   %.1f MiB of weights read per decoded token (the chosen experts' share, every other "
+              "matrix, one embedding row)\n",
+              r.bytes / 1048576.0);
+}
+
+}  // namespace
+
 int cmd_info(int argc, char** argv, int first) {
   ArgParser p("info", "ember info [MODEL]");
   std::vector<std::string> pos;
@@ -66,6 +97,7 @@ int cmd_info(int argc, char** argv, int first) {
                   "attention output %d; V/O per head %d\n",
                   c.rotation.attn_in, c.rotation.ffn_in, c.rotation.ffn_down, c.rotation.attn_out, c.rotation.attn_v);
     if (c.act_bits != 8) std::printf("activations:   %d-bit (block linears)\n", c.act_bits);
+    if (c.has_moe()) print_experts(f, c, n_params);
   } else {
     std::printf("config:        not loadable: %s\n", cfg.status().message().c_str());
   }

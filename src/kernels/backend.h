@@ -27,6 +27,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
+#include "kernels/moe.h"
 #include "kernels/ops.h"
 
 namespace ember {
@@ -94,6 +95,23 @@ class Backend {
   // heads (head_dim apart, head_dim a valid size) of each of n rows (stride
   // ld), in place; transpose: the inverse rotation.
   virtual void hadamard(float* x, int64_t ld, int64_t n, int n_heads, int head_dim, bool transpose) = 0;
+
+  // Mixture of experts (contracts in kernels/moe.h). Router: for each of n
+  // rows of logits [n, r.n_expert] (stride ld), the r.k chosen experts
+  // ids [n, r.k] in rank order and their weights [n, r.k].
+  virtual void moe_route(const float* logits, int64_t ld, int64_t n, const MoeRouting& r, int32_t* ids,
+                         float* weights) = 0;
+  // Grouped expert matmul, one call per layer and step: for each slot
+  // s < n_slots, targets[i].y[s * ldy + o] = dot(x row x_row[s] (x_row null:
+  // row s), targets[i].experts[expert[s]] row o), each x row converted once
+  // per activation type and each chosen expert's matrix read once for all
+  // its slots; bit-identical to matmul() of that row and matrix.
+  virtual void moe_matmul(const float* x, int64_t ldx, int64_t n_slots, const int32_t* expert, const int32_t* x_row,
+                          int n_expert, const ExpertTarget* targets, int n_targets) = 0;
+  // out[t, :dim] (+)= sum_{j < k} weights[t * k + j] * y[(t * k + j) * ldy + :]
+  // for n rows (stride ld_out), j in order.
+  virtual void moe_combine(const float* y, int64_t ldy, const float* weights, int k, int64_t n, int64_t dim, float* out,
+                           int64_t ld_out, bool accumulate) = 0;
 
   // Ragged causal attention (see kernels/attention.h): token t attends
   // through views[view_of_token[t]] to the keys at positions <= pos[t].

@@ -111,6 +111,7 @@ Result<ModelConfig> config_from_metadata(const Metadata& meta) {
 
   // Block wiring follows the architecture's tensor list.
   cfg.qk_norm = spec->requires_tensor(TensorRole::kAttnQNorm);
+  cfg.qk_norm_full = cfg.qk_norm && spec->qk_norm_full;
   cfg.post_attn_norm = spec->requires_tensor(TensorRole::kPostAttnNorm);
   cfg.post_ffn_norm = spec->requires_tensor(TensorRole::kPostFfnNorm);
   EMBER_RETURN_IF_ERROR(spec->fill(meta, &cfg));
@@ -181,6 +182,32 @@ int ModelConfig::max_n_head_kv() const {
   int m = n_head_kv;
   for (const LayerConfig& l : layers) m = std::max(m, l.n_head_kv);
   return m;
+}
+
+namespace {
+
+// The largest f(layer) over the MoE layers (0 without).
+template <typename F>
+int64_t max_over_moe(const std::vector<LayerConfig>& layers, F f) {
+  int64_t m = 0;
+  for (const LayerConfig& l : layers)
+    if (l.ffn_kind == FfnKind::kMoe) m = std::max<int64_t>(m, f(l));
+  return m;
+}
+
+}  // namespace
+
+int64_t ModelConfig::max_moe_ff_per_token() const {
+  return max_over_moe(layers, [](const LayerConfig& l) { return int64_t{l.n_expert_used} * l.n_ff_exp; });
+}
+int ModelConfig::max_n_expert_used() const {
+  return static_cast<int>(max_over_moe(layers, [](const LayerConfig& l) { return l.n_expert_used; }));
+}
+int ModelConfig::max_n_expert() const {
+  return static_cast<int>(max_over_moe(layers, [](const LayerConfig& l) { return l.n_expert; }));
+}
+int ModelConfig::max_n_ff_shexp() const {
+  return static_cast<int>(max_over_moe(layers, [](const LayerConfig& l) { return l.n_ff_shexp; }));
 }
 
 int ModelConfig::max_n_ff() const {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/moe.h"
 #include "kernels/ops.h"
 #include "core/metadata.h"
 
@@ -15,9 +16,17 @@ namespace ember {
 
 enum class Activation { kSilu, kGeluTanh };
 
-// What a layer's feed-forward sub-block is: today the dense gated FFN
-// (down(act(gate x) * up x)); Mixture-of-Experts follows.
-enum class FfnKind { kDenseGated };
+// What a layer's feed-forward sub-block is: the dense gated FFN
+// (down(act(gate x) * up x)) or a Mixture-of-Experts layer of such FFNs
+// (model/layers/moe.h).
+enum class FfnKind { kDenseGated, kMoe };
+
+// How a Mixture-of-Experts router turns its logits into the chosen experts
+// and their weights: MoeGating (kernels/moe.h has the arithmetic). kSoftmax
+// is Qwen2/3-MoE's, OLMoE's and Mixtral's (softmax over all experts, top k,
+// renormalised with LayerConfig::moe_norm_topk: norm_topk_prob, true for
+// Mixtral); kSoftmaxTopK gpt-oss's (top k logits, softmax over them);
+// kSigmoid the shared expert's one-logit gate of Qwen2-MoE.
 
 // Per-layer settings. Head counts and the FFN width are per layer because
 // structured pruning (and some architectures) make layers differ; a model
@@ -34,6 +43,21 @@ struct LayerConfig {
   float rope_base = 10000.f;  // theta base for this layer
   float rope_freq_scale = 1.f;  // linear RoPE scaling: positions multiplied by this
   bool use_rope_freq_factors = false;  // divide frequencies by rope_freqs.weight (Llama 3.1)
+  // Mixture of experts (ffn_kind kMoe; GGUF <arch>.expert_count,
+  // .expert_used_count, .expert_feed_forward_length,
+  // .expert_shared_feed_forward_length, .expert_weights_norm,
+  // .expert_weights_scale, .expert_gating_func): n_expert experts of width
+  // n_ff_exp, n_expert_used of them per token with the router's weights
+  // (times moe_weights_scale), plus a shared expert of width n_ff_shexp
+  // (0: none) scaled by sigmoid(x . ffn_gate_inp_shexp) when the layer has
+  // that gate. n_ff is the dense FFN's width and unused by a MoE layer.
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_exp = 0;
+  int n_ff_shexp = 0;
+  MoeGating moe_gating = MoeGating::kSoftmax;
+  bool moe_norm_topk = false;
+  float moe_weights_scale = 1.f;
 
   int n_q_dim(int head_dim) const { return n_head * head_dim; }
   int n_kv_dim(int head_dim) const { return n_head_kv * head_dim; }
@@ -96,6 +120,7 @@ struct ModelConfig {
 
   // Block wiring (set from the architecture's tensor list).
   bool qk_norm = false;         // RMSNorm on each Q/K head (Gemma 3, Qwen3)
+  bool qk_norm_full = false;    // ... on the whole Q / K row instead (OLMoE; weights [q width] / [kv width])
   bool post_attn_norm = false;  // RMSNorm on attention output before the residual (Gemma)
   bool post_ffn_norm = false;   // RMSNorm on FFN output before the residual (Gemma)
   Activation activation = Activation::kSilu;
@@ -116,6 +141,13 @@ struct ModelConfig {
   int max_n_head() const;
   int max_n_head_kv() const;
   int max_n_ff() const;
+  // Largest n_expert_used * n_ff_exp (rows of the expert buffers per token),
+  // n_expert_used, n_expert and n_ff_shexp over the MoE layers (0 without).
+  int64_t max_moe_ff_per_token() const;
+  int max_n_expert_used() const;
+  int max_n_expert() const;
+  int max_n_ff_shexp() const;
+  bool has_moe() const { return max_n_expert() > 0; }
 };
 
 // Reads the common hyper-parameters ("<arch>.block_count", ...), sets the

@@ -37,6 +37,21 @@ ForwardContext::ForwardContext(const Model& model, std::unique_ptr<Backend> back
   attn_.resize(B * H * hdv);
   gate_.resize(B * cfg_.max_n_ff());
   up_.resize(B * cfg_.max_n_ff());
+  if (cfg_.has_moe()) {
+    const size_t k = static_cast<size_t>(cfg_.max_n_expert_used());
+    moe_logits_.resize(B * cfg_.max_n_expert());
+    moe_ids_.resize(B * k);
+    moe_weights_.resize(B * k);
+    moe_x_row_.resize(B * k);
+    moe_gate_.resize(B * static_cast<size_t>(cfg_.max_moe_ff_per_token()));
+    moe_up_.resize(B * static_cast<size_t>(cfg_.max_moe_ff_per_token()));
+    moe_down_.resize(B * k * cfg_.n_embd);
+    moe_shared_gate_.resize(B * cfg_.max_n_ff_shexp());
+    moe_shared_up_.resize(B * cfg_.max_n_ff_shexp());
+    moe_shared_logit_.resize(B);
+    moe_shared_weight_.resize(B);
+    moe_shared_id_.resize(B);
+  }
   rope_cos_.resize(model.n_rope_tables() * B * (cfg_.n_rot / 2));
   rope_sin_.resize(model.n_rope_tables() * B * (cfg_.n_rot / 2));
   rope_ready_.assign(model.n_rope_tables(), 0);
@@ -165,6 +180,20 @@ void ForwardContext::run_layers(int l0, int l1) {
   bb.attn.views = seg_views_.data();
   bb.ffn.gate = gate_.data();
   bb.ffn.up = up_.data();
+  MoeBuffers& mb = bb.ffn.moe;
+  mb.logits = moe_logits_.data();
+  mb.ids = moe_ids_.data();
+  mb.weights = moe_weights_.data();
+  mb.x_row = moe_x_row_.data();
+  mb.gate = moe_gate_.data();
+  mb.up = moe_up_.data();
+  mb.down = moe_down_.data();
+  mb.shared_gate = moe_shared_gate_.data();
+  mb.shared_up = moe_shared_up_.data();
+  mb.shared_logit = moe_shared_logit_.data();
+  mb.shared_weight = moe_shared_weight_.data();
+  mb.shared_id = moe_shared_id_.data();
+  mb.observed = &moe_observed_;
   for (int il = l0; il < l1; ++il) {
     const int g = model_.rope_table(il);
     const int64_t table = static_cast<int64_t>(g) * max_batch_ * (cfg_.n_rot / 2);

@@ -144,6 +144,10 @@ class ForwardContext {
   std::vector<float> attn_;  // [n, max_n_head * head_dim_v]
   std::vector<float> gate_;  // [n, max_n_ff]
   std::vector<float> up_;    // [n, max_n_ff]
+  // Mixture-of-Experts layers (model/layers/moe.h MoeBuffers; empty without).
+  std::vector<float> moe_logits_, moe_weights_, moe_gate_, moe_up_, moe_down_, moe_shared_gate_, moe_shared_up_,
+      moe_shared_logit_, moe_shared_weight_, moe_observed_;
+  std::vector<int32_t> moe_ids_, moe_x_row_, moe_shared_id_;
   // RoPE angles, per Model::rope_table: [n_rope_tables][max_batch, n_rot / 2],
   // computed by the first layer of the step that needs them.
   std::vector<float> rope_cos_, rope_sin_;

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <set>
@@ -23,6 +25,7 @@
 #include "core/check.h"
 #include "kernels/interleave.h"
 #include "kernels/registry.h"
+#include "model/archs/tensors.h"
 
 namespace ember {
 
@@ -51,7 +54,8 @@ Status check_forward_support(const ModelConfig& c, const ModelWeights& w) {
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerConfig& lc = c.layers[il];
     const LayerWeights& l = w.layers[il];
-    if (lc.n_head <= 0 || lc.n_head_kv <= 0 || lc.n_head % lc.n_head_kv != 0 || lc.n_ff <= 0)
+    if (lc.n_head <= 0 || lc.n_head_kv <= 0 || lc.n_head % lc.n_head_kv != 0 ||
+        (lc.ffn_kind == FfnKind::kDenseGated && lc.n_ff <= 0))
       return Status::errorf("layer {}: n_head {}, n_head_kv {}, n_ff {}: need positive sizes and n_head a multiple "
                             "of n_head_kv",
                             il, lc.n_head, lc.n_head_kv, lc.n_ff);
@@ -66,13 +70,47 @@ Status check_forward_support(const ModelConfig& c, const ModelWeights& w) {
         {l.k, LinearRole::kK, lc.n_kv_dim(c.head_dim), E},
         {l.v, LinearRole::kV, lc.n_v_dim(c.head_dim_v), E},
         {l.o, LinearRole::kO, E, static_cast<int64_t>(lc.n_head) * c.head_dim_v},
-        {l.gate, LinearRole::kGate, lc.n_ff, E},
-        {l.up, LinearRole::kUp, lc.n_ff, E},
-        {l.down, LinearRole::kDown, E, lc.n_ff},
     };
     for (const auto& x : linears)
       EMBER_RETURN_IF_ERROR(check_linear(x.lin, fmt::format("layer {} {}", il, linear_role_name(x.role)), x.n_out,
                                          x.n_in));
+    if (lc.ffn_kind == FfnKind::kDenseGated) {
+      EMBER_RETURN_IF_ERROR(check_linear(l.gate, fmt::format("layer {} ffn_gate", il), lc.n_ff, E));
+      EMBER_RETURN_IF_ERROR(check_linear(l.up, fmt::format("layer {} ffn_up", il), lc.n_ff, E));
+      EMBER_RETURN_IF_ERROR(check_linear(l.down, fmt::format("layer {} ffn_down", il), E, lc.n_ff));
+      continue;
+    }
+    // Mixture of experts.
+    const MoeWeights& m = l.moe;
+    if (lc.n_expert < 1 || lc.n_expert_used < 1 || lc.n_expert_used > lc.n_expert ||
+        lc.n_expert_used > kMaxExpertsUsed || lc.n_ff_exp <= 0 || lc.n_ff_shexp < 0)
+      return Status::errorf("layer {}: {} experts, {} used, width {}: need 1 <= used <= experts (and <= {}), a "
+                            "positive width",
+                            il, lc.n_expert, lc.n_expert_used, lc.n_ff_exp, kMaxExpertsUsed);
+    if (c.rotation.any())
+      return Status::errorf("layer {}: QuaRot rotations are not supported in Mixture-of-Experts layers", il);
+    EMBER_RETURN_IF_ERROR(check_linear(m.router, fmt::format("layer {} ffn_gate_inp", il), lc.n_expert, E));
+    const size_t n_exp = static_cast<size_t>(lc.n_expert);
+    if (m.gate.size() != n_exp || m.up.size() != n_exp || m.down.size() != n_exp || m.gate_w.size() != n_exp ||
+        m.up_w.size() != n_exp || m.down_w.size() != n_exp)
+      return Status::errorf("layer {}: {} experts in the config, the weights have {}", il, lc.n_expert, m.gate.size());
+    for (size_t e = 0; e < n_exp; ++e) {
+      EMBER_RETURN_IF_ERROR(check_linear(m.gate[e], fmt::format("layer {} expert {} ffn_gate", il, e), lc.n_ff_exp, E));
+      EMBER_RETURN_IF_ERROR(check_linear(m.up[e], fmt::format("layer {} expert {} ffn_up", il, e), lc.n_ff_exp, E));
+      EMBER_RETURN_IF_ERROR(check_linear(m.down[e], fmt::format("layer {} expert {} ffn_down", il, e), E, lc.n_ff_exp));
+      if (m.gate[e].bias || m.up[e].bias || m.down[e].bias)
+        return Status::errorf("layer {} expert {}: expert biases are not supported", il, e);
+      for (const auto& v : {std::pair{&m.gate, &m.gate_w}, std::pair{&m.up, &m.up_w}, std::pair{&m.down, &m.down_w}})
+        if ((*v.first)[e].weight != (*v.second)[e] || (*v.first)[e].weight->type != (*v.first)[0].weight->type)
+          return Status::errorf("layer {} expert {}: the experts of a matrix must share one type", il, e);
+    }
+    if (lc.n_ff_shexp > 0) {
+      EMBER_RETURN_IF_ERROR(check_linear(m.shared_gate, fmt::format("layer {} ffn_gate_shexp", il), lc.n_ff_shexp, E));
+      EMBER_RETURN_IF_ERROR(check_linear(m.shared_up, fmt::format("layer {} ffn_up_shexp", il), lc.n_ff_shexp, E));
+      EMBER_RETURN_IF_ERROR(check_linear(m.shared_down, fmt::format("layer {} ffn_down_shexp", il), E, lc.n_ff_shexp));
+      if (m.shared_gate_inp)
+        EMBER_RETURN_IF_ERROR(check_linear(m.shared_gate_inp, fmt::format("layer {} ffn_gate_inp_shexp", il), 1, E));
+    }
   }
   if (!w.tok_embd || !w.output_norm) return Status::error("missing token embeddings or output norm");
   for (size_t i = 0; i < c.head_tokens.size(); ++i)
@@ -84,6 +122,21 @@ Status check_forward_support(const ModelConfig& c, const ModelWeights& w) {
 }
 
 }  // namespace
+
+// Every matrix of a block; with_routers false: not the MoE routers (the
+// router and the shared expert's gate keep full-precision activations).
+static void for_each_block_linear(LayerWeights& l, const std::function<void(Linear&)>& f, bool with_routers = true) {
+  for (Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+    if (lin->weight) f(*lin);
+  MoeWeights& m = l.moe;
+  for (Linear* lin : {&m.shared_gate, &m.shared_up, &m.shared_down})
+    if (lin->weight) f(*lin);
+  if (with_routers)
+    for (Linear* lin : {&m.router, &m.shared_gate_inp})
+      if (lin->weight) f(*lin);
+  for (std::vector<Linear>* v : {&m.gate, &m.up, &m.down})
+    for (Linear& lin : *v) f(lin);
+}
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
   auto file = open_model_file(path);
@@ -134,17 +187,21 @@ Result<std::unique_ptr<Model>> Model::from_parts(ModelConfig cfg, std::unique_pt
 Status Model::set_activation_bits(int bits) {
   if (bits != 4 && bits != 8) return Status::errorf("activation bits must be 4 or 8, not {}", bits);
   for (int il = 0; il < cfg_.n_layer; ++il) {
-    LayerWeights& l = weights_->layers[il];
-    for (Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
-      const DType act = vec_dot_type(lin->weight->type);
-      if (bits == 4 && !kernels(act).quantize_row_int4)
-        return Status::errorf("4-bit activations need weights that multiply Q8_0 activations (Q4_0, Q5_0, Q8_0); "
-                              "layer {} has a {} matrix (activations {})",
-                              il, dtype_name(lin->weight->type), dtype_name(act));
-    }
+    Status st;
+    for_each_block_linear(
+        weights_->layers[il],
+        [&](Linear& lin) {
+          const DType act = vec_dot_type(lin.weight->type);
+          if (st && bits == 4 && !kernels(act).quantize_row_int4)
+            st = Status::errorf("4-bit activations need weights that multiply Q8_0 activations (Q4_0, Q5_0, Q8_0); "
+                                "layer {} has a {} matrix (activations {})",
+                                il, dtype_name(lin.weight->type), dtype_name(act));
+        },
+        false);
+    EMBER_RETURN_IF_ERROR(st);
   }
   for (LayerWeights& l : weights_->layers)
-    for (Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) lin->act_bits = bits == 4 ? 4 : 0;
+    for_each_block_linear(l, [&](Linear& lin) { lin.act_bits = bits == 4 ? 4 : 0; }, false);
   cfg_.act_bits = bits;
   return Status::ok();
 }
@@ -205,20 +262,39 @@ void release_pages(const void* p, size_t bytes, const std::vector<std::pair<uint
 
 int Model::interleave_weights(int threads) {
   std::set<const TensorView*> mats;
-  for (const LayerWeights& l : weights_->layers)
-    for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      if (lin->weight) mats.insert(lin->weight);
+  for (LayerWeights& l : weights_->layers) for_each_block_linear(l, [&](Linear& lin) { mats.insert(lin.weight); });
   if (weights_->output.weight) mats.insert(weights_->output.weight);
   std::vector<TensorView*> todo;
   for (auto& [name, t] : file_->tensors)
     if (mats.count(&t) && t.n_dims == 2 && interleave_pays(t.type, t.ne[1])) todo.push_back(&t);
+  // Experts: a 3-D tensor is rewritten whole when every view of it (each
+  // expert's 2-D slice, ModelWeights::views) starts and ends on a 16-row
+  // group and the layout pays for its rows; its views then point into the
+  // rewritten tensor.
+  std::map<TensorView*, std::vector<TensorView*>> slices;
+  for (TensorView& v : weights_->views) {
+    if (!mats.count(&v)) continue;
+    for (auto& [name, t] : file_->tensors) {
+      const auto* b = static_cast<const uint8_t*>(t.data);
+      const auto* p = static_cast<const uint8_t*>(v.data);
+      if (t.n_dims == 3 && p >= b && p < b + t.nbytes) slices[&t].push_back(&v);
+    }
+  }
+  for (auto& [t, views] : slices) {
+    bool ok = interleave_pays(t->type, t->ne[1] * t->ne[2]);
+    for (const TensorView* v : views)
+      ok = ok && v->type == t->type && interleave_pays(v->type, v->ne[1]) &&
+           (static_cast<const uint8_t*>(v->data) - static_cast<const uint8_t*>(t->data)) %
+                   (16 * static_cast<int64_t>(t->row_bytes())) == 0;
+    if (ok) todo.push_back(t);
+  }
   std::vector<std::shared_ptr<uint8_t>> bufs(todo.size());
   for (size_t i = 0; i < todo.size(); ++i) bufs[i] = huge_page_buffer(todo[i]->nbytes);
   const auto files = file_mappings();
   std::atomic<size_t> next{0};
   auto work = [&]() {
     for (size_t i; (i = next++) < todo.size();) {
-      interleave_rows(todo[i]->type, todo[i]->data, todo[i]->ne[1], todo[i]->ne[0], bufs[i].get());
+      interleave_rows(todo[i]->type, todo[i]->data, todo[i]->nrows(), todo[i]->ne[0], bufs[i].get());
       release_pages(todo[i]->data, todo[i]->nbytes, files);
     }
   };
@@ -227,11 +303,38 @@ int Model::interleave_weights(int threads) {
   work();
   for (std::thread& th : pool) th.join();
   for (size_t i = 0; i < todo.size(); ++i) {
+    if (auto it = slices.find(todo[i]); it != slices.end())
+      for (TensorView* v : it->second) {
+        v->type = interleaved_type(v->type);
+        v->data = bufs[i].get() + (static_cast<const uint8_t*>(v->data) - static_cast<const uint8_t*>(todo[i]->data));
+      }
     todo[i]->type = interleaved_type(todo[i]->type);
     todo[i]->data = bufs[i].get();
     file_->owners.push_back(bufs[i]);
   }
   return static_cast<int>(todo.size());
+}
+
+Model::DecodeReads Model::decode_reads() const {
+  DecodeReads r;
+  const bool tied = weights_->output.weight == weights_->tok_embd;
+  for (const auto& [name, t] : file_->tensors) {
+    int layer = -1, expert = -1;
+    TensorRole role = role_from_gguf_expert_name(name, &layer, &expert);
+    if (role == TensorRole::kUnknown) role = role_from_gguf_name(name, &layer);
+    double share = 1;
+    if (role != TensorRole::kUnknown && role_info(role).kind == TensorKind::kExperts && layer >= 0 &&
+        layer < cfg_.n_layer && cfg_.layers[layer].n_expert > 0) {
+      share = static_cast<double>(cfg_.layers[layer].n_expert_used) / cfg_.layers[layer].n_expert;
+    } else if (&t == weights_->tok_embd && !tied) {
+      r.params += static_cast<double>(t.nelements());
+      r.bytes += static_cast<double>(t.nbytes) / static_cast<double>(t.nrows());
+      continue;
+    }
+    r.params += share * static_cast<double>(t.nelements());
+    r.bytes += share * static_cast<double>(t.nbytes);
+  }
+  return r;
 }
 
 size_t Model::weight_bytes() const {

@@ -62,6 +62,14 @@ class Model {
   // Total parameters and bytes of weight tensors.
   int64_t n_params() const;
   size_t weight_bytes() const;
+  // What one decode step reads, in expectation: every tensor once, but one
+  // row of the embedding table (all of it when it is also the output head)
+  // and, of each MoE layer's experts, the share n_expert_used / n_expert
+  // (uniform routing). Parameters likewise (the "active" parameters).
+  struct DecodeReads {
+    double bytes = 0, params = 0;
+  };
+  DecodeReads decode_reads() const;
 
  private:
   ModelConfig cfg_;

@@ -25,12 +25,63 @@ class Binder {
     }
     if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
       return Status::errorf("tensor '{}' has shape {}, expected [{}, {}]", name, t->shape_string(), cols, rows);
-    const KernelSet& k = kernels(t->type);
-    const bool interleaved = dtype_row_group(t->type) > 1 && k.vec_dot_rows && k.vec_dot_tile;  // kernels/interleave.h
-    if (!interleaved && (!k.vec_dot || !k.dequantize_row))
-      return Status::errorf("tensor '{}' has type {} which has no matmul kernel", name, dtype_name(t->type));
+    EMBER_RETURN_IF_ERROR(check_matmul_type(*t));
     *out = t;
     return Status::ok();
+  }
+
+  static Status check_matmul_type(const TensorView& t) {
+    const KernelSet& k = kernels(t.type);
+    const bool interleaved = dtype_row_group(t.type) > 1 && k.vec_dot_rows && k.vec_dot_tile;  // kernels/interleave.h
+    if (!interleaved && (!k.vec_dot || !k.dequantize_row))
+      return Status::errorf("tensor '{}' has type {} which has no matmul kernel", t.name, dtype_name(t.type));
+    return Status::ok();
+  }
+
+  // A 3-D stack of n matrices [rows, cols] (ne = {cols, rows, n}), or
+  // *out = null when the file does not have it.
+  Status stack(const std::string& name, int64_t n, int64_t rows, int64_t cols, const TensorView** out) {
+    *out = nullptr;
+    const TensorView* t = file_.tensor(name);
+    if (!t) return Status::ok();
+    if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n)
+      return Status::errorf("tensor '{}' has shape {}, expected [{}, {}, {}] ({} experts of [{}, {}])", name,
+                            t->shape_string(), cols, rows, n, n, rows, cols);
+    EMBER_RETURN_IF_ERROR(check_matmul_type(*t));
+    if (t->nbytes < t->row_bytes() * static_cast<size_t>(t->nrows()))
+      return Status::errorf("tensor '{}' is truncated: {} bytes of {}", name, t->nbytes,
+                            t->row_bytes() * static_cast<size_t>(t->nrows()));
+    *out = t;
+    return Status::ok();
+  }
+
+  // Rows [r0, r0 + rows) of slice e of the 3-D tensor t as a 2-D matrix
+  // (zero-copy), named `name`.
+  const TensorView* slice(const TensorView& t, int64_t e, int64_t r0, int64_t rows, const std::string& name) {
+    TensorView v;
+    v.name = name;
+    v.type = t.type;
+    v.n_dims = 2;
+    v.ne[0] = t.ne[0];
+    v.ne[1] = rows;
+    v.data = t.row(e * t.ne[1] + r0);
+    v.nbytes = t.row_bytes() * static_cast<size_t>(rows);
+    w_->views.push_back(v);
+    return &w_->views.back();
+  }
+
+  // A [1, n] matrix over n owned or file floats (the shared expert's gate).
+  const TensorView* row_view(const float* x, int64_t n, const std::string& name) {
+    TensorView v;
+    v.name = name;
+    v.type = DType::kF32;
+    v.n_dims = 2;
+    v.ne[0] = n;
+    v.ne[1] = 1;
+    v.data = x;
+    v.nbytes = static_cast<size_t>(n) * sizeof(float);
+    w_->views.push_back(v);
+    return &w_->views.back();
   }
 
   // A vector of n floats (any float type; converted to f32 if needed).
@@ -110,14 +161,80 @@ Slot layer_slot(LayerWeights& l, TensorRole r) {
   }
 }
 
-// Binds every listed tensor of one scope (il < 0: the model-level ones).
+// Binds every listed tensor of one scope (il < 0: the model-level ones)
+// but the FFN tensors of the other kind (dense or MoE) than `ffn`.
 template <typename SlotOf>
-Status bind_list(Binder& b, std::span<const TensorSpec> list, int il, const TensorSizes& sizes, SlotOf slot_of) {
+Status bind_list(Binder& b, std::span<const TensorSpec> list, int il, const TensorSizes& sizes, SlotOf slot_of,
+                 FfnKind ffn = FfnKind::kDenseGated) {
   for (const TensorSpec& t : list) {
     if (t.presence == Presence::kUnbound) continue;
+    if (is_moe_role(t.role) || (ffn == FfnKind::kMoe && is_dense_ffn_role(t.role))) continue;
     const Slot s = slot_of(t.role);
     EMBER_CHECK_MSG(s.matrix || s.vector, "a spec lists a bound tensor role that has no slot in ModelWeights");
     EMBER_RETURN_IF_ERROR(b.bind(t, il, sizes, s.matrix, s.vector));
+  }
+  return Status::ok();
+}
+
+// The router, experts and shared expert of MoE layer il.
+Status bind_moe(Binder& b, const ArchSpec& spec, const ModelFile& file, const ModelConfig& cfg, int il,
+                MoeWeights* m) {
+  const LayerConfig& lc = cfg.layers[il];
+  const int64_t H = cfg.n_embd, n = lc.n_expert, F = lc.n_ff_exp;
+  if (!spec.find(TensorRole::kFfnGateInp))
+    return Status::errorf("layer {} has {} experts but architecture {} has no Mixture-of-Experts tensors", il, n,
+                          spec.name);
+  using R = TensorRole;
+  EMBER_RETURN_IF_ERROR(b.matrix(gguf_tensor_name(R::kFfnGateInp, il), n, H, &m->router.weight));
+  const TensorView *g3 = nullptr, *u3 = nullptr, *d3 = nullptr, *gu3 = nullptr;
+  EMBER_RETURN_IF_ERROR(b.stack(gguf_tensor_name(R::kFfnGateExps, il), n, F, H, &g3));
+  EMBER_RETURN_IF_ERROR(b.stack(gguf_tensor_name(R::kFfnUpExps, il), n, F, H, &u3));
+  EMBER_RETURN_IF_ERROR(b.stack(gguf_tensor_name(R::kFfnDownExps, il), n, H, F, &d3));
+  EMBER_RETURN_IF_ERROR(b.stack(gguf_tensor_name(R::kFfnGateUpExps, il), n, 2 * F, H, &gu3));
+  // The experts of one role: slices of its 3-D tensor (`row0`: where the
+  // role's rows start in each slice of a fused tensor) or the per-expert
+  // matrices, all of one type.
+  auto experts = [&](R role, const TensorView* t3, int64_t row0, int64_t rows, int64_t cols,
+                     std::vector<Linear>* out) -> Status {
+    out->assign(static_cast<size_t>(n), Linear{});
+    const bool per_expert = !t3 && file.tensor(gguf_expert_tensor_name(role, il, 0));
+    if (!t3 && !per_expert) return Status::errorf("missing tensor '{}'", gguf_tensor_name(role, il));
+    for (int64_t e = 0; e < n; ++e) {
+      const std::string name = gguf_expert_tensor_name(role, il, static_cast<int>(e));
+      if (t3) {
+        (*out)[e].weight = b.slice(*t3, e, row0, rows, name);
+      } else {
+        EMBER_RETURN_IF_ERROR(b.matrix(name, rows, cols, &(*out)[e].weight));
+        if ((*out)[e].weight->type != (*out)[0].weight->type)
+          return Status::errorf("tensor '{}' has type {}, expert 0 {}: the experts of a layer share one type", name,
+                                dtype_name((*out)[e].weight->type), dtype_name((*out)[0].weight->type));
+      }
+    }
+    // A file with more per-expert matrices than the config's experts.
+    if (per_expert && file.tensor(gguf_expert_tensor_name(role, il, static_cast<int>(n))))
+      return Status::errorf("tensor '{}' is beyond the {} experts of the config",
+                            gguf_expert_tensor_name(role, il, static_cast<int>(n)), n);
+    return Status::ok();
+  };
+  // A separate 3-D gate or up tensor wins over the fused one (a quantized
+  // one written next to a Hugging Face checkpoint's fused tensor).
+  EMBER_RETURN_IF_ERROR(experts(R::kFfnGateExps, g3 ? g3 : gu3, 0, F, H, &m->gate));
+  EMBER_RETURN_IF_ERROR(experts(R::kFfnUpExps, u3 ? u3 : gu3, u3 ? 0 : F, F, H, &m->up));
+  EMBER_RETURN_IF_ERROR(experts(R::kFfnDownExps, d3, 0, H, F, &m->down));
+  for (const auto& [lin, w] : {std::pair{&m->gate, &m->gate_w}, std::pair{&m->up, &m->up_w}, std::pair{&m->down, &m->down_w}})
+    for (const Linear& l : *lin) w->push_back(l.weight);
+  if (lc.n_ff_shexp > 0) {
+    const int64_t S = lc.n_ff_shexp;
+    EMBER_RETURN_IF_ERROR(b.matrix(gguf_tensor_name(R::kFfnGateShexp, il), S, H, &m->shared_gate.weight));
+    EMBER_RETURN_IF_ERROR(b.matrix(gguf_tensor_name(R::kFfnUpShexp, il), S, H, &m->shared_up.weight));
+    EMBER_RETURN_IF_ERROR(b.matrix(gguf_tensor_name(R::kFfnDownShexp, il), H, S, &m->shared_down.weight));
+    const TensorSpec* gi = spec.find(R::kFfnGateInpShexp);
+    if (gi) {
+      const std::string name = gguf_tensor_name(R::kFfnGateInpShexp, il);
+      const float* g = nullptr;
+      EMBER_RETURN_IF_ERROR(b.vector(name, H, &g, gi->presence != Presence::kRequired));
+      if (g) m->shared_gate_inp.weight = b.row_view(g, H, name);
+    }
   }
   return Status::ok();
 }
@@ -143,8 +260,10 @@ Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelC
   w->layers.resize(cfg->n_layer);
   for (int il = 0; il < cfg->n_layer; ++il) {
     LayerWeights& l = w->layers[il];
+    const FfnKind ffn = cfg->layers[il].ffn_kind;
     EMBER_RETURN_IF_ERROR(bind_list(b, spec->block_tensors, il, tensor_sizes(*cfg, il),
-                                    [&](TensorRole r) { return layer_slot(l, r); }));
+                                    [&](TensorRole r) { return layer_slot(l, r); }, ffn));
+    if (ffn == FfnKind::kMoe) EMBER_RETURN_IF_ERROR(bind_moe(b, *spec, file, *cfg, il, &l.moe));
   }
   return w;
 }

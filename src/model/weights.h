@@ -3,6 +3,7 @@
 // biases) are kept as f32 (converted once if stored otherwise).
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -13,6 +14,23 @@
 #include "model/io/model_file.h"
 
 namespace ember {
+
+// The router and experts of a Mixture-of-Experts layer (LayerConfig::ffn_kind
+// kMoe). Every expert is its own 2-D matrix: a zero-copy view of its slice
+// of the file's 3-D tensor (ffn_{gate,up,down}_exps [.., .., n_expert]; the
+// fused ffn_gate_up_exps of transformers v5 gives each expert's gate as its
+// first n_ff_exp rows and its up as the next) or the file's per-expert
+// matrix (gguf_expert_tensor_name).
+struct MoeWeights {
+  Linear router;                  // [n_expert, n_embd]
+  std::vector<Linear> gate, up;   // [n_expert] of [n_ff_exp, n_embd]
+  std::vector<Linear> down;       // [n_expert] of [n_embd, n_ff_exp]
+  Linear shared_gate, shared_up;  // [n_ff_shexp, n_embd] (n_ff_shexp > 0)
+  Linear shared_down;             // [n_embd, n_ff_shexp]
+  Linear shared_gate_inp;         // [1, n_embd]: sigmoid gate of the shared expert (optional)
+  // The experts' weights as the grouped matmul takes them (ExpertTarget).
+  std::vector<const TensorView*> gate_w, up_w, down_w;
+};
 
 // Shapes use the layer's own head and FFN sizes (LayerConfig): structured
 // pruning makes layers differ.
@@ -30,6 +48,7 @@ struct LayerWeights {
   Linear up;                              // [n_ff, n_embd]
   Linear down;                            // [n_embd, n_ff]
   const float* post_ffn_norm = nullptr;   // [n_embd] (post_ffn_norm)
+  MoeWeights moe;                         // ffn_kind kMoe (gate / up / down unset)
 };
 
 struct ModelWeights {
@@ -41,13 +60,21 @@ struct ModelWeights {
 
   // Owned f32 copies of small vectors that were not stored as f32.
   std::vector<std::unique_ptr<float[]>> owned;
+  // Views the weights point at that are not tensors of the file: each
+  // expert's 2-D slice of a 3-D tensor (stable addresses).
+  std::deque<TensorView> views;
 };
 
 // Binds and validates the weights of `file` for `cfg` (also sets
 // cfg->n_vocab from the embedding matrix), driven by the tensor list of the
 // architecture's ArchSpec (model/archs): every required tensor must be there,
 // optional ones are bound when present, each with the shape its role has in
-// its layer. Errors name the tensor.
+// its layer; a layer binds the dense FFN or the MoE tensors by its ffn_kind.
+// Experts come from the 3-D tensors, else the fused gate/up tensor, else
+// one 2-D matrix per expert (all experts of a role in one type). Errors
+// name the tensor (a 3-D tensor with the wrong expert count or a
+// truncated payload, a 3-D tensor where a matrix belongs, a missing
+// expert).
 Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelConfig* cfg);
 
 }  // namespace ember

@@ -279,6 +279,10 @@ Result<std::unique_ptr<ModelFile>> run_awq(std::unique_ptr<ModelFile> src, Quant
       return Status::errorf("tensor '{}': AWQ cannot round to {}", e.name, dtype_name(e.target));
     if (e.transform != TensorTransform::kNone)
       return Status::errorf("tensor '{}': AWQ of a permuted (Hugging Face) tensor is not supported", e.name);
+    if (e.n_matrices() > 1 || is_moe_role(e.role))
+      return Status::errorf("tensor '{}': AWQ does not fold scales into Mixture-of-Experts layers yet (use --method "
+                            "imatrix or gptq, which calibrate each expert on its routed tokens)",
+                            e.name);
     bool known = false;
     for (const char* r : kRoles) known |= e.name == fmt::format("blk.{}.{}.weight", e.layer, r);
     if (!known) return Status::errorf("tensor '{}': AWQ does not know where its input comes from", e.name);

@@ -30,18 +30,26 @@ struct NamedShape {
   double rope_base, norm_eps;
   bool tied_embeddings, qkv_bias;
   double rope_scale_factor;  // Llama 3.1 RoPE scaling
-  int sliding_window, n_expert, n_expert_used;
+  int sliding_window, n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
 };
 
 constexpr NamedShape kShapes[] = {
-    {"llama-3.2-1b", "llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000, 1e-5, true, false, 32, 0, 0, 0},
-    {"llama-3.1-8b", "llama", 32, 4096, 14336, 32, 8, 128, 128256, 131072, 500000, 1e-5, false, false, 8, 0, 0, 0},
-    {"qwen2.5-0.5b", "qwen2", 24, 896, 4864, 14, 2, 64, 151936, 32768, 1000000, 1e-6, true, true, 0, 0, 0, 0},
-    {"qwen2.5-1.5b", "qwen2", 28, 1536, 8960, 12, 2, 128, 151936, 32768, 1000000, 1e-6, true, true, 0, 0, 0, 0},
-    {"qwen3-0.6b", "qwen3", 28, 1024, 3072, 16, 8, 128, 151936, 40960, 1000000, 1e-6, true, false, 0, 0, 0, 0},
-    {"gemma-3-270m", "gemma3", 18, 640, 2048, 4, 1, 256, 262144, 32768, 1000000, 1e-6, true, false, 0, 512, 0, 0},
+    {"llama-3.2-1b", "llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000, 1e-5, true, false, 32, 0, 0, 0, 0, 0},
+    {"llama-3.1-8b", "llama", 32, 4096, 14336, 32, 8, 128, 128256, 131072, 500000, 1e-5, false, false, 8, 0, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", "qwen2", 24, 896, 4864, 14, 2, 64, 151936, 32768, 1000000, 1e-6, true, true, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-1.5b", "qwen2", 28, 1536, 8960, 12, 2, 128, 151936, 32768, 1000000, 1e-6, true, true, 0, 0, 0, 0, 0, 0},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 3072, 16, 8, 128, 151936, 40960, 1000000, 1e-6, true, false, 0, 0, 0, 0, 0, 0},
+    {"gemma-3-270m", "gemma3", 18, 640, 2048, 4, 1, 256, 262144, 32768, 1000000, 1e-6, true, false, 0, 512, 0, 0, 0, 0},
+    // Mixture of experts (the released models' hyper-parameters; the cut
+    // shapes keep the first layers).
+    {"olmoe-1b-7b", "olmoe", 16, 2048, 1024, 16, 16, 128, 50304, 4096, 10000, 1e-5, false, false, 0, 0, 64, 8, 0, 0},
+    {"qwen3-30b-a3b", "qwen3moe", 48, 2048, 6144, 32, 4, 128, 151936, 40960, 1000000, 1e-6, false, false, 0, 0, 128, 8,
+     768, 0},
+    {"qwen3-30b-a3b-12l", "qwen3moe", 12, 2048, 6144, 32, 4, 128, 151936, 40960, 1000000, 1e-6, false, false, 0, 0, 128,
+     8, 768, 0},
+    {"mixtral-8x7b-4l", "llama", 4, 4096, 14336, 32, 8, 128, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2, 0, 0},
     // Mixtral's layout and RoPE at a small size.
-    {"mixtral-tiny", "llama", 8, 1024, 2816, 16, 4, 64, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2},
+    {"mixtral-tiny", "llama", 8, 1024, 2816, 16, 4, 64, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2, 0, 0},
 };
 
 Result<GenModelShape> known_shape(const std::string& name) {
@@ -56,6 +64,7 @@ Result<GenModelShape> known_shape(const std::string& name) {
     s.tied_embeddings = n.tied_embeddings, s.qkv_bias = n.qkv_bias;
     s.rope_scale_factor = n.rope_scale_factor;
     s.sliding_window = n.sliding_window, s.n_expert = n.n_expert, s.n_expert_used = n.n_expert_used;
+    s.n_ff_exp = n.n_ff_exp, s.n_ff_shexp = n.n_ff_shexp;
     return s;
   }
   std::string names;
@@ -142,6 +151,14 @@ struct TensorPlan {
   size_t nbytes = 0;
 };
 
+// The experts' width: n_ff_exp, else n_ff.
+int expert_width(const GenModelShape& s) { return s.n_ff_exp > 0 ? s.n_ff_exp : s.n_ff; }
+// The shared expert's width: n_ff_shexp, else n_ff where the architecture has one.
+int shared_width(const ArchSpec& spec, const GenModelShape& s) {
+  if (!spec.find(TensorRole::kFfnGateShexp) || s.n_expert == 0) return 0;
+  return s.n_ff_shexp > 0 ? s.n_ff_shexp : s.n_ff;
+}
+
 // Whether gen-model writes a listed tensor for shape s.
 bool gen_writes(GenWhen when, const GenModelShape& s) {
   switch (when) {
@@ -175,6 +192,8 @@ std::vector<TensorPlan> plan_tensors(const ArchSpec& spec, const GenModelShape& 
   sz.embd = s.n_embd, sz.vocab = s.n_vocab, sz.ff = s.n_ff, sz.head_dim = s.head_size();
   sz.q = s.n_head * sz.head_dim, sz.kv = s.n_head_kv * sz.head_dim, sz.v = sz.kv, sz.o = sz.q;
   sz.rope_half = sz.head_dim / 2, sz.experts = s.n_expert;
+  sz.ff_exp = expert_width(s), sz.ff_shexp = shared_width(spec, s);
+  sz.q_norm = spec.qk_norm_full ? sz.q : sz.head_dim, sz.k_norm = spec.qk_norm_full ? sz.kv : sz.head_dim;
   std::vector<TensorPlan> out;
   auto add = [&](const TensorSpec& spec_t, int il) {
     if (!gen_writes(spec_t.gen, s)) return;
@@ -227,6 +246,12 @@ void write_metadata(const GenModelShape& s, const GenModelOptions& o, const Meta
   if (s.n_expert > 0) {
     w->add_uint32(a + ".expert_count", static_cast<uint32_t>(s.n_expert));
     w->add_uint32(a + ".expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    // Mixtral and OLMoE files give the expert width as feed_forward_length
+    // (llama.cpp reads nothing else for them); the others have their own key.
+    if (find_arch(a)->gen.expert_ff_key)
+      w->add_uint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(expert_width(s)));
+    if (const int sh = shared_width(*find_arch(a), s))
+      w->add_uint32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(sh));
   }
   for (const auto& [k, v] : vocab.entries())
     if (k.rfind("tokenizer.", 0) == 0 || k.rfind("ember.tokenizer.", 0) == 0) w->add(k, v);
@@ -332,12 +357,23 @@ Status validate_gen_model_shape(const GenModelShape& s) {
       std::string with;
       for (const ArchSpec* a : arch_specs())
         if (a->has_experts()) with += std::string(with.empty() ? "" : ", ") + a->name;
-      return Status::errorf("experts are supported for {} (Mixtral layout) only, not {}", with, s.arch);
+      return Status::errorf("experts are supported for {} only, not {}", with, s.arch);
     }
-    EMBER_RETURN_IF_ERROR(in("n_expert", s.n_expert, 2, 256));
-    EMBER_RETURN_IF_ERROR(in("n_expert_used", s.n_expert_used, 1, s.n_expert));
+    EMBER_RETURN_IF_ERROR(in("n_expert", s.n_expert, 2, 512));
+    EMBER_RETURN_IF_ERROR(in("n_expert_used", s.n_expert_used, 1, std::min(s.n_expert, kMaxExpertsUsed)));
+    EMBER_RETURN_IF_ERROR(in("n_ff_exp", s.n_ff_exp, 0, 1 << 18));
+    EMBER_RETURN_IF_ERROR(in("n_ff_shexp", s.n_ff_shexp, 0, 1 << 18));
+    // Where the file gives the expert width as feed_forward_length (llama
+    // as Mixtral, OLMoE), the two are one size.
+    if (s.n_ff_exp > 0 && s.n_ff_exp != s.n_ff && !spec->gen.expert_ff_key)
+      return Status::errorf("{} files give the expert width as the FFN width: n_ff_exp {} must equal n_ff {}", s.arch,
+                            s.n_ff_exp, s.n_ff);
+    if (s.n_ff_shexp > 0 && !spec->find(TensorRole::kFfnGateShexp))
+      return Status::errorf("{} has no shared expert", s.arch);
   } else if (s.n_expert_used != 0) {
     return Status::error("n_expert_used needs n_expert");
+  } else if (spec->has_experts() && spec->requires_tensor(TensorRole::kFfnGateInp) && !spec->find(TensorRole::kFfnGate)) {
+    return Status::errorf("{} is a Mixture-of-Experts architecture: give n_expert", s.arch);
   }
   if (!(s.rope_base > 0) || !(s.norm_eps > 0)) return Status::error("rope base and norm epsilon must be positive");
   return Status::ok();

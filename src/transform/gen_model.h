@@ -60,18 +60,25 @@ struct GenModelShape {
   double rope_high_freq_factor = 4;
   int rope_original_ctx = 8192;
   int sliding_window = 0;  // gemma3: window of the local layers (every 6th layer is global)
-  // Mixture of experts (llama only, Mixtral layout: ffn_gate_inp router in
-  // f32, ffn_{gate,up,down}_exps [.., .., n_expert]); 0: dense FFN. ember
-  // cannot run such files yet: they are for llama.cpp comparisons.
+  // Mixture of experts (architectures whose spec lists experts: llama as
+  // Mixtral, qwen2moe, qwen3moe, olmoe): ffn_gate_inp router in f32,
+  // ffn_{gate,up,down}_exps [.., .., n_expert] of width n_ff_exp (0: n_ff;
+  // Mixtral and OLMoE files give the expert width as feed_forward_length,
+  // so there n_ff_exp is n_ff), a shared expert of width n_ff_shexp
+  // (qwen2moe: 0 means n_ff). 0 experts: dense FFN (an error for the
+  // MoE-only architectures).
   int n_expert = 0;
   int n_expert_used = 0;
+  int n_ff_exp = 0;
+  int n_ff_shexp = 0;
 
   int64_t head_size() const { return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0); }
 };
 
 // The built-in shapes: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen2.5-1.5b,
-// qwen3-0.6b, gemma-3-270m, and mixtral-tiny (8 layers of 8 experts, 2 used,
-// at a small size; loads in llama.cpp, not yet in ember, which has no MoE support).
+// qwen3-0.6b, gemma-3-270m; Mixture-of-Experts: olmoe-1b-7b, qwen3-30b-a3b,
+// qwen3-30b-a3b-12l (its first 12 of 48 layers), mixtral-8x7b-4l (4 of 32
+// layers) and mixtral-tiny (8 layers of 8 experts, 2 used, at a small size).
 std::vector<std::string> gen_model_shape_names();
 Result<GenModelShape> gen_model_shape(const std::string& name);
 // Defaults for an explicit --arch (its ArchSpec's GenModelDefaults; sizes 0).

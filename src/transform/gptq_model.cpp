@@ -22,6 +22,23 @@ void HessianCollector::on_linear_input(int layer, LinearRole role, const float* 
     by_tensor_[name] = last_;
     return;
   }
+  collect(name, -1, x, ld, n_rows, n_in);
+}
+
+void HessianCollector::on_expert_input(int layer, LinearRole role, int expert, int n_expert, const float* x,
+                                       int64_t ld, int64_t n_rows, int64_t n_in) {
+  if (layer != layer_) return;
+  const std::string name = key(linear_tensor_name(layer, role, false), expert);
+  if (x == last_x_ && n_rows == last_rows_ && expert == last_expert_ && last_ && last_->n_in == n_in) {
+    by_tensor_[name] = last_;  // up reads gate's rows
+    return;
+  }
+  collect(name, expert, x, ld, n_rows, n_in);
+  (void)n_expert;
+}
+
+void HessianCollector::collect(const std::string& name, int expert, const float* x, int64_t ld, int64_t n_rows,
+                               int64_t n_in) {
   std::shared_ptr<Acc>& acc = by_tensor_[name];
   if (!acc) {
     acc = std::make_shared<Acc>();
@@ -29,7 +46,7 @@ void HessianCollector::on_linear_input(int layer, LinearRole role, const float* 
     acc->h.assign(static_cast<size_t>(n_in * n_in), 0.0);
   }
   EMBER_CHECK(acc->n_in == n_in);
-  last_x_ = x, last_rows_ = n_rows, last_ = acc;
+  last_x_ = x, last_rows_ = n_rows, last_ = acc, last_expert_ = expert;
   acc->n_tok += n_rows;
   acc->symmetric = false;
   // H[i][j] += sum_r x[r][i] x[r][j] for j <= i, in tiles of 64 x 64 over
@@ -58,8 +75,8 @@ void HessianCollector::on_linear_input(int layer, LinearRole role, const float* 
   });
 }
 
-const std::vector<double>* HessianCollector::hessian(const std::string& tensor) {
-  auto it = by_tensor_.find(tensor);
+const std::vector<double>* HessianCollector::hessian(const std::string& tensor, int expert) {
+  auto it = by_tensor_.find(key(tensor, expert));
   if (it == by_tensor_.end() || it->second->n_tok == 0) return nullptr;
   Acc& a = *it->second;
   if (!a.symmetric) {
@@ -70,8 +87,8 @@ const std::vector<double>* HessianCollector::hessian(const std::string& tensor) 
   return &a.h;
 }
 
-int64_t HessianCollector::tokens(const std::string& tensor) const {
-  auto it = by_tensor_.find(tensor);
+int64_t HessianCollector::tokens(const std::string& tensor, int expert) const {
+  auto it = by_tensor_.find(key(tensor, expert));
   return it == by_tensor_.end() ? 0 : it->second->n_tok;
 }
 
@@ -128,28 +145,45 @@ Result<std::unique_ptr<ModelFile>> run_gptq(std::unique_ptr<ModelFile> src, Quan
         }
       }
       for (QuantPlanEntry* e : it->second) {
-        const std::vector<double>* H = hc.hessian(e->name);
-        if (!H) return Status::errorf("tensor '{}': no calibration input reached it", e->name);
-        const TensorView& t = *current.tensor(e->name);
-        const int64_t n_in = t.ne[0], n_out = t.nrows();
-        if (static_cast<int64_t>(H->size()) != n_in * n_in)
-          return Status::errorf("tensor '{}': Hessian of {} values for rows of {}", e->name, H->size(), n_in);
-        std::vector<float> w(static_cast<size_t>(n_in * n_out));
-        if (t.type == DType::kF32) std::memcpy(w.data(), t.data, w.size() * sizeof(float));
-        else
-          for (int64_t r = 0; r < n_out; ++r) dequantize_row_ref(t.type, t.row(r), w.data() + r * n_in, n_in);
-        const size_t bytes = dtype_row_size(e->target, n_in) * n_out;
+        // One matrix, or each expert of a 3-D tensor with its own Hessian
+        // (an expert no calibration token chose: rounded to nearest).
+        const int64_t n_mat = e->n_matrices();
+        const int64_t n_in = e->ne[0], rows = e->ne.size() >= 2 ? e->ne[1] : 1;
+        const size_t out_row = dtype_row_size(e->target, n_in);
+        const size_t bytes = out_row * static_cast<size_t>(rows * n_mat);
         auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[bytes]);
-        Status st = gptq_quantize(w.data(), n_out, n_in, H->data(), e->target, o.gptq, buf.get(), pool);
-        if (!st) return st.with_context(e->name);
-        TensorView v = t;
+        std::vector<float> w(static_cast<size_t>(n_in * rows));
+        for (int64_t m = 0; m < n_mat; ++m) {
+          for (int64_t r = 0; r < rows; ++r) {
+            const uint8_t* src_row = plan_entry_row(current, *e, m * rows + r);
+            if (!src_row) return Status::errorf("tensor '{}': the plan does not match the model", e->name);
+            if (e->source == DType::kF32) std::memcpy(w.data() + r * n_in, src_row, n_in * sizeof(float));
+            else dequantize_row_ref(e->source, src_row, w.data() + r * n_in, n_in);
+          }
+          uint8_t* dst = buf.get() + static_cast<size_t>(m * rows) * out_row;
+          const std::vector<double>* H = hc.hessian(e->name, n_mat > 1 ? static_cast<int>(m) : -1);
+          if (!H && n_mat > 1) {
+            for (int64_t r = 0; r < rows; ++r) quantize_row_ref(e->target, w.data() + r * n_in, dst + r * out_row, n_in);
+            continue;
+          }
+          if (!H) return Status::errorf("tensor '{}': no calibration input reached it", e->name);
+          if (static_cast<int64_t>(H->size()) != n_in * n_in)
+            return Status::errorf("tensor '{}': Hessian of {} values for rows of {}", e->name, H->size(), n_in);
+          Status st = gptq_quantize(w.data(), rows, n_in, H->data(), e->target, o.gptq, dst, pool);
+          if (!st) return st.with_context(e->name);
+        }
+        TensorView v;
+        v.name = e->name;
         v.type = e->target;
+        v.n_dims = static_cast<int>(e->ne.size());
+        for (size_t d = 0; d < e->ne.size(); ++d) v.ne[d] = e->ne[d];
         v.data = buf.get();
         v.nbytes = bytes;
         current.tensors[e->name] = v;
         current.owners.push_back(std::static_pointer_cast<void>(std::shared_ptr<uint8_t>(buf, buf.get())));
         e->source = e->target;
         e->method = QuantMethod::kCopy;
+        e->sources.clear();
       }
       auto next = Model::from_file(std::make_unique<ModelFile>(current));
       if (!next) return next.status();

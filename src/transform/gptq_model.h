@@ -30,16 +30,22 @@ namespace ember {
 
 // X^T X of the inputs of one block's matrices, by GGUF tensor name
 // ("blk.L.attn_q.weight"; K and V share Q's, up shares gate's: calls with
-// the same rows as the previous call join its matrix). Lower triangle and
+// the same rows as the previous call join its matrix; a MoE layer's experts
+// get one per expert of "blk.L.ffn_*_exps.weight"). Lower triangle and
 // diagonal are accumulated; hessian() returns the full symmetric matrix.
 class HessianCollector final : public ForwardObserver {
  public:
   HessianCollector(int layer, ThreadPool& pool) : layer_(layer), pool_(pool) {}
   void on_linear_input(int layer, LinearRole role, const float* x, int64_t ld, int64_t n_rows,
                        int64_t n_in) override;
-  // Null if no rows reached the tensor.
-  const std::vector<double>* hessian(const std::string& tensor);
-  int64_t tokens(const std::string& tensor) const;
+  // A MoE layer's experts: one Hessian per expert of the 3-D tensor, from
+  // the rows routed to it (up shares gate's).
+  void on_expert_input(int layer, LinearRole role, int expert, int n_expert, const float* x, int64_t ld,
+                       int64_t n_rows, int64_t n_in) override;
+  // Null if no rows reached the tensor (expert >= 0: that expert of a 3-D
+  // tensor).
+  const std::vector<double>* hessian(const std::string& tensor, int expert = -1);
+  int64_t tokens(const std::string& tensor, int expert = -1) const;
 
  private:
   struct Acc {
@@ -47,8 +53,14 @@ class HessianCollector final : public ForwardObserver {
     std::vector<double> h;  // [n_in, n_in]
     bool symmetric = false;
   };
+  // Adds the rows to tensor key `name`'s X^T X (expert: which one, -1: none).
+  void collect(const std::string& name, int expert, const float* x, int64_t ld, int64_t n_rows, int64_t n_in);
+  static std::string key(const std::string& tensor, int expert) {
+    return expert < 0 ? tensor : tensor + "#" + std::to_string(expert);
+  }
   int layer_;
   ThreadPool& pool_;
+  int last_expert_ = -1;
   std::map<std::string, std::shared_ptr<Acc>> by_tensor_;
   const float* last_x_ = nullptr;
   int64_t last_rows_ = 0;

@@ -218,6 +218,22 @@ void ImportanceCollector::on_linear_input(int layer, LinearRole role, const floa
   e.counts[0] += n_rows;
 }
 
+void ImportanceCollector::on_expert_input(int layer, LinearRole role, int expert, int n_expert, const float* x,
+                                          int64_t ld, int64_t n_rows, int64_t n_in) {
+  ImatrixEntry& e = m_.entries[linear_tensor_name(layer, role, tied_)];
+  if (e.sums.empty()) {
+    e.sums.assign(static_cast<size_t>(n_in) * n_expert, 0.0);
+    e.counts.assign(static_cast<size_t>(n_expert), 0);
+  }
+  EMBER_CHECK(static_cast<int64_t>(e.sums.size()) == n_in * n_expert && expert >= 0 && expert < n_expert);
+  double* s = e.sums.data() + static_cast<size_t>(expert) * n_in;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* row = x + r * ld;
+    for (int64_t i = 0; i < n_in; ++i) s[i] += static_cast<double>(row[i]) * row[i];
+  }
+  e.counts[expert] += n_rows;
+}
+
 Result<Imatrix> collect_importance(const Model& model, const std::vector<int32_t>& tokens,
                                    const CalibrationOptions& opts, ThreadPool& pool) {
   const int64_t n_ctx = opts.chunk_size;
@@ -258,8 +274,9 @@ Result<int> apply_imatrix(const Imatrix& m, QuantPlan* plan, std::map<std::strin
     if (e.method != QuantMethod::kRtn || !can_quantize_imatrix(e.target)) continue;
     std::optional<std::vector<float>> w = m.importance(e.name);
     if (!w) continue;
-    if (static_cast<int64_t>(w->size()) != e.ne[0])
-      return Status::errorf("imatrix entry '{}' has {} columns, the tensor {}", e.name, w->size(), e.ne[0]);
+    if (static_cast<int64_t>(w->size()) != e.ne[0] * e.n_matrices())
+      return Status::errorf("imatrix entry '{}' has {} values, the tensor {} ({} columns x {} matrices)", e.name,
+                            w->size(), e.ne[0] * e.n_matrices(), e.ne[0], e.n_matrices());
     e.method = QuantMethod::kImatrix;
     (*importance)[e.name] = std::move(*w);
     ++n;

@@ -71,6 +71,11 @@ class ImportanceCollector final : public ForwardObserver {
   ImportanceCollector(bool tied_output, bool include_output) : tied_(tied_output), output_(include_output) {}
   void on_linear_input(int layer, LinearRole role, const float* x, int64_t ld, int64_t n_rows,
                        int64_t n_in) override;
+  // A MoE layer's experts: one matrix per expert in the entry of the 3-D
+  // tensor (sums [n_expert, n_in], counts [n_expert]: the tokens routed to
+  // each), as llama-imatrix collects ffn_*_exps.
+  void on_expert_input(int layer, LinearRole role, int expert, int n_expert, const float* x, int64_t ld,
+                       int64_t n_rows, int64_t n_in) override;
   Imatrix& result() { return m_; }
 
  private:

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <regex>
 
@@ -22,7 +23,79 @@ namespace ember {
 namespace {
 
 bool is_weight_matrix(const TensorView& t) {
-  return t.n_dims == 2 && t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+  if (t.name.size() <= 7 || t.name.compare(t.name.size() - 7, 7, ".weight") != 0) return false;
+  const TensorRole role = role_from_gguf_name(t.name, nullptr);
+  const TensorKind kind = role == TensorRole::kUnknown ? TensorKind::kMatrix : role_info(role).kind;
+  if (kind == TensorKind::kRouter) return false;  // MoE routers stay f32 (llama.cpp: ffn_gate_inp)
+  return t.n_dims == 2 || (t.n_dims == 3 && kind == TensorKind::kExperts);
+}
+
+// One tensor the plan covers: a source tensor, or a 3-D expert tensor
+// assembled from several (QuantPlanEntry::sources).
+struct PlanItem {
+  TensorView t;  // name, type and shape (data unset when assembled)
+  std::vector<QuantPlanEntry::RowSource> sources;
+};
+
+// The source's tensors with its experts as llama.cpp's files have them:
+// per-expert matrices (gguf_expert_tensor_name) stacked into one 3-D
+// tensor per role and layer, a fused gate_up tensor split into its gate and
+// up halves; a 3-D tensor already there wins. Sorted by name.
+Result<std::vector<PlanItem>> plan_items(const ModelFile& src) {
+  std::map<std::string, PlanItem> items;
+  std::map<std::pair<TensorRole, int>, std::map<int, const TensorView*>> per_expert;
+  for (const auto& [name, t] : src.tensors) {
+    int layer = -1, expert = -1;
+    const TensorRole er = role_from_gguf_expert_name(name, &layer, &expert);
+    if (er != TensorRole::kUnknown) {
+      per_expert[{er, layer}][expert] = &t;
+      continue;
+    }
+    if (role_from_gguf_name(name, &layer) == TensorRole::kFfnGateUpExps && t.n_dims == 3 && t.ne[1] % 2 == 0) {
+      const int64_t F = t.ne[1] / 2;
+      for (const auto& [role, half] : {std::pair{TensorRole::kFfnGateExps, 0}, std::pair{TensorRole::kFfnUpExps, 1}}) {
+        PlanItem it;
+        it.t = t;
+        it.t.name = gguf_tensor_name(role, layer);
+        it.t.ne[1] = F;
+        it.t.data = nullptr;
+        it.t.nbytes = t.nbytes / 2;
+        for (int64_t e = 0; e < t.ne[2]; ++e) it.sources.push_back({name, e * 2 * F + half * F});
+        items.emplace(it.t.name, std::move(it));  // a 3-D tensor of that name wins (below)
+      }
+      continue;
+    }
+    PlanItem it;
+    it.t = t;
+    items[name] = std::move(it);
+  }
+  for (const auto& [key, experts] : per_expert) {
+    const std::string name = gguf_tensor_name(key.first, key.second);
+    if (items.count(name) && items[name].sources.empty()) continue;  // the 3-D tensor is there
+    const TensorView& t0 = *experts.begin()->second;
+    for (int e = 0; e < static_cast<int>(experts.size()); ++e) {
+      auto it = experts.find(e);
+      if (it == experts.end())
+        return Status::errorf("tensor '{}' is missing (the experts of '{}' are numbered 0 .. {})",
+                              gguf_expert_tensor_name(key.first, key.second, e), name, experts.size() - 1);
+      const TensorView& t = *it->second;
+      if (t.n_dims != 2 || t.type != t0.type || t.ne[0] != t0.ne[0] || t.ne[1] != t0.ne[1])
+        return Status::errorf("tensor '{}' is {} {}, expert 0 {} {}: the experts of a matrix share one shape and type",
+                              t.name, dtype_name(t.type), t.shape_string(), dtype_name(t0.type), t0.shape_string());
+    }
+    PlanItem it;
+    it.t = t0;
+    it.t.name = name;
+    it.t.n_dims = 3;
+    it.t.ne[2] = static_cast<int64_t>(experts.size());
+    it.t.data = nullptr;
+    it.t.nbytes = t0.nbytes * experts.size();
+    for (const auto& [e, t] : experts) it.sources.push_back({t->name, 0});
+    items[name] = std::move(it);
+  }
+  std::vector<PlanItem> out;
+  for (auto& [name, it] : items) out.push_back(std::move(it));
+  return out;
 }
 
 bool is_float_type(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
@@ -143,6 +216,7 @@ Result<QuantPlan> plan_quantization(const ModelFile& src, const ConvertOptions& 
     rm.n_layer = cfg->n_layer;
     if (!cfg->layers.empty() && cfg->layers[0].n_head_kv > 0) rm.n_gqa = cfg->layers[0].n_head / cfg->layers[0].n_head_kv;
     rm.is_70b = cfg->arch == "llama" && cfg->n_layer == 80 && cfg->n_head != cfg->n_head_kv;
+    rm.n_expert = cfg->max_n_expert();
   }
   // llama.cpp numbers the attn_v and ffn_down tensors its rules see (those
   // no --tensor-type names) in layer order; the rules use that number.
@@ -153,6 +227,7 @@ Result<QuantPlan> plan_quantization(const ModelFile& src, const ConvertOptions& 
       int layer = -1;
       const TensorRole role = role_from_gguf_name(name, &layer);
       if (!is_weight_matrix(t) || (role != TensorRole::kAttnV && role != TensorRole::kFfnDown)) continue;
+      if (role == TensorRole::kFfnDown && rm.n_expert > 1) continue;  // llama.cpp: the layer index with experts
       bool manual = false;
       for (const auto& ov : overrides) manual |= !is_float_type(base) && std::regex_search(name, ov.first);
       if (!manual) seq[role].emplace_back(layer, name);
@@ -170,9 +245,14 @@ Result<QuantPlan> plan_quantization(const ModelFile& src, const ConvertOptions& 
     if (!convertible_to(t)) return Status::errorf("cannot convert to type {}", dtype_name(t));
 
   const bool tied = src.tensors.find("output.weight") == src.tensors.end();
-  for (const auto& [name, t] : src.tensors) {
+  Result<std::vector<PlanItem>> items = plan_items(src);
+  if (!items) return items.status();
+  for (PlanItem& item : *items) {
+    const TensorView& t = item.t;
+    const std::string& name = t.name;
     QuantPlanEntry e;
     e.name = name;
+    e.sources = std::move(item.sources);
     e.role = role_from_gguf_name(name, &e.layer);
     e.ne.assign(t.ne, t.ne + t.n_dims);
     e.source = t.type;
@@ -265,26 +345,38 @@ std::string quant_plan_summary(const QuantPlan& plan) {
   return out;
 }
 
-Result<TensorView> run_plan_entry(const TensorView& t, const QuantPlanEntry& e, Quantizer* q, const float* importance,
-                                  ThreadPool& pool, std::shared_ptr<void>* owner) {
+namespace {
+
+// An entry's rows in the source type (row(r): row r of the entry's rows).
+using RowFn = std::function<const uint8_t*(int64_t r)>;
+
+Result<TensorView> run_rows(const TensorView& t, const RowFn& row, const QuantPlanEntry& e, Quantizer* q,
+                            const float* importance, ThreadPool& pool, std::shared_ptr<void>* owner) {
   const KernelSet& in_k = kernels(t.type);
   const int64_t n_per_row = t.ne[0], n_rows = t.nrows();
+  // Rows of one stacked matrix: chunks never span two (each has its own
+  // calibration statistics).
+  const int64_t mat_rows = e.n_matrices() > 1 ? t.ne[1] : n_rows;
   const size_t out_row = dtype_row_size(e.target, n_per_row);
   auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[out_row * n_rows]);
   uint8_t* dst = buf.get();
   constexpr int64_t kChunk = 16;
+  const int64_t chunks_per_mat = (mat_rows + kChunk - 1) / kChunk;
+  const int64_t n_chunks = chunks_per_mat * (n_rows / mat_rows);
   std::vector<std::vector<float>> tmp(pool.size(), std::vector<float>(kChunk * n_per_row));
   std::vector<Status> errors(pool.size());
-  pool.parallel_for(n_rows, kChunk, [&](int64_t b, int64_t end, int ith) {
-    for (int64_t r0 = b; r0 < end && errors[ith]; r0 += kChunk) {
-      const int64_t nr = std::min(kChunk, end - r0);
+  pool.parallel_for(n_chunks, 1, [&](int64_t cb, int64_t ce, int ith) {
+    for (int64_t c = cb; c < ce && errors[ith]; ++c) {
+      const int64_t mat = c / chunks_per_mat;
+      const int64_t r0 = mat * mat_rows + (c % chunks_per_mat) * kChunk;
+      const int64_t nr = std::min(kChunk, (mat + 1) * mat_rows - r0);
       float* rows = tmp[ith].data();
       for (int64_t i = 0; i < nr; ++i) {
         const int64_t r = r0 + i;
         const int64_t sr = e.transform == TensorTransform::kPermuteQkRows ? permuted_source_row(r, e.head_dim) : r;
-        float* row = rows + i * n_per_row;
-        if (t.type == DType::kF32) std::memcpy(row, t.row(sr), n_per_row * sizeof(float));
-        else in_k.dequantize_row(t.row(sr), row, n_per_row);
+        float* out = rows + i * n_per_row;
+        if (t.type == DType::kF32) std::memcpy(out, row(sr), n_per_row * sizeof(float));
+        else in_k.dequantize_row(row(sr), out, n_per_row);
       }
       uint8_t* d = dst + r0 * out_row;
       if (!q) {  // float conversion
@@ -297,7 +389,7 @@ Result<TensorView> run_plan_entry(const TensorView& t, const QuantPlanEntry& e, 
       QuantTensorContext ctx;
       ctx.entry = &e;
       ctx.row0 = r0;
-      ctx.importance = importance;
+      ctx.importance = importance ? importance + mat * n_per_row : nullptr;
       errors[ith] = q->quantize_rows(rows, nr, n_per_row, e.target, ctx, d);
     }
   });
@@ -311,6 +403,49 @@ Result<TensorView> run_plan_entry(const TensorView& t, const QuantPlanEntry& e, 
   return v;
 }
 
+// The shape and type of an entry's source rows (the tensor, or the
+// assembled one), named after the entry.
+TensorView entry_view(const QuantPlanEntry& e) {
+  TensorView t;
+  t.name = e.name;
+  t.type = e.source;
+  t.n_dims = static_cast<int>(e.ne.size());
+  for (size_t d = 0; d < e.ne.size() && d < 4; ++d) t.ne[d] = e.ne[d];
+  t.nbytes = t.row_bytes() * static_cast<size_t>(t.nrows());
+  return t;
+}
+
+}  // namespace
+
+const uint8_t* plan_entry_row(const ModelFile& src, const QuantPlanEntry& e, int64_t r) {
+  if (e.sources.empty()) {
+    const TensorView* t = src.tensor(e.name);
+    return t && r >= 0 && r < t->nrows() ? t->row(r) : nullptr;
+  }
+  const int64_t per = e.ne.size() >= 2 ? e.ne[1] : 1;
+  const int64_t m = r / per;
+  if (r < 0 || m >= static_cast<int64_t>(e.sources.size())) return nullptr;
+  const TensorView* t = src.tensor(e.sources[m].tensor);
+  const int64_t sr = e.sources[m].row0 + r % per;
+  return t && sr < t->nrows() ? t->row(sr) : nullptr;
+}
+
+Result<TensorView> run_plan_entry(const TensorView& t, const QuantPlanEntry& e, Quantizer* q, const float* importance,
+                                  ThreadPool& pool, std::shared_ptr<void>* owner) {
+  return run_rows(t, [&](int64_t r) { return t.row(r); }, e, q, importance, pool, owner);
+}
+
+Result<TensorView> run_plan_entry(const ModelFile& src, const QuantPlanEntry& e, Quantizer* q,
+                                  const float* importance, ThreadPool& pool, std::shared_ptr<void>* owner) {
+  if (e.sources.empty()) {
+    const TensorView* t = src.tensor(e.name);
+    if (!t) return Status::errorf("tensor '{}' is missing", e.name);
+    return run_plan_entry(*t, e, q, importance, pool, owner);
+  }
+  return run_rows(entry_view(e), [&](int64_t r) { return plan_entry_row(src, e, r); }, e, q, importance, pool,
+                  owner);
+}
+
 Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile> src, const QuantPlan& plan,
                                                       const QuantizerFor& quantizer_for, ThreadPool& pool,
                                                       const ImportanceFor& importance_for) {
@@ -322,6 +457,17 @@ Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile>
 
   for (const QuantPlanEntry& e : plan.entries) {  // all checks before any work
     const TensorView* t = src->tensor(e.name);
+    if (!e.sources.empty()) {
+      // An assembled tensor: every source there, of the entry's type, with its rows.
+      const int64_t per = e.ne.size() == 3 ? e.ne[1] : -1;
+      bool ok = per > 0 && static_cast<int64_t>(e.sources.size()) == e.ne[2];
+      for (const QuantPlanEntry::RowSource& rs : e.sources) {
+        const TensorView* st = ok ? src->tensor(rs.tensor) : nullptr;
+        ok = st && st->type == e.source && st->ne[0] == e.ne[0] && rs.row0 >= 0 && rs.row0 + per <= st->nrows();
+      }
+      if (!ok) return Status::errorf("tensor '{}': the plan does not match the model", e.name);
+      continue;
+    }
     if (!t || t->type != e.source || std::vector<int64_t>(t->ne, t->ne + t->n_dims) != e.ne)
       return Status::errorf("tensor '{}': the plan does not match the model", e.name);
     if (e.method == QuantMethod::kCopy && e.target != e.source)
@@ -332,6 +478,32 @@ Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile>
       return Status::errorf("tensor '{}': cannot read type {}", e.name, dtype_name(t->type));
   }
   for (const QuantPlanEntry& e : plan.entries) {
+    if (!e.sources.empty()) {  // an assembled tensor: its rows copied, converted or quantized
+      Quantizer* q = nullptr;
+      if (e.method != QuantMethod::kConvert && e.method != QuantMethod::kCopy) {
+        q = quantizer_for(e.method);
+        if (!q || !q->supports(e.target))
+          return Status::errorf("tensor '{}': no {} quantizer for {}", e.name, quant_method_name(e.method),
+                                dtype_name(e.target));
+      }
+      std::shared_ptr<void> owner;
+      TensorView done;
+      if (e.method == QuantMethod::kCopy) {  // the bytes as they are
+        done = entry_view(e);
+        auto buf = std::make_shared<std::vector<uint8_t>>(done.nbytes);
+        for (int64_t r = 0; r < done.nrows(); ++r)
+          std::memcpy(buf->data() + r * done.row_bytes(), plan_entry_row(*src, e, r), done.row_bytes());
+        done.data = buf->data();
+        owner = buf;
+      } else {
+        auto v = run_plan_entry(*src, e, q, importance_for && q ? importance_for(e) : nullptr, pool, &owner);
+        if (!v) return v.status();
+        done = *v;
+      }
+      out->tensors[e.name] = done;
+      out->owners.push_back(std::move(owner));
+      continue;
+    }
     const TensorView& t = *src->tensor(e.name);
     if (e.method == QuantMethod::kCopy) {
       out->tensors[e.name] = t;

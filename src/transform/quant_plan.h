@@ -89,6 +89,19 @@ struct QuantPlanEntry {
   // The user fixed this matrix's type (--output-type, --token-embedding-type
   // or a --tensor-type pattern): plan-wide choices (--target-bpw) keep it.
   bool pinned = false;
+  // A 3-D expert tensor assembled from other tensors of the source (a
+  // Hugging Face checkpoint's one matrix per expert, or the gate / up half
+  // of its fused gate_up_proj): expert e's ne[1] rows are rows
+  // sources[e].row0 .. of tensor sources[e].tensor (all of type `source`).
+  // Empty: the source tensor `name` itself.
+  struct RowSource {
+    std::string tensor;
+    int64_t row0 = 0;
+  };
+  std::vector<RowSource> sources;
+  // Matrices stacked in the tensor (ne[2] of a 3-D expert tensor, else 1):
+  // calibration statistics come per matrix (n_matrices() * ne[0] values).
+  int64_t n_matrices() const { return ne.size() == 3 ? ne[2] : 1; }
 };
 
 struct QuantPlan {
@@ -113,13 +126,18 @@ bool convertible_to(DType t);
 int llama_file_type(DType t);
 
 // The plan for converting `src` with `opts`:
-//   - 2-D tensors named *.weight are matrices: opts.type, or the recipe's
+//   - 2-D tensors named *.weight, and 3-D expert tensors, are matrices (but
+//     MoE routers, kept f32 as llama.cpp does): opts.type, or the recipe's
 //     type for the tensor, or the first matching tensor_types override; the output head
 //     (output.weight, or token_embd.weight when there is no output.weight)
 //     gets opts.output_type and the embedding opts.token_embd_type when set;
 //     a type that does not fit the rows falls back (fallback_row_type) or,
 //     without allow_fallback, is an error naming the tensor;
-//   - every other tensor (norms, biases, rope factors, 3-D experts) is f32;
+//   - every other tensor (norms, biases, rope factors, routers) is f32;
+//   - a Hugging Face checkpoint's experts become 3-D ffn_{gate,up,down}_exps
+//     entries assembled from its per-expert matrices or fused gate_up /
+//     down tensors (QuantPlanEntry::sources), as llama.cpp's converter
+//     writes them;
 //   - a tensor already in its target type is copied;
 //   - Hugging Face checkpoints of architectures whose spec sets
 //     hf_permute_qk get their Q/K rows permuted and rope.type "normal".
@@ -149,8 +167,17 @@ Result<std::unique_ptr<ModelFile>> execute_quant_plan(std::unique_ptr<ModelFile>
 // One entry's rows of `t` (its source tensor) read as f32 (through the
 // entry's row transform) in chunks across `pool` and written as e.target by
 // `q` (null: a float conversion). The result's buffer is kept alive by
-// *owner. Errors: the quantizer's, with the tensor's name.
+// *owner. A 3-D entry's rows are quantized expert by expert (no chunk spans
+// two), each with its own importance (importance: n_matrices() * ne[0]
+// values). Errors: the quantizer's, with the tensor's name.
 Result<TensorView> run_plan_entry(const TensorView& t, const QuantPlanEntry& e, Quantizer* q, const float* importance,
                                   ThreadPool& pool, std::shared_ptr<void>* owner);
+// The same with the entry's rows taken from `src`: the tensor `e.name`, or
+// the assembled rows of e.sources.
+Result<TensorView> run_plan_entry(const ModelFile& src, const QuantPlanEntry& e, Quantizer* q,
+                                  const float* importance, ThreadPool& pool, std::shared_ptr<void>* owner);
+// Row r of entry e's source rows in src (its own tensor, or e.sources), in
+// the source type; null when out of range or missing.
+const uint8_t* plan_entry_row(const ModelFile& src, const QuantPlanEntry& e, int64_t r);
 
 }  // namespace ember

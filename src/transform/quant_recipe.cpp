@@ -56,7 +56,11 @@ DType quant_recipe_type(const QuantRecipeInfo& recipe, const QuantRecipeModel& m
     if (n_per_row % dtype_block_size(t) != 0) return DType::kQ8_0;
     return t == DType::kQ8_0 ? t : DType::kQ6_K;
   }
+  if (role == TensorRole::kFfnDownExps || role == TensorRole::kFfnDownShexp) role = TensorRole::kFfnDown;
+  const bool eight_experts = m.n_expert == 8;
   switch (role) {
+    case TensorRole::kAttnK:
+      return eight_experts ? DType::kQ8_0 : t;
     case TensorRole::kAttnV:
       if (f == R::kQ2_K) t = m.n_gqa >= 4 ? DType::kQ4_K : DType::kQ3_K;
       else if (f == R::kQ2_K_S && m.n_gqa >= 4) t = DType::kQ4_K;
@@ -65,6 +69,7 @@ DType quant_recipe_type(const QuantRecipeInfo& recipe, const QuantRecipeModel& m
       else if ((f == R::kQ4_K_M || f == R::kQ5_K_M) && use_more_bits(i, n)) t = DType::kQ6_K;
       else if (f == R::kQ4_K_S && i < 4) t = DType::kQ5_K;
       if (m.is_70b && (t == DType::kQ3_K || t == DType::kQ4_K)) t = DType::kQ5_K;
+      if (eight_experts) t = DType::kQ8_0;
       return t;
     case TensorRole::kFfnDown:
       if (f == R::kQ2_K) t = DType::kQ3_K;
@@ -80,6 +85,10 @@ DType quant_recipe_type(const QuantRecipeInfo& recipe, const QuantRecipeModel& m
         t = f == R::kQ4_0 ? DType::kQ4_1 : DType::kQ5_1;
       return t;
     case TensorRole::kAttnOutput:
+      if (eight_experts) {
+        if (f == R::kQ2_K || f == R::kQ3_K_S || f == R::kQ3_K_M || f == R::kQ4_K_S || f == R::kQ4_K_M) t = DType::kQ5_K;
+        return t;
+      }
       if (f == R::kQ2_K) t = DType::kQ3_K;
       else if (f == R::kQ3_K_M) t = DType::kQ4_K;
       else if (f == R::kQ3_K_L) t = DType::kQ5_K;

@@ -53,6 +53,10 @@ struct QuantRecipeModel {
   bool is_70b = false;  // llama.cpp's LLM_TYPE_70B (a llama of 80 blocks)
   bool tied = false;    // no output.weight: the token embedding is the output head
   bool has_imatrix = false;
+  // Experts per MoE layer (0: dense). llama.cpp's rules for 8 experts
+  // (Mixtral): attn_v and attn_k Q8_0, attn_output Q5_K in the K mixes; its
+  // ffn_down rules cover ffn_down_exps and ffn_down_shexp, indexed by layer.
+  int n_expert = 0;
 };
 
 // The type of a weight matrix under `recipe` before the row fallback

@@ -59,6 +59,10 @@ std::string write_tiny(const std::string& arch, const test::TempDir& dir) {
   GenModelShape t = *s;
   t.n_layer = 2, t.n_embd = 64, t.n_ff = 96, t.n_head = 4, t.n_head_kv = 2, t.head_dim = 32, t.n_vocab = 300;
   t.qkv_bias = true, t.tied_embeddings = false, t.rope_scale_factor = 8;
+  if (find_arch(arch)->has_experts() && !find_arch(arch)->find(TensorRole::kFfnGate)) {  // MoE only
+    t.n_expert = 4, t.n_expert_used = 2;
+    if (find_arch(arch)->gen.expert_ff_key) t.n_ff_exp = 32;
+  }
   GenModelOptions o;
   o.type = DType::kF32;
   ThreadPool pool(2);
@@ -78,15 +82,23 @@ void check_tensor_list(const ArchSpec& spec, const std::string& path) {
   ASSERT_TRUE(f);
   ASSERT_EQ(bind_error(*f), "");
   for (const auto& [name, t] : f->tensors) {
-    int layer = -1;
-    const TensorRole role = role_from_gguf_name(name, &layer);
+    int layer = -1, expert = -1;
+    TensorRole role = role_from_gguf_name(name, &layer);
+    if (role == TensorRole::kUnknown) role = role_from_gguf_expert_name(name, &layer, &expert);  // one expert's matrix
     ASSERT_NE(role, TensorRole::kUnknown) << name;
     EXPECT_NE(spec.find(role), nullptr) << name << " is not in the " << spec.name << " tensor list";
   }
+  // The FFN tensors of the other kind (dense / MoE) are not bound; the
+  // expert tensors' layouts (3-D, fused, per expert) are checked by
+  // moe_load_test.cpp.
+  const bool moe = f->tensor(gguf_tensor_name(TensorRole::kFfnGateInp, 1)) != nullptr;
   int n_checked = 0;
   for (const auto& list : {spec.model_tensors, spec.block_tensors}) {
     for (const TensorSpec& ts : list) {
       if (ts.presence == Presence::kUnbound) continue;
+      if ((is_moe_role(ts.role) && !moe) || (is_dense_ffn_role(ts.role) && moe) ||
+          role_info(ts.role).kind == TensorKind::kExperts)
+        continue;
       const std::string name = gguf_tensor_name(ts.role, 1);
       auto it = f->tensors.find(name);
       if (it == f->tensors.end()) {
@@ -115,15 +127,18 @@ void check_tensor_list(const ArchSpec& spec, const std::string& path) {
     }
   }
   EXPECT_EQ(bind_error(*f), "");
-  EXPECT_GE(n_checked, 12);
+  EXPECT_GE(n_checked, moe ? 8 : 12);
 }
 
 TEST(ArchRegistry, NamesAndLookups) {
   std::vector<std::string> names;
   for (const ArchSpec* s : arch_specs()) names.push_back(s->name);
-  EXPECT_EQ(names, (std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma3"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma3", "qwen2moe", "qwen3moe", "olmoe"}));
   EXPECT_EQ(supported_architectures(), names);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3");
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe, olmoe");
+  EXPECT_EQ(find_arch_by_hf_class("MixtralForCausalLM"), &kLlamaSpec);
+  EXPECT_EQ(find_arch_by_hf_model_type("qwen3_moe"), &kQwen3MoeSpec);
   for (const ArchSpec* s : arch_specs()) {
     EXPECT_EQ(find_arch(s->name), s);
     for (const char* c : s->hf_classes) EXPECT_EQ(find_arch_by_hf_class(c), s) << c;
@@ -137,7 +152,8 @@ TEST(ArchRegistry, NamesAndLookups) {
 }
 
 TEST(ArchRegistry, UnknownArchitecturesListTheSupportedOnes) {
-  const std::string want = "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3)";
+  const std::string want =
+      "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe, olmoe)";
   Metadata m;
   m.set("general.architecture", Metadata::make_string("mamba"));
   auto cfg = config_from_metadata(m);
@@ -160,7 +176,12 @@ TEST(ArchRegistry, UnknownArchitecturesListTheSupportedOnes) {
   // Experts only where a spec has the Mixtral layout.
   GenModelShape q = *gen_model_arch_defaults("qwen2");
   q.n_layer = 1, q.n_embd = 64, q.n_ff = 64, q.n_head = 2, q.n_head_kv = 2, q.n_expert = 4, q.n_expert_used = 2;
-  EXPECT_EQ(validate_gen_model_shape(q).message(), "experts are supported for llama (Mixtral layout) only, not qwen2");
+  EXPECT_EQ(validate_gen_model_shape(q).message(),
+            "experts are supported for llama, qwen2moe, qwen3moe, olmoe only, not qwen2");
+  // A MoE-only architecture needs experts.
+  GenModelShape d = *gen_model_arch_defaults("qwen3moe");
+  d.n_layer = 1, d.n_embd = 64, d.n_ff = 64, d.n_head = 2, d.n_head_kv = 2;
+  EXPECT_EQ(validate_gen_model_shape(d).message(), "qwen3moe is a Mixture-of-Experts architecture: give n_expert");
 }
 
 TEST(ArchSpecTables, WellFormed) {
@@ -214,7 +235,10 @@ TEST(ArchSpecTables, WiringFlagsFollowTheTensorList) {
     auto cfg = config_from_metadata(f->metadata);
     ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
     const bool gemma = std::string(s->name) == "gemma3";
-    EXPECT_EQ(cfg->qk_norm, gemma || std::string(s->name) == "qwen3");
+    const std::string n = s->name;
+    EXPECT_EQ(cfg->qk_norm, gemma || n == "qwen3" || n == "qwen3moe" || n == "olmoe");
+    EXPECT_EQ(cfg->qk_norm_full, n == "olmoe");
+    EXPECT_EQ(cfg->has_moe(), n == "qwen2moe" || n == "qwen3moe" || n == "olmoe");
     EXPECT_EQ(cfg->post_attn_norm, gemma);
     EXPECT_EQ(cfg->post_ffn_norm, gemma);
     EXPECT_EQ(cfg->qk_norm, s->requires_tensor(TensorRole::kAttnQNorm));
@@ -232,8 +256,19 @@ TEST(ArchSpecTables, HuggingFaceTensorNames) {
   for (const ArchSpec* s : arch_specs()) {
     SCOPED_TRACE(s->name);
     for (const TensorSpec& t : s->block_tensors) {
+      if (t.hf_alt) {
+        EXPECT_EQ(hf_tensor_name_to_gguf(s->name, std::string("model.layers.17.") + t.hf_alt),
+                  gguf_tensor_name(t.role, 17));
+      }
       const char* hf = t.hf ? t.hf : role_info(t.role).hf;
       if (!hf) continue;
+      std::string h = hf;
+      if (const size_t e = h.find("{e}"); e != std::string::npos) {  // one expert's matrix
+        EXPECT_EQ(hf_tensor_name_to_gguf(s->name, "model.layers.17." + h.replace(e, 3, "5")),
+                  gguf_expert_tensor_name(t.role, 17, 5));
+        EXPECT_EQ(hf_tensor_name_to_gguf(s->name, "model.layers.17." + std::string(hf).replace(e, 3, "05")), "");
+        continue;
+      }
       EXPECT_EQ(hf_tensor_name_to_gguf(s->name, std::string("model.layers.17.") + hf), gguf_tensor_name(t.role, 17));
     }
     EXPECT_EQ(hf_tensor_name_to_gguf(s->name, "model.embed_tokens.weight"), "token_embd.weight");
@@ -274,6 +309,15 @@ TEST(ArchSpecTables, GgufNamesRoundTrip) {
   EXPECT_EQ(role_from_gguf_name("blk.1.attn_norm.weight.extra", nullptr), TensorRole::kUnknown);
   EXPECT_EQ(role_from_gguf_name("attn_q.weight", nullptr), TensorRole::kUnknown);  // a block tensor outside a block
   EXPECT_EQ(role_from_gguf_name("blk.1.token_embd.weight", nullptr), TensorRole::kUnknown);
+  // One expert's matrix.
+  int layer = -1, expert = -1;
+  EXPECT_EQ(gguf_expert_tensor_name(TensorRole::kFfnDownExps, 3, 41), "blk.3.ffn_down.41.weight");
+  EXPECT_EQ(role_from_gguf_expert_name("blk.3.ffn_down.41.weight", &layer, &expert), TensorRole::kFfnDownExps);
+  EXPECT_EQ(layer, 3);
+  EXPECT_EQ(expert, 41);
+  EXPECT_EQ(role_from_gguf_expert_name("blk.3.ffn_down.weight", nullptr, nullptr), TensorRole::kUnknown);
+  EXPECT_EQ(role_from_gguf_expert_name("blk.3.ffn_down.x.weight", nullptr, nullptr), TensorRole::kUnknown);
+  EXPECT_EQ(role_from_gguf_expert_name("blk.3.ffn_norm.1.weight", nullptr, nullptr), TensorRole::kUnknown);
 }
 
 TEST(ArchSpecTables, GgufDefaultRopeType) {

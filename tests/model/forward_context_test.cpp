@@ -190,6 +190,20 @@ class CountingBackend final : public Backend {
     ++ops["softcap"];
     cpu_->softcap(x, n, cap);
   }
+  void moe_route(const float* logits, int64_t ld, int64_t n, const MoeRouting& r, int32_t* ids, float* w) override {
+    ++ops["moe_route"];
+    cpu_->moe_route(logits, ld, n, r, ids, w);
+  }
+  void moe_matmul(const float* x, int64_t ldx, int64_t n_slots, const int32_t* expert, const int32_t* x_row,
+                  int n_expert, const ExpertTarget* targets, int n_targets) override {
+    ++ops["moe_matmul"];
+    cpu_->moe_matmul(x, ldx, n_slots, expert, x_row, n_expert, targets, n_targets);
+  }
+  void moe_combine(const float* y, int64_t ldy, const float* w, int k, int64_t n, int64_t dim, float* out,
+                   int64_t ld_out, bool accumulate) override {
+    ++ops["moe_combine"];
+    cpu_->moe_combine(y, ldy, w, k, n, dim, out, ld_out, accumulate);
+  }
   void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n, const KvView* views,
                  const int32_t* vot, float* out) override {
     ++ops["attention"];

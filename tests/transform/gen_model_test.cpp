@@ -297,8 +297,51 @@ TEST_F(GenModelTest, MixtureOfExpertsLayout) {
   const uint8_t* e0 = static_cast<const uint8_t*>(up->view.data);
   const size_t expert_bytes = up->view.nbytes / 4;
   EXPECT_NE(std::memcmp(e0, e0 + expert_bytes, expert_bytes), 0);
-  auto model = Model::load(path("moe.gguf"));
-  EXPECT_FALSE(model.is_ok());
+  auto model = Model::load(path("moe.gguf"));  // ember runs the Mixtral layout
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  EXPECT_EQ((*model)->config().layers[1].ffn_kind, FfnKind::kMoe);
+  EXPECT_EQ((*model)->config().layers[1].n_ff_exp, 96);
+  EXPECT_TRUE((*model)->config().layers[1].moe_norm_topk);
+}
+
+// The MoE shapes: the released models' hyper-parameters, the cut ones
+// their first layers.
+TEST_F(GenModelTest, MixtureOfExpertsShapes) {
+  auto q = gen_model_shape("qwen3-30b-a3b");
+  auto q12 = gen_model_shape("qwen3-30b-a3b-12l");
+  auto o = gen_model_shape("olmoe-1b-7b");
+  auto m = gen_model_shape("mixtral-8x7b-4l");
+  ASSERT_TRUE(q.is_ok() && q12.is_ok() && o.is_ok() && m.is_ok());
+  EXPECT_EQ(q->arch, "qwen3moe");
+  EXPECT_EQ(q->n_layer, 48);
+  EXPECT_EQ(q12->n_layer, 12);
+  EXPECT_EQ(q->n_expert, 128);
+  EXPECT_EQ(q->n_expert_used, 8);
+  EXPECT_EQ(q->n_ff_exp, 768);
+  EXPECT_EQ(q->head_size(), 128);
+  EXPECT_EQ(o->arch, "olmoe");
+  EXPECT_EQ(o->n_expert, 64);
+  EXPECT_EQ(o->n_ff, 1024);
+  EXPECT_EQ(m->arch, "llama");
+  EXPECT_EQ(m->n_expert, 8);
+  EXPECT_EQ(m->n_expert_used, 2);
+  EXPECT_EQ(m->n_ff, 14336);
+  for (const auto& s : {*q, *q12, *o, *m}) EXPECT_TRUE(validate_gen_model_shape(s).is_ok()) << s.name;
+  // A qwen3moe file written small loads with the expert keys llama.cpp reads.
+  GenModelShape t = *q12;
+  t.n_layer = 2, t.n_embd = 64, t.n_ff = 96, t.n_ff_exp = 32, t.n_head = 4, t.n_head_kv = 2, t.head_dim = 16;
+  t.n_vocab = 300, t.n_expert = 8;
+  GenModelOptions opts;
+  opts.type = DType::kQ8_0;
+  ThreadPool pool(2);
+  ASSERT_TRUE(write_random_model(t, opts, path("q3moe.gguf"), pool).is_ok());
+  auto f = GgufFile::open(path("q3moe.gguf"));
+  ASSERT_TRUE(f.is_ok());
+  EXPECT_EQ((*f)->metadata().get_int("qwen3moe.expert_feed_forward_length"), 32);
+  EXPECT_EQ((*f)->metadata().get_int("qwen3moe.feed_forward_length"), 96);
+  auto model = Model::load(path("q3moe.gguf"));
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  EXPECT_EQ((*model)->config().layers[0].n_expert, 8);
 }
 
 TEST_F(GenModelTest, BadOutputPathFails) {

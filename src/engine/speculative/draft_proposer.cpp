@@ -72,6 +72,18 @@ bool same_linear(const Linear& a, const Linear& b) {
   const void* db = b.weight ? b.weight->data : nullptr;
   return da == db && a.bias == b.bias && a.act_bits == b.act_bits;
 }
+// Mixture-of-Experts weights: the same router, experts and shared expert.
+bool same_experts(const MoeWeights& a, const MoeWeights& b) {
+  if (!same_linear(a.router, b.router) || !same_linear(a.shared_gate, b.shared_gate) ||
+      !same_linear(a.shared_up, b.shared_up) || !same_linear(a.shared_down, b.shared_down) ||
+      !same_linear(a.shared_gate_inp, b.shared_gate_inp) || a.gate.size() != b.gate.size() ||
+      a.up.size() != b.up.size() || a.down.size() != b.down.size())
+    return false;
+  for (size_t e = 0; e < a.gate.size(); ++e)
+    if (!same_linear(a.gate[e], b.gate[e]) || !same_linear(a.up[e], b.up[e]) || !same_linear(a.down[e], b.down[e]))
+      return false;
+  return true;
+}
 }  // namespace
 
 int shared_kv_layers(const Model& target, const Model& draft) {
@@ -88,7 +100,10 @@ int shared_kv_layers(const Model& target, const Model& draft) {
     const LayerConfig& b = dc.layers[static_cast<size_t>(n)];
     if (a.n_head != b.n_head || a.n_head_kv != b.n_head_kv || a.n_ff != b.n_ff || a.ffn_kind != b.ffn_kind ||
         a.sliding_window != b.sliding_window || a.rope_base != b.rope_base ||
-        a.rope_freq_scale != b.rope_freq_scale || a.use_rope_freq_factors != b.use_rope_freq_factors)
+        a.rope_freq_scale != b.rope_freq_scale || a.use_rope_freq_factors != b.use_rope_freq_factors ||
+        a.n_expert != b.n_expert || a.n_expert_used != b.n_expert_used || a.n_ff_exp != b.n_ff_exp ||
+        a.n_ff_shexp != b.n_ff_shexp || a.moe_gating != b.moe_gating || a.moe_norm_topk != b.moe_norm_topk ||
+        a.moe_weights_scale != b.moe_weights_scale)
       break;
     const LayerWeights& x = tw.layers[static_cast<size_t>(n)];
     const LayerWeights& y = dw.layers[static_cast<size_t>(n)];
@@ -97,7 +112,7 @@ int shared_kv_layers(const Model& target, const Model& draft) {
         !same_linear(x.gate, y.gate) || !same_linear(x.up, y.up) || !same_linear(x.down, y.down) ||
         !same_floats(x.attn_norm, y.attn_norm, e) || !same_floats(x.post_attn_norm, y.post_attn_norm, e) ||
         !same_floats(x.ffn_norm, y.ffn_norm, e) || !same_floats(x.post_ffn_norm, y.post_ffn_norm, e) ||
-        !same_floats(x.q_norm, y.q_norm, hd) || !same_floats(x.k_norm, y.k_norm, hd))
+        !same_floats(x.q_norm, y.q_norm, hd) || !same_floats(x.k_norm, y.k_norm, hd) || !same_experts(x.moe, y.moe))
       break;
   }
   return n;

@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/moe_matmul.h"
 #include "kernels/cpu/op_table.h"
 #include "kernels/matmul.h"
+#include "kernels/ref/moe_ref.h"
 #include "kernels/registry.h"
 
 namespace ember {
@@ -104,6 +106,26 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // The router and the combine are the scalar functions of kernels/ref/ at
+  // every level (a few dozen values per token).
+  void moe_route(const float* logits, int64_t ld, int64_t n, const MoeRouting& r, int32_t* ids,
+                 float* weights) override {
+    for (int64_t t = 0; t < n; ++t) ref::moe_route_row(logits + t * ld, r, ids + t * r.k, weights + t * r.k);
+  }
+
+  void moe_matmul(const float* x, int64_t ldx, int64_t n_slots, const int32_t* expert, const int32_t* x_row,
+                  int n_expert, const ExpertTarget* targets, int n_targets) override {
+    ember::moe_matmul(x, ldx, n_slots, expert, x_row, n_expert, targets, n_targets, pool_, moe_scratch_);
+  }
+
+  void moe_combine(const float* y, int64_t ldy, const float* weights, int k, int64_t n, int64_t dim, float* out,
+                   int64_t ld_out, bool accumulate) override {
+    pool_.parallel_for(n, 8, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t)
+        ref::moe_combine_row(y + t * k * ldy, ldy, weights + t * k, k, dim, out + t * ld_out, accumulate);
+    });
+  }
+
   void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n, const KvView* views,
                  const int32_t* view_of_token, float* out) override {
     int32_t max_pos = 0;
@@ -116,6 +138,7 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool& pool_;
   MatmulScratch scratch_;
+  MoeMatmulScratch moe_scratch_;
   std::vector<float> attn_scratch_;
 };
 

@@ -2,6 +2,7 @@
 // activation type, then every target's output rows swept by the registry's
 // kernels, all targets' rows in one parallel section.
 #include "kernels/matmul.h"
+#include "kernels/cpu/matmul_jobs.h"
 
 #include <algorithm>
 #include <vector>
@@ -56,24 +57,9 @@ void tile_rows_range(const KernelSet& wk, int64_t n_in, int64_t rb, int64_t re, 
   }
 }
 
-enum class Path { kRows, kFew, kTokens, kTile, kDots };
+}  // namespace
 
-// One weight matrix's share of the work: its output rows [0, n_rows), swept
-// along `path` in tasks of `grain` rows.
-struct Job {
-  const KernelSet* wk;
-  Path path;
-  int64_t grain;
-  int64_t n_rows;
-  const uint8_t* wrows;
-  size_t w_row_bytes;
-  const uint8_t* xq;  // the activations in this weight's vec_dot_type
-  size_t x_row_bytes;
-  const uint8_t* packed = nullptr;  // kTokens: the activations packed by wk->pack_tokens
-  int pack = -1;                    // kTokens: which of run_jobs' packs
-  float* y;
-  int64_t ldy;
-};
+namespace matmul_jobs {
 
 // Rows per task of the row-streaming paths (decode, few tokens, token lanes):
 // long runs (the kernels prefetch within a call), a multiple of `unit`,
@@ -149,6 +135,12 @@ void run(const Job& j, int64_t n_in, int64_t n_tokens, int64_t rb, int64_t re) {
       return;
   }
 }
+
+}  // namespace matmul_jobs
+
+namespace {
+
+using namespace matmul_jobs;
 
 // An activation format: a vec_dot_type, in its own levels or in 4-bit ones.
 struct ActType {

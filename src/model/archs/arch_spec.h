@@ -43,7 +43,14 @@ struct TensorSpec {
   TensorRole role;
   Presence presence;
   GenWhen gen;
-  const char* hf = nullptr;  // Hugging Face name when it differs from role_info(role).hf
+  // Hugging Face name when it differs from role_info(role).hf. For a 3-D
+  // expert role, the name of one expert's 2-D matrix with "{e}" where its
+  // index goes ("mlp.experts.{e}.gate_proj.weight"), loaded under
+  // gguf_expert_tensor_name.
+  const char* hf = nullptr;
+  // Another Hugging Face name of the same tensor, taken as it is: the fused
+  // 3-D expert tensor transformers v5 writes ("mlp.experts.down_proj").
+  const char* hf_alt = nullptr;
 };
 
 // config.json defaults for keys a config may omit, as the transformers
@@ -83,6 +90,9 @@ struct GenModelDefaults {
   // `ember gen-model` copies the default model's vocabulary unless told
   // otherwise (Gemma 3: the default model is one).
   bool copy_default_vocab = false;
+  // The experts' width goes in <arch>.expert_feed_forward_length (Qwen-MoE);
+  // else it is feed_forward_length (Mixtral, OLMoE).
+  bool expert_ff_key = false;
 };
 
 struct ArchSpec {
@@ -115,6 +125,10 @@ struct ArchSpec {
 
   GenModelDefaults gen;
 
+  // QK-norm over the whole Q / K projection (OLMoE) rather than each head
+  // (ModelConfig::qk_norm_full).
+  bool qk_norm_full = false;
+
   // The listed entry for `role`, or null.
   const TensorSpec* find(TensorRole role) const;
   bool requires_tensor(TensorRole role) const {
@@ -124,7 +138,54 @@ struct ArchSpec {
   bool has_experts() const;
 };
 
+// What a Mixture-of-Experts architecture's GGUF files leave out
+// (fill_moe_layers), as llama.cpp's loader assumes it.
+struct MoeDefaults {
+  // Without <arch>.expert_count (or with 0) the layers are dense; with
+  // `required` that is an error instead (the qwen2moe / qwen3moe / olmoe
+  // loaders of llama.cpp refuse n_expert 0).
+  bool required = true;
+  // expert_feed_forward_length absent: n_ff / n_expert_used (llama.cpp's
+  // rule for qwen2moe / qwen3moe) or n_ff (OLMoE and Mixtral give the
+  // expert width as feed_forward_length).
+  bool ff_exp_is_ff_over_used = false;
+  // expert_shared_feed_forward_length absent: n_ff (qwen2moe) or no shared
+  // expert.
+  bool shared_expert = false;
+  // expert_weights_norm absent: whether the k weights are renormalised
+  // (qwen3moe and Mixtral yes; qwen2moe and OLMoE no, as llama.cpp runs
+  // them).
+  bool norm_topk = false;
+};
+
+// config.json keys of a Mixture-of-Experts architecture (hf_moe_config),
+// with its transformers config class's defaults (0: required).
+struct HfMoeKeys {
+  int64_t n_expert = 0;       // num_experts / num_local_experts; 0 here and absent: a dense model
+  int64_t n_expert_used = 0;  // num_experts_per_tok
+  // The experts' width: this key (written as expert_feed_forward_length),
+  // or null: intermediate_size is their width (OLMoE, Mixtral).
+  const char* ff_exp_key = nullptr;
+  int64_t ff_exp_default = 0;
+  bool shared_expert = false;  // shared_expert_intermediate_size
+  int64_t shared_default = 0;
+  bool norm_topk = false;      // norm_topk_prob when absent (or always, without norm_topk_key)
+  bool norm_topk_key = true;   // the config has norm_topk_prob (Mixtral always renormalises)
+};
+
 // Shared parts of the specs.
+// Writes <arch>.expert_count, .expert_used_count,
+// .expert_feed_forward_length, .expert_shared_feed_forward_length and
+// .expert_weights_norm from config.json. Dense layers among MoE ones
+// (mlp_only_layers, decoder_sparse_step != 1) are an error.
+Status hf_moe_config(const HfConfigView& cv, const HfConfigContext& ctx, Metadata* meta, const HfMoeKeys& k);
+// The MoE keys of a GGUF file into cfg->layers (after the RoPE fill, which
+// resets them): expert_count, expert_used_count (1 <= used <= count),
+// expert_feed_forward_length (one value or one per layer),
+// expert_shared_feed_forward_length, expert_weights_norm (bool),
+// expert_weights_scale (0 means 1), expert_gating_func (llama.cpp's values:
+// 1 softmax, 3 softmax over the top k). Errors name the key.
+Status fill_moe_layers(const Metadata& meta, ModelConfig* cfg, const MoeDefaults& d);
 // Fills per-layer RoPE settings shared by most architectures from
 // "<arch>.rope.freq_base" and "<arch>.rope.scaling.*" (resets cfg->layers).
 Status fill_default_rope(const Metadata& meta, ModelConfig* cfg);

@@ -17,6 +17,9 @@ extern const ArchSpec kLlamaSpec;
 extern const ArchSpec kQwen2Spec;
 extern const ArchSpec kQwen3Spec;
 extern const ArchSpec kGemma3Spec;
+extern const ArchSpec kQwen2MoeSpec;
+extern const ArchSpec kQwen3MoeSpec;
+extern const ArchSpec kOlmoeSpec;
 
 // Every registered spec, in registration order.
 std::span<const ArchSpec* const> arch_specs();

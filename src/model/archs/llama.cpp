@@ -2,8 +2,10 @@
 // ("normal") RoPE on GGUF files (NeoX when loaded from Hugging Face, whose
 // Q/K weights are not permuted; converting such a checkpoint to GGUF
 // permutes them), optional Llama 3.1 frequency factors, optional biases.
-// gen-model also writes the Mixtral layout (router + 3-D experts), which
-// llama.cpp runs and ember does not yet.
+// Mixtral is this architecture with <arch>.expert_count (as llama.cpp's
+// converter writes it): a Mixture-of-Experts FFN in every layer, softmax
+// over all experts, the top k, renormalised (transformers' MixtralTopKRouter;
+// the same function as a softmax over the top k logits).
 #include "model/archs/archs.h"
 #include "model/archs/tensor_lists.h"
 
@@ -13,10 +15,19 @@ namespace {
 using namespace archs;
 
 constexpr auto kBlockTensors = tensor_list(kAttentionTensors, kFfnNormTensors, kMixtralExpertTensors, kDenseFfnTensors);
-constexpr const char* kHfClasses[] = {"LlamaForCausalLM", "MistralForCausalLM"};
-constexpr const char* kHfModelTypes[] = {"llama", "mistral"};
+constexpr const char* kHfClasses[] = {"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"};
+constexpr const char* kHfModelTypes[] = {"llama", "mistral", "mixtral"};
 
-Status fill_llama(const Metadata& meta, ModelConfig* cfg) { return fill_silu_decoder(meta, cfg, RopeStyle::kNormal); }
+Status fill_llama(const Metadata& meta, ModelConfig* cfg) {
+  EMBER_RETURN_IF_ERROR(fill_silu_decoder(meta, cfg, RopeStyle::kNormal));
+  return fill_moe_layers(meta, cfg, {.required = false, .norm_topk = true});
+}
+
+// Mixtral's num_local_experts / num_experts_per_tok (MixtralConfig: 8, 2);
+// dense Llama / Mistral configs have neither.
+Status hf_llama(const HfConfigView& cv, const HfConfigContext& ctx, Metadata* meta) {
+  return hf_moe_config(cv, ctx, meta, {.n_expert = 0, .n_expert_used = 2, .norm_topk = true, .norm_topk_key = false});
+}
 
 }  // namespace
 
@@ -29,7 +40,7 @@ constinit const ArchSpec kLlamaSpec = {
     .hf_classes = kHfClasses,
     .hf_model_types = kHfModelTypes,
     .hf_defaults = {.max_position_embeddings = 2048},  // LlamaConfig
-    .hf_config = nullptr,
+    .hf_config = hf_llama,
     .hf_norm_plus_one = false,
     .hf_permute_qk = true,
     .chat_template = "chatml",

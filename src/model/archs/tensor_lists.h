@@ -65,13 +65,35 @@ inline constexpr std::array<TensorSpec, 3> kDenseFfnTensors = {{
     {R::kFfnDown, P::kRequired, G::kDense},
 }};
 
-// Mixtral's router and 3-D experts (gen-model writes them; ember does not run
-// them yet, so they are not bound and a file with them lacks the dense FFN).
-inline constexpr std::array<TensorSpec, 4> kMixtralExpertTensors = {{
-    {R::kFfnGateInp, P::kUnbound, G::kExperts},
-    {R::kFfnGateExps, P::kUnbound, G::kExperts},
-    {R::kFfnUpExps, P::kUnbound, G::kExperts},
-    {R::kFfnDownExps, P::kUnbound, G::kExperts},
+// A Mixture-of-Experts FFN with Qwen's Hugging Face names (Qwen2-MoE,
+// Qwen3-MoE, OLMoE): the router, the 3-D experts (GGUF), one matrix per
+// expert (transformers' saved format) or the fused gate_up / down tensors
+// (transformers v5 with save_original_format=False).
+inline constexpr std::array<TensorSpec, 5> kMoeTensors = {{
+    {R::kFfnGateInp, P::kRequired, G::kExperts, "mlp.gate.weight"},
+    {R::kFfnGateExps, P::kRequired, G::kExperts, "mlp.experts.{e}.gate_proj.weight"},
+    {R::kFfnUpExps, P::kRequired, G::kExperts, "mlp.experts.{e}.up_proj.weight"},
+    {R::kFfnDownExps, P::kRequired, G::kExperts, "mlp.experts.{e}.down_proj.weight", "mlp.experts.down_proj"},
+    {R::kFfnGateUpExps, P::kOptional, G::kNever, "mlp.experts.gate_up_proj"},
+}};
+
+// Qwen2-MoE's shared expert and its sigmoid gate.
+inline constexpr std::array<TensorSpec, 4> kSharedExpertTensors = {{
+    {R::kFfnGateInpShexp, P::kRequired, G::kExperts, "mlp.shared_expert_gate.weight"},
+    {R::kFfnGateShexp, P::kRequired, G::kExperts, "mlp.shared_expert.gate_proj.weight"},
+    {R::kFfnUpShexp, P::kRequired, G::kExperts, "mlp.shared_expert.up_proj.weight"},
+    {R::kFfnDownShexp, P::kRequired, G::kExperts, "mlp.shared_expert.down_proj.weight"},
+}};
+
+// Mixtral's router and experts (GGUF: the llama architecture with
+// <arch>.expert_count), with Mixtral's Hugging Face names (w1 gate, w3 up,
+// w2 down) and those transformers v5 writes fused.
+inline constexpr std::array<TensorSpec, 5> kMixtralExpertTensors = {{
+    {R::kFfnGateInp, P::kRequired, G::kExperts, "block_sparse_moe.gate.weight", "mlp.gate.weight"},
+    {R::kFfnGateExps, P::kRequired, G::kExperts, "block_sparse_moe.experts.{e}.w1.weight"},
+    {R::kFfnUpExps, P::kRequired, G::kExperts, "block_sparse_moe.experts.{e}.w3.weight"},
+    {R::kFfnDownExps, P::kRequired, G::kExperts, "block_sparse_moe.experts.{e}.w2.weight", "mlp.experts.down_proj"},
+    {R::kFfnGateUpExps, P::kOptional, G::kNever, "mlp.experts.gate_up_proj"},
 }};
 
 }  // namespace ember::archs

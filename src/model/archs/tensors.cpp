@@ -28,14 +28,19 @@ constexpr RoleInfo kRoles[] = {
     {R::kAttnVBias, "attn_v_bias", "attn_v.bias", S::kBlock, K::kBias, 1, {D::kV}, "self_attn.v_proj.bias"},
     {R::kAttnOutput, "attn_output", "attn_output.weight", S::kBlock, K::kMatrix, 2, {D::kO, D::kEmbd}, "self_attn.o_proj.weight"},
     {R::kAttnOutputBias, "attn_output_bias", "attn_output.bias", S::kBlock, K::kBias, 1, {D::kEmbd}, "self_attn.o_proj.bias"},
-    {R::kAttnQNorm, "attn_q_norm", "attn_q_norm.weight", S::kBlock, K::kNorm, 1, {D::kHeadDim}, "self_attn.q_norm.weight"},
-    {R::kAttnKNorm, "attn_k_norm", "attn_k_norm.weight", S::kBlock, K::kNorm, 1, {D::kHeadDim}, "self_attn.k_norm.weight"},
+    {R::kAttnQNorm, "attn_q_norm", "attn_q_norm.weight", S::kBlock, K::kNorm, 1, {D::kQNorm}, "self_attn.q_norm.weight"},
+    {R::kAttnKNorm, "attn_k_norm", "attn_k_norm.weight", S::kBlock, K::kNorm, 1, {D::kKNorm}, "self_attn.k_norm.weight"},
     {R::kPostAttnNorm, "post_attention_norm", "post_attention_norm.weight", S::kBlock, K::kNorm, 1, {D::kEmbd}, nullptr},
     {R::kFfnNorm, "ffn_norm", "ffn_norm.weight", S::kBlock, K::kNorm, 1, {D::kEmbd}, "post_attention_layernorm.weight"},
     {R::kFfnGateInp, "ffn_gate_inp", "ffn_gate_inp.weight", S::kBlock, K::kRouter, 2, {D::kEmbd, D::kExperts}, nullptr},
-    {R::kFfnGateExps, "ffn_gate_exps", "ffn_gate_exps.weight", S::kBlock, K::kExperts, 3, {D::kEmbd, D::kFf, D::kExperts}, nullptr},
-    {R::kFfnUpExps, "ffn_up_exps", "ffn_up_exps.weight", S::kBlock, K::kExperts, 3, {D::kEmbd, D::kFf, D::kExperts}, nullptr},
-    {R::kFfnDownExps, "ffn_down_exps", "ffn_down_exps.weight", S::kBlock, K::kExperts, 3, {D::kFf, D::kEmbd, D::kExperts}, nullptr},
+    {R::kFfnGateExps, "ffn_gate_exps", "ffn_gate_exps.weight", S::kBlock, K::kExperts, 3, {D::kEmbd, D::kFfExp, D::kExperts}, nullptr},
+    {R::kFfnUpExps, "ffn_up_exps", "ffn_up_exps.weight", S::kBlock, K::kExperts, 3, {D::kEmbd, D::kFfExp, D::kExperts}, nullptr},
+    {R::kFfnDownExps, "ffn_down_exps", "ffn_down_exps.weight", S::kBlock, K::kExperts, 3, {D::kFfExp, D::kEmbd, D::kExperts}, nullptr},
+    {R::kFfnGateUpExps, "ffn_gate_up_exps", "ffn_gate_up_exps.weight", S::kBlock, K::kExperts, 3, {D::kEmbd, D::kFfExp2, D::kExperts}, nullptr},
+    {R::kFfnGateInpShexp, "ffn_gate_inp_shexp", "ffn_gate_inp_shexp.weight", S::kBlock, K::kRouter, 1, {D::kEmbd}, nullptr},
+    {R::kFfnGateShexp, "ffn_gate_shexp", "ffn_gate_shexp.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kFfShexp}, nullptr},
+    {R::kFfnUpShexp, "ffn_up_shexp", "ffn_up_shexp.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kFfShexp}, nullptr},
+    {R::kFfnDownShexp, "ffn_down_shexp", "ffn_down_shexp.weight", S::kBlock, K::kMatrix, 2, {D::kFfShexp, D::kEmbd}, nullptr},
     {R::kFfnGate, "ffn_gate", "ffn_gate.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kFf}, "mlp.gate_proj.weight"},
     {R::kFfnUp, "ffn_up", "ffn_up.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kFf}, "mlp.up_proj.weight"},
     {R::kFfnDown, "ffn_down", "ffn_down.weight", S::kBlock, K::kMatrix, 2, {D::kFf, D::kEmbd}, "mlp.down_proj.weight"},
@@ -69,6 +74,11 @@ int64_t TensorSizes::of(Dim d) const {
     case Dim::kHeadDim: return head_dim;
     case Dim::kRopeHalf: return rope_half;
     case Dim::kExperts: return experts;
+    case Dim::kFfExp: return ff_exp;
+    case Dim::kFfExp2: return 2 * ff_exp;
+    case Dim::kFfShexp: return ff_shexp;
+    case Dim::kQNorm: return q_norm;
+    case Dim::kKNorm: return k_norm;
   }
   return 0;
 }
@@ -86,6 +96,14 @@ TensorSizes tensor_sizes(const ModelConfig& cfg, int il) {
   s.ff = il < 0 ? cfg.n_ff : cfg.layers[il].n_ff;
   s.head_dim = cfg.head_dim;
   s.rope_half = cfg.n_rot / 2;
+  s.q_norm = cfg.qk_norm_full ? s.q : s.head_dim;
+  s.k_norm = cfg.qk_norm_full ? s.kv : s.head_dim;
+  if (il >= 0) {
+    const LayerConfig& l = cfg.layers[il];
+    s.experts = l.n_expert;
+    s.ff_exp = l.n_ff_exp;
+    s.ff_shexp = l.n_ff_shexp;
+  }
   return s;
 }
 
@@ -113,6 +131,74 @@ std::string gguf_tensor_name(TensorRole r, int il) {
   const RoleInfo& info = role_info(r);
   if (info.scope != TensorScope::kBlock) return info.gguf;
   return fmt::format("blk.{}.{}", il, info.gguf);
+}
+
+namespace {
+
+// The per-expert base name of a 3-D expert role (llama.cpp's
+// LLM_TENSOR_FFN_*_EXP), or null.
+const char* expert_base(TensorRole r) {
+  switch (r) {
+    case TensorRole::kFfnGateExps: return "ffn_gate";
+    case TensorRole::kFfnUpExps: return "ffn_up";
+    case TensorRole::kFfnDownExps: return "ffn_down";
+    default: return nullptr;
+  }
+}
+
+// Parses a decimal number of at most 7 digits at s[*p], advancing *p.
+bool parse_index(std::string_view s, size_t* p, int* out) {
+  const size_t b = *p;
+  int64_t v = 0;
+  while (*p < s.size() && *p < b + 7 && s[*p] >= '0' && s[*p] <= '9') v = v * 10 + (s[(*p)++] - '0');
+  if (*p == b) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+}  // namespace
+
+std::string gguf_expert_tensor_name(TensorRole exps, int il, int expert) {
+  const char* base = expert_base(exps);
+  EMBER_CHECK(base != nullptr);
+  return fmt::format("blk.{}.{}.{}.weight", il, base, expert);
+}
+
+TensorRole role_from_gguf_expert_name(std::string_view name, int* layer, int* expert) {
+  size_t p = 4;
+  int il = 0, e = 0;
+  if (name.substr(0, 4) != "blk." || !parse_index(name, &p, &il) || p >= name.size() || name[p] != '.')
+    return TensorRole::kUnknown;
+  const std::string_view rest = name.substr(p + 1);
+  for (TensorRole r : {TensorRole::kFfnGateExps, TensorRole::kFfnUpExps, TensorRole::kFfnDownExps}) {
+    const std::string_view base = expert_base(r);
+    if (rest.substr(0, base.size()) != base || rest.size() <= base.size() || rest[base.size()] != '.') continue;
+    size_t q = base.size() + 1;
+    if (!parse_index(rest, &q, &e) || rest.substr(q) != ".weight") continue;
+    if (layer) *layer = il;
+    if (expert) *expert = e;
+    return r;
+  }
+  return TensorRole::kUnknown;
+}
+
+bool is_moe_role(TensorRole r) {
+  switch (r) {
+    case TensorRole::kFfnGateInp:
+    case TensorRole::kFfnGateExps:
+    case TensorRole::kFfnUpExps:
+    case TensorRole::kFfnDownExps:
+    case TensorRole::kFfnGateUpExps:
+    case TensorRole::kFfnGateInpShexp:
+    case TensorRole::kFfnGateShexp:
+    case TensorRole::kFfnUpShexp:
+    case TensorRole::kFfnDownShexp: return true;
+    default: return false;
+  }
+}
+
+bool is_dense_ffn_role(TensorRole r) {
+  return r == TensorRole::kFfnGate || r == TensorRole::kFfnUp || r == TensorRole::kFfnDown;
 }
 
 }  // namespace ember

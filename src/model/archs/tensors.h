@@ -37,6 +37,11 @@ enum class TensorRole : uint8_t {
   kFfnGateExps,     // blk.N.ffn_gate_exps.weight (MoE experts, 3-D)
   kFfnUpExps,
   kFfnDownExps,
+  kFfnGateUpExps,   // blk.N.ffn_gate_up_exps.weight (gate rows then up rows of each expert, 3-D)
+  kFfnGateInpShexp, // blk.N.ffn_gate_inp_shexp.weight (the shared expert's sigmoid gate, [n_embd])
+  kFfnGateShexp,    // blk.N.ffn_gate_shexp.weight (shared expert)
+  kFfnUpShexp,
+  kFfnDownShexp,
   kFfnGate,         // blk.N.ffn_gate.weight
   kFfnUp,
   kFfnDown,
@@ -70,6 +75,11 @@ enum class Dim : uint8_t {
   kHeadDim,   // head_dim
   kRopeHalf,  // n_rot / 2
   kExperts,   // n_expert
+  kFfExp,     // n_ff_exp: an expert's FFN width (the layer's)
+  kFfExp2,    // 2 * n_ff_exp (fused gate + up)
+  kFfShexp,   // n_ff_shexp: the shared expert's FFN width
+  kQNorm,     // the Q norm's width: head_dim, or n_head * head_dim (ModelConfig::qk_norm_full)
+  kKNorm,     // the K norm's width: head_dim, or n_head_kv * head_dim
 };
 
 struct RoleInfo {
@@ -89,6 +99,7 @@ const RoleInfo& role_info(TensorRole r);
 // Values of the Dim symbols for one layer (or the model-level tensors).
 struct TensorSizes {
   int64_t embd = 0, vocab = 0, q = 0, kv = 0, v = 0, o = 0, ff = 0, head_dim = 0, rope_half = 0, experts = 0;
+  int64_t ff_exp = 0, ff_shexp = 0, q_norm = 0, k_norm = 0;
   int64_t of(Dim d) const;
 };
 // Sizes of layer `il` of `cfg` (its own head counts and FFN width); il < 0:
@@ -100,5 +111,18 @@ TensorSizes tensor_sizes(const ModelConfig& cfg, int il);
 TensorRole role_from_gguf_name(std::string_view name, int* layer);
 // The GGUF name of role `r` in layer `il` (ignored for model-level roles).
 std::string gguf_tensor_name(TensorRole r, int il);
+
+// One expert's 2-D matrix of a 3-D expert role (kFfnGateExps, kFfnUpExps,
+// kFfnDownExps) under llama.cpp's per-expert names: "blk.3.ffn_gate.5.weight"
+// for (kFfnGateExps, layer 3, expert 5). Hugging Face checkpoints that store
+// one matrix per expert are loaded under these names (model_file.h).
+std::string gguf_expert_tensor_name(TensorRole exps, int il, int expert);
+// The inverse: the 3-D role with *layer and *expert, or kUnknown.
+TensorRole role_from_gguf_expert_name(std::string_view name, int* layer, int* expert);
+// True for the tensors of a Mixture-of-Experts FFN (router, experts, shared
+// expert), bound when a layer's ffn_kind is FfnKind::kMoe; the dense FFN's
+// (kFfnGate, kFfnUp, kFfnDown) are bound otherwise.
+bool is_moe_role(TensorRole r);
+bool is_dense_ffn_role(TensorRole r);
 
 }  // namespace ember

@@ -351,8 +351,25 @@ std::string hf_tensor_name_to_gguf(const std::string& arch, const std::string& h
   if (n[digits] == '0' && p - digits > 1) return "";  // no leading zeros
   const std::string layer = n.substr(digits, p - digits);
   const std::string rest = n.substr(p + 1);
-  for (const TensorSpec& t : spec->block_tensors)
-    if (const char* h = hf_of(t); h && rest == h) return "blk." + layer + "." + role_info(t.role).gguf;
+  for (const TensorSpec& t : spec->block_tensors) {
+    if (t.hf_alt && rest == t.hf_alt) return "blk." + layer + "." + role_info(t.role).gguf;
+    const char* h = hf_of(t);
+    if (!h) continue;
+    if (rest == h) return "blk." + layer + "." + role_info(t.role).gguf;
+    // One expert's matrix: "{e}" stands for its index (no leading zeros).
+    const std::string_view pat(h);
+    const size_t brace = pat.find("{e}");
+    if (brace == std::string_view::npos) continue;
+    const std::string_view pre = pat.substr(0, brace), post = pat.substr(brace + 3);
+    if (rest.size() <= pre.size() + post.size() || rest.compare(0, pre.size(), pre) != 0 ||
+        rest.compare(rest.size() - post.size(), post.size(), post) != 0)
+      continue;
+    const std::string idx = rest.substr(pre.size(), rest.size() - pre.size() - post.size());
+    if (idx.empty() || idx.size() > 6 || (idx[0] == '0' && idx.size() > 1) ||
+        idx.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    return gguf_expert_tensor_name(t.role, std::stoi(layer), std::stoi(idx));
+  }
   return "";
 }
 

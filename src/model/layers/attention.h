@@ -1,6 +1,7 @@
 // The attention sub-block of one layer over a ragged batch:
 //   Q, K, V = xn Wq, xn Wk, xn Wv (one shared-input matmul), + biases;
-//   QK-norm per head (if the layer has q_norm / k_norm);
+//   QK-norm per head, or of the whole Q / K row (ModelConfig::qk_norm_full)
+//   (if the layer has q_norm / k_norm);
 //   RoPE of Q and K with the angle tables of this layer's frequencies
 //   (computed by the driver once per step for every set of frequencies, see
 //   ForwardContext::run_layers); for a token whose cache rotates K

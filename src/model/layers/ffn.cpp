@@ -25,6 +25,7 @@ void dense_gated_ffn(const LayerContext& c, const float* xn, const FfnBuffers& b
 void ffn_layer(const LayerContext& c, const float* xn, const FfnBuffers& b, float* y) {
   switch (c.lc.ffn_kind) {
     case FfnKind::kDenseGated: dense_gated_ffn(c, xn, b, y); return;
+    case FfnKind::kMoe: moe_layer(c, xn, b.moe, y); return;
   }
 }
 

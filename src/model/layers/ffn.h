@@ -1,6 +1,6 @@
 // The feed-forward sub-block of one layer, by LayerConfig::ffn_kind (one
-// switch; Mixture-of-Experts will add a kind and moe.{h,cpp}). Today's only
-// kind, the dense gated FFN:
+// switch): a Mixture-of-Experts layer (model/layers/moe.h), or the dense
+// gated FFN:
 //   gate, up = xn Wgate, xn Wup (one shared-input matmul);
 //   h = act(gate) * up (SwiGLU or GeGLU-tanh, ModelConfig::activation);
 //   y = h Wdown.
@@ -11,12 +11,14 @@
 #include <cstdint>
 
 #include "model/layers/layer_context.h"
+#include "model/layers/moe.h"
 
 namespace ember {
 
 struct FfnBuffers {
   float* gate = nullptr;  // [n, max_n_ff]; holds act(gate) * up after the activation
   float* up = nullptr;    // [n, max_n_ff]
+  MoeBuffers moe;         // MoE layers
 };
 
 // xn: [n, n_embd] normed input; y: [n, n_embd] output (before any post-norm

@@ -28,8 +28,9 @@ struct LinearOut {
   int64_t ldy = 0;
 };
 
-// Most products that share one input (Q, K, V).
-constexpr int kMaxSharedLinears = 3;
+// Most products that share one input (Q, K, V; a MoE layer's router,
+// shared expert gate / up and the shared expert's gate).
+constexpr int kMaxSharedLinears = 4;
 
 // x: [n, n_in] with row stride ldx, n_in = every lin->n_in(). `layer` is
 // what the observer is told (-1 for the output head). Only plain linears

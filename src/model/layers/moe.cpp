@@ -1,0 +1,98 @@
+// The Mixture-of-Experts sub-block; see moe.h.
+#include "model/layers/moe.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "model/layers/linear_ops.h"
+
+namespace ember {
+
+namespace {
+
+// The observer's view of the experts: for each expert with any slots, the
+// rows its `role`s read (`rows_of_slot(s)`: the row slot s reads, width
+// n_in), gathered in slot order.
+template <typename RowOf>
+void observe_experts(const LayerContext& c, const MoeBuffers& b, const int32_t* ids, int64_t n_slots, int n_expert,
+                     const LinearRole* roles, int n_roles, int64_t n_in, RowOf row_of) {
+  std::vector<float>& g = *b.observed;
+  for (int e = 0; e < n_expert; ++e) {
+    int64_t rows = 0;
+    for (int64_t s = 0; s < n_slots; ++s)
+      if (ids[s] == e) ++rows;
+    if (!rows) continue;
+    if (static_cast<int64_t>(g.size()) < rows * n_in) g.resize(static_cast<size_t>(rows * n_in));
+    int64_t r = 0;
+    for (int64_t s = 0; s < n_slots; ++s)
+      if (ids[s] == e) std::copy_n(row_of(s), n_in, g.data() + (r++) * n_in);
+    for (int i = 0; i < n_roles; ++i) c.observer->on_expert_input(c.il, roles[i], e, n_expert, g.data(), n_in, rows, n_in);
+  }
+}
+
+}  // namespace
+
+void moe_layer(const LayerContext& c, const float* xn, const MoeBuffers& b, float* y) {
+  Backend& be = c.backend;
+  const LayerConfig& lc = c.lc;
+  const MoeWeights& m = c.w.moe;
+  const int64_t n = c.n, H = c.cfg.n_embd, F = lc.n_ff_exp, S = lc.n_ff_shexp;
+  const int E = lc.n_expert, k = lc.n_expert_used;
+  const int64_t n_slots = n * k;
+
+  // Router logits and the shared expert's inputs: one shared-input matmul.
+  LinearOut outs[kMaxSharedLinears];
+  int n_outs = 0;
+  outs[n_outs++] = {&m.router, LinearRole::kRouter, b.logits, E};
+  if (S > 0) {
+    outs[n_outs++] = {&m.shared_gate, LinearRole::kGateShexp, b.shared_gate, S};
+    outs[n_outs++] = {&m.shared_up, LinearRole::kUpShexp, b.shared_up, S};
+    if (m.shared_gate_inp) outs[n_outs++] = {&m.shared_gate_inp, LinearRole::kShexpGate, b.shared_logit, 1};
+  }
+  run_linears(be, c.observer, c.il, xn, H, n, outs, n_outs);
+
+  MoeRouting r;
+  r.gating = lc.moe_gating;
+  r.n_expert = E;
+  r.k = k;
+  r.norm = lc.moe_norm_topk;
+  r.scale = lc.moe_weights_scale;
+  be.moe_route(b.logits, E, n, r, b.ids, b.weights);
+  for (int64_t s = 0; s < n_slots; ++s) b.x_row[s] = static_cast<int32_t>(s / k);
+
+  const GatedActivation act =
+      c.cfg.activation == Activation::kGeluTanh ? GatedActivation::kGeGluTanh : GatedActivation::kSwiGlu;
+  const int act_bits = m.gate.empty() ? 0 : m.gate[0].act_bits;
+  if (c.observer) {
+    const LinearRole roles[] = {LinearRole::kGateExps, LinearRole::kUpExps};
+    observe_experts(c, b, b.ids, n_slots, E, roles, 2, H, [&](int64_t s) { return xn + (s / k) * H; });
+  }
+  const ExpertTarget gate_up[] = {{m.gate_w.data(), b.gate, F, act_bits}, {m.up_w.data(), b.up, F, act_bits}};
+  be.moe_matmul(xn, H, n_slots, b.ids, b.x_row, E, gate_up, 2);
+  be.gated_activation(act, b.gate, F, b.up, F, n_slots, F);
+  if (c.observer) {
+    const LinearRole roles[] = {LinearRole::kDownExps};
+    observe_experts(c, b, b.ids, n_slots, E, roles, 1, F, [&](int64_t s) { return b.gate + s * F; });
+  }
+  const ExpertTarget down{m.down_w.data(), b.down, H, act_bits};
+  be.moe_matmul(b.gate, F, n_slots, b.ids, nullptr, E, &down, 1);
+  be.moe_combine(b.down, H, b.weights, k, n, H, y, H, /*accumulate=*/false);
+
+  if (S > 0) {
+    be.gated_activation(act, b.shared_gate, S, b.shared_up, S, n, S);
+    const LinearOut sd{&m.shared_down, LinearRole::kDownShexp, b.down, H};
+    run_linears(be, c.observer, c.il, b.shared_gate, S, n, &sd, 1);
+    if (m.shared_gate_inp) {
+      MoeRouting g;
+      g.gating = MoeGating::kSigmoid;
+      g.n_expert = 1;
+      g.k = 1;
+      be.moe_route(b.shared_logit, 1, n, g, b.shared_id, b.shared_weight);
+      be.moe_combine(b.down, H, b.shared_weight, 1, n, H, y, H, /*accumulate=*/true);
+    } else {
+      be.add(y, b.down, n * H);
+    }
+  }
+}
+
+}  // namespace ember
