@@ -1,7 +1,7 @@
 // Mixture-of-Experts ops of the Backend (kernels/backend.h): the router
 // (logits -> chosen experts and their weights), the grouped expert matmul
 // and the weighted sum of the chosen experts' outputs. The CPU backend runs
-// moe_route and moe_combine as the scalar functions of kernels/ref/moe_ref.h
+// moe_route and moe_combine as the scalar functions of kernels/ref/moe.h
 // at every ISA level (a few dozen floats per token) and the grouped matmul
 // through the matmul driver's kernels (kernels/cpu/moe_matmul.cpp).
 //

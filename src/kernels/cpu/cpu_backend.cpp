@@ -10,7 +10,7 @@
 #include "kernels/cpu/moe_matmul.h"
 #include "kernels/cpu/op_table.h"
 #include "kernels/matmul.h"
-#include "kernels/ref/moe_ref.h"
+#include "kernels/ref/moe.h"
 #include "kernels/registry.h"
 
 namespace ember {

@@ -1,6 +1,6 @@
 // Scalar Mixture-of-Experts ops: the router, the combine and the grouped
-// matmul reference; see moe_ref.h and kernels/moe.h for the arithmetic.
-#include "kernels/ref/moe_ref.h"
+// matmul reference; see ref/moe.h and kernels/moe.h for the arithmetic.
+#include "kernels/ref/moe.h"
 
 #include <cmath>
 #include <limits>
