@@ -19,7 +19,7 @@
 
 #include "backend_under_test.h"
 #include "kernels/interleave.h"
-#include "kernels/ref/moe_ref.h"
+#include "kernels/ref/moe.h"
 #include "kernels/registry.h"
 #include "matrix_view.h"
 #include "quant/quantize.h"
