@@ -234,7 +234,7 @@ TEST_F(CudaDevice, RowOpsMatchTheScalarTwins) {
   auto dx = up(x), dwv = up(wv);
   auto check = [&](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
     std::vector<double> w(want.begin(), want.end());
-    EXPECT_LT(rel_err(got, w), 1e-6) << what;
+    EXPECT_LT(rel_err(got, w), 1e-5) << what;  // f32 arithmetic against the f64 twins
   };
   {  // RMSNorm with and without a weight, out of place (ld_out != ld_x)
     for (bool with_w : {true, false}) {

@@ -105,6 +105,8 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32) attn_kernel(const AttnArgs
       for (int idx = threadIdx.x; idx < nk * (ku + vu); idx += blockDim.x) {
         const int key = idx / (ku + vu), u = idx % (ku + vu);
         const int64_t p = kb + key;
+        // A released page (-1) holds keys no row of this block sees (window gaps): skip it.
+        if (table[p / a.block_size] < 0) continue;
         if (u < ku) {
           const uint8_t* src = a.k + kv_row_offset(table, p, a.block_size, a.k_row_bytes, kvh, kh_bytes);
           reinterpret_cast<int4*>(sk + key * kh_bytes)[u] = reinterpret_cast<const int4*>(src)[u];
