@@ -9,6 +9,10 @@
 * kernel files are named by the scheme of kernels/cpu/registry.cpp: a .cpp
   in src/kernels/ref/ or an ISA directory (cpu/avx2/, cpu/avx512/, cpu/amx/)
   is <type>_<form>.cpp or names an ISA-independent op;
+* kernels/cuda/ is a room inside kernels/ (built only with CUDA): it may
+  include core, quant and kernels, and nothing includes it but cli/ (and,
+  with issue 43's seam, the device model runner); its .cu files are named
+  as the kernels are (every type's form, or an op's name);
 * a kernels/cpu header with SIMD code (it includes <immintrin.h>) that TUs
   of two flag sets include (cpu/, avx2/, avx512/, amx/ are compiled with
   different ISA flags) has internal linkage (an anonymous namespace or
@@ -40,6 +44,12 @@ ALLOWED = {
     "dist": {"core", "quant", "kernels"},
     "cli": None,  # the program: may use every room
 }
+# Rooms inside a room: path prefix -> rooms it may include, and the rooms
+# (top-level) allowed to include it.
+SUBROOMS = {
+    "kernels/cuda": ({"core", "quant", "kernels"}, {"cli"}),
+}
+SOURCE_SUFFIXES = (".h", ".cpp", ".cu", ".cuh")
 MAX_LINES = 800
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 QUOTED = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
@@ -50,6 +60,8 @@ QUOTED = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 KERNEL_FILE = re.compile(r"^(float|legacy|kquants)(_r16)?_(dot|rows|few|tokens|tile|lanes)\.cpp$")
 KERNEL_OPS = {"attention", "row_ops", "hadamard", "kv_types", "dot", "moe"}  # dot: ref/dot.cpp, every type's
 KERNEL_DIRS = ("src/kernels/ref", "src/kernels/cpu/avx2", "src/kernels/cpu/avx512", "src/kernels/cpu/amx")
+# CUDA: every type's form in one file (rows: the decode mat-vec), or an op.
+CUDA_KERNEL_OPS = {"rows", "convert", "row_ops", "attention"}
 
 
 def check_kernels(root: pathlib.Path, problems: list) -> None:
@@ -58,6 +70,10 @@ def check_kernels(root: pathlib.Path, problems: list) -> None:
             if not KERNEL_FILE.match(path.name) and path.stem not in KERNEL_OPS:
                 problems.append(f"{path.relative_to(root)}: not <type>_<form>.cpp nor an op's name "
                                 "(the naming scheme atop src/kernels/cpu/registry.cpp)")
+    for path in sorted((root / "src/kernels/cuda").glob("*.cu")):
+        if not KERNEL_FILE.match(path.stem + ".cpp") and path.stem not in CUDA_KERNEL_OPS:
+            problems.append(f"{path.relative_to(root)}: not <type>_<form>.cu nor a CUDA op's name "
+                            f"({', '.join(sorted(CUDA_KERNEL_OPS))})")
     cpu = root / "src/kernels/cpu"
     if not cpu.is_dir():
         return
@@ -97,20 +113,32 @@ def main() -> int:
         if room not in ALLOWED:
             problems.append(f"src/{room}/: a room missing from tools/check_layout.py and docs/architecture.md")
     for path in sorted(src.rglob("*")):
-        if path.suffix not in (".h", ".cpp") or not path.is_file():
+        if path.suffix not in SOURCE_SUFFIXES or not path.is_file():
             continue
         rel = path.relative_to(root)
+        in_src = path.relative_to(src).as_posix()
         room = path.relative_to(src).parts[0]
+        sub = next((p for p in SUBROOMS if in_src.startswith(p + "/")), None)
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         if len(lines) > MAX_LINES and not re.search(r"_data\.(h|cpp)$", path.name):
             problems.append(f"{rel}: {len(lines)} lines (more than {MAX_LINES}: split it by responsibility)")
-        allowed = ALLOWED.get(room)
+        for n, line in enumerate(lines, 1):
+            q = QUOTED.match(line)
+            if not q:
+                continue
+            for p, (_, users) in SUBROOMS.items():
+                if q.group(1).startswith(p + "/") and sub != p and room not in users:
+                    problems.append(f"{rel}:{n}: only {', '.join(sorted(users))} may include {p}/ ({line.strip()})")
+        allowed = SUBROOMS[sub][0] if sub else ALLOWED.get(room)
         if allowed is None:
             continue
         for n, line in enumerate(lines, 1):
             m = INCLUDE.match(line)
+            q = QUOTED.match(line)
+            if sub and q and q.group(1).startswith(sub + "/"):
+                continue  # the subroom's own files
             if m and m.group(1) != room and m.group(1) not in allowed and m.group(1) in ALLOWED:
-                problems.append(f"{rel}:{n}: src/{room}/ may not include {m.group(1)}/ ({line.strip()})")
+                problems.append(f"{rel}:{n}: src/{sub or room}/ may not include {m.group(1)}/ ({line.strip()})")
     check_kernels(root, problems)
     for p in problems:
         print(p)

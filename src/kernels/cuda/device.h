@@ -1,0 +1,94 @@
+// The CUDA device as ember's host code sees it: every CUDA runtime and
+// cuBLAS error becomes a Status (never an abort), device memory is owned by
+// move-only DeviceBuffers, and a Context holds the stream and the cuBLAS
+// handle the kernels of kernels/cuda/ops.h run on.
+//
+// Ownership and threading: a Context and the buffers used with it belong to
+// one host thread at a time (the engine thread, later); work is queued on
+// the Context's stream, in order; copies to the host and sync() wait for it.
+// Nothing here runs at static-initialization time, so a program without a
+// GPU loads and runs, and device_count() reports 0.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace ember::cuda {
+
+// Status of a CUDA runtime call: ok, or "<what>: <cuda error name>: <text>".
+Status cuda_status(cudaError_t e, const char* what);
+// The launch error of the last kernel launch on this thread (cudaGetLastError).
+Status launch_status(const char* what);
+// Status of a cuBLAS call (a cublasStatus_t).
+Status cublas_status(int s, const char* what);
+
+// Devices usable by this process (0 when there is no driver or no GPU; the
+// reason, when there is one, in *why).
+int device_count(std::string* why = nullptr);
+
+struct DeviceInfo {
+  std::string name;
+  int major = 0, minor = 0;  // compute capability
+  int sm_count = 0;
+  size_t global_bytes = 0;
+  int l2_bytes = 0;
+  int smem_per_block_optin = 0;  // bytes a block may use after cudaFuncSetAttribute
+};
+Result<DeviceInfo> device_info(int device = 0);
+
+// Device memory: cudaMalloc'd bytes, freed on destruction. Sizes are rounded
+// up to 256 bytes, so a buffer is readable to the 16-byte cover of any of
+// its ranges (the mat-vec copies 16-byte units).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  static Result<DeviceBuffer> alloc(size_t bytes);
+  void* data() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  void reset();  // frees now
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class Context {
+ public:
+  // A stream and a cuBLAS handle on the current device.
+  static Result<std::unique_ptr<Context>> create();
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  void* cublas() const { return cublas_; }  // cublasHandle_t
+  int sm_count() const { return sm_count_; }
+
+  // Host <-> device copies on the stream (to_host waits for the stream).
+  Status to_device(void* dst, const void* src, size_t bytes);
+  Status to_host(void* dst, const void* src, size_t bytes);
+  Status fill(void* dst, int byte, size_t bytes);  // cudaMemsetAsync
+  Status sync();
+
+ private:
+  Context() = default;
+  cudaStream_t stream_ = nullptr;
+  void* cublas_ = nullptr;
+  int sm_count_ = 0;
+};
+
+}  // namespace ember::cuda
