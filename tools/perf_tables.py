@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,7 +187,8 @@ def main(argv=None):
     ap.add_argument("--store", default=None, help=f"JSON store (default {os.path.relpath(DEFAULT_STORE, ROOT)}; "
                                                   "with --quick: WORK/quick.json)")
     ap.add_argument("--doc", default=None, help=f"document (default {os.path.relpath(DEFAULT_DOC, ROOT)}; with "
-                                                "--quick it must be given: quick figures never go into the real doc)")
+                                                "--quick it must be given: quick figures never go into the real doc; "
+                                                "run: a missing file starts as a copy of the real doc)")
     ap.add_argument("--quick", action="store_true", help="small shapes: tests the machinery in a minute or two")
     ap.add_argument("--work", default=os.path.join(ROOT, "bench_results", "perf"),
                     help="logs and raw results (default bench_results/perf)")
@@ -206,10 +208,15 @@ def main(argv=None):
             store_path = a.store or (os.path.join(a.work, "quick.json") if a.quick else DEFAULT_STORE)
             if a.quick and os.path.abspath(store_path) == os.path.abspath(DEFAULT_STORE):
                 raise PerfError("--quick would write into the committed store: give --store")
+            if a.quick and a.doc and os.path.abspath(a.doc) == os.path.abspath(DEFAULT_DOC):
+                raise PerfError("--quick would write into docs/performance.md: give a scratch --doc")
             names = areas or list(perf_areas.AREAS)
             unknown = [n for n in names if n not in perf_areas.AREAS]
             if unknown:
                 raise PerfError(f"unknown area(s): {', '.join(unknown)} (see: perf_tables.py list)")
+            if a.doc and not os.path.exists(a.doc) and not a.no_render:
+                shutil.copyfile(DEFAULT_DOC, a.doc)  # a scratch copy to render into
+                print(f"perf_tables: {a.doc}: a copy of {os.path.relpath(DEFAULT_DOC, ROOT)}")
             store = load_store(store_path)
             done = []
             for n in names:
