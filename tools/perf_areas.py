@@ -473,6 +473,20 @@ def run_kv(work, quick):
     for name, mean, top1 in KL_LINE.findall(text):
         key = "q4c" if name.startswith("k=q4c") else name.split("+")[0]
         kl[key] = f"{float(mean):.6f} ({float(top1):.2f}%)"
+    # llama.cpp's own cache types on the same file and window, each against its own f16-cache pass.
+    lkl = {}
+    lp = os.path.join(LLAMA_BIN, "llama-perplexity")
+    if os.path.exists(lp):
+        base = f"{lp} -m {kl_model} -f data/persuasion.txt -c {ctx} --chunks 1 -t {THREADS} -fa on"
+        kld = os.path.join(work, "llama.kld")
+        sh(f"{base} --kl-divergence-base {kld}", os.path.join(work, "llama-kl-base.log"))
+        for ours, theirs in (("q8", "q8_0"), ("q4", "q4_0")):
+            text = sh(f"{base} -ctk {theirs} -ctv {theirs} --kl-divergence-base {kld} --kl-divergence",
+                      os.path.join(work, f"llama-kl-{theirs}.log"), runs=runs if ours == "q8" else None,
+                      what="llama.cpp's q8_0 / q4_0 cache against its own base pass",
+                      shown=f"{base} -ctk T -ctv T --kl-divergence-base base.kld --kl-divergence")
+            m = re.search(r"Mean\s+KLD:\s+([0-9.]+)", text)
+            lkl[ours] = f"{float(m.group(1)):.6f} ({theirs})" if m else None
     # Speed: decode after a deep context, dtypes alternating per round.
     depth, n, reps, rounds = (256, 8, 1, 1) if quick else (8192, 32, 5, 2)
     tg = {t: [] for t in dtypes}
@@ -503,11 +517,12 @@ def run_kv(work, quick):
         s = med(tg[t])
         p = med(tp.get(t, []))
         rows.append([t, None if b is None else str(b), None if tokens is None else str(tokens // seq_len),
-                     kl.get(t), None if s is None else f"{s:.2f} ({s / f32_tg:.2f}x)",
+                     kl.get(t), lkl.get(t), None if s is None else f"{s:.2f} ({s / f32_tg:.2f}x)",
                      None if p is None else f"{p:.1f} ({p / f32_tp:.2f}x)"])
     short = os.path.basename(model)[:-5]
     cols = [col("KV dtype (K and V; q4c: K q4c, V q4)", align="l"), col(f"bytes / token ({short})"),
             col(f"{seq_len // 1024}k sequences in 1 GiB"), col("mean KL vs f32 cache (top-1)"),
+            col("llama.cpp `-ctk/-ctv`: mean KL"),
             col(f"decode at depth {depth}, tok/s (vs f32)"), col(f"{np_} x ({il} + {ol}), tok/s (vs f32)")]
     return area(runs, [{"columns": cols, "rows": rows}], quick, notes=[
         f"KL: {'the default model' if quick else 'the default model dequantized to f32'} on both sides, one "
