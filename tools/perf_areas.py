@@ -55,7 +55,7 @@ def sh(cmd, log, env=None, shown=None, runs=None, what=None, check=True):
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
     line = (prefix + " " if prefix else "") + cmd
     print(f"perf_areas: {line}", flush=True)
-    t0 = time.time()
+    t0, start = time.time(), datetime.datetime.utcnow().strftime("%H:%M UTC")
     with open(log, "w") as f:
         p = subprocess.run(cmd, shell=True, cwd=ROOT, env=full, stdout=f, stderr=subprocess.STDOUT,
                            executable="/bin/bash")
@@ -63,7 +63,7 @@ def sh(cmd, log, env=None, shown=None, runs=None, what=None, check=True):
     if check and p.returncode != 0:
         raise RuntimeError(f"'{line}' failed (exit {p.returncode}); see {log}:\n{text[-2000:]}")
     if runs is not None:
-        runs.append({"when": datetime.datetime.utcnow().strftime("%H:%M UTC"), "what": what,
+        runs.append({"when": start, "what": what,
                      "command": shown or line, "seconds": round(time.time() - t0)})
     return text
 
@@ -108,6 +108,10 @@ def area(runs, tables, quick, notes=None, **extra):
         a["quick"] = True
     a.update(extra)
     return a
+
+
+def rounds_text(n):
+    return f"{n} round" + ("" if n == 1 else "s")
 
 
 def need(path, what):
@@ -232,12 +236,13 @@ def run_batched(work, quick):
     rounds = 1 if quick else 3
     runs = []
     text = sh(f"tools/bench_batched.sh {m} {rounds} {EMBER}", os.path.join(work, "batched.log"),
-              dict(env, LLAMA_BIN=LLAMA_BIN, THREADS=str(THREADS)), runs=runs, what=f"{rounds} rounds")
+              dict(env, LLAMA_BIN=LLAMA_BIN, THREADS=str(THREADS)), runs=runs, what=rounds_text(rounds))
     ll = float(re.search(r"median llama-batched-bench S_TG: ([0-9.]+)", text).group(1))
     em = re.search(r"median ember\[0\] \S+: ([0-9.]+) \(([0-9.]+)x llama\.cpp; median of the per-round ratios "
                    r"([0-9.]+)x", text)
     shape = f"{env['NPL']} x ({env['NPP']} + {env['NTG']})"
-    cols = [col("model", align="l"), col("sequences x (prompt + generated)", align="l"), col("ember decode tok/s", ".1f"),
+    cols = [col("model", align="l"), col("sequences x (prompt + generated)", align="l"),
+            col("ember decode tok/s", ".1f"),
             col("llama-batched-bench S_TG", ".1f"), RATIO, col("median of per-round ratios", ".2f", "x")]
     rows = [[os.path.basename(m)[:-5], shape, float(em.group(1)), ll, float(em.group(2)), float(em.group(3))]]
     return area(runs, [{"columns": cols, "rows": rows}], quick, notes=[
@@ -276,7 +281,7 @@ def run_serving(work, quick):
     out = os.path.join(work, "serve_llama")
     env.update(SKIP_BATCHED="1", OUT=out, LLAMA_BIN=LLAMA_BIN, EMBER=EMBER, THREADS=str(THREADS))
     text = sh(f'tools/bench_serve_llama.sh {m} {rounds} "{conc}"', os.path.join(work, "serve.log"), env, runs=runs,
-              what=f"{rounds} rounds")
+              what=rounds_text(rounds))
     rows = serve_rows(text, out)
     if not quick and os.path.exists(os.path.join(LLAMA_AMX_BIN, "llama-server")):
         out2 = out + "_amx"
@@ -287,7 +292,8 @@ def run_serving(work, quick):
     cols = [col("concurrency, workload", align="l"), col("ember output tok/s", ".1f"),
             col("llama-server output tok/s", ".1f"), RATIO, col("median TTFT ember / llama-server", ".2f")]
     return area(runs, [{"columns": cols, "rows": rows}], quick, notes=[
-        "32 requests at once (`ember bench serve --ignore-eos`, greedy) against `ember serve --max-num-seqs C` and "
+        f"{env.get('N', '32')} requests at once (`ember bench serve --ignore-eos`, greedy) against "
+        "`ember serve --max-num-seqs C` and "
         "`llama-server -np C -cb`; prompts are random words (prompt tokens per request measured from the responses)."])
 
 
@@ -396,6 +402,21 @@ def start_server(cmd, port, log):
     raise RuntimeError(f"server did not start: {cmd} (see {log})")
 
 
+def startup_lines(cmd, log):
+    """What a server prints until it listens (then it is stopped)."""
+    with open(log, "w") as f:
+        p = subprocess.Popen(cmd, shell=True, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             executable="/bin/bash")
+        out = []
+        for line in p.stdout:
+            out.append(line)
+            f.write(line)
+            if "listening" in line:
+                break
+        stop(p)
+    return "".join(out)
+
+
 def stop(p):
     p.terminate()
     try:
@@ -419,7 +440,8 @@ def run_structured(work, quick):
             cmd = (f"{EMBER} serve -m {DEFAULT_MODEL} --port {port} --kv-cache-memory 256M --max-model-len 512 "
                    f"--tool-call-parser hermes -t {THREADS}")
         else:
-            cmd = f"{LLAMA_BIN}/llama-server -m {DEFAULT_MODEL} --port {port} -np {max(concs)} -c 8192 -t {THREADS} --jinja"
+            cmd = (f"{LLAMA_BIN}/llama-server -m {DEFAULT_MODEL} --port {port} -np {max(concs)} -c 8192 "
+                   f"-t {THREADS} --jinja")
         p = start_server(cmd, port, os.path.join(work, f"{server}-server.log"))
         try:
             for c in concs:
@@ -436,11 +458,13 @@ def run_structured(work, quick):
         for mode in modes.split(","):
             rows.append([str(c), mode, e.get(mode), div(e.get(mode), e.get("free")), ll.get(mode),
                          div(ll.get(mode), ll.get("free")), div(e.get(mode), ll.get(mode))])
-    cols = [col("concurrency", align="l"), col("mode", align="l"), col("ember tok/s", ".1f"), col("vs free", ".2f", "x"),
+    cols = [col("concurrency", align="l"), col("mode", align="l"), col("ember tok/s", ".1f"),
+            col("vs free", ".2f", "x"),
             col("llama-server tok/s", ".1f"), col("vs free", ".2f", "x"), col("ember / llama-server", ".2f", "x")]
     return area(runs, [{"columns": cols, "rows": rows}], quick, notes=[
         f"The default model, chat requests of up to {mt} tokens (temperature 0.8, seeded), modes alternating, medians "
-        f"of {rounds} rounds; requests end at end-of-generation on both servers, each counting the tokens it produced."])
+        f"of {rounds_text(rounds)}; requests end at end-of-generation on both servers, each counting the tokens it "
+        "produced."])
 
 
 # ---- KV-cache types ----
@@ -453,13 +477,13 @@ def run_kv(work, quick):
     model = DEFAULT_MODEL if quick else one_b(False)
     runs = []
     cap = {}
-    for t in dtypes:  # capacity: what the engine reports for a 1 GiB budget
-        text = sh(f"{EMBER} bench throughput -m {model} --num-prompts 1 --input-len 8 --output-len 1 "
-                  f"--kv-cache-memory 1G --kv-cache-dtype {t} -t {THREADS}", os.path.join(work, f"cap-{t}.log"))
-        m = re.search(r"KV cache \S+: (\d+) bytes per token, (\d+) tokens in the pool", text)
-        cap[t] = (int(m.group(1)), int(m.group(2))) if m else (None, None)
-    runs.append({"what": "capacity, per dtype T", "command": f"{EMBER} bench throughput -m {model} --num-prompts 1 "
-                 "--input-len 8 --output-len 1 --kv-cache-memory 1G --kv-cache-dtype T"})
+    seq_len = 4096
+    serve = f"{EMBER} serve -m {model} --port 0 --max-model-len {seq_len} --kv-cache-memory 1G --kv-cache-dtype"
+    for t in dtypes:  # capacity: what `ember serve` reports at start-up for a 1 GiB budget
+        text = startup_lines(f"{serve} {t}", os.path.join(work, f"cap-{t}.log"))
+        m = re.search(r"KV cache dtype \S+, (\d+) bytes per token.*?: (\d+) tokens, (\d+) sequences of", text)
+        cap[t] = (int(m.group(1)), int(m.group(3))) if m else (None, None)
+    runs.append({"what": "capacity: the start-up line, per dtype T", "command": f"{serve} T"})
     # Quality: the f32-dequantized default model on both sides, so only the cache differs.
     f32 = os.path.join(work, "g-f32.gguf")
     if not quick and not os.path.exists(f32):
@@ -495,7 +519,7 @@ def run_kv(work, quick):
             args = f"-m {model} -p 0 -n {n} -d {depth} -r {reps} --kv-cache-dtype"
             tg[t].append(ember_bench(f"{args} {t}", os.path.join(work, f"depth-{t}-r{r}.log"),
                                      runs if (r, t) == (0, "f32") else None,
-                                     f"decode at depth {depth}, {rounds} rounds, dtypes alternating",
+                                     f"decode at depth {depth}, {rounds_text(rounds)}, dtypes alternating",
                                      shown=f"{EMBER} bench {args} T -t {THREADS} --no-bandwidth"))
     tp = {}
     tp_rounds = 1 if quick else int(ENV.get("KV_TP_ROUNDS", "1"))
@@ -505,18 +529,17 @@ def run_kv(work, quick):
             cmd = (f"{EMBER} bench throughput -m {model} --num-prompts {np_} --input-len {il} --output-len {ol} "
                    f"--kv-cache-memory {mem} --kv-cache-dtype {t} -t {THREADS}")
             text = sh(cmd, os.path.join(work, f"tp-{t}-r{r}.log"), runs=runs if (r, t) == (0, "f32") else None,
-                      what=f"{np_} x ({il} + {ol}) in {mem}, f32 and q8, {tp_rounds} round(s)",
+                      what=f"{np_} x ({il} + {ol}) in {mem}, f32 and q8, {rounds_text(tp_rounds)}",
                       shown=cmd.replace("--kv-cache-dtype f32", "--kv-cache-dtype T"))
             m = re.search(r"([0-9.]+) tokens/s \(", text)
             tp.setdefault(t, []).append(float(m.group(1)) if m else None)
     f32_tg, f32_tp = med(tg["f32"]), med(tp.get("f32", []))
-    seq_len = 4096
     rows = []
     for t in dtypes:
-        b, tokens = cap[t]
+        b, seqs = cap[t]
         s = med(tg[t])
         p = med(tp.get(t, []))
-        rows.append([t, None if b is None else str(b), None if tokens is None else str(tokens // seq_len),
+        rows.append([t, None if b is None else str(b), None if seqs is None else str(seqs),
                      kl.get(t), lkl.get(t), None if s is None else f"{s:.2f} ({s / f32_tg:.2f}x)",
                      None if p is None else f"{p:.1f} ({p / f32_tp:.2f}x)"])
     short = os.path.basename(model)[:-5]
@@ -536,9 +559,10 @@ def run_cost(work, quick):
     r, n = (1, 6) if quick else (3, 32)
     runs = []
     text = sh(f"tools/bench_batching.sh {THREADS} {r} {n}", os.path.join(work, "batching.log"), env, runs=runs,
-              what=f"{r} rounds, policies alternating")
+              what=f"{rounds_text(r)}, policies alternating")
     rows = [[c[0]] + [num(x) for x in c[1:]] for c in md_rows(text, 7)]
-    cols = [col("policy", align="l"), col("requests/s", ".2f"), col("output tok/s", ".1f"), col("median TTFT ms", ".0f"),
+    cols = [col("policy", align="l"), col("requests/s", ".2f"), col("output tok/s", ".1f"),
+            col("median TTFT ms", ".0f"),
             col("median E2E ms", ".0f"), col("server CPU-s / 1k output tokens", ".2f"),
             col("requests/s vs continuous", ".2f", "x")]
     return area(runs, [{"columns": cols, "rows": rows}], quick, notes=[
@@ -565,7 +589,8 @@ def run_area(name, quick, work):
     d = os.path.join(os.path.abspath(work), name)
     os.makedirs(d, exist_ok=True)
     if not os.path.exists(os.path.join(ROOT, EMBER)):
-        raise RuntimeError(f"{EMBER} not built (cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C build)")
+        raise RuntimeError(f"{EMBER} not built (cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && "
+                           "ninja -C build)")
     t0, l0 = time.time(), load()
     try:
         a = fn(d, quick)
