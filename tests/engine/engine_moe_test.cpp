@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
-#include "engine/spec_test_util.h"
+#include "engine/speculative_test_util.h"
 
 namespace ember {
 namespace {
