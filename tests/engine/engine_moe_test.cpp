@@ -25,7 +25,6 @@ class NoMultiplesOfThree final : public LogitsProcessor {
   void process(const int32_t*, int64_t, int64_t, float* logits, int n_vocab) override {
     for (int t = 0; t < n_vocab; t += 3) logits[t] = -INFINITY;
   }
-  bool rollback(int) override { return true; }
   std::unique_ptr<LogitsProcessor> clone() const override { return std::make_unique<NoMultiplesOfThree>(); }
 };
 
