@@ -37,17 +37,24 @@ struct ModelWeights {
   const float* output_norm = nullptr;    // [n_embd]
   Linear output;                         // [n_vocab, n_embd] (tok_embd when tied)
   const float* rope_freqs = nullptr;     // [n_rot/2] (optional, Llama 3.1)
+  // LongRoPE frequency divisors [n_rot/2] (optional, Phi-3): both or neither.
+  const float* rope_factors_long = nullptr;
+  const float* rope_factors_short = nullptr;
   std::vector<LayerWeights> layers;
 
   // Owned f32 copies of small vectors that were not stored as f32.
   std::vector<std::unique_ptr<float[]>> owned;
+  // Row ranges of fused matrices (attn_qkv, Phi-3's ffn_up): views into
+  // the file's tensor that the parts' Linears point to.
+  std::vector<std::unique_ptr<TensorView>> views;
 };
 
 // Binds and validates the weights of `file` for `cfg` (also sets
 // cfg->n_vocab from the embedding matrix), driven by the tensor list of the
 // architecture's ArchSpec (model/archs): every required tensor must be there,
 // optional ones are bound when present, each with the shape its role has in
-// its layer. Errors name the tensor.
+// its layer. A fused matrix (TensorSpec::parts) is checked as a whole and
+// split into row views, one per part. Errors name the tensor.
 Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelConfig* cfg);
 
 }  // namespace ember

@@ -31,6 +31,11 @@ struct NamedShape {
   bool tied_embeddings, qkv_bias;
   double rope_scale_factor;  // Llama 3.1 RoPE scaling
   int sliding_window, n_expert, n_expert_used;
+  int n_rot = 0;              // 0: the head size
+  int rope_original_ctx = 0;  // LongRoPE / YaRN (0: keep the default)
+  bool longrope = false;
+  double yarn_factor = 0;
+  float attn_temp_scale = 0;
 };
 
 constexpr NamedShape kShapes[] = {
@@ -56,6 +61,8 @@ Result<GenModelShape> known_shape(const std::string& name) {
     s.tied_embeddings = n.tied_embeddings, s.qkv_bias = n.qkv_bias;
     s.rope_scale_factor = n.rope_scale_factor;
     s.sliding_window = n.sliding_window, s.n_expert = n.n_expert, s.n_expert_used = n.n_expert_used;
+    s.n_rot = n.n_rot, s.longrope = n.longrope, s.yarn_factor = n.yarn_factor, s.attn_temp_scale = n.attn_temp_scale;
+    if (n.rope_original_ctx > 0) s.rope_original_ctx = n.rope_original_ctx;
     return s;
   }
   std::string names;
@@ -136,6 +143,7 @@ enum class Fill { kMatrix, kRouter, kNorm, kBias, kRopeFreqs };  // kRouter: mat
 
 struct TensorPlan {
   std::string name;
+  TensorRole role = TensorRole::kUnknown;
   std::vector<int64_t> ne;  // GGML order
   DType type;
   Fill fill;
@@ -149,6 +157,7 @@ bool gen_writes(GenWhen when, const GenModelShape& s) {
     case GenWhen::kNever: return false;
     case GenWhen::kUntied: return !s.tied_embeddings;
     case GenWhen::kRopeScaling: return s.rope_scale_factor > 0;
+    case GenWhen::kLongRope: return s.longrope;
     case GenWhen::kQkvBias: return s.qkv_bias;
     case GenWhen::kDense: return s.n_expert == 0;
     case GenWhen::kExperts: return s.n_expert > 0;
@@ -174,14 +183,15 @@ std::vector<TensorPlan> plan_tensors(const ArchSpec& spec, const GenModelShape& 
   TensorSizes sz;
   sz.embd = s.n_embd, sz.vocab = s.n_vocab, sz.ff = s.n_ff, sz.head_dim = s.head_size();
   sz.q = s.n_head * sz.head_dim, sz.kv = s.n_head_kv * sz.head_dim, sz.v = sz.kv, sz.o = sz.q;
-  sz.rope_half = sz.head_dim / 2, sz.experts = s.n_expert;
+  sz.rope_half = s.rot_dims() / 2, sz.experts = s.n_expert;
   std::vector<TensorPlan> out;
   auto add = [&](const TensorSpec& spec_t, int il) {
     if (!gen_writes(spec_t.gen, s)) return;
     const RoleInfo& r = role_info(spec_t.role);
     TensorPlan t;
     t.name = gguf_tensor_name(spec_t.role, il);
-    for (int d = 0; d < r.n_dims; ++d) t.ne.push_back(sz.of(r.ne[d]));
+    t.ne = tensor_shape(spec_t, sz);
+    t.role = spec_t.role;
     t.fill = fill_of(r.kind);
     t.type = DType::kF32;
     if (t.fill == Fill::kMatrix) {
@@ -222,8 +232,23 @@ void write_metadata(const GenModelShape& s, const GenModelOptions& o, const Meta
   w->add_uint32(a + ".attention.value_length", static_cast<uint32_t>(s.head_size()));
   w->add_float32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(s.norm_eps));
   w->add_float32(a + ".rope.freq_base", static_cast<float>(s.rope_base));
-  w->add_uint32(a + ".rope.dimension_count", static_cast<uint32_t>(s.head_size()));
+  w->add_uint32(a + ".rope.dimension_count", static_cast<uint32_t>(s.rot_dims()));
   if (s.sliding_window > 0) w->add_uint32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  if (s.longrope) {  // as llama.cpp's phi3 converter writes it
+    const double scale = static_cast<double>(s.n_ctx) / s.rope_original_ctx;
+    w->add_uint32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_original_ctx));
+    w->add_float32(a + ".rope.scaling.attn_factor",
+                   static_cast<float>(scale > 1 ? std::sqrt(1 + std::log(scale) / std::log(s.rope_original_ctx)) : 1.0));
+  }
+  if (s.yarn_factor > 0) {  // as llama.cpp's converter writes Ministral 3's
+    w->add_string(a + ".rope.scaling.type", "yarn");
+    w->add_float32(a + ".rope.scaling.factor", static_cast<float>(s.yarn_factor));
+    w->add_uint32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_original_ctx));
+    w->add_float32(a + ".rope.scaling.yarn_beta_fast", 32.0f);
+    w->add_float32(a + ".rope.scaling.yarn_beta_slow", 1.0f);
+    w->add_float32(a + ".rope.scaling.yarn_log_multiplier", 1.0f);
+  }
+  if (s.attn_temp_scale > 0) w->add_float32(a + ".attention.temperature_scale", s.attn_temp_scale);
   if (s.n_expert > 0) {
     w->add_uint32(a + ".expert_count", static_cast<uint32_t>(s.n_expert));
     w->add_uint32(a + ".expert_used_count", static_cast<uint32_t>(s.n_expert_used));
@@ -251,9 +276,19 @@ Status generate_tensor(const TensorPlan& t, const GenModelShape& s, const GenMod
   const int64_t row_len = t.ne[0];
   int64_t rows = 1;
   for (size_t i = 1; i < t.ne.size(); ++i) rows *= t.ne[i];
+  if (t.fill == Fill::kRopeFreqs && t.role != TensorRole::kRopeFreqs) {
+    // LongRoPE: short factors rising from 1 to 1.1, long ones from 1 to
+    // n_ctx / original (geometrically), over the frequencies.
+    const bool is_long = t.role == TensorRole::kRopeFactorsLong;
+    const double top = is_long ? static_cast<double>(s.n_ctx) / s.rope_original_ctx : 1.1;
+    std::vector<float> f(static_cast<size_t>(row_len));
+    for (int64_t i = 0; i < row_len; ++i)
+      f[i] = static_cast<float>(std::pow(top, row_len > 1 ? static_cast<double>(i) / (row_len - 1) : 0.0));
+    return pwrite_all(fd, f.data(), f.size() * sizeof(float), file_off);
+  }
   if (t.fill == Fill::kRopeFreqs) {
     const std::vector<float> f =
-        llama3_rope_freq_factors(s.head_size(), s.rope_base, s.rope_scale_factor, s.rope_low_freq_factor,
+        llama3_rope_freq_factors(s.rot_dims(), s.rope_base, s.rope_scale_factor, s.rope_low_freq_factor,
                                  s.rope_high_freq_factor, s.rope_original_ctx);
     if (static_cast<int64_t>(f.size()) != row_len) return Status::errorf("{}: rope factor count", t.name);
     return pwrite_all(fd, f.data(), f.size() * sizeof(float), file_off);
@@ -327,6 +362,13 @@ Status validate_gen_model_shape(const GenModelShape& s) {
     return Status::errorf("n_head {} is not a multiple of n_head_kv {}", s.n_head, s.n_head_kv);
   if (s.head_size() % 2 != 0) return Status::errorf("head size {} is odd", s.head_size());
   if (s.sliding_window < 0) return Status::error("negative sliding window");
+  if (s.n_rot < 0 || s.n_rot % 2 != 0 || s.rot_dims() > s.head_size())
+    return Status::errorf("rotated dimensions {} must be even and at most the head size {}", s.n_rot, s.head_size());
+  if (s.longrope && !spec->find(TensorRole::kRopeFactorsLong))
+    return Status::errorf("LongRoPE factors are part of phi3 files, not {}", s.arch);
+  if ((s.longrope || s.yarn_factor > 0) && !(s.rope_original_ctx > 0 && s.rope_original_ctx <= s.n_ctx))
+    return Status::errorf("the original context {} must be in [1, context {}]", s.rope_original_ctx, s.n_ctx);
+  if (s.yarn_factor < 0 || s.attn_temp_scale < 0) return Status::error("negative RoPE scaling parameter");
   if (s.n_expert != 0) {
     if (!spec->has_experts()) {
       std::string with;

@@ -60,6 +60,14 @@ struct GenModelShape {
   double rope_high_freq_factor = 4;
   int rope_original_ctx = 8192;
   int sliding_window = 0;  // gemma3: window of the local layers (every 6th layer is global)
+  int n_rot = 0;           // rotated dimensions per head (0: the head size; Phi-4-mini: 3/4 of it)
+  // LongRoPE (phi3): rope_factors_short / _long (synthetic: 1 ... 1.1 and
+  // 1 ... n_ctx / original), original context rope_original_ctx.
+  bool longrope = false;
+  // YaRN (rope.scaling.type yarn) with this factor over rope_original_ctx,
+  // magnitude 1 (yarn_log_multiplier 1, Ministral 3); 0: none.
+  double yarn_factor = 0;
+  float attn_temp_scale = 0;  // <arch>.attention.temperature_scale (mistral3); 0: none
   // Mixture of experts (llama only, Mixtral layout: ffn_gate_inp router in
   // f32, ffn_{gate,up,down}_exps [.., .., n_expert]); 0: dense FFN. ember
   // cannot run such files yet: they are for llama.cpp comparisons.
@@ -67,6 +75,7 @@ struct GenModelShape {
   int n_expert_used = 0;
 
   int64_t head_size() const { return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0); }
+  int64_t rot_dims() const { return n_rot > 0 ? n_rot : head_size(); }
 };
 
 // The built-in shapes: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen2.5-1.5b,

@@ -11,7 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/archs/tensors.h"
@@ -34,6 +38,7 @@ enum class GenWhen : uint8_t {
   kNever,
   kUntied,       // output.weight, unless the shape ties it to the embedding
   kRopeScaling,  // rope_freqs.weight, with Llama 3.1 RoPE scaling
+  kLongRope,     // rope_factors_long / _short, with LongRoPE (an original context below the trained one)
   kQkvBias,      // Q/K/V biases, when the shape has them
   kDense,        // dense FFN matrices, without experts
   kExperts,      // the Mixtral layout's router and experts
@@ -44,6 +49,13 @@ struct TensorSpec {
   Presence presence;
   GenWhen gen;
   const char* hf = nullptr;  // Hugging Face name when it differs from role_info(role).hf
+  // A fused matrix: the rows of these roles stacked in this order (Phi-3's
+  // attn_qkv is Q|K|V, its ffn_up gate|up); its shape is [n_in, the sum of
+  // their rows] (tensor_shape) and the binder gives each part its rows.
+  std::span<const TensorRole> parts = {};
+  // The length of a 1-D tensor when it differs from its role's (OLMo 2's
+  // q_norm / k_norm span the whole projection: Dim::kQ / Dim::kKv).
+  std::optional<Dim> ne0 = std::nullopt;
 };
 
 // config.json defaults for keys a config may omit, as the transformers
@@ -61,7 +73,12 @@ struct HfConfigDefaults {
 // What the architecture's own config.json reader gets besides the config.
 struct HfConfigContext {
   int64_t n_layer = 0;
+  int64_t head_dim = 0;
+  int64_t n_ctx = 0;  // max_position_embeddings
   double local_rope_theta = 10000.0;  // rope_local_base_freq / rope_parameters.sliding_attention
+  // F32 tensors the loader publishes beside the checkpoint's (GGUF name ->
+  // values), as GGUF converters write them (LongRoPE factors). Never null.
+  std::map<std::string, std::vector<float>>* f32_tensors = nullptr;
 };
 
 // The synthetic byte-level BPE vocabularies gen-model can write.
@@ -115,7 +132,8 @@ struct ArchSpec {
 
   GenModelDefaults gen;
 
-  // The listed entry for `role`, or null.
+  // The listed entry for `role`, or null (a fused tensor's parts are not
+  // listed entries).
   const TensorSpec* find(TensorRole role) const;
   bool requires_tensor(TensorRole role) const {
     const TensorSpec* t = find(role);
@@ -126,8 +144,18 @@ struct ArchSpec {
 
 // Shared parts of the specs.
 // Fills per-layer RoPE settings shared by most architectures from
-// "<arch>.rope.freq_base" and "<arch>.rope.scaling.*" (resets cfg->layers).
+// "<arch>.rope.freq_base" and "<arch>.rope.scaling.*" (resets cfg->layers):
+// linear and YaRN scaling (type, factor, yarn_beta_fast / _slow,
+// yarn_ext_factor, yarn_log_multiplier, yarn_attn_factor, as llama.cpp reads
+// them), the magnitude rope.scaling.attn_factor (LongRoPE), and the use of
+// a frequency-factor tensor when the model has one.
 Status fill_default_rope(const Metadata& meta, ModelConfig* cfg);
+// Per-layer sliding windows from "<arch>.attention.sliding_window" (absent
+// or 0: none) and "<arch>.attention.sliding_window_pattern": one boolean per
+// layer (true: sliding, as llama.cpp's converter writes it for OLMo 3), or
+// N: every N-th layer (1-based) global; absent: `default_period` (0: every
+// layer slides). Sets the windows of cfg->layers (sized n_layer).
+Status fill_sliding_windows(const Metadata& meta, ModelConfig* cfg, int default_period);
 // Reads "<arch>.rope.type" ("normal"/"neox") if present, else keeps `fallback`.
 RopeStyle rope_style_from_metadata(const Metadata& meta, const std::string& arch, RopeStyle fallback);
 // The filler of Llama-like architectures: RoPE style from "<arch>.rope.type"

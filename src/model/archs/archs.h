@@ -25,9 +25,9 @@ const ArchSpec* find_arch(std::string_view name);
 // The spec whose hf_classes / hf_model_types contain `name`, or null.
 const ArchSpec* find_arch_by_hf_class(std::string_view name);
 const ArchSpec* find_arch_by_hf_model_type(std::string_view name);
-// "llama, qwen2, qwen3, gemma3" (joined by `sep`).
+// "llama, qwen2, qwen3, gemma3, ..." (joined by `sep`).
 std::string arch_names(std::string_view sep = ", ");
-// "unsupported architecture 'X' (supported: llama, qwen2, qwen3, gemma3)".
+// "unsupported architecture 'X' (supported: llama, qwen2, ...)".
 Status unsupported_arch_error(std::string_view name);
 
 }  // namespace ember

@@ -34,9 +34,31 @@ inline constexpr std::array<TensorSpec, 4> kDecoderModelTensors = {{
     {R::kOutput, P::kOptional, G::kUntied},
 }};
 
+// The same with LongRoPE's factor sets (Phi-3; both optional, checked as a
+// pair at load).
+inline constexpr std::array<TensorSpec, 5> kLongRopeModelTensors = {{
+    {R::kTokenEmbd, P::kRequired, G::kAlways},
+    {R::kRopeFactorsLong, P::kOptional, G::kLongRope},
+    {R::kRopeFactorsShort, P::kOptional, G::kLongRope},
+    {R::kOutputNorm, P::kRequired, G::kAlways},
+    {R::kOutput, P::kOptional, G::kUntied},
+}};
+
 // Pre-norm attention with optional biases (Qwen2 has Q/K/V biases).
 inline constexpr std::array<TensorSpec, 9> kAttentionTensors = {{
     {R::kAttnNorm, P::kRequired, G::kAlways},
+    {R::kAttnQ, P::kRequired, G::kAlways},
+    {R::kAttnK, P::kRequired, G::kAlways},
+    {R::kAttnV, P::kRequired, G::kAlways},
+    {R::kAttnQBias, P::kOptional, G::kQkvBias},
+    {R::kAttnKBias, P::kOptional, G::kQkvBias},
+    {R::kAttnVBias, P::kOptional, G::kQkvBias},
+    {R::kAttnOutput, P::kRequired, G::kAlways},
+    {R::kAttnOutputBias, P::kOptional, G::kNever},
+}};
+
+// The attention projections without the pre-norm (OLMo 2), optional biases.
+inline constexpr std::array<TensorSpec, 8> kAttentionProjTensors = {{
     {R::kAttnQ, P::kRequired, G::kAlways},
     {R::kAttnK, P::kRequired, G::kAlways},
     {R::kAttnV, P::kRequired, G::kAlways},

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,10 +29,11 @@ struct HfModelInfo {
   bool tie_word_embeddings = false;
   // The architecture's norms are (1 + w); GGUF stores w + 1, so the loader adds 1.
   bool norm_plus_one = false;
-  // llama3-style RoPE scaling: per-frequency divisors (head_dim / 2 values)
-  // that the loader publishes as the tensor rope_freqs.weight, as GGUF
-  // converters do. Empty otherwise.
-  std::vector<float> rope_freq_factors;
+  // F32 tensors the loader publishes beside the checkpoint's, by GGUF name,
+  // as GGUF converters write them: llama3-style RoPE scaling's divisors
+  // (rope_freqs.weight, n_rot / 2 values), LongRoPE's factors
+  // (rope_factors_long / _short.weight).
+  std::map<std::string, std::vector<float>> f32_tensors;
 };
 
 // config.json text as a JSON object; errors name `name`.
