@@ -45,6 +45,11 @@ constexpr NamedShape kShapes[] = {
     {"qwen2.5-1.5b", "qwen2", 28, 1536, 8960, 12, 2, 128, 151936, 32768, 1000000, 1e-6, true, true, 0, 0, 0, 0},
     {"qwen3-0.6b", "qwen3", 28, 1024, 3072, 16, 8, 128, 151936, 40960, 1000000, 1e-6, true, false, 0, 0, 0, 0},
     {"gemma-3-270m", "gemma3", 18, 640, 2048, 4, 1, 256, 262144, 32768, 1000000, 1e-6, true, false, 0, 512, 0, 0},
+    // Phi-3.5-mini and Phi-4-mini: fused Q|K|V and gate|up, LongRoPE over 4k (Phi-4-mini: 96 of 128 dims).
+    {"phi-3.5-mini", "phi3", 32, 3072, 8192, 32, 32, 96, 32064, 131072, 10000, 1e-5, false, false, 0, 0, 0, 0, 0, 4096,
+     true},
+    {"phi-4-mini", "phi3", 32, 3072, 8192, 24, 8, 128, 200064, 131072, 10000, 1e-5, true, false, 0, 0, 0, 0, 96, 4096,
+     true},
     // Mixtral's layout and RoPE at a small size.
     {"mixtral-tiny", "llama", 8, 1024, 2816, 16, 4, 64, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2},
 };

@@ -127,9 +127,9 @@ void check_tensor_list(const ArchSpec& spec, const std::string& path) {
 TEST(ArchRegistry, NamesAndLookups) {
   std::vector<std::string> names;
   for (const ArchSpec* s : arch_specs()) names.push_back(s->name);
-  EXPECT_EQ(names, (std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma3"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma3", "phi3"}));
   EXPECT_EQ(supported_architectures(), names);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3");
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3, phi3");
   for (const ArchSpec* s : arch_specs()) {
     EXPECT_EQ(find_arch(s->name), s);
     for (const char* c : s->hf_classes) EXPECT_EQ(find_arch_by_hf_class(c), s) << c;
@@ -140,10 +140,11 @@ TEST(ArchRegistry, NamesAndLookups) {
   EXPECT_EQ(find_arch_by_hf_class("Gemma3ForConditionalGeneration"), &kGemma3Spec);
   EXPECT_EQ(find_arch_by_hf_model_type("gemma3_text"), &kGemma3Spec);
   EXPECT_EQ(find_arch_by_hf_class("GPT2LMHeadModel"), nullptr);
+  EXPECT_EQ(find_arch_by_hf_class("Phi3ForCausalLM"), &kPhi3Spec);
 }
 
 TEST(ArchRegistry, UnknownArchitecturesListTheSupportedOnes) {
-  const std::string want = "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3)";
+  const std::string want = "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, phi3)";
   Metadata m;
   m.set("general.architecture", Metadata::make_string("mamba"));
   auto cfg = config_from_metadata(m);
@@ -282,6 +283,10 @@ TEST(ArchSpecTables, HuggingFaceTensorNames) {
   EXPECT_EQ(hf_tensor_name_to_gguf("gemma3", "language_model.lm_head.weight"), "output.weight");
   EXPECT_EQ(hf_tensor_name_to_gguf("gemma3", "vision_tower.vision_model.embeddings.patch_embedding.weight"), "");
   EXPECT_EQ(hf_tensor_name_to_gguf("mamba", "model.embed_tokens.weight"), "");
+  // Fused names.
+  EXPECT_EQ(hf_tensor_name_to_gguf("phi3", "model.layers.1.self_attn.qkv_proj.weight"), "blk.1.attn_qkv.weight");
+  EXPECT_EQ(hf_tensor_name_to_gguf("phi3", "model.layers.1.mlp.gate_up_proj.weight"), "blk.1.ffn_up.weight");
+  EXPECT_EQ(hf_tensor_name_to_gguf("phi3", "model.layers.1.self_attn.q_proj.weight"), "");
 }
 
 TEST(ArchSpecTables, GgufNamesRoundTrip) {

@@ -6,7 +6,7 @@
 namespace ember {
 namespace {
 
-constexpr const ArchSpec* kSpecs[] = {&kLlamaSpec, &kQwen2Spec, &kQwen3Spec, &kGemma3Spec};
+constexpr const ArchSpec* kSpecs[] = {&kLlamaSpec, &kQwen2Spec, &kQwen3Spec, &kGemma3Spec, &kPhi3Spec};
 
 }  // namespace
 
