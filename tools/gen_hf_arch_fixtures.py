@@ -7,7 +7,7 @@ For tests/model/arch_<arch>_test.cpp.
 Stage 1 (the venv with torch + transformers + sentencepiece):
   * a SentencePiece BPE tokenizer of 128 pieces trained here on a fixed text
     (tokenizer.model + tokenizer_config.json, shared by every folder);
-  * per model, a transformers config class at a tiny size (hidden 64, 2
+  * per model, a transformers config class at a tiny size (hidden 64, 2 or 4
     layers, vocabulary 128), weights drawn with a fixed seed (matrices
     N(0, 1/fan_in), embeddings N(0, 1), norms 1 + N(0, 0.1^2)), saved with
     save_pretrained in bfloat16 into tests/data/model/hf_<name>/;
@@ -101,13 +101,34 @@ def phi3_config():
         architectures=["Phi3ForCausalLM"]))
 
 
+def mistral3_config():
+    # Ministral 3's YaRN (magnitude 1) and attention temperature over an
+    # original context of 32, a window of 8 on every layer.
+    rope = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 16.0, "original_max_position_embeddings": 32,
+            "max_position_embeddings": 512, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+            "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}
+    return transformers.Ministral3Config(**common(
+        head_dim=16, rms_norm_eps=1e-5, tie_word_embeddings=True, sliding_window=8, rope_parameters=rope,
+        architectures=["Ministral3ForCausalLM"]))
+
+
+def ministral_config():
+    # The earlier Ministral: sliding and full layers by layer_types.
+    return transformers.MinistralConfig(**common(
+        head_dim=16, rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0}, architectures=["MinistralForCausalLM"]))
+
+
 # The `ember gen-model` shapes stage 3 checks in llama.cpp.
-GEN_SHAPES = ["phi-3.5-mini", "phi-4-mini"]
+GEN_SHAPES = ["phi-3.5-mini", "phi-4-mini", "ministral-3-3b"]
 
 # name -> (config, weight seed, llama.cpp converts it, context sizes llama.cpp
 # runs with). A seed whose greedy run meets a near tie is refused by stage 1.
 MODELS = {
     "phi3": (phi3_config, 1000, True, [256, 512]),
+    "mistral3": (mistral3_config, 1001, True, [256]),
+    "ministral": (ministral_config, 1002, False, []),
 }
 
 

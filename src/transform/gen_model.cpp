@@ -50,6 +50,9 @@ constexpr NamedShape kShapes[] = {
      true},
     {"phi-4-mini", "phi3", 32, 3072, 8192, 24, 8, 128, 200064, 131072, 10000, 1e-5, true, false, 0, 0, 0, 0, 96, 4096,
      true},
+    // Ministral 3 3B: YaRN x16 over 16k, attention temperature 0.1.
+    {"ministral-3-3b", "mistral3", 26, 3072, 9216, 32, 8, 128, 131072, 262144, 1000000, 1e-5, true, false, 0, 0, 0, 0,
+     0, 16384, false, 16, 0.1f},
     // Mixtral's layout and RoPE at a small size.
     {"mixtral-tiny", "llama", 8, 1024, 2816, 16, 4, 64, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2},
 };

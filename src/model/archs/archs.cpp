@@ -6,7 +6,8 @@
 namespace ember {
 namespace {
 
-constexpr const ArchSpec* kSpecs[] = {&kLlamaSpec, &kQwen2Spec, &kQwen3Spec, &kGemma3Spec, &kPhi3Spec};
+constexpr const ArchSpec* kSpecs[] = {&kLlamaSpec, &kQwen2Spec, &kQwen3Spec, &kGemma3Spec,
+                                      &kPhi3Spec, &kMistral3Spec};
 
 }  // namespace
 

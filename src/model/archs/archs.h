@@ -18,6 +18,7 @@ extern const ArchSpec kQwen2Spec;
 extern const ArchSpec kQwen3Spec;
 extern const ArchSpec kGemma3Spec;
 extern const ArchSpec kPhi3Spec;
+extern const ArchSpec kMistral3Spec;
 
 // Every registered spec, in registration order.
 std::span<const ArchSpec* const> arch_specs();
