@@ -120,8 +120,15 @@ def ministral_config():
         rope_parameters={"rope_type": "default", "rope_theta": 100000.0}, architectures=["MinistralForCausalLM"]))
 
 
+def smollm3_config():
+    # Four layers: the fourth has no RoPE (no_rope_layer_interval 4).
+    return transformers.SmolLM3Config(**common(
+        num_hidden_layers=4, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 2000000.0}, architectures=["SmolLM3ForCausalLM"]))
+
+
 # The `ember gen-model` shapes stage 3 checks in llama.cpp.
-GEN_SHAPES = ["phi-3.5-mini", "phi-4-mini", "ministral-3-3b"]
+GEN_SHAPES = ["phi-3.5-mini", "phi-4-mini", "ministral-3-3b", "smollm3-3b"]
 
 # name -> (config, weight seed, llama.cpp converts it, context sizes llama.cpp
 # runs with). A seed whose greedy run meets a near tie is refused by stage 1.
@@ -129,6 +136,7 @@ MODELS = {
     "phi3": (phi3_config, 1000, True, [256, 512]),
     "mistral3": (mistral3_config, 1001, True, [256]),
     "ministral": (ministral_config, 1002, False, []),
+    "smollm3": (smollm3_config, 1003, True, [256]),
 }
 
 
@@ -280,7 +288,8 @@ def build_logits_tool(llama, tmp):
 
 def gen_model_check(llama, ember):
     """Stage 3 (--gen-model, not committed): `ember gen-model` files of the new
-    shapes (one layer, a 1000-token synthetic vocabulary, q8_0) load in
+    shapes (one layer, SmolLM3 four for its NoPE layer, a 1000-token
+    synthetic vocabulary, q8_0) load in
     llama.cpp; ember's logits (ember_dump_logits, at the trained context)
     against llama.cpp's (at a context beyond Phi's original 4096, so both use
     the long LongRoPE factors): relative L2 and top-1 agreement."""
@@ -290,7 +299,7 @@ def gen_model_check(llama, ember):
     ok = True
     for shape in GEN_SHAPES:
         path = os.path.join(tmp, shape + ".gguf")
-        n_layer = "1"
+        n_layer = "4" if shape == "smollm3-3b" else "1"
         subprocess.run([ember, "gen-model", "--shape", shape, "--n-layer", n_layer, "--n-vocab", "1000",
                         "--synthetic-vocab", "--type", "q8_0", "--seed", "5", "-o", path], check=True,
                        capture_output=True)

@@ -53,6 +53,8 @@ constexpr NamedShape kShapes[] = {
     // Ministral 3 3B: YaRN x16 over 16k, attention temperature 0.1.
     {"ministral-3-3b", "mistral3", 26, 3072, 9216, 32, 8, 128, 131072, 262144, 1000000, 1e-5, true, false, 0, 0, 0, 0,
      0, 16384, false, 16, 0.1f},
+    // SmolLM3 3B: no RoPE in every 4th layer.
+    {"smollm3-3b", "smollm3", 36, 2048, 11008, 16, 4, 128, 128256, 65536, 5000000, 1e-6, true, false, 0, 0, 0, 0},
     // Mixtral's layout and RoPE at a small size.
     {"mixtral-tiny", "llama", 8, 1024, 2816, 16, 4, 64, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2},
 };

@@ -127,9 +127,9 @@ void check_tensor_list(const ArchSpec& spec, const std::string& path) {
 TEST(ArchRegistry, NamesAndLookups) {
   std::vector<std::string> names;
   for (const ArchSpec* s : arch_specs()) names.push_back(s->name);
-  EXPECT_EQ(names, (std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma3", "phi3", "mistral3"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma3", "phi3", "mistral3", "smollm3"}));
   EXPECT_EQ(supported_architectures(), names);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3, phi3, mistral3");
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3, phi3, mistral3, smollm3");
   for (const ArchSpec* s : arch_specs()) {
     EXPECT_EQ(find_arch(s->name), s);
     for (const char* c : s->hf_classes) EXPECT_EQ(find_arch_by_hf_class(c), s) << c;
@@ -145,7 +145,8 @@ TEST(ArchRegistry, NamesAndLookups) {
 }
 
 TEST(ArchRegistry, UnknownArchitecturesListTheSupportedOnes) {
-  const std::string want = "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, phi3, mistral3)";
+  const std::string want =
+      "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, phi3, mistral3, smollm3)";
   Metadata m;
   m.set("general.architecture", Metadata::make_string("mamba"));
   auto cfg = config_from_metadata(m);
