@@ -20,7 +20,10 @@ Stage 1 (the venv with torch + transformers + sentencepiece):
     LongRoPE factors.
 Stage 2 (--gguf; llama.cpp's tree and build, tools/build_llama_cpp.sh):
   * each folder converted by convert_hf_to_gguf.py --outtype f32 into
-    tests/data/model/gguf_<name>.gguf;
+    tests/data/model/gguf_<name>.gguf (OLMo 2's converter knows byte-level BPE
+    tokenizers only by a hash table of released ones, so for it the script
+    has the converter write the SentencePiece vocabulary the way its Llama
+    path does; tensors and hyper-parameters go through the converter as is);
   * llama.cpp's logits (tools/llama_cpp_logits.c against libllama: F32 KV
     cache, one batch, then greedy decoding) at a context of 256 and, for
     Phi-3, 512 (llama.cpp picks the long factors when its context exceeds the
@@ -127,8 +130,25 @@ def smollm3_config():
         rope_parameters={"rope_type": "default", "rope_theta": 2000000.0}, architectures=["SmolLM3ForCausalLM"]))
 
 
+def olmo2_config():
+    return transformers.Olmo2Config(**common(
+        rms_norm_eps=1e-6, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, architectures=["Olmo2ForCausalLM"]))
+
+
+def olmo3_config():
+    # OLMo 3: a sliding layer (window 8, plain RoPE) and a global one (YaRN x8 over 32).
+    rope = {"full_attention": {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 8.0,
+                               "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 500000.0}}
+    return transformers.Olmo3Config(**common(
+        rms_norm_eps=1e-6, tie_word_embeddings=False, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"], rope_parameters=rope,
+        architectures=["Olmo3ForCausalLM"]))
+
+
 # The `ember gen-model` shapes stage 3 checks in llama.cpp.
-GEN_SHAPES = ["phi-3.5-mini", "phi-4-mini", "ministral-3-3b", "smollm3-3b"]
+GEN_SHAPES = ["phi-3.5-mini", "phi-4-mini", "ministral-3-3b", "smollm3-3b", "olmo-2-1b"]
 
 # name -> (config, weight seed, llama.cpp converts it, context sizes llama.cpp
 # runs with). A seed whose greedy run meets a near tie is refused by stage 1.
@@ -137,6 +157,8 @@ MODELS = {
     "mistral3": (mistral3_config, 1001, True, [256]),
     "ministral": (ministral_config, 1002, False, []),
     "smollm3": (smollm3_config, 1003, True, [256]),
+    "olmo2": (olmo2_config, 1004, True, [256]),
+    "olmo3": (olmo3_config, 1005, True, [256]),
 }
 
 
@@ -231,6 +253,10 @@ import sys
 sys.argv = [sys.argv[0]] + sys.argv[1:]
 sys.path.insert(0, {src!r})
 import convert_hf_to_gguf as c
+from conversion.base import TextModel
+from conversion.olmo import Olmo2Model
+# The tiny tokenizer is SentencePiece; OLMo 2's path knows only released BPE ones.
+Olmo2Model.set_vocab = TextModel._set_vocab_sentencepiece
 c.main()
 """
 

@@ -55,6 +55,8 @@ constexpr NamedShape kShapes[] = {
      0, 16384, false, 16, 0.1f},
     // SmolLM3 3B: no RoPE in every 4th layer.
     {"smollm3-3b", "smollm3", 36, 2048, 11008, 16, 4, 128, 128256, 65536, 5000000, 1e-6, true, false, 0, 0, 0, 0},
+    // OLMo 2 1B: post-norms, QK-norm over the whole projections.
+    {"olmo-2-1b", "olmo2", 16, 2048, 8192, 16, 16, 128, 100352, 4096, 500000, 1e-6, false, false, 0, 0, 0, 0},
     // Mixtral's layout and RoPE at a small size.
     {"mixtral-tiny", "llama", 8, 1024, 2816, 16, 4, 64, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2},
 };

@@ -80,8 +80,8 @@ struct GenModelShape {
 
 // The built-in shapes: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen2.5-1.5b,
 // qwen3-0.6b, gemma-3-270m, phi-3.5-mini, phi-4-mini, ministral-3-3b,
-// smollm3-3b, and mixtral-tiny (8 layers of 8 experts, 2 used, at a small size;
-// loads in llama.cpp, not yet in ember, which has no MoE support).
+// smollm3-3b, olmo-2-1b, and mixtral-tiny (8 layers of 8 experts, 2 used, at a
+// small size; loads in llama.cpp, not yet in ember, which has no MoE support).
 std::vector<std::string> gen_model_shape_names();
 Result<GenModelShape> gen_model_shape(const std::string& name);
 // Defaults for an explicit --arch (its ArchSpec's GenModelDefaults; sizes 0).

@@ -127,9 +127,10 @@ void check_tensor_list(const ArchSpec& spec, const std::string& path) {
 TEST(ArchRegistry, NamesAndLookups) {
   std::vector<std::string> names;
   for (const ArchSpec* s : arch_specs()) names.push_back(s->name);
-  EXPECT_EQ(names, (std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma3", "phi3", "mistral3", "smollm3"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma3", "phi3", "mistral3", "smollm3",
+                                             "olmo2"}));
   EXPECT_EQ(supported_architectures(), names);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3, phi3, mistral3, smollm3");
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3, phi3, mistral3, smollm3, olmo2");
   for (const ArchSpec* s : arch_specs()) {
     EXPECT_EQ(find_arch(s->name), s);
     for (const char* c : s->hf_classes) EXPECT_EQ(find_arch_by_hf_class(c), s) << c;
@@ -142,11 +143,12 @@ TEST(ArchRegistry, NamesAndLookups) {
   EXPECT_EQ(find_arch_by_hf_class("GPT2LMHeadModel"), nullptr);
   EXPECT_EQ(find_arch_by_hf_class("Phi3ForCausalLM"), &kPhi3Spec);
   EXPECT_EQ(find_arch_by_hf_class("Mistral3ForConditionalGeneration"), &kMistral3Spec);
+  EXPECT_EQ(find_arch_by_hf_model_type("olmo3"), &kOlmo2Spec);
 }
 
 TEST(ArchRegistry, UnknownArchitecturesListTheSupportedOnes) {
   const std::string want =
-      "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, phi3, mistral3, smollm3)";
+      "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, phi3, mistral3, smollm3, olmo2)";
   Metadata m;
   m.set("general.architecture", Metadata::make_string("mamba"));
   auto cfg = config_from_metadata(m);
@@ -285,10 +287,13 @@ TEST(ArchSpecTables, HuggingFaceTensorNames) {
   EXPECT_EQ(hf_tensor_name_to_gguf("gemma3", "language_model.lm_head.weight"), "output.weight");
   EXPECT_EQ(hf_tensor_name_to_gguf("gemma3", "vision_tower.vision_model.embeddings.patch_embedding.weight"), "");
   EXPECT_EQ(hf_tensor_name_to_gguf("mamba", "model.embed_tokens.weight"), "");
-  // Fused names.
+  // Fused and post-norm names.
   EXPECT_EQ(hf_tensor_name_to_gguf("phi3", "model.layers.1.self_attn.qkv_proj.weight"), "blk.1.attn_qkv.weight");
   EXPECT_EQ(hf_tensor_name_to_gguf("phi3", "model.layers.1.mlp.gate_up_proj.weight"), "blk.1.ffn_up.weight");
   EXPECT_EQ(hf_tensor_name_to_gguf("phi3", "model.layers.1.self_attn.q_proj.weight"), "");
+  EXPECT_EQ(hf_tensor_name_to_gguf("olmo2", "model.layers.1.post_feedforward_layernorm.weight"),
+            "blk.1.post_ffw_norm.weight");
+  EXPECT_EQ(hf_tensor_name_to_gguf("olmo2", "model.layers.1.input_layernorm.weight"), "");
 }
 
 TEST(ArchSpecTables, GgufNamesRoundTrip) {

@@ -7,7 +7,7 @@ namespace ember {
 namespace {
 
 constexpr const ArchSpec* kSpecs[] = {&kLlamaSpec, &kQwen2Spec, &kQwen3Spec, &kGemma3Spec,
-                                      &kPhi3Spec, &kMistral3Spec, &kSmolLM3Spec};
+                                      &kPhi3Spec, &kMistral3Spec, &kSmolLM3Spec, &kOlmo2Spec};
 
 }  // namespace
 

@@ -20,6 +20,7 @@ extern const ArchSpec kGemma3Spec;
 extern const ArchSpec kPhi3Spec;
 extern const ArchSpec kMistral3Spec;
 extern const ArchSpec kSmolLM3Spec;
+extern const ArchSpec kOlmo2Spec;
 
 // Every registered spec, in registration order.
 std::span<const ArchSpec* const> arch_specs();
