@@ -133,6 +133,8 @@ int cmd_serve(int argc, char** argv, int first) {
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
   if (Status st = act_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
+  // LongRoPE picks its factors by the context the model serves (Model::set_context_length).
+  lm.model->set_context_length(max_model_len > 0 ? max_model_len : lm.model->config().n_ctx_train);
   const std::string& path = lm.path;
   const Model& m = *lm.model;
   const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;

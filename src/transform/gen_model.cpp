@@ -400,11 +400,14 @@ Status validate_gen_model_shape(const GenModelShape& s) {
 Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out) {
   const ArchSpec* spec = find_arch(arch);
   if (!spec) return unsupported_arch_error(arch);
-  const bool qwen = spec->gen.vocab == SyntheticVocab::kQwen2;
+  const SyntheticVocab kind = spec->gen.vocab;
+  const bool qwen = kind == SyntheticVocab::kQwen2, phi = kind == SyntheticVocab::kPhi3;
   const std::vector<std::string> specials =
-      qwen ? std::vector<std::string>{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
-           : std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
-                                      "<|end_header_id|>", "<|eot_id|>",      "<|eom_id|>"};
+      qwen  ? std::vector<std::string>{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
+      : phi ? std::vector<std::string>{"<unk>", "<s>", "</s>", "<|endoftext|>", "<|system|>", "<|user|>",
+                                       "<|assistant|>", "<|end|>"}
+            : std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                       "<|end_header_id|>", "<|eot_id|>",      "<|eom_id|>"};
   const int n_special = static_cast<int>(specials.size());
   if (n_vocab < 256 + n_special)
     return Status::errorf("a synthetic byte-level vocabulary needs at least {} tokens, got {}", 256 + n_special,
@@ -450,6 +453,12 @@ Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out) 
     out->set("tokenizer.ggml.bos_token_id", u32(first_special));  // <|endoftext|>, not added
     out->set("tokenizer.ggml.eos_token_id", u32(first_special));
     out->set("tokenizer.ggml.padding_token_id", u32(first_special));
+    out->set("tokenizer.ggml.add_bos_token", Metadata::make_bool(false));
+  } else if (phi) {
+    out->set("tokenizer.ggml.bos_token_id", u32(first_special + 1));      // <s>, not added
+    out->set("tokenizer.ggml.eos_token_id", u32(first_special + 3));      // <|endoftext|>
+    out->set("tokenizer.ggml.eot_token_id", u32(first_special + 7));      // <|end|>
+    out->set("tokenizer.ggml.unknown_token_id", u32(first_special));      // <unk>
     out->set("tokenizer.ggml.add_bos_token", Metadata::make_bool(false));
   } else {
     out->set("tokenizer.ggml.bos_token_id", u32(first_special));      // <|begin_of_text|>

@@ -114,8 +114,10 @@ Result<GenModelStats> write_random_model(const GenModelShape& shape, const GenMo
 
 // Synthetic byte-level BPE vocabulary of exactly n_vocab tokens as GGUF
 // tokenizer keys, of the kind the architecture's spec names: Llama 3 special
-// tokens and pre = "llama-bpe" (BOS added), or the Qwen special tokens and
-// pre = "qwen2" (no BOS). Unknown architecture: an error.
+// tokens and pre = "llama-bpe" (BOS added), the Qwen special tokens and pre =
+// "qwen2" (no BOS), or Phi-3's special tokens and pre = "llama-bpe" (no BOS;
+// llama.cpp looks <unk>, <s>, </s> and <|endoftext|> up in models named
+// phi3). Unknown architecture: an error.
 Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out);
 
 }  // namespace ember

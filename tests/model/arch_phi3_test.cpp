@@ -4,6 +4,7 @@
 // conversion against llama.cpp at contexts 256 (short) and 512 (long); both
 // formats the same function; gen-model files; malformed fused widths, factor
 // tensors and configs refused. Fixtures: tools/gen_hf_arch_fixtures.py.
+#include <algorithm>
 #include <cmath>
 
 #include "arch_test_util.h"
@@ -44,6 +45,15 @@ TEST(Phi3, GenModel) {
     EXPECT_TRUE(validate_gen_model_shape(*s).is_ok()) << name;
   }
   EXPECT_EQ(gen_model_shape("phi-4-mini")->rot_dims(), 96);
+  // Phi-3's special tokens (llama.cpp looks four of them up in models named phi3).
+  Metadata vocab;
+  ASSERT_TRUE(synthetic_bpe_vocab("phi3", 400, &vocab).is_ok());
+  const GgufValue* toks = vocab.find("tokenizer.ggml.tokens");
+  ASSERT_NE(toks, nullptr);
+  ASSERT_EQ(toks->count, 400u);
+  for (const char* t : {"<unk>", "<s>", "</s>", "<|endoftext|>", "<|end|>"})
+    EXPECT_NE(std::find(toks->strings.begin(), toks->strings.end(), t), toks->strings.end()) << t;
+  EXPECT_EQ(toks->strings[*vocab.get_int("tokenizer.ggml.eos_token_id")], "<|endoftext|>");
 }
 
 // The fused matrices' row views are interleaved like any weight

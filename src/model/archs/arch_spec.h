@@ -85,6 +85,8 @@ struct HfConfigContext {
 enum class SyntheticVocab : uint8_t {
   kLlama3,  // Llama 3 special tokens, pre "llama-bpe", BOS added
   kQwen2,   // Qwen special tokens, pre "qwen2", no BOS
+  kPhi3,    // Phi-3's special tokens (<unk>, <s>, </s>, <|endoftext|>, chat markers; llama.cpp looks them
+            // up in models named phi3), pre "llama-bpe", no BOS
 };
 
 // gen-model's defaults for `--arch NAME` (sizes come from the user).

@@ -54,22 +54,15 @@ Status hf_mistral3(const HfConfigView& cv, const HfConfigContext& ctx, Metadata*
   if (!cv.get("sliding_window")) return Status::ok();
   int64_t window = 0;
   EMBER_RETURN_IF_ERROR(cv.get_count("sliding_window", &window, std::nullopt));
-  std::vector<int32_t> sliding(static_cast<size_t>(ctx.n_layer), 1);
+  // Every layer slides (MistralModel); MinistralConfig's layer_types choose.
   const HfConfigView::json* mt = cv.get("model_type");
-  const HfConfigView::json* lt = cv.get("layer_types");
-  if (mt && mt->is_string() && mt->get<std::string>() == "ministral" && lt) {
-    if (!lt->is_array() || static_cast<int64_t>(lt->size()) != ctx.n_layer)
-      return Status::errorf("{}: layer_types must list {} layer types", cv.name(), ctx.n_layer);
-    for (int64_t i = 0; i < ctx.n_layer; ++i) {
-      const auto& e = (*lt)[static_cast<size_t>(i)];
-      if (!e.is_string() || (e != "sliding_attention" && e != "full_attention"))
-        return Status::errorf("{}: layer_types[{}] must be sliding_attention or full_attention", cv.name(), i);
-      sliding[static_cast<size_t>(i)] = e == "sliding_attention";
-    }
+  const bool by_layer_types = mt && mt->is_string() && mt->get<std::string>() == "ministral";
+  if (!by_layer_types) {
+    meta->set("mistral3.attention.sliding_window", hf_u32(window));
+    return Status::ok();
   }
-  meta->set("mistral3.attention.sliding_window", hf_u32(window));
-  meta->set("mistral3.attention.sliding_window_pattern", Metadata::make_int_array(sliding, GgufType::kBool));
-  return Status::ok();
+  std::vector<int32_t> all(static_cast<size_t>(ctx.n_layer), 1);
+  return hf_set_sliding_windows(cv, "mistral3", window, std::move(all), meta);
 }
 
 }  // namespace

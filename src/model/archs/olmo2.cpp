@@ -56,23 +56,9 @@ Status hf_olmo2(const HfConfigView& cv, const HfConfigContext& ctx, Metadata* me
   if (!mt || !mt->is_string() || mt->get<std::string>() != "olmo3" || !cv.get("sliding_window")) return Status::ok();
   int64_t window = 0;
   EMBER_RETURN_IF_ERROR(cv.get_count("sliding_window", &window, std::nullopt));
-  const size_t n = static_cast<size_t>(ctx.n_layer);
-  std::vector<int32_t> sliding(n);
-  const HfConfigView::json* lt = cv.get("layer_types");
-  if (lt && (!lt->is_array() || lt->size() != n))
-    return Status::errorf("{}: layer_types must list {} layer types", cv.name(), n);
-  for (size_t i = 0; i < n; ++i) {
-    if (!lt) {
-      sliding[i] = (i + 1) % 4 != 0;
-      continue;
-    }
-    const auto& e = (*lt)[i];
-    if (!e.is_string() || (e != "sliding_attention" && e != "full_attention"))
-      return Status::errorf("{}: layer_types[{}] must be sliding_attention or full_attention", cv.name(), i);
-    sliding[i] = e == "sliding_attention";
-  }
-  meta->set("olmo2.attention.sliding_window", hf_u32(window));
-  meta->set("olmo2.attention.sliding_window_pattern", Metadata::make_int_array(sliding, GgufType::kBool));
+  std::vector<int32_t> sliding(static_cast<size_t>(ctx.n_layer));  // Olmo3Config: all but every 4th
+  for (size_t i = 0; i < sliding.size(); ++i) sliding[i] = (i + 1) % 4 != 0;
+  EMBER_RETURN_IF_ERROR(hf_set_sliding_windows(cv, "olmo2", window, std::move(sliding), meta));
   meta->set("olmo2.rope.freq_base_swa", hf_f32(ctx.local_rope_theta));
   return Status::ok();
 }

@@ -106,7 +106,8 @@ constinit const ArchSpec kPhi3Spec = {
     .hf_norm_plus_one = false,
     .hf_permute_qk = false,
     .chat_template = "chatml",
-    .gen = {.n_vocab = 200064, .n_ctx = 131072, .rope_base = 10000, .norm_eps = 1e-5, .tied_embeddings = true},
+    .gen = {.n_vocab = 200064, .n_ctx = 131072, .rope_base = 10000, .norm_eps = 1e-5, .tied_embeddings = true,
+            .vocab = SyntheticVocab::kPhi3},  // Phi-4-mini
 };
 
 }  // namespace ember

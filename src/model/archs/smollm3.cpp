@@ -64,22 +64,8 @@ Status hf_smollm3(const HfConfigView& cv, const HfConfigContext& ctx, Metadata* 
   EMBER_RETURN_IF_ERROR(cv.get_count("sliding_window", &window, std::nullopt));
   // layer_types, else SmolLM3Config's default: the NoPE layers slide.
   std::vector<int32_t> sliding(n);
-  const HfConfigView::json* lt = cv.get("layer_types");
-  if (lt && (!lt->is_array() || lt->size() != n))
-    return Status::errorf("{}: layer_types must list {} layer types", cv.name(), n);
-  for (size_t i = 0; i < n; ++i) {
-    if (!lt) {
-      sliding[i] = !rope[i];
-      continue;
-    }
-    const auto& e = (*lt)[i];
-    if (!e.is_string() || (e != "sliding_attention" && e != "full_attention"))
-      return Status::errorf("{}: layer_types[{}] must be sliding_attention or full_attention", cv.name(), i);
-    sliding[i] = e == "sliding_attention";
-  }
-  meta->set("smollm3.attention.sliding_window", hf_u32(window));
-  meta->set("smollm3.attention.sliding_window_pattern", Metadata::make_int_array(sliding, GgufType::kBool));
-  return Status::ok();
+  for (size_t i = 0; i < n; ++i) sliding[i] = !rope[i];
+  return hf_set_sliding_windows(cv, "smollm3", window, std::move(sliding), meta);
 }
 
 }  // namespace

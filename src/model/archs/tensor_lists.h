@@ -44,20 +44,7 @@ inline constexpr std::array<TensorSpec, 5> kLongRopeModelTensors = {{
     {R::kOutput, P::kOptional, G::kUntied},
 }};
 
-// Pre-norm attention with optional biases (Qwen2 has Q/K/V biases).
-inline constexpr std::array<TensorSpec, 9> kAttentionTensors = {{
-    {R::kAttnNorm, P::kRequired, G::kAlways},
-    {R::kAttnQ, P::kRequired, G::kAlways},
-    {R::kAttnK, P::kRequired, G::kAlways},
-    {R::kAttnV, P::kRequired, G::kAlways},
-    {R::kAttnQBias, P::kOptional, G::kQkvBias},
-    {R::kAttnKBias, P::kOptional, G::kQkvBias},
-    {R::kAttnVBias, P::kOptional, G::kQkvBias},
-    {R::kAttnOutput, P::kRequired, G::kAlways},
-    {R::kAttnOutputBias, P::kOptional, G::kNever},
-}};
-
-// The attention projections without the pre-norm (OLMo 2), optional biases.
+// The attention projections, optional biases (Qwen2 has Q/K/V biases).
 inline constexpr std::array<TensorSpec, 8> kAttentionProjTensors = {{
     {R::kAttnQ, P::kRequired, G::kAlways},
     {R::kAttnK, P::kRequired, G::kAlways},
@@ -68,6 +55,10 @@ inline constexpr std::array<TensorSpec, 8> kAttentionProjTensors = {{
     {R::kAttnOutput, P::kRequired, G::kAlways},
     {R::kAttnOutputBias, P::kOptional, G::kNever},
 }};
+
+// Pre-norm attention (all but OLMo 2, which has none).
+inline constexpr std::array<TensorSpec, 1> kAttnNormTensor = {{{R::kAttnNorm, P::kRequired, G::kAlways}}};
+inline constexpr auto kAttentionTensors = tensor_list(kAttnNormTensor, kAttentionProjTensors);
 
 // RMSNorm of each Q and K head (QK-norm).
 inline constexpr std::array<TensorSpec, 2> kQkNormTensors = {{

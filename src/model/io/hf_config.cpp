@@ -79,6 +79,23 @@ Status HfConfigView::number_of(const json* j, const char* key, double* out, std:
   return Status::ok();
 }
 
+Status hf_set_sliding_windows(const HfConfigView& cv, const std::string& arch, int64_t window,
+                              std::vector<int32_t> sliding, Metadata* meta) {
+  if (const json* lt = cv.get("layer_types")) {
+    if (!lt->is_array() || lt->size() != sliding.size())
+      return Status::errorf("{}: layer_types must list {} layer types", cv.name(), sliding.size());
+    for (size_t i = 0; i < sliding.size(); ++i) {
+      const json& e = (*lt)[i];
+      if (!e.is_string() || (e != "sliding_attention" && e != "full_attention"))
+        return Status::errorf("{}: layer_types[{}] must be sliding_attention or full_attention", cv.name(), i);
+      sliding[i] = e == "sliding_attention";
+    }
+  }
+  meta->set(arch + ".attention.sliding_window", hf_u32(window));
+  meta->set(arch + ".attention.sliding_window_pattern", Metadata::make_int_array(sliding, GgufType::kBool));
+  return Status::ok();
+}
+
 GgufValue hf_u32(int64_t v) { return Metadata::make_int(v, GgufType::kUint32); }
 GgufValue hf_f32(double v) { return Metadata::make_float(v, GgufType::kFloat32); }
 

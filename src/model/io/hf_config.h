@@ -79,6 +79,15 @@ class HfConfigView {
   const std::string& name_;
 };
 
+// Sliding windows of a config.json for an architecture that keeps them as
+// "<arch>.attention.sliding_window" + a per-layer boolean
+// "<arch>.attention.sliding_window_pattern" (fill_sliding_windows reads them):
+// `sliding` holds the default flag per layer (1: sliding); layer_types, when
+// present, overrides it ("sliding_attention" / "full_attention"). Writes the
+// keys; errors name the key.
+Status hf_set_sliding_windows(const HfConfigView& cv, const std::string& arch, int64_t window,
+                              std::vector<int32_t> sliding, Metadata* meta);
+
 // GGUF values of the types llama.cpp's converter writes for config keys.
 GgufValue hf_u32(int64_t v);
 GgufValue hf_f32(double v);
