@@ -90,8 +90,20 @@ int cmd_info(int argc, char** argv, int first) {
     if (n_swa)
       std::printf("attention:     %d sliding-window layers (window %d), %d global\n", n_swa,
                   c.layers[0].sliding_window ? c.layers[0].sliding_window : 0, c.n_layer - n_swa);
-    std::printf("rope:          %s, base %.0f\n", c.rope_style == RopeStyle::kNeox ? "neox" : "normal",
+    std::printf("rope:          %s, base %.0f", c.rope_style == RopeStyle::kNeox ? "neox" : "normal",
                 c.layers.empty() ? 0.0 : c.layers.back().rope_base);
+    if (c.n_rot != c.head_dim) std::printf(", %d of %d dims", c.n_rot, c.head_dim);
+    if (c.rope_longrope) std::printf(", LongRoPE over %d", c.rope_orig_ctx);
+    if (!c.layers.empty() && c.layers.back().rope_ext_factor > 0)
+      std::printf(", YaRN x%.0f over %d", 1.0 / c.layers.back().rope_freq_scale, c.rope_orig_ctx);
+    int n_nope = 0;
+    for (const LayerConfig& l : c.layers) n_nope += !l.use_rope;
+    if (n_nope) std::printf(", none in %d layers", n_nope);
+    std::printf("\n");
+    if (c.attn_temp_scale > 0)
+      std::printf("temperature:   Q x (1 + %.3g ln(1 + floor(pos / %d)))\n", c.attn_temp_scale, c.rope_orig_ctx);
+    if (!c.attn_pre_norm || c.qk_norm_full)
+      std::printf("norms:         %s%s\n", c.attn_pre_norm ? "pre" : "post only", c.qk_norm_full ? ", QK-norm over whole rows" : "");
     if (c.rotation.any())
       std::printf("rotation:      QuaRot Hadamard, online on the attention input %d, FFN input %d, ffn_down input %d, "
                   "attention output %d; V/O per head %d\n",

@@ -184,6 +184,9 @@ int cmd_run(int argc, char** argv, int first) {
   int64_t ctx = n_ctx > 0 ? n_ctx : std::min<int64_t>(n_train, static_cast<int64_t>(ids.size()) + n_predict + 1);
   if (static_cast<int64_t>(ids.size()) >= ctx)
     return usage_error(p, fmt::format("prompt of {} tokens does not fit the context of {} tokens", ids.size(), ctx));
+  // LongRoPE's factors follow the context (Model::set_context_length), the draft's too.
+  lm.model->set_context_length(ctx);
+  if (draft_model) draft_model->set_context_length(ctx);
   if (verbose) {
     std::fprintf(stderr, "model: %s (%s), threads %d, seed %llu, context %lld\nprompt tokens:", path.c_str(),
                  m.config().arch.c_str(), threads, static_cast<unsigned long long>(seed), static_cast<long long>(ctx));

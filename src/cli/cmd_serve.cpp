@@ -191,11 +191,15 @@ int cmd_serve(int argc, char** argv, int first) {
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
   if (Status st = act_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
+  // LongRoPE picks its factors by the context the model serves (Model::set_context_length).
+  const int64_t rope_ctx = max_model_len > 0 ? max_model_len : lm.model->config().n_ctx_train;
+  lm.model->set_context_length(rope_ctx);
   const std::string& path = lm.path;
   const Model& m = *lm.model;
   const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;
   std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
   if (Status st = spec_opts.load_draft(m, &draft_model, &ec.spec); !st) return usage_error(p, st.message());
+  if (draft_model) draft_model->set_context_length(rope_ctx);  // the same rotation as the target's
   auto kv_types = kv_opts.to_types(m.config());
   if (!kv_types) return usage_error(p, kv_types.status().message());
   ec.kv_types = *kv_types;

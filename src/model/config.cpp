@@ -104,12 +104,17 @@ Result<ModelConfig> config_from_metadata(const Metadata& meta) {
     if (*r <= 0 || *r > cfg.head_dim || *r % 2) return Status::errorf("invalid {}.rope.dimension_count {}", a, *r);
     cfg.n_rot = static_cast<int>(*r);
   }
+  cfg.rope_orig_ctx = cfg.n_ctx_train;  // llama.cpp's n_ctx_orig_yarn default
+  if (meta.find(a + ".rope.scaling.original_context_length"))
+    EMBER_RETURN_IF_ERROR(read_positive(meta, a + ".rope.scaling.original_context_length", &cfg.rope_orig_ctx));
   if (auto v = meta.get_float(a + ".attn_logit_softcapping")) cfg.attn_logit_softcap = static_cast<float>(*v);
   if (auto v = meta.get_float(a + ".final_logit_softcapping")) cfg.final_logit_softcap = static_cast<float>(*v);
   if (const GgufValue* tokens = meta.find("tokenizer.ggml.tokens")) cfg.n_vocab = static_cast<int>(tokens->count);
   if (auto v = meta.get_int(a + ".vocab_size")) cfg.n_vocab = static_cast<int>(*v);
 
   // Block wiring follows the architecture's tensor list.
+  cfg.attn_pre_norm = spec->requires_tensor(TensorRole::kAttnNorm);
+  cfg.ffn_pre_norm = spec->requires_tensor(TensorRole::kFfnNorm);
   cfg.qk_norm = spec->requires_tensor(TensorRole::kAttnQNorm);
   cfg.qk_norm_full = cfg.qk_norm && spec->qk_norm_full;
   cfg.post_attn_norm = spec->requires_tensor(TensorRole::kPostAttnNorm);
@@ -145,6 +150,10 @@ Status read_rotation_metadata(const Metadata& meta, ModelConfig* cfg) {
   ModelRotation& r = cfg->rotation;
   EMBER_RETURN_IF_ERROR(read(kRotAttnInKey, {cfg->n_embd}, &r.attn_in));
   EMBER_RETURN_IF_ERROR(read(kRotFfnInKey, {cfg->n_embd}, &r.ffn_in));
+  // An input rotation rotates the pre-norm's output (whose weight absorbed H).
+  if ((r.attn_in && !cfg->attn_pre_norm) || (r.ffn_in && !cfg->ffn_pre_norm))
+    return Status::errorf("metadata key '{}': input rotations need pre-norms, which {} does not have",
+                          r.attn_in && !cfg->attn_pre_norm ? kRotAttnInKey : kRotFfnInKey, cfg->arch);
   EMBER_RETURN_IF_ERROR(read(kRotAttnVKey, {cfg->head_dim_v}, &r.attn_v));
   if (r.attn_v && r.attn_v != cfg->head_dim_v)
     return Status::errorf("metadata key '{}': {} is not the V head size {}", kRotAttnVKey, r.attn_v, cfg->head_dim_v);

@@ -40,9 +40,22 @@ struct LayerConfig {
   int n_ff = 0;
   FfnKind ffn_kind = FfnKind::kDenseGated;
   int sliding_window = 0;     // 0: global attention; else keys with q_pos - k_pos >= window are masked
+  bool use_rope = true;       // false: Q and K are not rotated (SmolLM3's NoPE layers)
   float rope_base = 10000.f;  // theta base for this layer
   float rope_freq_scale = 1.f;  // linear RoPE scaling: positions multiplied by this
-  bool use_rope_freq_factors = false;  // divide frequencies by rope_freqs.weight (Llama 3.1)
+  // Divide frequencies by the model's factor tensor: rope_freqs.weight
+  // (Llama 3.1) or, with LongRoPE, rope_factors_short / _long (Model picks
+  // one by the context length it runs with, Model::set_context_length).
+  bool use_rope_freq_factors = false;
+  // YaRN: each frequency blended from its rope_freq_scale-interpolated
+  // value towards its unscaled one by this times the ramp over the
+  // dimensions (ModelConfig::yarn_beta_*; llama.cpp's ext_factor: 1 for
+  // YaRN, 0 for none: interpolated only).
+  float rope_ext_factor = 0.f;
+  // YaRN / LongRoPE magnitude: cos and sin are multiplied by it (as
+  // transformers and llama.cpp do: the rotated dimensions of Q and K grow,
+  // the others not).
+  float rope_attn_factor = 1.f;
   // Mixture of experts (ffn_kind kMoe; GGUF <arch>.expert_count,
   // .expert_used_count, .expert_feed_forward_length,
   // .expert_shared_feed_forward_length, .expert_weights_norm,
@@ -116,18 +129,32 @@ struct ModelConfig {
 
   RopeStyle rope_style = RopeStyle::kNormal;
   int n_rot = 0;  // rotated dims per head
+  // The context the RoPE scaling was trained from (<arch>.rope.scaling.
+  // original_context_length): YaRN's ramp, LongRoPE's switch from short to
+  // long factors, the attention temperature's period. Absent: n_ctx_train.
+  int rope_orig_ctx = 0;
+  float yarn_beta_fast = 32.f, yarn_beta_slow = 1.f;  // YaRN ramp bounds (rotations)
+  // The file declares LongRoPE (rope.scaling.type "longrope"; Phi-3's
+  // rope.scaling.attn_factor): rope_factors_long / _short must be there.
+  bool rope_longrope = false;
   std::vector<LayerConfig> layers;
 
   // Block wiring (set from the architecture's tensor list).
+  bool attn_pre_norm = true;    // RMSNorm of the attention input (all but OLMo 2)
+  bool ffn_pre_norm = true;     // RMSNorm of the FFN input (all but OLMo 2)
   bool qk_norm = false;         // RMSNorm on each Q/K head (Gemma 3, Qwen3)
-  bool qk_norm_full = false;    // ... on the whole Q / K row instead (OLMoE; weights [q width] / [kv width])
-  bool post_attn_norm = false;  // RMSNorm on attention output before the residual (Gemma)
-  bool post_ffn_norm = false;   // RMSNorm on FFN output before the residual (Gemma)
+  bool qk_norm_full = false;    // ... over the whole Q / K row instead (OLMoE, OLMo 2; weights [q width] / [kv width])
+  bool post_attn_norm = false;  // RMSNorm on attention output before the residual (Gemma, OLMo 2)
+  bool post_ffn_norm = false;   // RMSNorm on FFN output before the residual (Gemma, OLMo 2)
   Activation activation = Activation::kSilu;
   float embd_scale = 1.f;       // token embeddings multiplied by this (Gemma: sqrt(n_embd))
   float attn_scale = 0.f;       // multiplies Q·K; 0 means 1/sqrt(head_dim)
   float attn_logit_softcap = 0.f;
   float final_logit_softcap = 0.f;
+  // Attention temperature (Llama 4, Ministral 3): Q of the token at position
+  // p times 1 + attn_temp_scale * ln(1 + floor(p / rope_orig_ctx)), in
+  // every layer after RoPE. 0: off.
+  float attn_temp_scale = 0.f;
 
   ModelRotation rotation;  // from the kRot*Key metadata
   int act_bits = 8;        // kActBitsKey: activation bits of the block linears (Model::set_activation_bits)

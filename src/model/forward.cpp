@@ -4,6 +4,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 #include "model/layers/block.h"
@@ -55,6 +56,10 @@ ForwardContext::ForwardContext(const Model& model, std::unique_ptr<Backend> back
   rope_cos_.resize(model.n_rope_tables() * B * (cfg_.n_rot / 2));
   rope_sin_.resize(model.n_rope_tables() * B * (cfg_.n_rot / 2));
   rope_ready_.assign(model.n_rope_tables(), 0);
+  if (cfg_.attn_temp_scale > 0.f) {
+    temp_scale_.resize(B * hd / 2);
+    temp_zeros_.assign(B * hd / 2, 0.f);
+  }
 }
 
 ForwardContext::~ForwardContext() = default;
@@ -194,17 +199,36 @@ void ForwardContext::run_layers(int l0, int l1) {
   mb.shared_weight = moe_shared_weight_.data();
   mb.shared_id = moe_shared_id_.data();
   mb.observed = &moe_observed_;
+  RopeTables rope;
+  if (cfg_.attn_temp_scale > 0.f) {
+    // The attention temperature of each token: 1 + s ln(1 + floor(p / P)),
+    // as a table over the whole head (RopeTables::q_scale).
+    const int half = cfg_.head_dim / 2;
+    for (int64_t t = 0; t < n_; ++t) {
+      const float f = static_cast<float>(
+          1.0 + cfg_.attn_temp_scale * std::log(1.0 + std::floor(static_cast<double>(pos_[t]) / cfg_.rope_orig_ctx)));
+      std::fill(temp_scale_.begin() + t * half, temp_scale_.begin() + (t + 1) * half, f);
+    }
+    rope.q_scale = temp_scale_.data();
+    rope.zeros = temp_zeros_.data();
+  }
   for (int il = l0; il < l1; ++il) {
     const int g = model_.rope_table(il);
     const int64_t table = static_cast<int64_t>(g) * max_batch_ * (cfg_.n_rot / 2);
-    float* cos_t = rope_cos_.data() + table;
-    float* sin_t = rope_sin_.data() + table;
-    if (!rope_ready_[g]) {
+    rope.cos = rope_cos_.data() + table;
+    rope.sin = rope_sin_.data() + table;
+    if (!rope_ready_[g] && cfg_.layers[il].use_rope) {
+      float* cos_t = rope_cos_.data() + table;
+      float* sin_t = rope_sin_.data() + table;
       backend_->rope_angles(pos_.data(), n_, model_.inv_freq(il), cfg_.n_rot, cos_t, sin_t);
+      // A RoPE magnitude (YaRN, LongRoPE) scales the tables: one rounding
+      // per entry, as transformers applies it to cos and sin.
+      if (const float m = cfg_.layers[il].rope_attn_factor; m != 1.f)
+        for (int64_t i = 0; i < n_ * (cfg_.n_rot / 2); ++i) cos_t[i] *= m, sin_t[i] *= m;
       rope_ready_[g] = 1;
     }
     const LayerContext c{*backend_, cfg_, il, cfg_.layers[il], w.layers[il], observer_, n_};
-    transformer_block(c, tl, RopeTables{cos_t, sin_t}, x_.data(), bb);
+    transformer_block(c, tl, rope, x_.data(), bb);
     if (observer_) observer_->on_block_output(il, x_.data(), n_, cfg_.n_embd);
   }
 }

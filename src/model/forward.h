@@ -152,6 +152,9 @@ class ForwardContext {
   // computed by the first layer of the step that needs them.
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<uint8_t> rope_ready_;  // [n_rope_tables], cleared by prepare()
+  // Attention temperature factors [max_batch, head_dim / 2] and as many
+  // zeros (ModelConfig::attn_temp_scale; empty without).
+  std::vector<float> temp_scale_, temp_zeros_;
 };
 
 }  // namespace ember

@@ -59,7 +59,8 @@ Status check_forward_support(const ModelConfig& c, const ModelWeights& w) {
       return Status::errorf("layer {}: n_head {}, n_head_kv {}, n_ff {}: need positive sizes and n_head a multiple "
                             "of n_head_kv",
                             il, lc.n_head, lc.n_head_kv, lc.n_ff);
-    if (!l.attn_norm || !l.ffn_norm || (c.qk_norm && (!l.q_norm || !l.k_norm)))
+    if ((c.attn_pre_norm && !l.attn_norm) || (c.ffn_pre_norm && !l.ffn_norm) ||
+        (c.qk_norm && (!l.q_norm || !l.k_norm)))
       return Status::errorf("layer {}: missing norm weights", il);
     const struct {
       const Linear& lin;
@@ -165,23 +166,71 @@ Result<std::unique_ptr<Model>> Model::from_parts(ModelConfig cfg, std::unique_pt
 
   EMBER_RETURN_IF_ERROR(m->set_activation_bits(m->cfg_.act_bits));
   const ModelConfig& c = m->cfg_;
+  const ModelWeights& w = *m->weights_;
+  if (c.attn_temp_scale > 0 && c.rope_orig_ctx <= 0)
+    return Status::error("the attention temperature needs the original context length (rope.scaling.original_context_length)");
+  if (w.rope_factors_long && w.rope_freqs)
+    return Status::error("the model has both rope_freqs.weight and LongRoPE factors; only one set of frequency factors can apply");
+  if (c.rope_longrope && !w.rope_factors_long)
+    return Status::errorf("the {} file declares LongRoPE scaling but has no rope_factors_long.weight / "
+                          "rope_factors_short.weight", c.arch);
+  if (w.rope_factors_long && c.rope_orig_ctx <= 0)
+    return Status::error("LongRoPE factors need the original context length (rope.scaling.original_context_length)");
+  m->rope_long_ = w.rope_factors_long && c.n_ctx_train > c.rope_orig_ctx;
+  m->compute_rope_frequencies();
+  return m;
+}
+
+void Model::set_context_length(int64_t n_ctx) {
+  const bool long_factors = weights_->rope_factors_long && n_ctx > cfg_.rope_orig_ctx;
+  if (long_factors == rope_long_) return;
+  rope_long_ = long_factors;
+  compute_rope_frequencies();
+}
+
+// Per layer: theta_i = base^(-2i / n_rot) / factor_i (rope_freqs or the
+// LongRoPE set in use), interpolated by rope_freq_scale and, with YaRN,
+// blended back towards theta_i over the ramp between the dimensions that
+// turn beta_fast and beta_slow times in the original context (llama.cpp's
+// ggml_rope_yarn_corr_dims and rope_yarn; transformers' _compute_yarn_parameters).
+void Model::compute_rope_frequencies() {
+  const ModelConfig& c = cfg_;
+  const ModelWeights& w = *weights_;
+  const float* factors = w.rope_freqs ? w.rope_freqs : rope_long_ ? w.rope_factors_long : w.rope_factors_short;
   const int half = c.n_rot / 2;
+  inv_freq_.clear();
+  rope_table_.clear();
+  n_rope_tables_ = 0;
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerConfig& l = c.layers[il];
+    double lo = 0, hi = 0;
+    if (l.rope_ext_factor > 0) {
+      const double kPi = 3.14159265358979323846;
+      auto corr_dim = [&](double rotations) {
+        return c.n_rot * std::log(c.rope_orig_ctx / (rotations * 2 * kPi)) / (2 * std::log(static_cast<double>(l.rope_base)));
+      };
+      lo = std::max(0.0, std::floor(corr_dim(c.yarn_beta_fast)));
+      hi = std::min(static_cast<double>(c.n_rot - 1), std::ceil(corr_dim(c.yarn_beta_slow)));
+    }
     std::vector<float> f(half);
     for (int i = 0; i < half; ++i) {
-      double inv = std::pow(static_cast<double>(l.rope_base), -2.0 * i / c.n_rot) * l.rope_freq_scale;
-      if (l.use_rope_freq_factors && m->weights_->rope_freqs) inv /= m->weights_->rope_freqs[i];
+      double extrap = std::pow(static_cast<double>(l.rope_base), -2.0 * i / c.n_rot);
+      if (l.use_rope_freq_factors && factors) extrap /= factors[i];
+      double inv = extrap * l.rope_freq_scale;
+      if (l.rope_ext_factor > 0) {
+        const double y = (i - lo) / std::max(0.001, hi - lo);
+        const double ramp = (1 - std::min(1.0, std::max(0.0, y))) * l.rope_ext_factor;
+        inv = inv * (1 - ramp) + extrap * ramp;
+      }
       f[i] = static_cast<float>(inv);
     }
-    int table = m->n_rope_tables_;
+    int table = n_rope_tables_;
     for (int j = 0; j < il; ++j)
-      if (m->inv_freq_[j] == f) table = m->rope_table_[j];
-    if (table == m->n_rope_tables_) ++m->n_rope_tables_;
-    m->rope_table_.push_back(table);
-    m->inv_freq_.push_back(std::move(f));
+      if (inv_freq_[j] == f && c.layers[j].rope_attn_factor == l.rope_attn_factor) table = rope_table_[j];
+    if (table == n_rope_tables_) ++n_rope_tables_;
+    rope_table_.push_back(table);
+    inv_freq_.push_back(std::move(f));
   }
-  return m;
 }
 
 Status Model::set_activation_bits(int bits) {
@@ -270,15 +319,18 @@ int Model::interleave_weights(int threads) {
   // Experts: a 3-D tensor is rewritten whole when every view of it (each
   // expert's 2-D slice, ModelWeights::views) starts and ends on a 16-row
   // group and the layout pays for its rows; its views then point into the
-  // rewritten tensor.
+  // rewritten tensor. Row views of fused matrices (attn_qkv) are rewritten
+  // each on its own.
   std::map<TensorView*, std::vector<TensorView*>> slices;
   for (TensorView& v : weights_->views) {
     if (!mats.count(&v)) continue;
+    bool sliced = false;
     for (auto& [name, t] : file_->tensors) {
       const auto* b = static_cast<const uint8_t*>(t.data);
       const auto* p = static_cast<const uint8_t*>(v.data);
-      if (t.n_dims == 3 && p >= b && p < b + t.nbytes) slices[&t].push_back(&v);
+      if (t.n_dims == 3 && p >= b && p < b + t.nbytes) slices[&t].push_back(&v), sliced = true;
     }
+    if (!sliced && interleave_pays(v.type, v.ne[1])) todo.push_back(&v);
   }
   for (auto& [t, views] : slices) {
     bool ok = interleave_pays(t->type, t->ne[1] * t->ne[2]);

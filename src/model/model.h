@@ -49,12 +49,23 @@ class Model {
   // rewritten. Not thread-safe: call before any ForwardContext runs the
   // model (like set_activation_bits).
   int interleave_weights(int threads = 1);
+  // The context length this model runs with (prompt + output per sequence;
+  // default at load: the trained context, n_ctx_train). It picks LongRoPE's
+  // factors as llama.cpp and vLLM do: rope_factors_long when it exceeds the
+  // original context (ModelConfig::rope_orig_ctx), else rope_factors_short,
+  // for every token, so a sequence's cached keys never mix the two (the same
+  // choice transformers makes for a sequence computed in one pass).
+  // Recomputes the RoPE frequencies: call before any ForwardContext is
+  // made for the model (not thread-safe, like set_activation_bits).
+  void set_context_length(int64_t n_ctx);
+  // Whether LongRoPE's long factors are in use (false without LongRoPE).
+  bool rope_long_factors() const { return rope_long_; }
   const ModelConfig& config() const { return cfg_; }
   const ModelFile& file() const { return *file_; }
   const ModelWeights& weights() const { return *weights_; }
   // Inverse RoPE frequencies of layer il: [n_rot / 2].
   const float* inv_freq(int il) const { return inv_freq_[il].data(); }
-  // Layers with bit-identical frequencies share one RoPE table index in
+  // Layers with bit-identical frequencies and magnitude share one RoPE table index in
   // [0, n_rope_tables()) (Gemma 3: local and global layers; most models: one),
   // so a step computes each set of angle tables once.
   int rope_table(int il) const { return rope_table_[il]; }
@@ -75,7 +86,9 @@ class Model {
   ModelConfig cfg_;
   std::unique_ptr<ModelFile> file_;
   std::unique_ptr<ModelWeights> weights_;
+  void compute_rope_frequencies();
   std::vector<std::vector<float>> inv_freq_;
+  bool rope_long_ = false;
   std::vector<int> rope_table_;  // [n_layer]
   int n_rope_tables_ = 0;
 };

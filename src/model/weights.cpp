@@ -106,14 +106,43 @@ class Binder {
     return Status::ok();
   }
 
-  // One listed tensor into its slot, with the shape its role gives for `sizes`.
+  // One listed tensor into its slot, with the shape its spec has for `sizes`.
   Status bind(const TensorSpec& spec, int il, const TensorSizes& sizes, const TensorView** matrix_slot,
               const float** vector_slot) {
-    const RoleInfo& r = role_info(spec.role);
+    const std::vector<int64_t> ne = tensor_shape(spec, sizes);
     const std::string name = gguf_tensor_name(spec.role, il);
     const bool optional = spec.presence == Presence::kOptional;
-    if (matrix_slot) return matrix(name, sizes.of(r.ne[1]), sizes.of(r.ne[0]), matrix_slot, optional);
-    return vector(name, sizes.of(r.ne[0]), vector_slot, optional);
+    if (matrix_slot) return matrix(name, ne[1], ne[0], matrix_slot, optional);
+    return vector(name, ne[0], vector_slot, optional);
+  }
+
+  // A fused matrix (spec.parts): the whole is checked, then part i gets a
+  // view of its rows in parts_out[i] (all null when an optional one is absent).
+  Status bind_fused(const TensorSpec& spec, int il, const TensorSizes& sizes, const TensorView** parts_out) {
+    const std::vector<int64_t> ne = tensor_shape(spec, sizes);
+    const std::string name = gguf_tensor_name(spec.role, il);
+    const TensorView* whole = nullptr;
+    if (Status st = matrix(name, ne[1], ne[0], &whole, spec.presence == Presence::kOptional); !st) {
+      std::string rows;
+      for (TensorRole p : spec.parts)
+        rows += fmt::format("{}{} {}", rows.empty() ? "" : " + ", role_info(p).name, sizes.of(role_info(p).ne[1]));
+      return Status::errorf("{} (rows: {})", st.message(), rows);
+    }
+    if (!whole) return Status::ok();
+    const size_t row_bytes = dtype_row_size(whole->type, whole->ne[0]);
+    int64_t r0 = 0;
+    for (size_t i = 0; i < spec.parts.size(); ++i) {
+      const int64_t rows = sizes.of(role_info(spec.parts[i]).ne[1]);
+      TensorView v = *whole;
+      v.name = fmt::format("{}[{}:{}]", name, r0, r0 + rows);
+      v.ne[1] = rows;
+      v.data = static_cast<const uint8_t*>(whole->data) + static_cast<size_t>(r0) * row_bytes;
+      v.nbytes = static_cast<size_t>(rows) * row_bytes;
+      w_->views.push_back(std::move(v));
+      parts_out[i] = &w_->views.back();
+      r0 += rows;
+    }
+    return Status::ok();
   }
 
  private:
@@ -132,6 +161,8 @@ Slot model_slot(ModelWeights& w, TensorRole r) {
   switch (r) {
     case TensorRole::kTokenEmbd: return {&w.tok_embd, nullptr};
     case TensorRole::kRopeFreqs: return {nullptr, &w.rope_freqs};
+    case TensorRole::kRopeFactorsLong: return {nullptr, &w.rope_factors_long};
+    case TensorRole::kRopeFactorsShort: return {nullptr, &w.rope_factors_short};
     case TensorRole::kOutputNorm: return {nullptr, &w.output_norm};
     case TensorRole::kOutput: return {&w.output.weight, nullptr};
     default: return {};
@@ -169,6 +200,17 @@ Status bind_list(Binder& b, std::span<const TensorSpec> list, int il, const Tens
   for (const TensorSpec& t : list) {
     if (t.presence == Presence::kUnbound) continue;
     if (is_moe_role(t.role) || (ffn == FfnKind::kMoe && is_dense_ffn_role(t.role))) continue;
+    if (!t.parts.empty()) {
+      const TensorView* views[4] = {};
+      EMBER_CHECK(t.parts.size() <= 4);
+      EMBER_RETURN_IF_ERROR(b.bind_fused(t, il, sizes, views));
+      for (size_t i = 0; i < t.parts.size(); ++i) {
+        const Slot s = slot_of(t.parts[i]);
+        EMBER_CHECK_MSG(s.matrix, "a fused tensor's part must be a matrix role with a slot");
+        if (views[i]) *s.matrix = views[i];
+      }
+      continue;
+    }
     const Slot s = slot_of(t.role);
     EMBER_CHECK_MSG(s.matrix || s.vector, "a spec lists a bound tensor role that has no slot in ModelWeights");
     EMBER_RETURN_IF_ERROR(b.bind(t, il, sizes, s.matrix, s.vector));
@@ -257,6 +299,9 @@ Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelC
   EMBER_RETURN_IF_ERROR(bind_list(b, spec->model_tensors, -1, tensor_sizes(*cfg, -1),
                                   [&](TensorRole r) { return model_slot(*w, r); }));
   if (!w->output.weight) w->output.weight = w->tok_embd;  // tied
+  if (!w->rope_factors_long != !w->rope_factors_short)
+    return Status::errorf("LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight; only {} is there",
+                          w->rope_factors_long ? "rope_factors_long.weight" : "rope_factors_short.weight");
   w->layers.resize(cfg->n_layer);
   for (int il = 0; il < cfg->n_layer; ++il) {
     LayerWeights& l = w->layers[il];

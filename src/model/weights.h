@@ -56,12 +56,17 @@ struct ModelWeights {
   const float* output_norm = nullptr;    // [n_embd]
   Linear output;                         // [n_vocab, n_embd] (tok_embd when tied)
   const float* rope_freqs = nullptr;     // [n_rot/2] (optional, Llama 3.1)
+  // LongRoPE frequency divisors [n_rot/2] (optional, Phi-3): both or neither.
+  const float* rope_factors_long = nullptr;
+  const float* rope_factors_short = nullptr;
   std::vector<LayerWeights> layers;
 
   // Owned f32 copies of small vectors that were not stored as f32.
   std::vector<std::unique_ptr<float[]>> owned;
-  // Views the weights point at that are not tensors of the file: each
-  // expert's 2-D slice of a 3-D tensor (stable addresses).
+  // Views the weights point at that are not tensors of the file (stable
+  // addresses): each expert's 2-D slice of a 3-D tensor, and the row ranges
+  // of fused matrices (attn_qkv, Phi-3's ffn_up) that the parts' Linears
+  // point to.
   std::deque<TensorView> views;
 };
 
@@ -75,6 +80,8 @@ struct ModelWeights {
 // name the tensor (a 3-D tensor with the wrong expert count or a
 // truncated payload, a 3-D tensor where a matrix belongs, a missing
 // expert).
+// A fused matrix (TensorSpec::parts) is checked as a whole and split into
+// row views, one per part.
 Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelConfig* cfg);
 
 }  // namespace ember

@@ -31,6 +31,11 @@ struct NamedShape {
   bool tied_embeddings, qkv_bias;
   double rope_scale_factor;  // Llama 3.1 RoPE scaling
   int sliding_window, n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+  int n_rot = 0;              // 0: the head size
+  int rope_original_ctx = 0;  // LongRoPE / YaRN (0: keep the default)
+  bool longrope = false;
+  double yarn_factor = 0;
+  float attn_temp_scale = 0;
 };
 
 constexpr NamedShape kShapes[] = {
@@ -48,6 +53,18 @@ constexpr NamedShape kShapes[] = {
     {"qwen3-30b-a3b-12l", "qwen3moe", 12, 2048, 6144, 32, 4, 128, 151936, 40960, 1000000, 1e-6, false, false, 0, 0, 128,
      8, 768, 0},
     {"mixtral-8x7b-4l", "llama", 4, 4096, 14336, 32, 8, 128, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2, 0, 0},
+    // Phi-3.5-mini and Phi-4-mini: fused Q|K|V and gate|up, LongRoPE over 4k (Phi-4-mini: 96 of 128 dims).
+    {"phi-3.5-mini", "phi3", 32, 3072, 8192, 32, 32, 96, 32064, 131072, 10000, 1e-5, false, false, 0, 0, 0, 0, 0, 0, 0, 4096,
+     true},
+    {"phi-4-mini", "phi3", 32, 3072, 8192, 24, 8, 128, 200064, 131072, 10000, 1e-5, true, false, 0, 0, 0, 0, 0, 0, 96, 4096,
+     true},
+    // Ministral 3 3B: YaRN x16 over 16k, attention temperature 0.1.
+    {"ministral-3-3b", "mistral3", 26, 3072, 9216, 32, 8, 128, 131072, 262144, 1000000, 1e-5, true, false, 0, 0, 0, 0, 0, 0,
+     0, 16384, false, 16, 0.1f},
+    // SmolLM3 3B: no RoPE in every 4th layer.
+    {"smollm3-3b", "smollm3", 36, 2048, 11008, 16, 4, 128, 128256, 65536, 5000000, 1e-6, true, false, 0, 0, 0, 0, 0, 0},
+    // OLMo 2 1B: post-norms, QK-norm over the whole projections.
+    {"olmo-2-1b", "olmo2", 16, 2048, 8192, 16, 16, 128, 100352, 4096, 500000, 1e-6, false, false, 0, 0, 0, 0, 0, 0},
     // Mixtral's layout and RoPE at a small size.
     {"mixtral-tiny", "llama", 8, 1024, 2816, 16, 4, 64, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2, 0, 0},
 };
@@ -65,6 +82,8 @@ Result<GenModelShape> known_shape(const std::string& name) {
     s.rope_scale_factor = n.rope_scale_factor;
     s.sliding_window = n.sliding_window, s.n_expert = n.n_expert, s.n_expert_used = n.n_expert_used;
     s.n_ff_exp = n.n_ff_exp, s.n_ff_shexp = n.n_ff_shexp;
+    s.n_rot = n.n_rot, s.longrope = n.longrope, s.yarn_factor = n.yarn_factor, s.attn_temp_scale = n.attn_temp_scale;
+    if (n.rope_original_ctx > 0) s.rope_original_ctx = n.rope_original_ctx;
     return s;
   }
   std::string names;
@@ -145,6 +164,7 @@ enum class Fill { kMatrix, kRouter, kNorm, kBias, kRopeFreqs };  // kRouter: mat
 
 struct TensorPlan {
   std::string name;
+  TensorRole role = TensorRole::kUnknown;
   std::vector<int64_t> ne;  // GGML order
   DType type;
   Fill fill;
@@ -166,6 +186,7 @@ bool gen_writes(GenWhen when, const GenModelShape& s) {
     case GenWhen::kNever: return false;
     case GenWhen::kUntied: return !s.tied_embeddings;
     case GenWhen::kRopeScaling: return s.rope_scale_factor > 0;
+    case GenWhen::kLongRope: return s.longrope;
     case GenWhen::kQkvBias: return s.qkv_bias;
     case GenWhen::kDense: return s.n_expert == 0;
     case GenWhen::kExperts: return s.n_expert > 0;
@@ -191,7 +212,7 @@ std::vector<TensorPlan> plan_tensors(const ArchSpec& spec, const GenModelShape& 
   TensorSizes sz;
   sz.embd = s.n_embd, sz.vocab = s.n_vocab, sz.ff = s.n_ff, sz.head_dim = s.head_size();
   sz.q = s.n_head * sz.head_dim, sz.kv = s.n_head_kv * sz.head_dim, sz.v = sz.kv, sz.o = sz.q;
-  sz.rope_half = sz.head_dim / 2, sz.experts = s.n_expert;
+  sz.rope_half = s.rot_dims() / 2, sz.experts = s.n_expert;
   sz.ff_exp = expert_width(s), sz.ff_shexp = shared_width(spec, s);
   sz.q_norm = spec.qk_norm_full ? sz.q : sz.head_dim, sz.k_norm = spec.qk_norm_full ? sz.kv : sz.head_dim;
   std::vector<TensorPlan> out;
@@ -200,7 +221,8 @@ std::vector<TensorPlan> plan_tensors(const ArchSpec& spec, const GenModelShape& 
     const RoleInfo& r = role_info(spec_t.role);
     TensorPlan t;
     t.name = gguf_tensor_name(spec_t.role, il);
-    for (int d = 0; d < r.n_dims; ++d) t.ne.push_back(sz.of(r.ne[d]));
+    t.ne = tensor_shape(spec_t, sz);
+    t.role = spec_t.role;
     t.fill = fill_of(r.kind);
     t.type = DType::kF32;
     if (t.fill == Fill::kMatrix) {
@@ -241,8 +263,23 @@ void write_metadata(const GenModelShape& s, const GenModelOptions& o, const Meta
   w->add_uint32(a + ".attention.value_length", static_cast<uint32_t>(s.head_size()));
   w->add_float32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(s.norm_eps));
   w->add_float32(a + ".rope.freq_base", static_cast<float>(s.rope_base));
-  w->add_uint32(a + ".rope.dimension_count", static_cast<uint32_t>(s.head_size()));
+  w->add_uint32(a + ".rope.dimension_count", static_cast<uint32_t>(s.rot_dims()));
   if (s.sliding_window > 0) w->add_uint32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  if (s.longrope) {  // as llama.cpp's phi3 converter writes it
+    const double scale = static_cast<double>(s.n_ctx) / s.rope_original_ctx;
+    w->add_uint32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_original_ctx));
+    w->add_float32(a + ".rope.scaling.attn_factor",
+                   static_cast<float>(scale > 1 ? std::sqrt(1 + std::log(scale) / std::log(s.rope_original_ctx)) : 1.0));
+  }
+  if (s.yarn_factor > 0) {  // as llama.cpp's converter writes Ministral 3's
+    w->add_string(a + ".rope.scaling.type", "yarn");
+    w->add_float32(a + ".rope.scaling.factor", static_cast<float>(s.yarn_factor));
+    w->add_uint32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_original_ctx));
+    w->add_float32(a + ".rope.scaling.yarn_beta_fast", 32.0f);
+    w->add_float32(a + ".rope.scaling.yarn_beta_slow", 1.0f);
+    w->add_float32(a + ".rope.scaling.yarn_log_multiplier", 1.0f);
+  }
+  if (s.attn_temp_scale > 0) w->add_float32(a + ".attention.temperature_scale", s.attn_temp_scale);
   if (s.n_expert > 0) {
     w->add_uint32(a + ".expert_count", static_cast<uint32_t>(s.n_expert));
     w->add_uint32(a + ".expert_used_count", static_cast<uint32_t>(s.n_expert_used));
@@ -276,9 +313,19 @@ Status generate_tensor(const TensorPlan& t, const GenModelShape& s, const GenMod
   const int64_t row_len = t.ne[0];
   int64_t rows = 1;
   for (size_t i = 1; i < t.ne.size(); ++i) rows *= t.ne[i];
+  if (t.fill == Fill::kRopeFreqs && t.role != TensorRole::kRopeFreqs) {
+    // LongRoPE: short factors rising from 1 to 1.1, long ones from 1 to
+    // n_ctx / original (geometrically), over the frequencies.
+    const bool is_long = t.role == TensorRole::kRopeFactorsLong;
+    const double top = is_long ? static_cast<double>(s.n_ctx) / s.rope_original_ctx : 1.1;
+    std::vector<float> f(static_cast<size_t>(row_len));
+    for (int64_t i = 0; i < row_len; ++i)
+      f[i] = static_cast<float>(std::pow(top, row_len > 1 ? static_cast<double>(i) / (row_len - 1) : 0.0));
+    return pwrite_all(fd, f.data(), f.size() * sizeof(float), file_off);
+  }
   if (t.fill == Fill::kRopeFreqs) {
     const std::vector<float> f =
-        llama3_rope_freq_factors(s.head_size(), s.rope_base, s.rope_scale_factor, s.rope_low_freq_factor,
+        llama3_rope_freq_factors(s.rot_dims(), s.rope_base, s.rope_scale_factor, s.rope_low_freq_factor,
                                  s.rope_high_freq_factor, s.rope_original_ctx);
     if (static_cast<int64_t>(f.size()) != row_len) return Status::errorf("{}: rope factor count", t.name);
     return pwrite_all(fd, f.data(), f.size() * sizeof(float), file_off);
@@ -352,6 +399,13 @@ Status validate_gen_model_shape(const GenModelShape& s) {
     return Status::errorf("n_head {} is not a multiple of n_head_kv {}", s.n_head, s.n_head_kv);
   if (s.head_size() % 2 != 0) return Status::errorf("head size {} is odd", s.head_size());
   if (s.sliding_window < 0) return Status::error("negative sliding window");
+  if (s.n_rot < 0 || s.n_rot % 2 != 0 || s.rot_dims() > s.head_size())
+    return Status::errorf("rotated dimensions {} must be even and at most the head size {}", s.n_rot, s.head_size());
+  if (s.longrope && !spec->find(TensorRole::kRopeFactorsLong))
+    return Status::errorf("LongRoPE factors are part of phi3 files, not {}", s.arch);
+  if ((s.longrope || s.yarn_factor > 0) && !(s.rope_original_ctx > 0 && s.rope_original_ctx <= s.n_ctx))
+    return Status::errorf("the original context {} must be in [1, context {}]", s.rope_original_ctx, s.n_ctx);
+  if (s.yarn_factor < 0 || s.attn_temp_scale < 0) return Status::error("negative RoPE scaling parameter");
   if (s.n_expert != 0) {
     if (!spec->has_experts()) {
       std::string with;
@@ -382,11 +436,14 @@ Status validate_gen_model_shape(const GenModelShape& s) {
 Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out) {
   const ArchSpec* spec = find_arch(arch);
   if (!spec) return unsupported_arch_error(arch);
-  const bool qwen = spec->gen.vocab == SyntheticVocab::kQwen2;
+  const SyntheticVocab kind = spec->gen.vocab;
+  const bool qwen = kind == SyntheticVocab::kQwen2, phi = kind == SyntheticVocab::kPhi3;
   const std::vector<std::string> specials =
-      qwen ? std::vector<std::string>{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
-           : std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
-                                      "<|end_header_id|>", "<|eot_id|>",      "<|eom_id|>"};
+      qwen  ? std::vector<std::string>{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
+      : phi ? std::vector<std::string>{"<unk>", "<s>", "</s>", "<|endoftext|>", "<|system|>", "<|user|>",
+                                       "<|assistant|>", "<|end|>"}
+            : std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                       "<|end_header_id|>", "<|eot_id|>",      "<|eom_id|>"};
   const int n_special = static_cast<int>(specials.size());
   if (n_vocab < 256 + n_special)
     return Status::errorf("a synthetic byte-level vocabulary needs at least {} tokens, got {}", 256 + n_special,
@@ -432,6 +489,12 @@ Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out) 
     out->set("tokenizer.ggml.bos_token_id", u32(first_special));  // <|endoftext|>, not added
     out->set("tokenizer.ggml.eos_token_id", u32(first_special));
     out->set("tokenizer.ggml.padding_token_id", u32(first_special));
+    out->set("tokenizer.ggml.add_bos_token", Metadata::make_bool(false));
+  } else if (phi) {
+    out->set("tokenizer.ggml.bos_token_id", u32(first_special + 1));      // <s>, not added
+    out->set("tokenizer.ggml.eos_token_id", u32(first_special + 3));      // <|endoftext|>
+    out->set("tokenizer.ggml.eot_token_id", u32(first_special + 7));      // <|end|>
+    out->set("tokenizer.ggml.unknown_token_id", u32(first_special));      // <unk>
     out->set("tokenizer.ggml.add_bos_token", Metadata::make_bool(false));
   } else {
     out->set("tokenizer.ggml.bos_token_id", u32(first_special));      // <|begin_of_text|>

@@ -60,6 +60,14 @@ struct GenModelShape {
   double rope_high_freq_factor = 4;
   int rope_original_ctx = 8192;
   int sliding_window = 0;  // gemma3: window of the local layers (every 6th layer is global)
+  int n_rot = 0;           // rotated dimensions per head (0: the head size; Phi-4-mini: 3/4 of it)
+  // LongRoPE (phi3): rope_factors_short / _long (synthetic: 1 ... 1.1 and
+  // 1 ... n_ctx / original), original context rope_original_ctx.
+  bool longrope = false;
+  // YaRN (rope.scaling.type yarn) with this factor over rope_original_ctx,
+  // magnitude 1 (yarn_log_multiplier 1, Ministral 3); 0: none.
+  double yarn_factor = 0;
+  float attn_temp_scale = 0;  // <arch>.attention.temperature_scale (mistral3); 0: none
   // Mixture of experts (architectures whose spec lists experts: llama as
   // Mixtral, qwen2moe, qwen3moe, olmoe): ffn_gate_inp router in f32,
   // ffn_{gate,up,down}_exps [.., .., n_expert] of width n_ff_exp (0: n_ff;
@@ -73,10 +81,12 @@ struct GenModelShape {
   int n_ff_shexp = 0;
 
   int64_t head_size() const { return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0); }
+  int64_t rot_dims() const { return n_rot > 0 ? n_rot : head_size(); }
 };
 
 // The built-in shapes: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen2.5-1.5b,
-// qwen3-0.6b, gemma-3-270m; Mixture-of-Experts: olmoe-1b-7b, qwen3-30b-a3b,
+// qwen3-0.6b, gemma-3-270m, phi-3.5-mini, phi-4-mini, ministral-3-3b,
+// smollm3-3b, olmo-2-1b; Mixture-of-Experts: olmoe-1b-7b, qwen3-30b-a3b,
 // qwen3-30b-a3b-12l (its first 12 of 48 layers), mixtral-8x7b-4l (4 of 32
 // layers) and mixtral-tiny (8 layers of 8 experts, 2 used, at a small size).
 std::vector<std::string> gen_model_shape_names();
@@ -111,8 +121,10 @@ Result<GenModelStats> write_random_model(const GenModelShape& shape, const GenMo
 
 // Synthetic byte-level BPE vocabulary of exactly n_vocab tokens as GGUF
 // tokenizer keys, of the kind the architecture's spec names: Llama 3 special
-// tokens and pre = "llama-bpe" (BOS added), or the Qwen special tokens and
-// pre = "qwen2" (no BOS). Unknown architecture: an error.
+// tokens and pre = "llama-bpe" (BOS added), the Qwen special tokens and pre =
+// "qwen2" (no BOS), or Phi-3's special tokens and pre = "llama-bpe" (no BOS;
+// llama.cpp looks <unk>, <s>, </s> and <|endoftext|> up in models named
+// phi3). Unknown architecture: an error.
 Status synthetic_bpe_vocab(const std::string& arch, int n_vocab, Metadata* out);
 
 }  // namespace ember

@@ -63,6 +63,9 @@ std::string write_tiny(const std::string& arch, const test::TempDir& dir) {
     t.n_expert = 4, t.n_expert_used = 2;
     if (find_arch(arch)->gen.expert_ff_key) t.n_ff_exp = 32;
   }
+  if (find_arch(arch)->find(TensorRole::kRopeFactorsLong)) {  // LongRoPE instead (phi3)
+    t.rope_scale_factor = 0, t.longrope = true, t.rope_original_ctx = 1024;
+  }
   GenModelOptions o;
   o.type = DType::kF32;
   ThreadPool pool(2);
@@ -109,7 +112,10 @@ void check_tensor_list(const ArchSpec& spec, const std::string& path) {
       f->tensors.erase(it);
       const std::string missing = bind_error(*f);
       if (ts.presence == Presence::kRequired) {
-        EXPECT_EQ(missing, "missing tensor '" + name + "'");
+        // A fused tensor's message adds its parts' rows.
+        EXPECT_EQ(missing.substr(0, missing.find(" (rows: ")), "missing tensor '" + name + "'");
+      } else if (ts.role == TensorRole::kRopeFactorsLong || ts.role == TensorRole::kRopeFactorsShort) {
+        EXPECT_NE(missing.find("LongRoPE needs both"), std::string::npos) << missing;  // a pair
       } else {
         EXPECT_EQ(missing, "") << name;
       }
@@ -127,16 +133,16 @@ void check_tensor_list(const ArchSpec& spec, const std::string& path) {
     }
   }
   EXPECT_EQ(bind_error(*f), "");
-  EXPECT_GE(n_checked, moe ? 8 : 12);
+  EXPECT_GE(n_checked, moe ? 8 : 10);
 }
 
 TEST(ArchRegistry, NamesAndLookups) {
   std::vector<std::string> names;
   for (const ArchSpec* s : arch_specs()) names.push_back(s->name);
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma3", "qwen2moe", "qwen3moe", "olmoe"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma3", "qwen2moe", "qwen3moe", "olmoe",
+                                             "phi3", "mistral3", "smollm3", "olmo2"}));
   EXPECT_EQ(supported_architectures(), names);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe, olmoe");
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe, olmoe, phi3, mistral3, smollm3, olmo2");
   EXPECT_EQ(find_arch_by_hf_class("MixtralForCausalLM"), &kLlamaSpec);
   EXPECT_EQ(find_arch_by_hf_model_type("qwen3_moe"), &kQwen3MoeSpec);
   for (const ArchSpec* s : arch_specs()) {
@@ -149,11 +155,15 @@ TEST(ArchRegistry, NamesAndLookups) {
   EXPECT_EQ(find_arch_by_hf_class("Gemma3ForConditionalGeneration"), &kGemma3Spec);
   EXPECT_EQ(find_arch_by_hf_model_type("gemma3_text"), &kGemma3Spec);
   EXPECT_EQ(find_arch_by_hf_class("GPT2LMHeadModel"), nullptr);
+  EXPECT_EQ(find_arch_by_hf_class("Phi3ForCausalLM"), &kPhi3Spec);
+  EXPECT_EQ(find_arch_by_hf_class("Mistral3ForConditionalGeneration"), &kMistral3Spec);
+  EXPECT_EQ(find_arch_by_hf_model_type("olmo3"), &kOlmo2Spec);
 }
 
 TEST(ArchRegistry, UnknownArchitecturesListTheSupportedOnes) {
   const std::string want =
-      "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe, olmoe)";
+      "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe, olmoe, phi3, "
+      "mistral3, smollm3, olmo2)";
   Metadata m;
   m.set("general.architecture", Metadata::make_string("mamba"));
   auto cfg = config_from_metadata(m);
@@ -234,21 +244,38 @@ TEST(ArchSpecTables, WiringFlagsFollowTheTensorList) {
     ASSERT_TRUE(f);
     auto cfg = config_from_metadata(f->metadata);
     ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
-    const bool gemma = std::string(s->name) == "gemma3";
-    const std::string n = s->name;
-    EXPECT_EQ(cfg->qk_norm, gemma || n == "qwen3" || n == "qwen3moe" || n == "olmoe");
-    EXPECT_EQ(cfg->qk_norm_full, n == "olmoe");
-    EXPECT_EQ(cfg->has_moe(), n == "qwen2moe" || n == "qwen3moe" || n == "olmoe");
-    EXPECT_EQ(cfg->post_attn_norm, gemma);
-    EXPECT_EQ(cfg->post_ffn_norm, gemma);
+    const std::string a = s->name;
+    const bool gemma = a == "gemma3", olmo = a == "olmo2";
+    EXPECT_EQ(cfg->qk_norm, gemma || a == "qwen3" || a == "qwen3moe" || a == "olmoe" || olmo);
+    EXPECT_EQ(cfg->qk_norm_full, a == "olmoe" || olmo);
+    EXPECT_EQ(cfg->has_moe(), a == "qwen2moe" || a == "qwen3moe" || a == "olmoe");
+    EXPECT_EQ(cfg->post_attn_norm, gemma || olmo);
+    EXPECT_EQ(cfg->post_ffn_norm, gemma || olmo);
+    EXPECT_EQ(cfg->attn_pre_norm, !olmo);
+    EXPECT_EQ(cfg->ffn_pre_norm, !olmo);
     EXPECT_EQ(cfg->qk_norm, s->requires_tensor(TensorRole::kAttnQNorm));
     auto w = bind_weights(*f, &*cfg);
     ASSERT_TRUE(w.is_ok()) << w.status().message();
     EXPECT_EQ((*w)->layers[1].q_norm != nullptr, cfg->qk_norm);
     EXPECT_EQ((*w)->layers[1].post_ffn_norm != nullptr, cfg->post_ffn_norm);
-    EXPECT_NE((*w)->layers[1].q.bias, nullptr);  // optional, bound when present
-    EXPECT_NE((*w)->rope_freqs, nullptr);
+    EXPECT_EQ((*w)->layers[1].attn_norm != nullptr, cfg->attn_pre_norm);
+    if (s->find(TensorRole::kAttnQBias)) {
+      EXPECT_NE((*w)->layers[1].q.bias, nullptr);  // optional, bound when present
+    }
+    if (s->find(TensorRole::kRopeFreqs)) {
+      EXPECT_NE((*w)->rope_freqs, nullptr);
+    }
+    if (s->find(TensorRole::kRopeFactorsLong)) {
+      EXPECT_NE((*w)->rope_factors_long, nullptr);
+    }
     EXPECT_NE((*w)->output.weight, (*w)->tok_embd);  // untied
+    // A fused matrix's parts are bound as views of its rows.
+    EXPECT_NE((*w)->layers[1].q.weight, nullptr);
+    if (!cfg->has_moe()) {
+      EXPECT_NE((*w)->layers[1].gate.weight, nullptr);
+      // Views: the fused matrices' row ranges (a MoE layer's experts are views too).
+      EXPECT_EQ((*w)->views.empty(), !s->find(TensorRole::kAttnQkv));
+    }
   }
 }
 
@@ -295,6 +322,13 @@ TEST(ArchSpecTables, HuggingFaceTensorNames) {
   EXPECT_EQ(hf_tensor_name_to_gguf("gemma3", "language_model.lm_head.weight"), "output.weight");
   EXPECT_EQ(hf_tensor_name_to_gguf("gemma3", "vision_tower.vision_model.embeddings.patch_embedding.weight"), "");
   EXPECT_EQ(hf_tensor_name_to_gguf("mamba", "model.embed_tokens.weight"), "");
+  // Fused and post-norm names.
+  EXPECT_EQ(hf_tensor_name_to_gguf("phi3", "model.layers.1.self_attn.qkv_proj.weight"), "blk.1.attn_qkv.weight");
+  EXPECT_EQ(hf_tensor_name_to_gguf("phi3", "model.layers.1.mlp.gate_up_proj.weight"), "blk.1.ffn_up.weight");
+  EXPECT_EQ(hf_tensor_name_to_gguf("phi3", "model.layers.1.self_attn.q_proj.weight"), "");
+  EXPECT_EQ(hf_tensor_name_to_gguf("olmo2", "model.layers.1.post_feedforward_layernorm.weight"),
+            "blk.1.post_ffw_norm.weight");
+  EXPECT_EQ(hf_tensor_name_to_gguf("olmo2", "model.layers.1.input_layernorm.weight"), "");
 }
 
 TEST(ArchSpecTables, GgufNamesRoundTrip) {
@@ -331,7 +365,9 @@ TEST(ArchSpecTables, GgufDefaultRopeType) {
     ASSERT_TRUE(f);
     const std::string* rt = f->metadata.get_string(std::string(s->name) + ".rope.type");
     ASSERT_NE(rt, nullptr);
-    EXPECT_EQ(*rt, std::string(s->name) == "llama" ? "normal" : "neox") << s->name;
+    // llama.cpp's converter permutes Q/K rows of the LlamaModel families.
+    const std::string a = s->name;
+    EXPECT_EQ(*rt, a == "llama" || a == "mistral3" || a == "smollm3" ? "normal" : "neox") << s->name;
   }
 }
 

@@ -11,7 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/archs/tensors.h"
@@ -34,6 +38,7 @@ enum class GenWhen : uint8_t {
   kNever,
   kUntied,       // output.weight, unless the shape ties it to the embedding
   kRopeScaling,  // rope_freqs.weight, with Llama 3.1 RoPE scaling
+  kLongRope,     // rope_factors_long / _short, with LongRoPE (an original context below the trained one)
   kQkvBias,      // Q/K/V biases, when the shape has them
   kDense,        // dense FFN matrices, without experts
   kExperts,      // the Mixtral layout's router and experts
@@ -51,6 +56,10 @@ struct TensorSpec {
   // Another Hugging Face name of the same tensor, taken as it is: the fused
   // 3-D expert tensor transformers v5 writes ("mlp.experts.down_proj").
   const char* hf_alt = nullptr;
+  // A fused matrix: the rows of these roles stacked in this order (Phi-3's
+  // attn_qkv is Q|K|V, its ffn_up gate|up); its shape is [n_in, the sum of
+  // their rows] (tensor_shape) and the binder gives each part its rows.
+  std::span<const TensorRole> parts = {};
 };
 
 // config.json defaults for keys a config may omit, as the transformers
@@ -68,13 +77,20 @@ struct HfConfigDefaults {
 // What the architecture's own config.json reader gets besides the config.
 struct HfConfigContext {
   int64_t n_layer = 0;
+  int64_t head_dim = 0;
+  int64_t n_ctx = 0;  // max_position_embeddings
   double local_rope_theta = 10000.0;  // rope_local_base_freq / rope_parameters.sliding_attention
+  // F32 tensors the loader publishes beside the checkpoint's (GGUF name ->
+  // values), as GGUF converters write them (LongRoPE factors). Never null.
+  std::map<std::string, std::vector<float>>* f32_tensors = nullptr;
 };
 
 // The synthetic byte-level BPE vocabularies gen-model can write.
 enum class SyntheticVocab : uint8_t {
   kLlama3,  // Llama 3 special tokens, pre "llama-bpe", BOS added
   kQwen2,   // Qwen special tokens, pre "qwen2", no BOS
+  kPhi3,    // Phi-3's special tokens (<unk>, <s>, </s>, <|endoftext|>, chat markers; llama.cpp looks them
+            // up in models named phi3), pre "llama-bpe", no BOS
 };
 
 // gen-model's defaults for `--arch NAME` (sizes come from the user).
@@ -125,11 +141,12 @@ struct ArchSpec {
 
   GenModelDefaults gen;
 
-  // QK-norm over the whole Q / K projection (OLMoE) rather than each head
-  // (ModelConfig::qk_norm_full).
+  // QK-norm over the whole Q / K projection (OLMoE, OLMo 2) rather than each
+  // head (ModelConfig::qk_norm_full).
   bool qk_norm_full = false;
 
-  // The listed entry for `role`, or null.
+  // The listed entry for `role`, or null (a fused tensor's parts are not
+  // listed entries).
   const TensorSpec* find(TensorRole role) const;
   bool requires_tensor(TensorRole role) const {
     const TensorSpec* t = find(role);
@@ -187,8 +204,18 @@ Status hf_moe_config(const HfConfigView& cv, const HfConfigContext& ctx, Metadat
 // 1 softmax, 3 softmax over the top k). Errors name the key.
 Status fill_moe_layers(const Metadata& meta, ModelConfig* cfg, const MoeDefaults& d);
 // Fills per-layer RoPE settings shared by most architectures from
-// "<arch>.rope.freq_base" and "<arch>.rope.scaling.*" (resets cfg->layers).
+// "<arch>.rope.freq_base" and "<arch>.rope.scaling.*" (resets cfg->layers):
+// linear and YaRN scaling (type, factor, yarn_beta_fast / _slow,
+// yarn_ext_factor, yarn_log_multiplier, yarn_attn_factor, as llama.cpp reads
+// them), the magnitude rope.scaling.attn_factor (LongRoPE), and the use of
+// a frequency-factor tensor when the model has one.
 Status fill_default_rope(const Metadata& meta, ModelConfig* cfg);
+// Per-layer sliding windows from "<arch>.attention.sliding_window" (absent
+// or 0: none) and "<arch>.attention.sliding_window_pattern": one boolean per
+// layer (true: sliding, as llama.cpp's converter writes it for OLMo 3), or
+// N: every N-th layer (1-based) global; absent: `default_period` (0: every
+// layer slides). Sets the windows of cfg->layers (sized n_layer).
+Status fill_sliding_windows(const Metadata& meta, ModelConfig* cfg, int default_period);
 // Reads "<arch>.rope.type" ("normal"/"neox") if present, else keeps `fallback`.
 RopeStyle rope_style_from_metadata(const Metadata& meta, const std::string& arch, RopeStyle fallback);
 // The filler of Llama-like architectures: RoPE style from "<arch>.rope.type"

@@ -34,9 +34,18 @@ inline constexpr std::array<TensorSpec, 4> kDecoderModelTensors = {{
     {R::kOutput, P::kOptional, G::kUntied},
 }};
 
-// Pre-norm attention with optional biases (Qwen2 has Q/K/V biases).
-inline constexpr std::array<TensorSpec, 9> kAttentionTensors = {{
-    {R::kAttnNorm, P::kRequired, G::kAlways},
+// The same with LongRoPE's factor sets (Phi-3; both optional, checked as a
+// pair at load).
+inline constexpr std::array<TensorSpec, 5> kLongRopeModelTensors = {{
+    {R::kTokenEmbd, P::kRequired, G::kAlways},
+    {R::kRopeFactorsLong, P::kOptional, G::kLongRope},
+    {R::kRopeFactorsShort, P::kOptional, G::kLongRope},
+    {R::kOutputNorm, P::kRequired, G::kAlways},
+    {R::kOutput, P::kOptional, G::kUntied},
+}};
+
+// The attention projections, optional biases (Qwen2 has Q/K/V biases).
+inline constexpr std::array<TensorSpec, 8> kAttentionProjTensors = {{
     {R::kAttnQ, P::kRequired, G::kAlways},
     {R::kAttnK, P::kRequired, G::kAlways},
     {R::kAttnV, P::kRequired, G::kAlways},
@@ -46,6 +55,10 @@ inline constexpr std::array<TensorSpec, 9> kAttentionTensors = {{
     {R::kAttnOutput, P::kRequired, G::kAlways},
     {R::kAttnOutputBias, P::kOptional, G::kNever},
 }};
+
+// Pre-norm attention (all but OLMo 2, which has none).
+inline constexpr std::array<TensorSpec, 1> kAttnNormTensor = {{{R::kAttnNorm, P::kRequired, G::kAlways}}};
+inline constexpr auto kAttentionTensors = tensor_list(kAttnNormTensor, kAttentionProjTensors);
 
 // RMSNorm of each Q and K head (QK-norm).
 inline constexpr std::array<TensorSpec, 2> kQkNormTensors = {{

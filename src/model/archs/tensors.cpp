@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "model/archs/arch_spec.h"
 
 namespace ember {
 namespace {
@@ -17,12 +18,15 @@ using D = Dim;
 constexpr RoleInfo kRoles[] = {
     {R::kTokenEmbd, "token_embd", "token_embd.weight", S::kModel, K::kMatrix, 2, {D::kEmbd, D::kVocab}, "model.embed_tokens.weight"},
     {R::kRopeFreqs, "rope_freqs", "rope_freqs.weight", S::kModel, K::kRopeFreqs, 1, {D::kRopeHalf}, nullptr},
+    {R::kRopeFactorsLong, "rope_factors_long", "rope_factors_long.weight", S::kModel, K::kRopeFreqs, 1, {D::kRopeHalf}, nullptr},
+    {R::kRopeFactorsShort, "rope_factors_short", "rope_factors_short.weight", S::kModel, K::kRopeFreqs, 1, {D::kRopeHalf}, nullptr},
     {R::kOutputNorm, "output_norm", "output_norm.weight", S::kHead, K::kNorm, 1, {D::kEmbd}, "model.norm.weight"},
     {R::kOutput, "output", "output.weight", S::kHead, K::kMatrix, 2, {D::kEmbd, D::kVocab}, "lm_head.weight"},
     {R::kAttnNorm, "attn_norm", "attn_norm.weight", S::kBlock, K::kNorm, 1, {D::kEmbd}, "input_layernorm.weight"},
     {R::kAttnQ, "attn_q", "attn_q.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kQ}, "self_attn.q_proj.weight"},
     {R::kAttnK, "attn_k", "attn_k.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kKv}, "self_attn.k_proj.weight"},
     {R::kAttnV, "attn_v", "attn_v.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kV}, "self_attn.v_proj.weight"},
+    {R::kAttnQkv, "attn_qkv", "attn_qkv.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kQkv}, "self_attn.qkv_proj.weight"},
     {R::kAttnQBias, "attn_q_bias", "attn_q.bias", S::kBlock, K::kBias, 1, {D::kQ}, "self_attn.q_proj.bias"},
     {R::kAttnKBias, "attn_k_bias", "attn_k.bias", S::kBlock, K::kBias, 1, {D::kKv}, "self_attn.k_proj.bias"},
     {R::kAttnVBias, "attn_v_bias", "attn_v.bias", S::kBlock, K::kBias, 1, {D::kV}, "self_attn.v_proj.bias"},
@@ -68,6 +72,7 @@ int64_t TensorSizes::of(Dim d) const {
     case Dim::kVocab: return vocab;
     case Dim::kQ: return q;
     case Dim::kKv: return kv;
+    case Dim::kQkv: return q + kv + v;
     case Dim::kV: return v;
     case Dim::kO: return o;
     case Dim::kFf: return ff;
@@ -105,6 +110,17 @@ TensorSizes tensor_sizes(const ModelConfig& cfg, int il) {
     s.ff_shexp = l.n_ff_shexp;
   }
   return s;
+}
+
+std::vector<int64_t> tensor_shape(const TensorSpec& spec, const TensorSizes& sizes) {
+  const RoleInfo& r = role_info(spec.role);
+  std::vector<int64_t> ne;
+  for (int d = 0; d < r.n_dims; ++d) ne.push_back(sizes.of(r.ne[d]));
+  if (!spec.parts.empty()) {
+    ne[1] = 0;
+    for (TensorRole p : spec.parts) ne[1] += sizes.of(role_info(p).ne[1]);
+  }
+  return ne;
 }
 
 TensorRole role_from_gguf_name(std::string_view name, int* layer) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "model/config.h"
 
@@ -18,18 +19,21 @@ namespace ember {
 enum class TensorRole : uint8_t {
   kTokenEmbd,       // token_embd.weight
   kRopeFreqs,       // rope_freqs.weight (Llama 3.1 frequency divisors)
+  kRopeFactorsLong,   // rope_factors_long.weight (LongRoPE divisors beyond the original context)
+  kRopeFactorsShort,  // rope_factors_short.weight (LongRoPE divisors within it)
   kOutputNorm,      // output_norm.weight
   kOutput,          // output.weight (absent: tied to token_embd)
   kAttnNorm,        // blk.N.attn_norm.weight
   kAttnQ,           // blk.N.attn_q.weight
   kAttnK,
   kAttnV,
+  kAttnQkv,         // blk.N.attn_qkv.weight (Q|K|V rows in one matrix: Phi-3)
   kAttnQBias,       // blk.N.attn_q.bias
   kAttnKBias,
   kAttnVBias,
   kAttnOutput,      // blk.N.attn_output.weight
   kAttnOutputBias,
-  kAttnQNorm,       // blk.N.attn_q_norm.weight (per-head RMSNorm)
+  kAttnQNorm,       // blk.N.attn_q_norm.weight (per-head RMSNorm; OLMoE, OLMo 2: over the whole row)
   kAttnKNorm,
   kPostAttnNorm,    // blk.N.post_attention_norm.weight
   kFfnNorm,         // blk.N.ffn_norm.weight
@@ -69,6 +73,7 @@ enum class Dim : uint8_t {
   kVocab,     // n_vocab
   kQ,         // n_head * head_dim (the layer's)
   kKv,        // n_head_kv * head_dim
+  kQkv,       // q + kv + v (a fused Q|K|V matrix)
   kV,         // n_head_kv * head_dim_v
   kO,         // n_head * head_dim_v
   kFf,        // n_ff (the layer's)
@@ -102,6 +107,12 @@ struct TensorSizes {
   int64_t ff_exp = 0, ff_shexp = 0, q_norm = 0, k_norm = 0;
   int64_t of(Dim d) const;
 };
+
+struct TensorSpec;  // model/archs/arch_spec.h
+// The GGML shape (ne[0] first) of a listed tensor for `sizes`: its role's,
+// unless the spec stacks the rows of other roles (TensorSpec::parts:
+// [n_in, sum of their rows]).
+std::vector<int64_t> tensor_shape(const TensorSpec& spec, const TensorSizes& sizes);
 // Sizes of layer `il` of `cfg` (its own head counts and FFN width); il < 0:
 // the model-wide values (for model-level tensors).
 TensorSizes tensor_sizes(const ModelConfig& cfg, int il);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -78,17 +79,36 @@ Status HfConfigView::number_of(const json* j, const char* key, double* out, std:
   return Status::ok();
 }
 
+Status hf_set_sliding_windows(const HfConfigView& cv, const std::string& arch, int64_t window,
+                              std::vector<int32_t> sliding, Metadata* meta) {
+  if (const json* lt = cv.get("layer_types")) {
+    if (!lt->is_array() || lt->size() != sliding.size())
+      return Status::errorf("{}: layer_types must list {} layer types", cv.name(), sliding.size());
+    for (size_t i = 0; i < sliding.size(); ++i) {
+      const json& e = (*lt)[i];
+      if (!e.is_string() || (e != "sliding_attention" && e != "full_attention"))
+        return Status::errorf("{}: layer_types[{}] must be sliding_attention or full_attention", cv.name(), i);
+      sliding[i] = e == "sliding_attention";
+    }
+  }
+  meta->set(arch + ".attention.sliding_window", hf_u32(window));
+  meta->set(arch + ".attention.sliding_window_pattern", Metadata::make_int_array(sliding, GgufType::kBool));
+  return Status::ok();
+}
+
 GgufValue hf_u32(int64_t v) { return Metadata::make_int(v, GgufType::kUint32); }
 GgufValue hf_f32(double v) { return Metadata::make_float(v, GgufType::kFloat32); }
 
 namespace {
 
 struct RopeScaling {
-  std::string type;  // "" (none), "linear", "llama3", "yarn"
+  std::string type;  // "" (none), "linear", "llama3", "yarn", "longrope" (the architecture's reader handles it)
   double factor = 1;
   double low_freq_factor = 1;
   double high_freq_factor = 4;
   double original_context = 0;
+  // yarn, as transformers' _compute_yarn_parameters reads them (0: absent).
+  double beta_fast = 32, beta_slow = 1, mscale = 0, mscale_all_dim = 0, attention_factor = 0;
 };
 
 // Reads one rope scaling object (legacy rope_scaling, or an entry of
@@ -108,8 +128,15 @@ Status read_rope_scaling(const HfConfigView& cv, const json* s, RopeScaling* out
     auto it = s->find(k);
     return it == s->end() || it->is_null() ? nullptr : &*it;
   };
+  if (t == "longrope" || t == "su") {  // per-dimension factors: the architecture's reader (Phi-3)
+    out->type = "longrope";
+    auto it = s->find("original_max_position_embeddings");
+    return cv.number_of(it == s->end() || it->is_null() ? nullptr : &*it, "original_max_position_embeddings",
+                        &out->original_context, 0.0);
+  }
   if (t != "linear" && t != "llama3" && t != "yarn")
-    return Status::errorf("{}: unsupported rope scaling type '{}' (supported: linear, llama3, yarn)", cv.name(), t);
+    return Status::errorf("{}: unsupported rope scaling type '{}' (supported: linear, llama3, yarn, longrope)",
+                          cv.name(), t);
   out->type = t;
   EMBER_RETURN_IF_ERROR(cv.number_of(field("factor"), "rope scaling factor", &out->factor, std::nullopt));
   if (!(out->factor > 0)) return Status::errorf("{}: rope scaling factor must be positive", cv.name());
@@ -124,6 +151,16 @@ Status read_rope_scaling(const HfConfigView& cv, const json* s, RopeScaling* out
   } else if (t == "yarn") {
     EMBER_RETURN_IF_ERROR(cv.number_of(field("original_max_position_embeddings"), "original_max_position_embeddings",
                                        &out->original_context, 0.0));
+    // transformers treats 0 like absent here (`get("beta_fast") or 32`).
+    for (auto [key, dst, def] : {std::tuple{"beta_fast", &out->beta_fast, 32.0}, {"beta_slow", &out->beta_slow, 1.0},
+                                 {"mscale", &out->mscale, 0.0}, {"mscale_all_dim", &out->mscale_all_dim, 0.0},
+                                 {"attention_factor", &out->attention_factor, 0.0}}) {
+      EMBER_RETURN_IF_ERROR(cv.number_of(field(key), key, dst, def));
+      if (*dst < 0) return Status::errorf("{}: rope scaling '{}' must not be negative", cv.name(), key);
+      if (*dst == 0 && def > 0) *dst = def;
+    }
+    if (const json* tr = field("truncate"); tr && !(tr->is_boolean() && tr->get<bool>()))
+      return Status::errorf("{}: yarn rope scaling with truncate = false is not supported", cv.name());
   }
   return Status::ok();
 }
@@ -262,6 +299,33 @@ Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::st
     EMBER_RETURN_IF_ERROR(cv.get_float("rope_local_base_freq", &local_theta, local_theta));
   }
   if (!(theta > 0) || !(local_theta > 0)) return Status::errorf("{}: rope_theta must be positive", name);
+  // Rotated dimensions: head_dim * partial_rotary_factor (top level, or in
+  // the rope parameters as transformers moves it there), as transformers
+  // computes them.
+  int64_t n_rot = head_dim;
+  {
+    const json* prf = cv.get("partial_rotary_factor");
+    if (const json* rp = cv.get("rope_parameters"); !prf && rp)
+      prf = object_field(object_field(rp, "full_attention") ? object_field(rp, "full_attention") : rp,
+                         "partial_rotary_factor");
+    if (!prf) prf = object_field(cv.get("rope_scaling"), "partial_rotary_factor");
+    double f = 1.0;
+    EMBER_RETURN_IF_ERROR(cv.number_of(prf, "partial_rotary_factor", &f, 1.0));
+    if (!(f > 0 && f <= 1)) return Status::errorf("{}: partial_rotary_factor must be in (0, 1]", name);
+    n_rot = static_cast<int64_t>(static_cast<double>(head_dim) * f);
+    if (n_rot < 2 || n_rot % 2 != 0)
+      return Status::errorf("{}: head_dim {} * partial_rotary_factor {} = {} rotated dimensions (must be even)", name,
+                            head_dim, f, n_rot);
+  }
+  // A top-level original_max_position_embeddings takes precedence for the
+  // scaled RoPE types (transformers' standardize_rope_params), then the rope
+  // parameters' own, then max_position_embeddings.
+  if (scaling.type == "yarn" || scaling.type == "llama3" || scaling.type == "longrope") {
+    double top = 0;
+    EMBER_RETURN_IF_ERROR(cv.get_float("original_max_position_embeddings", &top, 0.0));
+    if (top > 0) scaling.original_context = top;
+    else if (!(scaling.original_context > 0)) scaling.original_context = static_cast<double>(n_ctx);
+  }
 
   bool tie = d.tie_word_embeddings;
   if (const json* t = cv.get("tie_word_embeddings")) {
@@ -281,29 +345,48 @@ Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::st
   meta->set(a + ".attention.value_length", hf_u32(head_dim));
   meta->set(a + ".attention.layer_norm_rms_epsilon", hf_f32(eps));
   meta->set(a + ".rope.freq_base", hf_f32(theta));
-  meta->set(a + ".rope.dimension_count", hf_u32(head_dim));
+  meta->set(a + ".rope.dimension_count", hf_u32(n_rot));
   // HF checkpoints rotate halves (rotate_half), i.e. NeoX-style RoPE on the
   // unpermuted Q/K weights, for every architecture here.
   meta->set(a + ".rope.type", Metadata::make_string("neox"));
-  if (!scaling.type.empty()) {
+  if (!scaling.type.empty() && scaling.type != "longrope") {
     meta->set(a + ".rope.scaling.type", Metadata::make_string(scaling.type));
     meta->set(a + ".rope.scaling.factor", hf_f32(scaling.factor));
     if (scaling.type == "llama3") {
       meta->set(a + ".rope.scaling.low_freq_factor", hf_f32(scaling.low_freq_factor));
       meta->set(a + ".rope.scaling.high_freq_factor", hf_f32(scaling.high_freq_factor));
-      info.rope_freq_factors = llama3_rope_freq_factors(head_dim, theta, scaling.factor, scaling.low_freq_factor,
-                                                        scaling.high_freq_factor, scaling.original_context);
+      info.f32_tensors["rope_freqs.weight"] =
+          llama3_rope_freq_factors(n_rot, theta, scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor,
+                                   scaling.original_context);
+    } else if (scaling.type == "yarn") {
+      // The magnitude as transformers computes it (llama.cpp's converter
+      // writes mscale_all_dim as yarn_log_multiplier, which gives the same
+      // when mscale is 1).
+      auto mscale = [&](double m) { return scaling.factor <= 1 ? 1.0 : 0.1 * m * std::log(scaling.factor) + 1.0; };
+      const double attn = scaling.attention_factor > 0 ? scaling.attention_factor
+                          : scaling.mscale > 0 && scaling.mscale_all_dim > 0
+                              ? mscale(scaling.mscale) / mscale(scaling.mscale_all_dim)
+                              : mscale(1);
+      meta->set(a + ".rope.scaling.yarn_beta_fast", hf_f32(scaling.beta_fast));
+      meta->set(a + ".rope.scaling.yarn_beta_slow", hf_f32(scaling.beta_slow));
+      if (scaling.mscale_all_dim > 0) meta->set(a + ".rope.scaling.yarn_log_multiplier", hf_f32(scaling.mscale_all_dim));
+      meta->set(a + ".rope.scaling.yarn_attn_factor", hf_f32(attn));
     }
-    if (scaling.original_context > 0)
-      meta->set(a + ".rope.scaling.original_context_length", hf_u32(static_cast<int64_t>(scaling.original_context)));
   }
+  if (scaling.original_context > 0)
+    meta->set(a + ".rope.scaling.original_context_length", hf_u32(static_cast<int64_t>(scaling.original_context)));
 
   if (spec->hf_config) {
     HfConfigContext ctx;
     ctx.n_layer = n_layer;
+    ctx.head_dim = head_dim;
+    ctx.n_ctx = n_ctx;
     ctx.local_rope_theta = local_theta;
+    ctx.f32_tensors = &info.f32_tensors;
     EMBER_RETURN_IF_ERROR(spec->hf_config(cv, ctx, meta));
   }
+  if (scaling.type == "longrope" && !info.f32_tensors.count("rope_factors_long.weight"))
+    return Status::errorf("{}: rope scaling type 'longrope' is not supported for {}", name, a);
 
   // Special token ids, when the config has them (eos may be a list: the first
   // is used; tokenizer files may refine these).

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,10 +29,11 @@ struct HfModelInfo {
   bool tie_word_embeddings = false;
   // The architecture's norms are (1 + w); GGUF stores w + 1, so the loader adds 1.
   bool norm_plus_one = false;
-  // llama3-style RoPE scaling: per-frequency divisors (head_dim / 2 values)
-  // that the loader publishes as the tensor rope_freqs.weight, as GGUF
-  // converters do. Empty otherwise.
-  std::vector<float> rope_freq_factors;
+  // F32 tensors the loader publishes beside the checkpoint's, by GGUF name,
+  // as GGUF converters write them: llama3-style RoPE scaling's divisors
+  // (rope_freqs.weight, n_rot / 2 values), LongRoPE's factors
+  // (rope_factors_long / _short.weight).
+  std::map<std::string, std::vector<float>> f32_tensors;
 };
 
 // config.json text as a JSON object; errors name `name`.
@@ -76,6 +78,15 @@ class HfConfigView {
   const json* text_ = nullptr;
   const std::string& name_;
 };
+
+// Sliding windows of a config.json for an architecture that keeps them as
+// "<arch>.attention.sliding_window" + a per-layer boolean
+// "<arch>.attention.sliding_window_pattern" (fill_sliding_windows reads them):
+// `sliding` holds the default flag per layer (1: sliding); layer_types, when
+// present, overrides it ("sliding_attention" / "full_attention"). Writes the
+// keys; errors name the key.
+Status hf_set_sliding_windows(const HfConfigView& cv, const std::string& arch, int64_t window,
+                              std::vector<int32_t> sliding, Metadata* meta);
 
 // GGUF values of the types llama.cpp's converter writes for config keys.
 GgufValue hf_u32(int64_t v);

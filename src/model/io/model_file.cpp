@@ -190,10 +190,10 @@ Result<std::unique_ptr<ModelFile>> open_hf(const std::string& dir, const std::st
   if (!info.tie_word_embeddings && !mf->tensor("output.weight"))
     return Status::errorf("{}: lm_head.weight is missing and tie_word_embeddings is false", dir);
 
-  if (!info.rope_freq_factors.empty()) {
-    auto buf = std::make_shared<std::vector<float>>(info.rope_freq_factors);
+  for (const auto& [name, values] : info.f32_tensors) {
+    auto buf = std::make_shared<std::vector<float>>(values);
     TensorView v;
-    v.name = "rope_freqs.weight";
+    v.name = name;
     v.type = DType::kF32;
     v.n_dims = 1;
     v.ne[0] = static_cast<int64_t>(buf->size());

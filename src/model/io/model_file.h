@@ -49,18 +49,25 @@ struct ModelFile {
 //   .context_length, .embedding_length, .block_count, .feed_forward_length,
 //   .attention.head_count, .attention.head_count_kv, .attention.key_length,
 //   .attention.value_length (head_dim), .attention.layer_norm_rms_epsilon,
-//   .rope.freq_base, .rope.dimension_count (head_dim),
+//   .rope.freq_base, .rope.dimension_count (head_dim * partial_rotary_factor),
 //   .rope.type = "neox" (HF's rotate_half on unpermuted Q/K weights),
 //   rope scaling: .rope.scaling.type ("linear", "llama3" or "yarn") and
 //   .rope.scaling.factor; llama3 adds .rope.scaling.low_freq_factor,
 //   .high_freq_factor, .original_context_length and the tensor
-//   rope_freqs.weight (F32 [head_dim/2] frequency divisors, as GGUF
-//   converters write it); yarn adds .original_context_length.
+//   rope_freqs.weight (F32 [n_rot/2] frequency divisors, as GGUF
+//   converters write it); yarn adds .original_context_length,
+//   .yarn_beta_fast / _slow, .yarn_log_multiplier (mscale_all_dim) and
+//   .yarn_attn_factor (the magnitude transformers computes); longrope (phi3)
+//   the tensors rope_factors_long / _short.weight, .type "longrope" and
+//   .attn_factor.
 //   the architecture's own keys (ArchSpec::hf_config), for gemma3:
 //   .attention.sliding_window, .attention.sliding_window_pattern
 //   (every N-th layer is global; from layer_types or sliding_window_pattern),
 //   .attention.query_pre_attn_scalar, .rope.local_freq_base (sliding layers),
-//   .attn_logit_softcapping / .final_logit_softcapping when set.
+//   .attn_logit_softcapping / .final_logit_softcapping when set; for phi3,
+//   mistral3, smollm3 and olmo2 see their spec files (sliding windows as
+//   .attention.sliding_window + a per-layer .sliding_window_pattern, the
+//   attention temperature, smollm3.rope.layers, olmo2.rope.freq_base_swa).
 //   tokenizer.ggml.bos_token_id / eos_token_id (first of a list) /
 //   padding_token_id when config.json has them.
 // Tensors get GGUF names (token_embd, output_norm, output, blk.N.attn_q, ...)

@@ -44,15 +44,18 @@ void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTab
                            {&w.v, LinearRole::kV, b.v, Vd}};
   run_linears(be, c.observer, c.il, xn, E, n, qkv, 3);
 
-  if (cfg.qk_norm_full) {  // over the whole projection (OLMoE)
-    if (w.q_norm) be.rms_norm(b.q, Q, w.q_norm, b.q, Q, n, Q, cfg.norm_eps);
-    if (w.k_norm) be.rms_norm(b.k, K, w.k_norm, b.k, K, n, K, cfg.norm_eps);
+  if (cfg.qk_norm_full) {  // over the whole projection (OLMoE, OLMo 2)
+    if (w.q_norm) norm_rows_width(be, cfg, b.q, Q, w.q_norm, b.q, n);
+    if (w.k_norm) norm_rows_width(be, cfg, b.k, K, w.k_norm, b.k, n);
   } else {
     if (w.q_norm) norm_heads(be, cfg, b.q, n, c.lc.n_head, w.q_norm);
     if (w.k_norm) norm_heads(be, cfg, b.k, n, c.lc.n_head_kv, w.k_norm);
   }
-  be.rope(b.q, Q, n, c.lc.n_head, hd, cfg.n_rot, cfg.rope_style, rope.cos, rope.sin);
-  be.rope(b.k, K, n, c.lc.n_head_kv, hd, cfg.n_rot, cfg.rope_style, rope.cos, rope.sin);
+  if (c.lc.use_rope) {
+    be.rope(b.q, Q, n, c.lc.n_head, hd, cfg.n_rot, cfg.rope_style, rope.cos, rope.sin);
+    be.rope(b.k, K, n, c.lc.n_head_kv, hd, cfg.n_rot, cfg.rope_style, rope.cos, rope.sin);
+  }
+  if (rope.q_scale) be.rope(b.q, Q, n, c.lc.n_head, hd, hd, RopeStyle::kNormal, rope.q_scale, rope.zeros);
   // Rotated caches (kernels/kv_types.h KvRotation): Q and K after RoPE by
   // the same per-head Hadamard H (q.k unchanged), V by H before it is
   // stored; the attention output is rotated back below.

@@ -1,8 +1,10 @@
 // The one transformer block every architecture runs, wired by ModelConfig /
 // LayerWeights (never by architecture name):
-//   x += post_attn_norm?(attention(attn_norm(x)))
-//   x += post_ffn_norm?(ffn(ffn_norm(x)))
-// The post-norms are applied when the layer has their weights.
+//   x += post_attn_norm?(attention(attn_norm?(x)))
+//   x += post_ffn_norm?(ffn(ffn_norm?(x)))
+// The pre-norms are applied unless the architecture has none
+// (ModelConfig::attn_pre_norm / ffn_pre_norm: OLMo 2 feeds x itself), the
+// post-norms when the layer has their weights.
 //
 // Threading and ownership as in layer_context.h.
 #pragma once
