@@ -14,7 +14,7 @@ namespace {
 
 class Binder {
  public:
-  Binder(const ModelFile& f, ModelWeights* w) : file_(f), w_(w) {}
+  Binder(const ModelFile& f, ModelWeights* w, int64_t output_rows) : file_(f), w_(w), output_rows_(output_rows) {}
 
   // A matrix [rows, cols] (ne[0] = cols). Required unless `optional`.
   Status matrix(const std::string& name, int64_t rows, int64_t cols, const TensorView** out, bool optional = false) {
@@ -61,13 +61,16 @@ class Binder {
     const RoleInfo& r = role_info(spec.role);
     const std::string name = gguf_tensor_name(spec.role, il);
     const bool optional = spec.presence == Presence::kOptional;
-    if (matrix_slot) return matrix(name, sizes.of(r.ne[1]), sizes.of(r.ne[0]), matrix_slot, optional);
+    // A trimmed output vocabulary: the head has a row per kept token.
+    const int64_t rows = spec.role == TensorRole::kOutput && output_rows_ > 0 ? output_rows_ : sizes.of(r.ne[1]);
+    if (matrix_slot) return matrix(name, rows, sizes.of(r.ne[0]), matrix_slot, optional);
     return vector(name, sizes.of(r.ne[0]), vector_slot, optional);
   }
 
  private:
   const ModelFile& file_;
   ModelWeights* w_;
+  int64_t output_rows_;
 };
 
 // Where each role's tensor goes in the structs (exactly one of the two
@@ -128,7 +131,7 @@ Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelC
   const ArchSpec* spec = find_arch(cfg->arch);
   if (!spec) return unsupported_arch_error(cfg->arch);
   auto w = std::make_unique<ModelWeights>();
-  Binder b(file, w.get());
+  Binder b(file, w.get(), static_cast<int64_t>(cfg->output_tokens.size()));
   // The vocabulary size is the embedding's.
   const TensorView* embd = file.tensor("token_embd.weight");
   if (!embd) return Status::error("missing tensor 'token_embd.weight'");
@@ -139,6 +142,8 @@ Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelC
 
   EMBER_RETURN_IF_ERROR(bind_list(b, spec->model_tensors, -1, tensor_sizes(*cfg, -1),
                                   [&](TensorRole r) { return model_slot(*w, r); }));
+  if (!w->output.weight && !cfg->output_tokens.empty())
+    return Status::error("a trimmed output vocabulary needs its own 'output.weight'");
   if (!w->output.weight) w->output.weight = w->tok_embd;  // tied
   w->layers.resize(cfg->n_layer);
   for (int il = 0; il < cfg->n_layer; ++il) {
