@@ -56,13 +56,22 @@ struct F32Tensor {
 };
 
 
+// What every block's folding shares.
+struct AwqContext {
+  const ModelConfig& cfg;
+  std::map<std::string, QuantPlanEntry*>* entries;
+  const AwqRunOptions& o;
+  Backend& be;
+  ThreadPool& pool;
+  std::map<std::string, std::vector<float>>* importance;
+  std::vector<AwqGroupReport>* report;
+};
+
 class LayerFolder {
  public:
-  LayerFolder(int layer, const ModelConfig& cfg, ModelFile* current, std::map<std::string, QuantPlanEntry*>* entries,
-              const AwqRunOptions& o, Backend& backend, ThreadPool& pool,
-              std::map<std::string, std::vector<float>>* importance, std::vector<AwqGroupReport>* report)
-      : l_(layer), cfg_(cfg), cur_(current), entries_(entries), o_(o), be_(backend), pool_(pool),
-        importance_(importance), report_(report) {}
+  LayerFolder(int layer, ModelFile* current, const AwqContext& c)
+      : l_(layer), cfg_(c.cfg), cur_(current), entries_(c.entries), o_(c.o), be_(c.be), pool_(c.pool),
+        importance_(c.importance), report_(c.report) {}
 
   Status run(const AwqCollector& col) {
     const LayerConfig& lc = cfg_.layers[l_];
@@ -256,37 +265,27 @@ class LayerFolder {
 // LayerFolder over the current file.
 class AwqLayers final : public LayerwiseCallback {
  public:
-  AwqLayers(const ModelConfig& cfg, const std::map<int, int>& per_layer, int64_t W, int64_t stride,
-            std::map<std::string, QuantPlanEntry*>* entries, const AwqRunOptions& o, Backend& backend,
-            ThreadPool& pool, std::map<std::string, std::vector<float>>* importance,
-            std::vector<AwqGroupReport>* report)
-      : cfg_(cfg), per_layer_(per_layer), W_(W), stride_(stride), entries_(entries), o_(o), be_(backend),
-        pool_(pool), importance_(importance), report_(report) {}
+  AwqLayers(const AwqContext& c, const std::map<int, int>& per_layer, int64_t W, int64_t stride)
+      : c_(c), per_layer_(per_layer), W_(W), stride_(stride) {}
 
   bool preserves_function() const override { return true; }
   ForwardObserver* observer(int layer) override {
     if (!per_layer_.count(layer)) return nullptr;
-    col_ = std::make_unique<AwqCollector>(layer, W_, stride_, o_.search_tokens);
+    col_ = std::make_unique<AwqCollector>(layer, W_, stride_, c_.o.search_tokens);
     return col_.get();
   }
   void on_window(int, int64_t window) override { col_->set_chunk(window); }
   Status transform(int layer, ModelFile* current) override {
-    LayerFolder f(layer, cfg_, current, entries_, o_, be_, pool_, importance_, report_);
+    LayerFolder f(layer, current, c_);
     Status st = f.run(*col_);
     col_.reset();
     return st;
   }
 
  private:
-  const ModelConfig& cfg_;
+  const AwqContext& c_;
   const std::map<int, int>& per_layer_;
   int64_t W_, stride_;
-  std::map<std::string, QuantPlanEntry*>* entries_;
-  const AwqRunOptions& o_;
-  Backend& be_;
-  ThreadPool& pool_;
-  std::map<std::string, std::vector<float>>* importance_;
-  std::vector<AwqGroupReport>* report_;
   std::unique_ptr<AwqCollector> col_;
 };
 
@@ -330,7 +329,8 @@ Result<std::unique_ptr<ModelFile>> run_awq(std::unique_ptr<ModelFile> src, Quant
   int last = -1;
   for (const auto& [l, n] : awq_per_layer) last = l;
   std::unique_ptr<Backend> backend = make_cpu_backend(pool);
-  AwqLayers cb(cfg, awq_per_layer, W, stride, &entries, o, *backend, pool, importance, report);
+  const AwqContext ctx{cfg, &entries, o, *backend, pool, importance, report};
+  AwqLayers cb(ctx, awq_per_layer, W, stride);
   LayerwiseOptions lo;
   lo.window = W;
   lo.bos_id = o.bos_id;
