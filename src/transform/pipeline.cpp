@@ -37,11 +37,15 @@ void clear_progress(const PipelineLog& log) {
   if (log.progress) log.progress(-1, -1, 0, "");
 }
 
-// Every tensor keeps its source type (a changed one is rounded back to it);
-// the file type stays the source's.
-void keep_source_types(QuantPlan* plan) {
+// Every tensor keeps its source type (a changed one is rounded back to it:
+// `origin`, the type of the tensor it came from, when structured pruning
+// sliced it; one whose rows no longer fit falls back as a plan does); the
+// file type stays the source's.
+void keep_source_types(QuantPlan* plan, const std::map<std::string, DType>& origin) {
   for (QuantPlanEntry& e : plan->entries) {
-    if (e.ne.size() == 2 && convertible_to(e.source)) e.target = e.source;
+    const auto it = origin.find(e.name);
+    const DType was = it != origin.end() ? it->second : e.source;
+    if (e.ne.size() == 2 && convertible_to(was)) e.target = fallback_row_type(was, e.ne[0]);
     e.requested.reset();
     const bool is_float = e.target == DType::kF32 || e.target == DType::kF16 || e.target == DType::kBF16;
     e.method = e.target == e.source && e.transform == TensorTransform::kNone ? QuantMethod::kCopy
@@ -231,6 +235,11 @@ Status run_prune_stage(const PipelineOptions& o, const std::string& cal, int64_t
   if (log.info) {
     std::string layers;
     for (double s : rep->layer_sparsity) layers += fmt::format(" {:.3f}", s);
+    if (!rep->outlier_ratio.empty()) {
+      layers += fmt::format(" (OWL: lambda {:.3g}, M {:.3g}; outlier ratios", po.owl_lambda, po.owl_m);
+      for (double r : rep->outlier_ratio) layers += fmt::format(" {:.4f}", r);
+      layers += ")";
+    }
     log.info(fmt::format("prune {} {} ({} layer sparsity): {} matrices, {} of {} weights zeroed ({:.2f}%){}; "
                          "layer sparsity:{}; {:.0f} s",
                          prune_method_name(po.method), prune_pattern_name(po.pattern),
@@ -325,7 +334,7 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& o, const PipelineLog&
 
   auto plan = plan_quantization(**file, o.convert);
   if (!plan) return plan.status();
-  if (o.keep_types) keep_source_types(&*plan);
+  if (o.keep_types) keep_source_types(&*plan, r.structured ? r.structured->origin_type : std::map<std::string, DType>{});
   if (o.act_bits == 4)
     for (const QuantPlanEntry& e : plan->entries)
       if (e.layer >= 0 && e.ne.size() == 2 && !kernels(vec_dot_type(e.target)).quantize_row_int4)

@@ -61,8 +61,12 @@ struct PipelineOptions {
   int act_bits = 0;  // 0: not recorded; 4 / 8: ember.activation_bits
   GptqOptions gptq;
   AwqSearchOptions awq;
-  // --target-bpw (bpw.target_bpw > 0).
-  TargetBpwOptions bpw;
+  // --target-bpw (bpw.target_bpw > 0; 0: off, the default here).
+  TargetBpwOptions bpw = [] {
+    TargetBpwOptions b;
+    b.target_bpw = 0;
+    return b;
+  }();
   int64_t bpw_probe_tokens = 256;
   std::string bpw_report;
   std::optional<StructuredPruneOptions> structured;

@@ -368,6 +368,7 @@ Result<std::unique_ptr<ModelFile>> prune_structured(std::unique_ptr<ModelFile> s
     int layer = -1;
     if (tn.rfind("blk.", 0) != 0) {
       out->tensors[tn] = t;
+      rep.origin_type[tn] = t.type;
       continue;
     }
     layer = std::atoi(tn.c_str() + 4);
@@ -376,6 +377,7 @@ Result<std::unique_ptr<ModelFile>> prune_structured(std::unique_ptr<ModelFile> s
     const int nl = static_cast<int>(it - keep.begin());
     const std::string rest = tn.substr(tn.find('.', 4) + 1);  // "attn_q.weight"
     const std::string nn = fmt::format("blk.{}.{}", nl, rest);
+    rep.origin_type[nn] = t.type;
     const LayerConfig& lc = cfg.layers[layer];
     const bool heads_cut = static_cast<int>(it->heads.size()) != lc.n_head;
     const bool groups_cut = static_cast<int>(it->groups.size()) != lc.n_head_kv;
@@ -404,6 +406,7 @@ Result<std::unique_ptr<ModelFile>> prune_structured(std::unique_ptr<ModelFile> s
     if (!head) head = src->tensor("token_embd.weight");
     if (!head || head->n_dims != 2) return Status::error("no output head to trim");
     copy_rows(out.get(), "output.weight", *head, std::vector<int64_t>(o.vocab.begin(), o.vocab.end()));
+    rep.origin_type["output.weight"] = head->type;
     out->metadata.set(kOutputTokensKey, Metadata::make_int_array(o.vocab));
   }
   for (const auto& [n, t] : src->tensors) rep.params_before += t.nelements();

@@ -37,10 +37,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/io/model_file.h"
@@ -73,6 +75,9 @@ struct StructuredPruneReport {
   // Per remaining block, in source indices: query heads, KV groups, FFN channels kept.
   std::vector<std::vector<int>> kept_heads, kept_groups, kept_channels;
   int64_t params_before = 0, params_after = 0;
+  // The type of the tensor each output tensor came from (a sliced one is f32
+  // in the result; ember prune without --type rounds it back to this).
+  std::map<std::string, DType> origin_type;
   bool llama_cpp = true;             // the file's shape is one llama.cpp loads
   std::vector<std::string> lines;    // a summary to print
 };
