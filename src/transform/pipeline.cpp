@@ -294,6 +294,11 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& o, const PipelineLog&
   // Refuse files ember could not run afterwards.
   if (auto cfg = config_from_metadata((*file)->metadata); !cfg)
     return Status::errorf("{}: {}", o.in, cfg.status().message());
+  if ((o.structured || o.prune) && (o.rotate || o.bpw.target_bpw > 0))
+    return Status::error("pruning goes with neither rotations nor a bits-per-weight target yet");
+  if (o.structured && !o.imatrix_path.empty())
+    return Status::error("an importance matrix file describes the unpruned model; with structured pruning, calibrate "
+                         "on the pruned one (--quant-method imatrix without --imatrix)");
   const bool layerwise = o.method == QuantizeMethod::kGptq || o.method == QuantizeMethod::kAwq || o.prune;
   const int64_t calib_tokens = o.calib_tokens >= 0 ? o.calib_tokens : layerwise ? 4096 : 16384;
   const std::string& cal = o.calib_path;
@@ -358,6 +363,12 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& o, const PipelineLog&
     Result<Imatrix> im = Status::error("");
     if (!o.imatrix_path.empty()) {
       im = read_imatrix(o.imatrix_path);
+    } else if (o.structured) {  // calibrate the structurally pruned model
+      auto src = Model::from_file(std::make_unique<ModelFile>(**file));
+      if (!src) return src.status();
+      auto tok = Tokenizer::from_metadata((*src)->file().metadata);
+      if (!tok) return Status::errorf("{}: tokenizer: {}", o.in, tok.status().message());
+      im = calibrate_importance(**src, **tok, cal, 512, calib_tokens, false, log, pool);
     } else {  // calibrate the source model here
       auto src = Model::load(o.in);
       if (!src) return src.status();

@@ -104,5 +104,26 @@ TEST_F(PipelineTest, PruneThenGptqIsOnePlan) {
   }
 }
 
+TEST_F(PipelineTest, ImportanceIsCalibratedOnTheStructurallyPrunedModel) {
+  PipelineOptions o;
+  o.in = gen(DType::kF32);
+  o.convert.type = DType::kQ4_0;
+  o.method = QuantizeMethod::kImatrix;
+  o.calib_path = calib_;
+  o.calib_tokens = 1024;
+  StructuredPruneOptions so;
+  so.ffn = 0.5, so.ffn_multiple = 32, so.drop_layers = 1, so.window = 128;
+  o.structured = so;
+  auto r = run_pipeline(o, {}, pool_);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();  // the unpruned model's statistics would not fit ffn_down
+  for (const QuantPlanEntry& e : r->plan.entries)
+    if (e.layer >= 0 && e.ne.size() == 2) {
+      EXPECT_EQ(e.method, QuantMethod::kImatrix) << e.name;
+    }
+  o.imatrix_path = calib_;  // a file of the unpruned model: refused
+  Status st = run_pipeline(o, {}, pool_).status();
+  EXPECT_NE(st.message().find("unpruned"), std::string::npos) << st.message();
+}
+
 }  // namespace
 }  // namespace ember
