@@ -36,7 +36,7 @@ ALLOWED = {
     "grammar": {"core", "tokenizer"},
     "engine": {"core", "quant", "kernels", "model"},
     "eval": {"core", "quant", "kernels", "model"},
-    "transform": {"core", "quant", "kernels", "model", "eval"},
+    "transform": {"core", "quant", "kernels", "model", "eval", "tokenizer"},
     "train": {"core", "quant", "kernels", "model", "engine", "eval", "transform"},
     "bench": {"core", "quant", "kernels", "model", "engine"},
     "server": {"core", "quant", "kernels", "model", "engine", "tokenizer", "template", "grammar"},

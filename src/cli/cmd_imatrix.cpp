@@ -2,8 +2,8 @@
 // writes the importance matrix (sum of squared activations per input column
 // of every weight matrix) in llama.cpp's GGUF imatrix format (or its legacy
 // .dat with --output-format dat), so `ember quantize --imatrix FILE` and
-// llama-quantize --imatrix both read it. Also the calibration helper that
-// `ember quantize --method imatrix` uses.
+// llama-quantize --imatrix both read it (the calibration is the pipeline's,
+// transform/pipeline.h). Also default_calibration_path().
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "cli/common.h"
-#include "cli/progress.h"
+#include "cli/compress_options.h"
 #include "transform/imatrix.h"
 
 namespace ember::cli {
@@ -33,36 +33,6 @@ std::string default_calibration_path() {
     if (fs::exists(p, ec)) return p.string();
   }
   return kRel;
-}
-
-Result<Imatrix> calibrate_importance(const Model& model, const Tokenizer& tok, const std::string& text_path,
-                                     int chunk_size, int64_t max_tokens, bool include_output, ThreadPool& pool) {
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return Status::errorf("cannot read calibration text '{}'", text_path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // As llama-imatrix: the text tokenized with BOS first (when the model
-  // wants it), then every chunk's first token replaced by BOS.
-  const std::vector<int32_t> tokens = tok.encode(text);
-  CalibrationOptions o;
-  o.chunk_size = chunk_size;
-  o.max_tokens = max_tokens;
-  o.include_output = include_output;
-  o.bos_id = tok.add_bos() ? tok.bos_id() : -1;
-  const int64_t used = (max_tokens > 0 ? std::min<int64_t>(max_tokens, tokens.size()) : tokens.size()) /
-                       chunk_size * chunk_size;
-  std::fprintf(stderr, "calibration: %s: %zu tokens, using %lld in chunks of %d\n", text_path.c_str(), tokens.size(),
-               static_cast<long long>(used), chunk_size);
-  ProgressLine progress;
-  const auto t0 = std::chrono::steady_clock::now();
-  o.progress = [&](int64_t done, int64_t total) {
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    progress.update(static_cast<long>(done), static_cast<long>(total), dt, "calibration chunks");
-  };
-  auto m = collect_importance(model, tokens, o, pool);
-  progress.clear();
-  if (!m) return m.status();
-  m->datasets.push_back(text_path);
-  return m;
 }
 
 int cmd_imatrix(int argc, char** argv, int first) {
@@ -96,7 +66,9 @@ int cmd_imatrix(int argc, char** argv, int first) {
   if (!load_model_and_tokenizer(p, pos.empty() ? "" : pos[0], &lm)) return kExitUsage;
   ThreadPool pool(threads);
   const auto t0 = std::chrono::steady_clock::now();
-  auto m = calibrate_importance(*lm.model, *lm.tokenizer, text_path, chunk, chunks * chunk, process_output, pool);
+  CliPipelineLog log("imatrix");
+  auto m = calibrate_importance(*lm.model, *lm.tokenizer, text_path, chunk, chunks * chunk, process_output, log.log(),
+                                pool);
   if (!m) return usage_error(p, m.status().message());
   const Status st = format == "gguf" ? write_imatrix_gguf(*m, out_path) : write_imatrix_legacy(*m, out_path);
   if (!st) {

@@ -40,13 +40,9 @@ bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedMo
 // rows, for A/B measurements; results are bit-identical either way).
 void prepare_for_cpu(Model& model);
 
-// Calibration (cmd_imatrix.cpp): data/calibration.txt next to the working
-// directory or the ember binary (../data); and the importance matrix of
-// `model` over the text at `path` in chunks (max_tokens 0: all), with a
-// progress line on stderr.
+// Calibration text (cmd_imatrix.cpp): data/calibration.txt next to the
+// working directory or the ember binary (../data).
 std::string default_calibration_path();
-Result<Imatrix> calibrate_importance(const Model& model, const Tokenizer& tok, const std::string& path,
-                                     int chunk_size, int64_t max_tokens, bool include_output, ThreadPool& pool);
 
 // Subcommand entry points (argv[first] is the first argument after the name).
 int cmd_info(int argc, char** argv, int first);
@@ -55,6 +51,7 @@ int cmd_serve(int argc, char** argv, int first);
 int cmd_bench(int argc, char** argv, int first);
 int cmd_bench_serve(int argc, char** argv, int first);  // `ember bench serve`
 int cmd_quantize(int argc, char** argv, int first);
+int cmd_prune(int argc, char** argv, int first);
 int cmd_tokenize(int argc, char** argv, int first);
 int cmd_detokenize(int argc, char** argv, int first);
 int cmd_template(int argc, char** argv, int first);

@@ -21,6 +21,7 @@ constexpr Command kCommands[] = {
     {"info", ember::cli::cmd_info, "describe a model file"},
     {"bench", ember::cli::cmd_bench, "measure prompt-processing and generation speed"},
     {"quantize", ember::cli::cmd_quantize, "write a model in another tensor type"},
+    {"prune", ember::cli::cmd_prune, "remove weights, heads, FFN channels, layers or output tokens of a model"},
     {"tokenize", ember::cli::cmd_tokenize, "print the token ids of a text"},
     {"detokenize", ember::cli::cmd_detokenize, "print the text of token ids"},
     {"template", ember::cli::cmd_template, "render a chat with the model's template"},

@@ -31,17 +31,31 @@ double percentile_99(std::vector<double> v) {
 // the token that follows.
 struct RowScore {
   double kl = 0, nll_r = 0, nll_m = 0;
+  double lost = 0;           // reference mass on tokens the model cannot produce
   bool agree = false;
+  bool unreachable = false;  // the model cannot produce the next token
 };
 
+// Tokens whose model logit is -inf (a trimmed output vocabulary) are outside
+// the model's support: the KL is then that of the reference renormalized
+// over the support, KL(P~ || Q) = sum_S P_i (lp_i - lq_i) / (1 - lost)
+// - log(1 - lost), and `lost` says how much reference mass fell outside.
 RowScore score_row(const float* r, const float* q, int32_t next, int n_vocab) {
   const double lse_r = log_sum_exp(r, n_vocab), lse_q = log_sum_exp(q, n_vocab);
-  double kl = 0;
+  double kl = 0, lost = 0;
   for (int i = 0; i < n_vocab; ++i) {
-    const double lp = r[i] - lse_r, lq = q[i] - lse_q;
+    const double lp = r[i] - lse_r;
+    if (q[i] == -INFINITY) {
+      lost += std::exp(lp);
+      continue;
+    }
+    const double lq = q[i] - lse_q;
     kl += std::exp(lp) * (lp - lq);
   }
+  if (lost > 0) kl = lost < 1 ? kl / (1 - lost) - std::log1p(-lost) : 0.0;
   RowScore row;
+  row.lost = lost;
+  row.unreachable = q[next] == -INFINITY;
   row.kl = std::max(kl, 0.0);  // rounding can leave -1e-17 for identical rows
   row.agree = (std::max_element(r, r + n_vocab) - r) == (std::max_element(q, q + n_vocab) - q);
   row.nll_r = -(r[next] - lse_r);
@@ -52,12 +66,18 @@ RowScore score_row(const float* r, const float* q, int32_t next, int n_vocab) {
 // Running sums of one side-by-side comparison over scored positions.
 struct Tally {
   std::vector<double> kls;
-  double nll_r = 0, nll_m = 0, agree = 0, kl_max = 0;
+  double nll_r = 0, nll_m = 0, agree = 0, kl_max = 0, lost = 0;
+  int64_t unreachable = 0;
 
   void add(const RowScore& row) {
     kls.push_back(row.kl);
     kl_max = std::max(kl_max, row.kl);
     agree += row.agree;
+    lost += row.lost;
+    if (row.unreachable) {  // left out of both perplexities
+      ++unreachable;
+      return;
+    }
     nll_r += row.nll_r;
     nll_m += row.nll_m;
   }
@@ -73,8 +93,11 @@ struct Tally {
     c.kl_max = kl_max;
     c.kl_p99 = percentile_99(std::move(kls));
     c.top1_agreement = agree / m;
-    c.ppl_reference = std::exp(nll_r / m);
-    c.ppl_model = std::exp(nll_m / m);
+    const double reachable = static_cast<double>(n - unreachable);
+    c.ppl_reference = std::exp(nll_r / reachable);
+    c.ppl_model = std::exp(nll_m / reachable);
+    c.lost_mass = lost / m;
+    c.n_unreachable = unreachable;
     return c;
   }
 };

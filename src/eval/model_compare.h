@@ -26,6 +26,12 @@ struct ModelComparison {
   double kl_p99 = 0;  // 99th percentile of the per-position KL (nearest rank)
   double top1_agreement = 0;  // fraction in [0, 1]
   double ppl_reference = 0, ppl_model = 0;
+  // A model that cannot produce some tokens (logit -inf: a trimmed output
+  // vocabulary): the mean reference probability of those tokens, and the
+  // positions whose next token is one of them (left out of both
+  // perplexities; the KL is over the model's support, renormalized).
+  double lost_mass = 0;
+  int64_t n_unreachable = 0;
 };
 
 // From logits rows [n, n_vocab] of both models for the same tokens[0..n):

@@ -128,6 +128,16 @@ Result<ModelConfig> config_from_metadata(const Metadata& meta) {
     if (l.n_ff == 0) l.n_ff = ff_l.empty() ? cfg.n_ff : ff_l[il];
   }
   EMBER_RETURN_IF_ERROR(read_rotation_metadata(meta, &cfg));
+  if (const GgufValue* v = meta.find(kOutputTokensKey)) {
+    if (v->type != GgufType::kArray || !gguf_type_is_int(v->elem_type) || v->elem_type == GgufType::kBool ||
+        v->ints.empty())
+      return Status::errorf("metadata key '{}' must be a non-empty array of token ids", kOutputTokensKey);
+    for (int64_t id : v->ints) {
+      if (id < 0 || id > INT32_MAX || (!cfg.output_tokens.empty() && id <= cfg.output_tokens.back()))
+        return Status::errorf("metadata key '{}': token id {} is out of range or out of order", kOutputTokensKey, id);
+      cfg.output_tokens.push_back(static_cast<int32_t>(id));
+    }
+  }
   return cfg;
 }
 

@@ -86,6 +86,9 @@ constexpr const char* kRotFfnDownKey = "ember.quarot.ffn_down_hadamard";  // dow
 constexpr const char* kRotAttnVKey = "ember.quarot.attn_v_hadamard";      // V rows / O columns, g = head_dim_v
 constexpr const char* kRotAttnOutKey = "ember.quarot.attn_out_hadamard";  // O input, g | every n_head * head_dim_v
 constexpr const char* kActBitsKey = "ember.activation_bits";              // 8 (default) or 4
+// A trimmed output vocabulary (`ember prune --vocab N`): the ascending token
+// ids whose rows output.weight holds (ModelConfig::output_tokens).
+constexpr const char* kOutputTokensKey = "ember.output_tokens";
 
 // Rotations fused into the weights. An input rotation of width g: the
 // forward pass multiplies the linear's input rows by blockdiag(H_g, ...)
@@ -124,6 +127,11 @@ struct ModelConfig {
   // ids; logits rows are n_logits() wide, entry j the score of
   // head_tokens[j]. Empty: the whole vocabulary (every model from a file).
   std::vector<int32_t> head_tokens;
+  // A file whose output head keeps only some tokens (kOutputTokensKey;
+  // ascending ids, output.weight row j scores output_tokens[j]): logits
+  // rows stay n_vocab wide, every other token's logit is -inf (probability
+  // 0), so the model runs as any target. Empty: the whole vocabulary.
+  std::vector<int32_t> output_tokens;
   int n_ctx_train = 0;
   float norm_eps = 1e-5f;
 

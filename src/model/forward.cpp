@@ -252,6 +252,27 @@ void ForwardContext::head_of(const float* const* src, int64_t n_rows, float* log
   norm_rows(*backend_, cfg_, xn_.data(), w.output_norm, xn_.data(), n_rows);
   const LinearOut out{&w.output, LinearRole::kOutput, logits, V};
   run_linears(*backend_, observer_, -1, xn_.data(), E, n_rows, &out, 1);
+  const std::vector<int32_t>& kept = cfg_.output_tokens;
+  if (!kept.empty()) {
+    // A trimmed output vocabulary: row r holds the kept tokens' scores in
+    // its first kept.size() entries; spread them to their ids (descending:
+    // an entry moves to an id >= its index, whose own entry moved already)
+    // and set every other token to -inf.
+    const int64_t n_kept = static_cast<int64_t>(kept.size());
+    for (int64_t r = 0; r < n_rows; ++r) {
+      float* row = logits + r * V;
+      if (cfg_.final_logit_softcap > 0.f) backend_->softcap(row, n_kept, cfg_.final_logit_softcap);
+      int64_t next = V;  // the id after the gap being filled
+      for (int64_t j = n_kept - 1; j >= 0; --j) {
+        const int64_t t = kept[j];
+        row[t] = row[j];
+        std::fill(row + t + 1, row + next, -INFINITY);
+        next = t;
+      }
+      std::fill(row, row + next, -INFINITY);
+    }
+    return;
+  }
   if (cfg_.final_logit_softcap > 0.f) backend_->softcap(logits, n_rows * V, cfg_.final_logit_softcap);
 }
 

@@ -118,7 +118,15 @@ Status check_forward_support(const ModelConfig& c, const ModelWeights& w) {
     if (c.head_tokens[i] < 0 || c.head_tokens[i] >= c.n_vocab || (i > 0 && c.head_tokens[i] <= c.head_tokens[i - 1]))
       return Status::errorf("truncated output head: token {} at row {} is out of order or out of range [0, {})",
                             c.head_tokens[i], i, c.n_vocab);
-  EMBER_RETURN_IF_ERROR(check_linear(w.output, linear_role_name(LinearRole::kOutput), c.n_logits(), E));
+  for (size_t i = 0; i < c.output_tokens.size(); ++i)
+    if (c.output_tokens[i] >= c.n_vocab)
+      return Status::errorf("trimmed output vocabulary: token {} is outside the vocabulary of {}", c.output_tokens[i],
+                            c.n_vocab);
+  if (!c.output_tokens.empty() && !c.head_tokens.empty())
+    return Status::error("a truncated draft head of a trimmed output vocabulary is not supported");
+  EMBER_RETURN_IF_ERROR(check_linear(w.output, linear_role_name(LinearRole::kOutput),
+                                     c.output_tokens.empty() ? c.n_logits() : static_cast<int64_t>(c.output_tokens.size()),
+                                     E));
   return Status::ok();
 }
 

@@ -14,7 +14,7 @@ namespace {
 
 class Binder {
  public:
-  Binder(const ModelFile& f, ModelWeights* w) : file_(f), w_(w) {}
+  Binder(const ModelFile& f, ModelWeights* w, int64_t output_rows) : file_(f), w_(w), output_rows_(output_rows) {}
 
   // A matrix [rows, cols] (ne[0] = cols). Required unless `optional`.
   Status matrix(const std::string& name, int64_t rows, int64_t cols, const TensorView** out, bool optional = false) {
@@ -112,7 +112,11 @@ class Binder {
     const std::vector<int64_t> ne = tensor_shape(spec, sizes);
     const std::string name = gguf_tensor_name(spec.role, il);
     const bool optional = spec.presence == Presence::kOptional;
-    if (matrix_slot) return matrix(name, ne[1], ne[0], matrix_slot, optional);
+    // A trimmed output vocabulary: the head has a row per kept token.
+    if (matrix_slot) {
+      const int64_t rows = spec.role == TensorRole::kOutput && output_rows_ > 0 ? output_rows_ : ne[1];
+      return matrix(name, rows, ne[0], matrix_slot, optional);
+    }
     return vector(name, ne[0], vector_slot, optional);
   }
 
@@ -148,6 +152,7 @@ class Binder {
  private:
   const ModelFile& file_;
   ModelWeights* w_;
+  int64_t output_rows_;
 };
 
 // Where each role's tensor goes in the structs (exactly one of the two
@@ -287,7 +292,7 @@ Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelC
   const ArchSpec* spec = find_arch(cfg->arch);
   if (!spec) return unsupported_arch_error(cfg->arch);
   auto w = std::make_unique<ModelWeights>();
-  Binder b(file, w.get());
+  Binder b(file, w.get(), static_cast<int64_t>(cfg->output_tokens.size()));
   // The vocabulary size is the embedding's.
   const TensorView* embd = file.tensor("token_embd.weight");
   if (!embd) return Status::error("missing tensor 'token_embd.weight'");
@@ -298,6 +303,8 @@ Result<std::unique_ptr<ModelWeights>> bind_weights(const ModelFile& file, ModelC
 
   EMBER_RETURN_IF_ERROR(bind_list(b, spec->model_tensors, -1, tensor_sizes(*cfg, -1),
                                   [&](TensorRole r) { return model_slot(*w, r); }));
+  if (!w->output.weight && !cfg->output_tokens.empty())
+    return Status::error("a trimmed output vocabulary needs its own 'output.weight'");
   if (!w->output.weight) w->output.weight = w->tok_embd;  // tied
   if (!w->rope_factors_long != !w->rope_factors_short)
     return Status::errorf("LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight; only {} is there",

@@ -11,6 +11,7 @@
 #include "quant/quantize.h"
 #include "quant/quantize_imatrix.h"
 #include "transform/imatrix.h"
+#include "transform/layerwise.h"
 
 namespace ember {
 
@@ -55,13 +56,22 @@ struct F32Tensor {
 };
 
 
+// What every block's folding shares.
+struct AwqContext {
+  const ModelConfig& cfg;
+  std::map<std::string, QuantPlanEntry*>* entries;
+  const AwqRunOptions& o;
+  Backend& be;
+  ThreadPool& pool;
+  std::map<std::string, std::vector<float>>* importance;
+  std::vector<AwqGroupReport>* report;
+};
+
 class LayerFolder {
  public:
-  LayerFolder(int layer, const ModelConfig& cfg, ModelFile* current, std::map<std::string, QuantPlanEntry*>* entries,
-              const AwqRunOptions& o, Backend& backend, ThreadPool& pool,
-              std::map<std::string, std::vector<float>>* importance, std::vector<AwqGroupReport>* report)
-      : l_(layer), cfg_(cfg), cur_(current), entries_(entries), o_(o), be_(backend), pool_(pool),
-        importance_(importance), report_(report) {}
+  LayerFolder(int layer, ModelFile* current, const AwqContext& c)
+      : l_(layer), cfg_(c.cfg), cur_(current), entries_(c.entries), o_(c.o), be_(c.be), pool_(c.pool),
+        importance_(c.importance), report_(c.report) {}
 
   Status run(const AwqCollector& col) {
     const LayerConfig& lc = cfg_.layers[l_];
@@ -102,11 +112,7 @@ class LayerFolder {
     if (!t) return nullptr;
     F32Tensor& f = t_[n];
     f.n_in = t->ne[0], f.n_out = t->nrows();
-    f.v.resize(static_cast<size_t>(f.n_in * f.n_out));
-    for (int64_t r = 0; r < f.n_out; ++r) {
-      if (t->type == DType::kF32) std::memcpy(f.v.data() + r * f.n_in, t->row(r), f.n_in * sizeof(float));
-      else dequantize_row_ref(t->type, t->row(r), f.v.data() + r * f.n_in, f.n_in);
-    }
+    f.v = read_f32_rows(*t);
     return &f;
   }
 
@@ -254,6 +260,35 @@ class LayerFolder {
   std::vector<QuantPlanEntry*> done_;
 };
 
+// AWQ as a LayerwiseCallback: an AwqCollector per block with AWQ entries
+// (the folds keep the function, so the observe pass advances too), then a
+// LayerFolder over the current file.
+class AwqLayers final : public LayerwiseCallback {
+ public:
+  AwqLayers(const AwqContext& c, const std::map<int, int>& per_layer, int64_t W, int64_t stride)
+      : c_(c), per_layer_(per_layer), W_(W), stride_(stride) {}
+
+  bool preserves_function() const override { return true; }
+  ForwardObserver* observer(int layer) override {
+    if (!per_layer_.count(layer)) return nullptr;
+    col_ = std::make_unique<AwqCollector>(layer, W_, stride_, c_.o.search_tokens);
+    return col_.get();
+  }
+  void on_window(int, int64_t window) override { col_->set_chunk(window); }
+  Status transform(int layer, ModelFile* current) override {
+    LayerFolder f(layer, current, c_);
+    Status st = f.run(*col_);
+    col_.reset();
+    return st;
+  }
+
+ private:
+  const AwqContext& c_;
+  const std::map<int, int>& per_layer_;
+  int64_t W_, stride_;
+  std::unique_ptr<AwqCollector> col_;
+};
+
 }  // namespace
 
 Result<std::unique_ptr<ModelFile>> run_awq(std::unique_ptr<ModelFile> src, QuantPlan* plan,
@@ -288,49 +323,25 @@ Result<std::unique_ptr<ModelFile>> run_awq(std::unique_ptr<ModelFile> src, Quant
     if (!known) return Status::errorf("tensor '{}': AWQ does not know where its input comes from", e.name);
     ++awq_per_layer[e.layer];
   }
-  auto base = Model::from_file(std::make_unique<ModelFile>(*src));
-  if (!base) return base.status();
-  const ModelConfig& cfg = (*base)->config();
-  const int64_t E = cfg.n_embd;
+  ModelConfig cfg;
+  {
+    auto base = Model::from_file(std::make_unique<ModelFile>(*src));
+    if (!base) return base.status();
+    cfg = (*base)->config();
+  }
   const int64_t stride = std::max<int64_t>(1, n_chunks * W / o.search_tokens);
-
-  std::vector<std::vector<int32_t>> seqs;  // [n_chunks][W]
-  std::vector<std::vector<float>> hidden;  // [n_chunks][W * E]
-  ContiguousKvCache cache(cfg, W);
-  auto prepare = [&](ForwardContext& ctx, int64_t c) {
-    SeqBatch sb;
-    sb.tokens = seqs[c].data();
-    sb.n = W;
-    sb.cache = &cache;
-    return ctx.prepare(&sb, 1);
-  };
-  ForwardContext ctx(**base, pool, static_cast<int>(W));
-  EMBER_RETURN_IF_ERROR(embed_calibration_windows(ctx, cfg, tokens, n_chunks, W, o.bos_id, &cache, &seqs, &hidden));
-  std::unique_ptr<Backend> backend = make_cpu_backend(pool);
-  auto current = std::make_unique<ModelFile>(*src);
-  current->owners.push_back(std::shared_ptr<ModelFile>(std::move(src)));
   int last = -1;
   for (const auto& [l, n] : awq_per_layer) last = l;
-  for (int l = 0; l <= last; ++l) {
-    // The source's block l over every chunk: statistics, and the inputs of
-    // block l + 1 (the folded block is the same function).
-    AwqCollector col(l, W, stride, o.search_tokens);
-    ctx.set_observer(awq_per_layer.count(l) ? &col : nullptr);
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      col.set_chunk(c);
-      EMBER_RETURN_IF_ERROR(prepare(ctx, c));
-      std::memcpy(ctx.hidden(), hidden[c].data(), W * E * sizeof(float));
-      ctx.run_layers(l, l + 1);
-      std::memcpy(hidden[c].data(), ctx.hidden(), W * E * sizeof(float));
-    }
-    ctx.set_observer(nullptr);
-    if (awq_per_layer.count(l)) {
-      LayerFolder f(l, cfg, current.get(), &entries, o, *backend, pool, importance, report);
-      EMBER_RETURN_IF_ERROR(f.run(col));
-    }
-    if (o.progress) o.progress(l + 1, last + 1);
-  }
-  return current;
+  std::unique_ptr<Backend> backend = make_cpu_backend(pool);
+  const AwqContext ctx{cfg, &entries, o, *backend, pool, importance, report};
+  AwqLayers cb(ctx, awq_per_layer, W, stride);
+  LayerwiseOptions lo;
+  lo.window = W;
+  lo.bos_id = o.bos_id;
+  lo.n_layers = last + 1;
+  lo.progress = o.progress;
+  lo.what = "AWQ calibration";
+  return run_layerwise(std::move(src), tokens, lo, cb, pool);
 }
 
 }  // namespace ember

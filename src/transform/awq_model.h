@@ -1,7 +1,7 @@
-// AWQ over a whole model (the calibration driver of `ember quantize
-// --method awq`): the calibration tokens run through the embedding once;
-// then for each block l in order, block l runs over the stored hidden states
-// of every chunk with an AwqCollector (mean |x|, mean x^2 per input channel
+// AWQ over a whole model (the method of `ember quantize --method awq`), on
+// the shared calibration driver (layerwise.h): for each block l in order,
+// block l runs over the stored hidden states of every calibration window
+// with an AwqCollector (mean |x|, mean x^2 per input channel
 // of its four input groups and evenly spaced sample rows), advancing them to
 // block l + 1. For each group the scales are searched (awq.h) and folded so
 // that the model stays the same function:

@@ -54,6 +54,45 @@ bool gptq_inverse_cholesky(const double* H, int64_t n, double lambda, double* u)
   return true;
 }
 
+Status gptq_prepare_hinv(const double* H, int64_t n_in, double damp, bool act_order, GptqHinv* out) {
+  // Dead columns, the processing order and the Hessian in that order.
+  std::vector<double>& diag = out->diag;
+  diag.assign(static_cast<size_t>(n_in), 0.0);
+  std::vector<char>& dead = out->dead;
+  dead.assign(static_cast<size_t>(n_in), 0);
+  double mean_diag = 0;
+  for (int64_t i = 0; i < n_in; ++i) {
+    diag[i] = H[i * n_in + i];
+    dead[i] = !(diag[i] > 0);
+    mean_diag += dead[i] ? 1.0 : diag[i];
+  }
+  mean_diag /= static_cast<double>(n_in);
+  std::vector<int64_t>& perm = out->perm;
+  perm.assign(static_cast<size_t>(n_in), 0);
+  std::iota(perm.begin(), perm.end(), 0);
+  if (act_order)
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return diag[a] > diag[b]; });
+  std::vector<double> Hp(static_cast<size_t>(n_in * n_in));
+  for (int64_t i = 0; i < n_in; ++i)
+    for (int64_t j = 0; j < n_in; ++j) {
+      const int64_t a = perm[i], b = perm[j];
+      Hp[i * n_in + j] = (dead[a] || dead[b]) ? (a == b ? 1.0 : 0.0) : H[a * n_in + b];
+    }
+  std::vector<double>& U = out->U;
+  U.assign(static_cast<size_t>(n_in * n_in), 0.0);
+  double lambda = damp * mean_diag;
+  bool ok = gptq_inverse_cholesky(Hp.data(), n_in, lambda, U.data());
+  for (int tries = 0; !ok && tries < 6; ++tries) {
+    lambda = lambda > 0 ? lambda * 10 : 1e-6 * mean_diag;
+    ok = gptq_inverse_cholesky(Hp.data(), n_in, lambda, U.data());
+  }
+  if (!ok) return Status::error("GPTQ: the Hessian is not positive definite even with heavy dampening");
+  Hp.clear();
+  Hp.shrink_to_fit();
+  out->mean_diag = mean_diag;
+  return Status::ok();
+}
+
 Status gptq_quantize(const float* W, int64_t n_out, int64_t n_in, const double* H, DType t, const GptqOptions& o,
                      uint8_t* dst, ThreadPool& pool) {
   if (!gptq_supports(t)) return Status::errorf("GPTQ cannot write {}", dtype_name(t));
@@ -63,36 +102,12 @@ Status gptq_quantize(const float* W, int64_t n_out, int64_t n_in, const double* 
   const int64_t B = (std::max<int64_t>(o.block_size, G) + G - 1) / G * G;  // lazy batch, whole blocks
   const size_t row_bytes = dtype_row_size(t, n_in), block_bytes = dtype_row_size(t, G);
 
-  // Dead columns, the processing order and the Hessian in that order.
-  std::vector<double> diag(static_cast<size_t>(n_in));
-  std::vector<char> dead(static_cast<size_t>(n_in));
-  double mean_diag = 0;
-  for (int64_t i = 0; i < n_in; ++i) {
-    diag[i] = H[i * n_in + i];
-    dead[i] = !(diag[i] > 0);
-    mean_diag += dead[i] ? 1.0 : diag[i];
-  }
-  mean_diag /= static_cast<double>(n_in);
-  std::vector<int64_t> perm(static_cast<size_t>(n_in));
-  std::iota(perm.begin(), perm.end(), 0);
-  if (o.act_order)
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return diag[a] > diag[b]; });
-  std::vector<double> Hp(static_cast<size_t>(n_in * n_in));
-  for (int64_t i = 0; i < n_in; ++i)
-    for (int64_t j = 0; j < n_in; ++j) {
-      const int64_t a = perm[i], b = perm[j];
-      Hp[i * n_in + j] = (dead[a] || dead[b]) ? (a == b ? 1.0 : 0.0) : H[a * n_in + b];
-    }
-  std::vector<double> U(static_cast<size_t>(n_in * n_in));
-  double lambda = o.damp * mean_diag;
-  bool ok = gptq_inverse_cholesky(Hp.data(), n_in, lambda, U.data());
-  for (int tries = 0; !ok && tries < 6; ++tries) {
-    lambda = lambda > 0 ? lambda * 10 : 1e-6 * mean_diag;
-    ok = gptq_inverse_cholesky(Hp.data(), n_in, lambda, U.data());
-  }
-  if (!ok) return Status::error("GPTQ: the Hessian is not positive definite even with heavy dampening");
-  Hp.clear();
-  Hp.shrink_to_fit();
+  GptqHinv hv;
+  EMBER_RETURN_IF_ERROR(gptq_prepare_hinv(H, n_in, o.damp, o.act_order, &hv));
+  const std::vector<double>& diag = hv.diag;
+  const std::vector<char>& dead = hv.dead;
+  const std::vector<int64_t>& perm = hv.perm;
+  const std::vector<double>& U = hv.U;
   // Importance of each column for choosing block scales: diag H (dead: 0 ->
   // a tiny weight so the all-zero column cannot dominate).
   std::vector<float> qw(static_cast<size_t>(n_in));

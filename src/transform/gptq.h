@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
@@ -59,6 +60,21 @@ bool gptq_supports(DType t);
 // tenfold increases of the dampening.
 Status gptq_quantize(const float* W, int64_t n_out, int64_t n_in, const double* H, DType t, const GptqOptions& o,
                      uint8_t* dst, ThreadPool& pool);
+
+// What GPTQ (and SparseGPT, sparsegpt.h) work with: diag H, the dead
+// columns (H_ii == 0: never active), the processing order (identity, or by
+// decreasing H_ii with act_order) and U, the upper Cholesky factor of
+// (H_perm + lambda I)^-1 in that order, dead rows / columns replaced by the
+// identity, lambda = damp * mean(diag H) (dead columns counted as 1),
+// tenfold more up to 6 times if the factorisation fails.
+struct GptqHinv {
+  std::vector<double> diag;  // [n] H_ii, original order
+  std::vector<char> dead;    // [n]
+  std::vector<int64_t> perm; // [n] position -> column
+  std::vector<double> U;     // [n, n] row-major, in perm order
+  double mean_diag = 0;
+};
+Status gptq_prepare_hinv(const double* H, int64_t n, double damp, bool act_order, GptqHinv* out);
 
 // The upper Cholesky factor U of (H + lambda I)^-1 (H^-1 = U^T U),
 // [n, n] row-major in *u; false if H + lambda I is not positive definite.

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "quant/quantize.h"
 #include "transform/imatrix.h"
+#include "transform/layerwise.h"
 
 namespace ember {
 
@@ -92,13 +93,81 @@ int64_t HessianCollector::tokens(const std::string& tensor, int expert) const {
   return it == by_tensor_.end() ? 0 : it->second->n_tok;
 }
 
+namespace {
+
+// GPTQ as a LayerwiseCallback: a HessianCollector per block with entries,
+// then those entries quantized into the current file.
+class GptqLayers final : public LayerwiseCallback {
+ public:
+  GptqLayers(std::map<int, std::vector<QuantPlanEntry*>> by_layer, const GptqOptions& o, ThreadPool& pool)
+      : by_layer_(std::move(by_layer)), o_(o), pool_(pool) {}
+
+  ForwardObserver* observer(int layer) override {
+    if (!by_layer_.count(layer)) return nullptr;
+    hc_ = std::make_unique<HessianCollector>(layer, pool_);
+    return hc_.get();
+  }
+
+  Status transform(int layer, ModelFile* current) override {
+    for (QuantPlanEntry* e : by_layer_.at(layer)) {
+      // One matrix, or each expert of a 3-D tensor with its own Hessian
+      // (an expert no calibration token chose: rounded to nearest); the
+      // experts of an assembled entry (one source matrix per expert) are
+      // written as one 3-D tensor.
+      const int64_t n_mat = e->n_matrices();
+      const int64_t n_in = e->ne[0], rows = e->ne.size() >= 2 ? e->ne[1] : 1;
+      const size_t out_row = dtype_row_size(e->target, n_in);
+      const size_t bytes = out_row * static_cast<size_t>(rows * n_mat);
+      auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[bytes]);
+      std::vector<float> w(static_cast<size_t>(n_in * rows));
+      for (int64_t m = 0; m < n_mat; ++m) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const uint8_t* src_row = plan_entry_row(*current, *e, m * rows + r);
+          if (!src_row) return Status::errorf("tensor '{}': the plan does not match the model", e->name);
+          if (e->source == DType::kF32) std::memcpy(w.data() + r * n_in, src_row, n_in * sizeof(float));
+          else dequantize_row_ref(e->source, src_row, w.data() + r * n_in, n_in);
+        }
+        uint8_t* dst = buf.get() + static_cast<size_t>(m * rows) * out_row;
+        const std::vector<double>* H = hc_->hessian(e->name, n_mat > 1 ? static_cast<int>(m) : -1);
+        if (!H && n_mat > 1) {
+          for (int64_t r = 0; r < rows; ++r) quantize_row_ref(e->target, w.data() + r * n_in, dst + r * out_row, n_in);
+          continue;
+        }
+        if (!H) return Status::errorf("tensor '{}': no calibration input reached it", e->name);
+        if (static_cast<int64_t>(H->size()) != n_in * n_in)
+          return Status::errorf("tensor '{}': Hessian of {} values for rows of {}", e->name, H->size(), n_in);
+        Status st = gptq_quantize(w.data(), rows, n_in, H->data(), e->target, o_, dst, pool_);
+        if (!st) return st.with_context(e->name);
+      }
+      TensorView v;
+      v.name = e->name;
+      v.type = e->target;
+      v.n_dims = static_cast<int>(e->ne.size());
+      for (size_t d = 0; d < e->ne.size(); ++d) v.ne[d] = e->ne[d];
+      v.data = buf.get();
+      v.nbytes = bytes;
+      current->tensors[e->name] = v;
+      current->owners.push_back(std::static_pointer_cast<void>(std::shared_ptr<uint8_t>(buf, buf.get())));
+      e->source = e->target;
+      e->method = QuantMethod::kCopy;
+      e->sources.clear();
+    }
+    hc_.reset();
+    return Status::ok();
+  }
+
+ private:
+  std::map<int, std::vector<QuantPlanEntry*>> by_layer_;
+  const GptqOptions& o_;
+  ThreadPool& pool_;
+  std::unique_ptr<HessianCollector> hc_;
+};
+
+}  // namespace
+
 Result<std::unique_ptr<ModelFile>> run_gptq(std::unique_ptr<ModelFile> src, QuantPlan* plan,
                                             const std::vector<int32_t>& tokens, const GptqRunOptions& o,
                                             ThreadPool& pool) {
-  const int64_t W = o.chunk_size;
-  if (W < 2 || W > 512) return Status::errorf("GPTQ calibration chunk size {} is not in [2, 512]", W);
-  const int64_t n_chunks = static_cast<int64_t>(tokens.size()) / W;
-  if (n_chunks < 1) return Status::errorf("GPTQ calibration needs at least {} tokens, got {}", W, tokens.size());
   std::map<int, std::vector<QuantPlanEntry*>> by_layer;
   for (QuantPlanEntry& e : plan->entries) {
     if (e.method != QuantMethod::kGptq) continue;
@@ -109,98 +178,13 @@ Result<std::unique_ptr<ModelFile>> run_gptq(std::unique_ptr<ModelFile> src, Quan
                             "GGUF first", e.name);
     by_layer[e.layer].push_back(&e);
   }
-  auto base = Model::from_file(std::make_unique<ModelFile>(*src));
-  if (!base) return base.status();
-  const ModelConfig cfg = (*base)->config();  // a copy: the model is replaced block by block below
-  const int64_t E = cfg.n_embd;
-
-  // Hidden states of every chunk entering block 0.
-  std::vector<std::vector<int32_t>> seqs;  // [n_chunks][W]
-  std::vector<std::vector<float>> hidden;  // [n_chunks][W * E]
-  ContiguousKvCache cache(cfg, W);
-  auto prepare = [&](ForwardContext& ctx, int64_t c) {
-    SeqBatch sb;
-    sb.tokens = seqs[c].data();
-    sb.n = W;
-    sb.cache = &cache;
-    return ctx.prepare(&sb, 1);
-  };
-  {
-    ForwardContext ctx(**base, pool, static_cast<int>(W));
-    EMBER_RETURN_IF_ERROR(embed_calibration_windows(ctx, cfg, tokens, n_chunks, W, o.bos_id, &cache, &seqs, &hidden));
-  }
-  ModelFile current = *src;  // the source with the quantized blocks so far
-  std::unique_ptr<Model> model = std::move(base.value());
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    auto it = by_layer.find(l);
-    if (it != by_layer.end()) {
-      HessianCollector hc(l, pool);
-      {
-        ForwardContext ctx(*model, pool, static_cast<int>(W));
-        ctx.set_observer(&hc);
-        for (int64_t c = 0; c < n_chunks; ++c) {
-          EMBER_RETURN_IF_ERROR(prepare(ctx, c));
-          std::memcpy(ctx.hidden(), hidden[c].data(), W * E * sizeof(float));
-          ctx.run_layers(l, l + 1);
-        }
-      }
-      for (QuantPlanEntry* e : it->second) {
-        // One matrix, or each expert of a 3-D tensor with its own Hessian
-        // (an expert no calibration token chose: rounded to nearest).
-        const int64_t n_mat = e->n_matrices();
-        const int64_t n_in = e->ne[0], rows = e->ne.size() >= 2 ? e->ne[1] : 1;
-        const size_t out_row = dtype_row_size(e->target, n_in);
-        const size_t bytes = out_row * static_cast<size_t>(rows * n_mat);
-        auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[bytes]);
-        std::vector<float> w(static_cast<size_t>(n_in * rows));
-        for (int64_t m = 0; m < n_mat; ++m) {
-          for (int64_t r = 0; r < rows; ++r) {
-            const uint8_t* src_row = plan_entry_row(current, *e, m * rows + r);
-            if (!src_row) return Status::errorf("tensor '{}': the plan does not match the model", e->name);
-            if (e->source == DType::kF32) std::memcpy(w.data() + r * n_in, src_row, n_in * sizeof(float));
-            else dequantize_row_ref(e->source, src_row, w.data() + r * n_in, n_in);
-          }
-          uint8_t* dst = buf.get() + static_cast<size_t>(m * rows) * out_row;
-          const std::vector<double>* H = hc.hessian(e->name, n_mat > 1 ? static_cast<int>(m) : -1);
-          if (!H && n_mat > 1) {
-            for (int64_t r = 0; r < rows; ++r) quantize_row_ref(e->target, w.data() + r * n_in, dst + r * out_row, n_in);
-            continue;
-          }
-          if (!H) return Status::errorf("tensor '{}': no calibration input reached it", e->name);
-          if (static_cast<int64_t>(H->size()) != n_in * n_in)
-            return Status::errorf("tensor '{}': Hessian of {} values for rows of {}", e->name, H->size(), n_in);
-          Status st = gptq_quantize(w.data(), rows, n_in, H->data(), e->target, o.gptq, dst, pool);
-          if (!st) return st.with_context(e->name);
-        }
-        TensorView v;
-        v.name = e->name;
-        v.type = e->target;
-        v.n_dims = static_cast<int>(e->ne.size());
-        for (size_t d = 0; d < e->ne.size(); ++d) v.ne[d] = e->ne[d];
-        v.data = buf.get();
-        v.nbytes = bytes;
-        current.tensors[e->name] = v;
-        current.owners.push_back(std::static_pointer_cast<void>(std::shared_ptr<uint8_t>(buf, buf.get())));
-        e->source = e->target;
-        e->method = QuantMethod::kCopy;
-        e->sources.clear();
-      }
-      auto next = Model::from_file(std::make_unique<ModelFile>(current));
-      if (!next) return next.status();
-      model = std::move(next.value());
-    }
-    if (l + 1 < cfg.n_layer) {  // the inputs of block l + 1 through the quantized block l
-      ForwardContext ctx(*model, pool, static_cast<int>(W));
-      for (int64_t c = 0; c < n_chunks; ++c) {
-        EMBER_RETURN_IF_ERROR(prepare(ctx, c));
-        std::memcpy(ctx.hidden(), hidden[c].data(), W * E * sizeof(float));
-        ctx.run_layers(l, l + 1);
-        std::memcpy(hidden[c].data(), ctx.hidden(), W * E * sizeof(float));
-      }
-    }
-    if (o.progress) o.progress(l + 1, cfg.n_layer);
-  }
-  return std::make_unique<ModelFile>(std::move(current));
+  GptqLayers cb(std::move(by_layer), o.gptq, pool);
+  LayerwiseOptions lo;
+  lo.window = o.chunk_size;
+  lo.bos_id = o.bos_id;
+  lo.progress = o.progress;
+  lo.what = "GPTQ calibration";
+  return run_layerwise(std::move(src), tokens, lo, cb, pool);
 }
 
 }  // namespace ember

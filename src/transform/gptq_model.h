@@ -1,15 +1,15 @@
-// GPTQ over a whole model, layer by layer (the calibration driver of
-// `ember quantize --method gptq`): the calibration tokens run through the
-// embedding once; then for each block l in order
-//   1. block l (still in the source weights) runs over the stored hidden
-//      states of every chunk with a HessianCollector: X^T X (double) of the
-//      inputs of its matrices (Q/K/V share one, gate/up share one);
+// GPTQ over a whole model, layer by layer (the method of `ember quantize
+// --method gptq`), on the shared calibration driver (layerwise.h): for each
+// block l with GPTQ entries,
+//   1. block l (as the file holds it: later blocks see the quantized earlier
+//      ones) runs over the hidden states of every calibration window with a
+//      HessianCollector: X^T X (double) of the inputs of its matrices (Q/K/V
+//      share one, gate/up share one);
 //   2. its GPTQ entries are quantized (gptq.h) with those Hessians;
-//   3. block l, now quantized, runs again over the same hidden states to
-//      give the inputs of block l + 1,
-// so later blocks see the outputs of the quantized earlier ones, and only
-// one block's Hessians and the hidden states [tokens, n_embd] are held.
-// Entries of other methods are left to execute_quant_plan.
+//   3. the driver reloads block l, now quantized, and runs it again to give
+//      the inputs of block l + 1,
+// so only one block's Hessians and the hidden states [tokens, n_embd] are
+// held. Entries of other methods are left to execute_quant_plan.
 #pragma once
 
 #include <cstdint>

@@ -284,26 +284,4 @@ Result<int> apply_imatrix(const Imatrix& m, QuantPlan* plan, std::map<std::strin
   return n;
 }
 
-Status embed_calibration_windows(ForwardContext& ctx, const ModelConfig& cfg, const std::vector<int32_t>& tokens,
-                                 int64_t n_chunks, int64_t W, int32_t bos_id, KvCache* cache,
-                                 std::vector<std::vector<int32_t>>* seqs, std::vector<std::vector<float>>* hidden) {
-  for (int64_t i = 0; i < n_chunks * W; ++i)
-    if (tokens[i] < 0 || tokens[i] >= cfg.n_vocab) return Status::errorf("token id {} outside the vocabulary", tokens[i]);
-  seqs->assign(static_cast<size_t>(n_chunks), {});
-  hidden->assign(static_cast<size_t>(n_chunks), {});
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    std::vector<int32_t>& seq = (*seqs)[c];
-    seq.assign(tokens.begin() + c * W, tokens.begin() + (c + 1) * W);
-    if (bos_id >= 0) seq[0] = bos_id;
-    SeqBatch sb;
-    sb.tokens = seq.data();
-    sb.n = W;
-    sb.cache = cache;
-    EMBER_RETURN_IF_ERROR(ctx.prepare(&sb, 1));
-    ctx.embed();
-    (*hidden)[c].assign(ctx.hidden(), ctx.hidden() + W * cfg.n_embd);
-  }
-  return Status::ok();
-}
-
 }  // namespace ember

@@ -105,14 +105,4 @@ Result<Imatrix> collect_importance(const Model& model, const std::vector<int32_t
 // have another number of columns than its rows, naming the tensor.
 Result<int> apply_imatrix(const Imatrix& m, QuantPlan* plan, std::map<std::string, std::vector<float>>* importance);
 
-// The token windows of layer-by-layer calibration (GPTQ, AWQ) and the hidden
-// states entering block 0 of each: checks every token id against the
-// vocabulary and puts bos_id (when >= 0) at each window's first position.
-// tokens: >= n_chunks * W ids; seqs: [n_chunks][W]; hidden: [n_chunks][W * n_embd].
-// ctx: a forward context of ctx's model with room for W tokens; cache: a
-// W-token cache, reused for every window.
-Status embed_calibration_windows(ForwardContext& ctx, const ModelConfig& cfg, const std::vector<int32_t>& tokens,
-                                 int64_t n_chunks, int64_t W, int32_t bos_id, KvCache* cache,
-                                 std::vector<std::vector<int32_t>>* seqs, std::vector<std::vector<float>>* hidden);
-
 }  // namespace ember

@@ -142,6 +142,24 @@ void replace_with_f32(ModelFile* f, const std::string& name, std::vector<float> 
   f->owners.push_back(std::move(buf));
 }
 
+std::vector<float> read_f32_rows(const TensorView& t) {
+  const int64_t n_in = t.ne[0], n_out = t.nrows();
+  std::vector<float> w(static_cast<size_t>(n_in * n_out));
+  if (t.type == DType::kF32) std::memcpy(w.data(), t.data, w.size() * sizeof(float));
+  else
+    for (int64_t r = 0; r < n_out; ++r) dequantize_row_ref(t.type, t.row(r), w.data() + r * n_in, n_in);
+  return w;
+}
+
+void replace_tensor(ModelFile* f, const std::string& name, DType type, std::shared_ptr<uint8_t[]> data, size_t bytes) {
+  TensorView v = *f->tensor(name);
+  v.type = type;
+  v.data = data.get();
+  v.nbytes = bytes;
+  f->tensors[name] = v;
+  f->owners.push_back(std::static_pointer_cast<void>(std::shared_ptr<uint8_t>(data, data.get())));
+}
+
 const char* quant_method_name(QuantMethod m) {
   switch (m) {
     case QuantMethod::kCopy: return "copy";

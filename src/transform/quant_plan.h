@@ -63,6 +63,12 @@ QuantMethod method_from_f32(DType target);
 // Replaces tensor `name` of *f (which must exist) by the f32 values v of the
 // same shape, owned by *f (a transform's output: AWQ folds, QuaRot).
 void replace_with_f32(ModelFile* f, const std::string& name, std::vector<float> v);
+// Replaces tensor `name` of *f (which must exist) by `bytes` bytes of type
+// `type` (same shape), owned by *f (a quantized or pruned payload).
+void replace_tensor(ModelFile* f, const std::string& name, DType type, std::shared_ptr<uint8_t[]> data, size_t bytes);
+// The rows of a 2-D tensor [n_out, n_in] as f32 (dequantized by the
+// reference dequantizers).
+std::vector<float> read_f32_rows(const TensorView& t);
 
 // A change of the tensor's values on the way.
 enum class TensorTransform : uint8_t {

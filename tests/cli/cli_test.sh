@@ -84,6 +84,27 @@ expect_rc 2 "eval: --act-bits 4 on f32" "$EMBER" eval kl "$tmp/tiny.gguf" "$tmp/
 grep -q "4-bit activations need weights that multiply Q8_0 activations" /tmp/ember_cli_out.$$ \
   || { echo "FAIL: --act-bits 4 on f32 message"; fail=$((fail + 1)); }
 expect_rc 2 "run: bad --act-bits" "$EMBER" run -m "$tmp/tiny-rot.gguf" -p hi --act-bits 3
+# prune: unstructured (pruned and quantized in one pass), structured, the report; bad options are usage errors.
+out=$("$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-pruned.gguf" --method sparsegpt --sparsity 0.5 --type q8_0 \
+  --quant-method gptq --calib-tokens 1024 --check-chunks 1 --speed-tokens 8 -t 2 2>&1)
+if ! grep -q "prune sparsegpt unstructured (uniform layer sparsity): 14 matrices" <<<"$out" \
+  || ! grep -q "14 pruned and quantized in one pass" <<<"$out" || ! grep -q "quality vs" <<<"$out" \
+  || ! grep -q "size: parameters" <<<"$out" || ! grep -q "decode speed:" <<<"$out"; then
+  echo "FAIL: prune sparsegpt + gptq: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+out=$("$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-ffn.gguf" --ffn 0.5 --drop-layers 1 --calib-tokens 512 --no-check -t 2 2>&1)
+if ! grep -q "FFN width per layer: 128 -> 64" <<<"$out" || ! grep -q "layers: removed 1 of 2" <<<"$out"; then
+  echo "FAIL: prune --ffn --drop-layers: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+expect_rc 0 "run a structured-pruned model" "$EMBER" run -m "$tmp/tiny-ffn.gguf" -p "hello" -n 4 --temp 0 -t 2
+expect_rc 2 "prune: nothing to prune" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf"
+expect_rc 2 "prune: bad method" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method random --sparsity 0.5
+expect_rc 2 "prune: sparsity 1" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method wanda --sparsity 1
+expect_rc 2 "prune: bad pattern" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method wanda --pattern 4:2
+expect_rc 2 "prune: owl with 2:4" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method wanda --pattern 2:4 --layer-sparsity owl
+expect_rc 2 "prune: joint into q4_1" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method sparsegpt --sparsity 0.5 \
+  --type q4_1 --pure --quant-method gptq --no-check
+grep -q "stores zero exactly" /tmp/ember_cli_out.$$ || { echo "FAIL: joint q4_1 message"; fail=$((fail + 1)); }
+expect_rc 2 "prune: every layer" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --drop-layers 2
+expect_rc 2 "prune: --ffn 1" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --ffn 1
 # Hugging Face quantized checkpoints (GPTQ here): info names the scheme and the repacked type; run generates.
 hfq="$ROOT/tests/data/model/hf_quant_gptq"
 out=$("$EMBER" info "$hfq" 2>&1)

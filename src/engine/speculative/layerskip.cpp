@@ -67,6 +67,8 @@ Result<std::unique_ptr<Model>> make_draft_view(const Model& model, const std::ve
   auto file = std::make_unique<ModelFile>(model.file());  // views of the same mapped tensors
   ModelConfig cfg = model.config();
   if (!cfg.head_tokens.empty()) return Status::error("draft view: the model's head is truncated already");
+  if (!cfg.output_tokens.empty() && !head_tokens.empty())
+    return Status::error("draft view: a truncated draft head of a trimmed output vocabulary is not supported");
   auto w = bind_weights(*file, &cfg);
   if (!w) return w.status().with_context("draft view");
   std::vector<bool> drop(static_cast<size_t>(cfg.n_layer), false);

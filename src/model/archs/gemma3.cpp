@@ -46,10 +46,20 @@ Status fill_gemma3(const Metadata& meta, ModelConfig* cfg) {
 
   EMBER_RETURN_IF_ERROR(fill_default_rope(meta, cfg));
   const int window = static_cast<int>(meta.get_int("gemma3.attention.sliding_window").value_or(0));
-  const int pattern = static_cast<int>(meta.get_int("gemma3.attention.sliding_window_pattern").value_or(6));
+  // The pattern: every N-th layer global, or (as llama.cpp also reads it, and
+  // `ember prune` writes it after removing layers) one flag per layer, true
+  // for a sliding-window layer.
+  const GgufValue* pv = meta.find("gemma3.attention.sliding_window_pattern");
+  const bool per_layer = pv && pv->type == GgufType::kArray;
+  if (per_layer && (!(gguf_type_is_int(pv->elem_type) || pv->elem_type == GgufType::kBool) ||
+                    pv->ints.size() != static_cast<size_t>(cfg->n_layer)))
+    return Status::errorf("metadata key 'gemma3.attention.sliding_window_pattern' must be an integer or {} flags",
+                          cfg->n_layer);
+  const int pattern =
+      per_layer ? 0 : static_cast<int>(meta.get_int("gemma3.attention.sliding_window_pattern").value_or(6));
   const float local_base = static_cast<float>(meta.get_float("gemma3.rope.local_freq_base").value_or(10000.0));
   for (int il = 0; il < cfg->n_layer; ++il) {
-    const bool global = pattern <= 0 || (il + 1) % pattern == 0;
+    const bool global = per_layer ? pv->ints[il] == 0 : pattern <= 0 || (il + 1) % pattern == 0;
     if (!global && window > 0) {
       LayerConfig& l = cfg->layers[il];
       l.sliding_window = window;
