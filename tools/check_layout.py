@@ -25,7 +25,7 @@ ALLOWED = {
     "engine": {"core", "quant", "kernels", "model"},
     "eval": {"core", "quant", "kernels", "model"},
     "transform": {"core", "quant", "kernels", "model", "eval"},
-    "train": {"core", "quant", "kernels", "model", "engine", "eval", "transform"},
+    "train": {"core", "quant", "kernels", "model", "eval", "transform"},
     "bench": {"core", "quant", "kernels", "model", "engine"},
     "server": {"core", "quant", "kernels", "model", "engine", "tokenizer", "template", "grammar"},
     "cli": None,  # the program: may use every room
