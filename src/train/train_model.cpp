@@ -61,6 +61,7 @@ void TrainModel::index() {
   for (auto& a : index_) a.fill(-1);
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const TrainTensor& t = tensors_[i];
+    if (t.kind == ParamKind::kAux) continue;
     index_[static_cast<size_t>((t.layer + 1) * kKinds + static_cast<int>(t.kind))][static_cast<int>(t.role)] =
         static_cast<int>(i);
   }
@@ -191,6 +192,27 @@ Status TrainModel::add_lora(int rank, float alpha, uint64_t seed) {
   lora_alpha_ = alpha;
   index();
   return Status::ok();
+}
+
+const TrainTensor* TrainModel::add_aux(const std::string& name, int64_t rows, int64_t cols,
+                                      const std::vector<float>& values) {
+  TrainTensor t;
+  t.name = name;
+  t.kind = ParamKind::kAux;
+  t.rows = rows;
+  t.cols = cols;
+  t.n_dims = 2;
+  const int64_t off = add_tensor(t);
+  std::copy(values.begin(), values.begin() + std::min<int64_t>(rows * cols, static_cast<int64_t>(values.size())),
+            params_.begin() + off);
+  index();
+  return &tensors_.back();
+}
+
+const TrainTensor* TrainModel::find_aux(const std::string& name) const {
+  for (const TrainTensor& t : tensors_)
+    if (t.kind == ParamKind::kAux && t.name == name) return &t;
+  return nullptr;
 }
 
 int64_t TrainModel::set_trainable(const std::function<bool(const TrainTensor&)>& pred) {

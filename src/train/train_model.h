@@ -38,6 +38,7 @@ enum class ParamKind : uint8_t {
   kTensor,  // a tensor of the model file
   kLoraA,   // LoRA down-projection [rank, n_in] of a block linear
   kLoraB,   // LoRA up-projection [n_out, rank] (starts at 0)
+  kAux,     // trained with the model but not part of it (a distillation's hidden-state projection)
 };
 
 struct TrainTensor {
@@ -89,6 +90,11 @@ class TrainModel {
   Status add_lora(int rank, float alpha, uint64_t seed);
   int lora_rank() const { return lora_rank_; }
   float lora_scale() const { return lora_rank_ > 0 ? lora_alpha_ / static_cast<float>(lora_rank_) : 0.f; }
+
+  // An auxiliary tensor [rows, cols] (ParamKind::kAux; layer -1, role
+  // kUnknown; never written to the GGUF) with the given values; returns it.
+  const TrainTensor* add_aux(const std::string& name, int64_t rows, int64_t cols, const std::vector<float>& values);
+  const TrainTensor* find_aux(const std::string& name) const;
 
   // Marks the tensors `pred` selects trainable (rope_freqs never) and lays
   // out their gradient offsets; returns the number of trainable values.
