@@ -63,6 +63,7 @@ struct Distiller::State {
   double hidden_sum = 0;    // hidden loss of the current step (weighted)
   double ppl_teacher = 0;   // evaluation text, computed once
   bool have_ppl_teacher = false;
+  DistillTimes times;
 
   State(TrainModel& s, LiveTeacher* l, TeacherCache* c, const TokenWindows& d, const DistillOptions& opts,
         ThreadPool& p)
@@ -131,7 +132,7 @@ Distiller::Distiller(TrainModel& student, LiveTeacher* live, TeacherCache* cache
                      const DistillOptions& o, ThreadPool& pool)
     : student_(student), st_(std::make_unique<State>(student, live, cache, data, o, pool)) {
   State& s = *st_;
-  EMBER_CHECK_MSG(live || cache, "a distillation needs a teacher");
+  EMBER_CHECK_MSG(live || cache || o.loss.w_ce > 0, "training needs a teacher or a cross-entropy weight");
   s.o.opt.total_steps = s.o.steps;
   if (s.o.hidden_weight > 0 && live) {
     const int64_t Es = student.config().n_embd, Et = live->model().config().n_embd;
@@ -173,6 +174,7 @@ Distiller::Distiller(TrainModel& student, LiveTeacher* live, TeacherCache* cache
 Distiller::~Distiller() = default;
 
 int64_t Distiller::step() const { return st_->opt->steps_done(); }
+const DistillTimes& Distiller::times() const { return st_->times; }
 
 Status Distiller::save_checkpoint() {
   State& s = *st_;
@@ -262,18 +264,28 @@ Result<bool> Distiller::run(const std::function<void(const DistillProgress&)>& p
     s.opt->zero_grad();
     LossStats stats;
     s.hidden_sum = 0;
+    auto lap = [t = Clock::now()](double* acc) mutable {
+      const auto now = Clock::now();
+      *acc += std::chrono::duration<double>(now - t).count();
+      t = now;
+    };
     for (int64_t m = 0; m < s.o.accum; ++m) {
       std::vector<int64_t> ws;
       for (int64_t i = 0; i < s.o.batch; ++i) ws.push_back(s.data.train_window((st * s.o.accum + m) * s.o.batch + i));
       TrainBatch b;
       EMBER_RETURN_IF_ERROR(s.load_batch(ws, false, &b));
+      lap(&s.times.teacher);
       EMBER_RETURN_IF_ERROR(s.step->forward(b));
+      lap(&s.times.forward);
       KdTargets* teacher = s.cache ? static_cast<KdTargets*>(s.cache) : s.live;
       const float scale = 1.0f / static_cast<float>(b.n_rows() * s.o.accum);
       stats += s.step->head_loss(teacher, s.o.loss, scale, s.opt->grad());
+      lap(&s.times.head);
       s.step->backward(s.opt->grad(), hook);
+      lap(&s.times.backward);
     }
     const OptimizerStepInfo info = s.opt->step(s.pool);
+    lap(&s.times.optimizer);
     train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     ++timed_steps;
     if (progress) {

@@ -62,6 +62,12 @@ struct DistillProgress {
   double tokens_per_s = 0, eta_s = 0;
 };
 
+// Wall seconds spent per phase of the training steps so far.
+struct DistillTimes {
+  double teacher = 0, forward = 0, head = 0, backward = 0, optimizer = 0;
+  double total() const { return teacher + forward + head + backward + optimizer; }
+};
+
 struct DistillEval {
   int64_t step = 0, rows = 0;
   double kl = 0;         // mean KL(teacher || student) at tau = 1 (live teacher)
@@ -74,7 +80,8 @@ class Distiller {
  public:
   // The student's trainable tensors must be set (set_trainable) before;
   // live may be null when cache is set (then no KL evaluation and no
-  // hidden-state loss).
+  // hidden-state loss); with neither, the run trains on cross-entropy alone
+  // (o.loss.w_ce > 0 needed: plain fine-tuning).
   Distiller(TrainModel& student, LiveTeacher* live, TeacherCache* cache, const TokenWindows& data,
             const DistillOptions& o, ThreadPool& pool);
   ~Distiller();
@@ -92,6 +99,7 @@ class Distiller {
   Result<DistillEval> evaluate();
   Status save_checkpoint();
   const TrainModel& student() const { return student_; }
+  const DistillTimes& times() const;
 
   struct State;
 

@@ -100,6 +100,28 @@ TrainStep::Impl::Impl(TrainModel& m, const Options& o, ThreadPool& p)
   }
 }
 
+double train_step_flops(const TrainModel& m, int64_t n_seq, int64_t seq_len) {
+  const ModelConfig& c = m.config();
+  const double N = static_cast<double>(n_seq * seq_len);
+  double f = 0;
+  for (const TrainTensor& t : m.tensors()) {
+    const bool matmul = t.kind == ParamKind::kLoraA || t.kind == ParamKind::kLoraB ||
+                        (t.kind == ParamKind::kTensor && t.n_dims == 2 && t.role != TensorRole::kTokenEmbd);
+    const double mn = static_cast<double>(t.rows) * static_cast<double>(t.cols);
+    if (matmul) f += 2 * mn * N * (t.trainable ? 3 : 2);  // forward, dX, dW
+    if (t.role == TensorRole::kTokenEmbd && t.kind == ParamKind::kTensor && m.tied_output())
+      f += 2 * mn * N * (t.trainable ? 3 : 2);  // the tied output head
+  }
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerConfig& lc = c.layers[l];
+    double pairs = 0;
+    for (int64_t t = 0; t < seq_len; ++t) pairs += lc.sliding_window > 0 ? std::min<int64_t>(t + 1, lc.sliding_window) : t + 1;
+    pairs *= static_cast<double>(n_seq) * lc.n_head;
+    f += pairs * 2.0 * (c.head_dim + c.head_dim_v) * 3;  // forward, backward = 2 x forward
+  }
+  return f;
+}
+
 TrainStep::TrainStep(TrainModel& model, const Options& o, ThreadPool& pool)
     : impl_(std::make_unique<Impl>(model, o, pool)) {}
 TrainStep::~TrainStep() = default;

@@ -76,6 +76,13 @@ struct LossStats {
   }
 };
 
+// Model FLOPs of one training pass over n_seq x seq_len rows (the MFU
+// convention: no recomputation counted): every matrix product forward,
+// its dX, its dW when trainable (adapters included), attention's QK^T and
+// PV forward and twice that backward over the visible (causal, windowed)
+// pairs; the output head over every row.
+double train_step_flops(const TrainModel& m, int64_t n_seq, int64_t seq_len);
+
 class TrainStep {
  public:
   struct Options {

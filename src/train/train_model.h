@@ -67,6 +67,10 @@ class TrainModel {
   // empty), each with its config (head counts, window, RoPE) and weights.
   Result<std::unique_ptr<TrainModel>> subset_layers(const std::vector<int>& keep) const;
 
+  // The model with only FFN channels keep[l] (ascending, distinct, in range,
+  // not empty) of each layer: their gate / up rows and down columns.
+  Result<std::unique_ptr<TrainModel>> subset_ffn(const std::vector<std::vector<int>>& keep) const;
+
   const ModelConfig& config() const { return cfg_; }
   const std::vector<TrainTensor>& tensors() const { return tensors_; }
   float* params() { return params_.data(); }
@@ -134,7 +138,8 @@ class TrainModel {
   std::vector<std::array<int, kNumTensorRoles>> index_;
 };
 
-// FNV-1a 64 over bytes, continuing from h (checkpoints and digests).
+// FNV-1a 64 over 8-byte words and the tail bytes, continuing from h
+// (checkpoints, caches and digests; not the byte-wise FNV's values).
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 1469598103934665603ull);
 
 }  // namespace ember

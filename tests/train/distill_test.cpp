@@ -87,6 +87,7 @@ TEST(Distill, StudentWithALayerRemovedRecoversTowardsTheTeacher) {
       std::remove(path.c_str());
     }
     DistillOptions o = options(150);
+    o.accum = 1;
     o.opt.lr = 1e-2;
     Distiller d(*s.student, &live, cache.get(), *s.data, o, pool);
     auto before = d.evaluate();

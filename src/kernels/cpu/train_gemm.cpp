@@ -1,18 +1,22 @@
 // The training GEMM (kernels/train.h train_gemm) at the AVX2 and AVX-512
 // levels: Goto-style blocking around the micro-kernels of train_gemm.h.
 //
-// For each slab of kKc values of k (in order): the slab of op(B) is packed
-// once into NR-wide panels shared by all threads, then the output is cut
-// into blocks of kMc x kNc, handed out dynamically; each block packs its slab
-// of op(A) into MR-high panels and runs the micro-kernel over its tiles.
-// When op(B) is the wider operand (N > M) the driver computes C^T =
-// op(B)^T op(A)^T instead, so the shared slab is always the narrower one.
+// Loops (outermost first): column panels of kNo columns of C; slabs of kKc
+// values of k, in order: the slab of op(B) for the panel is packed once into
+// NR-wide panels shared by all threads; then the panel's output is cut into
+// blocks of kMc x kNc handed out dynamically, each packing its slab of op(A)
+// into MR-high panels and running the micro-kernel over its tiles. Packed
+// memory: kKc x kNo floats shared plus kMc x kKc per thread, whatever the
+// shape (a 262144-wide output head included).
 //
-// Bits: every element of C is, per slab, an f32 fma chain over its k in
-// order started at 0, then added to C (or stored, for the first slab
-// without accumulate). Neither the thread count, the block a tile falls in,
-// the swap, nor the micro-kernel's shape (6 x 16 at AVX2, 12 x 32 at
-// AVX-512) changes that, so both levels give the same bits with any threads.
+// Bits: every element of C is, per slab (kKc, or kKcLong for one block of
+// rows over a long k: a function of the shape), an f32 fma chain over its k
+// in order started at 0, then added to C (or stored, for the first slab
+// without accumulate). Neither the thread count, the block a tile falls in
+// nor the micro-kernel's shape (6 x 16 at AVX2, 12 x 32 at AVX-512) changes
+// that, so both levels give the same bits with any threads.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -26,8 +30,10 @@ namespace ember {
 namespace {
 
 constexpr int64_t kKc = 256;  // k per slab
+constexpr int64_t kKcLong = 1024;  // k per slab of a long, narrow product (fewer barriers)
 constexpr int64_t kMc = 192;  // rows of C per block (a multiple of every MR)
 constexpr int64_t kNc = 512;  // columns of C per block (a multiple of every NR)
+constexpr int64_t kNo = 4096; // columns of C per shared slab of op(B) (a multiple of kNc)
 
 // A matrix read as op(X)[r, c].
 struct Operand {
@@ -48,6 +54,39 @@ struct FloatBuf {
     return p.get();
   }
 };
+
+// dst[j * ldd + i] = src[i * lds + j] for an 8 x 8 block.
+inline void transpose8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(dst + 0 * ldd, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(dst + 1 * ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+// The same for a 4 x 4 block.
+inline void transpose4(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m128 r0 = _mm_loadu_ps(src), r1 = _mm_loadu_ps(src + lds), r2 = _mm_loadu_ps(src + 2 * lds),
+         r3 = _mm_loadu_ps(src + 3 * lds);
+  _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+  _mm_storeu_ps(dst, r0);
+  _mm_storeu_ps(dst + ldd, r1);
+  _mm_storeu_ps(dst + 2 * ldd, r2);
+  _mm_storeu_ps(dst + 3 * ldd, r3);
+}
 
 // Rows [r0, r0 + rows) x cols [c0, c0 + cols) of op(X), packed into panels
 // of `w` rows: dst[(i / w) * cols * w + c * w + i % w], zero-padded to a
@@ -70,11 +109,27 @@ void pack_panels(const Operand& x, bool by_rows, int64_t r0, int64_t rows, int64
         for (int64_t i = pr; i < w; ++i) dc[i] = 0.f;
       }
     } else {
-      for (int64_t i = 0; i < pr; ++i) {
+      // Source rows are contiguous in c: transpose 8 x 8 blocks.
+      int64_t i = 0;
+      for (; i + 8 <= pr; i += 8) {
+        const float* s = x.p + (r0 + p0 + i) * x.ld + c0;
+        int64_t c = 0;
+        for (; c + 8 <= cols; c += 8) transpose8(s + c, x.ld, d + c * w + i, w);
+        for (; c < cols; ++c)
+          for (int64_t j = 0; j < 8; ++j) d[c * w + i + j] = s[j * x.ld + c];
+      }
+      for (; i + 4 <= pr; i += 4) {
+        const float* s = x.p + (r0 + p0 + i) * x.ld + c0;
+        int64_t c = 0;
+        for (; c + 4 <= cols; c += 4) transpose4(s + c, x.ld, d + c * w + i, w);
+        for (; c < cols; ++c)
+          for (int64_t j = 0; j < 4; ++j) d[c * w + i + j] = s[j * x.ld + c];
+      }
+      for (; i < pr; ++i) {
         const float* s = x.p + (r0 + p0 + i) * x.ld + c0;
         for (int64_t c = 0; c < cols; ++c) d[c * w + i] = s[c];
       }
-      for (int64_t i = pr; i < w; ++i)
+      for (i = pr; i < w; ++i)
         for (int64_t c = 0; c < cols; ++c) d[c * w + i] = 0.f;
     }
   }
@@ -85,9 +140,35 @@ struct Problem {
   Operand a, b;  // op(A)[m, k], op(B)[k, n]
   float* c;
   int64_t ldc;
-  bool tc;  // C element (m, n) at c[n * ldc + m]
   bool accumulate;
 };
+
+// The tiles of C rows [m0, m0 + mc) x columns [n0, n0 + nc) from packed
+// panels of op(A) (ap: rows m0..) and op(B) (bp: columns n0..), one slab of
+// kc: C = (add ? C : 0) + the slab's products.
+void run_tiles(const TrainGemmKernel& kr, const Problem& pr, const float* ap, const float* bp, int64_t kc, int64_t m0,
+               int64_t mc, int64_t n0, int64_t nc, bool add, float* tile) {
+  const int mr = kr.mr, nr = kr.nr;
+  for (int64_t jr = 0; jr < nc; jr += nr) {
+    const float* b = bp + jr * kc;
+    const int64_t cols = std::min<int64_t>(nr, nc - jr);
+    for (int64_t ir = 0; ir < mc; ir += mr) {
+      const float* a = ap + ir * kc;
+      const int64_t rows = std::min<int64_t>(mr, mc - ir);
+      float* c = pr.c + (m0 + ir) * pr.ldc + n0 + jr;
+      if (rows == mr && cols == nr) {
+        kr.fn(kc, a, b, c, pr.ldc, add);
+        continue;
+      }
+      kr.fn(kc, a, b, tile, nr, false);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          float& x = c[i * pr.ldc + j];
+          x = add ? x + tile[i * nr + j] : tile[i * nr + j];
+        }
+    }
+  }
+}
 
 // One thread, the caller (attention's tiles run inside a parallel region).
 struct Serial {
@@ -102,49 +183,71 @@ template <typename Pool>
 void gemm_blocked(const TrainGemmKernel& kr, const Problem& pr, Pool& pool) {
   const int mr = kr.mr, nr = kr.nr;
   const int64_t M = pr.M, N = pr.N, K = pr.K;
-  const int64_t n_pad = (N + nr - 1) / nr * nr;
   const int nth = pool.size();
   thread_local FloatBuf b_buf, a_bufs;
-  float* bp = b_buf.get(static_cast<size_t>(kKc * n_pad));
-  const size_t a_stride = static_cast<size_t>(kMc * kKc + mr * nr);
+  float* bp = b_buf.get(static_cast<size_t>(kKcLong * std::min(kNo, (N + nr - 1) / nr * nr)));
+  const size_t a_stride = static_cast<size_t>(kMc * kKcLong + mr * nr);
   float* ap_all = a_bufs.get(a_stride * nth);
-  const int64_t n_ib = (M + kMc - 1) / kMc, n_jb = (N + kNc - 1) / kNc;
-  const int64_t n_panels = n_pad / nr;
-  for (int64_t k0 = 0; k0 < K; k0 += kKc) {
-    const int64_t kc = std::min(kKc, K - k0);
-    pool.parallel_for(n_panels, std::max<int64_t>(1, n_panels / (4 * nth)), [&](int64_t b, int64_t e, int) {
-      const int64_t c1 = std::min(N, e * nr);
-      pack_panels(pr.b, false, b * nr, c1 - b * nr, k0, kc, nr, bp + b * nr * kc);
-    });
-    const bool add = pr.accumulate || k0 > 0;
-    pool.parallel_for(n_ib * n_jb, 1, [&](int64_t ub, int64_t ue, int ith) {
-      float* ap = ap_all + a_stride * ith;
-      float* tile = ap + kMc * kKc;
+  const int64_t n_ib = (M + kMc - 1) / kMc;
+  // One block of rows over a long k (the head's dX: 128 x 640 over k =
+  // 262144): slabs of kKcLong, a quarter of the synchronisations.
+  const int64_t ks = n_ib == 1 && K > 16 * kKc ? kKcLong : kKc;
+  if (n_ib == 1 && K <= 8 * kKc) {
+    // One block of rows and a short k: nothing to share. Each column block
+    // runs every slab on its own (its own packing of op(A), which is small,
+    // no barrier per slab): the output head's forward (128 rows x 262144
+    // columns). Narrow blocks when there are few, so every thread has work.
+    int64_t nc_blk = kNc;
+    while (nc_blk > nr && (N + nc_blk - 1) / nc_blk < 4 * nth) nc_blk /= 2;
+    nc_blk = std::max<int64_t>(nr, nc_blk / nr * nr);
+    thread_local FloatBuf priv;
+    const size_t b_stride = static_cast<size_t>(kKc * nc_blk);
+    float* bp_all = priv.get((a_stride + b_stride) * nth);
+    pool.parallel_for((N + nc_blk - 1) / nc_blk, 1, [&](int64_t ub, int64_t ue, int ith) {
+      float* ap = bp_all + (a_stride + b_stride) * ith;
+      float* tile = ap + kMc * kKcLong;
+      float* bpr = ap + a_stride;
       for (int64_t u = ub; u < ue; ++u) {
-        const int64_t m0 = (u / n_jb) * kMc, n0 = (u % n_jb) * kNc;
-        const int64_t mc = std::min(kMc, M - m0), nc = std::min(kNc, N - n0);
-        pack_panels(pr.a, true, m0, mc, k0, kc, mr, ap);
-        for (int64_t jr = 0; jr < nc; jr += nr) {
-          const float* b = bp + (n0 + jr) * kc;
-          const int64_t cols = std::min<int64_t>(nr, nc - jr);
-          for (int64_t ir = 0; ir < mc; ir += mr) {
-            const float* a = ap + ir * kc;
-            const int64_t rows = std::min<int64_t>(mr, mc - ir);
-            if (!pr.tc && rows == mr && cols == nr) {
-              kr.fn(kc, a, b, pr.c + (m0 + ir) * pr.ldc + n0 + jr, pr.ldc, add);
-              continue;
-            }
-            kr.fn(kc, a, b, tile, nr, false);
-            for (int64_t i = 0; i < rows; ++i)
-              for (int64_t j = 0; j < cols; ++j) {
-                const int64_t m = m0 + ir + i, n = n0 + jr + j;
-                float& c = pr.tc ? pr.c[n * pr.ldc + m] : pr.c[m * pr.ldc + n];
-                c = add ? c + tile[i * nr + j] : tile[i * nr + j];
-              }
-          }
+        const int64_t n0 = u * nc_blk, nc = std::min(nc_blk, N - n0);
+        for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+          const int64_t kc = std::min(kKc, K - k0);
+          const bool add = pr.accumulate || k0 > 0;
+          pack_panels(pr.b, false, n0, nc, k0, kc, nr, bpr);
+          pack_panels(pr.a, true, 0, M, k0, kc, mr, ap);
+          run_tiles(kr, pr, ap, bpr, kc, 0, M, n0, nc, add, tile);
         }
       }
     });
+    return;
+  }
+  for (int64_t no = 0; no < N; no += kNo) {
+    const int64_t nw = std::min(kNo, N - no);  // columns of this panel
+    // Blocks of kNc columns, narrower when that leaves threads idle (the
+    // head's dX: 128 x 640 outputs over k = 262144).
+    int64_t nc_blk = kNc;
+    if (n_ib * ((nw + nc_blk - 1) / nc_blk) < 2 * nth) {
+      const int64_t want = (2 * nth + n_ib - 1) / n_ib;
+      nc_blk = std::max<int64_t>(nr, ((nw + want - 1) / want + nr - 1) / nr * nr);
+    }
+    const int64_t n_panels = (nw + nr - 1) / nr, n_jb = (nw + nc_blk - 1) / nc_blk;
+    for (int64_t k0 = 0; k0 < K; k0 += ks) {
+      const int64_t kc = std::min(ks, K - k0);
+      pool.parallel_for(n_panels, std::max<int64_t>(1, n_panels / (4 * nth)), [&](int64_t b, int64_t e, int) {
+        const int64_t c1 = std::min(nw, e * nr);
+        pack_panels(pr.b, false, no + b * nr, c1 - b * nr, k0, kc, nr, bp + b * nr * kc);
+      });
+      const bool add = pr.accumulate || k0 > 0;
+      pool.parallel_for(n_ib * n_jb, 1, [&](int64_t ub, int64_t ue, int ith) {
+        float* ap = ap_all + a_stride * ith;
+        float* tile = ap + kMc * kKcLong;
+        for (int64_t u = ub; u < ue; ++u) {
+          const int64_t m0 = (u / n_jb) * kMc, n0 = (u % n_jb) * nc_blk;  // n0 within the panel
+          const int64_t mc = std::min(kMc, M - m0), nc = std::min(nc_blk, nw - n0);
+          pack_panels(pr.a, true, m0, mc, k0, kc, mr, ap);
+          run_tiles(kr, pr, ap, bp + n0 * kc, kc, m0, mc, no + n0, nc, add, tile);
+        }
+      });
+    }
   }
 }
 
@@ -158,10 +261,7 @@ void gemm_fast(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, boo
     return;
   }
   const TrainGemmKernel kr = active_isa() >= Isa::kAvx512 ? avx512::train_gemm_kernel() : avx2::train_gemm_kernel();
-  Problem pr{M, N, K, {A, lda, ta}, {B, ldb, tb}, C, ldc, false, accumulate};
-  if (N > M) {  // C^T = op(B)^T op(A)^T: the shared slab is op(A)'s
-    pr = Problem{N, M, K, {B, ldb, !tb}, {A, lda, !ta}, C, ldc, true, accumulate};
-  }
+  const Problem pr{M, N, K, {A, lda, ta}, {B, ldb, tb}, C, ldc, accumulate};
   gemm_blocked(kr, pr, pool);
 }
 
