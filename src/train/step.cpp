@@ -210,7 +210,7 @@ LossStats TrainStep::head_loss(KdTargets* teacher, const LossWeights& lw, float 
   const float* W = m.param(wt);
   float* gW = grad && wt->trainable ? grad + wt->grad_offset : nullptr;
   int64_t R = im.opt.head_chunk_rows;
-  if (R <= 0) R = std::clamp<int64_t>((int64_t{32} << 20) / V, 16, 512);
+  if (R <= 0) R = std::clamp<int64_t>((int64_t{64} << 20) / V, 16, 512);
   R = std::min(R, N);
   const bool dense = teacher && teacher->dense(), capped = c.final_logit_softcap > 0.f;
   im.chunk.resize(static_cast<size_t>(R * V));

@@ -88,7 +88,7 @@ class TrainStep {
   struct Options {
     int64_t max_rows = 512;       // most rows (n_seq * seq_len) of a batch
     bool checkpointing = false;   // keep block inputs only, recompute each block before its backward
-    int64_t head_chunk_rows = 0;  // rows per head / loss chunk; 0: so that a chunk's logits are about 32M floats
+    int64_t head_chunk_rows = 0;  // rows per head / loss chunk; 0: so that a chunk's logits are about 64M floats
   };
   TrainStep(TrainModel& model, const Options& o, ThreadPool& pool);
   ~TrainStep();

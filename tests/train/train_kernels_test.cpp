@@ -60,7 +60,7 @@ TEST(TrainKernels, GemmMatchesReferenceEveryLayoutAndIsBitStable) {
     int64_t M, N, K;
   };
   for (const Shape sh : {Shape{37, 53, 300}, Shape{200, 45, 17}, Shape{5, 700, 600}, Shape{1, 1, 1}, Shape{9, 70, 4500},
-                         Shape{200, 4200, 24}}) {
+                         Shape{200, 4200, 24}, Shape{13, 17, 66000}}) {
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb)
         for (int acc = 0; acc < 2; ++acc) {

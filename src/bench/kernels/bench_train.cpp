@@ -2,7 +2,7 @@
 // a linear's training takes (forward y = x W^T, dX = dY W, dW += dY^T X) and
 // attention forward / backward, on the shapes of Gemma 3 270M (n_embd 640,
 // FFN 2048, 4 query heads and 1 KV head of 256, a 262144-token head taken
-// in chunks of 128 rows) for a batch of `tokens` rows, at the active ISA
+// in chunks of 256 rows) for a batch of `tokens` rows, at the active ISA
 // level. Prints GFLOP/s per second of process CPU time (on a shared machine
 // wall time counts other jobs' slices), the best of `reps` runs, and the
 // AVX-512 f32 peak for reference (2 FMA x 16 lanes x 2 per cycle).
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   ThreadPool pool(threads);
   std::printf("ISA %s, %d thread(s), %lld rows; CPU time per run, best of %d\n", isa_name(active_isa()), threads,
               static_cast<long long>(tokens), reps);
-  const int64_t E = 640, F = 2048, Q = 1024, V = 262144, R = 128;
+  const int64_t E = 640, F = 2048, Q = 1024, V = 262144, R = 256;
   gemm_case("up/gate forward  y = x W^T", tokens, F, E, false, true, false, reps, pool);
   gemm_case("up/gate dX = dY W", tokens, E, F, false, false, false, reps, pool);
   gemm_case("up/gate dW += dY^T X", F, E, tokens, true, false, true, reps, pool);

@@ -9,10 +9,16 @@
 // memory: kKc x kNo floats shared plus kMc x kKc per thread, whatever the
 // shape (a 262144-wide output head included).
 //
+// A small output over a long k (at most 2 row blocks, k >= 4 kSplitK) is
+// split into fixed blocks of kSplitK values of k, one product per block
+// (into a partial) spread over the threads, the partials added to C in
+// block order.
+//
 // Bits: every element of C is, per slab (kKc, or kKcLong for one block of
 // rows over a long k: a function of the shape), an f32 fma chain over its k
 // in order started at 0, then added to C (or stored, for the first slab
-// without accumulate). Neither the thread count, the block a tile falls in
+// without accumulate); split products add their fixed blocks' results in
+// order (the same split with any number of threads). Neither the thread count, the block a tile falls in
 // nor the micro-kernel's shape (6 x 16 at AVX2, 12 x 32 at AVX-512) changes
 // that, so both levels give the same bits with any threads.
 #include <immintrin.h>
@@ -31,6 +37,7 @@ namespace {
 
 constexpr int64_t kKc = 256;  // k per slab
 constexpr int64_t kKcLong = 1024;  // k per slab of a long, narrow product (fewer barriers)
+constexpr int64_t kSplitK = 16384; // k per block of a small output over a long k (split over threads)
 constexpr int64_t kMc = 192;  // rows of C per block (a multiple of every MR)
 constexpr int64_t kNc = 512;  // columns of C per block (a multiple of every NR)
 constexpr int64_t kNo = 4096; // columns of C per shared slab of op(B) (a multiple of kNc)
@@ -261,6 +268,33 @@ void gemm_fast(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, boo
     return;
   }
   const TrainGemmKernel kr = active_isa() >= Isa::kAvx512 ? avx512::train_gemm_kernel() : avx2::train_gemm_kernel();
+  if (M <= 2 * kMc && K >= 4 * kSplitK) {
+    // A small output over a long k (the head's dX: 256 x 640 over k =
+    // 262144): blocks of kSplitK values of k over the threads, each product
+    // into a partial of its own, the partials then added in block order.
+    const int64_t nb = (K + kSplitK - 1) / kSplitK;
+    std::vector<float> part(static_cast<size_t>(nb * M * N));
+    pool.parallel_for(nb, 1, [&](int64_t b0, int64_t b1, int) {
+      Serial serial;
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t k0 = b * kSplitK, kb = std::min(kSplitK, K - k0);
+        const Problem p{M, N, kb, {ta ? A + k0 * lda : A + k0, lda, ta}, {tb ? B + k0 : B + k0 * ldb, ldb, tb},
+                        part.data() + b * M * N, N, false};
+        gemm_blocked(kr, p, serial);
+      }
+    });
+    pool.parallel_for(M, 1, [&](int64_t m0, int64_t m1, int) {
+      for (int64_t m = m0; m < m1; ++m) {
+        float* c = C + m * ldc;
+        if (!accumulate) std::fill(c, c + N, 0.f);
+        for (int64_t b = 0; b < nb; ++b) {
+          const float* pb = part.data() + b * M * N + m * N;
+          for (int64_t n = 0; n < N; ++n) c[n] += pb[n];
+        }
+      }
+    });
+    return;
+  }
   const Problem pr{M, N, K, {A, lda, ta}, {B, ldb, tb}, C, ldc, accumulate};
   gemm_blocked(kr, pr, pool);
 }
