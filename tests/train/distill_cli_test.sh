@@ -42,7 +42,7 @@ check "resume without a checkpoint" [ "$(run_rc "$tmp/l" "$EMBER" distill "${COM
 check "no output" [ "$(run_rc "$tmp/l" "$EMBER" distill "${COMMON[@]}" --drop-layers 1)" = 2 ]
 
 # An uninterrupted run.
-RUN=("${COMMON[@]}" --drop-layers 1 --train all --tokens 100000 --checkpoint-every 40)
+RUN=("${COMMON[@]}" --drop-layers 1 --train all --tokens 40000 --checkpoint-every 40)
 rc=$(run_rc "$tmp/a.log" "$EMBER" distill "${RUN[@]}" -o "$tmp/a.gguf")
 check "distill runs (rc $rc)" [ "$rc" = 0 ]
 check "the student is written" [ -s "$tmp/a.gguf" ]
