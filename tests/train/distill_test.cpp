@@ -145,6 +145,20 @@ TEST(Distill, StoppedAndResumedRunGivesTheUninterruptedBits) {
   std::remove(ckpt.c_str());
 }
 
+TEST(Distill, OneAndTwoThreadsGiveTheSameBits) {
+  std::vector<float> got[2];
+  for (int th = 1; th <= 2; ++th) {
+    ThreadPool pool(th);
+    Fixture s = make_setup();
+    ASSERT_TRUE(select_trainable(*s.student, "all", 1).is_ok());
+    LiveTeacher live(*s.teacher, pool, 64);
+    Distiller d(*s.student, &live, nullptr, *s.data, options(4), pool);
+    ASSERT_TRUE(d.run(nullptr, nullptr, nullptr));
+    got[th - 1] = params_of(*s.student);
+  }
+  EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)));
+}
+
 std::string read_bytes(const std::string& p) {
   std::ifstream f(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
