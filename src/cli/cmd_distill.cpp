@@ -29,8 +29,10 @@
 
 #include "cli/common.h"
 #include "cli/progress.h"
+#include "engine/generator.h"
 #include "transform/gen_model.h"
 #include "train/distill.h"
+#include "train/rng.h"
 
 namespace ember::cli {
 namespace {
@@ -176,6 +178,48 @@ Result<GenModelShape> parse_student_config(const std::string& s, const ModelConf
   return g;
 }
 
+// --generate: n tokens of text sampled from the teacher (temperature 1, no
+// truncation: its own distribution), in pieces of up to seq_len tokens, each
+// prompted by 16 tokens from a random place of the data (BOS alone without
+// data), joined by EOS.
+Result<std::vector<int32_t>> generate_text(const Model& teacher, const Tokenizer& tok, const std::vector<int32_t>& data,
+                                           int64_t n, int64_t seq_len, uint64_t seed, ThreadPool& pool) {
+  std::vector<int32_t> out;
+  Rng rng(seed ^ 0x6e6572617465ull);
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 0;
+  sp.top_p = 1.0f;
+  sp.min_p = 0.0f;
+  sp.seed = seed;
+  Sampler sampler(sp);
+  Generator gen(teacher, pool, seq_len + 17, 64);
+  ProgressLine line;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (static_cast<int64_t>(out.size()) < n) {
+    std::vector<int32_t> prompt;
+    if (tok.add_bos() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
+    if (data.size() > 16) {
+      const size_t at = static_cast<size_t>(rng.below(data.size() - 16));
+      prompt.insert(prompt.end(), data.begin() + static_cast<int64_t>(at), data.begin() + static_cast<int64_t>(at) + 16);
+    }
+    const size_t first = out.size();
+    out.insert(out.end(), prompt.begin() + (tok.add_bos() && tok.bos_id() >= 0 ? 1 : 0), prompt.end());
+    sampler.reset();
+    GenerationStats st;
+    EMBER_RETURN_IF_ERROR(gen.generate(prompt, static_cast<int>(seq_len), sampler, [&](int32_t t) {
+      out.push_back(t);
+      return !tok.is_eog(t) && static_cast<int64_t>(out.size()) < n;
+    }, &st));
+    if (tok.eos_id() >= 0 && out.size() > first && out.back() != tok.eos_id()) out.push_back(tok.eos_id());
+    line.update(static_cast<long>(std::min<int64_t>(n, static_cast<int64_t>(out.size()))), static_cast<long>(n),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), "generated tokens");
+    if (g_stop.load()) return Status::error("--generate: interrupted");
+  }
+  line.clear();
+  return out;
+}
+
 class Progress {
  public:
   void update(const DistillProgress& p) {
@@ -258,7 +302,7 @@ int cmd_distill(int argc, char** argv, int first) {
   float cache_beta = 1.0f;
   uint64_t seed = 0;
   bool resume = false, grad_ckpt = false;
-  int64_t bench_steps = 0;
+  int64_t bench_steps = 0, generate = 0;
   int threads = default_thread_count();
   std::vector<std::string> extra;
   p.option("--teacher", &teacher_path, "T", "teacher model (default: the default model)");
@@ -269,6 +313,7 @@ int cmd_distill(int argc, char** argv, int first) {
   p.option("--student-config", &student_cfg, "K=V,..", "fresh random student: layers=,embd=,ff=,heads=,kv=[,head_dim=]");
   p.option("--data", &data_arg, "FILE[,FILE..]", "training text (.txt) or JSONL ({\"text\": ..} per line); more "
                                                   "files as arguments");
+  p.option("--generate", &generate, "N", "add N tokens of teacher-generated text to the training data");
   p.option("--eval-data", &eval_data, "FILE", "held-out text (default: the last --eval-windows windows of --data)");
   p.option("--tokens", &tokens, "N", "training tokens (default 100000)");
   p.option("--seq-len", &seq_len, "L", "tokens per window (default 256)");
@@ -310,7 +355,8 @@ int cmd_distill(int argc, char** argv, int first) {
   if (bench_steps < 0) return usage_error(p, "--bench-steps must be >= 0");
   if (out_path.empty() && bench_steps == 0) return usage_error(p, "an output file is required (-o OUT.gguf)");
   if (bench_steps > 0 && out_path.empty()) out_path = "bench";
-  if (data_files.empty()) return usage_error(p, "training data is required (--data FILE)");
+  if (generate < 0 || generate > (int64_t{1} << 32)) return usage_error(p, "--generate must be in [0, 2^32]");
+  if (data_files.empty() && generate == 0) return usage_error(p, "training data is required (--data FILE or --generate N)");
   if (n_student_sources > 1) return usage_error(p, "give one of --student, --keep-layers, --drop-layers, --student-config");
   if (n_student_sources == 0 && !(keep_ffn > 0)) return usage_error(p, "a student is required (--student, --keep-layers, "
                                                                        "--drop-layers, --keep-ffn or --student-config)");
@@ -390,10 +436,18 @@ int cmd_distill(int argc, char** argv, int first) {
     return usage_error(p, fmt::format("the student's vocabulary ({} tokens) differs from the teacher's ({})",
                                       student->config().n_vocab, tc.n_vocab));
   prepare_for_cpu(**teacher);
+  std::signal(SIGINT, on_sigint);
 
   // Data.
   auto stream = tokenize_files(data_files, **tok);
   if (!stream) return usage_error(p, stream.status().message());
+  if (generate > 0) {
+    ThreadPool gp(threads);
+    auto g = generate_text(**teacher, **tok, *stream, generate, seq_len, seed, gp);
+    if (!g) return usage_error(p, g.status().message());
+    std::fprintf(stderr, "generated %lld tokens with the teacher\n", static_cast<long long>(g->size()));
+    stream->insert(stream->end(), g->begin(), g->end());
+  }
   std::vector<int32_t> eval_stream;
   if (!eval_data.empty()) {
     auto e = tokenize_files({eval_data}, **tok);
@@ -434,7 +488,6 @@ int cmd_distill(int argc, char** argv, int first) {
   LiveTeacher live(**teacher, pool, rows, hidden > 0 ? o.hidden_map : std::vector<int>{});
   std::unique_ptr<TeacherCache> cache;
   Progress prog;
-  std::signal(SIGINT, on_sigint);
   if (!cache_path.empty()) {
     TeacherCacheOptions co;
     co.samples = cache_samples;

@@ -5,7 +5,8 @@
 # --resume then gives the uninterrupted run's file byte for byte; a damaged
 # or foreign checkpoint is refused; a teacher cache is built, reused, and
 # gives the same file on reuse; the student loads in `ember run` and serves
-# as the teacher's speculative draft with the same greedy output.
+# as the teacher's speculative draft with the same greedy output; teacher-
+# generated text trains a student without any data file.
 # Usage: distill_cli_test.sh path/to/ember
 set -u
 EMBER="$1"
@@ -86,6 +87,11 @@ check "reused cache gives the same student" cmp -s "$tmp/d.gguf" "$tmp/e.gguf"
 printf 'x' | dd of="$tmp/cache.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
 rc=$(run_rc "$tmp/f.log" "$EMBER" distill "${CACHED[@]}" -o "$tmp/f.gguf")
 check "damaged cache refused (rc $rc)" [ "$rc" = 2 ]
+
+# Teacher-generated text alone as the data.
+rc=$(run_rc "$tmp/i.log" "$EMBER" distill --teacher "$tmp/teacher.gguf" --drop-layers 1 --generate 600 --tokens 1000 \
+  --seq-len 32 --batch 2 --eval-windows 2 -t 2 -o "$tmp/gen.gguf")
+check "--generate run (rc $rc)" [ "$rc" = 0 ] && check "--generate message" grep -q "generated [0-9]* tokens" "$tmp/i.log"
 
 # The student runs and drafts for its teacher (greedy output unchanged).
 check "student runs" [ "$(run_rc "$tmp/g.log" "$EMBER" run -m "$tmp/a.gguf" -p "It was" -n 8 --temp 0 -t 2)" = 0 ]
