@@ -36,6 +36,16 @@ namespace ember {
 void train_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B, int64_t ldb,
                 bool tb, float* C, int64_t ldc, bool accumulate, ThreadPool& pool);
 
+// The same product with op(A) and op(B) rounded to bf16 (to nearest even)
+// and f32 accumulation (AVX512_BF16: each instruction adds the products of a
+// pair of consecutive k to an f32 lane): twice the f32 kernel's rate. Only
+// where train_bf16_available(); the scalar level runs its reference twin.
+void train_gemm_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B,
+                     int64_t ldb, bool tb, float* C, int64_t ldc, bool accumulate, ThreadPool& pool);
+// Whether the active level has the bf16 GEMM (AVX-512 with AVX512_BF16, or
+// the scalar reference).
+bool train_bf16_available();
+
 // RMSNorm of n rows of dim: rstd[r] = 1 / sqrt(mean(x_r^2) + eps), out =
 // x * rstd * (offset + w) (w null: no weight). out != x.
 void train_rms_norm_forward(const float* x, int64_t n, int64_t dim, const float* w, float offset, float eps,

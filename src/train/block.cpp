@@ -20,16 +20,16 @@ TrainActivation activation_of(const ModelConfig& cfg) {
 // (adapters only); tmp: [n, rank] scratch.
 void linear_forward(TrainStep::Impl& im, const LinearParams& L, const float* x, int64_t n, float* y, float* xa,
                     float* tmp) {
-  train_gemm(n, L.out, L.in, x, L.in, false, L.w, L.in, true, y, L.out, false, im.pool);
+  im.gemm(n, L.out, L.in, x, L.in, false, L.w, L.in, true, y, L.out, false, im.pool);
   if (L.b)
     for (int64_t r = 0; r < n; ++r)
       for (int64_t o = 0; o < L.out; ++o) y[r * L.out + o] += L.b[o];
   if (L.la) {
     const int64_t R = im.model.lora_rank();
     const float s = im.model.lora_scale();
-    train_gemm(n, R, L.in, x, L.in, false, L.la, L.in, true, xa, R, false, im.pool);
+    im.gemm(n, R, L.in, x, L.in, false, L.la, L.in, true, xa, R, false, im.pool);
     for (int64_t i = 0; i < n * R; ++i) tmp[i] = s * xa[i];
-    train_gemm(n, L.out, R, tmp, R, false, L.lb, R, true, y, L.out, true, im.pool);
+    im.gemm(n, L.out, R, tmp, R, false, L.lb, R, true, y, L.out, true, im.pool);
   }
 }
 
@@ -37,21 +37,21 @@ void linear_forward(TrainStep::Impl& im, const LinearParams& L, const float* x, 
 // gradients where wanted. tmp0, tmp1: [n, rank] scratch.
 void linear_backward(TrainStep::Impl& im, const LinearParams& L, const float* x, const float* xa, const float* dy,
                      int64_t n, float* dx, bool accumulate, float* tmp0, float* tmp1) {
-  if (dx) train_gemm(n, L.in, L.out, dy, L.out, false, L.w, L.in, false, dx, L.in, accumulate, im.pool);
-  if (L.gw) train_gemm(L.out, L.in, n, dy, L.out, true, x, L.in, false, L.gw, L.in, true, im.pool);
+  if (dx) im.gemm(n, L.in, L.out, dy, L.out, false, L.w, L.in, false, dx, L.in, accumulate, im.pool);
+  if (L.gw) im.gemm(L.out, L.in, n, dy, L.out, true, x, L.in, false, L.gw, L.in, true, im.pool);
   if (L.gb) train_bias_backward(dy, n, L.out, L.gb, im.pool);
   if (L.la) {
     const int64_t R = im.model.lora_rank();
     const float s = im.model.lora_scale();
     // dt = s dy B [n, R]
-    train_gemm(n, R, L.out, dy, L.out, false, L.lb, R, false, tmp0, R, false, im.pool);
+    im.gemm(n, R, L.out, dy, L.out, false, L.lb, R, false, tmp0, R, false, im.pool);
     for (int64_t i = 0; i < n * R; ++i) tmp0[i] *= s;
     if (L.glb) {  // dB += dy^T (s xa)
       for (int64_t i = 0; i < n * R; ++i) tmp1[i] = s * xa[i];
-      train_gemm(L.out, R, n, dy, L.out, true, tmp1, R, false, L.glb, R, true, im.pool);
+      im.gemm(L.out, R, n, dy, L.out, true, tmp1, R, false, L.glb, R, true, im.pool);
     }
-    if (L.gla) train_gemm(R, L.in, n, tmp0, R, true, x, L.in, false, L.gla, L.in, true, im.pool);  // dA += dt^T x
-    if (dx) train_gemm(n, L.in, R, tmp0, R, false, L.la, L.in, false, dx, L.in, true, im.pool);     // dx += dt A
+    if (L.gla) im.gemm(R, L.in, n, tmp0, R, true, x, L.in, false, L.gla, L.in, true, im.pool);  // dA += dt^T x
+    if (dx) im.gemm(n, L.in, R, tmp0, R, false, L.la, L.in, false, dx, L.in, true, im.pool);     // dx += dt A
   }
 }
 

@@ -150,6 +150,7 @@ Distiller::Distiller(TrainModel& student, LiveTeacher* live, TeacherCache* cache
   TrainStep::Options so;
   so.max_rows = s.rows();
   so.checkpointing = s.o.grad_checkpointing;
+  so.bf16 = s.o.bf16;
   s.step = std::make_unique<TrainStep>(student, so, pool);
   s.opt = std::make_unique<AdamW>(student, s.o.opt);
   s.tokens.resize(static_cast<size_t>(s.rows()));
@@ -168,6 +169,7 @@ Distiller::Distiller(TrainModel& student, LiveTeacher* live, TeacherCache* cache
     mix(v);
   for (int v : s.o.hidden_map) mix(v);
   mix(s.o.seed);
+  mix(s.step->bf16_active());
   s.ck.options_digest = h;
 }
 

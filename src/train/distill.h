@@ -46,6 +46,7 @@ struct DistillOptions {
   std::vector<int> hidden_map;  // teacher layer of each student layer (hidden_weight > 0)
   OptimizerOptions opt;         // total_steps is set to steps
   bool grad_checkpointing = false;
+  bool bf16 = false;         // bf16 matrix products (TrainStep::Options::bf16)
   int64_t eval_every = 0;    // steps between evaluations (0: only at the end)
   int64_t eval_windows = 0;  // held-out windows per evaluation (0: all)
   int64_t checkpoint_every = 0;

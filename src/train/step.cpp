@@ -33,6 +33,7 @@ class Carver {
 
 TrainStep::Impl::Impl(TrainModel& m, const Options& o, ThreadPool& p)
     : model(m), cfg(m.config()), pool(p), opt(o), max_rows(std::max<int64_t>(1, o.max_rows)) {
+  if (o.bf16 && train_bf16_available()) gemm = train_gemm_bf16;
   const int64_t N = max_rows, E = cfg.n_embd, F = cfg.max_n_ff(), hd = cfg.head_dim, hdv = cfg.head_dim_v;
   const int64_t H = cfg.max_n_head(), Hkv = cfg.max_n_head_kv();
   const int64_t Qm = H * hd, Km = Hkv * hd, Vm = Hkv * hdv, Om = H * hdv, R = std::max(1, m.lora_rank());
@@ -137,6 +138,8 @@ size_t TrainStep::activation_bytes() const {
   return n * sizeof(float);
 }
 
+bool TrainStep::bf16_active() const { return impl_->gemm == &train_gemm_bf16; }
+
 const float* TrainStep::block_output(int l) const { return impl_->resid_of(l); }
 
 Status TrainStep::forward(const TrainBatch& b) {
@@ -193,7 +196,7 @@ void TrainStep::logits(int64_t r0, int64_t n, float* out) {
                          xn.data(), rs.data(), im.pool);
   const TrainTensor* w = im.model.tied_output() ? im.model.find(TensorRole::kTokenEmbd, -1)
                                                 : im.model.find(TensorRole::kOutput, -1);
-  train_gemm(n, V, E, xn.data(), E, false, im.model.param(w), E, true, out, V, false, im.pool);
+  im.gemm(n, V, E, xn.data(), E, false, im.model.param(w), E, true, out, V, false, im.pool);
   if (c.final_logit_softcap > 0.f) train_softcap_forward(out, n * V, c.final_logit_softcap, im.pool);
 }
 
@@ -222,7 +225,7 @@ LossStats TrainStep::head_loss(KdTargets* teacher, const LossWeights& lw, float 
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t rn = std::min(R, N - r0);
     float* z = im.chunk.data();
-    train_gemm(rn, V, E, im.hn.data() + r0 * E, E, false, W, E, true, z, V, false, im.pool);
+    im.gemm(rn, V, E, im.hn.data() + r0 * E, E, false, W, E, true, z, V, false, im.pool);
     if (capped) {
       train_softcap_forward(z, rn * V, c.final_logit_softcap, im.pool);
       if (grad) std::copy(z, z + rn * V, im.chunk_capped.data());
@@ -252,8 +255,8 @@ LossStats TrainStep::head_loss(KdTargets* teacher, const LossWeights& lw, float 
     }
     if (!grad) continue;
     if (capped) train_softcap_backward(im.chunk_capped.data(), z, rn * V, c.final_logit_softcap, im.pool);
-    train_gemm(rn, E, V, z, V, false, W, E, false, dhn + r0 * E, E, false, im.pool);
-    if (gW) train_gemm(V, E, rn, z, V, true, im.hn.data() + r0 * E, E, false, gW, E, true, im.pool);
+    im.gemm(rn, E, V, z, V, false, W, E, false, dhn + r0 * E, E, false, im.pool);
+    if (gW) im.gemm(V, E, rn, z, V, true, im.hn.data() + r0 * E, E, false, gW, E, true, im.pool);
   }
   if (grad) {
     float* gn = on->trainable ? grad + on->grad_offset : nullptr;

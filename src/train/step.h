@@ -89,6 +89,11 @@ class TrainStep {
     int64_t max_rows = 512;       // most rows (n_seq * seq_len) of a batch
     bool checkpointing = false;   // keep block inputs only, recompute each block before its backward
     int64_t head_chunk_rows = 0;  // rows per head / loss chunk; 0: so that a chunk's logits are about 64M floats
+    // Matrix products of the linears and the head in bf16 with f32
+    // accumulation (kernels/train.h train_gemm_bf16; ignored where the CPU
+    // lacks it: bf16_active() says). Parameters, gradients, attention and
+    // the loss stay f32.
+    bool bf16 = false;
   };
   TrainStep(TrainModel& model, const Options& o, ThreadPool& pool);
   ~TrainStep();
@@ -117,6 +122,8 @@ class TrainStep {
   // Block l's output [rows, n_embd] of the last forward() (l = -1: the embeddings).
   const float* block_output(int l) const;
   int64_t rows() const { return n_; }
+  // Whether the products run in bf16 (Options::bf16 and the CPU has it).
+  bool bf16_active() const;
   // Bytes of activation memory held.
   size_t activation_bytes() const;
 

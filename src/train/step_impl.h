@@ -78,6 +78,11 @@ struct TrainStep::Impl {
   std::vector<float> hn, h_rstd, dres, chunk, chunk_teacher, chunk_capped;
   bool have_dres = false;
 
+  // The matrix products of the linears and the head: train_gemm, or
+  // train_gemm_bf16 with Options::bf16 (where the CPU has it).
+  void (*gemm)(int64_t, int64_t, int64_t, const float*, int64_t, bool, const float*, int64_t, bool, float*, int64_t,
+               bool, ThreadPool&) = train_gemm;
+
   Impl(TrainModel& m, const Options& o, ThreadPool& p);
   BlockActs& acts_of(int l) { return acts[opt.checkpointing ? 0 : l]; }
   float* resid_of(int l) { return resid.data() + static_cast<size_t>(l + 1) * max_rows * cfg.n_embd; }

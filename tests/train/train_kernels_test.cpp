@@ -87,6 +87,43 @@ TEST(TrainKernels, GemmMatchesReferenceEveryLayoutAndIsBitStable) {
   }
 }
 
+TEST(TrainKernels, Bf16GemmMatchesItsReferenceAndIsBitStable) {
+  ThreadPool one(1), two(2);
+  const Isa saved = active_isa();
+  if (cpu_max_isa() < Isa::kAvx512 || !cpu_features().avx512bf16) GTEST_SKIP() << "no AVX512_BF16";
+  set_active_isa(Isa::kAvx512);
+  struct Shape {
+    int64_t M, N, K;
+  };
+  for (const Shape sh : {Shape{37, 53, 301}, Shape{200, 45, 17}, Shape{5, 700, 600}, Shape{13, 17, 66000}}) {
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        SCOPED_TRACE(testing::Message() << sh.M << "x" << sh.N << "x" << sh.K << " ta " << ta << " tb " << tb);
+        const int64_t lda = ta ? sh.M : sh.K, ldb = tb ? sh.K : sh.N;
+        const auto A = randn(static_cast<size_t>((ta ? sh.K : sh.M) * lda), 1);
+        const auto B = randn(static_cast<size_t>((tb ? sh.N : sh.K) * ldb), 2);
+        std::vector<float> ref(static_cast<size_t>(sh.M * sh.N)), c1(ref.size()), c2(ref.size()), f32(ref.size());
+        ref::train_gemm_bf16(sh.M, sh.N, sh.K, A.data(), lda, ta, B.data(), ldb, tb, ref.data(), sh.N, false);
+        train_gemm_bf16(sh.M, sh.N, sh.K, A.data(), lda, ta, B.data(), ldb, tb, c1.data(), sh.N, false, one);
+        train_gemm_bf16(sh.M, sh.N, sh.K, A.data(), lda, ta, B.data(), ldb, tb, c2.data(), sh.N, false, two);
+        // Products of bf16 values are exact in f32: only the f32 sums differ.
+        const double sk = std::sqrt(static_cast<double>(sh.K));
+        expect_near_all(c1, ref, 4e-6 * sk, sk, "bf16 gemm");
+        EXPECT_TRUE(same_bits(c1, c2)) << "1 vs 2 threads";
+        // ... and it is a bf16 product: about 2^-8 relative from the f32 one.
+        train_gemm(sh.M, sh.N, sh.K, A.data(), lda, ta, B.data(), ldb, tb, f32.data(), sh.N, false, one);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < f32.size(); ++i) {
+          num += (c1[i] - f32[i]) * (c1[i] - f32[i]);
+          den += f32[i] * f32[i];
+        }
+        EXPECT_LT(std::sqrt(num / den), 1e-2);
+        EXPECT_GT(std::sqrt(num / den), 1e-5);
+      }
+  }
+  set_active_isa(saved);
+}
+
 TEST(TrainKernels, RowOpsMatchReference) {
   ThreadPool pool(2);
   const int64_t n = 13, dim = 70;

@@ -45,10 +45,11 @@ struct Batch {
 
 // Gradient of the mean cross-entropy over the batch.
 std::vector<float> gradient(TrainModel& m, const TrainBatch& b, ThreadPool& pool, bool ckpt,
-                            const TrainStep::BlockGradHook& hook = nullptr) {
+                            const TrainStep::BlockGradHook& hook = nullptr, bool bf16 = false) {
   TrainStep::Options o;
   o.max_rows = b.n_rows();
   o.checkpointing = ckpt;
+  o.bf16 = bf16;
   o.head_chunk_rows = 5;
   TrainStep step(m, o, pool);
   std::vector<float> g(static_cast<size_t>(m.n_trainable()), 0.f);
@@ -77,6 +78,32 @@ TEST(TrainStep, CheckpointingAndThreadsGiveTheSameBits) {
     double ss = 0;
     for (float x : g) ss += static_cast<double>(x) * x;
     EXPECT_GT(ss, 0.0);
+  }
+}
+
+TEST(TrainStep, Bf16ProductsGiveCloseGradients) {
+  if (!train_bf16_available()) GTEST_SKIP() << "no bf16 products on this CPU";
+  ThreadPool pool(2);
+  for (const test::TinySpec& s : test::tiny_specs()) {
+    SCOPED_TRACE(s.arch);
+    auto m = test::load_tiny(s);
+    auto tm = TrainModel::from_model(*m);
+    ASSERT_TRUE(tm);
+    (*tm)->set_trainable([](const TrainTensor&) { return true; });
+    Batch b(m->config().n_vocab);
+    const auto g = gradient(**tm, b.b, pool, false), gb = gradient(**tm, b.b, pool, false, nullptr, true);
+    // bf16 operands (8-bit mantissas) through a few layers: the same
+    // direction to within a few percent, not the same bits.
+    double num = 0, den = 0, dot = 0, nb = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      num += (static_cast<double>(gb[i]) - g[i]) * (static_cast<double>(gb[i]) - g[i]);
+      den += static_cast<double>(g[i]) * g[i];
+      dot += static_cast<double>(gb[i]) * g[i];
+      nb += static_cast<double>(gb[i]) * gb[i];
+    }
+    EXPECT_GT(dot / std::sqrt(den * nb), 0.998);
+    EXPECT_LT(std::sqrt(num / den), 0.08);
+    EXPECT_GT(num, 0.0);
   }
 }
 

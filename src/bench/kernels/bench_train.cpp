@@ -9,12 +9,13 @@
 //
 // Built with -DEMBER_BUILD_BENCH=ON:
 //   cmake -S . -B build-bench -G Ninja -DEMBER_BUILD_BENCH=ON && ninja -C build-bench bench_train
-//   build-bench/bench_train [tokens=1024] [threads=1] [reps=5]
+//   build-bench/bench_train [tokens=1024] [threads=1] [reps=5] [f32|bf16]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -50,13 +51,15 @@ double best_seconds(int reps, F f) {
   return best;
 }
 
+bool g_bf16 = false;
+
 void gemm_case(const char* what, int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool acc, int reps,
                ThreadPool& pool) {
   const auto A = randn(static_cast<size_t>(M * K), 1), B = randn(static_cast<size_t>(K * N), 2);
   std::vector<float> C(static_cast<size_t>(M * N), 0.f);
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
   const double s = best_seconds(reps, [&] {
-    train_gemm(M, N, K, A.data(), lda, ta, B.data(), ldb, tb, C.data(), N, acc, pool);
+    (g_bf16 ? train_gemm_bf16 : train_gemm)(M, N, K, A.data(), lda, ta, B.data(), ldb, tb, C.data(), N, acc, pool);
   });
   std::printf("%-34s M %6lld N %6lld K %6lld  %8.2f ms  %7.1f GFLOP/s\n", what, static_cast<long long>(M),
               static_cast<long long>(N), static_cast<long long>(K), 1e3 * s, 2.0 * M * N * K / s * 1e-9);
@@ -68,9 +71,14 @@ int main(int argc, char** argv) {
   const int64_t tokens = argc > 1 ? std::atoll(argv[1]) : 1024;
   const int threads = argc > 2 ? std::atoi(argv[2]) : 1;
   const int reps = argc > 3 ? std::atoi(argv[3]) : 5;
+  g_bf16 = argc > 4 && std::string(argv[4]) == "bf16";
+  if (g_bf16 && !train_bf16_available()) {
+    std::fprintf(stderr, "no bf16 products on this CPU / level\n");
+    return 1;
+  }
   ThreadPool pool(threads);
-  std::printf("ISA %s, %d thread(s), %lld rows; CPU time per run, best of %d\n", isa_name(active_isa()), threads,
-              static_cast<long long>(tokens), reps);
+  std::printf("ISA %s, %s products, %d thread(s), %lld rows; CPU time per run, best of %d\n", isa_name(active_isa()),
+              g_bf16 ? "bf16" : "f32", threads, static_cast<long long>(tokens), reps);
   const int64_t E = 640, F = 2048, Q = 1024, V = 262144, R = 256;
   gemm_case("up/gate forward  y = x W^T", tokens, F, E, false, true, false, reps, pool);
   gemm_case("up/gate dX = dY W", tokens, E, F, false, false, false, reps, pool);

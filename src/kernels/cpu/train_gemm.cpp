@@ -150,24 +150,62 @@ struct Problem {
   bool accumulate;
 };
 
+// The f32 products: panels of floats, kc values of k each.
+struct F32Format {
+  using Elem = float;
+  TrainGemmKernel kr;
+  int mr() const { return kr.mr; }
+  int nr() const { return kr.nr; }
+  static int64_t kstride(int64_t kc) { return kc; }  // elements per panel row of the slab
+  void pack(const Operand& x, bool by_rows, int64_t r0, int64_t rows, int64_t c0, int64_t cols, int w, float* dst,
+            float*) const {
+    pack_panels(x, by_rows, r0, rows, c0, cols, w, dst);
+  }
+  void kernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool add) const {
+    kr.fn(kc, a, b, c, ldc, add);
+  }
+};
+
+// The bf16 products: the f32 panel rounded to bf16 pairs of consecutive k
+// (avx512/train_gemm_kernel.cpp), kc rounded up to even (a zero pads).
+struct Bf16Format {
+  using Elem = uint16_t;
+  TrainGemmKernelBf16 kr;
+  int mr() const { return kr.mr; }
+  int nr() const { return kr.nr; }
+  static int64_t kstride(int64_t kc) { return (kc + 1) / 2 * 2; }
+  void pack(const Operand& x, bool by_rows, int64_t r0, int64_t rows, int64_t c0, int64_t cols, int w, uint16_t* dst,
+            float* scratch) const {
+    for (int64_t p0 = 0; p0 < rows; p0 += w) {
+      pack_panels(x, by_rows, r0 + p0, std::min<int64_t>(w, rows - p0), c0, cols, w, scratch);
+      kr.pack_pairs(scratch, cols, w, dst + p0 * kstride(cols));
+    }
+  }
+  void kernel(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc, bool add) const {
+    kr.fn(kstride(kc) / 2, a, b, c, ldc, add);
+  }
+};
+
 // The tiles of C rows [m0, m0 + mc) x columns [n0, n0 + nc) from packed
 // panels of op(A) (ap: rows m0..) and op(B) (bp: columns n0..), one slab of
 // kc: C = (add ? C : 0) + the slab's products.
-void run_tiles(const TrainGemmKernel& kr, const Problem& pr, const float* ap, const float* bp, int64_t kc, int64_t m0,
-               int64_t mc, int64_t n0, int64_t nc, bool add, float* tile) {
-  const int mr = kr.mr, nr = kr.nr;
+template <typename Fmt>
+void run_tiles(const Fmt& f, const Problem& pr, const typename Fmt::Elem* ap, const typename Fmt::Elem* bp, int64_t kc,
+               int64_t m0, int64_t mc, int64_t n0, int64_t nc, bool add, float* tile) {
+  const int mr = f.mr(), nr = f.nr();
+  const int64_t ks = Fmt::kstride(kc);
   for (int64_t jr = 0; jr < nc; jr += nr) {
-    const float* b = bp + jr * kc;
+    const typename Fmt::Elem* b = bp + jr * ks;
     const int64_t cols = std::min<int64_t>(nr, nc - jr);
     for (int64_t ir = 0; ir < mc; ir += mr) {
-      const float* a = ap + ir * kc;
+      const typename Fmt::Elem* a = ap + ir * ks;
       const int64_t rows = std::min<int64_t>(mr, mc - ir);
       float* c = pr.c + (m0 + ir) * pr.ldc + n0 + jr;
       if (rows == mr && cols == nr) {
-        kr.fn(kc, a, b, c, pr.ldc, add);
+        f.kernel(kc, a, b, c, pr.ldc, add);
         continue;
       }
-      kr.fn(kc, a, b, tile, nr, false);
+      f.kernel(kc, a, b, tile, nr, false);
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < cols; ++j) {
           float& x = c[i * pr.ldc + j];
@@ -186,47 +224,57 @@ struct Serial {
   }
 };
 
-template <typename Pool>
-void gemm_blocked(const TrainGemmKernel& kr, const Problem& pr, Pool& pool) {
-  const int mr = kr.mr, nr = kr.nr;
+// Per-thread scratch of a product: the op(A) block, a tile, and (bf16) an
+// f32 panel to round from. Sized in floats (bf16 panels use half).
+constexpr size_t kScratchPanel = static_cast<size_t>(kKcLong * 32);
+
+template <typename Pool, typename Fmt>
+void gemm_blocked(const Fmt& f, const Problem& pr, Pool& pool) {
+  using E = typename Fmt::Elem;
+  const int mr = f.mr(), nr = f.nr();
   const int64_t M = pr.M, N = pr.N, K = pr.K;
   const int nth = pool.size();
   thread_local FloatBuf b_buf, a_bufs;
-  float* bp = b_buf.get(static_cast<size_t>(kKcLong * std::min(kNo, (N + nr - 1) / nr * nr)));
-  const size_t a_stride = static_cast<size_t>(kMc * kKcLong + mr * nr);
+  E* bp = reinterpret_cast<E*>(b_buf.get(static_cast<size_t>(kKcLong * std::min(kNo, (N + nr - 1) / nr * nr))));
+  const size_t a_stride = static_cast<size_t>(kMc * kKcLong + mr * nr) + kScratchPanel;
   float* ap_all = a_bufs.get(a_stride * nth);
   const int64_t n_ib = (M + kMc - 1) / kMc;
-  // One block of rows over a long k (the head's dX: 128 x 640 over k =
-  // 262144): slabs of kKcLong, a quarter of the synchronisations.
+  // One block of rows over a long k (the head's dX: 256 x 640 over k =
+  // 262144 within a split block): slabs of kKcLong, a quarter of the
+  // synchronisations.
   const int64_t ks = n_ib == 1 && K > 16 * kKc ? kKcLong : kKc;
   if (n_ib == 1 && K <= 8 * kKc) {
     // One block of rows and a short k: nothing to share. Each column block
     // runs every slab on its own (its own packing of op(A), which is small,
-    // no barrier per slab): the output head's forward (128 rows x 262144
+    // no barrier per slab): the output head's forward (rows x 262144
     // columns). Narrow blocks when there are few, so every thread has work.
     int64_t nc_blk = kNc;
     while (nc_blk > nr && (N + nc_blk - 1) / nc_blk < 4 * nth) nc_blk /= 2;
     nc_blk = std::max<int64_t>(nr, nc_blk / nr * nr);
     thread_local FloatBuf priv;
     const size_t b_stride = static_cast<size_t>(kKc * nc_blk);
-    float* bp_all = priv.get((a_stride + b_stride) * nth);
+    float* all = priv.get((a_stride + b_stride) * nth);
     pool.parallel_for((N + nc_blk - 1) / nc_blk, 1, [&](int64_t ub, int64_t ue, int ith) {
-      float* ap = bp_all + (a_stride + b_stride) * ith;
-      float* tile = ap + kMc * kKcLong;
-      float* bpr = ap + a_stride;
+      float* base = all + (a_stride + b_stride) * ith;
+      E* ap = reinterpret_cast<E*>(base);
+      float* tile = base + kMc * kKcLong;
+      float* scratch = tile + mr * nr;
+      E* bpr = reinterpret_cast<E*>(base + a_stride);
       for (int64_t u = ub; u < ue; ++u) {
         const int64_t n0 = u * nc_blk, nc = std::min(nc_blk, N - n0);
         for (int64_t k0 = 0; k0 < K; k0 += kKc) {
           const int64_t kc = std::min(kKc, K - k0);
           const bool add = pr.accumulate || k0 > 0;
-          pack_panels(pr.b, false, n0, nc, k0, kc, nr, bpr);
-          pack_panels(pr.a, true, 0, M, k0, kc, mr, ap);
-          run_tiles(kr, pr, ap, bpr, kc, 0, M, n0, nc, add, tile);
+          f.pack(pr.b, false, n0, nc, k0, kc, nr, bpr, scratch);
+          f.pack(pr.a, true, 0, M, k0, kc, mr, ap, scratch);
+          run_tiles(f, pr, ap, bpr, kc, 0, M, n0, nc, add, tile);
         }
       }
     });
     return;
   }
+  thread_local FloatBuf b_scratch;
+  float* bscr_all = b_scratch.get(kScratchPanel * static_cast<size_t>(nth));
   for (int64_t no = 0; no < N; no += kNo) {
     const int64_t nw = std::min(kNo, N - no);  // columns of this panel
     // Blocks of kNc columns, narrower when that leaves threads idle (the
@@ -238,36 +286,38 @@ void gemm_blocked(const TrainGemmKernel& kr, const Problem& pr, Pool& pool) {
     }
     const int64_t n_panels = (nw + nr - 1) / nr, n_jb = (nw + nc_blk - 1) / nc_blk;
     for (int64_t k0 = 0; k0 < K; k0 += ks) {
-      const int64_t kc = std::min(ks, K - k0);
-      pool.parallel_for(n_panels, std::max<int64_t>(1, n_panels / (4 * nth)), [&](int64_t b, int64_t e, int) {
+      const int64_t kc = std::min(ks, K - k0), kst = Fmt::kstride(kc);
+      pool.parallel_for(n_panels, std::max<int64_t>(1, n_panels / (4 * nth)), [&](int64_t b, int64_t e, int ith) {
         const int64_t c1 = std::min(nw, e * nr);
-        pack_panels(pr.b, false, no + b * nr, c1 - b * nr, k0, kc, nr, bp + b * nr * kc);
+        f.pack(pr.b, false, no + b * nr, c1 - b * nr, k0, kc, nr, bp + b * nr * kst,
+               bscr_all + kScratchPanel * static_cast<size_t>(ith));
       });
       const bool add = pr.accumulate || k0 > 0;
       pool.parallel_for(n_ib * n_jb, 1, [&](int64_t ub, int64_t ue, int ith) {
-        float* ap = ap_all + a_stride * ith;
-        float* tile = ap + kMc * kKcLong;
+        float* base = ap_all + a_stride * ith;
+        E* ap = reinterpret_cast<E*>(base);
+        float* tile = base + kMc * kKcLong;
+        float* scratch = tile + mr * nr;
         for (int64_t u = ub; u < ue; ++u) {
           const int64_t m0 = (u / n_jb) * kMc, n0 = (u % n_jb) * nc_blk;  // n0 within the panel
           const int64_t mc = std::min(kMc, M - m0), nc = std::min(nc_blk, nw - n0);
-          pack_panels(pr.a, true, m0, mc, k0, kc, mr, ap);
-          run_tiles(kr, pr, ap, bp + n0 * kc, kc, m0, mc, no + n0, nc, add, tile);
+          f.pack(pr.a, true, m0, mc, k0, kc, mr, ap, scratch);
+          run_tiles(f, pr, ap, bp + n0 * kst, kc, m0, mc, no + n0, nc, add, tile);
         }
       });
     }
   }
 }
 
-template <typename Pool>
-void gemm_fast(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B, int64_t ldb,
-               bool tb, float* C, int64_t ldc, bool accumulate, Pool& pool) {
+template <typename Pool, typename Fmt>
+void gemm_fast(const Fmt& f, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B,
+               int64_t ldb, bool tb, float* C, int64_t ldc, bool accumulate, Pool& pool) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     if (!accumulate)
       for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0.f);
     return;
   }
-  const TrainGemmKernel kr = active_isa() >= Isa::kAvx512 ? avx512::train_gemm_kernel() : avx2::train_gemm_kernel();
   if (M <= 2 * kMc && K >= 4 * kSplitK) {
     // A small output over a long k (the head's dX: 256 x 640 over k =
     // 262144): blocks of kSplitK values of k over the threads, each product
@@ -280,7 +330,7 @@ void gemm_fast(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, boo
         const int64_t k0 = b * kSplitK, kb = std::min(kSplitK, K - k0);
         const Problem p{M, N, kb, {ta ? A + k0 * lda : A + k0, lda, ta}, {tb ? B + k0 : B + k0 * ldb, ldb, tb},
                         part.data() + b * M * N, N, false};
-        gemm_blocked(kr, p, serial);
+        gemm_blocked(f, p, serial);
       }
     });
     pool.parallel_for(M, 1, [&](int64_t m0, int64_t m1, int) {
@@ -296,21 +346,29 @@ void gemm_fast(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, boo
     return;
   }
   const Problem pr{M, N, K, {A, lda, ta}, {B, ldb, tb}, C, ldc, accumulate};
-  gemm_blocked(kr, pr, pool);
+  gemm_blocked(f, pr, pool);
+}
+
+F32Format f32_format() {
+  return F32Format{active_isa() >= Isa::kAvx512 ? avx512::train_gemm_kernel() : avx2::train_gemm_kernel()};
 }
 
 }  // namespace
 
-// The fast GEMM of the AVX2 / AVX-512 levels (train_ops.cpp dispatches), on
+// The fast GEMMs of the AVX2 / AVX-512 levels (train_ops.cpp dispatches), on
 // the pool or on the calling thread alone (same bits).
 void train_gemm_fast(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B,
                      int64_t ldb, bool tb, float* C, int64_t ldc, bool accumulate, ThreadPool& pool) {
-  gemm_fast(M, N, K, A, lda, ta, B, ldb, tb, C, ldc, accumulate, pool);
+  gemm_fast(f32_format(), M, N, K, A, lda, ta, B, ldb, tb, C, ldc, accumulate, pool);
 }
 void train_gemm_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B,
                        int64_t ldb, bool tb, float* C, int64_t ldc, bool accumulate) {
   Serial serial;
-  gemm_fast(M, N, K, A, lda, ta, B, ldb, tb, C, ldc, accumulate, serial);
+  gemm_fast(f32_format(), M, N, K, A, lda, ta, B, ldb, tb, C, ldc, accumulate, serial);
+}
+void train_gemm_bf16_fast(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B,
+                          int64_t ldb, bool tb, float* C, int64_t ldc, bool accumulate, ThreadPool& pool) {
+  gemm_fast(Bf16Format{avx512::train_gemm_kernel_bf16()}, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, accumulate, pool);
 }
 
 }  // namespace ember

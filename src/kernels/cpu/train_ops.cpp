@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/check.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/train_simd.h"
 #include "kernels/ref/train_ref.h"
@@ -19,6 +20,8 @@ namespace ember {
 
 void train_gemm_fast(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B,
                      int64_t ldb, bool tb, float* C, int64_t ldc, bool accumulate, ThreadPool& pool);
+void train_gemm_bf16_fast(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B,
+                          int64_t ldb, bool tb, float* C, int64_t ldc, bool accumulate, ThreadPool& pool);
 
 namespace {
 
@@ -100,6 +103,22 @@ void train_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bo
     return;
   }
   train_gemm_fast(M, N, K, A, lda, ta, B, ldb, tb, C, ldc, accumulate, pool);
+}
+
+bool train_bf16_available() {
+  return scalar() || (active_isa() >= Isa::kAvx512 && cpu_features().avx512bf16);
+}
+
+void train_gemm_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B,
+                     int64_t ldb, bool tb, float* C, int64_t ldc, bool accumulate, ThreadPool& pool) {
+  EMBER_CHECK_MSG(train_bf16_available(), "train_gemm_bf16 without AVX512_BF16");
+  if (scalar()) {
+    pool.parallel_for(M, 1, [&](int64_t b, int64_t e, int) {
+      ref::train_gemm_bf16(e - b, N, K, ta ? A + b : A + b * lda, lda, ta, B, ldb, tb, C + b * ldc, ldc, accumulate);
+    });
+    return;
+  }
+  train_gemm_bf16_fast(M, N, K, A, lda, ta, B, ldb, tb, C, ldc, accumulate, pool);
 }
 
 void train_rms_norm_forward(const float* x, int64_t n, int64_t dim, const float* w, float offset, float eps,

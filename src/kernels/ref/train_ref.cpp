@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -93,6 +94,30 @@ void train_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool t
       }
       T& c = C[m * ldc + n];
       c = static_cast<T>(accumulate ? c + acc : acc);
+    }
+}
+
+namespace {
+double bf16_round(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;  // inf / nan as they are
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+}  // namespace
+
+void train_gemm_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B,
+                     int64_t ldb, bool tb, float* C, int64_t ldc, bool accumulate) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += bf16_round(ta ? A[k * lda + m] : A[m * lda + k]) * bf16_round(tb ? B[n * ldb + k] : B[k * ldb + n]);
+      float& c = C[m * ldc + n];
+      c = static_cast<float>(accumulate ? c + acc : acc);
     }
 }
 

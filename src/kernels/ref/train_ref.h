@@ -22,6 +22,10 @@ template <typename T>
 void train_gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool ta, const T* B, int64_t ldb, bool tb,
                 T* C, int64_t ldc, bool accumulate);
 
+// train_gemm with every operand rounded to bf16 (nearest even) first.
+void train_gemm_bf16(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B,
+                     int64_t ldb, bool tb, float* C, int64_t ldc, bool accumulate);
+
 template <typename T>
 void train_rms_norm_forward(const T* x, int64_t n, int64_t dim, const T* w, T offset, T eps, T* out, T* rstd);
 template <typename T>
