@@ -116,6 +116,25 @@ void ds_row(const TrainAttentionShape& s, const float* p, float* dp, const float
   }
 }
 
+// A backward tile of query head h: queries at positions t0 .. t0 + nq - 1
+// (rows r0 ..) against keys k0 .. k0 + nk - 1 (rows kr0 ..): P (the
+// probabilities, recomputed from the saved lse) and dS (in dP), [nq, nk];
+// cap: the soft-cap's derivatives (scratch, when capped).
+void tile_grads(const TrainAttentionShape& s, const Dims& d, const float* q, const float* k, const float* v,
+                const float* dout, const float* lse, const float* D, int64_t r0, int64_t t0, int64_t nq, int64_t kr0,
+                int64_t k0, int64_t nk, int64_t h, float* P, float* dP, float* cap) {
+  const int64_t kvh = h / d.G;
+  train_gemm_serial(nq, nk, d.hd, q + r0 * d.ldq + h * d.hd, d.ldq, false, k + kr0 * d.ldk + kvh * d.hd, d.ldk, true,
+                    P, nk, false);
+  train_gemm_serial(nq, nk, d.hdv, dout + r0 * d.ldo + h * d.hdv, d.ldo, false, v + kr0 * d.ldv + kvh * d.hdv, d.ldv,
+                    true, dP, nk, false);
+  for (int64_t i = 0; i < nq; ++i) {
+    float* cg = cap ? cap + i * nk : nullptr;
+    probs_row(s, P + i * nk, nk, t0 + i, k0, lse[(r0 + i) * d.H + h], cg);
+    ds_row(s, P + i * nk, dP + i * nk, cg, nk, D[(r0 + i) * d.H + h]);
+  }
+}
+
 }  // namespace
 
 void train_attention_forward(const TrainAttentionShape& s, const float* q, const float* k, const float* v, float* out,
@@ -186,15 +205,8 @@ void train_attention_backward(const TrainAttentionShape& s, const float* q, cons
       dP.resize(P.size());
       if (capped) C.resize(P.size());
       const int64_t r0 = b * d.L + t0, kr0 = b * d.L + k0;
-      train_gemm_serial(nq, nk, d.hd, q + r0 * d.ldq + h * d.hd, d.ldq, false, k + kr0 * d.ldk + kvh * d.hd, d.ldk,
-                        true, P.data(), nk, false);
-      train_gemm_serial(nq, nk, d.hdv, dout + r0 * d.ldo + h * d.hdv, d.ldo, false, v + kr0 * d.ldv + kvh * d.hdv,
-                        d.ldv, true, dP.data(), nk, false);
-      for (int64_t i = 0; i < nq; ++i) {
-        float* cg = capped ? C.data() + i * nk : nullptr;
-        probs_row(s, P.data() + i * nk, nk, t0 + i, k0, lse[(r0 + i) * d.H + h], cg);
-        ds_row(s, P.data() + i * nk, dP.data() + i * nk, cg, nk, D[(r0 + i) * d.H + h]);
-      }
+      tile_grads(s, d, q, k, v, dout, lse, D.data(), r0, t0, nq, kr0, k0, nk, h, P.data(), dP.data(),
+                 capped ? C.data() : nullptr);
       train_gemm_serial(nq, d.hd, nk, dP.data(), nk, false, k + kr0 * d.ldk + kvh * d.hd, d.ldk, false,
                         dq + r0 * d.ldq + h * d.hd, d.ldq, false);
     }
@@ -214,15 +226,8 @@ void train_attention_backward(const TrainAttentionShape& s, const float* q, cons
       const int64_t r0 = b * d.L + j0;  // first query row = first key row
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t h = kvh * d.G + g;
-        train_gemm_serial(nq, nk, d.hd, q + r0 * d.ldq + h * d.hd, d.ldq, false, k + r0 * d.ldk + kvh * d.hd, d.ldk,
-                          true, P.data(), nk, false);
-        train_gemm_serial(nq, nk, d.hdv, dout + r0 * d.ldo + h * d.hdv, d.ldo, false, v + r0 * d.ldv + kvh * d.hdv,
-                          d.ldv, true, dP.data(), nk, false);
-        for (int64_t i = 0; i < nq; ++i) {
-          float* cg = capped ? C.data() + i * nk : nullptr;
-          probs_row(s, P.data() + i * nk, nk, j0 + i, j0, lse[(r0 + i) * d.H + h], cg);
-          ds_row(s, P.data() + i * nk, dP.data() + i * nk, cg, nk, D[(r0 + i) * d.H + h]);
-        }
+        tile_grads(s, d, q, k, v, dout, lse, D.data(), r0, j0, nq, r0, j0, nk, h, P.data(), dP.data(),
+                   capped ? C.data() : nullptr);
         train_gemm_serial(nk, d.hdv, nq, P.data(), nk, true, dout + r0 * d.ldo + h * d.hdv, d.ldo, false,
                           dv + r0 * d.ldv + kvh * d.hdv, d.ldv, g > 0);
         train_gemm_serial(nk, d.hd, nq, dP.data(), nk, true, q + r0 * d.ldq + h * d.hd, d.ldq, false,
