@@ -13,7 +13,8 @@ clipping and an AdamW step over the trained parameters: every block tensor
 --train layers`) or everything (--train all).
 
 Pinned: torch 2.15.0, transformers 5.25.0 (/work/venvs/hf/bin/python).
-Usage: python tools/bench_train_pytorch.py --threads 2 --steps 5 [--batch 4] [--seq-len 256] [--train layers]
+Usage: python tools/bench_train_pytorch.py --threads 2 --steps 5 [--batch 4] [--seq-len 256] [--train layers] [--bf16]
+(--bf16: the forward under torch.autocast("cpu", bfloat16), the comparison for `ember distill --bf16`.)
 Prints the seconds of every step and the median (the first step is reported
 too: it includes allocator warm-up).
 """
@@ -34,6 +35,7 @@ def main():
     ap.add_argument("--layers", type=int, default=18)
     ap.add_argument("--train", choices=["layers", "all"], default="layers")
     ap.add_argument("--attn", default="sdpa")
+    ap.add_argument("--bf16", action="store_true", help="torch.autocast(cpu, bfloat16) around the forward")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -59,15 +61,17 @@ def main():
     for _ in range(a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        logits = model(input_ids=x).logits.float()
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            logits = model(input_ids=x).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), y.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         times.append(time.perf_counter() - t0)
     tok = a.batch * a.seq_len
     med = statistics.median(times[1:] if len(times) > 1 else times)
-    print(f"pytorch {torch.__version__}: {a.steps} steps of {tok} tokens, {n_trained} trained parameters, "
+    print(f"pytorch {torch.__version__}{' bf16 autocast' if a.bf16 else ''}: {a.steps} steps of {tok} tokens, "
+          f"{n_trained} trained parameters, "
           f"{a.threads} threads: median step {med:.3f} s (excluding the first), {tok / med:.1f} tokens/s")
     print("step seconds:", " ".join(f"{t:.3f}" for t in times))
 
