@@ -59,5 +59,6 @@ int cmd_perplexity(int argc, char** argv, int first);
 int cmd_gen_model(int argc, char** argv, int first);
 int cmd_imatrix(int argc, char** argv, int first);
 int cmd_eval(int argc, char** argv, int first);
+int cmd_distill(int argc, char** argv, int first);
 
 }  // namespace ember::cli

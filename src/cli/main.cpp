@@ -29,6 +29,7 @@ constexpr Command kCommands[] = {
     {"gen-model", ember::cli::cmd_gen_model, "write a random-weight model of a real architecture and shape"},
     {"imatrix", ember::cli::cmd_imatrix, "importance matrix of a model over calibration text (llama.cpp format)"},
     {"eval", ember::cli::cmd_eval, "KL divergence, top-1 and perplexity of a model against a base on a text"},
+    {"distill", ember::cli::cmd_distill, "train a smaller student to reproduce a teacher (knowledge distillation)"},
 };
 
 void print_usage(FILE* f) {
