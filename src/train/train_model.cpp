@@ -81,6 +81,31 @@ const TrainTensor* TrainModel::find(TensorRole r, int layer, ParamKind kind) con
   return i < 0 ? nullptr : &tensors_[static_cast<size_t>(i)];
 }
 
+namespace {
+
+// The block features the training forward and backward implement (the
+// dense Llama / Qwen2 / Qwen3 / Gemma 3 block); anything else is refused
+// by name rather than trained wrongly.
+Status check_trainable(const ModelConfig& cfg, const ArchSpec& spec) {
+  auto no = [&](const char* what) {
+    return Status::errorf("training does not support {} yet (architecture '{}'; docs/distillation.md, Limits)", what,
+                          cfg.arch);
+  };
+  if (cfg.has_moe()) return no("Mixture-of-Experts layers");
+  for (const TensorSpec& t : spec.block_tensors)
+    if (!t.parts.empty()) return no("fused matrices (attn_qkv, gate|up)");
+  if (cfg.qk_norm_full) return no("QK-norm over whole projections");
+  if (!cfg.attn_pre_norm || !cfg.ffn_pre_norm) return no("blocks without pre-norms");
+  if (cfg.attn_temp_scale > 0.f) return no("attention temperature scaling");
+  for (const LayerConfig& l : cfg.layers) {
+    if (!l.use_rope) return no("layers without RoPE");
+    if (l.rope_ext_factor != 0.f || l.rope_attn_factor != 1.f) return no("YaRN / LongRoPE scaling");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<TrainModel>> TrainModel::from_model(const Model& model) {
   const ModelConfig& cfg = model.config();
   if (cfg.rotation.any())
@@ -88,13 +113,14 @@ Result<std::unique_ptr<TrainModel>> TrainModel::from_model(const Model& model) {
   if (!cfg.head_tokens.empty()) return Status::error("training needs a model with a full output head");
   const ArchSpec* spec = find_arch(cfg.arch);
   if (!spec) return unsupported_arch_error(cfg.arch);
+  EMBER_RETURN_IF_ERROR(check_trainable(cfg, *spec));
   auto m = std::unique_ptr<TrainModel>(new TrainModel());
   m->cfg_ = cfg;
   const ModelFile& file = model.file();
   auto add_list = [&](std::span<const TensorSpec> list, int il) -> Status {
     const TensorSizes sizes = tensor_sizes(cfg, il);
     for (const TensorSpec& ts : list) {
-      if (ts.presence == Presence::kUnbound) continue;
+      if (ts.presence == Presence::kUnbound || is_moe_role(ts.role)) continue;  // dense only (check_trainable)
       const std::string name = gguf_tensor_name(ts.role, il);
       const TensorView* v = file.tensor(name);
       if (!v) {

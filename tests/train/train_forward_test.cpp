@@ -12,10 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
+#include "model/format_test_util.h"
 #include "model/model.h"
 #include "model/tiny_layered_model.h"
 #include "train/step.h"
 #include "train/train_model.h"
+#include "transform/gen_model.h"
 
 namespace ember {
 namespace {
@@ -89,6 +92,35 @@ TEST(TrainForward, GgufRoundTripKeepsTheModel) {
     const auto toks = batch_tokens(m->config().n_vocab);
     EXPECT_LT(max_rel_diff(inference_logits(**back, toks, pool), inference_logits(*m, toks, pool)), 1e-6);
     std::remove(path.c_str());
+  }
+}
+
+// Block features the training forward does not implement are refused by
+// name, never trained as if they were another architecture's.
+TEST(TrainForward, UnsupportedBlocksAreRefusedByName) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"olmoe", "Mixture-of-Experts"}, {"phi3", "fused matrices"}, {"olmo2", "QK-norm over whole projections"},
+      {"smollm3", "layers without RoPE"}};
+  ThreadPool pool(2);
+  for (const auto& [arch, want] : cases) {
+    SCOPED_TRACE(arch);
+    test::TempDir dir(std::string("train_refuse_") + arch);
+    auto s = gen_model_arch_defaults(arch);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    GenModelShape t = *s;
+    t.n_layer = 4, t.n_embd = 64, t.n_ff = 96, t.n_head = 4, t.n_head_kv = 2, t.head_dim = 16, t.n_vocab = 300;
+    if (std::string(arch) == "olmoe") t.n_expert = 4, t.n_expert_used = 2;
+    if (std::string(arch) == "phi3") t.longrope = true, t.rope_original_ctx = 1024;
+    GenModelOptions o;
+    o.type = DType::kF32;
+    const std::string path = (dir.path() / "m.gguf").string();
+    auto st = write_random_model(t, o, path, pool);
+    ASSERT_TRUE(st.is_ok()) << st.status().message();
+    auto m = Model::load(path);
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    auto tm = TrainModel::from_model(**m);
+    ASSERT_FALSE(tm.is_ok());
+    EXPECT_NE(tm.status().message().find(want), std::string::npos) << tm.status().message();
   }
 }
 
