@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -22,6 +24,8 @@ struct MpiCollective::Impl {
   bool broken = false;
   std::string broken_why;
   uint64_t n_ops = 0;
+  std::unordered_map<int64_t, MPI_Request> sends;  // isend handles
+  int64_t next_handle = 1;
 
   std::string mpi_error(int code) const {
     char buf[MPI_MAX_ERROR_STRING];
@@ -37,12 +41,15 @@ struct MpiCollective::Impl {
     return Status::error(broken_why);
   }
 
-  // Polls the request until it completes, fails or the deadline passes.
-  // Spins first (latency: a decode step's all-reduce takes microseconds),
-  // then yields, then sleeps briefly.
-  Status wait(int rank, MPI_Request* req, const char* op, MPI_Status* status = MPI_STATUS_IGNORE) {
+  // Polls the request until it completes, fails or the deadline passes
+  // (timeout_s: 0 the options' deadline, < 0 none). Spins first (latency: a
+  // decode step's all-reduce takes microseconds), then yields, then sleeps
+  // briefly (longer after a second: a rank waiting for work).
+  Status wait(int rank, MPI_Request* req, const char* op, MPI_Status* status = MPI_STATUS_IGNORE,
+              double timeout_s = 0) {
+    const double limit = timeout_s == 0 ? opts.timeout_s : timeout_s;
     const auto start = Clock::now();
-    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts.timeout_s));
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
     for (uint64_t spins = 0;; ++spins) {
       int done = 0;
       const int rc = MPI_Test(req, &done, status);
@@ -52,9 +59,18 @@ struct MpiCollective::Impl {
         return Status::ok();
       }
       if (spins < 20000) continue;
-      if ((spins & 63) == 0 && Clock::now() >= deadline)
-        return fail(rank, op,
-                    fmt::format("no answer from the other ranks within {} s (a rank died or hangs)", opts.timeout_s));
+      if ((spins & 63) == 0) {
+        if (job_ending()) {
+          return fail(rank, op, "the MPI launcher is ending the job: another rank exited or was killed");
+        }
+        const auto now = Clock::now();
+        if (limit > 0 && now >= deadline)
+          return fail(rank, op, fmt::format("no answer from the other ranks within {} s (a rank died or hangs)", limit));
+        if (now - start > std::chrono::seconds(1)) {
+          std::this_thread::sleep_for(std::chrono::microseconds(500));
+          continue;
+        }
+      }
       if (spins < 40000) {
         std::this_thread::yield();
       } else {
@@ -77,8 +93,10 @@ Result<std::unique_ptr<MpiCollective>> MpiCollective::init(int* argc, char*** ar
   MPI_Initialized(&inited);
   if (!inited) {
     int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
       return Status::error("dist: MPI_Init_thread failed (is this program started by mpirun?)");
+    if (provided < MPI_THREAD_SERIALIZED)
+      return Status::error("dist: this MPI library cannot be called from a thread other than the main one");
   }
   std::unique_ptr<MpiCollective> c(new MpiCollective());
   c->impl_->opts = opts;
@@ -206,7 +224,30 @@ Status MpiCollective::send(const void* data, size_t bytes, int dst, int tag) {
   return impl_->wait(rank_, &req, "send");
 }
 
-Status MpiCollective::recv(void* data, size_t bytes, int src, int tag) {
+Result<int64_t> MpiCollective::isend(const void* data, size_t bytes, int dst, int tag) {
+  EMBER_RETURN_IF_ERROR(check_usable("send"));
+  if (dst < 0 || dst >= size_ || dst == rank_) return Status::errorf("dist: send to rank {} of {}", dst, size_);
+  if (bytes > static_cast<size_t>(INT32_MAX) || tag < 0) return Status::error("dist: send: bad size or tag");
+  ++impl_->n_ops;
+  MPI_Request req;
+  EMBER_RETURN_IF_ERROR(impl_->begin(rank_, "send",
+                                     MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, tag, impl_->comm, &req)));
+  const int64_t h = impl_->next_handle++;
+  impl_->sends.emplace(h, req);
+  return h;
+}
+
+Status MpiCollective::wait(int64_t handle) {
+  auto it = impl_->sends.find(handle);
+  if (it == impl_->sends.end()) return Status::errorf("dist: wait on an unknown send {}", handle);
+  MPI_Request req = it->second;
+  impl_->sends.erase(it);
+  EMBER_RETURN_IF_ERROR(check_usable("send"));
+  set_current_op("send", impl_->n_ops);
+  return impl_->wait(rank_, &req, "send");
+}
+
+Status MpiCollective::recv(void* data, size_t bytes, int src, int tag, double timeout_s) {
   EMBER_RETURN_IF_ERROR(check_usable("recv"));
   if (src < 0 || src >= size_ || src == rank_) return Status::errorf("dist: recv from rank {} of {}", src, size_);
   if (bytes > static_cast<size_t>(INT32_MAX) || tag < 0) return Status::error("dist: recv: bad size or tag");
@@ -216,7 +257,7 @@ Status MpiCollective::recv(void* data, size_t bytes, int src, int tag) {
   EMBER_RETURN_IF_ERROR(impl_->begin(rank_, "recv",
                                      MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, src, tag, impl_->comm, &req)));
   MPI_Status st;
-  EMBER_RETURN_IF_ERROR(impl_->wait(rank_, &req, "recv", &st));
+  EMBER_RETURN_IF_ERROR(impl_->wait(rank_, &req, "recv", &st, timeout_s));
   int got = 0;
   MPI_Get_count(&st, MPI_BYTE, &got);
   if (static_cast<size_t>(got) != bytes)
@@ -231,6 +272,17 @@ Status MpiCollective::barrier() {
   MPI_Request req;
   EMBER_RETURN_IF_ERROR(impl_->begin(rank_, "barrier", MPI_Ibarrier(impl_->comm, &req)));
   return impl_->wait(rank_, &req, "barrier");
+}
+
+}  // namespace ember::dist
+
+namespace ember::dist {
+
+void abort_job(int code) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
 }
 
 }  // namespace ember::dist
