@@ -72,12 +72,14 @@ Status ForwardContext::forward(const int32_t* tokens, int64_t n, int64_t pos0, K
 
 Status ForwardContext::forward_ragged(const SeqBatch* seqs, int n_seqs, float* logits) {
   EMBER_RETURN_IF_ERROR(prepare(seqs, n_seqs));
+  if (!model_.shard().embeds() || !model_.shard().has_head())
+    return Status::error("forward_ragged: this model is one pipeline stage (run its stages by hand)");
   embed();
   run_layers(0, cfg_.n_layer);
-  if (!logits || out_rows_.empty()) return Status::ok();
+  if (!logits || out_rows_.empty()) return tp_.status;
   if (given_rows_.empty()) {
     head(logit_rows_.data(), static_cast<int64_t>(logit_rows_.size()), logits);
-    return Status::ok();
+    return tp_.status;
   }
   const int64_t E = cfg_.n_embd;
   head_src_.resize(out_rows_.size());
@@ -85,12 +87,15 @@ Status ForwardContext::forward_ragged(const SeqBatch* seqs, int n_seqs, float* l
     head_src_[r] =
         out_rows_[r] >= 0 ? x_.data() + out_rows_[r] * E : given_rows_[static_cast<size_t>(-1 - out_rows_[r])];
   head_of(head_src_.data(), static_cast<int64_t>(head_src_.size()), logits);
-  return Status::ok();
+  return tp_.status;
 }
 
 Status ForwardContext::prepare(const SeqBatch* seqs, int n_seqs) {
   n_ = 0;
   if (n_seqs <= 0) return Status::error("forward_ragged: empty batch");
+  if (model_.shard().tensor_parallel() && !tp_.comm)
+    return Status::error("forward: a tensor-parallel shard runs only with its collective (set_collective)");
+  if (!tp_.status) return tp_.status;  // the group failed before: every later step fails
   int64_t total = 0, positions = 0;
   for (int i = 0; i < n_seqs; ++i) {
     const SeqBatch& sb = seqs[i];
@@ -143,7 +148,22 @@ Status ForwardContext::prepare(const SeqBatch* seqs, int n_seqs) {
 
 void ForwardContext::embed() {
   EMBER_CHECK_MSG(n_ > 0, "ForwardContext::embed before a successful prepare()");
-  backend_->embed(*model_.weights().tok_embd, tok_.data(), n_, cfg_.embd_scale, x_.data());
+  if (!tp()) {
+    backend_->embed(*model_.weights().tok_embd, tok_.data(), n_, cfg_.embd_scale, x_.data());
+    return;
+  }
+  // Vocabulary-parallel: this rank's rows, zeros for the others' tokens, summed.
+  const ModelShard& sh = model_.shard();
+  const int64_t E = cfg_.n_embd;
+  tp_ids_.resize(static_cast<size_t>(n_));
+  for (int64_t t = 0; t < n_; ++t) {
+    const bool mine = tok_[t] >= sh.vocab_begin && tok_[t] < sh.vocab_end;
+    tp_ids_[t] = mine ? static_cast<int32_t>(tok_[t] - sh.vocab_begin) : 0;
+  }
+  backend_->embed(*model_.weights().tok_embd, tp_ids_.data(), n_, cfg_.embd_scale, x_.data());
+  for (int64_t t = 0; t < n_; ++t)
+    if (tok_[t] < sh.vocab_begin || tok_[t] >= sh.vocab_end) std::fill(x_.data() + t * E, x_.data() + (t + 1) * E, 0.f);
+  tp_.all_reduce(x_.data(), n_ * E);
 }
 
 void ForwardContext::run_layers(int l0, int l1) {
@@ -174,7 +194,7 @@ void ForwardContext::run_layers(int l0, int l1) {
       backend_->rope_angles(pos_.data(), n_, model_.inv_freq(il), cfg_.n_rot, cos_t, sin_t);
       rope_ready_[g] = 1;
     }
-    const LayerContext c{*backend_, cfg_, il, cfg_.layers[il], w.layers[il], observer_, n_};
+    const LayerContext c{*backend_, cfg_, il, cfg_.layers[il], w.layers[il], observer_, n_, tp()};
     transformer_block(c, tl, RopeTables{cos_t, sin_t}, x_.data(), bb);
     if (observer_) observer_->on_block_output(il, x_.data(), n_, cfg_.n_embd);
   }
@@ -197,9 +217,32 @@ void ForwardContext::head_of(const float* const* src, int64_t n_rows, float* log
   const int64_t E = cfg_.n_embd, V = cfg_.n_logits();
   for (int64_t r = 0; r < n_rows; ++r) std::copy(src[r], src[r] + E, xn_.data() + r * E);
   norm_rows(*backend_, cfg_, xn_.data(), w.output_norm, xn_.data(), n_rows);
-  const LinearOut out{&w.output, LinearRole::kOutput, logits, V};
+  if (!tp()) {
+    const LinearOut out{&w.output, LinearRole::kOutput, logits, V};
+    run_linears(*backend_, observer_, -1, xn_.data(), E, n_rows, &out, 1);
+    if (cfg_.final_logit_softcap > 0.f) backend_->softcap(logits, n_rows * V, cfg_.final_logit_softcap);
+    return;
+  }
+  // Vocabulary-parallel head: each rank scores its rows (a slice of
+  // vocab_stride columns per logits row, zero-padded), then every rank
+  // gathers the slices into whole rows.
+  const ModelShard& sh = model_.shard();
+  const int64_t S = sh.vocab_stride, P = sh.tp_size;
+  tp_logits_.assign(static_cast<size_t>(n_rows * S), 0.f);
+  tp_gathered_.resize(static_cast<size_t>(P * n_rows * S));
+  const LinearOut out{&w.output, LinearRole::kOutput, tp_logits_.data(), S};
   run_linears(*backend_, observer_, -1, xn_.data(), E, n_rows, &out, 1);
-  if (cfg_.final_logit_softcap > 0.f) backend_->softcap(logits, n_rows * V, cfg_.final_logit_softcap);
+  if (cfg_.final_logit_softcap > 0.f) backend_->softcap(tp_logits_.data(), n_rows * S, cfg_.final_logit_softcap);
+  if (!tp_.status) return;
+  tp_.status = tp_.comm->all_gather(tp_logits_.data(), static_cast<size_t>(n_rows * S), tp_gathered_.data());
+  if (!tp_.status) return;
+  for (int64_t r = 0; r < P; ++r) {
+    const int64_t v0 = r * S, cnt = std::max<int64_t>(0, std::min<int64_t>(V, v0 + S) - v0);
+    for (int64_t i = 0; i < n_rows; ++i) {
+      const float* src = tp_gathered_.data() + (r * n_rows + i) * S;
+      std::copy(src, src + cnt, logits + i * V + v0);
+    }
+  }
 }
 
 }  // namespace ember
