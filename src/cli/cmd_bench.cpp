@@ -17,6 +17,7 @@
 
 #include "cli/common.h"
 #include "cli/kv_options.h"
+#include "cli/parallel_options.h"
 #include "engine/kv/kv_pool.h"
 #include "cli/spec_options.h"
 #include "cli/progress.h"
@@ -158,6 +159,8 @@ int bench_throughput(int argc, char** argv, int first) {
   spec_opts.add_to(p);
   KvOptions kv_opts;
   kv_opts.add_to(p);
+  ParallelOptions par_opts;
+  par_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -176,8 +179,21 @@ int bench_throughput(int argc, char** argv, int first) {
   auto spec = spec_opts.to_config();
   if (!spec) return usage_error(p, spec.status().message());
   o.engine.spec = *spec;
+  std::unique_ptr<ParallelJob> job;  // tensor / pipeline parallelism (under mpirun)
+  if (par_opts.enabled()) {
+    if (spec_opts.given()) return usage_error(p, "speculative decoding with tensor or pipeline parallelism is not supported yet");
+    const std::string mp = resolve_model_path(p, model_path);
+    if (mp.empty()) return kExitUsage;
+    auto j = ParallelJob::start(par_opts, mp);
+    if (!j) return usage_error(p, j.status().message());
+    job = std::move(j.value());
+  }
   LoadedModel lm;
-  if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
+    if (job) job->abort(kExitUsage);
+    return kExitUsage;
+  }
+  if (job && !job->leader()) return job->run_worker(*lm.model, threads, "bench throughput");
   std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
   if (Status st = spec_opts.load_draft(*lm.model, &draft_model, &o.engine.spec); !st)
     return usage_error(p, st.message());
@@ -190,6 +206,12 @@ int bench_throughput(int argc, char** argv, int first) {
     o.requests = std::move(reqs.value());
   }
   ThreadPool pool(threads);
+  if (job)
+    o.make_runner = [&](const EngineConfig& ec) -> Result<std::unique_ptr<ModelRunner>> {
+      auto r = job->make_runner(*lm.model, pool, ec.max_num_batched_tokens, ec.kv_types);
+      if (!r) return r.status();
+      return std::unique_ptr<ModelRunner>(std::move(r.value()));
+    };
   ProgressLine progress;
   int last_done = -1;
   o.progress = [&](int done, int total, double elapsed) {
@@ -265,7 +287,7 @@ struct EngineRowResult {
 };
 
 Result<EngineRowResult> engine_row_tps(const Model& m, ThreadPool& pool, int batch, int n_prompt, int n_gen,
-                                       uint64_t seed, KvTypes kv_types) {
+                                       uint64_t seed, KvTypes kv_types, ParallelJob* job) {
   const ModelConfig& c = m.config();
   ThroughputOptions o;
   o.num_prompts = batch;
@@ -277,10 +299,18 @@ Result<EngineRowResult> engine_row_tps(const Model& m, ThreadPool& pool, int bat
   const KvSpec spec = kv_spec_from_config(c, kv_types);
   const size_t per_token = kv_bytes_per_token(spec);
   // Room for every sequence, plus the dtype's tails reserve (0 for per-row dtypes).
-  o.engine.kv_cache_bytes = per_token * static_cast<size_t>(batch) * (o.input_len + o.output_len + 32) * 5 / 4 +
+  // (A pipeline stage's ranks hold other layers than rank 0: room for the largest.)
+  const size_t stages = job ? static_cast<size_t>(job->plan().pp) : 1;
+  o.engine.kv_cache_bytes = per_token * stages * static_cast<size_t>(batch) * (o.input_len + o.output_len + 32) * 5 / 4 +
                             (size_t{16} << 20) +
                             kv_tail_reserve_bytes(spec, KvLayout::from_spec(spec, o.engine.sliding_window_release),
                                                   {batch, o.engine.max_num_batched_tokens});
+  if (job)
+    o.make_runner = [&](const EngineConfig& ec) -> Result<std::unique_ptr<ModelRunner>> {
+      auto r = job->make_runner(m, pool, ec.max_num_batched_tokens, ec.kv_types);
+      if (!r) return r.status();
+      return std::unique_ptr<ModelRunner>(std::move(r.value()));
+    };
   auto r = run_throughput_bench(m, pool, o);
   if (!r) return r.status();
   if (n_gen == 0)
@@ -302,6 +332,7 @@ int cmd_bench(int argc, char** argv, int first) {
   int reps = 3, depth = 0;
   bool no_bw = false;
   KvOptions kv_opts;
+  ParallelOptions par_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("-p,--n-prompt", &p_arg, "N[,N..]", "prompt tokens for the pp tests (0: skip)");
   p.option("-n,--n-gen", &n_arg, "N[,N..]", "generated tokens for the tg tests (0: skip)");
@@ -314,6 +345,7 @@ int cmd_bench(int argc, char** argv, int first) {
   p.option("-d,--n-depth", &depth, "D",
            "tg tests decode after D context tokens (prefilled untimed; with -b N, per sequence)");
   kv_opts.add_to(p);
+  par_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -331,9 +363,22 @@ int cmd_bench(int argc, char** argv, int first) {
   if (reps < 1 || reps > 1000) return usage_error(p, "-r must be in [1, 1000]");
   std::string path = resolve_model_path(p, model_path);
   if (path.empty()) return kExitUsage;
-  auto model = Model::load(path);
-  if (!model) return usage_error(p, model.status().message());
+  // Tensor / pipeline parallelism (under mpirun): every row through the
+  // engine over rank 0's parallel runner; the other ranks only execute.
+  std::unique_ptr<ParallelJob> job;
+  if (par_opts.enabled()) {
+    if (thread_counts.size() != 1) return usage_error(p, "one thread count (-t N) per rank with tensor or pipeline parallelism");
+    auto j = ParallelJob::start(par_opts, path);
+    if (!j) return usage_error(p, j.status().message());
+    job = std::move(j.value());
+  }
+  auto model = Model::load(path, job ? job->shard() : ModelShard{});
+  if (!model) {
+    if (job) job->abort(kExitUsage);
+    return usage_error(p, model.status().message());
+  }
   prepare_for_cpu(**model);
+  if (job && !job->leader()) return job->run_worker(**model, thread_counts[0], "bench");
   const Model& m = **model;
   const ModelConfig& c = m.config();
   if (depth < 0) return usage_error(p, "-d must be >= 0");
@@ -350,6 +395,7 @@ int cmd_bench(int argc, char** argv, int first) {
               isa_name(active_isa()), kv_types_name(*kv_types).c_str(),
               static_cast<long long>(kv_bytes_per_token(kv_spec_from_config(c, *kv_types))),
               depth > 0 ? fmt::format("; tg at depth {}", depth).c_str() : "");
+  if (job) std::printf("parallel: %s\n", job->describe().c_str());
   std::printf("%-8s %8s %14s %10s %-18s %7s %9s\n", "test", "tokens", "tok/s median", "spread", "(min - max)", "threads",
               "cpu-s/1k");
 
@@ -383,7 +429,7 @@ int cmd_bench(int argc, char** argv, int first) {
                   *kv_types);
     // Batches > 1: through the serving engine.
     for (int b : batches) {
-      if (b == 1) continue;
+      if (b == 1 && !job) continue;  // one sequence: the plain generator (below), unless parallel
       for (int pass = 0; pass < 2; ++pass)
         for (int len : pass == 0 ? prompts : gens) {
           if (len <= 0) continue;
@@ -392,7 +438,7 @@ int cmd_bench(int argc, char** argv, int first) {
           BenchRow row{(pass == 0 ? "pp" : "tg") + std::to_string(len) + at_depth, threads, np, ng, b, {}};
           for (int r = 0; r <= reps; ++r) {
             // tg rows decode after -d context tokens per sequence (llama-batched-bench's -npp).
-            auto res = engine_row_tps(m, pool, b, pass == 0 ? np : depth, ng, 1000 + r, *kv_types);
+            auto res = engine_row_tps(m, pool, b, pass == 0 ? np : depth, ng, 1000 + r, *kv_types, job.get());
             if (!res) {
               std::fprintf(stderr, "ember bench: %s\n", res.status().message().c_str());
               return kExitFailure;
@@ -409,7 +455,7 @@ int cmd_bench(int argc, char** argv, int first) {
           rows.push_back(std::move(row));
         }
     }
-    if (std::find(batches.begin(), batches.end(), 1) == batches.end()) continue;
+    if (job || std::find(batches.begin(), batches.end(), 1) == batches.end()) continue;
     for (int np : prompts) {
       if (np <= 0) continue;
       BenchRow row{"pp" + std::to_string(np), threads, np, 0, 1, {}};

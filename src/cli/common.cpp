@@ -57,10 +57,10 @@ std::string resolve_model_path(const ArgParser& p, const std::string& m) {
   return path;
 }
 
-bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out) {
+bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out, const ModelShard& shard) {
   out->path = resolve_model_path(p, m);
   if (out->path.empty()) return false;
-  auto model = Model::load(out->path);
+  auto model = Model::load(out->path, shard);
   if (!model) {
     usage_error(p, model.status().message());
     return false;

@@ -35,7 +35,9 @@ struct LoadedModel {
 };
 // On failure prints a clear message (usage error) and returns false. The
 // model's weights are interleaved for the CPU kernels (prepare_for_cpu).
-bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out);
+// `shard`: the part a rank of a parallel job holds (model/shard.h).
+bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out,
+                              const ModelShard& shard = {});
 // Model::interleave_weights on every core, unless EMBER_REPACK=0 (the plain
 // rows, for A/B measurements; results are bit-identical either way).
 void prepare_for_cpu(Model& model);

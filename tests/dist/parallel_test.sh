@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Tensor and pipeline parallelism over real MPI ranks on this machine
+# (mpirun --oversubscribe --bind-to none; as root --allow-run-as-root):
+#  1. TP=2 and PP=2 give the same greedy tokens as one rank on the tiny f32
+#     models (Llama, Qwen2, Qwen3, Gemma 3: split and replicated KV heads,
+#     biases, QK norms, sliding windows, tied and untied heads), every logits
+#     row within 1e-5;
+#  2. the default model through the engine with TP=2 and PP=2: batch
+#     invariance, preemption and the prefix cache hold (parallel_driver's
+#     checks), and PP gives one rank's bits exactly;
+#  3. two "hosts": TP=2 across two network namespaces joined by a veth pair,
+#     over TCP (skipped with the reason where namespaces cannot be made);
+#  4. `ember serve --tensor-parallel-size 2`: a rank killed mid-stream ends
+#     the job with a clear error on rank 0, no hang, and the request in
+#     flight gets an error.
+# Usage: parallel_test.sh [path/to/ember_parallel_driver path/to/ember]   (none: built without MPI)
+# Exit: 0 passed, 1 failed, 77 skipped.
+set -u
+DRIVER="${1:-}"
+EMBER="${2:-}"
+if [ -z "$DRIVER" ]; then
+  echo "SKIP: ember was built without MPI (run scripts/setup_mpi.sh, then reconfigure)"
+  exit 77
+fi
+if ! command -v mpirun >/dev/null; then echo "SKIP: mpirun not found (scripts/setup_mpi.sh installs OpenMPI)"; exit 77; fi
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+DATA="$ROOT/tests/data/model"
+MODEL="$ROOT/models/gemma-3-270m-q4_k_m.gguf"
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+export OMPI_MCA_btl_base_warn_component_unused=0
+tmp=$(mktemp -d)
+cleanup() {
+  [ -n "${srv:-}" ] && kill "$srv" 2>/dev/null
+  ip netns del "$NS_A" 2>/dev/null
+  ip netns del "$NS_B" 2>/dev/null
+  rm -rf "$tmp"
+}
+NS_A=ember-par-a NS_B=ember-par-b
+trap cleanup EXIT
+fail=0
+pass=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+
+# run NAME MODE MODEL SUITE [mpirun options...]: one driver run into $tmp/NAME
+run() {
+  local name=$1 mode=$2 model=$3 suite=$4
+  shift 4
+  if [ "$mode" = single ]; then
+    timeout 300 "$DRIVER" "$model" single "$suite" "$tmp/$name" >"$tmp/$name.log" 2>&1
+  else
+    timeout 300 "${MPIRUN[@]}" "$@" -np 2 "$DRIVER" "$model" "$mode" "$suite" "$tmp/$name" >"$tmp/$name.log" 2>&1
+  fi
+}
+
+# 1. Tiny f32 models: every logits row within 1e-5 of one rank's.
+for m in hf_llama_sharded hf_qwen2 hf_qwen3 hf_gemma3; do
+  if ! run "$m.single" single "$DATA/$m" logits; then bad "$m: one rank"; cat "$tmp/$m.single.log"; continue; fi
+  for mode in tp pp; do
+    if run "$m.$mode" "$mode" "$DATA/$m" logits &&
+       "$DRIVER" compare "$tmp/$m.single" "$tmp/$m.$mode" 1e-5 >"$tmp/$m.$mode.cmp" 2>&1; then
+      ok "$m ${mode^^}=2: $(grep -o '[0-9]* logits rows.*' "$tmp/$m.$mode.cmp" | head -1)"
+    else
+      bad "$m ${mode^^}=2"; cat "$tmp/$m.$mode.log" "$tmp/$m.$mode.cmp" 2>/dev/null
+    fi
+  done
+done
+
+# 2. The default model through the engine.
+if [ -f "$MODEL" ]; then
+  run def.single single "$MODEL" engine || { bad "default model, one rank"; cat "$tmp/def.single.log"; }
+  for mode in tp pp; do
+    if run "def.$mode" "$mode" "$MODEL" engine && ! grep -q FAIL "$tmp/def.$mode.log"; then
+      ok "default model ${mode^^}=2 through the engine: $(grep -c '^ok' "$tmp/def.$mode.log") checks"
+      sed 's/^/       /' "$tmp/def.$mode.log" | grep -E '^ *ok' || true
+    else
+      bad "default model ${mode^^}=2"; cat "$tmp/def.$mode.log"
+    fi
+  done
+  # A pipeline runs the same arithmetic split over processes: one rank's bits.
+  if "$DRIVER" compare "$tmp/def.single" "$tmp/def.pp" 0 >"$tmp/def.cmp" 2>&1; then
+    ok "default model PP=2 = one rank, bit for bit ($(grep -o '[0-9]* logits rows of [0-9]*' "$tmp/def.cmp"))"
+  else
+    bad "default model PP=2 against one rank"; cat "$tmp/def.cmp"
+  fi
+  # The commands: ember run -pp 2 prints one rank's text; ember run -tp 2 and
+  # ember bench -tp 2 run.
+  if [ -n "$EMBER" ]; then
+    args=(run -m "$MODEL" -p "The three primary colors are" -n 12 --temp 0 -t 1)
+    "$EMBER" "${args[@]}" >"$tmp/run1.txt" 2>"$tmp/run1.err"
+    timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --pipeline-parallel-size 2 >"$tmp/runpp.txt" 2>"$tmp/runpp.err"
+    timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --tensor-parallel-size 2 >"$tmp/runtp.txt" 2>"$tmp/runtp.err"
+    if [ -s "$tmp/run1.txt" ] && cmp -s "$tmp/run1.txt" "$tmp/runpp.txt" && [ -s "$tmp/runtp.txt" ]; then
+      ok "ember run -pp 2 prints one rank's text ('$(head -c 60 "$tmp/run1.txt" | tr '\n' ' ')'); -tp 2 ran"
+    else
+      bad "ember run -pp 2 / -tp 2"; cat "$tmp/run1.txt" "$tmp/runpp.txt" "$tmp/runpp.err" "$tmp/runtp.txt" "$tmp/runtp.err"
+    fi
+    if timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" bench -m "$MODEL" -p 16 -n 8 -r 1 -t 1 --tensor-parallel-size 2 \
+         >"$tmp/bench.txt" 2>&1 && grep -q '^tg8 ' "$tmp/bench.txt"; then
+      ok "ember bench -tp 2: $(grep '^tg8 ' "$tmp/bench.txt" | tr -s ' ' | cut -d' ' -f1-3) tok/s"
+    else
+      bad "ember bench -tp 2"; cat "$tmp/bench.txt"
+    fi
+  fi
+else
+  echo "skip default model: $MODEL not found"
+fi
+
+# 3. Two hosts: network namespaces joined by a veth pair, TCP between them.
+ip netns del $NS_A 2>/dev/null; ip netns del $NS_B 2>/dev/null
+if ip netns add $NS_A 2>/dev/null && ip netns add $NS_B 2>/dev/null &&
+   ip link add veth-epar-a type veth peer name veth-epar-b 2>/dev/null; then
+  ip link set veth-epar-a netns $NS_A && ip link set veth-epar-b netns $NS_B
+  ip -n $NS_A addr add 10.232.0.1/24 dev veth-epar-a && ip -n $NS_B addr add 10.232.0.2/24 dev veth-epar-b
+  for ns in $NS_A $NS_B; do ip -n $ns link set lo up; done
+  ip -n $NS_A link set veth-epar-a up && ip -n $NS_B link set veth-epar-b up
+  AGENT="$ROOT/tools/dist_bench_agent.sh"
+  m=hf_qwen3
+  export EMBER_NETNS_HOSTS="10.232.0.1=$NS_A,10.232.0.2=$NS_B"
+  if timeout 300 ip netns exec $NS_A unshare --uts sh -c "hostname $NS_A; exec $(printf '%q ' "${MPIRUN[@]}") \
+       --host 10.232.0.1,10.232.0.2 -np 2 --mca plm_rsh_agent $AGENT --mca oob_tcp_if_include 10.232.0.0/24 \
+       --mca btl tcp,self --mca btl_tcp_if_include 10.232.0.0/24 \
+       $DRIVER $DATA/$m tp logits $tmp/$m.hosts" >"$tmp/hosts.log" 2>&1 &&
+     "$DRIVER" compare "$tmp/$m.single" "$tmp/$m.hosts" 1e-5 >"$tmp/hosts.cmp" 2>&1; then
+    ok "$m TP=2 between two namespaces over TCP: $(grep -o '[0-9]* logits rows.*' "$tmp/hosts.cmp")"
+  else
+    bad "TP=2 between two namespaces"; cat "$tmp/hosts.log" "$tmp/hosts.cmp" 2>/dev/null
+  fi
+else
+  echo "skip two hosts: cannot create network namespaces and a veth pair here (needs root and CAP_NET_ADMIN)"
+fi
+
+# 4. A rank that dies (SIGKILL) or goes silent (SIGSTOP) mid-stream under
+#    ember serve -tp 2: the request in flight gets an error, rank 0 says why,
+#    the job ends (no hang).
+if [ -n "$EMBER" ] && [ -f "$MODEL" ]; then
+  for how in KILL STOP; do
+    port=$((20000 + RANDOM % 20000))
+    "${MPIRUN[@]}" -np 2 "$EMBER" serve -m "$MODEL" -t 1 --port $port --kv-cache-memory 64M \
+      --tensor-parallel-size 2 --dist-timeout 5 >"$tmp/serve.out" 2>"$tmp/serve.err" &
+    srv=$!
+    for _ in $(seq 1 240); do grep -q listening "$tmp/serve.out" 2>/dev/null && break; sleep 0.5; done
+    # Rank 1: the process whose environment says so.
+    r1=""
+    for p in $(pgrep -P $srv); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && r1=$p
+    done
+    t0=$(date +%s)
+    python3 - "$port" "$r1" "$how" >"$tmp/client.log" 2>&1 <<'EOF2'
+import http.client, json, os, signal, sys
+port, victim, how = int(sys.argv[1]), int(sys.argv[2] or 0), sys.argv[3]
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+body = {"prompt": "Once upon a time", "max_tokens": 400, "stream": True, "temperature": 0, "ignore_eos": True}
+c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+r = c.getresponse()
+chunks, killed, ended = 0, False, "cut"
+for raw in r:
+    line = raw.decode().strip()
+    if not line.startswith("data:"):
+        continue
+    data = line[5:].strip()
+    if data == "[DONE]":
+        ended = "done" if ended == "cut" else ended
+        break
+    ev = json.loads(data)
+    if "error" in ev:
+        ended = "error: " + ev["error"].get("message", "")
+        continue
+    chunks += 1
+    if chunks == 3 and not killed and victim:
+        os.kill(victim, signal.SIGKILL if how == "KILL" else signal.SIGSTOP)
+        killed = True
+print(f"chunks {chunks} killed {killed} ended {ended}")
+EOF2
+    for _ in $(seq 1 60); do kill -0 $srv 2>/dev/null || break; sleep 0.5; done
+    if kill -0 $srv 2>/dev/null; then rc=hung; kill -9 $srv; kill -9 $r1 2>/dev/null; else wait $srv; rc=$?; fi
+    srv=""
+    dt=$(( $(date +%s) - t0 ))
+    if [ "$how" = KILL ]; then
+      said='rank 0: the MPI launcher is ending the job'
+      what="a rank killed mid-stream"
+    else
+      said='no answer from the other ranks within 5 s'
+      what="a rank stopped (silent) mid-stream"
+    fi
+    if [ -n "$r1" ] && [ "$rc" != hung ] && [ "$rc" != 0 ] && grep -q 'killed True ended error' "$tmp/client.log" &&
+       grep -q "$said" "$tmp/serve.err" && [ $dt -lt 60 ]; then
+      ok "$what: the request got '$(grep -o 'ended error.*' "$tmp/client.log" | cut -c7-60)', rank 0: '$(grep -o "$said[^:]*" "$tmp/serve.err" | head -1)', job ended in ${dt} s (exit $rc)"
+    else
+      bad "$what: rank 1 pid '$r1', exit $rc after ${dt} s"; cat "$tmp/client.log" "$tmp/serve.out" "$tmp/serve.err"
+    fi
+  done
+else
+  echo "skip killed rank: no ember binary or default model"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
