@@ -42,15 +42,22 @@ struct MpiCollective::Impl {
   }
 
   // Polls the request until it completes, fails or the deadline passes
-  // (timeout_s: 0 the options' deadline, < 0 none). Spins first (latency: a
-  // decode step's all-reduce takes microseconds), then yields, then sleeps
-  // briefly (longer after a second: a rank waiting for work).
+  // (timeout_s: 0 the options' deadline, < 0 none). Spins for kSpin first
+  // (latency: a decode step's all-reduce takes microseconds when the ranks
+  // arrive together), then yields the core between polls until kYield (a
+  // rank sharing its core with the peer it waits for, as on an
+  // oversubscribed host, lets it run instead of spinning its time slice
+  // away), then sleeps briefly (longer after a second: a rank waiting for
+  // work).
+  static constexpr auto kSpin = std::chrono::microseconds(30);
+  static constexpr auto kYield = std::chrono::milliseconds(2);
   Status wait(int rank, MPI_Request* req, const char* op, MPI_Status* status = MPI_STATUS_IGNORE,
               double timeout_s = 0) {
     const double limit = timeout_s == 0 ? opts.timeout_s : timeout_s;
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
-    for (uint64_t spins = 0;; ++spins) {
+    bool spinning = true;
+    for (uint64_t polls = 0;; ++polls) {
       int done = 0;
       const int rc = MPI_Test(req, &done, status);
       if (rc != MPI_SUCCESS) return fail(rank, op, mpi_error(rc) + " (a peer rank died or the link broke)");
@@ -58,23 +65,19 @@ struct MpiCollective::Impl {
         set_current_op(nullptr, n_ops);
         return Status::ok();
       }
-      if (spins < 20000) continue;
-      if ((spins & 63) == 0) {
-        if (job_ending()) {
-          return fail(rank, op, "the MPI launcher is ending the job: another rank exited or was killed");
-        }
-        const auto now = Clock::now();
-        if (limit > 0 && now >= deadline)
-          return fail(rank, op, fmt::format("no answer from the other ranks within {} s (a rank died or hangs)", limit));
-        if (now - start > std::chrono::seconds(1)) {
-          std::this_thread::sleep_for(std::chrono::microseconds(500));
-          continue;
-        }
+      if (spinning && (polls & 15) != 0) continue;
+      const auto waited = Clock::now() - start;
+      if (spinning) {
+        spinning = waited < kSpin;
+        continue;
       }
-      if (spins < 40000) {
+      if (job_ending()) return fail(rank, op, "the MPI launcher is ending the job: another rank exited or was killed");
+      if (limit > 0 && start + waited >= deadline)
+        return fail(rank, op, fmt::format("no answer from the other ranks within {} s (a rank died or hangs)", limit));
+      if (waited < kYield) {
         std::this_thread::yield();
       } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        std::this_thread::sleep_for(std::chrono::microseconds(waited > std::chrono::seconds(1) ? 500 : 50));
       }
     }
   }
