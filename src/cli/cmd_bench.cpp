@@ -180,14 +180,7 @@ int bench_throughput(int argc, char** argv, int first) {
   if (!spec) return usage_error(p, spec.status().message());
   o.engine.spec = *spec;
   std::unique_ptr<ParallelJob> job;  // tensor / pipeline parallelism (under mpirun)
-  if (par_opts.enabled()) {
-    if (spec_opts.given()) return usage_error(p, "speculative decoding with tensor or pipeline parallelism is not supported yet");
-    const std::string mp = resolve_model_path(p, model_path);
-    if (mp.empty()) return kExitUsage;
-    auto j = ParallelJob::start(par_opts, mp);
-    if (!j) return usage_error(p, j.status().message());
-    job = std::move(j.value());
-  }
+  if (int rc = start_parallel_job(p, par_opts, model_path, spec_opts.given(), &job)) return rc;
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
     if (job) job->abort(kExitUsage);
@@ -366,12 +359,9 @@ int cmd_bench(int argc, char** argv, int first) {
   // Tensor / pipeline parallelism (under mpirun): every row through the
   // engine over rank 0's parallel runner; the other ranks only execute.
   std::unique_ptr<ParallelJob> job;
-  if (par_opts.enabled()) {
-    if (thread_counts.size() != 1) return usage_error(p, "one thread count (-t N) per rank with tensor or pipeline parallelism");
-    auto j = ParallelJob::start(par_opts, path);
-    if (!j) return usage_error(p, j.status().message());
-    job = std::move(j.value());
-  }
+  if (par_opts.enabled() && thread_counts.size() != 1)
+    return usage_error(p, "one thread count (-t N) per rank with tensor or pipeline parallelism");
+  if (int rc = start_parallel_job(p, par_opts, path, false, &job)) return rc;
   auto model = Model::load(path, job ? job->shard() : ModelShard{});
   if (!model) {
     if (job) job->abort(kExitUsage);

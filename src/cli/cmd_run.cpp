@@ -166,14 +166,7 @@ int cmd_run(int argc, char** argv, int first) {
   // Tensor / pipeline parallelism (under mpirun): ranks other than 0 only
   // execute the steps rank 0 sends.
   std::unique_ptr<ParallelJob> job;
-  if (par_opts.enabled()) {
-    if (spec_opts.given()) return usage_error(p, "speculative decoding with tensor or pipeline parallelism is not supported yet");
-    const std::string mp = resolve_model_path(p, model_path);
-    if (mp.empty()) return kExitUsage;
-    auto j = ParallelJob::start(par_opts, mp);
-    if (!j) return usage_error(p, j.status().message());
-    job = std::move(j.value());
-  }
+  if (int rc = start_parallel_job(p, par_opts, model_path, spec_opts.given(), &job)) return rc;
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
     if (job) job->abort(kExitUsage);

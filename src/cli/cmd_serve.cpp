@@ -148,8 +148,6 @@ int cmd_serve(int argc, char** argv, int first) {
   if (data_parallel < 1 || data_parallel > 256) return usage_error(p, "--data-parallel-size must be in [1, 256]");
   if (data_parallel > 1 && par_opts.enabled())
     return usage_error(p, "--data-parallel-size with tensor or pipeline parallelism is not supported yet");
-  if (par_opts.enabled() && spec_opts.given())
-    return usage_error(p, "speculative decoding with tensor or pipeline parallelism is not supported yet");
   if (data_parallel > 1) {
     DataParallelFront front;
     front.data_parallel_size = data_parallel;
@@ -193,15 +191,11 @@ int cmd_serve(int argc, char** argv, int first) {
   // Tensor / pipeline parallelism (under mpirun): the ranks other than 0
   // only execute the steps rank 0 sends.
   std::unique_ptr<ParallelJob> job;
-  if (par_opts.enabled()) {
-    const std::string path = resolve_model_path(p, model_path);
-    if (path.empty()) return kExitUsage;
-    auto j = ParallelJob::start(par_opts, path);
-    if (!j) return usage_error(p, j.status().message());
-    job = std::move(j.value());
+  if (int rc = start_parallel_job(p, par_opts, model_path, spec_opts.given(), &job)) return rc;
+  if (job) {
     if (!job->leader()) {
       LoadedModel wm;
-      if (!load_model_and_tokenizer(p, path, &wm, job->shard())) job->abort(kExitUsage);
+      if (!load_model_and_tokenizer(p, model_path, &wm, job->shard())) job->abort(kExitUsage);
       if (Status st = act_opts.apply(wm.model.get()); !st) job->abort(kExitUsage);
       return job->run_worker(*wm.model, threads, "serve");
     }

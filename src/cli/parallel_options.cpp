@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/common.h"
 #include "model/io/model_file.h"
 
 #ifdef EMBER_HAVE_MPI
@@ -112,6 +113,19 @@ Result<std::unique_ptr<ParallelJob>> ParallelJob::start(const ParallelOptions& o
   dist::install_job_end_notice(job->rank(), job->impl_->comm->size());
   return job;
 #endif
+}
+
+int start_parallel_job(const ArgParser& p, const ParallelOptions& o, const std::string& model_flag, bool speculative,
+                       std::unique_ptr<ParallelJob>* job) {
+  job->reset();
+  if (!o.enabled()) return kExitOk;
+  if (speculative) return usage_error(p, "speculative decoding with tensor or pipeline parallelism is not supported yet");
+  const std::string path = resolve_model_path(p, model_flag);
+  if (path.empty()) return kExitUsage;
+  auto j = ParallelJob::start(o, path);
+  if (!j) return usage_error(p, j.status().message());
+  *job = std::move(j.value());
+  return kExitOk;
 }
 
 ParallelJob::~ParallelJob() {

@@ -30,6 +30,13 @@ struct ParallelOptions {
   bool enabled() const { return tp > 1 || pp > 1; }
 };
 
+class ParallelJob;
+// The command's job when the flags ask for one (*job stays null without
+// them): the model path from -m (`model_flag`), refused with speculative
+// decoding. Returns 0, or the exit code after printing the usage error.
+int start_parallel_job(const ArgParser& p, const ParallelOptions& o, const std::string& model_flag, bool speculative,
+                       std::unique_ptr<ParallelJob>* job);
+
 class ParallelJob {
  public:
   // Starts MPI and checks the job against the flags and the model file at

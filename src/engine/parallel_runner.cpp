@@ -259,7 +259,10 @@ Result<std::unique_ptr<ParallelRunner>> ParallelRunner::create(std::unique_ptr<C
 }
 
 Status ParallelRunner::fail(Status st) {
-  if (failed_.is_ok()) failed_ = st;
+  if (!broken()) {
+    failed_ = st;
+    broken_.store(true, std::memory_order_release);
+  }
   return st;
 }
 

@@ -34,6 +34,7 @@
 // collective. Threading: the engine thread (one thread per rank).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -92,8 +93,10 @@ class ParallelRunner final : public ModelRunner {
   Status submit(const SchedulerOutput& so) override;
   Result<float*> collect() override;
 
-  // A step or the session failed: every later call fails.
-  bool broken() const { return !failed_.is_ok(); }
+  // A step or the session failed: every later call fails. broken() may be
+  // read from any thread (a server's main thread watches it); failure()
+  // only once broken() said true (it is set before, and never again).
+  bool broken() const { return broken_.load(std::memory_order_acquire); }
   const Status& failure() const { return failed_; }
   const ParallelPlan& plan() const { return plan_; }
 
@@ -115,6 +118,7 @@ class ParallelRunner final : public ModelRunner {
   StepInputBuilder builder_;
   std::deque<Step> steps_;  // submitted, oldest first
   Status failed_;
+  std::atomic<bool> broken_{false};
   bool session_ = false;
 };
 

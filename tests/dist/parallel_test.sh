@@ -10,9 +10,10 @@
 #     checks), and PP gives one rank's bits exactly;
 #  3. two "hosts": TP=2 across two network namespaces joined by a veth pair,
 #     over TCP (skipped with the reason where namespaces cannot be made);
-#  4. `ember serve --tensor-parallel-size 2`: a rank killed mid-stream ends
-#     the job with a clear error on rank 0, no hang, and the request in
-#     flight gets an error.
+#  4. `ember serve`: a rank killed mid-stream under TP=2, a rank stopped
+#     (silent) under PP=2: the job ends with a clear error on rank 0, no
+#     hang, and the request in flight (streaming until then) gets an error;
+#  and: TP=2 twice gives the same bits; bad sizes and plans are clear errors.
 # Usage: parallel_test.sh [path/to/ember_parallel_driver path/to/ember]   (none: built without MPI)
 # Exit: 0 passed, 1 failed, 77 skipped.
 set -u
@@ -40,8 +41,8 @@ NS_A=ember-par-a NS_B=ember-par-b
 trap cleanup EXIT
 fail=0
 pass=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+ok() { echo "ok   [${SECONDS}s] $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL [${SECONDS}s] $1"; fail=$((fail + 1)); }
 
 # run NAME MODE MODEL SUITE [mpirun options...]: one driver run into $tmp/NAME
 run() {
@@ -66,6 +67,40 @@ for m in hf_llama_sharded hf_qwen2 hf_qwen3 hf_gemma3; do
     fi
   done
 done
+
+# Deterministic: the same ranks and threads give the same bits run after run.
+m=hf_gemma3
+if run "$m.tp.again" tp "$DATA/$m" logits &&
+   "$DRIVER" compare "$tmp/$m.tp" "$tmp/$m.tp.again" 0 >"$tmp/$m.again.cmp" 2>&1; then
+  ok "$m TP=2 twice: the same bits ($(grep -o '[0-9]* logits rows of [0-9]*' "$tmp/$m.again.cmp"))"
+else
+  bad "$m TP=2 twice"; cat "$tmp/$m.tp.again.log" "$tmp/$m.again.cmp" 2>/dev/null
+fi
+
+# Bad input: a clear error on every rank and a prompt exit, never a hang.
+if [ -n "$EMBER" ] && [ -f "$MODEL" ]; then
+  # expect NAME "MESSAGE" NP ember-args...
+  expect() {
+    local name=$1 said=$2 np=$3
+    shift 3
+    local t0=$SECONDS
+    if [ "$np" = 0 ]; then timeout 120 "$EMBER" "$@" >"$tmp/bad.out" 2>&1
+    else timeout 120 "${MPIRUN[@]}" -np "$np" "$EMBER" "$@" >"$tmp/bad.out" 2>&1; fi
+    local rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "$said" "$tmp/bad.out"; then
+      ok "$name: exit $rc in $((SECONDS - t0)) s, '$(grep -o "$said.*" "$tmp/bad.out" | head -1 | cut -c1-90)'"
+    else
+      bad "$name (exit $rc)"; cat "$tmp/bad.out"
+    fi
+  }
+  b=(run -m "$MODEL" -p hi -n 2 -t 1)
+  expect "4 heads over 3 ranks" "4 attention heads, not a multiple of 3" 3 "${b[@]}" --tensor-parallel-size 3
+  expect "fewer ranks than the plan" "needs 2 ranks, but the job has 1" 0 "${b[@]}" --tensor-parallel-size 2
+  expect "stage bounds" "pipeline-layers expects 2 positive layer counts" 2 "${b[@]}" --pipeline-parallel-size 2 \
+    --pipeline-layers 2,0
+  expect "both kinds at once" "together are not supported" 4 "${b[@]}" --pipeline-parallel-size 2 \
+    --tensor-parallel-size 2
+fi
 
 # 2. The default model through the engine.
 if [ -f "$MODEL" ]; then
@@ -131,20 +166,25 @@ else
   echo "skip two hosts: cannot create network namespaces and a veth pair here (needs root and CAP_NET_ADMIN)"
 fi
 
-# 4. A rank that dies (SIGKILL) or goes silent (SIGSTOP) mid-stream under
-#    ember serve -tp 2: the request in flight gets an error, rank 0 says why,
-#    the job ends (no hang).
+# 4. A rank that dies (SIGKILL, under ember serve -tp 2) or goes silent
+#    (SIGSTOP, under ember serve -pp 2) mid-stream: the request in flight
+#    gets an error, rank 0 says why, the job ends (no hang).
 if [ -n "$EMBER" ] && [ -f "$MODEL" ]; then
   for how in KILL STOP; do
     port=$((20000 + RANDOM % 20000))
     "${MPIRUN[@]}" -np 2 "$EMBER" serve -m "$MODEL" -t 1 --port $port --kv-cache-memory 64M \
-      --tensor-parallel-size 2 --dist-timeout 5 >"$tmp/serve.out" 2>"$tmp/serve.err" &
+      $([ $how = KILL ] && echo --tensor-parallel-size || echo --pipeline-parallel-size) 2 --dist-timeout 5 \
+      >"$tmp/serve.$how.out" 2>"$tmp/serve.$how.err" &
     srv=$!
-    for _ in $(seq 1 240); do grep -q listening "$tmp/serve.out" 2>/dev/null && break; sleep 0.5; done
+    for _ in $(seq 1 240); do grep -q listening "$tmp/serve.$how.out" 2>/dev/null && break; sleep 0.5; done
     # Rank 1: the process whose environment says so.
     r1=""
-    for p in $(pgrep -P $srv); do
-      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && r1=$p
+    for _ in $(seq 1 20); do
+      for p in $(pgrep -P $srv); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && r1=$p
+      done
+      [ -n "$r1" ] && break
+      sleep 0.5
     done
     t0=$(date +%s)
     python3 - "$port" "$r1" "$how" >"$tmp/client.log" 2>&1 <<'EOF2'
@@ -179,16 +219,16 @@ EOF2
     dt=$(( $(date +%s) - t0 ))
     if [ "$how" = KILL ]; then
       said='rank 0: the MPI launcher is ending the job'
-      what="a rank killed mid-stream"
+      what="TP=2: a rank killed mid-stream"
     else
       said='no answer from the other ranks within 5 s'
-      what="a rank stopped (silent) mid-stream"
+      what="PP=2: a rank stopped (silent) mid-stream"
     fi
     if [ -n "$r1" ] && [ "$rc" != hung ] && [ "$rc" != 0 ] && grep -q 'killed True ended error' "$tmp/client.log" &&
-       grep -q "$said" "$tmp/serve.err" && [ $dt -lt 60 ]; then
-      ok "$what: the request got '$(grep -o 'ended error.*' "$tmp/client.log" | cut -c7-60)', rank 0: '$(grep -o "$said[^:]*" "$tmp/serve.err" | head -1)', job ended in ${dt} s (exit $rc)"
+       grep -q "$said" "$tmp/serve.$how.err" && [ $dt -lt 60 ]; then
+      ok "$what: the request got '$(grep -o 'ended error.*' "$tmp/client.log" | cut -c7-60)', rank 0: '$(grep -o "$said[^:]*" "$tmp/serve.$how.err" | head -1)', job ended in ${dt} s (exit $rc)"
     else
-      bad "$what: rank 1 pid '$r1', exit $rc after ${dt} s"; cat "$tmp/client.log" "$tmp/serve.out" "$tmp/serve.err"
+      bad "$what: rank 1 pid '$r1', exit $rc after ${dt} s"; cat "$tmp/client.log" "$tmp/serve.$how.out" "$tmp/serve.$how.err"
     fi
   done
 else
