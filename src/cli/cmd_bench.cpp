@@ -180,7 +180,7 @@ int bench_throughput(int argc, char** argv, int first) {
   if (!spec) return usage_error(p, spec.status().message());
   o.engine.spec = *spec;
   std::unique_ptr<ParallelJob> job;  // tensor / pipeline parallelism (under mpirun)
-  if (int rc = start_parallel_job(p, par_opts, model_path, spec_opts.given(), &job)) return rc;
+  if (int rc = start_parallel_job(p, par_opts, model_path, o.engine.spec.method, &job)) return rc;
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
     if (job) job->abort(kExitUsage);
@@ -361,7 +361,7 @@ int cmd_bench(int argc, char** argv, int first) {
   std::unique_ptr<ParallelJob> job;
   if (par_opts.enabled() && thread_counts.size() != 1)
     return usage_error(p, "one thread count (-t N) per rank with tensor or pipeline parallelism");
-  if (int rc = start_parallel_job(p, par_opts, path, false, &job)) return rc;
+  if (int rc = start_parallel_job(p, par_opts, path, SpecMethod::kNone, &job)) return rc;
   auto model = Model::load(path, job ? job->shard() : ModelShard{});
   if (!model) {
     if (job) job->abort(kExitUsage);

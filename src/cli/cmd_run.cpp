@@ -166,7 +166,7 @@ int cmd_run(int argc, char** argv, int first) {
   // Tensor / pipeline parallelism (under mpirun): ranks other than 0 only
   // execute the steps rank 0 sends.
   std::unique_ptr<ParallelJob> job;
-  if (int rc = start_parallel_job(p, par_opts, model_path, spec_opts.given(), &job)) return rc;
+  if (int rc = start_parallel_job(p, par_opts, model_path, spec->method, &job)) return rc;
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
     if (job) job->abort(kExitUsage);

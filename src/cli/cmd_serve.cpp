@@ -191,7 +191,7 @@ int cmd_serve(int argc, char** argv, int first) {
   // Tensor / pipeline parallelism (under mpirun): the ranks other than 0
   // only execute the steps rank 0 sends.
   std::unique_ptr<ParallelJob> job;
-  if (int rc = start_parallel_job(p, par_opts, model_path, spec_opts.given(), &job)) return rc;
+  if (int rc = start_parallel_job(p, par_opts, model_path, ec.spec.method, &job)) return rc;
   if (job) {
     if (!job->leader()) {
       LoadedModel wm;

@@ -115,11 +115,15 @@ Result<std::unique_ptr<ParallelJob>> ParallelJob::start(const ParallelOptions& o
 #endif
 }
 
-int start_parallel_job(const ArgParser& p, const ParallelOptions& o, const std::string& model_flag, bool speculative,
+int start_parallel_job(const ArgParser& p, const ParallelOptions& o, const std::string& model_flag, SpecMethod spec,
                        std::unique_ptr<ParallelJob>* job) {
   job->reset();
   if (!o.enabled()) return kExitOk;
-  if (speculative) return usage_error(p, "speculative decoding with tensor or pipeline parallelism is not supported yet");
+  if (spec != SpecMethod::kNone && o.pp > 1)
+    return usage_error(p, "speculative decoding with pipeline parallelism is not supported yet");
+  if (spec != SpecMethod::kNone && spec != SpecMethod::kNgram)
+    return usage_error(p, fmt::format("--speculative-method {} with tensor parallelism is not supported yet (ngram is)",
+                                      spec_method_name(spec)));
   const std::string path = resolve_model_path(p, model_flag);
   if (path.empty()) return kExitUsage;
   auto j = ParallelJob::start(o, path);

@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "engine/model_runner.h"
 #include "engine/parallel_runner.h"
+#include "engine/speculative/proposer.h"
 #include "model/model.h"
 
 namespace ember::cli {
@@ -32,9 +33,11 @@ struct ParallelOptions {
 
 class ParallelJob;
 // The command's job when the flags ask for one (*job stays null without
-// them): the model path from -m (`model_flag`), refused with speculative
-// decoding. Returns 0, or the exit code after printing the usage error.
-int start_parallel_job(const ArgParser& p, const ParallelOptions& o, const std::string& model_flag, bool speculative,
+// them): the model path from -m (`model_flag`). Speculative decoding: n-gram
+// drafts with tensor parallelism (the verification slices are plain step
+// inputs); a draft model, or any method with a pipeline, is refused.
+// Returns 0, or the exit code after printing the usage error.
+int start_parallel_job(const ArgParser& p, const ParallelOptions& o, const std::string& model_flag, SpecMethod spec,
                        std::unique_ptr<ParallelJob>* job);
 
 class ParallelJob {

@@ -13,7 +13,8 @@
 #  4. `ember serve`: a rank killed mid-stream under TP=2, a rank stopped
 #     (silent) under PP=2: the job ends with a clear error on rank 0, no
 #     hang, and the request in flight (streaming until then) gets an error;
-#  and: TP=2 twice gives the same bits; bad sizes and plans are clear errors.
+#  and: TP=2 twice gives the same bits; n-gram speculation under TP=2 gives
+#  TP's text; bad sizes and plans are clear errors.
 # Usage: parallel_test.sh [path/to/ember_parallel_driver path/to/ember]   (none: built without MPI)
 # Exit: 0 passed, 1 failed, 77 skipped.
 set -u
@@ -100,6 +101,8 @@ if [ -n "$EMBER" ] && [ -f "$MODEL" ]; then
     --pipeline-layers 2,0
   expect "both kinds at once" "together are not supported" 4 "${b[@]}" --pipeline-parallel-size 2 \
     --tensor-parallel-size 2
+  expect "speculation with a pipeline" "with pipeline parallelism is not supported" 2 "${b[@]}" \
+    --pipeline-parallel-size 2 --speculative-method ngram
 fi
 
 # 2. The default model through the engine.
@@ -130,6 +133,16 @@ if [ -f "$MODEL" ]; then
       ok "ember run -pp 2 prints one rank's text ('$(head -c 60 "$tmp/run1.txt" | tr '\n' ' ')'); -tp 2 ran"
     else
       bad "ember run -pp 2 / -tp 2"; cat "$tmp/run1.txt" "$tmp/runpp.txt" "$tmp/runpp.err" "$tmp/runtp.txt" "$tmp/runtp.err"
+    fi
+    # n-gram speculation under TP: the verification slices are step inputs
+    # like any other; greedy text identical to TP without it, drafts accepted.
+    timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --tensor-parallel-size 2 --speculative-method ngram \
+      >"$tmp/runtpng.txt" 2>"$tmp/runtpng.err"
+    acc=$(grep -o '[0-9]* accepted' "$tmp/runtpng.err" | head -1 | cut -d' ' -f1)
+    if cmp -s "$tmp/runtp.txt" "$tmp/runtpng.txt" && [ "${acc:-0}" -gt 0 ]; then
+      ok "ember run -tp 2 --speculative-method ngram: the same text as -tp 2, $(grep -o '[0-9]* drafts, [0-9]* accepted' "$tmp/runtpng.err")"
+    else
+      bad "ember run -tp 2 --speculative-method ngram"; cat "$tmp/runtp.txt" "$tmp/runtpng.txt" "$tmp/runtpng.err"
     fi
     if timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" bench -m "$MODEL" -p 16 -n 8 -r 1 -t 1 --tensor-parallel-size 2 \
          >"$tmp/bench.txt" 2>&1 && grep -q '^tg8 ' "$tmp/bench.txt"; then
