@@ -20,7 +20,8 @@ namespace ember::cli {
 void ParallelOptions::add_to(ArgParser& p) {
   p.option("-tp,--tensor-parallel-size", &tp, "N",
            "split every layer over N ranks (run under mpirun -np N; docs/parallelism.md)");
-  p.option("-pp,--pipeline-parallel-size", &pp, "M", "split the layers into M stages, one per rank (mpirun -np M)");
+  p.option("-pp,--pipeline-parallel-size", &pp, "M",
+           "split the layers into M stages, one per rank (mpirun -np M; with -tp N: N ranks a stage, -np N*M)");
   p.option("--pipeline-layers", &pipeline_layers, "A,B,..",
            "layers of each pipeline stage, in order (default: balanced by the layers' weight bytes)");
   p.option("--dist-timeout", &timeout_s, "S", "seconds a rank waits for the others before failing (default 300)");
@@ -29,6 +30,8 @@ void ParallelOptions::add_to(ArgParser& p) {
 struct ParallelJob::Impl {
 #ifdef EMBER_HAVE_MPI
   std::unique_ptr<dist::MpiCollective> comm;
+  std::unique_ptr<dist::MpiCollective> tp_comm;  // both kinds: this stage's tensor group (destroyed first)
+  Collective* tp_group() const { return tp_comm.get(); }
 #endif
 };
 
@@ -79,7 +82,6 @@ Status parse_stage_layers(const std::string& text, int pp, int n_layer, std::vec
 Result<std::unique_ptr<ParallelJob>> ParallelJob::start(const ParallelOptions& o, const std::string& model_path) {
   if (o.tp < 1 || o.tp > 64 || o.pp < 1 || o.pp > 64)
     return Status::error("--tensor-parallel-size and --pipeline-parallel-size must be in [1, 64]");
-  if (o.tp > 1 && o.pp > 1) return Status::error("tensor and pipeline parallelism together are not supported yet");
   if (!(o.timeout_s > 0)) return Status::error("--dist-timeout must be positive");
 #ifndef EMBER_HAVE_MPI
   (void)model_path;
@@ -107,6 +109,12 @@ Result<std::unique_ptr<ParallelJob>> ParallelJob::start(const ParallelOptions& o
   if (!comm) return comm.status();
   job->impl_->comm = std::move(comm.value());
   if (Status st = plan.validate(job->impl_->comm->size(), n_layer); !st) return st;
+  if (plan.tp > 1 && plan.pp > 1) {  // each stage's ranks: a tensor-parallel group of their own
+    const int r = job->impl_->comm->rank();
+    auto g = job->impl_->comm->split(r / plan.tp, plan.tp_rank_of(r));
+    if (!g) return g.status();
+    job->impl_->tp_comm = std::move(g.value());
+  }
   // A rank ended by the launcher (another rank died) says what it was doing.
   // `ember serve` takes its signals itself (sigwait): there rank 0 calls
   // note_ending() instead.
@@ -162,7 +170,7 @@ Result<std::unique_ptr<ParallelRunner>> ParallelJob::make_runner(const Model& mo
                                                                  KvTypes kv_types) {
 #ifdef EMBER_HAVE_MPI
   auto local = std::make_unique<CpuModelRunner>(model, pool, max_batch, kv_types);
-  return ParallelRunner::create(std::move(local), *impl_->comm, plan_);
+  return ParallelRunner::create(std::move(local), *impl_->comm, plan_, impl_->tp_group());
 #else
   return Status::error("built without MPI");
 #endif
@@ -171,7 +179,7 @@ Result<std::unique_ptr<ParallelRunner>> ParallelJob::make_runner(const Model& mo
 int ParallelJob::run_worker(const Model& model, int threads, const char* command) {
 #ifdef EMBER_HAVE_MPI
   ThreadPool pool(threads);
-  Status st = run_parallel_worker(model, pool, *impl_->comm, plan_);
+  Status st = run_parallel_worker(model, pool, *impl_->comm, plan_, impl_->tp_group());
   if (!st) {
     std::fprintf(stderr, "ember %s: rank %d: %s\n", command, rank(), st.message().c_str());
     dist::abort_job(kExitFailure);

@@ -6,8 +6,9 @@
 // worker loop. Every rank parses the same command line; rank 0 does the
 // command's work (HTTP, sampling, output), the others only execute steps.
 //
-// Ownership: a ParallelJob owns the communicator; destroying it on rank 0
-// ends the workers first. One per process.
+// Ownership: a ParallelJob owns the communicators (the job's, and with both
+// kinds its stage's tensor group); destroying it on rank 0 ends the workers
+// first. One per process.
 #pragma once
 
 #include <memory>

@@ -22,6 +22,7 @@ struct MpiCollective::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   DistOptions opts;
   bool broken = false;
+  bool owns_mpi = false;  // made by init(): finalizes MPI
   std::string broken_why;
   uint64_t n_ops = 0;
   std::unordered_map<int64_t, MPI_Request> sends;  // isend handles
@@ -103,7 +104,21 @@ Result<std::unique_ptr<MpiCollective>> MpiCollective::init(int* argc, char*** ar
   }
   std::unique_ptr<MpiCollective> c(new MpiCollective());
   c->impl_->opts = opts;
+  c->impl_->owns_mpi = true;
   if (MPI_Comm_dup(MPI_COMM_WORLD, &c->impl_->comm) != MPI_SUCCESS) return Status::error("dist: MPI_Comm_dup failed");
+  MPI_Comm_set_errhandler(c->impl_->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(c->impl_->comm, &c->rank_);
+  MPI_Comm_size(c->impl_->comm, &c->size_);
+  return c;
+}
+
+Result<std::unique_ptr<MpiCollective>> MpiCollective::split(int color, int key) {
+  EMBER_RETURN_IF_ERROR(check_usable("split"));
+  if (color < 0 || key < 0) return Status::error("dist: split: negative color or key");
+  std::unique_ptr<MpiCollective> c(new MpiCollective());
+  c->impl_->opts = impl_->opts;
+  if (const int rc = MPI_Comm_split(impl_->comm, color, key, &c->impl_->comm); rc != MPI_SUCCESS)
+    return Status::errorf("dist: MPI_Comm_split failed: {}", impl_->mpi_error(rc));
   MPI_Comm_set_errhandler(c->impl_->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(c->impl_->comm, &c->rank_);
   MPI_Comm_size(c->impl_->comm, &c->size_);
@@ -112,6 +127,7 @@ Result<std::unique_ptr<MpiCollective>> MpiCollective::init(int* argc, char*** ar
 
 MpiCollective::~MpiCollective() {
   if (impl_->comm != MPI_COMM_NULL && !impl_->broken) MPI_Comm_free(&impl_->comm);
+  if (!impl_->owns_mpi) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   // After a failure MPI may be unable to finalize (a peer is gone): leave

@@ -19,8 +19,9 @@
 // signals itself, as `ember serve` does): every wait then fails at once, so
 // the requests in flight end with an error instead of being cut off.
 //
-// Ownership: init() calls MPI_Init_thread; the last MpiCollective destroyed
-// calls MPI_Finalize (after a failure, MPI_Abort is left to the caller).
+// Ownership: init() calls MPI_Init_thread; the MpiCollective init() made
+// calls MPI_Finalize when destroyed, after any split() of it (after a
+// failure, MPI_Abort is left to the caller).
 // Threading: MPI_THREAD_SERIALIZED: one thread at a time uses it (the
 // engine thread of a server, not necessarily the one that called init()).
 #pragma once
@@ -64,6 +65,12 @@ class MpiCollective final : public Collective {
   Result<int64_t> isend(const void* data, size_t bytes, int dst, int tag) override;
   Status wait(int64_t handle) override;
   Status barrier() override;
+
+  // A communicator over the ranks that pass the same `color`, ranked by
+  // `key` (MPI_Comm_split; every rank of this one calls it, as one
+  // collective): tensor parallelism within a pipeline stage. It does not
+  // own MPI: destroy it before this one.
+  Result<std::unique_ptr<MpiCollective>> split(int color, int key);
 
   // The library's own collective, for comparison in benchmarks: MPI_Allreduce
   // with MPI_SUM (no order promised).

@@ -171,7 +171,7 @@ int64_t pages_that_fit(const KvSpec& spec, const AllocRequest& a) {
 ModelShard ParallelPlan::shard(int rank) const {
   ModelShard s;
   if (tp > 1) {
-    s.tp_rank = rank;
+    s.tp_rank = tp_rank_of(rank);
     s.tp_size = tp;
   }
   if (pp > 1) {
@@ -185,16 +185,15 @@ ModelShard ParallelPlan::shard(int rank) const {
 StageLinks ParallelPlan::links(int rank, Collective* comm) const {
   StageLinks l;
   if (pp <= 1) return l;
-  const int s = stage_of(rank);
+  const int s = stage_of(rank), t = tp_rank_of(rank);
   l.comm = comm;
-  l.prev = s == 0 ? -1 : rank_of_stage(s - 1);
-  l.next = s == pp - 1 ? -1 : rank_of_stage(s + 1);
+  l.prev = s == 0 ? -1 : rank_of(s - 1, t);
+  l.next = s == pp - 1 ? -1 : rank_of(s + 1, t);
   return l;
 }
 
 Status ParallelPlan::validate(int world, int n_layer) const {
   if (tp < 1 || pp < 1) return Status::error("parallel sizes must be >= 1");
-  if (tp > 1 && pp > 1) return Status::error("tensor and pipeline parallelism together are not supported yet");
   if (size() != world)
     return Status::errorf("{} needs {} ranks, but the job has {} (mpirun -np {})", describe(), size(), world, size());
   if (pp > 1) {
@@ -209,14 +208,15 @@ Status ParallelPlan::validate(int world, int n_layer) const {
 }
 
 std::string ParallelPlan::describe() const {
-  if (tp > 1) return fmt::format("tensor parallelism over {} ranks", tp);
+  std::string s;
   if (pp > 1) {
-    std::string s = fmt::format("a pipeline of {} stages (layers", pp);
+    s = fmt::format("a pipeline of {} stages (layers", pp);
     for (int i = 0; i < pp && static_cast<int>(stage_layers.size()) > i + 1; ++i)
       s += fmt::format("{} {}-{}", i ? "," : "", stage_layers[i], stage_layers[i + 1] - 1);
-    return s + ")";
+    s += ")";
   }
-  return "one rank";
+  if (tp > 1) s += fmt::format("{}tensor parallelism over {} ranks", pp > 1 ? ", each stage with " : "", tp);
+  return s.empty() ? "one rank" : s;
 }
 
 KvSpec merge_kv_specs(const std::vector<KvSpec>& specs) {
@@ -247,12 +247,30 @@ KvSpec merge_kv_specs(const std::vector<KvSpec>& specs) {
 ParallelRunner::ParallelRunner(std::unique_ptr<CpuModelRunner> local, Collective& comm, const ParallelPlan& plan)
     : local_(std::move(local)), comm_(comm), plan_(plan), builder_(local_->model().config().n_embd) {}
 
+namespace {
+
+// The tensor-parallel group of a rank: `tp_comm`, or the job's own
+// communicator when the plan has no pipeline.
+Result<Collective*> tp_group(Collective& comm, const ParallelPlan& plan, Collective* tp_comm) {
+  if (plan.tp <= 1) return static_cast<Collective*>(nullptr);
+  Collective* g = tp_comm ? tp_comm : plan.pp == 1 ? &comm : nullptr;
+  if (!g || g->size() != plan.tp || g->rank() != plan.tp_rank_of(comm.rank()))
+    return Status::errorf("{}: rank {} has no tensor-parallel group of {} ranks in which it is rank {}",
+                          plan.describe(), comm.rank(), plan.tp, plan.tp_rank_of(comm.rank()));
+  return g;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ParallelRunner>> ParallelRunner::create(std::unique_ptr<CpuModelRunner> local,
-                                                               Collective& comm, const ParallelPlan& plan) {
+                                                               Collective& comm, const ParallelPlan& plan,
+                                                               Collective* tp_comm) {
   if (comm.rank() != 0) return Status::error("the parallel runner runs on rank 0 (the others run the worker loop)");
   if (plan.size() != comm.size()) return Status::errorf("{} over a job of {} ranks", plan.describe(), comm.size());
+  auto group = tp_group(comm, plan, tp_comm);
+  if (!group) return group.status();
   std::unique_ptr<ParallelRunner> r(new ParallelRunner(std::move(local), comm, plan));
-  if (plan.tp > 1) r->local_->set_collective(&comm);
+  if (group.value()) r->local_->set_collective(group.value());
   r->local_->set_stage_links(plan.links(0, &comm));
   EMBER_RETURN_IF_ERROR(r->start());
   return r;
@@ -381,9 +399,12 @@ Result<float*> ParallelRunner::execute(const SchedulerOutput& so) {
   return collect();
 }
 
-Status run_parallel_worker(const Model& model, ThreadPool& pool, Collective& comm, const ParallelPlan& plan) {
+Status run_parallel_worker(const Model& model, ThreadPool& pool, Collective& comm, const ParallelPlan& plan,
+                           Collective* tp_comm) {
   const int me = comm.rank();
   if (me == 0) return Status::error("rank 0 runs the engine, not the worker loop");
+  auto group = tp_group(comm, plan, tp_comm);
+  if (!group) return group.status();
   std::unique_ptr<CpuModelRunner> runner;
   AllocRequest alloc;
   StepInput in;
@@ -399,7 +420,7 @@ Status run_parallel_worker(const Model& model, ThreadPool& pool, Collective& com
         if (!rd.get(&max_batch) || !get_types(rd, &types) || !rd.at_end() || max_batch < 1)
           return Status::error("a malformed session start");
         runner = std::make_unique<CpuModelRunner>(model, pool, max_batch, types);
-        if (plan.tp > 1) runner->set_collective(&comm);
+        if (group.value()) runner->set_collective(group.value());
         runner->set_stage_links(plan.links(me, &comm));
         std::vector<uint8_t> body;
         WireWriter w(&body);

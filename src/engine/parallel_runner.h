@@ -17,6 +17,12 @@
 //     steps before the first one's logits come back (submit / collect), so
 //     the Engine keeps M micro-batches of disjoint requests in flight and
 //     every stage works at once.
+//   both (tp = N, pp = M, N x M ranks): each stage is a group of N
+//     consecutive ranks, tensor-parallel among themselves over their own
+//     communicator (a split of the job's: `tp_comm`); group 0 (ranks
+//     0 .. N-1) holds the last stage, group g > 0 the stage g - 1. Tensor
+//     rank t of a stage sends its rows to tensor rank t of the next (each
+//     holds the whole rows after its all-reduce).
 //
 // A session (one ParallelRunner's life): rank 0 sends the runner's settings
 // (max batch, KV formats); each rank answers with the shape of its KV cache
@@ -50,14 +56,16 @@
 namespace ember {
 
 struct ParallelPlan {
-  int tp = 1;                    // tensor-parallel ranks
+  int tp = 1;                    // tensor-parallel ranks (per stage)
   int pp = 1;                    // pipeline stages
   std::vector<int> stage_layers; // pp > 1: pp + 1 layer bounds of the stages, 0 .. n_layer
 
   int size() const { return tp * pp; }
-  // Pipeline: the stage rank r holds (rank 0: the last), and the reverse.
-  int stage_of(int rank) const { return rank == 0 ? pp - 1 : rank - 1; }
-  int rank_of_stage(int s) const { return s == pp - 1 ? 0 : s + 1; }
+  // The stage rank r holds (ranks 0 .. tp-1: the last) and its tensor rank
+  // there; the rank of tensor rank t in stage s.
+  int stage_of(int rank) const { return rank / tp == 0 ? pp - 1 : rank / tp - 1; }
+  int tp_rank_of(int rank) const { return rank % tp; }
+  int rank_of(int stage, int t) const { return (stage == pp - 1 ? 0 : stage + 1) * tp + t; }
   // What rank r loads.
   ModelShard shard(int rank) const;
   // Rank r's pipeline links (none without a pipeline).
@@ -76,9 +84,11 @@ class ParallelRunner final : public ModelRunner {
  public:
   // Starts a session with every other rank of `comm` (running
   // run_parallel_worker). `local` is rank 0's runner over its shard; this
-  // sets its collective or stage links.
+  // sets its collective or stage links. tp_comm: the stage's tensor-parallel
+  // group when the plan has both kinds (null: `comm` itself, for tensor
+  // parallelism alone).
   static Result<std::unique_ptr<ParallelRunner>> create(std::unique_ptr<CpuModelRunner> local, Collective& comm,
-                                                        const ParallelPlan& plan);
+                                                        const ParallelPlan& plan, Collective* tp_comm = nullptr);
   ~ParallelRunner() override;  // ends the session (the workers wait for the next)
 
   int n_vocab() const override { return local_->n_vocab(); }
@@ -125,7 +135,9 @@ class ParallelRunner final : public ModelRunner {
 // Rank r > 0: answers sessions until rank 0 ends the job (kShutdown).
 // `model` is this rank's shard (plan.shard(rank)). Errors: a failed step or
 // collective, a malformed message.
-Status run_parallel_worker(const Model& model, ThreadPool& pool, Collective& comm, const ParallelPlan& plan);
+// tp_comm as in ParallelRunner::create.
+Status run_parallel_worker(const Model& model, ThreadPool& pool, Collective& comm, const ParallelPlan& plan,
+                           Collective* tp_comm = nullptr);
 // Rank 0, at the end: every worker returns from run_parallel_worker.
 Status shutdown_parallel_workers(Collective& comm);
 

@@ -167,7 +167,6 @@ Status shard_model_file(ModelFile* file, ModelConfig* cfg, ModelShard* sh) {
   if (n < 1 || sh->tp_rank < 0 || sh->tp_rank >= n) return Status::errorf("tensor-parallel rank {} of {}", sh->tp_rank, n);
   if (sh->layer_begin < 0 || sh->layer_begin >= sh->layer_end || sh->layer_end > L)
     return Status::errorf("pipeline stage layers [{}, {}) of a {}-layer model", sh->layer_begin, sh->layer_end, L);
-  if (n > 1 && sh->pipelined()) return Status::error("tensor and pipeline parallelism together are not supported yet");
   if (!cfg->head_tokens.empty()) return Status::error("a truncated output head cannot be sharded");
   const TensorView* embd = file->tensor("token_embd.weight");
   if (!embd || embd->n_dims != 2) return Status::error("missing tensor 'token_embd.weight'");

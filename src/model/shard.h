@@ -25,7 +25,7 @@
 // KV cache holds only theirs); the embedding is used by the first stage and
 // the output head by the last only (the others never read their bytes).
 //
-// Both at once are not supported yet (an error).
+// Both at once: the held layers, each split as above.
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,10 @@
 // Test driver for tensor and pipeline parallelism through the engine (run by
 // tests/dist/parallel_test.sh, under mpirun for the parallel modes):
 //
-//   parallel_driver MODEL single|tp|pp SUITE OUT
+//   parallel_driver MODEL single|tp|pp|tppp SUITE OUT
 //
-// single runs one process over the whole model (CpuModelRunner); tp and pp
-// run the job's ranks (every rank one shard; rank 0 the engine over a
+// single runs one process over the whole model (CpuModelRunner); tp, pp and
+// tppp (2 tensor ranks per stage, size / 2 stages) run the job's ranks (every rank one shard; rank 0 the engine over a
 // ParallelRunner, the others run_parallel_worker). Rank 0 writes OUT:
 //   "req <id> <tokens...>" and "lp <id> <logprobs, %a>" lines, and OUT.rows:
 //   every logits row the engine got, keyed by (request, position).
@@ -113,6 +113,7 @@ struct Ctx {
   const Model* model = nullptr;
   ThreadPool* pool = nullptr;
   Collective* comm = nullptr;  // null: one process
+  Collective* tp_comm = nullptr;  // tp x pp: this stage's tensor group
   ParallelPlan plan;
 };
 
@@ -122,7 +123,7 @@ Result<Run> run_requests(const Ctx& c, EngineConfig ec, const std::vector<std::p
   std::unique_ptr<ModelRunner> inner;
   if (c.comm) {
     auto local = std::make_unique<CpuModelRunner>(*c.model, *c.pool, ec.max_num_batched_tokens, ec.kv_types);
-    auto p = ParallelRunner::create(std::move(local), *c.comm, c.plan);
+    auto p = ParallelRunner::create(std::move(local), *c.comm, c.plan, c.tp_comm);
     if (!p) return p.status();
     inner = std::move(p.value());
   } else {
@@ -345,7 +346,7 @@ int compare(const std::string& a, const std::string& b, double tol) {
 int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "compare") return compare(argv[2], argv[3], std::atof(argv[4]));
   if (argc != 5) {
-    std::fprintf(stderr, "usage: parallel_driver MODEL single|tp|pp logits|engine OUT | compare A B TOL\n");
+    std::fprintf(stderr, "usage: parallel_driver MODEL single|tp|pp|tppp logits|engine OUT | compare A B TOL\n");
     return 2;
   }
   const std::string path = argv[1], mode = argv[2], suite = argv[3], out = argv[4];
@@ -359,8 +360,14 @@ int main(int argc, char** argv) {
     }
     comm = std::move(cm.value());
     c.comm = comm.get();
-    if (mode == "tp") c.plan.tp = comm->size();
-    else c.plan.pp = comm->size();
+    if (mode == "tp") {
+      c.plan.tp = comm->size();
+    } else if (mode == "pp") {
+      c.plan.pp = comm->size();
+    } else {  // tppp: 2 tensor ranks per stage
+      c.plan.tp = 2;
+      c.plan.pp = comm->size() / 2;
+    }
   }
   auto whole = Model::load(path);
   if (!whole) {
@@ -372,6 +379,16 @@ int main(int argc, char** argv) {
     for (int s = 0; s <= c.plan.pp; ++s) c.plan.stage_layers.push_back(L * s / c.plan.pp);
   }
   const int rank = comm ? comm->rank() : 0;
+  std::unique_ptr<dist::MpiCollective> tp_comm;  // destroyed before comm
+  if (c.plan.tp > 1 && c.plan.pp > 1) {
+    auto g = comm->split(rank / c.plan.tp, c.plan.tp_rank_of(rank));
+    if (!g) {
+      std::fprintf(stderr, "%s\n", g.status().message().c_str());
+      dist::abort_job(1);
+    }
+    tp_comm = std::move(g.value());
+    c.tp_comm = tp_comm.get();
+  }
   std::unique_ptr<Model> shard;
   if (comm) {
     if (Status st = c.plan.validate(comm->size(), whole.value()->config().n_layer); !st) {
@@ -391,7 +408,7 @@ int main(int argc, char** argv) {
   c.model = &model;
   c.pool = &pool;
   if (rank > 0) {
-    Status st = run_parallel_worker(model, pool, *comm, c.plan);
+    Status st = run_parallel_worker(model, pool, *comm, c.plan, c.tp_comm);
     if (!st) {
       std::fprintf(stderr, "rank %d: %s\n", rank, st.message().c_str());
       dist::abort_job(1);

@@ -13,8 +13,9 @@
 #  4. `ember serve`: a rank killed mid-stream under TP=2, a rank stopped
 #     (silent) under PP=2: the job ends with a clear error on rank 0, no
 #     hang, and the request in flight (streaming until then) gets an error;
-#  and: TP=2 twice gives the same bits; n-gram speculation under TP=2 gives
-#  TP's text; bad sizes and plans are clear errors.
+#  and: TP=2 x PP=2 (4 ranks) gives TP=2's bits; TP=2 twice gives the same
+#  bits; n-gram speculation under TP=2 gives TP's text; bad sizes and plans
+#  are clear errors.
 # Usage: parallel_test.sh [path/to/ember_parallel_driver path/to/ember]   (none: built without MPI)
 # Exit: 0 passed, 1 failed, 77 skipped.
 set -u
@@ -52,7 +53,9 @@ run() {
   if [ "$mode" = single ]; then
     timeout 300 "$DRIVER" "$model" single "$suite" "$tmp/$name" >"$tmp/$name.log" 2>&1
   else
-    timeout 300 "${MPIRUN[@]}" "$@" -np 2 "$DRIVER" "$model" "$mode" "$suite" "$tmp/$name" >"$tmp/$name.log" 2>&1
+    local np=2
+    [ "$mode" = tppp ] && np=4
+    timeout 300 "${MPIRUN[@]}" "$@" -np $np "$DRIVER" "$model" "$mode" "$suite" "$tmp/$name" >"$tmp/$name.log" 2>&1
   fi
 }
 
@@ -67,6 +70,17 @@ for m in hf_llama_sharded hf_qwen2 hf_qwen3 hf_gemma3; do
       bad "$m ${mode^^}=2"; cat "$tmp/$m.$mode.log" "$tmp/$m.$mode.cmp" 2>/dev/null
     fi
   done
+done
+
+# Both kinds (4 ranks: 2 stages of 2 tensor ranks): TP's bits exactly (a
+# pipeline changes no arithmetic), so within 1e-5 of one rank.
+for m in hf_qwen2 hf_gemma3; do
+  if run "$m.tppp" tppp "$DATA/$m" logits &&
+     "$DRIVER" compare "$tmp/$m.tp" "$tmp/$m.tppp" 0 >"$tmp/$m.tppp.cmp" 2>&1; then
+    ok "$m TP=2 x PP=2 = TP=2 bit for bit: $(grep -o '[0-9]* logits rows of [0-9]*' "$tmp/$m.tppp.cmp")"
+  else
+    bad "$m TP=2 x PP=2"; cat "$tmp/$m.tppp.log" "$tmp/$m.tppp.cmp" 2>/dev/null
+  fi
 done
 
 # Deterministic: the same ranks and threads give the same bits run after run.
@@ -99,7 +113,7 @@ if [ -n "$EMBER" ] && [ -f "$MODEL" ]; then
   expect "fewer ranks than the plan" "needs 2 ranks, but the job has 1" 0 "${b[@]}" --tensor-parallel-size 2
   expect "stage bounds" "pipeline-layers expects 2 positive layer counts" 2 "${b[@]}" --pipeline-parallel-size 2 \
     --pipeline-layers 2,0
-  expect "both kinds at once" "together are not supported" 4 "${b[@]}" --pipeline-parallel-size 2 \
+  expect "TP x PP on too few ranks" "needs 4 ranks, but the job has 2" 2 "${b[@]}" --pipeline-parallel-size 2 \
     --tensor-parallel-size 2
   expect "speculation with a pipeline" "with pipeline parallelism is not supported" 2 "${b[@]}" \
     --pipeline-parallel-size 2 --speculative-method ngram
@@ -133,6 +147,13 @@ if [ -f "$MODEL" ]; then
       ok "ember run -pp 2 prints one rank's text ('$(head -c 60 "$tmp/run1.txt" | tr '\n' ' ')'); -tp 2 ran"
     else
       bad "ember run -pp 2 / -tp 2"; cat "$tmp/run1.txt" "$tmp/runpp.txt" "$tmp/runpp.err" "$tmp/runtp.txt" "$tmp/runtp.err"
+    fi
+    timeout 300 "${MPIRUN[@]}" -np 4 "$EMBER" "${args[@]}" --tensor-parallel-size 2 --pipeline-parallel-size 2 \
+      >"$tmp/runtppp.txt" 2>"$tmp/runtppp.err"
+    if [ -s "$tmp/runtp.txt" ] && cmp -s "$tmp/runtp.txt" "$tmp/runtppp.txt"; then
+      ok "ember run -tp 2 -pp 2 (4 ranks) prints -tp 2's text"
+    else
+      bad "ember run -tp 2 -pp 2"; cat "$tmp/runtp.txt" "$tmp/runtppp.txt" "$tmp/runtppp.err"
     fi
     # n-gram speculation under TP: the verification slices are step inputs
     # like any other; greedy text identical to TP without it, drafts accepted.
@@ -184,12 +205,16 @@ fi
 #    gets an error, rank 0 says why, the job ends (no hang).
 if [ -n "$EMBER" ] && [ -f "$MODEL" ]; then
   for how in KILL STOP; do
-    port=$((20000 + RANDOM % 20000))
-    "${MPIRUN[@]}" -np 2 "$EMBER" serve -m "$MODEL" -t 1 --port $port --kv-cache-memory 64M \
+    "${MPIRUN[@]}" -np 2 "$EMBER" serve -m "$MODEL" -t 1 --port 0 --kv-cache-memory 64M \
       $([ $how = KILL ] && echo --tensor-parallel-size || echo --pipeline-parallel-size) 2 --dist-timeout 5 \
       >"$tmp/serve.$how.out" 2>"$tmp/serve.$how.err" &
     srv=$!
-    for _ in $(seq 1 240); do grep -q listening "$tmp/serve.$how.out" 2>/dev/null && break; sleep 0.5; done
+    for _ in $(seq 1 240); do
+      grep -q listening "$tmp/serve.$how.out" 2>/dev/null && break
+      kill -0 $srv 2>/dev/null || break
+      sleep 0.5
+    done
+    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/serve.$how.out" | grep -o '[0-9]*$')
     # Rank 1: the process whose environment says so.
     r1=""
     for _ in $(seq 1 20); do

@@ -134,13 +134,32 @@ TEST(ModelShard, ShapesThatCannotBeSplitAreErrors) {
     EXPECT_FALSE(whole.is_ok());
     std::remove(path.c_str());
   }
-  {
-    Opened o = open(kTinyQwen);
-    ModelShard sh;
-    sh.tp_size = 2;
-    sh.layer_end = 1;
-    EXPECT_FALSE(shard_model_file(o.file.get(), &o.cfg, &sh).is_ok());  // both kinds at once
-  }
+}
+
+// Both kinds at once: the held layers, renamed from 0, each split by heads.
+TEST(ModelShard, TensorShardOfAPipelineStage) {
+  ModelShard sh;
+  sh.tp_rank = 1;
+  sh.tp_size = 2;
+  sh.layer_begin = 1;
+  sh.layer_end = 2;
+  auto m = Model::load(kTinyQwen, sh);
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  auto whole = Model::load(kTinyQwen);
+  ASSERT_TRUE(whole.is_ok());
+  const ModelConfig& c = (*m)->config();
+  const LayerConfig& lw = (*whole)->config().layers[1];
+  ASSERT_EQ(c.n_layer, 1);
+  EXPECT_EQ(c.layers[0].n_head, lw.n_head / 2);
+  EXPECT_EQ(c.layers[0].n_ff, lw.n_ff / 2);
+  // Its Q rows are the second half of the model's layer 1 Q rows.
+  const TensorView& q = *(*m)->weights().layers[0].q.weight;
+  const TensorView& qw = *(*whole)->weights().layers[1].q.weight;
+  ASSERT_EQ(q.nbytes * 2, qw.nbytes);
+  EXPECT_EQ(0, std::memcmp(q.data, static_cast<const uint8_t*>(qw.data) + q.nbytes, q.nbytes));
+  EXPECT_FALSE((*m)->shard().embeds());
+  EXPECT_TRUE((*m)->shard().has_head());
+  EXPECT_TRUE((*m)->shard().tensor_parallel());
 }
 
 TEST(ModelShard, PipelineStageHoldsItsLayers) {
