@@ -4,7 +4,6 @@
 // repetitions after one warm-up; decode also reports the bytes of weights
 // read per token against the measured memory bandwidth.
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <chrono>
@@ -240,25 +239,6 @@ int bench_throughput(int argc, char** argv, int first) {
 
 namespace {
 
-// "512" or "128,256,512" -> {128, 256, 512}.
-Status parse_list(const std::string& name, const std::string& text, int lo, int hi, std::vector<int>* out) {
-  out->clear();
-  size_t b = 0;
-  while (b <= text.size()) {
-    size_t e = text.find(',', b);
-    if (e == std::string::npos) e = text.size();
-    const std::string item = text.substr(b, e - b);
-    char* end = nullptr;
-    errno = 0;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end || errno || v < lo || v > hi)
-      return Status::errorf("{} expects integers in [{}, {}] separated by commas, got '{}'", name, lo, hi, text);
-    out->push_back(static_cast<int>(v));
-    b = e + 1;
-  }
-  return Status::ok();
-}
-
 struct BenchRow {
   std::string test;
   int threads, n_prompt, n_gen, batch;
@@ -345,11 +325,11 @@ int cmd_bench(int argc, char** argv, int first) {
     return kExitOk;
   }
   std::vector<int> prompts, gens, thread_counts;
-  if (Status st = parse_list("-p", p_arg, 0, 1 << 20, &prompts); !st) return usage_error(p, st.message());
-  if (Status st = parse_list("-n", n_arg, 0, 1 << 20, &gens); !st) return usage_error(p, st.message());
-  if (Status st = parse_list("-t", t_arg, 1, 512, &thread_counts); !st) return usage_error(p, st.message());
+  if (Status st = parse_int_list("-p", p_arg, 0, 1 << 20, &prompts); !st) return usage_error(p, st.message());
+  if (Status st = parse_int_list("-n", n_arg, 0, 1 << 20, &gens); !st) return usage_error(p, st.message());
+  if (Status st = parse_int_list("-t", t_arg, 1, 512, &thread_counts); !st) return usage_error(p, st.message());
   std::vector<int> batches;
-  if (Status st = parse_list("-b", b_arg, 1, 4096, &batches); !st) return usage_error(p, st.message());
+  if (Status st = parse_int_list("-b", b_arg, 1, 4096, &batches); !st) return usage_error(p, st.message());
   const int max_p = *std::max_element(prompts.begin(), prompts.end());
   const int max_n = *std::max_element(gens.begin(), gens.end());
   if (max_p == 0 && max_n == 0) return usage_error(p, "nothing to measure");

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/args.h"
 #include "model/model.h"
@@ -24,6 +25,9 @@ Result<std::string> read_all(const std::string& path);
 
 // A size such as "1073741824", "512M", "2G", "1.5GiB" in bytes; false if malformed.
 bool parse_bytes(const std::string& s, size_t* out);
+// "512" or "128,256,512" -> {128, 256, 512}, each in [lo, hi]; the error
+// names the flag (`name`).
+Status parse_int_list(const std::string& name, const std::string& text, int lo, int hi, std::vector<int>* out);
 // "235.2 MiB" / "1.25 GiB".
 std::string human_bytes(double bytes);
 

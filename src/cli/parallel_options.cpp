@@ -1,7 +1,6 @@
 // The parallel flags and job of the ember commands; see parallel_options.h.
 #include "cli/parallel_options.h"
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -56,21 +55,10 @@ Result<std::vector<double>> layer_bytes(const std::string& path) {
 }
 
 Status parse_stage_layers(const std::string& text, int pp, int n_layer, std::vector<int>* bounds) {
+  std::vector<int> counts;
+  EMBER_RETURN_IF_ERROR(parse_int_list("--pipeline-layers (layers per stage)", text, 1, n_layer, &counts));
   bounds->assign(1, 0);
-  size_t b = 0;
-  while (b <= text.size()) {
-    size_t e = text.find(',', b);
-    if (e == std::string::npos) e = text.size();
-    const std::string item = text.substr(b, e - b);
-    char* end = nullptr;
-    errno = 0;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end || errno || v < 1 || v > n_layer)
-      return Status::errorf("--pipeline-layers expects {} positive layer counts separated by commas, got '{}'", pp,
-                            text);
-    bounds->push_back(bounds->back() + static_cast<int>(v));
-    b = e + 1;
-  }
+  for (int c : counts) bounds->push_back(bounds->back() + c);
   if (static_cast<int>(bounds->size()) != pp + 1 || bounds->back() != n_layer)
     return Status::errorf("--pipeline-layers '{}' must give {} stages that add up to the model's {} layers", text, pp,
                           n_layer);

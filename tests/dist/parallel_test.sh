@@ -111,7 +111,7 @@ if [ -n "$EMBER" ] && [ -f "$MODEL" ]; then
   b=(run -m "$MODEL" -p hi -n 2 -t 1)
   expect "4 heads over 3 ranks" "4 attention heads, not a multiple of 3" 3 "${b[@]}" --tensor-parallel-size 3
   expect "fewer ranks than the plan" "needs 2 ranks, but the job has 1" 0 "${b[@]}" --tensor-parallel-size 2
-  expect "stage bounds" "pipeline-layers expects 2 positive layer counts" 2 "${b[@]}" --pipeline-parallel-size 2 \
+  expect "stage bounds" "pipeline-layers (layers per stage) expects integers in \[1, 18\]" 2 "${b[@]}" --pipeline-parallel-size 2 \
     --pipeline-layers 2,0
   expect "TP x PP on too few ranks" "needs 4 ranks, but the job has 2" 2 "${b[@]}" --pipeline-parallel-size 2 \
     --tensor-parallel-size 2
