@@ -31,7 +31,12 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
     return Status::error("throughput bench: num_prompts, input_len and output_len must be >= 1");
   if (!(opt.range_ratio >= 0 && opt.range_ratio < 1))
     return Status::errorf("throughput bench: range ratio must be in [0, 1), got {}", opt.range_ratio);
-  auto er = Engine::create(model, pool, opt.engine);
+  auto er = [&]() -> Result<std::unique_ptr<Engine>> {
+    if (!opt.make_runner) return Engine::create(model, pool, opt.engine);
+    auto runner = opt.make_runner(opt.engine);
+    if (!runner) return runner.status();
+    return Engine::create(std::move(runner.value()), opt.engine);
+  }();
   if (!er) return er.status();
   Engine& e = *er.value();
   const int V = model.config().n_vocab;

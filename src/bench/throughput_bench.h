@@ -28,6 +28,10 @@ struct ThroughputOptions {
   // Called after every engine step: requests finished, total, seconds so far.
   std::function<void(int, int, double)> progress;
   bool sequential = false;  // one request at a time (baseline)
+  // Another model runner than the CPU one over `model` (tensor / pipeline
+  // parallelism: rank 0's ParallelRunner), made once per run; null: the
+  // CPU runner.
+  std::function<Result<std::unique_ptr<ModelRunner>>(const EngineConfig&)> make_runner;
 };
 
 struct ThroughputResult {

@@ -4,7 +4,6 @@
 // repetitions after one warm-up; decode also reports the bytes of weights
 // read per token against the measured memory bandwidth.
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <chrono>
@@ -17,6 +16,7 @@
 
 #include "cli/common.h"
 #include "cli/kv_options.h"
+#include "cli/parallel_options.h"
 #include "engine/kv/kv_pool.h"
 #include "cli/spec_options.h"
 #include "cli/progress.h"
@@ -151,6 +151,8 @@ int bench_throughput(int argc, char** argv, int first) {
   spec_opts.add_to(p);
   KvOptions kv_opts;
   kv_opts.add_to(p);
+  ParallelOptions par_opts;
+  par_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -169,8 +171,14 @@ int bench_throughput(int argc, char** argv, int first) {
   auto spec = spec_opts.to_config();
   if (!spec) return usage_error(p, spec.status().message());
   o.engine.spec = *spec;
+  std::unique_ptr<ParallelJob> job;  // tensor / pipeline parallelism (under mpirun)
+  if (int rc = start_parallel_job(p, par_opts, model_path, o.engine.spec.method, &job)) return rc;
   LoadedModel lm;
-  if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
+    if (job) job->abort(kExitUsage);
+    return kExitUsage;
+  }
+  if (job && !job->leader()) return job->run_worker(*lm.model, threads, "bench throughput");
   std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
   if (Status st = spec_opts.load_draft(*lm.model, &draft_model, &o.engine.spec); !st)
     return usage_error(p, st.message());
@@ -183,6 +191,12 @@ int bench_throughput(int argc, char** argv, int first) {
     o.requests = std::move(reqs.value());
   }
   ThreadPool pool(threads);
+  if (job)
+    o.make_runner = [&](const EngineConfig& ec) -> Result<std::unique_ptr<ModelRunner>> {
+      auto r = job->make_runner(*lm.model, pool, ec.max_num_batched_tokens, ec.kv_types);
+      if (!r) return r.status();
+      return std::unique_ptr<ModelRunner>(std::move(r.value()));
+    };
   ProgressLine progress;
   int last_done = -1;
   o.progress = [&](int done, int total, double elapsed) {
@@ -218,25 +232,6 @@ int bench_throughput(int argc, char** argv, int first) {
 
 namespace {
 
-// "512" or "128,256,512" -> {128, 256, 512}.
-Status parse_list(const std::string& name, const std::string& text, int lo, int hi, std::vector<int>* out) {
-  out->clear();
-  size_t b = 0;
-  while (b <= text.size()) {
-    size_t e = text.find(',', b);
-    if (e == std::string::npos) e = text.size();
-    const std::string item = text.substr(b, e - b);
-    char* end = nullptr;
-    errno = 0;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end || errno || v < lo || v > hi)
-      return Status::errorf("{} expects integers in [{}, {}] separated by commas, got '{}'", name, lo, hi, text);
-    out->push_back(static_cast<int>(v));
-    b = e + 1;
-  }
-  return Status::ok();
-}
-
 struct BenchRow {
   std::string test;
   int threads, n_prompt, n_gen, batch;
@@ -258,7 +253,7 @@ struct EngineRowResult {
 };
 
 Result<EngineRowResult> engine_row_tps(const Model& m, ThreadPool& pool, int batch, int n_prompt, int n_gen,
-                                       uint64_t seed, KvTypes kv_types) {
+                                       uint64_t seed, KvTypes kv_types, ParallelJob* job) {
   const ModelConfig& c = m.config();
   ThroughputOptions o;
   o.num_prompts = batch;
@@ -270,10 +265,18 @@ Result<EngineRowResult> engine_row_tps(const Model& m, ThreadPool& pool, int bat
   const KvSpec spec = kv_spec_from_config(c, kv_types);
   const size_t per_token = kv_bytes_per_token(spec);
   // Room for every sequence, plus the dtype's tails reserve (0 for per-row dtypes).
-  o.engine.kv_cache_bytes = per_token * static_cast<size_t>(batch) * (o.input_len + o.output_len + 32) * 5 / 4 +
+  // (A pipeline stage's ranks hold other layers than rank 0: room for the largest.)
+  const size_t stages = job ? static_cast<size_t>(job->plan().pp) : 1;
+  o.engine.kv_cache_bytes = per_token * stages * static_cast<size_t>(batch) * (o.input_len + o.output_len + 32) * 5 / 4 +
                             (size_t{16} << 20) +
                             kv_tail_reserve_bytes(spec, KvLayout::from_spec(spec, o.engine.sliding_window_release),
                                                   {batch, o.engine.max_num_batched_tokens});
+  if (job)
+    o.make_runner = [&](const EngineConfig& ec) -> Result<std::unique_ptr<ModelRunner>> {
+      auto r = job->make_runner(m, pool, ec.max_num_batched_tokens, ec.kv_types);
+      if (!r) return r.status();
+      return std::unique_ptr<ModelRunner>(std::move(r.value()));
+    };
   auto r = run_throughput_bench(m, pool, o);
   if (!r) return r.status();
   if (n_gen == 0)
@@ -295,6 +298,7 @@ int cmd_bench(int argc, char** argv, int first) {
   int reps = 3, depth = 0;
   bool no_bw = false;
   KvOptions kv_opts;
+  ParallelOptions par_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("-p,--n-prompt", &p_arg, "N[,N..]", "prompt tokens for the pp tests (0: skip)");
   p.option("-n,--n-gen", &n_arg, "N[,N..]", "generated tokens for the tg tests (0: skip)");
@@ -307,26 +311,37 @@ int cmd_bench(int argc, char** argv, int first) {
   p.option("-d,--n-depth", &depth, "D",
            "tg tests decode after D context tokens (prefilled untimed; with -b N, per sequence)");
   kv_opts.add_to(p);
+  par_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
     return kExitOk;
   }
   std::vector<int> prompts, gens, thread_counts;
-  if (Status st = parse_list("-p", p_arg, 0, 1 << 20, &prompts); !st) return usage_error(p, st.message());
-  if (Status st = parse_list("-n", n_arg, 0, 1 << 20, &gens); !st) return usage_error(p, st.message());
-  if (Status st = parse_list("-t", t_arg, 1, 512, &thread_counts); !st) return usage_error(p, st.message());
+  if (Status st = parse_int_list("-p", p_arg, 0, 1 << 20, &prompts); !st) return usage_error(p, st.message());
+  if (Status st = parse_int_list("-n", n_arg, 0, 1 << 20, &gens); !st) return usage_error(p, st.message());
+  if (Status st = parse_int_list("-t", t_arg, 1, 512, &thread_counts); !st) return usage_error(p, st.message());
   std::vector<int> batches;
-  if (Status st = parse_list("-b", b_arg, 1, 4096, &batches); !st) return usage_error(p, st.message());
+  if (Status st = parse_int_list("-b", b_arg, 1, 4096, &batches); !st) return usage_error(p, st.message());
   const int max_p = *std::max_element(prompts.begin(), prompts.end());
   const int max_n = *std::max_element(gens.begin(), gens.end());
   if (max_p == 0 && max_n == 0) return usage_error(p, "nothing to measure");
   if (reps < 1 || reps > 1000) return usage_error(p, "-r must be in [1, 1000]");
   std::string path = resolve_model_path(p, model_path);
   if (path.empty()) return kExitUsage;
-  auto model = Model::load(path);
-  if (!model) return usage_error(p, model.status().message());
+  // Tensor / pipeline parallelism (under mpirun): every row through the
+  // engine over rank 0's parallel runner; the other ranks only execute.
+  std::unique_ptr<ParallelJob> job;
+  if (par_opts.enabled() && thread_counts.size() != 1)
+    return usage_error(p, "one thread count (-t N) per rank with tensor or pipeline parallelism");
+  if (int rc = start_parallel_job(p, par_opts, path, SpecMethod::kNone, &job)) return rc;
+  auto model = Model::load(path, job ? job->shard() : ModelShard{});
+  if (!model) {
+    if (job) job->abort(kExitUsage);
+    return usage_error(p, model.status().message());
+  }
   prepare_for_cpu(**model);
+  if (job && !job->leader()) return job->run_worker(**model, thread_counts[0], "bench");
   const Model& m = **model;
   const ModelConfig& c = m.config();
   if (depth < 0) return usage_error(p, "-d must be >= 0");
@@ -343,6 +358,7 @@ int cmd_bench(int argc, char** argv, int first) {
               isa_name(active_isa()), kv_types_name(*kv_types).c_str(),
               static_cast<long long>(kv_bytes_per_token(kv_spec_from_config(c, *kv_types))),
               depth > 0 ? fmt::format("; tg at depth {}", depth).c_str() : "");
+  if (job) std::printf("parallel: %s\n", job->describe().c_str());
   std::printf("%-8s %8s %14s %10s %-18s %7s %9s\n", "test", "tokens", "tok/s median", "spread", "(min - max)", "threads",
               "cpu-s/1k");
 
@@ -376,7 +392,7 @@ int cmd_bench(int argc, char** argv, int first) {
                   *kv_types);
     // Batches > 1: through the serving engine.
     for (int b : batches) {
-      if (b == 1) continue;
+      if (b == 1 && !job) continue;  // one sequence: the plain generator (below), unless parallel
       for (int pass = 0; pass < 2; ++pass)
         for (int len : pass == 0 ? prompts : gens) {
           if (len <= 0) continue;
@@ -385,7 +401,7 @@ int cmd_bench(int argc, char** argv, int first) {
           BenchRow row{(pass == 0 ? "pp" : "tg") + std::to_string(len) + at_depth, threads, np, ng, b, {}};
           for (int r = 0; r <= reps; ++r) {
             // tg rows decode after -d context tokens per sequence (llama-batched-bench's -npp).
-            auto res = engine_row_tps(m, pool, b, pass == 0 ? np : depth, ng, 1000 + r, *kv_types);
+            auto res = engine_row_tps(m, pool, b, pass == 0 ? np : depth, ng, 1000 + r, *kv_types, job.get());
             if (!res) {
               std::fprintf(stderr, "ember bench: %s\n", res.status().message().c_str());
               return kExitFailure;
@@ -402,7 +418,7 @@ int cmd_bench(int argc, char** argv, int first) {
           rows.push_back(std::move(row));
         }
     }
-    if (std::find(batches.begin(), batches.end(), 1) == batches.end()) continue;
+    if (job || std::find(batches.begin(), batches.end(), 1) == batches.end()) continue;
     for (int np : prompts) {
       if (np <= 0) continue;
       BenchRow row{"pp" + std::to_string(np), threads, np, 0, 1, {}};

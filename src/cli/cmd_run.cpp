@@ -13,6 +13,7 @@
 #include "cli/common.h"
 #include "cli/act_options.h"
 #include "cli/kv_options.h"
+#include "cli/parallel_options.h"
 #include "cli/spec_options.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
@@ -28,15 +29,23 @@ double now_seconds() {
 // The prompt through the serving engine (one request), as `ember run
 // --speculative-method ...` does: the same tokens as the plain generator
 // (greedy and seeded), and the speculation counters.
+// With a parallel job (tensor / pipeline parallelism) the engine runs over
+// rank 0's ParallelRunner.
 int run_with_engine(const Model& m, const Tokenizer& tk, const std::vector<int32_t>& ids, int n_predict,
-                    const SamplingParams& sp, int threads, int64_t ctx, const SpecConfig& spec, KvTypes kv_types) {
+                    const SamplingParams& sp, int threads, int64_t ctx, const SpecConfig& spec, KvTypes kv_types,
+                    ParallelJob* job) {
   ThreadPool pool(threads);
   EngineConfig ec;
   ec.max_model_len = ctx;
   ec.kv_types = kv_types;
   ec.max_num_seqs = 1;
   ec.spec = spec;
-  auto engine = Engine::create(m, pool, ec);
+  auto engine = [&]() -> Result<std::unique_ptr<Engine>> {
+    if (!job) return Engine::create(m, pool, ec);
+    auto runner = job->make_runner(m, pool, ec.max_num_batched_tokens, kv_types);
+    if (!runner) return runner.status();
+    return Engine::create(std::move(runner.value()), ec);
+  }();
   if (!engine) {
     std::fprintf(stderr, "ember run: %s\n", engine.status().message().c_str());
     return kExitFailure;
@@ -103,6 +112,7 @@ int cmd_run(int argc, char** argv, int first) {
   SpecOptions spec_opts;
   KvOptions kv_opts;
   ActOptions act_opts;
+  ParallelOptions par_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("-p,--prompt", &prompt, "PROMPT", "prompt text ('-' reads standard input)");
   p.option("-f,--file", &prompt_file, "FILE", "read the prompt from a file");
@@ -124,6 +134,7 @@ int cmd_run(int argc, char** argv, int first) {
   spec_opts.add_to(p);
   kv_opts.add_to(p);
   act_opts.add_to(p);
+  par_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -152,9 +163,20 @@ int cmd_run(int argc, char** argv, int first) {
   auto spec = spec_opts.to_config();
   if (!spec) return usage_error(p, spec.status().message());
 
+  // Tensor / pipeline parallelism (under mpirun): ranks other than 0 only
+  // execute the steps rank 0 sends.
+  std::unique_ptr<ParallelJob> job;
+  if (int rc = start_parallel_job(p, par_opts, model_path, spec->method, &job)) return rc;
   LoadedModel lm;
-  if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
-  if (Status st = act_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
+  if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
+    if (job) job->abort(kExitUsage);
+    return kExitUsage;
+  }
+  if (Status st = act_opts.apply(lm.model.get()); !st) {
+    if (job) job->abort(kExitUsage);
+    return usage_error(p, st.message());
+  }
+  if (job && !job->leader()) return job->run_worker(*lm.model, threads, "run");
   const std::string& path = lm.path;
   const Model& m = *lm.model;
   const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;
@@ -196,7 +218,8 @@ int cmd_run(int argc, char** argv, int first) {
 
   // --speculative-method (none included): the serving engine; else the
   // plain single-sequence generator.
-  if (spec_opts.given() && n_predict > 0) return run_with_engine(m, tk, ids, n_predict, sp, threads, ctx, *spec, *kv_types);
+  if ((spec_opts.given() || job) && n_predict > 0)
+    return run_with_engine(m, tk, ids, n_predict, sp, threads, ctx, *spec, *kv_types, job.get());
 
   ThreadPool pool(threads);
   Generator gen(m, pool, ctx, 512, *kv_types);

@@ -17,6 +17,7 @@
 #include "cli/cmd_router.h"
 #include "cli/connection_options.h"
 #include "cli/kv_options.h"
+#include "cli/parallel_options.h"
 #include "cli/spec_options.h"
 #include "engine/async_engine.h"
 #include "engine/kv/kv_pool.h"
@@ -44,6 +45,7 @@ int cmd_serve(int argc, char** argv, int first) {
   SpecOptions spec_opts;
   KvOptions kv_opts;
   ActOptions act_opts;
+  ParallelOptions par_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file or Hugging Face folder (default: the bundled Gemma 3 270M)");
   p.option("--host", &host, "HOST", "address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)");
   p.option("--port", &port, "PORT", "port (default 8080; 0 picks a free one)");
@@ -99,6 +101,7 @@ int cmd_serve(int argc, char** argv, int first) {
   spec_opts.add_to(p);
   kv_opts.add_to(p);
   act_opts.add_to(p);
+  par_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -143,6 +146,8 @@ int cmd_serve(int argc, char** argv, int first) {
       return usage_error(p, fmt::format("--chat-template: {}", t.status().message()));
   }
   if (data_parallel < 1 || data_parallel > 256) return usage_error(p, "--data-parallel-size must be in [1, 256]");
+  if (data_parallel > 1 && par_opts.enabled())
+    return usage_error(p, "--data-parallel-size with tensor or pipeline parallelism is not supported yet");
   if (data_parallel > 1) {
     DataParallelFront front;
     front.data_parallel_size = data_parallel;
@@ -183,13 +188,29 @@ int cmd_serve(int argc, char** argv, int first) {
     ec.kv_cache_bytes = free_budget ? std::min<size_t>(*free_budget, size_t{4} << 30) : size_t{1} << 30;
   }
 
+  // Tensor / pipeline parallelism (under mpirun): the ranks other than 0
+  // only execute the steps rank 0 sends.
+  std::unique_ptr<ParallelJob> job;
+  if (int rc = start_parallel_job(p, par_opts, model_path, ec.spec.method, &job)) return rc;
+  if (job) {
+    if (!job->leader()) {
+      LoadedModel wm;
+      if (!load_model_and_tokenizer(p, model_path, &wm, job->shard())) job->abort(kExitUsage);
+      if (Status st = act_opts.apply(wm.model.get()); !st) job->abort(kExitUsage);
+      return job->run_worker(*wm.model, threads, "serve");
+    }
+  }
+
   // Signals are taken by this thread only (sigwait below): block them before
   // any other thread starts so they all inherit the mask (a signal during
   // loading waits and then shuts the server down at once).
   sigset_t sigs = block_stop_signals();
 
   LoadedModel lm;
-  if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
+    if (job) job->abort(kExitUsage);
+    return kExitUsage;
+  }
   if (Status st = act_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
   // LongRoPE picks its factors by the context the model serves (Model::set_context_length).
   const int64_t rope_ctx = max_model_len > 0 ? max_model_len : lm.model->config().n_ctx_train;
@@ -211,8 +232,19 @@ int cmd_serve(int argc, char** argv, int first) {
   }
 
   ThreadPool pool(threads);
-  auto engine = AsyncEngine::start(m, pool, ec);
-  if (!engine) return usage_error(p, fmt::format("engine: {}", engine.status().message()));
+  ParallelRunner* par_runner = nullptr;  // owned by the engine
+  auto engine = [&]() -> Result<std::unique_ptr<AsyncEngine>> {
+    if (!job) return AsyncEngine::start(m, pool, ec);
+    auto runner = job->make_runner(m, pool, ec.max_num_batched_tokens, ec.kv_types);
+    if (!runner) return runner.status();
+    par_runner = runner->get();
+    return AsyncEngine::start(std::move(runner.value()), ec);
+  }();
+  if (!engine) {
+    usage_error(p, fmt::format("engine: {}", engine.status().message()));
+    if (job) job->abort(kExitUsage);
+    return kExitUsage;
+  }
   ServiceConfig sc;
   sc.served_model_name = served_name;
   sc.api_key = api_key;
@@ -277,6 +309,7 @@ int cmd_serve(int argc, char** argv, int first) {
                kv_types_name(ec.kv_types).c_str(), per_token.c_str(), static_cast<long long>(st.kv_tokens_total),
                static_cast<long long>((*engine)->kv_sequences_of_max_len()),
                static_cast<long long>((*engine)->max_seq_len()));
+  if (job) std::fprintf(stderr, "ember serve: %s\n", job->describe().c_str());
   if (ec.spec.method != SpecMethod::kNone)
     std::fprintf(stderr, "ember serve: speculative decoding %s, %d draft tokens, off above %d running sequences\n",
                  spec_method_name(ec.spec.method), ec.spec.num_speculative_tokens, ec.spec.max_running);
@@ -287,7 +320,28 @@ int cmd_serve(int argc, char** argv, int first) {
   std::fflush(stdout);
 
   int sig = 0;
-  sigwait(&sigs, &sig);
+  if (!job) {
+    sigwait(&sigs, &sig);
+  } else {
+    // Under mpirun a SIGTERM is the launcher ending the job (another rank
+    // died, or the job was stopped): the engine's collectives fail at once,
+    // so the requests in flight end with an error. A job whose collectives
+    // failed (a silent rank) stops the server too.
+    timespec tick{0, 100 * 1000 * 1000};
+    while ((sig = sigtimedwait(&sigs, nullptr, &tick)) <= 0 && !par_runner->broken()) {
+    }
+    if (sig == SIGTERM) {
+      job->note_ending();
+      std::fprintf(stderr,
+                   "ember serve: rank 0: the MPI launcher is ending the job (another rank exited or was killed, or "
+                   "mpirun was stopped): requests in flight end with an error\n");
+    }
+    if (sig <= 0) {
+      std::fprintf(stderr, "ember serve: the parallel job failed (%s): requests get an error; stopping\n",
+                   par_runner->failure().message().c_str());
+      sig = SIGTERM;
+    }
+  }
   std::fprintf(stderr, "ember serve: %s received: no new requests; finishing %d in flight (up to %d s)\n",
                sig == SIGINT ? "SIGINT" : "SIGTERM", service.n_jobs(), shutdown_timeout);
   service.set_draining(true);
@@ -303,6 +357,10 @@ int cmd_serve(int argc, char** argv, int first) {
   for (int i = 0; i < 20 && (*server)->n_in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   (*server)->shutdown();
   std::fprintf(stderr, "ember serve: stopped\n");
+  if (par_runner && par_runner->broken()) {
+    std::fprintf(stderr, "ember serve: %s\n", par_runner->failure().message().c_str());
+    job->abort(kExitFailure);  // ends every rank of the job
+  }
   return kExitOk;
 }
 

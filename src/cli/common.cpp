@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -57,10 +58,10 @@ std::string resolve_model_path(const ArgParser& p, const std::string& m) {
   return path;
 }
 
-bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out) {
+bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out, const ModelShard& shard) {
   out->path = resolve_model_path(p, m);
   if (out->path.empty()) return false;
-  auto model = Model::load(out->path);
+  auto model = Model::load(out->path, shard);
   if (!model) {
     usage_error(p, model.status().message());
     return false;
@@ -83,6 +84,24 @@ void prepare_for_cpu(Model& model) {
 }
 
 // "1073741824", "512M", "2G", "1.5GiB" -> bytes.
+Status parse_int_list(const std::string& name, const std::string& text, int lo, int hi, std::vector<int>* out) {
+  out->clear();
+  size_t b = 0;
+  while (b <= text.size()) {
+    size_t e = text.find(',', b);
+    if (e == std::string::npos) e = text.size();
+    const std::string item = text.substr(b, e - b);
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end || errno || v < lo || v > hi)
+      return Status::errorf("{} expects integers in [{}, {}] separated by commas, got '{}'", name, lo, hi, text);
+    out->push_back(static_cast<int>(v));
+    b = e + 1;
+  }
+  return Status::ok();
+}
+
 bool parse_bytes(const std::string& s, size_t* out) {
   if (s.empty()) return false;
   char* end = nullptr;

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/args.h"
 #include "model/model.h"
@@ -24,6 +25,9 @@ Result<std::string> read_all(const std::string& path);
 
 // A size such as "1073741824", "512M", "2G", "1.5GiB" in bytes; false if malformed.
 bool parse_bytes(const std::string& s, size_t* out);
+// "512" or "128,256,512" -> {128, 256, 512}, each in [lo, hi]; the error
+// names the flag (`name`).
+Status parse_int_list(const std::string& name, const std::string& text, int lo, int hi, std::vector<int>* out);
 // "235.2 MiB" / "1.25 GiB".
 std::string human_bytes(double bytes);
 
@@ -35,7 +39,9 @@ struct LoadedModel {
 };
 // On failure prints a clear message (usage error) and returns false. The
 // model's weights are interleaved for the CPU kernels (prepare_for_cpu).
-bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out);
+// `shard`: the part a rank of a parallel job holds (model/shard.h).
+bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out,
+                              const ModelShard& shard = {});
 // Model::interleave_weights on every core, unless EMBER_REPACK=0 (the plain
 // rows, for A/B measurements; results are bit-identical either way).
 void prepare_for_cpu(Model& model);

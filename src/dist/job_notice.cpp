@@ -11,6 +11,7 @@ namespace ember::dist {
 namespace {
 
 std::atomic<const char*> g_op{nullptr};
+std::atomic<bool> g_ending{false};
 std::atomic<uint64_t> g_step{0};
 int g_rank = 0, g_size = 0;
 
@@ -60,6 +61,9 @@ void install_job_end_notice(int rank, int size) {
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGTERM, &sa, nullptr);
 }
+
+void note_job_ending() { g_ending.store(true, std::memory_order_relaxed); }
+bool job_ending() { return g_ending.load(std::memory_order_relaxed); }
 
 void set_current_op(const char* op, uint64_t step) {
   g_step.store(step, std::memory_order_relaxed);

@@ -16,6 +16,11 @@
 namespace ember::dist {
 
 void install_job_end_notice(int rank, int size);
+// The job is ending (the launcher's SIGTERM, taken by a program that waits
+// for its signals itself, as `ember serve` does): from now on every
+// MpiCollective wait fails at once with that reason. Async-signal-safe.
+void note_job_ending();
+bool job_ending();
 // op: a string with static storage duration ("all_reduce", ...), or nullptr when idle.
 void set_current_op(const char* op, uint64_t step);
 

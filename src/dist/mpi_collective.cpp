@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -20,8 +22,11 @@ struct MpiCollective::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   DistOptions opts;
   bool broken = false;
+  bool owns_mpi = false;  // made by init(): finalizes MPI
   std::string broken_why;
   uint64_t n_ops = 0;
+  std::unordered_map<int64_t, MPI_Request> sends;  // isend handles
+  int64_t next_handle = 1;
 
   std::string mpi_error(int code) const {
     char buf[MPI_MAX_ERROR_STRING];
@@ -37,13 +42,23 @@ struct MpiCollective::Impl {
     return Status::error(broken_why);
   }
 
-  // Polls the request until it completes, fails or the deadline passes.
-  // Spins first (latency: a decode step's all-reduce takes microseconds),
-  // then yields, then sleeps briefly.
-  Status wait(int rank, MPI_Request* req, const char* op, MPI_Status* status = MPI_STATUS_IGNORE) {
+  // Polls the request until it completes, fails or the deadline passes
+  // (timeout_s: 0 the options' deadline, < 0 none). Spins for kSpin first
+  // (latency: a decode step's all-reduce takes microseconds when the ranks
+  // arrive together), then yields the core between polls until kYield (a
+  // rank sharing its core with the peer it waits for, as on an
+  // oversubscribed host, lets it run instead of spinning its time slice
+  // away), then sleeps briefly (longer after a second: a rank waiting for
+  // work).
+  static constexpr auto kSpin = std::chrono::microseconds(30);
+  static constexpr auto kYield = std::chrono::milliseconds(2);
+  Status wait(int rank, MPI_Request* req, const char* op, MPI_Status* status = MPI_STATUS_IGNORE,
+              double timeout_s = 0) {
+    const double limit = timeout_s == 0 ? opts.timeout_s : timeout_s;
     const auto start = Clock::now();
-    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts.timeout_s));
-    for (uint64_t spins = 0;; ++spins) {
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+    bool spinning = true;
+    for (uint64_t polls = 0;; ++polls) {
       int done = 0;
       const int rc = MPI_Test(req, &done, status);
       if (rc != MPI_SUCCESS) return fail(rank, op, mpi_error(rc) + " (a peer rank died or the link broke)");
@@ -51,14 +66,19 @@ struct MpiCollective::Impl {
         set_current_op(nullptr, n_ops);
         return Status::ok();
       }
-      if (spins < 20000) continue;
-      if ((spins & 63) == 0 && Clock::now() >= deadline)
-        return fail(rank, op,
-                    fmt::format("no answer from the other ranks within {} s (a rank died or hangs)", opts.timeout_s));
-      if (spins < 40000) {
+      if (spinning && (polls & 15) != 0) continue;
+      const auto waited = Clock::now() - start;
+      if (spinning) {
+        spinning = waited < kSpin;
+        continue;
+      }
+      if (job_ending()) return fail(rank, op, "the MPI launcher is ending the job: another rank exited or was killed");
+      if (limit > 0 && start + waited >= deadline)
+        return fail(rank, op, fmt::format("no answer from the other ranks within {} s (a rank died or hangs)", limit));
+      if (waited < kYield) {
         std::this_thread::yield();
       } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        std::this_thread::sleep_for(std::chrono::microseconds(waited > std::chrono::seconds(1) ? 500 : 50));
       }
     }
   }
@@ -77,12 +97,28 @@ Result<std::unique_ptr<MpiCollective>> MpiCollective::init(int* argc, char*** ar
   MPI_Initialized(&inited);
   if (!inited) {
     int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
       return Status::error("dist: MPI_Init_thread failed (is this program started by mpirun?)");
+    if (provided < MPI_THREAD_SERIALIZED)
+      return Status::error("dist: this MPI library cannot be called from a thread other than the main one");
   }
   std::unique_ptr<MpiCollective> c(new MpiCollective());
   c->impl_->opts = opts;
+  c->impl_->owns_mpi = true;
   if (MPI_Comm_dup(MPI_COMM_WORLD, &c->impl_->comm) != MPI_SUCCESS) return Status::error("dist: MPI_Comm_dup failed");
+  MPI_Comm_set_errhandler(c->impl_->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(c->impl_->comm, &c->rank_);
+  MPI_Comm_size(c->impl_->comm, &c->size_);
+  return c;
+}
+
+Result<std::unique_ptr<MpiCollective>> MpiCollective::split(int color, int key) {
+  EMBER_RETURN_IF_ERROR(check_usable("split"));
+  if (color < 0 || key < 0) return Status::error("dist: split: negative color or key");
+  std::unique_ptr<MpiCollective> c(new MpiCollective());
+  c->impl_->opts = impl_->opts;
+  if (const int rc = MPI_Comm_split(impl_->comm, color, key, &c->impl_->comm); rc != MPI_SUCCESS)
+    return Status::errorf("dist: MPI_Comm_split failed: {}", impl_->mpi_error(rc));
   MPI_Comm_set_errhandler(c->impl_->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(c->impl_->comm, &c->rank_);
   MPI_Comm_size(c->impl_->comm, &c->size_);
@@ -91,6 +127,7 @@ Result<std::unique_ptr<MpiCollective>> MpiCollective::init(int* argc, char*** ar
 
 MpiCollective::~MpiCollective() {
   if (impl_->comm != MPI_COMM_NULL && !impl_->broken) MPI_Comm_free(&impl_->comm);
+  if (!impl_->owns_mpi) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   // After a failure MPI may be unable to finalize (a peer is gone): leave
@@ -206,7 +243,30 @@ Status MpiCollective::send(const void* data, size_t bytes, int dst, int tag) {
   return impl_->wait(rank_, &req, "send");
 }
 
-Status MpiCollective::recv(void* data, size_t bytes, int src, int tag) {
+Result<int64_t> MpiCollective::isend(const void* data, size_t bytes, int dst, int tag) {
+  EMBER_RETURN_IF_ERROR(check_usable("send"));
+  if (dst < 0 || dst >= size_ || dst == rank_) return Status::errorf("dist: send to rank {} of {}", dst, size_);
+  if (bytes > static_cast<size_t>(INT32_MAX) || tag < 0) return Status::error("dist: send: bad size or tag");
+  ++impl_->n_ops;
+  MPI_Request req;
+  EMBER_RETURN_IF_ERROR(impl_->begin(rank_, "send",
+                                     MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, tag, impl_->comm, &req)));
+  const int64_t h = impl_->next_handle++;
+  impl_->sends.emplace(h, req);
+  return h;
+}
+
+Status MpiCollective::wait(int64_t handle) {
+  auto it = impl_->sends.find(handle);
+  if (it == impl_->sends.end()) return Status::errorf("dist: wait on an unknown send {}", handle);
+  MPI_Request req = it->second;
+  impl_->sends.erase(it);
+  EMBER_RETURN_IF_ERROR(check_usable("send"));
+  set_current_op("send", impl_->n_ops);
+  return impl_->wait(rank_, &req, "send");
+}
+
+Status MpiCollective::recv(void* data, size_t bytes, int src, int tag, double timeout_s) {
   EMBER_RETURN_IF_ERROR(check_usable("recv"));
   if (src < 0 || src >= size_ || src == rank_) return Status::errorf("dist: recv from rank {} of {}", src, size_);
   if (bytes > static_cast<size_t>(INT32_MAX) || tag < 0) return Status::error("dist: recv: bad size or tag");
@@ -216,7 +276,7 @@ Status MpiCollective::recv(void* data, size_t bytes, int src, int tag) {
   EMBER_RETURN_IF_ERROR(impl_->begin(rank_, "recv",
                                      MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, src, tag, impl_->comm, &req)));
   MPI_Status st;
-  EMBER_RETURN_IF_ERROR(impl_->wait(rank_, &req, "recv", &st));
+  EMBER_RETURN_IF_ERROR(impl_->wait(rank_, &req, "recv", &st, timeout_s));
   int got = 0;
   MPI_Get_count(&st, MPI_BYTE, &got);
   if (static_cast<size_t>(got) != bytes)
@@ -231,6 +291,17 @@ Status MpiCollective::barrier() {
   MPI_Request req;
   EMBER_RETURN_IF_ERROR(impl_->begin(rank_, "barrier", MPI_Ibarrier(impl_->comm, &req)));
   return impl_->wait(rank_, &req, "barrier");
+}
+
+}  // namespace ember::dist
+
+namespace ember::dist {
+
+void abort_job(int code) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
 }
 
 }  // namespace ember::dist

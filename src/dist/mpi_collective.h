@@ -14,9 +14,16 @@
 // usually notices a dead rank first and ends the job (see job_notice.h for
 // the message rank 0 then prints).
 //
-// Ownership: init() calls MPI_Init_thread; the last MpiCollective destroyed
-// calls MPI_Finalize (after a failure, MPI_Abort is left to the caller).
-// Threading: MPI_THREAD_FUNNELED: one thread per rank uses it.
+// A rank may also be told that the job is ending (job_notice.h,
+// note_job_ending: the launcher's SIGTERM in a program that takes its
+// signals itself, as `ember serve` does): every wait then fails at once, so
+// the requests in flight end with an error instead of being cut off.
+//
+// Ownership: init() calls MPI_Init_thread; the MpiCollective init() made
+// calls MPI_Finalize when destroyed, after any split() of it (after a
+// failure, MPI_Abort is left to the caller).
+// Threading: MPI_THREAD_SERIALIZED: one thread at a time uses it (the
+// engine thread of a server, not necessarily the one that called init()).
 #pragma once
 
 #include <cstddef>
@@ -34,6 +41,10 @@ struct DistOptions {
   double timeout_s = 60;  // longest wait of one operation before it fails
 };
 
+// Ends the job now: MPI_Abort on the world (the launcher then stops every
+// rank). For a program that gives up after a failed collective.
+[[noreturn]] void abort_job(int code);
+
 // Messages up to this many bytes per rank are all-reduced by all-gather.
 constexpr size_t kGatherAllReduceBytes = 64 << 10;
 
@@ -49,8 +60,17 @@ class MpiCollective final : public Collective {
   Status all_reduce_sum(float* data, size_t n) override;
   Status all_gather(const float* in, size_t n, float* out) override;
   Status send(const void* data, size_t bytes, int dst, int tag) override;
-  Status recv(void* data, size_t bytes, int src, int tag) override;
+  using Collective::recv;
+  Status recv(void* data, size_t bytes, int src, int tag, double timeout_s) override;
+  Result<int64_t> isend(const void* data, size_t bytes, int dst, int tag) override;
+  Status wait(int64_t handle) override;
   Status barrier() override;
+
+  // A communicator over the ranks that pass the same `color`, ranked by
+  // `key` (MPI_Comm_split; every rank of this one calls it, as one
+  // collective): tensor parallelism within a pipeline stage. It does not
+  // own MPI: destroy it before this one.
+  Result<std::unique_ptr<MpiCollective>> split(int color, int key);
 
   // The library's own collective, for comparison in benchmarks: MPI_Allreduce
   // with MPI_SUM (no order promised).

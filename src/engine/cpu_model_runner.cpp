@@ -7,57 +7,122 @@ namespace ember {
 
 namespace {
 const BlockTables kNoTables;
+constexpr int32_t kMaxSwapSlots = 1 << 24;
 }  // namespace
 
 CpuModelRunner::CpuModelRunner(const Model& model, ThreadPool& pool, int max_batch, KvTypes kv_types)
-    : model_(model), kv_types_(kv_types), fwd_(model, pool, max_batch) {}
+    : model_(model), kv_types_(kv_types), fwd_(model, pool, max_batch), builder_(model.config().n_embd) {}
 
 Result<int32_t> CpuModelRunner::allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes,
                                             int64_t n_blocks, const KvPoolLimits& limits) {
   EMBER_CHECK_MSG(!kv_, "allocate_kv called twice");
-  auto kv = KvBlockPool::create(kv_spec(), layout, block_size, memory_bytes, n_blocks, limits);
+  const KvSpec spec = kv_spec();
+  KvLayout local = layout;
+  if (local.group_of_layer.size() < spec.layers.size() || local.slot_of_layer.size() != local.group_of_layer.size())
+    return Status::errorf("KV layout of {} layers for a model of {}", local.group_of_layer.size(), spec.layers.size());
+  local.group_of_layer.resize(spec.layers.size());
+  local.slot_of_layer.resize(spec.layers.size());
+  auto kv = KvBlockPool::create(spec, local, block_size, memory_bytes, n_blocks, limits);
   if (!kv) return kv.status();
   kv_ = std::move(kv.value());
   return kv_->n_blocks();
 }
 
 Result<float*> CpuModelRunner::execute(const SchedulerOutput& so) {
+  builder_.build(so, &input_);
+  return execute_step(input_);
+}
+
+Status CpuModelRunner::check_ops(const StepInput& in) const {
+  const int32_t nb = kv_->n_blocks();
+  for (const KvOp& op : in.kv_ops) {
+    const bool ok = op.kind == KvOp::Kind::kCopy     ? op.src >= 0 && op.src < nb && op.dst >= 0 && op.dst < nb
+                    : op.kind == KvOp::Kind::kSwapOut ? op.src >= 0 && op.src < nb && op.dst >= 0 && op.dst < kMaxSwapSlots
+                                                      : op.dst >= 0 && op.dst < nb && op.src >= 0 &&
+                                                            static_cast<size_t>(op.src) < swap_.size() &&
+                                                            !swap_[static_cast<size_t>(op.src)].empty();
+    if (!ok) return Status::errorf("step {}: a page op ({} -> {}) out of range ({} pages)", in.step, op.src, op.dst, nb);
+  }
+  return Status::ok();
+}
+
+Result<float*> CpuModelRunner::execute_step(const StepInput& in) {
   EMBER_CHECK_MSG(kv_, "execute before allocate_kv");
-  frontiers_.assign(so.idle.begin(), so.idle.end());
-  for (const ScheduledRequest& sr : so.scheduled) frontiers_.push_back({sr.tables, sr.pos0});
-  kv_->apply_ops(so.kv_ops, frontiers_, &swap_);
-  if (so.scheduled.empty()) return logits_.data();
-  while (views_.size() < so.scheduled.size()) views_.push_back(std::make_unique<PagedKvCache>(*kv_, kNoTables));
+  EMBER_RETURN_IF_ERROR(tables_.apply(in, kv_->n_blocks()));
+  EMBER_RETURN_IF_ERROR(check_ops(in));
+  frontiers_.clear();
+  auto tables_of = [&](uint64_t seq) -> Result<const BlockTables*> {
+    const BlockTables* t = tables_.find(seq);
+    if (!t) return Status::errorf("step {}: sequence {} has no block tables", in.step, seq);
+    return t;
+  };
+  for (const SeqPos& s : in.idle) {
+    auto t = tables_of(s.seq);
+    if (!t) return t.status();
+    frontiers_.push_back({*t, s.pos, s.seq});
+  }
+  for (const StepSlice& s : in.slices) {
+    auto t = tables_of(s.seq);
+    if (!t) return t.status();
+    frontiers_.push_back({*t, s.pos0, s.seq});
+  }
+  kv_->apply_ops(in.kv_ops, frontiers_, &swap_);
+  if (in.slices.empty()) return logits_.data();
+
+  while (views_.size() < in.slices.size()) views_.push_back(std::make_unique<PagedKvCache>(*kv_, kNoTables));
   batch_.clear();
-  if (spec_tokens_.size() < so.scheduled.size()) spec_tokens_.resize(so.scheduled.size());
-  for (size_t i = 0; i < so.scheduled.size(); ++i) {
-    const ScheduledRequest& sr = so.scheduled[i];
-    EMBER_CHECK(sr.pos0 + sr.n_tokens <= sr.req->num_tokens() + sr.n_spec);
+  const int64_t E = model_.config().n_embd;
+  int64_t token0 = 0, pre0 = 0;
+  for (size_t i = 0; i < in.slices.size(); ++i) {
+    const StepSlice& s = in.slices[i];
     PagedKvCache& view = *views_[i];
-    view.set_tables(*sr.tables);
+    view.set_tables(*frontiers_[in.idle.size() + i].tables);
     view.sync();
     SeqBatch b;
-    b.tokens = sr.req->tokens.data() + sr.pos0;
-    if (sr.n_spec > 0) {  // a verification slice: known tokens, then the drafts
-      std::vector<int32_t>& t = spec_tokens_[i];
-      t.resize(static_cast<size_t>(sr.n_tokens));
-      for (int64_t j = 0; j < sr.n_tokens; ++j) t[j] = sr.req->token_at(sr.pos0 + j);
-      b.tokens = t.data();
-    }
-    b.n = sr.n_tokens;
-    b.pos0 = sr.pos0;
+    b.tokens = in.tokens.data() + token0;
+    b.n = s.n_tokens;
+    b.pos0 = s.pos0;
     b.cache = &view;
-    b.want_logits = sr.want_logits;
-    b.all_logits = sr.all_logits || sr.n_spec > 0;
-    if (sr.n_spec > 0 && sr.n_pre > 0) {
-      b.n_pre = sr.n_pre;
-      b.pre_hidden = sr.pre_hidden;
+    b.want_logits = s.want_logits;
+    b.all_logits = s.all_logits;
+    if (s.n_pre > 0) {
+      if ((pre0 + s.n_pre) * E > static_cast<int64_t>(in.pre_hidden.size()))
+        return Status::errorf("step {}: given rows missing", in.step);
+      b.n_pre = s.n_pre;
+      b.pre_hidden = in.pre_hidden.data() + pre0 * E;
+      pre0 += s.n_pre;
     }
+    token0 += s.n_tokens;
     batch_.push_back(b);
   }
-  const size_t need = static_cast<size_t>(so.n_logit_rows) * n_vocab();
+  const size_t need = static_cast<size_t>(in.n_logit_rows) * n_vocab();
   if (logits_.size() < need) logits_.resize(need);
-  EMBER_RETURN_IF_ERROR(fwd_.forward_ragged(batch_.data(), static_cast<int>(batch_.size()), logits_.data()));
+  const ModelShard& sh = model_.shard();
+  if (links_.prev < 0 && links_.next < 0 && sh.embeds() && sh.has_head()) {
+    EMBER_RETURN_IF_ERROR(fwd_.forward_ragged(batch_.data(), static_cast<int>(batch_.size()), logits_.data()));
+    return logits_.data();
+  }
+  // A pipeline stage: rows in from the previous stage (or the embedding),
+  // this stage's layers, rows out to the next (or the head).
+  if (pre0 > 0) return Status::error("a pipeline stage runs no given rows (speculative drafts of the target's stack)");
+  if (sh.embeds() != (links_.prev < 0) || sh.has_head() != (links_.next < 0) || !links_.comm)
+    return Status::errorf("pipeline stage ({}) linked to ranks {} and {}", sh.describe(), links_.prev, links_.next);
+  EMBER_RETURN_IF_ERROR(fwd_.prepare(batch_.data(), static_cast<int>(batch_.size())));
+  const size_t bytes = static_cast<size_t>(fwd_.n_tokens() * E) * sizeof(float);
+  if (links_.prev < 0) {
+    fwd_.embed();
+  } else {
+    EMBER_RETURN_IF_ERROR(links_.comm->recv(fwd_.hidden(), bytes, links_.prev, kTagHidden));
+  }
+  fwd_.run_layers(0, model_.config().n_layer);
+  EMBER_RETURN_IF_ERROR(fwd_.collective_status());
+  if (links_.next >= 0) {
+    EMBER_RETURN_IF_ERROR(links_.comm->send(fwd_.hidden(), bytes, links_.next, kTagHidden));
+    return static_cast<float*>(nullptr);
+  }
+  const std::vector<int64_t>& rows = fwd_.logit_rows();
+  fwd_.head(rows.data(), static_cast<int64_t>(rows.size()), logits_.data());
+  EMBER_RETURN_IF_ERROR(fwd_.collective_status());
   return logits_.data();
 }
 

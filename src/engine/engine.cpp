@@ -72,6 +72,8 @@ Result<std::unique_ptr<Engine>> Engine::build(std::unique_ptr<ModelRunner> runne
   if (cfg.spec.uses_draft_model() && !draft_follows)
     return Status::error("speculative decoding: a draft-model proposer needs the engine over a Model "
                          "(Engine::create(model, pool, cfg))");
+  if (runner->max_in_flight() > 1 && cfg.spec.method != SpecMethod::kNone)
+    return Status::error("speculative decoding with a pipelined model runner (pipeline parallelism) is not supported");
   auto e = std::unique_ptr<Engine>(new Engine(cfg));
   const KvSpec spec = runner->kv_spec();
   const KvLayout layout = KvLayout::from_spec(spec, cfg.sliding_window_release);
@@ -190,7 +192,12 @@ void Engine::finish(Request* r, FinishReason reason, StepOutput* out) {
   else pending_finished_.push_back(std::move(f));
   auto g = groups_.find(r->id);
   if (--g->second.live == 0 && r->n_fork == 0) groups_.erase(g);
-  seqs_.erase(seq_key(r->id, r->index));  // destroys r
+  auto it = seqs_.find(seq_key(r->id, r->index));
+  if (r->n_in_flight > 0) {  // its step is in flight: kept until collected (step_pipelined)
+    r->gone = true;
+    zombies_.push_back(std::move(it->second));
+  }
+  seqs_.erase(it);  // destroys r unless kept
 }
 
 bool Engine::abort(const std::string& id) {
@@ -274,7 +281,7 @@ void Engine::choose_rows(const SchedulerOutput& so, float* logits) {
   choose_rows_.clear();
   for (size_t i = 0; i < n; ++i) {
     const ScheduledRequest& sr = so.scheduled[i];
-    if (sr.n_spec > 0 || sr.all_logits || !sr.want_logits || sr.req->n_fork > 0) continue;
+    if (sr.n_spec > 0 || sr.all_logits || !sr.want_logits || sr.req->n_fork > 0 || sr.req->gone) continue;
     choose_rows_.push_back(i);
   }
   if (pool_ == nullptr || pool_->size() < 2 || choose_rows_.size() < 2) return;
@@ -322,6 +329,7 @@ void Engine::fork_samples(Request* p, const float* logits, StepOutput* out) {
 }
 
 Result<StepOutput> Engine::step() {
+  if (runner_->max_in_flight() > 1) return step_pipelined();
   const double t0 = now_seconds();
   StepOutput out;
   out.finished = std::move(pending_finished_);
@@ -341,12 +349,69 @@ Result<StepOutput> Engine::step() {
   auto rows = runner_->execute(so);
   if (!rows) return rows.status();
   spec_->observe(so, now_seconds() - t_exec);
-  if (so.scheduled.empty()) {
+  process(so, rows.value(), &out);
+  finish_step(t0, &out);
+  return out;
+}
+
+// Pipelining (a runner with max_in_flight() > 1): steps are submitted
+// while fewer than that are in flight, each over requests not in flight
+// (at most ceil(live / depth) sequences, so the micro-batches stay even),
+// and each call collects the oldest one and processes it as step() does.
+// A request in flight sits the schedules out and is never preempted; one
+// that ends meanwhile (abort, stop) is kept until its step is collected.
+Result<StepOutput> Engine::step_pipelined() {
+  const double t0 = now_seconds();
+  StepOutput out;
+  out.finished = std::move(pending_finished_);
+  pending_finished_.clear();
+  if (!has_work()) return out;
+  const int depth = runner_->max_in_flight();
+  while (static_cast<int>(in_flight_.size()) < depth) {
+    const int live = static_cast<int>(scheduler_->running().size() + scheduler_->waiting().size());
+    scheduler_->set_step_seq_cap(std::max(1, (live + depth - 1) / depth));
+    SchedulerOutput so = scheduler_->schedule();
+    if (so.empty()) break;
+    for (const ScheduledRequest& sr : so.scheduled) sr.req->n_in_flight = sr.n_tokens;
+    if (Status st = runner_->submit(so); !st) {
+      in_flight_.push_back(std::move(so));
+      drop_in_flight();
+      return st;
+    }
+    in_flight_.push_back(std::move(so));
+  }
+  if (in_flight_.empty()) {
     out.seconds = now_seconds() - t0;
     return out;
   }
-  float* logits = rows.value();
-  out.n_batched_tokens = so.n_tokens;
+  auto rows = runner_->collect();
+  SchedulerOutput so = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  for (const ScheduledRequest& sr : so.scheduled) sr.req->n_in_flight = 0;
+  if (!rows) {
+    in_flight_.push_front(std::move(so));
+    drop_in_flight();
+    return rows.status();
+  }
+  process(so, rows.value(), &out);
+  zombies_.erase(std::remove_if(zombies_.begin(), zombies_.end(),
+                                [](const std::unique_ptr<Request>& r) { return r->n_in_flight == 0; }),
+                 zombies_.end());
+  finish_step(t0, &out);
+  return out;
+}
+
+void Engine::drop_in_flight() {
+  for (const SchedulerOutput& so : in_flight_)
+    for (const ScheduledRequest& sr : so.scheduled) sr.req->n_in_flight = 0;
+  in_flight_.clear();
+  zombies_.clear();
+}
+
+void Engine::process(const SchedulerOutput& so, float* logits, StepOutput* out) {
+  if (so.scheduled.empty()) return;
+  out->n_batched_tokens = so.n_tokens;
+  out->n_seqs = static_cast<int>(so.scheduled.size());
 
   // Advance, cache full blocks, sample where a request reached its end.
   const int V = n_vocab_;
@@ -355,33 +420,36 @@ Result<StepOutput> Engine::step() {
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     const ScheduledRequest& sr = so.scheduled[i];
     Request* r = sr.req;
+    if (r->gone) continue;  // ended while its step was in flight
     scheduler_->on_computed(sr);
     float* lg = logits + static_cast<size_t>(row0_[i]) * V;
     if (sr.n_spec > 0) {
-      out.n_spec_tokens += sr.n_spec;
-      verify(sr, lg, &out);
+      out->n_spec_tokens += sr.n_spec;
+      verify(sr, lg, out);
       continue;
     }
     if (sr.all_logits) {
-      output_->prompt_logprobs(*r, sr.pos0, sr.n_tokens, lg, &out.prompt_logprobs);
+      output_->prompt_logprobs(*r, sr.pos0, sr.n_tokens, lg, &out->prompt_logprobs);
       lg += static_cast<size_t>(sr.n_tokens - 1) * V;  // the last row is this slice's sampling row
     }
     if (!sr.want_logits) continue;
     if (chosen_[i]) {
-      commit_into(r, choices_[i], &out);
+      commit_into(r, choices_[i], out);
       continue;
     }
-    if (r->n_fork > 0) fork_samples(r, lg, &out);
-    sample_into(r, lg, &out);
+    if (r->n_fork > 0) fork_samples(r, lg, out);
+    sample_into(r, lg, out);
   }
-  out.n_seqs = static_cast<int>(so.scheduled.size());
-  out.seconds = now_seconds() - t0;
+}
+
+void Engine::finish_step(double t0, StepOutput* out) {
+  out->seconds = now_seconds() - t0;
+  if (out->n_seqs == 0) return;
   ++stats_.n_steps;
-  stats_.n_computed_tokens += out.n_batched_tokens;
-  stats_.last_step_tokens = out.n_batched_tokens;
-  stats_.last_step_seconds = out.seconds;
-  stats_.total_step_seconds += out.seconds;
-  return out;
+  stats_.n_computed_tokens += out->n_batched_tokens;
+  stats_.last_step_tokens = out->n_batched_tokens;
+  stats_.last_step_seconds = out->seconds;
+  stats_.total_step_seconds += out->seconds;
 }
 
 double Engine::seconds_until_admission() const { return scheduler_->seconds_until_admission(now_seconds()); }

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -183,7 +184,9 @@ class Engine {
   // only pending abort reports) when there is no work.
   Result<StepOutput> step();
 
-  bool has_work() const { return !scheduler_->waiting().empty() || !scheduler_->running().empty(); }
+  bool has_work() const {
+    return !scheduler_->waiting().empty() || !scheduler_->running().empty() || !in_flight_.empty();
+  }
   bool has_unfinished() const { return has_work() || !pending_finished_.empty(); }
   // Seconds until a waiting request may be admitted under the batching
   // policy (0 under continuous batching; see Scheduler).
@@ -231,6 +234,13 @@ class Engine {
   // Verifies sr's drafts against its rows (Speculator::verify), then gives
   // back the rejected positions' KV slots and appends a forced-token jump.
   void verify(const ScheduledRequest& sr, float* rows, StepOutput* out);
+  // After a step's forward pass: advance, verify, sample, finish (step()).
+  void process(const SchedulerOutput& so, float* logits, StepOutput* out);
+  void finish_step(double t0, StepOutput* out);
+  // step() over a pipelined runner (max_in_flight() > 1).
+  Result<StepOutput> step_pipelined();
+  // After a failed submit / collect: the steps in flight are lost.
+  void drop_in_flight();
 
   EngineConfig cfg_;
   std::unique_ptr<ModelRunner> runner_;
@@ -253,6 +263,8 @@ class Engine {
   std::vector<float> fork_row_;  // a copy of the parent's logits row per forked sample
   std::unique_ptr<Speculator> spec_;
   std::vector<int32_t> forced_;  // a forced-token jump's tokens (verify, append_forced)
+  std::deque<SchedulerOutput> in_flight_;          // pipelining: submitted, not collected, oldest first
+  std::vector<std::unique_ptr<Request>> zombies_;  // ended while in flight (Request::gone)
   EngineStats stats_;
 };
 

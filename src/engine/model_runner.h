@@ -6,8 +6,12 @@
 // step's frontiers and ops to its pool. The CPU runner wraps
 // ForwardContext over a paged pool (KvBlockPool); the fake runner
 // (fake_model_runner.h) needs no model file and checks the paging itself,
-// so scheduler and KV tests run without one. A GPU or tensor-parallel
-// runner implements the same interface.
+// so scheduler and KV tests run without one. A GPU runner implements the
+// same interface; the tensor- and pipeline-parallel one (parallel_runner.h)
+// sends each step as plain data (step_input.h) to the other ranks. A
+// pipelined runner (pipeline parallelism) takes max_in_flight() > 1 steps
+// before the first one's rows come back (submit / collect); the Engine then
+// keeps that many steps in flight over disjoint sets of requests.
 //
 // Ownership and threading: owned by the Engine, called on the engine thread.
 #pragma once
@@ -49,6 +53,15 @@ class ModelRunner {
   // schedule order (every row of an all_logits slice, else one row for a
   // slice with want_logits), valid and writable until the next call.
   virtual Result<float*> execute(const SchedulerOutput& so) = 0;
+
+  // Pipelining: steps the runner takes before the first one's rows are
+  // collected (1: execute() only).
+  virtual int max_in_flight() const { return 1; }
+  // Starts a step (its tables and tokens are read now); collect() returns
+  // the oldest started step's rows, as execute() would have (valid until
+  // the next collect()). Only for max_in_flight() > 1.
+  virtual Status submit(const SchedulerOutput& so) { return Status::error("this model runner is not pipelined"); }
+  virtual Result<float*> collect() { return Status::error("this model runner is not pipelined"); }
 };
 
 }  // namespace ember

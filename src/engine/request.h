@@ -33,6 +33,12 @@ struct Request {
   // run past tokens.size() into spec_tokens while a verification is in
   // flight; otherwise <= tokens.size().
   int64_t num_computed_tokens = 0;
+  // Tokens of a step submitted to a pipelined runner and not collected yet
+  // (Engine's pipelining): the request sits the next schedules out.
+  int64_t n_in_flight = 0;
+  // Ended (aborted, stopped) while a step of it was in flight: the Engine
+  // keeps it until that step is collected and drops the step's result.
+  bool gone = false;
   // Proposed continuation not yet verified by the target model (empty
   // without speculative decoding). Their KV slots are lookahead slots: they
   // are never registered in the prefix cache and are rolled back if rejected.

@@ -148,8 +148,15 @@ SchedulerOutput Scheduler::schedule_at(double now) {
   bool preempted = false;
 
   // 1. Running requests, in order; preempt from the back when blocks run out.
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
+  // Requests whose previous step is still in flight (a pipelined runner)
+  // sit this one out and are never preempted.
+  const size_t seq_cap = step_seq_cap_ > 0 ? static_cast<size_t>(step_seq_cap_) : std::numeric_limits<size_t>::max();
+  for (size_t i = 0; i < running_.size() && budget > 0 && picks.size() < seq_cap;) {
     Request* r = running_[i];
+    if (r->n_in_flight > 0) {
+      ++i;
+      continue;
+    }
     int64_t n = std::min<int64_t>(r->num_tokens() - r->num_computed_tokens, chunk_cap(r, budget));
     if (schedule_spec(r, budget, &out.kv_ops, &n)) {
       picks.push_back({r, n});
@@ -159,7 +166,8 @@ SchedulerOutput Scheduler::schedule_at(double now) {
     }
     bool self_preempted = false;
     while (!kv_.allocate_slots(*r, n, 0, &out.kv_ops)) {
-      Request* victim = running_.back();
+      auto last = std::find_if(running_.rbegin(), running_.rend(), [](const Request* q) { return q->n_in_flight == 0; });
+      Request* victim = *last;  // r itself at worst
       preempt(victim, &out.kv_ops);
       preempted = true;
       ++out.n_preempted;
@@ -181,7 +189,8 @@ SchedulerOutput Scheduler::schedule_at(double now) {
   if (cfg_.policy != BatchingPolicy::kContinuous && may_start_batch(now)) start_batch();
   int slots = 0;
   for (const Request* r : running_) slots += 1 + r->n_fork;
-  for (size_t i = 0; !preempted && budget > 0 && i < waiting_.size() && slots < cfg_.max_num_seqs;) {
+  for (size_t i = 0; !preempted && budget > 0 && i < waiting_.size() && slots < cfg_.max_num_seqs &&
+                     picks.size() < seq_cap;) {
     Request* r = waiting_[i];
     if (!admissible(r)) {
       ++i;
@@ -219,7 +228,7 @@ SchedulerOutput Scheduler::schedule_at(double now) {
   std::sort(picked.begin(), picked.end());
   for (const Request* r : running_)
     if (kv_.holds_blocks(*r) && !std::binary_search(picked.begin(), picked.end(), r))
-      out.idle.push_back({&kv_.tables(*r), r->num_computed_tokens});
+      out.idle.push_back({&kv_.tables(*r), r->num_computed_tokens + r->n_in_flight, r->seq_id});
   for (const Pick& p : picks) {
     ScheduledRequest sr;
     sr.req = p.r;

@@ -140,6 +140,11 @@ class Scheduler {
   // registers full final blocks and releases out-of-window pages.
   void on_verified(const ScheduledRequest& sr);
 
+  // Pipelining (a runner with steps in flight, Engine): at most n
+  // sequences in the next schedules (0: no cap), so that the running
+  // requests spread over the steps in flight.
+  void set_step_seq_cap(int n) { step_seq_cap_ = n; }
+
   const std::vector<Request*>& running() const { return running_; }
   const std::vector<Request*>& waiting() const { return waiting_; }
   int64_t n_preemptions() const { return n_preemptions_; }
@@ -165,6 +170,7 @@ class Scheduler {
   std::vector<Request*> running_;  // sorted likewise
   int64_t n_preemptions_ = 0;
   int64_t batch_id_ = 0;             // the current request-level batch (dynamic / static)
+  int step_seq_cap_ = 0;             // set_step_seq_cap
 };
 
 }  // namespace ember

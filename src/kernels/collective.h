@@ -38,10 +38,17 @@ class Collective {
   virtual Status all_reduce_sum(float* data, size_t n) = 0;
   // out[size() * n]: out[r * n + i] = rank r's in[i].
   virtual Status all_gather(const float* in, size_t n, float* out) = 0;
-  // Point to point (pipeline stages): blocking until the bytes are handed
-  // over; a send matches the recv of the same tag on the peer.
+  // Point to point (pipeline stages, step inputs): blocking until the
+  // bytes are handed over; a send matches the recv of the same tag on the
+  // peer, in order. recv's timeout_s: 0 the communicator's deadline, < 0 none
+  // (a rank that waits for work).
   virtual Status send(const void* data, size_t bytes, int dst, int tag) = 0;
-  virtual Status recv(void* data, size_t bytes, int src, int tag) = 0;
+  virtual Status recv(void* data, size_t bytes, int src, int tag, double timeout_s) = 0;
+  Status recv(void* data, size_t bytes, int src, int tag) { return recv(data, bytes, src, tag, 0); }
+  // A send that returns at once with a handle: the bytes must stay valid
+  // and unchanged until wait(handle) returns (which every isend needs).
+  virtual Result<int64_t> isend(const void* data, size_t bytes, int dst, int tag) = 0;
+  virtual Status wait(int64_t handle) = 0;
   virtual Status barrier() = 0;
 };
 

@@ -92,12 +92,14 @@ Status ForwardContext::forward(const int32_t* tokens, int64_t n, int64_t pos0, K
 
 Status ForwardContext::forward_ragged(const SeqBatch* seqs, int n_seqs, float* logits) {
   EMBER_RETURN_IF_ERROR(prepare(seqs, n_seqs));
+  if (!model_.shard().embeds() || !model_.shard().has_head())
+    return Status::error("forward_ragged: this model is one pipeline stage (run its stages by hand)");
   embed();
   run_layers(0, cfg_.n_layer);
-  if (!logits || out_rows_.empty()) return Status::ok();
+  if (!logits || out_rows_.empty()) return tp_.status;
   if (given_rows_.empty()) {
     head(logit_rows_.data(), static_cast<int64_t>(logit_rows_.size()), logits);
-    return Status::ok();
+    return tp_.status;
   }
   const int64_t E = cfg_.n_embd;
   head_src_.resize(out_rows_.size());
@@ -105,12 +107,15 @@ Status ForwardContext::forward_ragged(const SeqBatch* seqs, int n_seqs, float* l
     head_src_[r] =
         out_rows_[r] >= 0 ? x_.data() + out_rows_[r] * E : given_rows_[static_cast<size_t>(-1 - out_rows_[r])];
   head_of(head_src_.data(), static_cast<int64_t>(head_src_.size()), logits);
-  return Status::ok();
+  return tp_.status;
 }
 
 Status ForwardContext::prepare(const SeqBatch* seqs, int n_seqs) {
   n_ = 0;
   if (n_seqs <= 0) return Status::error("forward_ragged: empty batch");
+  if (model_.shard().tensor_parallel() && !tp_.comm)
+    return Status::error("forward: a tensor-parallel shard runs only with its collective (set_collective)");
+  if (!tp_.status) return tp_.status;  // the group failed before: every later step fails
   int64_t total = 0, positions = 0;
   for (int i = 0; i < n_seqs; ++i) {
     const SeqBatch& sb = seqs[i];
@@ -163,7 +168,22 @@ Status ForwardContext::prepare(const SeqBatch* seqs, int n_seqs) {
 
 void ForwardContext::embed() {
   EMBER_CHECK_MSG(n_ > 0, "ForwardContext::embed before a successful prepare()");
-  backend_->embed(*model_.weights().tok_embd, tok_.data(), n_, cfg_.embd_scale, x_.data());
+  if (!tp()) {
+    backend_->embed(*model_.weights().tok_embd, tok_.data(), n_, cfg_.embd_scale, x_.data());
+    return;
+  }
+  // Vocabulary-parallel: this rank's rows, zeros for the others' tokens, summed.
+  const ModelShard& sh = model_.shard();
+  const int64_t E = cfg_.n_embd;
+  tp_ids_.resize(static_cast<size_t>(n_));
+  for (int64_t t = 0; t < n_; ++t) {
+    const bool mine = tok_[t] >= sh.vocab_begin && tok_[t] < sh.vocab_end;
+    tp_ids_[t] = mine ? static_cast<int32_t>(tok_[t] - sh.vocab_begin) : 0;
+  }
+  backend_->embed(*model_.weights().tok_embd, tp_ids_.data(), n_, cfg_.embd_scale, x_.data());
+  for (int64_t t = 0; t < n_; ++t)
+    if (tok_[t] < sh.vocab_begin || tok_[t] >= sh.vocab_end) std::fill(x_.data() + t * E, x_.data() + (t + 1) * E, 0.f);
+  tp_.all_reduce(x_.data(), n_ * E);
 }
 
 void ForwardContext::run_layers(int l0, int l1) {
@@ -227,7 +247,7 @@ void ForwardContext::run_layers(int l0, int l1) {
         for (int64_t i = 0; i < n_ * (cfg_.n_rot / 2); ++i) cos_t[i] *= m, sin_t[i] *= m;
       rope_ready_[g] = 1;
     }
-    const LayerContext c{*backend_, cfg_, il, cfg_.layers[il], w.layers[il], observer_, n_};
+    const LayerContext c{*backend_, cfg_, il, cfg_.layers[il], w.layers[il], observer_, n_, tp()};
     transformer_block(c, tl, rope, x_.data(), bb);
     if (observer_) observer_->on_block_output(il, x_.data(), n_, cfg_.n_embd);
   }
@@ -250,30 +270,53 @@ void ForwardContext::head_of(const float* const* src, int64_t n_rows, float* log
   const int64_t E = cfg_.n_embd, V = cfg_.n_logits();
   for (int64_t r = 0; r < n_rows; ++r) std::copy(src[r], src[r] + E, xn_.data() + r * E);
   norm_rows(*backend_, cfg_, xn_.data(), w.output_norm, xn_.data(), n_rows);
-  const LinearOut out{&w.output, LinearRole::kOutput, logits, V};
-  run_linears(*backend_, observer_, -1, xn_.data(), E, n_rows, &out, 1);
-  const std::vector<int32_t>& kept = cfg_.output_tokens;
-  if (!kept.empty()) {
-    // A trimmed output vocabulary: row r holds the kept tokens' scores in
-    // its first kept.size() entries; spread them to their ids (descending:
-    // an entry moves to an id >= its index, whose own entry moved already)
-    // and set every other token to -inf.
-    const int64_t n_kept = static_cast<int64_t>(kept.size());
-    for (int64_t r = 0; r < n_rows; ++r) {
-      float* row = logits + r * V;
-      if (cfg_.final_logit_softcap > 0.f) backend_->softcap(row, n_kept, cfg_.final_logit_softcap);
-      int64_t next = V;  // the id after the gap being filled
-      for (int64_t j = n_kept - 1; j >= 0; --j) {
-        const int64_t t = kept[j];
-        row[t] = row[j];
-        std::fill(row + t + 1, row + next, -INFINITY);
-        next = t;
+  if (!tp()) {
+    const LinearOut out{&w.output, LinearRole::kOutput, logits, V};
+    run_linears(*backend_, observer_, -1, xn_.data(), E, n_rows, &out, 1);
+    const std::vector<int32_t>& kept = cfg_.output_tokens;
+    if (!kept.empty()) {
+      // A trimmed output vocabulary: row r holds the kept tokens' scores in
+      // its first kept.size() entries; spread them to their ids (descending:
+      // an entry moves to an id >= its index, whose own entry moved already)
+      // and set every other token to -inf.
+      const int64_t n_kept = static_cast<int64_t>(kept.size());
+      for (int64_t r = 0; r < n_rows; ++r) {
+        float* row = logits + r * V;
+        if (cfg_.final_logit_softcap > 0.f) backend_->softcap(row, n_kept, cfg_.final_logit_softcap);
+        int64_t next = V;  // the id after the gap being filled
+        for (int64_t j = n_kept - 1; j >= 0; --j) {
+          const int64_t t = kept[j];
+          row[t] = row[j];
+          std::fill(row + t + 1, row + next, -INFINITY);
+          next = t;
+        }
+        std::fill(row, row + next, -INFINITY);
       }
-      std::fill(row, row + next, -INFINITY);
+      return;
     }
+    if (cfg_.final_logit_softcap > 0.f) backend_->softcap(logits, n_rows * V, cfg_.final_logit_softcap);
     return;
   }
-  if (cfg_.final_logit_softcap > 0.f) backend_->softcap(logits, n_rows * V, cfg_.final_logit_softcap);
+  // Vocabulary-parallel head: each rank scores its rows (a slice of
+  // vocab_stride columns per logits row, zero-padded), then every rank
+  // gathers the slices into whole rows.
+  const ModelShard& sh = model_.shard();
+  const int64_t S = sh.vocab_stride, P = sh.tp_size;
+  tp_logits_.assign(static_cast<size_t>(n_rows * S), 0.f);
+  tp_gathered_.resize(static_cast<size_t>(P * n_rows * S));
+  const LinearOut out{&w.output, LinearRole::kOutput, tp_logits_.data(), S};
+  run_linears(*backend_, observer_, -1, xn_.data(), E, n_rows, &out, 1);
+  if (cfg_.final_logit_softcap > 0.f) backend_->softcap(tp_logits_.data(), n_rows * S, cfg_.final_logit_softcap);
+  if (!tp_.status) return;
+  tp_.status = tp_.comm->all_gather(tp_logits_.data(), static_cast<size_t>(n_rows * S), tp_gathered_.data());
+  if (!tp_.status) return;
+  for (int64_t r = 0; r < P; ++r) {
+    const int64_t v0 = r * S, cnt = std::max<int64_t>(0, std::min<int64_t>(V, v0 + S) - v0);
+    for (int64_t i = 0; i < n_rows; ++i) {
+      const float* src = tp_gathered_.data() + (r * n_rows + i) * S;
+      std::copy(src, src + cnt, logits + i * V + v0);
+    }
+  }
 }
 
 }  // namespace ember

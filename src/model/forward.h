@@ -18,9 +18,18 @@
 // depend only on its own token and sequence (batch invariance, see
 // kernels/backend.h). An observer does not change any value.
 //
+// Tensor parallelism (a model holding a tensor-parallel shard, model/shard.h,
+// with set_collective): embed() looks up this rank's vocabulary rows and
+// all-reduces (the other ranks add zeros: exact), each block all-reduces
+// after O and after down (layers/), and the head all-gathers the ranks'
+// vocabulary slices into whole logits rows on every rank. The collective
+// adds in rank order, so every rank holds the same bits and a run repeats
+// them. A failed collective fails the step (collective_status()).
+//
 // Ownership and threading: borrows the Model (must outlive it); owns the
 // Backend; one thread at a time (the backend parallelises inside ops). The
-// KV caches of a step are borrowed for that step.
+// KV caches of a step are borrowed for that step, the collective for the
+// context's life.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +39,11 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/backend.h"
+#include "kernels/collective.h"
 #include "model/config.h"
 #include "model/forward_observer.h"
 #include "model/kv_cache.h"
+#include "model/layers/layer_context.h"
 
 namespace ember {
 
@@ -110,6 +121,13 @@ class ForwardContext {
   // Borrowed; must outlive its use.
   void set_observer(ForwardObserver* observer) { observer_ = observer; }
 
+  // The tensor-parallel group of a tensor-parallel shard (borrowed; every
+  // rank of the group runs the same steps). Required for such a model.
+  void set_collective(Collective* comm) { tp_.comm = comm; }
+  // The first failed collective of the context (ok without one): stages
+  // run by hand (run_layers, head) check it; forward_ragged returns it.
+  const Status& collective_status() const { return tp_.status; }
+
   int max_batch() const { return max_batch_; }
 
  private:
@@ -132,6 +150,12 @@ class ForwardContext {
   std::vector<const float*> given_rows_;
   std::vector<int64_t> out_rows_;
   std::vector<const float*> head_src_;  // head inputs of a step (grown once)
+  // Tensor parallelism (model_.shard().tensor_parallel()).
+  TpGroup tp_;
+  TpGroup* tp() { return tp_.comm ? &tp_ : nullptr; }
+  std::vector<int32_t> tp_ids_;       // [n] this rank's embedding rows of the tokens
+  std::vector<float> tp_logits_;      // [rows, vocab_stride] this rank's slice of the logits
+  std::vector<float> tp_gathered_;    // [tp_size, rows, vocab_stride]
   void head_of(const float* const* src, int64_t n_rows, float* logits);
 
   // Activations, shapes for a step of n tokens (widths: the largest layer).

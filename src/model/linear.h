@@ -1,9 +1,9 @@
 // Linear: one weight matrix of the forward pass with what travels with it:
 // a weight (any registry dtype), an optional bias, the activation bits of
-// its product, and the tensor-parallel shard a rank holds (kept for issue 40;
-// nothing sets it yet). The forward pass supports only what bind_weights()
-// produces: a layer that sets a field the forward pass does not implement
-// yet (a shard) is rejected at load (check_forward_support).
+// its product, and the tensor-parallel shard a rank holds (set by
+// Model::from_file for a sharded model, model/shard.h: the weight is then the
+// shard's own rows or columns). A shard in a model that does not hold that
+// shard is rejected at load (check_forward_support).
 #pragma once
 
 #include <cstdint>
@@ -32,8 +32,7 @@ struct Linear {
   explicit operator bool() const { return weight != nullptr; }
   int64_t n_in() const { return weight ? weight->ne[0] : 0; }
   int64_t n_out() const { return weight ? weight->ne[1] : 0; }
-  // True when the whole matrix is held (no shard): what the forward pass
-  // runs today.
+  // True when the whole matrix is held (no shard).
   bool is_plain() const { return shard.split == LinearShard::Split::kNone; }
 };
 

@@ -31,20 +31,20 @@ namespace ember {
 
 namespace {
 
-// What the forward pass runs today: every layer's sizes consistent with its
-// weights, GQA head counts, its norms present, plain linears.
-Status check_forward_support(const ModelConfig& c, const ModelWeights& w) {
+// What the forward pass runs: every layer's sizes consistent with its
+// weights, GQA head counts, its norms present, plain linears or the shards
+// `shard` says this process holds (their local shapes are the config's).
+Status check_forward_support(const ModelConfig& c, const ModelWeights& w, const ModelShard& shard) {
   if (static_cast<int>(c.layers.size()) != c.n_layer || static_cast<int>(w.layers.size()) != c.n_layer)
     return Status::errorf("config has {} layer entries and the weights {}, expected {}", c.layers.size(),
                           w.layers.size(), c.n_layer);
+  const bool sharded = shard.tensor_parallel();
   // `what`: "layer 3 attn_q", "output".
-  auto check_linear = [](const Linear& l, const std::string& what, int64_t n_out, int64_t n_in) -> Status {
+  auto check_linear = [&](const Linear& l, const std::string& what, int64_t n_out, int64_t n_in) -> Status {
     if (!l.weight) return Status::errorf("{}: no weight", what);
-    if (!l.is_plain())
-      return Status::errorf(
-          "{}: the forward pass runs only plain linears (weight and bias); tensor-parallel shards are not "
-          "supported yet",
-          what);
+    if (!l.is_plain() && (!sharded || l.shard.n_ranks != shard.tp_size || l.shard.rank != shard.tp_rank))
+      return Status::errorf("{}: a tensor-parallel shard ({} of {}) in a model that holds {}", what, l.shard.rank,
+                            l.shard.n_ranks, shard.describe());
     if (l.n_out() != n_out || l.n_in() != n_in)
       return Status::errorf("{}: weight is [{}, {}] (out, in), the config needs [{}, {}]", what, l.n_out(), l.n_in(),
                             n_out, n_in);
@@ -114,6 +114,8 @@ Status check_forward_support(const ModelConfig& c, const ModelWeights& w) {
     }
   }
   if (!w.tok_embd || !w.output_norm) return Status::error("missing token embeddings or output norm");
+  if (!shard.has_head()) return w.output ? Status::error("a pipeline stage without the head holds an output matrix")
+                                         : Status::ok();
   for (size_t i = 0; i < c.head_tokens.size(); ++i)
     if (c.head_tokens[i] < 0 || c.head_tokens[i] >= c.n_vocab || (i > 0 && c.head_tokens[i] <= c.head_tokens[i - 1]))
       return Status::errorf("truncated output head: token {} at row {} is out of order or out of range [0, {})",
@@ -124,9 +126,12 @@ Status check_forward_support(const ModelConfig& c, const ModelWeights& w) {
                             c.n_vocab);
   if (!c.output_tokens.empty() && !c.head_tokens.empty())
     return Status::error("a truncated draft head of a trimmed output vocabulary is not supported");
-  EMBER_RETURN_IF_ERROR(check_linear(w.output, linear_role_name(LinearRole::kOutput),
-                                     c.output_tokens.empty() ? c.n_logits() : static_cast<int64_t>(c.output_tokens.size()),
-                                     E));
+  if (!c.output_tokens.empty() && sharded)
+    return Status::error("a trimmed output vocabulary under tensor parallelism is not supported");
+  const int64_t head_rows = sharded                     ? shard.vocab_end - shard.vocab_begin
+                            : c.output_tokens.empty() ? c.n_logits()
+                                                      : static_cast<int64_t>(c.output_tokens.size());
+  EMBER_RETURN_IF_ERROR(check_linear(w.output, linear_role_name(LinearRole::kOutput), head_rows, E));
   return Status::ok();
 }
 
@@ -147,28 +152,54 @@ static void for_each_block_linear(LayerWeights& l, const std::function<void(Line
     for (Linear& lin : *v) f(lin);
 }
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelShard& shard) {
   auto file = open_model_file(path);
   if (!file) return file.status();
-  auto m = from_file(std::move(file.value()));
+  auto m = from_file(std::move(file.value()), shard);
   if (!m) return m.status().with_context(path);
   return m;
 }
 
-Result<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<ModelFile> file) {
+Result<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<ModelFile> file, const ModelShard& shard) {
   auto cfg = config_from_metadata(file->metadata);
   if (!cfg) return cfg.status();
+  ModelShard sh = shard;
+  sh.n_layer_total = cfg->n_layer;
+  if (sh.layer_end < 0) sh.layer_end = cfg->n_layer;
+  const bool sharded = !sh.whole();
+  if (sharded) EMBER_RETURN_IF_ERROR(shard_model_file(file.get(), &cfg.value(), &sh).with_context(sh.describe()));
   auto w = bind_weights(*file, &cfg.value());
   if (!w) return w.status();
-  return from_parts(std::move(cfg.value()), std::move(w.value()), std::move(file));
+  if (sharded) {
+    ModelWeights& mw = *w.value();
+    cfg->n_vocab = sh.n_vocab_total;  // the binder read the shard's rows
+    const LinearShard rows{LinearShard::Split::kRows, sh.tp_rank, sh.tp_size};
+    const LinearShard cols{LinearShard::Split::kCols, sh.tp_rank, sh.tp_size};
+    if (sh.tensor_parallel()) {
+      for (LayerWeights& l : mw.layers) {
+        for (Linear* lin : {&l.q, &l.k, &l.v, &l.gate, &l.up}) lin->shard = rows;
+        for (Linear* lin : {&l.o, &l.down}) {
+          lin->shard = cols;
+          if (sh.tp_rank != 0) lin->bias = nullptr;  // added once, by rank 0, before the all-reduce
+        }
+      }
+      mw.output.shard = rows;
+    }
+    if (!sh.has_head()) mw.output = Linear{};
+  }
+  return from_parts(std::move(cfg.value()), std::move(w.value()), std::move(file), sh);
 }
 
 Result<std::unique_ptr<Model>> Model::from_parts(ModelConfig cfg, std::unique_ptr<ModelWeights> weights,
-                                                 std::unique_ptr<ModelFile> file) {
+                                                 std::unique_ptr<ModelFile> file, const ModelShard& shard) {
   if (!weights || !file) return Status::error("model: missing weights or file");
-  EMBER_RETURN_IF_ERROR(check_forward_support(cfg, *weights));
+  ModelShard sh = shard;
+  if (sh.n_layer_total == 0) sh.n_layer_total = cfg.n_layer;
+  if (sh.layer_end < 0) sh.layer_end = sh.n_layer_total;
+  EMBER_RETURN_IF_ERROR(check_forward_support(cfg, *weights, sh));
   auto m = std::unique_ptr<Model>(new Model());
   m->cfg_ = std::move(cfg);
+  m->shard_ = sh;
   m->weights_ = std::move(weights);
   m->file_ = std::move(file);
 

@@ -14,23 +14,29 @@
 #include "model/forward.h"  // ForwardContext, SeqBatch: the callers of a Model use them
 #include "model/io/model_file.h"
 #include "model/kv_cache.h"
+#include "model/shard.h"
 #include "model/weights.h"
 
 namespace ember {
 
 class Model {
  public:
-  static Result<std::unique_ptr<Model>> load(const std::string& path);
-  // From an already opened file (takes ownership).
-  static Result<std::unique_ptr<Model>> from_file(std::unique_ptr<ModelFile> file);
+  static Result<std::unique_ptr<Model>> load(const std::string& path, const ModelShard& shard = {});
+  // From an already opened file (takes ownership). A shard other than the
+  // whole model (tensor / pipeline parallelism, model/shard.h) cuts the
+  // file's tensors and the config down to it before binding: the config
+  // then holds the shard's layers with their local sizes (n_vocab stays the
+  // whole vocabulary), its linears carry their LinearShard, and a stage
+  // without the head has no output matrix.
+  static Result<std::unique_ptr<Model>> from_file(std::unique_ptr<ModelFile> file, const ModelShard& shard = {});
   // From a config, weights bound for it (bind_weights) and the file they
   // point into (owned). The config's layers may differ from what the file's
   // metadata says (a structured-pruning tool, tests); every layer is checked
   // against its weights and against what the forward pass runs: per-layer
   // head counts (n_head a multiple of n_head_kv), weight shapes, norms, and
-  // plain linears only (Linear::is_plain()).
+  // plain linears only (Linear::is_plain()) unless `shard` says which.
   static Result<std::unique_ptr<Model>> from_parts(ModelConfig cfg, std::unique_ptr<ModelWeights> weights,
-                                                   std::unique_ptr<ModelFile> file);
+                                                   std::unique_ptr<ModelFile> file, const ModelShard& shard = {});
 
   // Activation bits of every block linear (Linear::act_bits; the output
   // head keeps its own): 8, the weights' int8 activation blocks, or 4, 4-bit
@@ -61,6 +67,8 @@ class Model {
   // Whether LongRoPE's long factors are in use (false without LongRoPE).
   bool rope_long_factors() const { return rope_long_; }
   const ModelConfig& config() const { return cfg_; }
+  // The part of the model this process holds (the whole model by default).
+  const ModelShard& shard() const { return shard_; }
   const ModelFile& file() const { return *file_; }
   const ModelWeights& weights() const { return *weights_; }
   // Inverse RoPE frequencies of layer il: [n_rot / 2].
@@ -84,6 +92,7 @@ class Model {
 
  private:
   ModelConfig cfg_;
+  ModelShard shard_;
   std::unique_ptr<ModelFile> file_;
   std::unique_ptr<ModelWeights> weights_;
   void compute_rope_frequencies();

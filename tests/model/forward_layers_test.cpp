@@ -112,9 +112,9 @@ TEST(ForwardLayers, FromPartsRejectsWhatTheForwardPassCannotRun) {
   };
   const std::vector<Case> cases = {
       {"shard", [](ModelConfig&, ModelWeights& w) { w.layers[0].v.shard.split = LinearShard::Split::kRows; },
-       {"layer 0 attn_v", "plain linears"}},
+       {"layer 0 attn_v", "a tensor-parallel shard", "holds the whole model"}},
       {"output shard", [](ModelConfig&, ModelWeights& w) { w.output.shard.split = LinearShard::Split::kCols; },
-       {"output", "plain linears"}},
+       {"output", "a tensor-parallel shard", "holds the whole model"}},
       {"ffn width", [](ModelConfig& c, ModelWeights&) { c.layers[2].n_ff = 32; },
        {"layer 2 ffn_gate", "weight is [24, 32]", "needs [32, 32]"}},
       {"head grouping", [](ModelConfig& c, ModelWeights&) { c.layers[0].n_head_kv = 3; },

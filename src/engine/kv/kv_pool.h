@@ -63,10 +63,12 @@ KvSpec kv_spec_from_config(const ModelConfig& cfg, KvTypes types = {});
 size_t kv_bytes_per_token(const KvSpec& spec);
 
 // Where a sequence that holds pages writes its next K row: its tables and
-// that position (its num_computed_tokens; a scheduled slice's pos0).
+// that position (its num_computed_tokens; a scheduled slice's pos0), and
+// which sequence it is (Request::seq_id: a step input names it).
 struct KvFrontier {
   const std::vector<std::vector<int32_t>>* tables = nullptr;
   int64_t pos = 0;
+  uint64_t seq = 0;
 };
 
 // A page op of a step, made by the KV manager (kv_cache_manager.h) and

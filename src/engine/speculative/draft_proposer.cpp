@@ -435,7 +435,7 @@ Status DraftProposer::propose(const std::vector<ProposeItem>& items) {
       const Request& sh = seq->shadow;
       const bool in = std::any_of(so.scheduled.begin(), so.scheduled.end(),
                                   [&](const ScheduledRequest& sr) { return sr.req == &sh; });
-      if (!in && kv_->holds_blocks(sh)) so.idle.push_back({&kv_->tables(sh), sh.num_computed_tokens});
+      if (!in && kv_->holds_blocks(sh)) so.idle.push_back({&kv_->tables(sh), sh.num_computed_tokens, sh.seq_id});
     }
     auto rows = runner_->execute(so);
     if (!rows) return rows.status().with_context("draft model");

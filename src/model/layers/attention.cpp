@@ -102,6 +102,9 @@ void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTab
   if (const int g = cfg.rotation.attn_out) be.hadamard(b.attn, O, n, static_cast<int>(O / g), g, false);
   const LinearOut o{&w.o, LinearRole::kO, y, E};
   run_linears(be, c.observer, c.il, b.attn, O, n, &o, 1);
+  // Tensor parallelism: O is row-parallel (this rank's heads' columns), the
+  // ranks' partial outputs add up to the whole.
+  if (c.tp) c.tp->all_reduce(y, n * E);
 }
 
 }  // namespace ember

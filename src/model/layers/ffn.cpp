@@ -18,6 +18,7 @@ void dense_gated_ffn(const LayerContext& c, const float* xn, const FfnBuffers& b
   if (const int g = c.cfg.rotation.ffn_down) c.backend.hadamard(b.gate, F, n, static_cast<int>(F / g), g, false);
   const LinearOut down{&c.w.down, LinearRole::kDown, y, E};
   run_linears(c.backend, c.observer, c.il, b.gate, F, n, &down, 1);
+  if (c.tp) c.tp->all_reduce(y, n * E);  // down is row-parallel under tensor parallelism
 }
 
 }  // namespace

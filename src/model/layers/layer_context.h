@@ -11,13 +11,28 @@
 
 #include <cstdint>
 
+#include "core/status.h"
 #include "kernels/backend.h"
+#include "kernels/collective.h"
 #include "model/config.h"
 #include "model/forward_observer.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
 
 namespace ember {
+
+// The tensor-parallel group of a sharded model (model/shard.h): the
+// sub-blocks all-reduce their row-parallel outputs (attention's O, the
+// FFN's down) through it. The first failed call is kept in `status` and the
+// later ones are skipped: the step then fails (ForwardContext). Owned by
+// the ForwardContext; one thread.
+struct TpGroup {
+  Collective* comm = nullptr;
+  Status status;
+  void all_reduce(float* x, int64_t n) {
+    if (status.is_ok()) status = comm->all_reduce_sum(x, static_cast<size_t>(n));
+  }
+};
 
 struct LayerContext {
   Backend& backend;
@@ -27,6 +42,7 @@ struct LayerContext {
   const LayerWeights& w;      // shapes as in lc
   ForwardObserver* observer;  // null: off
   int64_t n;                  // tokens in the step
+  TpGroup* tp = nullptr;      // tensor parallelism (null: the whole layer is here)
 };
 
 // Token t of the step sits at position pos[t] of sequence seg[t], whose K/V

@@ -33,8 +33,9 @@ struct LinearOut {
 constexpr int kMaxSharedLinears = 4;
 
 // x: [n, n_in] with row stride ldx, n_in = every lin->n_in(). `layer` is
-// what the observer is told (-1 for the output head). Only plain linears
-// (Linear::is_plain(); checked at load).
+// what the observer is told (-1 for the output head). A tensor-parallel
+// shard is multiplied as the matrix of its own shape (the caller reduces or
+// gathers the ranks' outputs).
 void run_linears(Backend& backend, ForwardObserver* observer, int layer, const float* x, int64_t ldx, int64_t n,
                  const LinearOut* outs, int n_outs);
 
