@@ -17,6 +17,7 @@
 
 #include "cli/common.h"
 #include "cli/kv_options.h"
+#include "cli/moe_options.h"
 #include "engine/kv/kv_pool.h"
 #include "cli/spec_options.h"
 #include "cli/progress.h"
@@ -151,6 +152,8 @@ int bench_throughput(int argc, char** argv, int first) {
   spec_opts.add_to(p);
   KvOptions kv_opts;
   kv_opts.add_to(p);
+  MoeOptions moe_opts;
+  moe_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -171,6 +174,7 @@ int bench_throughput(int argc, char** argv, int first) {
   o.engine.spec = *spec;
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  if (Status st = moe_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
   std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
   if (Status st = spec_opts.load_draft(*lm.model, &draft_model, &o.engine.spec); !st)
     return usage_error(p, st.message());
@@ -295,6 +299,7 @@ int cmd_bench(int argc, char** argv, int first) {
   int reps = 3, depth = 0;
   bool no_bw = false;
   KvOptions kv_opts;
+  MoeOptions moe_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("-p,--n-prompt", &p_arg, "N[,N..]", "prompt tokens for the pp tests (0: skip)");
   p.option("-n,--n-gen", &n_arg, "N[,N..]", "generated tokens for the tg tests (0: skip)");
@@ -307,6 +312,7 @@ int cmd_bench(int argc, char** argv, int first) {
   p.option("-d,--n-depth", &depth, "D",
            "tg tests decode after D context tokens (prefilled untimed; with -b N, per sequence)");
   kv_opts.add_to(p);
+  moe_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -327,6 +333,7 @@ int cmd_bench(int argc, char** argv, int first) {
   auto model = Model::load(path);
   if (!model) return usage_error(p, model.status().message());
   prepare_for_cpu(**model);
+  if (Status st = moe_opts.apply(model->get()); !st) return usage_error(p, st.message());
   const Model& m = **model;
   const ModelConfig& c = m.config();
   if (depth < 0) return usage_error(p, "-d must be >= 0");

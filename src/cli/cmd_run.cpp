@@ -12,6 +12,7 @@
 #include "server/chat_prompt.h"
 #include "cli/common.h"
 #include "cli/act_options.h"
+#include "cli/moe_options.h"
 #include "cli/kv_options.h"
 #include "cli/spec_options.h"
 #include "engine/engine.h"
@@ -103,6 +104,7 @@ int cmd_run(int argc, char** argv, int first) {
   SpecOptions spec_opts;
   KvOptions kv_opts;
   ActOptions act_opts;
+  MoeOptions moe_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("-p,--prompt", &prompt, "PROMPT", "prompt text ('-' reads standard input)");
   p.option("-f,--file", &prompt_file, "FILE", "read the prompt from a file");
@@ -124,6 +126,7 @@ int cmd_run(int argc, char** argv, int first) {
   spec_opts.add_to(p);
   kv_opts.add_to(p);
   act_opts.add_to(p);
+  moe_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -155,6 +158,7 @@ int cmd_run(int argc, char** argv, int first) {
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
   if (Status st = act_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
+  if (Status st = moe_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
   const std::string& path = lm.path;
   const Model& m = *lm.model;
   const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;

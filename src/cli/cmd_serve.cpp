@@ -14,6 +14,7 @@
 
 #include "cli/common.h"
 #include "cli/act_options.h"
+#include "cli/moe_options.h"
 #include "cli/cmd_router.h"
 #include "cli/connection_options.h"
 #include "cli/kv_options.h"
@@ -44,6 +45,7 @@ int cmd_serve(int argc, char** argv, int first) {
   SpecOptions spec_opts;
   KvOptions kv_opts;
   ActOptions act_opts;
+  MoeOptions moe_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file or Hugging Face folder (default: the bundled Gemma 3 270M)");
   p.option("--host", &host, "HOST", "address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)");
   p.option("--port", &port, "PORT", "port (default 8080; 0 picks a free one)");
@@ -99,6 +101,7 @@ int cmd_serve(int argc, char** argv, int first) {
   spec_opts.add_to(p);
   kv_opts.add_to(p);
   act_opts.add_to(p);
+  moe_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -191,6 +194,7 @@ int cmd_serve(int argc, char** argv, int first) {
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
   if (Status st = act_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
+  if (Status st = moe_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
   const std::string& path = lm.path;
   const Model& m = *lm.model;
   const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;

@@ -194,6 +194,10 @@ void ForwardContext::run_layers(int l0, int l1) {
   mb.shared_weight = moe_shared_weight_.data();
   mb.shared_id = moe_shared_id_.data();
   mb.observed = &moe_observed_;
+  mb.seg = seg_.data();
+  mb.n_segs = static_cast<int>(segs_.size());
+  mb.share = &moe_share_;
+  mb.stats = &moe_stats_;
   for (int il = l0; il < l1; ++il) {
     const int g = model_.rope_table(il);
     const int64_t table = static_cast<int64_t>(g) * max_batch_ * (cfg_.n_rot / 2);
