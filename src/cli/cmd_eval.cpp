@@ -125,11 +125,16 @@ int cmd_eval(int argc, char** argv, int first) {
         100.0 * (c.ppl_model / c.ppl_reference - 1.0));
     if (mod.model->config().has_moe()) {
       const ModelConfig& bc = base.model->config();
-      const double E = bc.max_n_expert(), k = bc.max_n_expert_used(), B = std::max(1, concurrency);
-      std::printf("MoE routing%s%s: %.2f -> %.2f distinct experts read per layer and step at concurrency %d "
-                  "(uniform routing of %g of %g experts: %.2f)\n",
+      // A step: one token of each of B windows (--concurrency B), else a
+      // chunk of up to o.chunk positions of one window.
+      const double E = bc.max_n_expert(), k = bc.max_n_expert_used();
+      const double B = concurrency > 0 ? concurrency : static_cast<double>(std::min<int64_t>(o.chunk, n_ctx));
+      const std::string step = concurrency > 0 ? fmt::format("at concurrency {}", concurrency)
+                                               : fmt::format("(steps of up to {:g} positions of one window)", B);
+      std::printf("MoE routing%s%s: %.2f -> %.2f distinct experts read per layer and step %s "
+                  "(uniform routing of %g of %g experts, %g tokens: %.2f)\n",
                   moe_opts.describe().empty() ? "" : " ", moe_opts.describe().c_str(), c.experts_per_step_reference,
-                  c.experts_per_step_model, std::max(1, concurrency), k, E, E * (1.0 - std::pow(1.0 - k / E, B)));
+                  c.experts_per_step_model, step.c_str(), k, E, B, E * (1.0 - std::pow(1.0 - k / E, B)));
     }
   }
   return kExitOk;

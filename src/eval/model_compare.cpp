@@ -82,13 +82,19 @@ struct Tally {
 // Scores rows [0, n_rows) of both logits blocks (row r predicts next[r]),
 // rows in parallel, added to the tally in row order (the sums do not depend
 // on the thread count).
+// rows[p * stride] = the score of row p.
+void score_rows_to(const float* reference, const float* model, const int32_t* next, int64_t n_rows, int n_vocab,
+                   ThreadPool& pool, RowScore* rows, int64_t stride) {
+  pool.parallel_for(n_rows, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t p = b; p < e; ++p)
+      rows[p * stride] = score_row(reference + p * n_vocab, model + p * n_vocab, next[p], n_vocab);
+  });
+}
+
 void score_rows(const float* reference, const float* model, const int32_t* next, int64_t n_rows, int n_vocab,
                 ThreadPool& pool, Tally* t) {
   std::vector<RowScore> rows(static_cast<size_t>(n_rows));
-  pool.parallel_for(n_rows, 1, [&](int64_t b, int64_t e, int) {
-    for (int64_t p = b; p < e; ++p)
-      rows[static_cast<size_t>(p)] = score_row(reference + p * n_vocab, model + p * n_vocab, next[p], n_vocab);
-  });
+  score_rows_to(reference, model, next, n_rows, n_vocab, pool, rows.data(), 1);
   for (const RowScore& row : rows) t->add(row);
 }
 
@@ -135,6 +141,9 @@ Result<std::vector<ModelComparison>> compare_lockstep(const std::vector<std::pai
       for (int b = 0; b < nb; ++b)
         cache[s].push_back(std::make_unique<ContiguousKvCache>(sides[s].first->config(), W, sides[s].second));
     std::vector<SeqBatch> batch(static_cast<size_t>(nb));
+    // Scores [side][window][position], tallied window by window at the end:
+    // the chunked run's order of summation, so exact routing gives its bits.
+    std::vector<std::vector<RowScore>> rows(sides.size() - 1, std::vector<RowScore>(static_cast<size_t>(nb * W)));
     for (int64_t p = 0; p < W; ++p) {
       const bool scored = p >= o.score_from && p < W - 1;  // the last position predicts nothing
       for (int b = 0; b < nb; ++b) next[b] = scored ? seq[b][p + 1] : 0;
@@ -143,9 +152,12 @@ Result<std::vector<ModelComparison>> compare_lockstep(const std::vector<std::pai
           batch[b] = SeqBatch{.tokens = seq[b].data() + p, .n = 1, .pos0 = p, .cache = cache[s][b].get(),
                               .want_logits = scored};
         EMBER_RETURN_IF_ERROR(ctx[s]->forward_ragged(batch.data(), nb, s == 0 ? lr.data() : lm.data()));
-        if (scored && s > 0) score_rows(lr.data(), lm.data(), next.data(), nb, V, pool, &tally[s - 1]);
+        if (scored && s > 0) score_rows_to(lr.data(), lm.data(), next.data(), nb, V, pool, &rows[s - 1][p], W);
       }
     }
+    for (size_t s = 0; s < rows.size(); ++s)
+      for (int b = 0; b < nb; ++b)
+        for (int64_t p = std::max<int64_t>(o.score_from, 0); p < W - 1; ++p) tally[s].add(rows[s][b * W + p]);
   }
   std::vector<ModelComparison> out;
   for (size_t s = 0; s < tally.size(); ++s) {
