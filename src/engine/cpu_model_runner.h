@@ -36,6 +36,9 @@ class CpuModelRunner final : public ModelRunner {
   KvBlockPool* kv_pool() { return kv_.get(); }
   const KvBlockPool* kv_pool() const { return kv_.get(); }
   Result<float*> execute(const SchedulerOutput& so) override;
+  // Experts the model's MoE layers have read over every execute() so far
+  // (ForwardContext::moe_stats; zero without MoE layers).
+  const MoeStats& moe_stats() const { return fwd_.moe_stats(); }
 
  private:
   const Model& model_;
