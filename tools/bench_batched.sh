@@ -8,10 +8,13 @@
 #   tools/bench_batched.sh MODEL ROUNDS EMBER [EMBER..]
 # Environment: NPL (16), NPP (128), NTG (64), THREADS (2),
 # LLAMA_BIN (/work/llama-cpp/bin: tools/build_llama_cpp.sh builds it).
-# e.g. this build against an older one (built from the older commit):
+# Each EMBER is a binary, optionally with flags for `bench throughput` (one
+# argument, split at spaces), e.g. this build against an older one (built
+# from the older commit), or with and without a routing knob:
 #   tools/bench_batched.sh /tmp/bench-set/llama-3.2-1b-q4_k_m.gguf 3 build/ember /tmp/ember-base
+#   tools/bench_batched.sh olmoe-q4_k_m.gguf 3 build/ember "build/ember --moe-share 0.5"
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
 M=$1; R=$2; shift 2
 NPL=${NPL:-16}; NPP=${NPP:-128}; NTG=${NTG:-64}; T=${THREADS:-2}
 LLAMA_BIN=${LLAMA_BIN:-/work/llama-cpp/bin}
@@ -24,8 +27,9 @@ trap 'rm -rf "$tmp"' EXIT
 for r in $(seq 1 "$R"); do
   i=0
   for e in "$@"; do
-    v=$("$e" bench throughput -m "$M" --num-prompts "$NPL" --input-len "$NPP" --output-len "$NTG" \
-          --max-num-seqs "$NPL" --max-num-batched-tokens 2048 --kv-cache-memory 512M -t "$T" 2>&1 |
+    read -r -a cmd <<<"$e"
+    v=$("${cmd[0]}" bench throughput -m "$M" --num-prompts "$NPL" --input-len "$NPP" --output-len "$NTG" \
+          --max-num-seqs "$NPL" --max-num-batched-tokens 2048 --kv-cache-memory 512M -t "$T" "${cmd[@]:1}" 2>&1 |
         grep -oE 'decode steps [0-9.]+' | awk '{print $3}')
     [ -n "$v" ] || { echo "bench_batched: no decode figure from $e" >&2; exit 1; }
     echo "round $r  ember[$i] $e: $v tok/s"

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/cpu_time.h"
+#include "engine/cpu_model_runner.h"
 
 namespace ember {
 
@@ -22,8 +23,23 @@ std::string ThroughputResult::summary() const {
               ? fmt::format("; speculative: {} drafts, {} accepted ({:.1f}%), mean accepted length {:.2f}",
                             stats.spec.n_draft_tokens, stats.spec.n_accepted_tokens,
                             100.0 * stats.spec.acceptance_rate(), stats.spec.mean_accepted_length())
+              : std::string()) +
+         (decode_experts_per_layer_step > 0
+              ? fmt::format("; MoE: {:.2f} distinct experts read per layer and decode step",
+                            decode_experts_per_layer_step)
               : std::string());
 }
+
+namespace {
+
+// The expert counters of the engine's runner (the CPU runner counts them;
+// zero for another runner or a model without MoE layers).
+MoeStats moe_stats_of(const Engine& e) {
+  const auto* cpu = dynamic_cast<const CpuModelRunner*>(&e.runner());
+  return cpu ? cpu->moe_stats() : MoeStats{};
+}
+
+}  // namespace
 
 Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& pool, const ThroughputOptions& opt) {
   const bool given = !opt.requests.empty();
@@ -67,6 +83,7 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
   int64_t decode_tokens = 0;
   double waste_sum = 0;
   int64_t waste_steps = 0;
+  MoeStats decode_experts;  // over the pure-decode steps
   std::vector<char> started(reqs.size(), 0);
   size_t n_started = 0;
   int n_finished = 0;
@@ -75,6 +92,7 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
   auto drain = [&]() -> Status {
     while (e.has_unfinished()) {
       const double step_cpu0 = process_cpu_seconds();
+      const MoeStats experts0 = moe_stats_of(e);
       auto out = e.step();
       const double step_cpu = process_cpu_seconds() - step_cpu0;
       if (!out) return out.status();
@@ -100,6 +118,9 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
         res.decode_cpu_seconds += step_cpu;
         waste_sum += e.stats().kv_waste();
         ++waste_steps;
+        const MoeStats experts1 = moe_stats_of(e);
+        decode_experts.layer_steps += experts1.layer_steps - experts0.layer_steps;
+        decode_experts.experts_read += experts1.experts_read - experts0.experts_read;
       }
     }
     return Status::ok();
@@ -118,6 +139,7 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
   res.output_tokens_per_s = res.output_tokens / res.seconds;
   res.decode_tokens_per_s = decode_s > 0 ? decode_tokens / decode_s : 0;
   res.decode_tokens = decode_tokens;
+  res.decode_experts_per_layer_step = decode_experts.experts_per_layer_step();
   res.cpu_seconds_per_1k_output_tokens = cpu_seconds_per_1k(res.cpu_seconds, static_cast<double>(res.output_tokens));
   res.mean_kv_waste = waste_steps > 0 ? waste_sum / waste_steps : 0;
   res.stats = e.stats();

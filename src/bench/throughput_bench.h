@@ -50,6 +50,9 @@ struct ThroughputResult {
   double first_tokens_cpu_seconds = 0;  // process CPU time until every request had its first token
   double decode_cpu_seconds = 0;        // process CPU time of the pure-decode steps
   int64_t decode_tokens = 0;            // tokens those steps produced
+  // Mixture-of-Experts models: distinct experts one MoE layer read per
+  // pure-decode step, averaged over those steps and layers (0 without MoE).
+  double decode_experts_per_layer_step = 0;
   EngineStats stats;
   // One-line summary.
   std::string summary() const;

@@ -17,6 +17,7 @@
 #include "cli/common.h"
 #include "cli/kv_options.h"
 #include "cli/parallel_options.h"
+#include "cli/moe_options.h"
 #include "engine/kv/kv_pool.h"
 #include "cli/spec_options.h"
 #include "cli/progress.h"
@@ -153,6 +154,8 @@ int bench_throughput(int argc, char** argv, int first) {
   kv_opts.add_to(p);
   ParallelOptions par_opts;
   par_opts.add_to(p);
+  MoeOptions moe_opts;
+  moe_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -177,6 +180,10 @@ int bench_throughput(int argc, char** argv, int first) {
   if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
     if (job) job->abort(kExitUsage);
     return kExitUsage;
+  }
+  if (Status st = moe_opts.apply(lm.model.get()); !st) {
+    if (job) job->abort(kExitUsage);
+    return usage_error(p, st.message());
   }
   if (job && !job->leader()) return job->run_worker(*lm.model, threads, "bench throughput");
   std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
@@ -299,6 +306,7 @@ int cmd_bench(int argc, char** argv, int first) {
   bool no_bw = false;
   KvOptions kv_opts;
   ParallelOptions par_opts;
+  MoeOptions moe_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("-p,--n-prompt", &p_arg, "N[,N..]", "prompt tokens for the pp tests (0: skip)");
   p.option("-n,--n-gen", &n_arg, "N[,N..]", "generated tokens for the tg tests (0: skip)");
@@ -312,6 +320,7 @@ int cmd_bench(int argc, char** argv, int first) {
            "tg tests decode after D context tokens (prefilled untimed; with -b N, per sequence)");
   kv_opts.add_to(p);
   par_opts.add_to(p);
+  moe_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -341,6 +350,10 @@ int cmd_bench(int argc, char** argv, int first) {
     return usage_error(p, model.status().message());
   }
   prepare_for_cpu(**model);
+  if (Status st = moe_opts.apply(model->get()); !st) {
+    if (job) job->abort(kExitUsage);
+    return usage_error(p, st.message());
+  }
   if (job && !job->leader()) return job->run_worker(**model, thread_counts[0], "bench");
   const Model& m = **model;
   const ModelConfig& c = m.config();

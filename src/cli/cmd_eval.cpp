@@ -12,7 +12,13 @@
 // `-ctk q4,q4c -ctv f16,q4`), one line each.
 // --score-from P scores positions P.. of each window only (llama-perplexity
 // --kl-divergence scores the second half: --score-from ctx/2).
+// --moe-top-k / --moe-share set MODEL's expert routing (cli/moe_options.h);
+// --concurrency B runs the windows B at a time as concurrent sequences
+// decoding in lockstep (what expert sharing acts on), and for MoE models
+// prints the distinct experts a layer read per step on both sides, with the
+// uniform-routing bound E (1 - (1 - k/E)^B).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -22,6 +28,7 @@
 
 #include "cli/common.h"
 #include "cli/act_options.h"
+#include "cli/moe_options.h"
 #include "cli/kv_options.h"
 #include "eval/model_compare.h"
 
@@ -51,11 +58,17 @@ int cmd_eval(int argc, char** argv, int first) {
   p.option("--chunks", &chunks, "N", "windows to evaluate (default 8; 0: the whole text)");
   p.option("--score-from", &score_from, "P", "first scored position of each window (default 0: all)");
   p.option("-t,--threads", &threads, "N", "threads");
+  int concurrency = 0;
+  p.option("--concurrency", &concurrency, "B",
+           "run the windows B at a time as concurrent sequences decoding in lockstep (default 0: one window at a "
+           "time, in chunks)");
   p.positionals(&pos, "kl BASE MODEL");
   KvOptions kv_opts;
   kv_opts.add_to(p);
   ActOptions act_opts;
   act_opts.add_to(p);
+  MoeOptions moe_opts;
+  moe_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -68,18 +81,21 @@ int cmd_eval(int argc, char** argv, int first) {
   if (chunks < 0) return usage_error(p, "--chunks must be >= 0");
   if (score_from < 0 || score_from >= n_ctx - 1) return usage_error(p, "--score-from must be in [0, ctx - 1)");
   if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
+  if (concurrency < 0 || concurrency > 512) return usage_error(p, "--concurrency must be in [0, 512]");
   std::ifstream in(text_path, std::ios::binary);
   if (!in) return usage_error(p, fmt::format("cannot read '{}'", text_path));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   LoadedModel base, mod;
   if (!load_model_and_tokenizer(p, pos[1], &base) || !load_model_and_tokenizer(p, pos[2], &mod)) return kExitUsage;
   if (Status st = act_opts.apply(mod.model.get()); !st) return usage_error(p, st.message());
+  if (Status st = moe_opts.apply(mod.model.get()); !st) return usage_error(p, st.message());
   const std::vector<int32_t> tokens = base.tokenizer->encode(text, {.add_bos = false});
   WindowedCompareOptions o;
   o.n_ctx = n_ctx;
   o.max_windows = chunks;
   o.bos_id = base.tokenizer->add_bos() ? base.tokenizer->bos_id() : -1;
   o.score_from = score_from;
+  o.concurrency = concurrency;
   std::vector<KvTypes> kvs;
   for (const std::string& dtype : split_commas(kv_opts.both))
     for (const std::string& kd : split_commas(kv_opts.k))
@@ -107,6 +123,19 @@ int cmd_eval(int argc, char** argv, int first) {
         "KL divergence mean %.6f, p99 %.5f, max %.4f; top-1 agreement %.2f%%; perplexity %.4f -> %.4f (%+.2f%%)\n",
         c.kl_mean, c.kl_p99, c.kl_max, 100.0 * c.top1_agreement, c.ppl_reference, c.ppl_model,
         100.0 * (c.ppl_model / c.ppl_reference - 1.0));
+    if (mod.model->config().has_moe()) {
+      const ModelConfig& bc = base.model->config();
+      // A step: one token of each of B windows (--concurrency B), else a
+      // chunk of up to o.chunk positions of one window.
+      const double E = bc.max_n_expert(), k = bc.max_n_expert_used();
+      const double B = concurrency > 0 ? concurrency : static_cast<double>(std::min<int64_t>(o.chunk, n_ctx));
+      const std::string step = concurrency > 0 ? fmt::format("at concurrency {}", concurrency)
+                                               : fmt::format("(steps of up to {:g} positions of one window)", B);
+      std::printf("MoE routing%s%s: %.2f -> %.2f distinct experts read per layer and step %s "
+                  "(uniform routing of %g of %g experts, %g tokens: %.2f)\n",
+                  moe_opts.describe().empty() ? "" : " ", moe_opts.describe().c_str(), c.experts_per_step_reference,
+                  c.experts_per_step_model, step.c_str(), k, E, B, E * (1.0 - std::pow(1.0 - k / E, B)));
+    }
   }
   return kExitOk;
 }

@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "cli/common.h"
+#include "cli/moe_options.h"
 #include "cli/progress.h"
 #include "eval/perplexity.h"
 #include "tokenizer/tokenizer.h"
@@ -76,6 +77,8 @@ int cmd_perplexity(int argc, char** argv, int first) {
   p.flag("--no-bos", &no_bos, "do not start windows with BOS even if the model wants one");
   p.option("--save-logits", &save_path, "OUT", "write the log-probabilities of every scored position (f16; large)");
   p.option("--kl-base", &kl_path, "LOGITS", "compare against a file written by --save-logits (KL, top-1)");
+  MoeOptions moe_opts;
+  moe_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -109,6 +112,7 @@ int cmd_perplexity(int argc, char** argv, int first) {
 
   LoadedModel lm;
   if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  if (Status st = moe_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
   const std::string& path = lm.path;
   const Model& m = *lm.model;
   const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;

@@ -12,6 +12,7 @@
 #include "server/chat_prompt.h"
 #include "cli/common.h"
 #include "cli/act_options.h"
+#include "cli/moe_options.h"
 #include "cli/kv_options.h"
 #include "cli/parallel_options.h"
 #include "cli/spec_options.h"
@@ -113,6 +114,7 @@ int cmd_run(int argc, char** argv, int first) {
   KvOptions kv_opts;
   ActOptions act_opts;
   ParallelOptions par_opts;
+  MoeOptions moe_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("-p,--prompt", &prompt, "PROMPT", "prompt text ('-' reads standard input)");
   p.option("-f,--file", &prompt_file, "FILE", "read the prompt from a file");
@@ -135,6 +137,7 @@ int cmd_run(int argc, char** argv, int first) {
   kv_opts.add_to(p);
   act_opts.add_to(p);
   par_opts.add_to(p);
+  moe_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -173,6 +176,10 @@ int cmd_run(int argc, char** argv, int first) {
     return kExitUsage;
   }
   if (Status st = act_opts.apply(lm.model.get()); !st) {
+    if (job) job->abort(kExitUsage);
+    return usage_error(p, st.message());
+  }
+  if (Status st = moe_opts.apply(lm.model.get()); !st) {
     if (job) job->abort(kExitUsage);
     return usage_error(p, st.message());
   }

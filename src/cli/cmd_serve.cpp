@@ -14,6 +14,7 @@
 
 #include "cli/common.h"
 #include "cli/act_options.h"
+#include "cli/moe_options.h"
 #include "cli/cmd_router.h"
 #include "cli/connection_options.h"
 #include "cli/kv_options.h"
@@ -46,6 +47,7 @@ int cmd_serve(int argc, char** argv, int first) {
   KvOptions kv_opts;
   ActOptions act_opts;
   ParallelOptions par_opts;
+  MoeOptions moe_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file or Hugging Face folder (default: the bundled Gemma 3 270M)");
   p.option("--host", &host, "HOST", "address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)");
   p.option("--port", &port, "PORT", "port (default 8080; 0 picks a free one)");
@@ -102,6 +104,7 @@ int cmd_serve(int argc, char** argv, int first) {
   kv_opts.add_to(p);
   act_opts.add_to(p);
   par_opts.add_to(p);
+  moe_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -197,6 +200,8 @@ int cmd_serve(int argc, char** argv, int first) {
       LoadedModel wm;
       if (!load_model_and_tokenizer(p, model_path, &wm, job->shard())) job->abort(kExitUsage);
       if (Status st = act_opts.apply(wm.model.get()); !st) job->abort(kExitUsage);
+      if (Status st = moe_opts.apply(wm.model.get()); !st) job->abort(kExitUsage);
+      wm.model->set_context_length(max_model_len > 0 ? max_model_len : wm.model->config().n_ctx_train);
       return job->run_worker(*wm.model, threads, "serve");
     }
   }
@@ -211,7 +216,11 @@ int cmd_serve(int argc, char** argv, int first) {
     if (job) job->abort(kExitUsage);
     return kExitUsage;
   }
-  if (Status st = act_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
+  for (Status st : {act_opts.apply(lm.model.get()), moe_opts.apply(lm.model.get())}) {
+    if (st) continue;
+    if (job) job->abort(kExitUsage);
+    return usage_error(p, st.message());
+  }
   // LongRoPE picks its factors by the context the model serves (Model::set_context_length).
   const int64_t rope_ctx = max_model_len > 0 ? max_model_len : lm.model->config().n_ctx_train;
   lm.model->set_context_length(rope_ctx);

@@ -61,6 +61,9 @@ class CpuModelRunner final : public ModelRunner {
   KvBlockPool* kv_pool() { return kv_.get(); }
   const KvBlockPool* kv_pool() const { return kv_.get(); }
   Result<float*> execute(const SchedulerOutput& so) override;
+  // Experts the model's MoE layers have read over every execute() so far
+  // (ForwardContext::moe_stats; zero without MoE layers).
+  const MoeStats& moe_stats() const { return fwd_.moe_stats(); }
 
   // Runs one step input: the tables' edits, the page ops, then the forward
   // pass over its slices. Returns in.n_logit_rows rows of n_vocab logits

@@ -105,13 +105,19 @@ struct Tally {
 // Scores rows [0, n_rows) of both logits blocks (row r predicts next[r]),
 // rows in parallel, added to the tally in row order (the sums do not depend
 // on the thread count).
+// rows[p * stride] = the score of row p.
+void score_rows_to(const float* reference, const float* model, const int32_t* next, int64_t n_rows, int n_vocab,
+                   ThreadPool& pool, RowScore* rows, int64_t stride) {
+  pool.parallel_for(n_rows, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t p = b; p < e; ++p)
+      rows[p * stride] = score_row(reference + p * n_vocab, model + p * n_vocab, next[p], n_vocab);
+  });
+}
+
 void score_rows(const float* reference, const float* model, const int32_t* next, int64_t n_rows, int n_vocab,
                 ThreadPool& pool, Tally* t) {
   std::vector<RowScore> rows(static_cast<size_t>(n_rows));
-  pool.parallel_for(n_rows, 1, [&](int64_t b, int64_t e, int) {
-    for (int64_t p = b; p < e; ++p)
-      rows[static_cast<size_t>(p)] = score_row(reference + p * n_vocab, model + p * n_vocab, next[p], n_vocab);
-  });
+  score_rows_to(reference, model, next, n_rows, n_vocab, pool, rows.data(), 1);
   for (const RowScore& row : rows) t->add(row);
 }
 
@@ -131,6 +137,58 @@ Status check_rotation(KvTypes t, const ModelConfig& cfg) {
   if (t.rot_k == KvRotation::kHadamard) EMBER_RETURN_IF_ERROR(hadamard_check(cfg.head_dim));
   if (t.rot_v == KvRotation::kHadamard) EMBER_RETURN_IF_ERROR(hadamard_check(cfg.head_dim_v));
   return Status::ok();
+}
+
+// WindowedCompareOptions::concurrency: groups of B windows, each group one
+// lockstep decode per side (one token of every window per step).
+Result<std::vector<ModelComparison>> compare_lockstep(const std::vector<std::pair<const Model*, KvTypes>>& sides,
+                                                      const std::vector<int32_t>& tokens,
+                                                      const WindowedCompareOptions& o, int64_t n_win, int V,
+                                                      ThreadPool& pool) {
+  const int64_t W = o.n_ctx;
+  const int B = o.concurrency;
+  std::vector<std::unique_ptr<ForwardContext>> ctx;
+  for (const auto& [m, t] : sides) ctx.push_back(std::make_unique<ForwardContext>(*m, pool, std::max(64, B)));
+  std::vector<Tally> tally(sides.size() - 1);
+  std::vector<float> lr(static_cast<size_t>(B) * V), lm(static_cast<size_t>(B) * V);
+  std::vector<int32_t> next(static_cast<size_t>(B));
+  for (int64_t w0 = 0; w0 < n_win; w0 += B) {
+    const int nb = static_cast<int>(std::min<int64_t>(B, n_win - w0));
+    std::vector<std::vector<int32_t>> seq(static_cast<size_t>(nb));
+    for (int b = 0; b < nb; ++b) {
+      seq[b].assign(tokens.begin() + (w0 + b) * W, tokens.begin() + (w0 + b + 1) * W);
+      if (o.bos_id >= 0) seq[b][0] = o.bos_id;
+    }
+    std::vector<std::vector<std::unique_ptr<ContiguousKvCache>>> cache(sides.size());
+    for (size_t s = 0; s < sides.size(); ++s)
+      for (int b = 0; b < nb; ++b)
+        cache[s].push_back(std::make_unique<ContiguousKvCache>(sides[s].first->config(), W, sides[s].second));
+    std::vector<SeqBatch> batch(static_cast<size_t>(nb));
+    // Scores [side][window][position], tallied window by window at the end:
+    // the chunked run's order of summation, so exact routing gives its bits.
+    std::vector<std::vector<RowScore>> rows(sides.size() - 1, std::vector<RowScore>(static_cast<size_t>(nb * W)));
+    for (int64_t p = 0; p < W; ++p) {
+      const bool scored = p >= o.score_from && p < W - 1;  // the last position predicts nothing
+      for (int b = 0; b < nb; ++b) next[b] = scored ? seq[b][p + 1] : 0;
+      for (size_t s = 0; s < sides.size(); ++s) {
+        for (int b = 0; b < nb; ++b)
+          batch[b] = SeqBatch{.tokens = seq[b].data() + p, .n = 1, .pos0 = p, .cache = cache[s][b].get(),
+                              .want_logits = scored};
+        EMBER_RETURN_IF_ERROR(ctx[s]->forward_ragged(batch.data(), nb, s == 0 ? lr.data() : lm.data()));
+        if (scored && s > 0) score_rows_to(lr.data(), lm.data(), next.data(), nb, V, pool, &rows[s - 1][p], W);
+      }
+    }
+    for (size_t s = 0; s < rows.size(); ++s)
+      for (int b = 0; b < nb; ++b)
+        for (int64_t p = std::max<int64_t>(o.score_from, 0); p < W - 1; ++p) tally[s].add(rows[s][b * W + p]);
+  }
+  std::vector<ModelComparison> out;
+  for (size_t s = 0; s < tally.size(); ++s) {
+    out.push_back(tally[s].result());
+    out.back().experts_per_step_reference = ctx[0]->moe_stats().experts_per_layer_step();
+    out.back().experts_per_step_model = ctx[s + 1]->moe_stats().experts_per_layer_step();
+  }
+  return out;
 }
 
 }  // namespace
@@ -169,6 +227,9 @@ Result<std::vector<ModelComparison>> compare_models_windows(const Model& referen
     ctx.push_back(std::make_unique<ForwardContext>(*m, pool, 64));
     cache.push_back(std::make_unique<ContiguousKvCache>(m->config(), W, t));
   }
+  if (o.concurrency < 0 || o.concurrency > 512)
+    return Status::errorf("concurrency {}: need 0 to 512", o.concurrency);
+  if (o.concurrency > 0) return compare_lockstep(sides, tokens, o, n_win, V, pool);
   const int64_t C = std::min(o.chunk, W);
   std::vector<float> lr(static_cast<size_t>(C) * V), lm(static_cast<size_t>(C) * V);
   std::vector<Tally> tally(model_kvs.size());
@@ -191,6 +252,11 @@ Result<std::vector<ModelComparison>> compare_models_windows(const Model& referen
   }
   std::vector<ModelComparison> out;
   for (Tally& t : tally) out.push_back(t.result());
+  const double ref_experts = ctx[0]->moe_stats().experts_per_layer_step();
+  for (size_t s = 0; s < out.size(); ++s) {
+    out[s].experts_per_step_reference = ref_experts;
+    out[s].experts_per_step_model = ctx[s + 1]->moe_stats().experts_per_layer_step();
+  }
   return out;
 }
 

@@ -32,6 +32,9 @@ struct ModelComparison {
   // perplexities; the KL is over the model's support, renormalized).
   double lost_mass = 0;
   int64_t n_unreachable = 0;
+  // Mixture-of-Experts models: distinct experts one MoE layer read per step,
+  // averaged over the steps (ForwardContext::moe_stats; 0 without MoE).
+  double experts_per_step_reference = 0, experts_per_step_model = 0;
 };
 
 // From logits rows [n, n_vocab] of both models for the same tokens[0..n):
@@ -66,6 +69,13 @@ struct WindowedCompareOptions {
   // checked against the models): the KV-dtype quality table compares one
   // model with itself, f32 cache against a compressed one.
   KvTypes reference_kv, model_kv;
+  // > 0: windows run `concurrency` at a time as concurrent sequences
+  // decoding in lockstep, one token of each per step (teacher-forced:
+  // each window's own tokens), on both sides: what a server's batched
+  // decode computes, where batch-aware expert sharing (kernels/moe.h) sees
+  // that many decode tokens per step. Exact routing gives the same bits
+  // as the chunked run (batch invariance). 0: chunks of one window.
+  int concurrency = 0;
 };
 Result<ModelComparison> compare_models_windows(const Model& reference, const Model& model,
                                                const std::vector<int32_t>& tokens, const WindowedCompareOptions& o,

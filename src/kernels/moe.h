@@ -19,7 +19,21 @@
 //     kSigmoid:     the k largest logits; weight 1 / (1 + exp(-l)) (double),
 //                   times `scale` (with `norm`: divided by their sum first).
 //     A NaN logit counts as -infinity (it is never chosen while a number is
-//     there).
+//     there). With an `allowed` mask the k are chosen among the allowed
+//     experts only (fewer allowed than k: the rest are the disallowed ones
+//     ranked after them, weight 0); the softmax of kSoftmax still runs
+//     over all experts (a token's probabilities do not change, only which
+//     of them it keeps). A null mask is exact routing, the same code path.
+//   Expert sharing (moe_share_select, opt-in; after XShare, arXiv
+//     2602.07265): over a group of B tokens already routed exactly (ids,
+//     weights [B, k]), the allowed set starts as every token's first `keep`
+//     experts (the warm-up: each token keeps its strongest choices), then
+//     takes the other experts in order of their gating mass over the group
+//     (sum of the routed weights w[t, j] with ids[t, j] = e, double, tokens
+//     and ranks in order; equal mass: lower index first, zero mass never)
+//     until it holds `budget` experts; each token is then routed again
+//     within the set. A group whose exact routing reads <= budget experts is
+//     left exactly as routed.
 //   Grouped matmul: y[s, o] = dot(x row x_row[s], W_expert[s] row o) is the
 //     very value Backend::matmul gives for that row and matrix (the same
 //     activation conversion, the same kernel contract), whatever the other
@@ -48,6 +62,18 @@ struct MoeRouting {
   int k = 0;         // experts chosen per row, 1 <= k <= n_expert
   bool norm = false;
   float scale = 1.f;
+  const uint8_t* allowed = nullptr;  // [n_expert] nonzero: may be chosen (null: all)
+};
+
+// Batch-aware expert sharing of a step's decode tokens (opt-in; see the
+// contract above). fraction in (0, 1]: the expert budget of a layer and
+// step is max(k, ceil(fraction * U)), U the distinct experts exact routing
+// of the group reads; 0 turns sharing off (exact routing, bit for bit).
+// keep: experts per token always kept (the warm-up), 1 <= keep <= k.
+struct MoeSharing {
+  float fraction = 0.f;
+  int keep = 1;
+  bool on() const { return fraction > 0.f; }
 };
 
 // One matrix of every expert for the grouped matmul: experts[e] is

@@ -166,6 +166,9 @@ struct ModelConfig {
 
   ModelRotation rotation;  // from the kRot*Key metadata
   int act_bits = 8;        // kActBitsKey: activation bits of the block linears (Model::set_activation_bits)
+  // Batch-aware expert sharing of the MoE layers (kernels/moe.h; off by
+  // default: exact routing). Set at run time by Model::set_moe_routing.
+  MoeSharing moe_sharing;
 
   int n_kv_dim() const { return n_head_kv * head_dim; }
   int n_q_dim() const { return n_head * head_dim; }

@@ -219,6 +219,10 @@ void ForwardContext::run_layers(int l0, int l1) {
   mb.shared_weight = moe_shared_weight_.data();
   mb.shared_id = moe_shared_id_.data();
   mb.observed = &moe_observed_;
+  mb.seg = seg_.data();
+  mb.n_segs = static_cast<int>(segs_.size());
+  mb.share = &moe_share_;
+  mb.stats = &moe_stats_;
   RopeTables rope;
   if (cfg_.attn_temp_scale > 0.f) {
     // The attention temperature of each token: 1 + s ln(1 + floor(p / P)),

@@ -44,6 +44,7 @@
 #include "model/forward_observer.h"
 #include "model/kv_cache.h"
 #include "model/layers/layer_context.h"
+#include "model/layers/moe.h"
 
 namespace ember {
 
@@ -130,6 +131,11 @@ class ForwardContext {
 
   int max_batch() const { return max_batch_; }
 
+  // Experts the MoE layers of this context's steps have read (MoeStats:
+  // counted from the first step or the last reset; zero without MoE).
+  const MoeStats& moe_stats() const { return moe_stats_; }
+  void reset_moe_stats() { moe_stats_ = {}; }
+
  private:
   const Model& model_;
   const ModelConfig& cfg_;
@@ -172,6 +178,8 @@ class ForwardContext {
   std::vector<float> moe_logits_, moe_weights_, moe_gate_, moe_up_, moe_down_, moe_shared_gate_, moe_shared_up_,
       moe_shared_logit_, moe_shared_weight_, moe_observed_;
   std::vector<int32_t> moe_ids_, moe_x_row_, moe_shared_id_;
+  MoeShareScratch moe_share_;
+  MoeStats moe_stats_;
   // RoPE angles, per Model::rope_table: [n_rope_tables][max_batch, n_rot / 2],
   // computed by the first layer of the step that needs them.
   std::vector<float> rope_cos_, rope_sin_;

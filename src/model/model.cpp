@@ -294,6 +294,34 @@ Status Model::set_activation_bits(int bits) {
   return Status::ok();
 }
 
+Status Model::set_moe_routing(int top_k, const MoeSharing& sharing) {
+  if (top_k < 0) return Status::errorf("the experts per token must be >= 1, not {}", top_k);
+  if (!(sharing.fraction >= 0.f && sharing.fraction <= 1.f))
+    return Status::errorf("the expert-sharing fraction must be in (0, 1], not {}", sharing.fraction);
+  if (!cfg_.has_moe()) {
+    if (top_k > 0 || sharing.on())
+      return Status::error("the model has no Mixture-of-Experts layers (no experts to route)");
+    return Status::ok();
+  }
+  int min_expert = kMaxExpertsUsed;
+  for (const LayerConfig& l : cfg_.layers)
+    if (l.n_expert > 0) min_expert = std::min(min_expert, l.n_expert);
+  if (top_k > min_expert)
+    return Status::errorf("the experts per token must be in [1, {}] for this model (its layers have {} experts{}), "
+                          "not {}",
+                          min_expert, min_expert, min_expert == kMaxExpertsUsed ? " or more" : "", top_k);
+  const int k = top_k > 0 ? top_k : cfg_.max_n_expert_used();
+  if (sharing.on() && (sharing.keep < 1 || sharing.keep > k))
+    return Status::errorf("the experts each token keeps under expert sharing must be in [1, {}] (its experts per "
+                          "token), not {}",
+                          k, sharing.keep);
+  if (top_k > 0)
+    for (LayerConfig& l : cfg_.layers)
+      if (l.n_expert > 0) l.n_expert_used = top_k;
+  cfg_.moe_sharing = sharing;
+  return Status::ok();
+}
+
 int64_t Model::n_params() const {
   int64_t n = 0;
   for (const auto& [name, t] : file_->tensors) n += t.nelements();

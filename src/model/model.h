@@ -46,6 +46,14 @@ class Model {
   // model (not thread-safe). 4 needs every block weight to multiply Q8_0
   // activations (Q4_0, Q5_0, Q8_0): an error names the first that does not.
   Status set_activation_bits(int bits);
+  // Run-time routing of the MoE layers: top_k > 0 sets every MoE layer's
+  // n_expert_used (experts per token; 1 <= top_k <= the smallest n_expert
+  // and kMaxExpertsUsed), 0 keeps the file's; `sharing` turns batch-aware
+  // expert sharing on (fraction in (0, 1], keep in [1, k]) or off
+  // (fraction 0). A model without MoE layers accepts only top_k 0 and
+  // sharing off. Before any ForwardContext runs the model (it sizes its
+  // buffers by n_expert_used); not thread-safe.
+  Status set_moe_routing(int top_k, const MoeSharing& sharing);
   // Rewrites every matmul weight (block linears, the output head, tied or
   // not) whose type has an interleaved layout that pays at the active ISA
   // level (kernels/interleave.h: Q4_0, Q8_0, Q4_K, Q6_K with rows % 16 ==

@@ -170,6 +170,10 @@ Status shard_model_file(ModelFile* file, ModelConfig* cfg, ModelShard* sh) {
   if (sh->layer_begin < 0 || sh->layer_begin >= sh->layer_end || sh->layer_end > L)
     return Status::errorf("pipeline stage layers [{}, {}) of a {}-layer model", sh->layer_begin, sh->layer_end, L);
   if (!cfg->head_tokens.empty()) return Status::error("a truncated output head cannot be sharded");
+  // LongRoPE's factors follow the context each process runs with
+  // (Model::set_context_length), which the ranks do not agree on yet.
+  if (file->tensor("rope_factors_long.weight"))
+    return Status::error("tensor and pipeline parallelism do not support LongRoPE (rope_factors_long) models yet");
   if (n > 1) {
     // What the split by role would get wrong without an error: a fused
     // matrix (Phi-3's attn_qkv, gate|up) is one tensor whose row views

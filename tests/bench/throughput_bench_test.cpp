@@ -47,6 +47,39 @@ TEST(ThroughputBench, CountsAndModes) {
 }
 
 
+// A Mixture-of-Experts model: the distinct experts a layer read per pure
+// decode step (the engine's runner counts them): k with one sequence,
+// between k and the batch's k-per-token bound with several, fewer with
+// expert sharing on; a dense model reports none.
+TEST(ThroughputBench, CountsTheExpertsOfDecodeSteps) {
+  auto m = Model::load(EMBER_SOURCE_DIR "/tests/data/model/hf_qwen3moe");
+  ASSERT_TRUE(m.is_ok());
+  const int k = (*m)->config().max_n_expert_used(), E = (*m)->config().max_n_expert();
+  ThreadPool pool(1);
+  ThroughputOptions opt;
+  opt.input_len = 6;
+  opt.output_len = 6;
+  opt.num_prompts = 1;
+  auto one = run_throughput_bench(**m, pool, opt);
+  ASSERT_TRUE(one.is_ok()) << one.status().message();
+  EXPECT_EQ(one->decode_experts_per_layer_step, k);
+  EXPECT_NE(one->summary().find("distinct experts read per layer and decode step"), std::string::npos);
+  opt.num_prompts = 8;
+  auto eight = run_throughput_bench(**m, pool, opt);
+  ASSERT_TRUE(eight.is_ok());
+  EXPECT_GT(eight->decode_experts_per_layer_step, k);
+  EXPECT_LE(eight->decode_experts_per_layer_step, E);
+  ASSERT_TRUE((*m)->set_moe_routing(0, {.fraction = 0.3f, .keep = 1}).is_ok());
+  auto shared = run_throughput_bench(**m, pool, opt);
+  ASSERT_TRUE(shared.is_ok());
+  EXPECT_LT(shared->decode_experts_per_layer_step, eight->decode_experts_per_layer_step);
+  auto dense = Model::load(EMBER_SOURCE_DIR "/tests/data/model/hf_qwen2");
+  ASSERT_TRUE(dense.is_ok());
+  auto d = run_throughput_bench(**dense, pool, opt);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->decode_experts_per_layer_step, 0);
+}
+
 // Random lengths stay within [L(1-R), L(1+R)] and vary; explicit requests
 // are run as given.
 TEST(ThroughputBench, RandomLengthsAndGivenRequests) {

@@ -246,5 +246,49 @@ TEST_F(ModelCompareModels, SeveralKvFormatsAtOnceEqualEachAlone) {
   EXPECT_FALSE(compare_models_windows(*q4, *q4, t, o, {}, pool_).is_ok());
 }
 
+// --concurrency B (lockstep decode of B windows, one token of each per
+// step) on a Mixture-of-Experts model: with exact routing the statistics
+// are the chunked run's bits (batch invariance), a last group smaller than
+// B included; the expert counters see the steps (several tokens a step:
+// more distinct experts than k); with expert sharing on, the model side
+// reads fewer experts per step than the reference and its statistics move.
+TEST(ModelCompareMoe, LockstepWindowsGiveTheChunkedBitsAndCountExperts) {
+  ThreadPool pool(2);
+  const std::string dir = EMBER_SOURCE_DIR "/tests/data/model/hf_qwen3moe";
+  auto ref = Model::load(dir), mod = Model::load(dir);
+  ASSERT_TRUE(ref.is_ok() && mod.is_ok()) << ref.status().message();
+  ASSERT_TRUE((*mod)->set_moe_routing(1, {}).is_ok());
+  const int V = (*ref)->config().n_vocab, k = (*ref)->config().max_n_expert_used();
+  std::vector<int32_t> t;
+  for (int i = 0; i < 5 * 16; ++i) t.push_back((i * 29 + 7) % V);
+  WindowedCompareOptions o = windows_of(16, 1);
+  o.chunk = 5;
+  auto chunked = compare_models_windows(**ref, **mod, t, o, pool);
+  ASSERT_TRUE(chunked.is_ok()) << chunked.status().message();
+  EXPECT_GT(chunked->kl_mean, 0.0) << "top-k 1 moves the model";
+  for (int B : {1, 2, 5}) {
+    o.concurrency = B;
+    auto c = compare_models_windows(**ref, **mod, t, o, pool);
+    ASSERT_TRUE(c.is_ok()) << c.status().message();
+    EXPECT_TRUE(same_stats(*c, *chunked)) << "concurrency " << B;
+    if (B == 1) {
+      EXPECT_EQ(c->experts_per_step_reference, k) << "one token a step reads its k experts";
+      EXPECT_EQ(c->experts_per_step_model, 1);
+    } else {
+      EXPECT_GT(c->experts_per_step_reference, k);
+    }
+  }
+  auto shared = Model::load(dir);
+  ASSERT_TRUE(shared.is_ok());
+  ASSERT_TRUE((*shared)->set_moe_routing(0, {.fraction = 0.3f, .keep = 1}).is_ok());
+  o.concurrency = 5;
+  auto s = compare_models_windows(**ref, **shared, t, o, pool);
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  EXPECT_LT(s->experts_per_step_model, s->experts_per_step_reference);
+  EXPECT_GT(s->kl_mean, 0.0);
+  o.concurrency = -1;
+  EXPECT_FALSE(compare_models_windows(**ref, **shared, t, o, pool).is_ok());
+}
+
 }  // namespace
 }  // namespace ember

@@ -101,6 +101,75 @@ TEST_P(MoeOpsTest, RouterChoosesAndWeighs) {
   EXPECT_EQ(w[0], static_cast<float>(1.0 / (1.0 + std::exp(0.75))));
 }
 
+// An `allowed` mask: the k chosen among the allowed experts, the softmax
+// still over all of them; a mask allowing every expert is exact routing bit
+// for bit; fewer allowed than k: the rest weigh 0.
+TEST_P(MoeOpsTest, RouterWithinAnAllowedSet) {
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.0f, 3.0f};
+  const int E = 5, k = 2;
+  double denom = 0;
+  for (float l : logits) denom += std::exp(static_cast<double>(l) - 3.0);
+  auto p = [&](int i) { return std::exp(static_cast<double>(logits[i]) - 3.0) / denom; };
+  const uint8_t all[E] = {1, 1, 1, 1, 1}, some[E] = {1, 0, 1, 1, 0}, one[E] = {0, 0, 1, 0, 0};
+  for (MoeGating g : {MoeGating::kSoftmax, MoeGating::kSoftmaxTopK, MoeGating::kSigmoid})
+    for (bool norm : {false, true}) {
+      MoeRouting r{g, E, k, norm, 1.5f};
+      int32_t ids[k], ids_all[k];
+      float w[k], w_all[k];
+      be_->moe_route(logits.data(), E, 1, r, ids, w);
+      r.allowed = all;
+      be_->moe_route(logits.data(), E, 1, r, ids_all, w_all);
+      EXPECT_EQ(std::vector<int32_t>(ids, ids + k), std::vector<int32_t>(ids_all, ids_all + k));
+      EXPECT_EQ(std::vector<float>(w, w + k), std::vector<float>(w_all, w_all + k)) << "all allowed: exact bits";
+    }
+  for (bool norm : {false, true}) {
+    MoeRouting r{MoeGating::kSoftmax, E, k, norm, 1.f};
+    r.allowed = some;
+    int32_t ids[k];
+    float w[k];
+    be_->moe_route(logits.data(), E, 1, r, ids, w);
+    EXPECT_EQ(ids[0], 3);
+    EXPECT_EQ(ids[1], 0);
+    const double a = p(3), b = p(0);
+    EXPECT_EQ(w[0], static_cast<float>(norm ? a / (a + b) : a));
+    EXPECT_EQ(w[1], static_cast<float>(norm ? b / (a + b) : b));
+    r.allowed = one;
+    be_->moe_route(logits.data(), E, 1, r, ids, w);
+    EXPECT_EQ(ids[0], 2);
+    EXPECT_EQ(w[0], static_cast<float>(norm ? 1.0 : p(2)));
+    EXPECT_EQ(w[1], 0.f) << "a disallowed filler weighs nothing";
+  }
+}
+
+// Expert sharing's set: every token's first `keep` experts, then the others
+// by their gating mass over the group (ties: lower index) up to the budget.
+TEST(MoeShare, WarmUpThenMassUpToTheBudget) {
+  // 3 tokens, k = 2, 6 experts.
+  const int32_t ids[] = {0, 1,   //
+                         2, 1,   //
+                         0, 3};
+  const float w[] = {0.6f, 0.4f,  //
+                     0.5f, 0.5f,  //
+                     0.7f, 0.3f};
+  uint8_t allowed[6];
+  // keep 1: {0, 2}; masses: 1: 0.9, 3: 0.3 -> budget 3 adds 1.
+  EXPECT_EQ(ref::moe_share_select(ids, w, 3, 2, 6, 3, 1, allowed), 3);
+  EXPECT_EQ(std::vector<uint8_t>(allowed, allowed + 6), (std::vector<uint8_t>{1, 1, 1, 0, 0, 0}));
+  // Budget 2 < the warm-up's 2 experts: the warm-up stays whole.
+  EXPECT_EQ(ref::moe_share_select(ids, w, 3, 2, 6, 1, 1, allowed), 2);
+  EXPECT_EQ(std::vector<uint8_t>(allowed, allowed + 6), (std::vector<uint8_t>{1, 0, 1, 0, 0, 0}));
+  // Budget 6: only experts with mass join (4 and 5 never).
+  EXPECT_EQ(ref::moe_share_select(ids, w, 3, 2, 6, 6, 1, allowed), 4);
+  EXPECT_EQ(std::vector<uint8_t>(allowed, allowed + 6), (std::vector<uint8_t>{1, 1, 1, 1, 0, 0}));
+  // keep 2: every token's two experts.
+  EXPECT_EQ(ref::moe_share_select(ids, w, 3, 2, 6, 2, 2, allowed), 4);
+  // Equal masses: the lower index first.
+  const int32_t tie_ids[] = {0, 4, 1, 5};
+  const float tie_w[] = {0.5f, 0.25f, 0.5f, 0.25f};
+  EXPECT_EQ(ref::moe_share_select(tie_ids, tie_w, 2, 2, 6, 3, 1, allowed), 3);
+  EXPECT_EQ(std::vector<uint8_t>(allowed, allowed + 6), (std::vector<uint8_t>{1, 1, 0, 0, 1, 0}));
+}
+
 TEST_P(MoeOpsTest, CombineIsOneRoundingInRankOrder) {
   const int k = 3;
   const int64_t n = 4, dim = 37, ldy = 40, ldo = 39;

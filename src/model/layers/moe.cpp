@@ -2,8 +2,10 @@
 #include "model/layers/moe.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
+#include "kernels/ref/moe.h"
 #include "model/layers/linear_ops.h"
 
 namespace ember {
@@ -28,6 +30,60 @@ void observe_experts(const LayerContext& c, const MoeBuffers& b, const int32_t* 
       if (ids[s] == e) std::copy_n(row_of(s), n_in, g.data() + (r++) * n_in);
     for (int i = 0; i < n_roles; ++i) c.observer->on_expert_input(c.il, roles[i], e, n_expert, g.data(), n_in, rows, n_in);
   }
+}
+
+// Expert sharing (kernels/moe.h): the step's decode tokens, each the only
+// token of its sequence here, routed again within the set chosen for them
+// when exact routing reads more experts than the budget.
+void share_experts(const LayerContext& c, const MoeBuffers& b, const MoeRouting& r) {
+  const MoeSharing& sh = c.cfg.moe_sharing;
+  MoeShareScratch& sc = *b.share;
+  const int k = r.k, E = r.n_expert;
+  sc.seg_count.assign(static_cast<size_t>(b.n_segs), 0);
+  for (int64_t t = 0; t < c.n; ++t) ++sc.seg_count[b.seg[t]];
+  sc.group.clear();
+  for (int64_t t = 0; t < c.n; ++t)
+    if (sc.seg_count[b.seg[t]] == 1) sc.group.push_back(static_cast<int32_t>(t));
+  const int64_t G = static_cast<int64_t>(sc.group.size());
+  if (G < 2) return;
+  sc.ids.resize(static_cast<size_t>(G * k));
+  sc.weights.resize(static_cast<size_t>(G * k));
+  sc.seen.assign(static_cast<size_t>(E), 0);
+  int distinct = 0;
+  for (int64_t g = 0; g < G; ++g)
+    for (int j = 0; j < k; ++j) {
+      const int64_t s = static_cast<int64_t>(sc.group[g]) * k + j;
+      sc.ids[g * k + j] = b.ids[s];
+      sc.weights[g * k + j] = b.weights[s];
+      if (!sc.seen[b.ids[s]]) {
+        sc.seen[b.ids[s]] = 1;
+        ++distinct;
+      }
+    }
+  const int budget = std::max(k, static_cast<int>(std::ceil(static_cast<double>(sh.fraction) * distinct)));
+  if (budget >= distinct) return;
+  sc.allowed.resize(static_cast<size_t>(E));
+  ref::moe_share_select(sc.ids.data(), sc.weights.data(), G, k, E, budget, std::min(sh.keep, k), sc.allowed.data());
+  MoeRouting within = r;
+  within.allowed = sc.allowed.data();
+  for (const int32_t t : sc.group)
+    c.backend.moe_route(b.logits + static_cast<int64_t>(t) * E, E, 1, within, b.ids + static_cast<int64_t>(t) * k,
+                        b.weights + static_cast<int64_t>(t) * k);
+}
+
+// The distinct experts the step's slots read, into the counters.
+void count_experts(const MoeBuffers& b, const int32_t* ids, int64_t n_slots, int n_expert, int64_t n) {
+  std::vector<uint8_t>& seen = b.share->seen;
+  seen.assign(static_cast<size_t>(n_expert), 0);
+  int64_t distinct = 0;
+  for (int64_t s = 0; s < n_slots; ++s)
+    if (!seen[ids[s]]) {
+      seen[ids[s]] = 1;
+      ++distinct;
+    }
+  b.stats->layer_steps += 1;
+  b.stats->experts_read += distinct;
+  b.stats->tokens += n;
 }
 
 }  // namespace
@@ -58,6 +114,8 @@ void moe_layer(const LayerContext& c, const float* xn, const MoeBuffers& b, floa
   r.norm = lc.moe_norm_topk;
   r.scale = lc.moe_weights_scale;
   be.moe_route(b.logits, E, n, r, b.ids, b.weights);
+  if (c.cfg.moe_sharing.on() && b.seg && b.share) share_experts(c, b, r);
+  if (b.stats && b.share) count_experts(b, b.ids, n_slots, E, n);
   for (int64_t s = 0; s < n_slots; ++s) b.x_row[s] = static_cast<int32_t>(s / k);
 
   const GatedActivation act =
