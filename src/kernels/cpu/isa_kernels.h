@@ -139,10 +139,14 @@ namespace avx512 {
 EMBER_DECLARE_LIKE(attention_scratch_floats)
 EMBER_DECLARE_LIKE(attention_ragged)
 
-// MXFP4 x Q8_0 (avx512/mxfp4_dot.cpp): vec_dot and decode, two blocks per
-// zmm (arithmetic atop that file).
+// MXFP4 x Q8_0 (avx512/mxfp4_dot.cpp): vec_dot, decode and the tile of
+// kMxfp4TileRows rows x kMxfp4TileCols tokens, two blocks per zmm
+// (arithmetic atop that file).
+constexpr int kMxfp4TileRows = 4;
+constexpr int kMxfp4TileCols = 8;
 DotKernel mxfp4_dot;
 RowsKernel mxfp4_rows;
+TileKernel mxfp4_tile;
 DotKernel f32_dot, f16_dot, bf16_dot;
 // Float weights (avx512/float_dot.cpp, float_tile.cpp): one fma chain per
 // output; decode walks rows sequentially, the tile is kFloatTileRows rows x
