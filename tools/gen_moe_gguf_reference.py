@@ -60,8 +60,9 @@ GEN = [
 GEN_SEED = 5
 
 
-def convert(llama, arch, out):
-    """llama.cpp's convert_hf_to_gguf.py on hf_<arch>, with the synthetic vocabulary."""
+def convert(llama, arch, out, module="conversion.llama"):
+    """llama.cpp's convert_hf_to_gguf.py on hf_<arch>, with the synthetic vocabulary
+    (`module`: the converter module whose classes must be loaded before patching)."""
     src = os.path.join(llama, "src", "llama.cpp")
     code = f"""
 import sys
@@ -84,7 +85,7 @@ def synthetic_vocab(self):
     self.gguf_writer.add_eos_token_id(2)
     self.gguf_writer.add_unk_token_id(0)
 
-import conversion.llama  # Mixtral's converter class, LlamaModel, has its own set_vocab
+import {module}  # converter classes with their own set_vocab (Mixtral's LlamaModel, GptOssModel)
 
 def patch(cls):
     cls.set_vocab = synthetic_vocab
@@ -96,6 +97,20 @@ sys.argv = ["convert_hf_to_gguf.py", {os.path.join(DATA, 'hf_' + arch)!r}, "--ou
 conv.main()
 """
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def build_llama_logits(llama, tmp):
+    """tools/llama_logits.c built against the llama.cpp build in `llama`; returns the executable."""
+    src = os.path.join(llama, "src", "llama.cpp")
+    exe = os.path.join(tmp, "llama_logits")
+    build = os.path.join(llama, "build")
+    subprocess.run(["c++", "-O2", "-x", "c", os.path.join(ROOT, "tools", "llama_logits.c"), "-x", "none",
+                    "-o", exe, "-I" + os.path.join(src, "include"), "-I" + os.path.join(src, "ggml", "include"),
+                    "-L" + os.path.join(build, "src"), "-L" + os.path.join(build, "ggml", "src"),
+                    "-L" + os.path.join(build, "bin"), "-Wl,-rpath," + os.path.join(build, "bin"),
+                    "-lllama", "-lggml", "-lggml-cpu", "-lggml-base", "-fopenmp", "-lpthread", "-ldl", "-lm"],
+                   check=True)
+    return exe
 
 
 def main():
@@ -110,14 +125,8 @@ def main():
     rng = np.random.default_rng(20261206)
     cases, blobs = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        exe = os.path.join(tmp, "llama_logits")
+        exe = build_llama_logits(llama, tmp)
         build = os.path.join(llama, "build")
-        subprocess.run(["c++", "-O2", "-x", "c", os.path.join(ROOT, "tools", "llama_logits.c"), "-x", "none",
-                        "-o", exe, "-I" + os.path.join(src, "include"), "-I" + os.path.join(src, "ggml", "include"),
-                        "-L" + os.path.join(build, "src"), "-L" + os.path.join(build, "ggml", "src"),
-                        "-L" + os.path.join(build, "bin"), "-Wl,-rpath," + os.path.join(build, "bin"),
-                        "-lllama", "-lggml", "-lggml-cpu", "-lggml-base", "-fopenmp", "-lpthread", "-ldl", "-lm"],
-                       check=True)
         quantize = os.path.join(llama, "bin", "llama-quantize")
         if not os.path.exists(quantize):
             quantize = os.path.join(build, "bin", "llama-quantize")

@@ -36,7 +36,7 @@ int cmd_gen_model(int argc, char** argv, int first) {
                   "--synthetic-vocab] -o OUT.gguf");
   std::string shape_name, arch, type_name = "q8_0", out, vocab_from;
   int n_layer = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_vocab = 0, n_ctx = 0;
-  int n_expert = -1, n_expert_used = -1, n_ff_exp = -1, n_ff_shexp = -1;
+  int n_expert = -1, n_expert_used = -1, n_ff_exp = -1, n_ff_shexp = -1, sliding_window = -1;
   int threads = default_thread_count();
   uint64_t seed = 0;
   bool synthetic = false, list = false;
@@ -57,7 +57,9 @@ int cmd_gen_model(int argc, char** argv, int first) {
   p.option("--n-ff-exp", &n_ff_exp, "N", "an expert's FFN size (qwen2moe / qwen3moe; default: --n-ff)");
   p.option("--n-ff-shexp", &n_ff_shexp, "N", "the shared expert's FFN size (qwen2moe; default: --n-ff)");
   p.option("--type", &type_name, "T", "type of the weight matrices (default q8_0): f32 f16 bf16 q4_0 q4_1 q5_0 "
-                                      "q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k");
+                                      "q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k, or mxfp4 (experts; other matrices "
+                                      "q8_0)");
+  p.option("--sliding-window", &sliding_window, "N", "window of the sliding-window layers (0: none)");
   p.option("--seed", &seed, "S", "random seed (default 0); same seed, same file");
   p.option("--vocab-from", &vocab_from, "MODEL",
            "copy the tokenizer of this model (default for " + archs_copying_vocab(true) + ": the default model's)");
@@ -109,6 +111,7 @@ int cmd_gen_model(int argc, char** argv, int first) {
   if (n_expert >= 0) shape.n_expert = n_expert;
   if (n_ff_exp >= 0) shape.n_ff_exp = n_ff_exp;
   if (n_ff_shexp >= 0) shape.n_ff_shexp = n_ff_shexp;
+  if (sliding_window >= 0) shape.sliding_window = sliding_window;
   if (n_expert_used >= 0) shape.n_expert_used = n_expert_used;
   if (shape.n_expert == 0 && n_expert_used < 0) shape.n_expert_used = 0;
   else if (shape.n_expert_used == 0) shape.n_expert_used = std::min(2, shape.n_expert);

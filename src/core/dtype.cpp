@@ -34,6 +34,7 @@ constexpr Entry kTable[] = {
     {DType::kI64, {"i64", 1, 8, false}},
     {DType::kF64, {"f64", 1, 8, false}},
     {DType::kBF16, {"bf16", 1, 2, false}},
+    {DType::kMXFP4, {"mxfp4", 32, 17, true}},
     {DType::kQ4_0_R16, {"q4_0_r16", 32, 18, true}},
     {DType::kQ5_0_R16, {"q5_0_r16", 32, 22, true}},
     {DType::kQ8_0_R16, {"q8_0_r16", 32, 34, true}},

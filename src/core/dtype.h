@@ -29,6 +29,9 @@ enum class DType : uint32_t {
   kI64 = 27,
   kF64 = 28,
   kBF16 = 30,
+  // OCP microscaling FP4 (gpt-oss experts): 32 E2M1 values sharing one E8M0
+  // power-of-two scale (quant/blocks.h BlockMXFP4).
+  kMXFP4 = 39,
   // ember's in-memory layouts, never in files (ids outside GGML's range):
   // the rows of a base type interleaved in groups of 16 for the CPU
   // kernels (kernels/interleave.h). Same bytes per row as the base type.

@@ -57,6 +57,11 @@ struct AttentionShape {
   float scale = 1.f;   // multiplies q·k
   float softcap = 0.f; // if > 0: s = softcap * tanh(s / softcap)
   int sliding_window = 0;  // if > 0: key visible iff q_pos - k_pos < window
+  // Learned attention sinks (gpt-oss), [n_head] or null: head h's softmax
+  // gets one more logit, sinks[h] (already scaled; no value row), in its
+  // denominator: p_j = exp(s_j - m) / (sum_i exp(s_i - m) + exp(sinks[h] - m))
+  // with m the largest of the scores and the sink. Not owned.
+  const float* sinks = nullptr;
 };
 
 // Visible key positions [lo, hi) of a query at position p: causal, and

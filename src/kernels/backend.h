@@ -32,7 +32,8 @@
 
 namespace ember {
 
-enum class GatedActivation { kSwiGlu, kGeGluTanh };  // silu(gate) * up, gelu_tanh(gate) * up
+// silu(gate) * up, gelu_tanh(gate) * up, gpt-oss's clamped SwiGLU (swiglu_oai_row)
+enum class GatedActivation { kSwiGlu, kGeGluTanh, kSwiGluOai };
 
 // One output of a matmul that shares its input with others:
 // y[t * ldy + o] = dot(x row t, w row o) for o < w->ne[1].

@@ -41,6 +41,12 @@ void gelu_tanh_row(float* x, int64_t n);
 // gate[i] = act(gate[i]) * up[i]
 void swiglu_row(float* gate, const float* up, int64_t n);
 void geglu_tanh_row(float* gate, const float* up, int64_t n);
+// gpt-oss's clamped SwiGLU (transformers GptOssExperts, llama.cpp
+// swiglu_oai): x = min(gate, 7), y = clamp(up, -7, 7),
+// gate[i] = x * sigmoid(1.702 x) * (y + 1).
+void swiglu_oai_row(float* gate, const float* up, int64_t n);
+constexpr float kSwiGluOaiAlpha = 1.702f;
+constexpr float kSwiGluOaiLimit = 7.f;
 
 // y[i] += x[i]
 void add_row(float* y, const float* x, int64_t n);
@@ -56,7 +62,7 @@ void softcap_row(float* x, int64_t n, float cap);
 // EMBER_DECLARE_LIKE, so a changed signature changes all of them.
 #define EMBER_ROW_OPS(X)                                                                                               \
   X(rms_norm_row) X(rope_angles) X(rope_head) X(softmax_row) X(max_row) X(log_sum_exp_row) X(exp_shifted_row)          \
-  X(silu_row) X(gelu_tanh_row) X(swiglu_row) X(geglu_tanh_row) X(softcap_row) X(add_row) X(scale_row)
+  X(silu_row) X(gelu_tanh_row) X(swiglu_row) X(geglu_tanh_row) X(swiglu_oai_row) X(softcap_row) X(add_row) X(scale_row)
 // Declares `op` in the enclosing namespace with the signature of ember::op.
 #define EMBER_DECLARE_LIKE(op) decltype(::ember::op) op;
 

@@ -14,7 +14,9 @@
 
 namespace ember {
 
-enum class Activation { kSilu, kGeluTanh };
+// The gate's activation of the gated FFNs: SiLU, GELU (tanh), or gpt-oss's
+// clamped SwiGLU (kernels/ops.h swiglu_oai_row).
+enum class Activation { kSilu, kGeluTanh, kSwiGluOai };
 
 // What a layer's feed-forward sub-block is: the dense gated FFN
 // (down(act(gate x) * up x)) or a Mixture-of-Experts layer of such FFNs
@@ -142,6 +144,10 @@ struct ModelConfig {
   // long factors, the attention temperature's period. Absent: n_ctx_train.
   int rope_orig_ctx = 0;
   float yarn_beta_fast = 32.f, yarn_beta_slow = 1.f;  // YaRN ramp bounds (rotations)
+  // The ramp's bounds floored / ceiled to whole dimensions (llama.cpp,
+  // transformers' default); false: as computed (gpt-oss's truncate = false;
+  // GGUF <arch>.rope.scaling.yarn_truncate, ember's key).
+  bool yarn_truncate = true;
   // The file declares LongRoPE (rope.scaling.type "longrope"; Phi-3's
   // rope.scaling.attn_factor): rope_factors_long / _short must be there.
   bool rope_longrope = false;

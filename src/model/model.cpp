@@ -248,8 +248,10 @@ void Model::compute_rope_frequencies() {
       auto corr_dim = [&](double rotations) {
         return c.n_rot * std::log(c.rope_orig_ctx / (rotations * 2 * kPi)) / (2 * std::log(static_cast<double>(l.rope_base)));
       };
-      lo = std::max(0.0, std::floor(corr_dim(c.yarn_beta_fast)));
-      hi = std::min(static_cast<double>(c.n_rot - 1), std::ceil(corr_dim(c.yarn_beta_slow)));
+      lo = corr_dim(c.yarn_beta_fast), hi = corr_dim(c.yarn_beta_slow);
+      if (c.yarn_truncate) lo = std::floor(lo), hi = std::ceil(hi);
+      lo = std::max(0.0, lo);
+      hi = std::min(static_cast<double>(c.n_rot - 1), hi);
     }
     std::vector<float> f(half);
     for (int i = 0; i < half; ++i) {

@@ -110,7 +110,7 @@ class Binder {
   Status bind(const TensorSpec& spec, int il, const TensorSizes& sizes, const TensorView** matrix_slot,
               const float** vector_slot) {
     const std::vector<int64_t> ne = tensor_shape(spec, sizes);
-    const std::string name = gguf_tensor_name(spec.role, il);
+    const std::string name = gguf_tensor_name(spec, il);
     const bool optional = spec.presence == Presence::kOptional;
     // A trimmed output vocabulary: the head has a row per kept token.
     if (matrix_slot) {
@@ -124,7 +124,7 @@ class Binder {
   // view of its rows in parts_out[i] (all null when an optional one is absent).
   Status bind_fused(const TensorSpec& spec, int il, const TensorSizes& sizes, const TensorView** parts_out) {
     const std::vector<int64_t> ne = tensor_shape(spec, sizes);
-    const std::string name = gguf_tensor_name(spec.role, il);
+    const std::string name = gguf_tensor_name(spec, il);
     const TensorView* whole = nullptr;
     if (Status st = matrix(name, ne[1], ne[0], &whole, spec.presence == Presence::kOptional); !st) {
       std::string rows;
@@ -193,6 +193,7 @@ Slot layer_slot(LayerWeights& l, TensorRole r) {
     case TensorRole::kFfnUp: return {&l.up.weight, nullptr};
     case TensorRole::kFfnDown: return {&l.down.weight, nullptr};
     case TensorRole::kPostFfnNorm: return {nullptr, &l.post_ffn_norm};
+    case TensorRole::kAttnSinks: return {nullptr, &l.attn_sinks};
     default: return {};
   }
 }
@@ -270,6 +271,21 @@ Status bind_moe(Binder& b, const ArchSpec& spec, const ModelFile& file, const Mo
   EMBER_RETURN_IF_ERROR(experts(R::kFfnDownExps, d3, 0, H, F, &m->down));
   for (const auto& [lin, w] : {std::pair{&m->gate, &m->gate_w}, std::pair{&m->up, &m->up_w}, std::pair{&m->down, &m->down_w}})
     for (const Linear& l : *lin) w->push_back(l.weight);
+  // The router's and the experts' biases (gpt-oss), where the spec lists them.
+  // [width, n] (n = 1: a vector of width).
+  auto bias = [&](R role, int64_t width, int64_t n_rows, const float** out) -> Status {
+    const TensorSpec* t = spec.find(role);
+    if (!t || t->presence == Presence::kUnbound) return Status::ok();
+    const std::string name = gguf_tensor_name(*t, il);
+    if (const TensorView* v = file.tensor(name); v && n_rows > 1 && (v->n_dims != 2 || v->ne[0] != width || v->ne[1] != n_rows))
+      return Status::errorf("tensor '{}' has shape {}, expected [{}, {}] (one bias row per expert)", name,
+                            v->shape_string(), width, n_rows);
+    return b.vector(name, width * n_rows, out, t->presence != Presence::kRequired);
+  };
+  EMBER_RETURN_IF_ERROR(bias(R::kFfnGateInpBias, n, 1, &m->router.bias));
+  EMBER_RETURN_IF_ERROR(bias(R::kFfnGateExpsBias, F, n, &m->gate_b));
+  EMBER_RETURN_IF_ERROR(bias(R::kFfnUpExpsBias, F, n, &m->up_b));
+  EMBER_RETURN_IF_ERROR(bias(R::kFfnDownExpsBias, H, n, &m->down_b));
   if (lc.n_ff_shexp > 0) {
     const int64_t S = lc.n_ff_shexp;
     EMBER_RETURN_IF_ERROR(b.matrix(gguf_tensor_name(R::kFfnGateShexp, il), S, H, &m->shared_gate.weight));

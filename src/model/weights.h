@@ -22,12 +22,17 @@ namespace ember {
 // first n_ff_exp rows and its up as the next) or the file's per-expert
 // matrix (gguf_expert_tensor_name).
 struct MoeWeights {
-  Linear router;                  // [n_expert, n_embd]
+  Linear router;                  // [n_expert, n_embd], bias optional (gpt-oss)
   std::vector<Linear> gate, up;   // [n_expert] of [n_ff_exp, n_embd]
   std::vector<Linear> down;       // [n_expert] of [n_embd, n_ff_exp]
   Linear shared_gate, shared_up;  // [n_ff_shexp, n_embd] (n_ff_shexp > 0)
   Linear shared_down;             // [n_embd, n_ff_shexp]
   Linear shared_gate_inp;         // [1, n_embd]: sigmoid gate of the shared expert (optional)
+  // The experts' biases (gpt-oss), [n_expert, n_ff_exp] / [n_expert,
+  // n_embd] (row e: expert e's), or null.
+  const float* gate_b = nullptr;
+  const float* up_b = nullptr;
+  const float* down_b = nullptr;
   // The experts' weights as the grouped matmul takes them (ExpertTarget).
   std::vector<const TensorView*> gate_w, up_w, down_w;
 };
@@ -48,6 +53,7 @@ struct LayerWeights {
   Linear up;                              // [n_ff, n_embd]
   Linear down;                            // [n_embd, n_ff]
   const float* post_ffn_norm = nullptr;   // [n_embd] (post_ffn_norm)
+  const float* attn_sinks = nullptr;      // [n_head] (gpt-oss: AttentionShape::sinks)
   MoeWeights moe;                         // ffn_kind kMoe (gate / up / down unset)
 };
 

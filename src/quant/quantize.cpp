@@ -40,6 +40,7 @@ RefFns ref_fns(DType t) {
     case DType::kQ5_K: return {quantize_row_q5_K_ref, dequantize_row_q5_K_ref};
     case DType::kQ6_K: return {quantize_row_q6_K_ref, dequantize_row_q6_K_ref};
     case DType::kQ8_K: return {quantize_row_q8_K_ref, dequantize_row_q8_K_ref};
+    case DType::kMXFP4: return {quantize_row_mxfp4_ref, dequantize_row_mxfp4_ref};
     default: return {};
   }
 }

@@ -7,7 +7,7 @@
 // and bsums = 0 (llama.cpp leaves their bsums unwritten).
 //
 // Implementation: quantize_legacy.cpp (F16, BF16, Q4_0..Q8_1),
-// quantize_k.cpp (k-quants), quantize.cpp (dispatch). Tests and fixtures:
+// quantize_k.cpp (k-quants), quantize_mxfp4.cpp, quantize.cpp (dispatch). Tests and fixtures:
 // tests/quant/, tests/data/quant/ (tools/gen_quant_fixtures.py).
 #pragma once
 
@@ -25,7 +25,7 @@ void dequantize_row_ref(DType t, const void* src, float* dst, int64_t n);
 void quantize_row_ref(DType t, const float* src, void* dst, int64_t n);
 
 // True if quantize_row_ref / dequantize_row_ref support t (F32, F16, BF16,
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K).
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K, MXFP4).
 bool can_quantize(DType t);
 bool can_dequantize(DType t);
 
@@ -60,6 +60,10 @@ void dequantize_row_q5_K_ref(const void* src, float* dst, int64_t n);
 void quantize_row_q5_K_ref(const float* src, void* dst, int64_t n);
 void dequantize_row_q6_K_ref(const void* src, float* dst, int64_t n);
 void quantize_row_q6_K_ref(const float* src, void* dst, int64_t n);
+// MXFP4 (quant/quantize_mxfp4.cpp; llama.cpp's quantize_row_mxfp4_ref /
+// dequantize_row_mxfp4 bit for bit).
+void dequantize_row_mxfp4_ref(const void* src, float* dst, int64_t n);
+void quantize_row_mxfp4_ref(const float* src, void* dst, int64_t n);
 void dequantize_row_q8_K_ref(const void* src, float* dst, int64_t n);
 void quantize_row_q8_K_ref(const float* src, void* dst, int64_t n);
 void dequantize_row_f16_ref(const void* src, float* dst, int64_t n);

@@ -36,6 +36,7 @@ struct NamedShape {
   bool longrope = false;
   double yarn_factor = 0;
   float attn_temp_scale = 0;
+  double yarn_log_multiplier = 1;  // written with YaRN when > 0 (Ministral 3: 1; gpt-oss: none)
 };
 
 constexpr NamedShape kShapes[] = {
@@ -65,6 +66,13 @@ constexpr NamedShape kShapes[] = {
     {"smollm3-3b", "smollm3", 36, 2048, 11008, 16, 4, 128, 128256, 65536, 5000000, 1e-6, true, false, 0, 0, 0, 0, 0, 0},
     // OLMo 2 1B: post-norms, QK-norm over the whole projections.
     {"olmo-2-1b", "olmo2", 16, 2048, 8192, 16, 16, 128, 100352, 4096, 500000, 1e-6, false, false, 0, 0, 0, 0, 0, 0},
+    // gpt-oss-20b: 24 layers, 32 experts (4 used) of width 2880, attention
+    // sinks, a window of 128 on the even layers, YaRN x32 over 4k; and its
+    // first 6 layers.
+    {"gpt-oss-20b", "gpt-oss", 24, 2880, 2880, 64, 8, 64, 201088, 131072, 150000, 1e-5, false, false, 0, 128, 32, 4,
+     2880, 0, 0, 4096, false, 32, 0, 0},
+    {"gpt-oss-20b-6l", "gpt-oss", 6, 2880, 2880, 64, 8, 64, 201088, 131072, 150000, 1e-5, false, false, 0, 128, 32, 4,
+     2880, 0, 0, 4096, false, 32, 0, 0},
     // Mixtral's layout and RoPE at a small size.
     {"mixtral-tiny", "llama", 8, 1024, 2816, 16, 4, 64, 32000, 32768, 1000000, 1e-5, false, false, 0, 0, 8, 2, 0, 0},
 };
@@ -83,6 +91,7 @@ Result<GenModelShape> known_shape(const std::string& name) {
     s.sliding_window = n.sliding_window, s.n_expert = n.n_expert, s.n_expert_used = n.n_expert_used;
     s.n_ff_exp = n.n_ff_exp, s.n_ff_shexp = n.n_ff_shexp;
     s.n_rot = n.n_rot, s.longrope = n.longrope, s.yarn_factor = n.yarn_factor, s.attn_temp_scale = n.attn_temp_scale;
+    s.yarn_log_multiplier = n.yarn_log_multiplier;
     if (n.rope_original_ctx > 0) s.rope_original_ctx = n.rope_original_ctx;
     return s;
   }
@@ -215,20 +224,24 @@ std::vector<TensorPlan> plan_tensors(const ArchSpec& spec, const GenModelShape& 
   sz.rope_half = s.rot_dims() / 2, sz.experts = s.n_expert;
   sz.ff_exp = expert_width(s), sz.ff_shexp = shared_width(spec, s);
   sz.q_norm = spec.qk_norm_full ? sz.q : sz.head_dim, sz.k_norm = spec.qk_norm_full ? sz.kv : sz.head_dim;
+  sz.head = s.n_head;
   std::vector<TensorPlan> out;
   auto add = [&](const TensorSpec& spec_t, int il) {
     if (!gen_writes(spec_t.gen, s)) return;
     const RoleInfo& r = role_info(spec_t.role);
     TensorPlan t;
-    t.name = gguf_tensor_name(spec_t.role, il);
+    t.name = gguf_tensor_name(spec_t, il);
     t.ne = tensor_shape(spec_t, sz);
     t.role = spec_t.role;
     t.fill = fill_of(r.kind);
     t.type = DType::kF32;
     if (t.fill == Fill::kMatrix) {
-      t.type = fallback_row_type(type, t.ne[0]);
-      if (t.type != type)
-        stats->fallbacks.push_back(fmt::format("{}: {} -> {}", t.name, dtype_name(type), dtype_name(t.type)));
+      // MXFP4 is an expert type: llama-quantize's MXFP4_MOE puts the other
+      // matrices in q8_0.
+      const DType want = type == DType::kMXFP4 && r.kind != TensorKind::kExperts ? DType::kQ8_0 : type;
+      t.type = fallback_row_type(want, t.ne[0]);
+      if (t.type != want)
+        stats->fallbacks.push_back(fmt::format("{}: {} -> {}", t.name, dtype_name(want), dtype_name(t.type)));
     }
     int64_t n = 1;
     for (int64_t d : t.ne) n *= d;
@@ -277,7 +290,8 @@ void write_metadata(const GenModelShape& s, const GenModelOptions& o, const Meta
     w->add_uint32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_original_ctx));
     w->add_float32(a + ".rope.scaling.yarn_beta_fast", 32.0f);
     w->add_float32(a + ".rope.scaling.yarn_beta_slow", 1.0f);
-    w->add_float32(a + ".rope.scaling.yarn_log_multiplier", 1.0f);
+    if (s.yarn_log_multiplier > 0)
+      w->add_float32(a + ".rope.scaling.yarn_log_multiplier", static_cast<float>(s.yarn_log_multiplier));
   }
   if (s.attn_temp_scale > 0) w->add_float32(a + ".attention.temperature_scale", s.attn_temp_scale);
   if (s.n_expert > 0) {

@@ -67,6 +67,9 @@ struct GenModelShape {
   // YaRN (rope.scaling.type yarn) with this factor over rope_original_ctx,
   // magnitude 1 (yarn_log_multiplier 1, Ministral 3); 0: none.
   double yarn_factor = 0;
+  // With YaRN: rope.scaling.yarn_log_multiplier (1: magnitude 1, Ministral
+  // 3); 0: not written (magnitude 0.1 ln(factor) + 1, gpt-oss).
+  double yarn_log_multiplier = 1;
   float attn_temp_scale = 0;  // <arch>.attention.temperature_scale (mistral3); 0: none
   // Mixture of experts (architectures whose spec lists experts: llama as
   // Mixtral, qwen2moe, qwen3moe, olmoe): ffn_gate_inp router in f32,
@@ -88,7 +91,10 @@ struct GenModelShape {
 // qwen3-0.6b, gemma-3-270m, phi-3.5-mini, phi-4-mini, ministral-3-3b,
 // smollm3-3b, olmo-2-1b; Mixture-of-Experts: olmoe-1b-7b, qwen3-30b-a3b,
 // qwen3-30b-a3b-12l (its first 12 of 48 layers), mixtral-8x7b-4l (4 of 32
-// layers) and mixtral-tiny (8 layers of 8 experts, 2 used, at a small size).
+// layers), mixtral-tiny (8 layers of 8 experts, 2 used, at a small size),
+// gpt-oss-20b and gpt-oss-20b-6l (its first 6 of 24 layers). Type mxfp4
+// writes the experts in MXFP4 and the other matrices in q8_0 (llama-quantize's
+// MXFP4_MOE).
 std::vector<std::string> gen_model_shape_names();
 Result<GenModelShape> gen_model_shape(const std::string& name);
 // Defaults for an explicit --arch (its ArchSpec's GenModelDefaults; sizes 0).

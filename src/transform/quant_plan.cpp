@@ -207,6 +207,7 @@ int llama_file_type(DType t) {
     case DType::kQ5_K: return 16;
     case DType::kQ6_K: return 18;
     case DType::kBF16: return 32;
+    case DType::kMXFP4: return 38;  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
     default: return 0;
   }
 }

@@ -124,5 +124,37 @@ TEST(Attention, BatchInvariantBitForBit) {
   }
 }
 
+// A learned sink by hand: two keys, out = (e^s0 v0 + e^s1 v1) / (e^s0 + e^s1
+// + e^z) with s_j = q.k_j * scale, for the tiled kernel and the reference.
+TEST(Attention, SinkByHand) {
+  std::mt19937 rng(5);
+  const int hd = 16;
+  PagedKv kv(2, 16, hd, hd, rng);
+  AttentionShape s = shape(1, 1, hd, 0);
+  const float sink[1] = {0.7f};
+  s.sinks = sink;
+  std::vector<float> q(hd);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (float& x : q) x = nd(rng);
+  double sc[2], den = std::exp(0.7);
+  for (int j = 0; j < 2; ++j) {
+    double d = 0;
+    for (int i = 0; i < hd; ++i) d += static_cast<double>(q[i]) * kv.k[j * hd + i];
+    sc[j] = std::exp(d * s.scale);
+    den += sc[j];
+  }
+  ThreadPool pool(2);
+  const std::vector<int32_t> pos = {1};
+  const std::vector<float> got = run(s, q, pos, kv.view(), pool);
+  std::vector<float> want(hd);
+  const KvView v = kv.view();
+  ref::attention(s, q.data(), pos.data(), 1, &v, nullptr, want.data());
+  for (int i = 0; i < hd; ++i) {
+    const double e = (sc[0] * kv.v[i] + sc[1] * kv.v[hd + i]) / den;
+    EXPECT_NEAR(got[i], e, 1e-5 * (1 + std::fabs(e))) << i;
+    EXPECT_NEAR(want[i], e, 1e-6 * (1 + std::fabs(e))) << i;
+  }
+}
+
 }  // namespace
 }  // namespace ember

@@ -7,7 +7,9 @@
 // prompt in a contiguous cache, a short decode burst) through block tables
 // in shuffled order whose blocks before every query's window are released
 // (null pages) and whose rows after the last query are NaN (a read past
-// the causal edge shows).
+// the causal edge shows); attention sinks (gpt-oss: one extra logit per
+// head in the denominator), from a sink that dominates every score to one
+// that adds nothing.
 //
 // Tolerance: the project's attention criterion (docs/correctness.md), 2e-5
 // (1 + |ref|) for the float online softmax against the double reference;
@@ -79,7 +81,12 @@ struct Shape {
   int n_head, n_head_kv, head_dim, head_dim_v;
   float softcap;
   int window;
+  bool sinks = false;
 };
+
+// Per-head sink logits (16 heads at most): small, large (dominating the
+// scores of the gaussian q and K) and very negative (no effect).
+const float kSinks[16] = {0.5f, -1.f, 3.f, 25.f, -80.f, 0.f, 1.5f, -3.f, 7.f, 2.f, -0.5f, 12.f, -1e30f, 4.f, 0.25f, -6.f};
 
 const Shape kShapes[] = {
     {"gqa4_hd64", 8, 2, 64, 64, 0.f, 0},
@@ -87,6 +94,9 @@ const Shape kShapes[] = {
     {"gqa16_hd64_window300_softcap", 16, 1, 64, 64, 50.f, 300},
     {"mha_hd40", 2, 2, 40, 40, 0.f, 0},  // head dim not a multiple of 16
     {"hd64_dv32_softcap_window100", 4, 2, 64, 32, 30.f, 100},
+    {"gqa4_hd64_window128_sinks", 8, 2, 64, 64, 0.f, 128, true},  // gpt-oss's sliding layers
+    {"gqa16_hd64_sinks", 16, 1, 64, 64, 0.f, 0, true},
+    {"mha_hd40_sinks", 2, 2, 40, 40, 0.f, 0, true},
 };
 
 // The ragged batch: per sequence its first query position, token count,
@@ -139,6 +149,7 @@ AttentionShape attention_shape(const Shape& sh) {
   s.scale = 1.f / std::sqrt(static_cast<float>(sh.head_dim));
   s.softcap = sh.softcap;
   s.sliding_window = sh.window;
+  if (sh.sinks) s.sinks = kSinks;
   return s;
 }
 
@@ -177,6 +188,39 @@ TEST_P(BackendTest, AttentionRaggedPagedAgainstReference) {
       }
     }
   }
+}
+
+// Sinks far below every score change nothing, bit for bit; a sink scales
+// each head's output by sum_j e^s_j / (sum_j e^s_j + e^sink), the same
+// factor for every element of the head (checked against the outputs
+// without a sink, whose ratio gives it).
+TEST_P(BackendTest, AttentionSinksJoinTheDenominator) {
+  const Shape sh{"gqa4_hd64", 8, 2, 64, 64, 0.f, 0};
+  AttentionShape s = attention_shape(sh);
+  const Batch b = make_batch(s);
+  const int64_t n = static_cast<int64_t>(b.pos.size());
+  const int64_t o_row = int64_t{s.n_head} * s.head_dim_v;
+  std::vector<float> plain(n * o_row), none(n * o_row), sunk(n * o_row);
+  backend_->attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of_token.data(), plain.data());
+  const std::vector<float> low(16, -1e30f);
+  s.sinks = low.data();
+  backend_->attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of_token.data(), none.data());
+  EXPECT_TRUE(same_all(none, plain));
+  s.sinks = kSinks;
+  backend_->attention(s, b.q.data(), b.pos.data(), n, b.views.data(), b.view_of_token.data(), sunk.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int h = 0; h < s.n_head; ++h) {
+      const float* p = plain.data() + t * o_row + h * s.head_dim_v;
+      const float* q = sunk.data() + t * o_row + h * s.head_dim_v;
+      int big = 0;
+      for (int i = 1; i < s.head_dim_v; ++i)
+        if (std::fabs(p[i]) > std::fabs(p[big])) big = i;
+      const double f = static_cast<double>(q[big]) / p[big];
+      EXPECT_TRUE(f > 0 && f <= 1.0 + 1e-6) << "token " << t << " head " << h << " factor " << f;
+      if (kSinks[h] >= 25.f) EXPECT_LT(f, 1e-3) << "a dominating sink";
+      for (int i = 0; i < s.head_dim_v; ++i)
+        ASSERT_NEAR(q[i], f * p[i], 1e-5 * (1 + std::fabs(p[i]))) << "token " << t << " head " << h;
+    }
 }
 
 }  // namespace

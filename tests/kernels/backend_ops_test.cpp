@@ -42,7 +42,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::ValuesIn(testing_back
 
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
                               DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
-                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
 
 // The reference dot of each weight type, independent of the registry.
 VecDotFn ref_dot(DType t) {
@@ -55,6 +55,7 @@ VecDotFn ref_dot(DType t) {
     case DType::kQ5_0: return ref::q5_0_dot;
     case DType::kQ5_1: return ref::q5_1_dot;
     case DType::kQ8_0: return ref::q8_0_dot;
+    case DType::kMXFP4: return ref::mxfp4_dot;
     case DType::kQ2_K: return ref::q2_K_dot;
     case DType::kQ3_K: return ref::q3_K_dot;
     case DType::kQ4_K: return ref::q4_K_dot;
@@ -235,7 +236,7 @@ TEST(MatmulDriver, ConvertsSharedActivationsOncePerType) {
 TEST_P(BackendTest, EmbedEveryTypeIsExact) {
   const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
                          DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
-                         DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K};
+                         DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K, DType::kMXFP4};
   const int64_t dim = 512, n_rows = 21;
   const int32_t ids[] = {3, 0, 20, 3, 11, 7};
   for (DType t : types) {
@@ -361,6 +362,18 @@ std::vector<float> gate_inputs(int64_t n, uint32_t seed) {
   const float extremes[] = {0.f, -0.f, 30.f, -30.f, 88.f, -88.f, 1e-30f, -1e-30f, 100.f, -100.f, 7.5f, -7.5f};
   for (size_t i = 0; i < std::size(extremes); ++i) g[i * 37 % n] = extremes[i];
   return g;
+}
+
+// gpt-oss's clamped SwiGLU at every level against the scalar twin (the
+// 8-lane exp polynomial: within 1e-5 (1 + |ref|)), rows with padding.
+TEST_P(BackendTest, GatedActivationSwiGluOai) {
+  const int64_t rows = 4, dim = 1003, ld = dim + 5;
+  const std::vector<float> gate = gate_inputs(rows * ld, 41), up = gaussian(rows * ld, 5.f, 42);
+  std::vector<float> got = gate, want = gate;
+  backend_->gated_activation(GatedActivation::kSwiGluOai, got.data(), ld, up.data(), ld, rows, dim);
+  for (int64_t r = 0; r < rows; ++r) ref::swiglu_oai_row(want.data() + r * ld, up.data() + r * ld, dim);
+  EXPECT_TRUE(near_all(got.data(), want.data(), rows * ld, exact(),
+                       [&](int64_t i) { return 1e-5 * (1 + std::fabs(want[i])); }));
 }
 
 TEST_P(BackendTest, GatedActivations) {

@@ -35,6 +35,7 @@ const Case kCases[] = {
     {DType::kQ5_0, DType::kQ8_0, ref::q5_0_dot},
     {DType::kQ5_1, DType::kQ8_1, ref::q5_1_dot},
     {DType::kQ8_0, DType::kQ8_0, ref::q8_0_dot},
+    {DType::kMXFP4, DType::kQ8_0, ref::mxfp4_dot},
     {DType::kQ2_K, DType::kQ8_K, ref::q2_K_dot},
     {DType::kQ3_K, DType::kQ8_K, ref::q3_K_dot},
     {DType::kQ4_K, DType::kQ8_K, ref::q4_K_dot},

@@ -29,7 +29,7 @@ namespace {
 
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
                               DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
-                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
 
 std::vector<Isa> levels() {
   std::vector<Isa> v;
@@ -232,6 +232,8 @@ TEST(GemmTile, MatmulIsBatchInvariant) {
                                                                    {DType::kQ5_1, 160},
                                                                    {DType::kQ8_0, 160},
                                                                    {DType::kQ8_0, 4096},
+                                                                   {DType::kMXFP4, 160},
+                                                                   {DType::kMXFP4, 2880},
                                                                    {DType::kQ5_0, 4096},
                                                                    {DType::kQ2_K, 512},
                                                                    {DType::kQ3_K, 512},

@@ -24,11 +24,11 @@ namespace {
 
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
                               DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
-                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K};
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K, DType::kMXFP4};
 const DType kActivationTypes[] = {DType::kQ8_0, DType::kQ8_1, DType::kQ8_K};
 const DType kDequantTypes[] = {DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
                                DType::kQ5_1, DType::kQ8_0, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K,
-                               DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K};
+                               DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K, DType::kMXFP4};
 
 std::vector<Isa> levels() {
   std::vector<Isa> v;
@@ -124,6 +124,7 @@ void randomize_blocks(DType t, void* data, int64_t nblocks, uint32_t seed) {
       case DType::kQ5_0: static_cast<BlockQ5_0*>(data)[b].d = h(); break;
       case DType::kQ5_1: static_cast<BlockQ5_1*>(data)[b].d = h(); static_cast<BlockQ5_1*>(data)[b].m = h(); break;
       case DType::kQ8_0: static_cast<BlockQ8_0*>(data)[b].d = h(); break;
+      case DType::kMXFP4: static_cast<BlockMXFP4*>(data)[b].e = static_cast<uint8_t>(118 + rng() % 12); break;
       case DType::kQ8_1: static_cast<BlockQ8_1*>(data)[b].d = h(); static_cast<BlockQ8_1*>(data)[b].s = h(); break;
       case DType::kQ2_K: static_cast<BlockQ2_K*>(data)[b].d = h(); static_cast<BlockQ2_K*>(data)[b].dmin = h(); break;
       case DType::kQ3_K: static_cast<BlockQ3_K*>(data)[b].d = h(); break;
@@ -159,6 +160,7 @@ TEST(KernelRegistry, VecDotTypes) {
   EXPECT_EQ(vec_dot_type(DType::kQ4_0), DType::kQ8_0);
   EXPECT_EQ(vec_dot_type(DType::kQ5_0), DType::kQ8_0);
   EXPECT_EQ(vec_dot_type(DType::kQ8_0), DType::kQ8_0);
+  EXPECT_EQ(vec_dot_type(DType::kMXFP4), DType::kQ8_0);
   EXPECT_EQ(vec_dot_type(DType::kQ4_1), DType::kQ8_1);
   EXPECT_EQ(vec_dot_type(DType::kQ5_1), DType::kQ8_1);
   for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K})
@@ -196,7 +198,7 @@ TEST(KernelRegistry, FormsCarryUpWithTheirVecDot) {
   const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,     DType::kQ4_1,     DType::kQ5_0,
                          DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,     DType::kQ4_K,     DType::kQ5_K,
                          DType::kQ6_K, DType::kQ8_K, DType::kQ4_0_R16, DType::kQ5_0_R16, DType::kQ8_0_R16,
-                         DType::kQ4_K_R16, DType::kQ6_K_R16};
+                         DType::kQ4_K_R16, DType::kQ6_K_R16, DType::kMXFP4};
   for (DType t : types) {
     for (int l = 1; l < kNumIsaLevels; ++l) {
       const Isa isa = static_cast<Isa>(l), lower_isa = static_cast<Isa>(l - 1);
@@ -245,7 +247,8 @@ TEST(KernelRegistry, ScalarLevelIsTheReference) {
 
 TEST(KernelRegistry, SimdLevelsReplaceTheHotKernels) {
   if (cpu_max_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K, DType::kF32, DType::kF16}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K, DType::kF32, DType::kF16,
+                  DType::kMXFP4}) {
     EXPECT_NE(kernels(t, Isa::kAvx2).vec_dot, kernels(t, Isa::kScalar).vec_dot) << dtype_name(t);
     EXPECT_NE(kernels(t, cpu_max_isa()).vec_dot, kernels(t, Isa::kScalar).vec_dot) << dtype_name(t);
   }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -47,6 +48,26 @@ TEST(Ops, GatedActivationsEqualActivationTimesUp) {
     EXPECT_FLOAT_EQ(a[i], ga[i] * up[i]);
     EXPECT_FLOAT_EQ(b[i], sa[i] * up[i]);
   }
+}
+
+// gpt-oss's clamped SwiGLU against its definition (transformers
+// GptOssExperts), the clamps included: gate above 7 and up outside [-7, 7].
+TEST(Ops, SwiGluOaiClampsThenGates) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.f, 6.f);
+  std::vector<float> gate(1003), up(1003);
+  for (auto& v : gate) v = nd(rng);
+  for (auto& v : up) v = nd(rng);
+  gate[0] = 50.f, up[0] = -50.f, gate[1] = -50.f, up[1] = 9.f, gate[2] = 7.f, up[2] = 7.f;
+  std::vector<float> got = gate;
+  swiglu_oai_row(got.data(), up.data(), 1003);
+  for (int i = 0; i < 1003; ++i) {
+    const double x = std::min(static_cast<double>(gate[i]), 7.0);
+    const double y = std::max(-7.0, std::min(static_cast<double>(up[i]), 7.0));
+    const double want = x / (1 + std::exp(-1.702 * x)) * (y + 1);
+    ASSERT_NEAR(got[i], want, 1e-5 * (1 + std::fabs(want))) << gate[i] << " " << up[i];
+  }
+  EXPECT_NEAR(got[0], 7.0 / (1 + std::exp(-1.702 * 7.0)) * -6.0, 1e-5);
 }
 
 TEST(Ops, RmsNormSoftmaxRope) {

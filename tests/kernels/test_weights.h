@@ -63,6 +63,9 @@ inline std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t n, uint3
         case DType::kQ8_0:
           reinterpret_cast<BlockQ8_0*>(row)[b].d = small_f16(rng);
           break;
+        case DType::kMXFP4:  // scales 2^-10 .. 2^-1 (as small_f16's)
+          reinterpret_cast<BlockMXFP4*>(row)[b].e = static_cast<uint8_t>(117 + rng() % 10);
+          break;
         case DType::kQ2_K:
           reinterpret_cast<BlockQ2_K*>(row)[b].d = small_f16(rng);
           reinterpret_cast<BlockQ2_K*>(row)[b].dmin = small_f16(rng);

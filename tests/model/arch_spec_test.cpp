@@ -89,7 +89,11 @@ void check_tensor_list(const ArchSpec& spec, const std::string& path) {
     TensorRole role = role_from_gguf_name(name, &layer);
     if (role == TensorRole::kUnknown) role = role_from_gguf_expert_name(name, &layer, &expert);  // one expert's matrix
     ASSERT_NE(role, TensorRole::kUnknown) << name;
-    EXPECT_NE(spec.find(role), nullptr) << name << " is not in the " << spec.name << " tensor list";
+    // Listed under its role, or under a spec's own GGUF name (TensorSpec::gguf).
+    bool listed = spec.find(role) != nullptr && !spec.find(role)->gguf;
+    for (const auto& list : {spec.model_tensors, spec.block_tensors})
+      for (const TensorSpec& ts : list) listed |= ts.gguf && gguf_tensor_name(ts, layer) == name;
+    EXPECT_TRUE(listed) << name << " is not in the " << spec.name << " tensor list";
   }
   // The FFN tensors of the other kind (dense / MoE) are not bound; the
   // expert tensors' layouts (3-D, fused, per expert) are checked by
@@ -102,7 +106,7 @@ void check_tensor_list(const ArchSpec& spec, const std::string& path) {
       if ((is_moe_role(ts.role) && !moe) || (is_dense_ffn_role(ts.role) && moe) ||
           role_info(ts.role).kind == TensorKind::kExperts)
         continue;
-      const std::string name = gguf_tensor_name(ts.role, 1);
+      const std::string name = gguf_tensor_name(ts, 1);
       auto it = f->tensors.find(name);
       if (it == f->tensors.end()) {
         EXPECT_NE(ts.presence, Presence::kRequired) << name << " is required but the fixture lacks it";
@@ -140,9 +144,9 @@ TEST(ArchRegistry, NamesAndLookups) {
   std::vector<std::string> names;
   for (const ArchSpec* s : arch_specs()) names.push_back(s->name);
   EXPECT_EQ(names, (std::vector<std::string>{"llama", "qwen2", "qwen3", "gemma3", "qwen2moe", "qwen3moe", "olmoe",
-                                             "phi3", "mistral3", "smollm3", "olmo2"}));
+                                             "phi3", "mistral3", "smollm3", "olmo2", "gpt-oss"}));
   EXPECT_EQ(supported_architectures(), names);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe, olmoe, phi3, mistral3, smollm3, olmo2");
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe, olmoe, phi3, mistral3, smollm3, olmo2, gpt-oss");
   EXPECT_EQ(find_arch_by_hf_class("MixtralForCausalLM"), &kLlamaSpec);
   EXPECT_EQ(find_arch_by_hf_model_type("qwen3_moe"), &kQwen3MoeSpec);
   for (const ArchSpec* s : arch_specs()) {
@@ -163,7 +167,7 @@ TEST(ArchRegistry, NamesAndLookups) {
 TEST(ArchRegistry, UnknownArchitecturesListTheSupportedOnes) {
   const std::string want =
       "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe, olmoe, phi3, "
-      "mistral3, smollm3, olmo2)";
+      "mistral3, smollm3, olmo2, gpt-oss)";
   Metadata m;
   m.set("general.architecture", Metadata::make_string("mamba"));
   auto cfg = config_from_metadata(m);
@@ -187,7 +191,7 @@ TEST(ArchRegistry, UnknownArchitecturesListTheSupportedOnes) {
   GenModelShape q = *gen_model_arch_defaults("qwen2");
   q.n_layer = 1, q.n_embd = 64, q.n_ff = 64, q.n_head = 2, q.n_head_kv = 2, q.n_expert = 4, q.n_expert_used = 2;
   EXPECT_EQ(validate_gen_model_shape(q).message(),
-            "experts are supported for llama, qwen2moe, qwen3moe, olmoe only, not qwen2");
+            "experts are supported for llama, qwen2moe, qwen3moe, olmoe, gpt-oss only, not qwen2");
   // A MoE-only architecture needs experts.
   GenModelShape d = *gen_model_arch_defaults("qwen3moe");
   d.n_layer = 1, d.n_embd = 64, d.n_ff = 64, d.n_head = 2, d.n_head_kv = 2;
@@ -248,7 +252,7 @@ TEST(ArchSpecTables, WiringFlagsFollowTheTensorList) {
     const bool gemma = a == "gemma3", olmo = a == "olmo2";
     EXPECT_EQ(cfg->qk_norm, gemma || a == "qwen3" || a == "qwen3moe" || a == "olmoe" || olmo);
     EXPECT_EQ(cfg->qk_norm_full, a == "olmoe" || olmo);
-    EXPECT_EQ(cfg->has_moe(), a == "qwen2moe" || a == "qwen3moe" || a == "olmoe");
+    EXPECT_EQ(cfg->has_moe(), a == "qwen2moe" || a == "qwen3moe" || a == "olmoe" || a == "gpt-oss");
     EXPECT_EQ(cfg->post_attn_norm, gemma || olmo);
     EXPECT_EQ(cfg->post_ffn_norm, gemma || olmo);
     EXPECT_EQ(cfg->attn_pre_norm, !olmo);
@@ -285,7 +289,7 @@ TEST(ArchSpecTables, HuggingFaceTensorNames) {
     for (const TensorSpec& t : s->block_tensors) {
       if (t.hf_alt) {
         EXPECT_EQ(hf_tensor_name_to_gguf(s->name, std::string("model.layers.17.") + t.hf_alt),
-                  gguf_tensor_name(t.role, 17));
+                  gguf_tensor_name(t, 17));
       }
       const char* hf = t.hf ? t.hf : role_info(t.role).hf;
       if (!hf) continue;
@@ -296,7 +300,7 @@ TEST(ArchSpecTables, HuggingFaceTensorNames) {
         EXPECT_EQ(hf_tensor_name_to_gguf(s->name, "model.layers.17." + std::string(hf).replace(e, 3, "05")), "");
         continue;
       }
-      EXPECT_EQ(hf_tensor_name_to_gguf(s->name, std::string("model.layers.17.") + hf), gguf_tensor_name(t.role, 17));
+      EXPECT_EQ(hf_tensor_name_to_gguf(s->name, std::string("model.layers.17.") + hf), gguf_tensor_name(t, 17));
     }
     EXPECT_EQ(hf_tensor_name_to_gguf(s->name, "model.embed_tokens.weight"), "token_embd.weight");
     EXPECT_EQ(hf_tensor_name_to_gguf(s->name, "model.norm.weight"), "output_norm.weight");
@@ -312,6 +316,9 @@ TEST(ArchSpecTables, HuggingFaceTensorNames) {
             "blk.2.ffn_norm.weight");
   EXPECT_EQ(hf_tensor_name_to_gguf("llama", "model.layers.2.post_attention_layernorm.weight"),
             "blk.2.ffn_norm.weight");
+  // gpt-oss's FFN pre-norm is "post_attention_norm" in llama.cpp's files.
+  EXPECT_EQ(hf_tensor_name_to_gguf("gpt-oss", "model.layers.2.post_attention_layernorm.weight"),
+            "blk.2.post_attention_norm.weight");
   EXPECT_EQ(hf_tensor_name_to_gguf("qwen2", "model.layers.2.self_attn.q_proj.bias"), "blk.2.attn_q.bias");
   EXPECT_EQ(hf_tensor_name_to_gguf("qwen3", "model.layers.0.self_attn.k_norm.weight"), "blk.0.attn_k_norm.weight");
   EXPECT_EQ(hf_tensor_name_to_gguf("llama", "model.layers.0.self_attn.k_norm.weight"), "");  // not in its list

@@ -98,14 +98,15 @@ inline std::string load_dequant_case(const std::string& type_name, DequantCase* 
 // hashes).
 inline const std::vector<std::string>& quantized_type_names() {
   static const std::vector<std::string> kNames = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1",
-                                                  "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_K"};
+                                                  "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_K",
+                                                  "mxfp4"};
   return kNames;
 }
 
 inline const std::vector<std::string>& quant_type_names() {
   static const std::vector<std::string> kNames = {"f16",  "bf16", "q4_0", "q4_1", "q5_0",
                                                   "q5_1", "q8_0", "q8_1", "q2_K", "q3_K",
-                                                  "q4_K", "q5_K", "q6_K", "q8_K"};
+                                                  "q4_K", "q5_K", "q6_K", "q8_K", "mxfp4"};
   return kNames;
 }
 

@@ -56,8 +56,11 @@ struct AttnRowState {
 };
 // into <- merge(into, part), the canonical chunk merge (avx2/attention.cpp).
 void attn_merge_state(AttnRowState* into, const AttnRowState& part, int dv);
-// out[i] = acc[i] / l (0 when l == 0).
-void attn_finish_row(const AttnRowState& st, float* out, int dv);
+// out[i] = acc[i] / l (0 when l == 0); with an attention sink (sink >
+// -inf, AttentionShape::sinks), the sink's term joins the denominator:
+// m' = max(m, sink), out[i] = acc[i] * a / (l * a + exp(sink - m')) with
+// a = exp(m - m').
+void attn_finish_row(const AttnRowState& st, float sink, float* out, int dv);
 }  // namespace avx2
 
 namespace {
@@ -659,7 +662,8 @@ void decode(const AttentionShape& s, const float* q, const int32_t* pos, int64_t
         if (p[1] == 0.f && p[0] == -INFINITY) continue;
         avx2::attn_merge_state(&acc, AttnRowState{p[0], p[1], p + 2}, dv);
       }
-      avx2::attn_finish_row(acc, out + t * o_stride + (row % s.n_head) * dv, dv);
+      const int h = static_cast<int>(row % s.n_head);
+      avx2::attn_finish_row(acc, s.sinks ? s.sinks[h] : -INFINITY, out + t * o_stride + h * dv, dv);
     }
   });
 }
@@ -754,7 +758,8 @@ void prefill(const AttentionShape& s, const float* q, const int32_t* pos, int64_
         }
         for (int i = 0; i < nt; ++i)
           for (int r = 0; r < nr; ++r)
-            avx2::attn_finish_row(run[i * nr + r], out + (t0 + i) * o_stride + static_cast<int64_t>(h0 + r) * dv, dv);
+            avx2::attn_finish_row(run[i * nr + r], s.sinks ? s.sinks[h0 + r] : -INFINITY,
+                                  out + (t0 + i) * o_stride + static_cast<int64_t>(h0 + r) * dv, dv);
       }
     }
   });

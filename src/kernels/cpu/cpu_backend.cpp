@@ -86,7 +86,9 @@ class CpuBackend final : public Backend {
   void gated_activation(GatedActivation a, float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t n,
                         int64_t dim) override {
     const OpTable& ops = op_table();
-    const auto fn = a == GatedActivation::kGeGluTanh ? ops.geglu_tanh_row : ops.swiglu_row;
+    const auto fn = a == GatedActivation::kGeGluTanh   ? ops.geglu_tanh_row
+                    : a == GatedActivation::kSwiGluOai ? ops.swiglu_oai_row
+                                                       : ops.swiglu_row;
     pool_.parallel_for(n, 8, [&](int64_t b, int64_t e, int) {
       for (int64_t t = b; t < e; ++t) fn(gate + t * ld_gate, up + t * ld_up, dim);
     });

@@ -68,6 +68,10 @@ TokensPackKernel q4_0_tokens_pack, q5_0_tokens_pack, q8_0_tokens_pack;
 RowsKernel q4_0_r16_rows, q5_0_r16_rows, q8_0_r16_rows;
 TokensKernel q4_0_r16_tokens, q5_0_r16_tokens, q8_0_r16_tokens;
 TokensPackBytesKernel legacy_tokens_pack_bytes;
+// MXFP4 x Q8_0 (avx2/mxfp4_dot.cpp): vec_dot and decode, the arithmetic
+// stated atop that file.
+DotKernel mxfp4_dot;
+RowsKernel mxfp4_rows;
 // K-quants (256-element super-blocks).
 DotKernel q2_K_dot;
 DotKernel q3_K_dot;
@@ -135,6 +139,14 @@ namespace avx512 {
 EMBER_DECLARE_LIKE(attention_scratch_floats)
 EMBER_DECLARE_LIKE(attention_ragged)
 
+// MXFP4 x Q8_0 (avx512/mxfp4_dot.cpp): vec_dot, decode and the tile of
+// kMxfp4TileRows rows x kMxfp4TileCols tokens, two blocks per zmm
+// (arithmetic atop that file).
+constexpr int kMxfp4TileRows = 4;
+constexpr int kMxfp4TileCols = 8;
+DotKernel mxfp4_dot;
+RowsKernel mxfp4_rows;
+TileKernel mxfp4_tile;
 DotKernel f32_dot, f16_dot, bf16_dot;
 // Float weights (avx512/float_dot.cpp, float_tile.cpp): one fma chain per
 // output; decode walks rows sequentially, the tile is kFloatTileRows rows x

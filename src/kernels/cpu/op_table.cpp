@@ -121,6 +121,7 @@ void silu_row(float* x, int64_t n) { op_table().silu_row(x, n); }
 void gelu_tanh_row(float* x, int64_t n) { op_table().gelu_tanh_row(x, n); }
 void swiglu_row(float* gate, const float* up, int64_t n) { op_table().swiglu_row(gate, up, n); }
 void geglu_tanh_row(float* gate, const float* up, int64_t n) { op_table().geglu_tanh_row(gate, up, n); }
+void swiglu_oai_row(float* gate, const float* up, int64_t n) { op_table().swiglu_oai_row(gate, up, n); }
 void softcap_row(float* x, int64_t n, float cap) { op_table().softcap_row(x, n, cap); }
 void add_row(float* y, const float* x, int64_t n) { op_table().add_row(y, x, n); }
 void scale_row(float* y, float s, int64_t n) { op_table().scale_row(y, s, n); }

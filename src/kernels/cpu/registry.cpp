@@ -41,7 +41,7 @@
 namespace ember {
 namespace {
 
-constexpr int kMaxTypeId = 31;  // file DType ids are < 31 (BF16 = 30)
+constexpr int kMaxTypeId = 40;  // file DType ids are < 40 (MXFP4 = 39)
 constexpr int kLevels = kNumIsaLevels;
 constexpr int kAnyTokens = 1 << 30;  // tokens_max of the token-lane forms without a bound
 
@@ -103,6 +103,8 @@ std::vector<Row> rows() {
        {.dequantize_row = dequantize_row_q6_K_ref, .quantize_row = quantize_row_q6_K_ref, .vec_dot = ref::q6_K_dot}},
       {kQ8_K, kScalar,
        {.dequantize_row = dequantize_row_q8_K_ref, .quantize_row = quantize_row_q8_K_ref, .vec_dot = ref::q8_K_dot}},
+      {kMXFP4, kScalar,
+       {.dequantize_row = dequantize_row_mxfp4_ref, .quantize_row = quantize_row_mxfp4_ref, .vec_dot = ref::mxfp4_dot}},
       // Interleaved layouts: each group de-interleaved for the base type's
       // kernels (kernels/cpu/interleave.cpp).
       {kQ4_0_R16, kScalar, deinterleaved(kQ4_0_R16, kScalar)},
@@ -155,6 +157,7 @@ std::vector<Row> rows() {
                       .vec_dot_tile = a2::q6_K_tile, .tile_rows = a2::kKquantsLanesTileRows,
                       .tile_cols = a2::kKquantsLanesTileCols}},
       {kQ8_K, kAvx2, {.quantize_row = a2::q8_K_quantize}},
+      {kMXFP4, kAvx2, {.vec_dot = a2::mxfp4_dot, .vec_dot_rows = a2::mxfp4_rows}},
       // Interleaved: native decode; Q4_0 / Q5_0 / Q8_0 token lanes from 2
       // tokens (the plain types' pack) and the de-interleaving tile for
       // direct tile calls; Q4_K / Q6_K a native tile.
@@ -226,6 +229,8 @@ std::vector<Row> rows() {
                         .tokens_min = a5::kKquantsTokensMin, .tokens_max = a5::kKquantsTokensMax,
                         .vec_dot_tile = a5::q6_K_tile, .tile_rows = a5::kKquantsLanesTileRows,
                         .tile_cols = a5::kKquantsLanesTileCols}},
+      {kMXFP4, kAvx512, {.vec_dot = a5::mxfp4_dot, .vec_dot_rows = a5::mxfp4_rows, .vec_dot_tile = a5::mxfp4_tile,
+                         .tile_rows = a5::kMxfp4TileRows, .tile_cols = a5::kMxfp4TileCols}},
       // Interleaved: native decode, few-token passes and tile; Q4_0 / Q5_0 /
       // Q8_0 a two-group tile (shared activation broadcasts) and above
       // kLegacyR16FewMax tokens the token-lane form (activations packed once
@@ -342,6 +347,7 @@ DType vec_dot_type(DType weight_type) {
     case DType::kQ4_0:
     case DType::kQ5_0:
     case DType::kQ8_0:
+    case DType::kMXFP4:
       return DType::kQ8_0;
     case DType::kQ4_1:
     case DType::kQ5_1:

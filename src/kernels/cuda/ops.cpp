@@ -209,6 +209,7 @@ Status add(Context& ctx, float* y, const float* x, int64_t n) {
 Status gated_activation(Context& ctx, GatedActivation a, float* gate, int64_t ld_gate, const float* up,
                         int64_t ld_up, int64_t n, int64_t dim) {
   if (ld_gate < dim || ld_up < dim) return Status::errorf("gated_activation: ld {} / {} < dim {}", ld_gate, ld_up, dim);
+  if (a == GatedActivation::kSwiGluOai) return Status::error("gated_activation: swiglu_oai (gpt-oss) is not on CUDA yet");
   if (n <= 0 || dim <= 0) return Status::ok();
   return launched(launch::gated(a == GatedActivation::kGeGluTanh, gate, ld_gate, up, ld_up, n, dim, ctx.stream()),
                   "gated_activation");
@@ -229,6 +230,7 @@ Status check_shape(const AttentionShape& s) {
     if (d <= 0 || d % 32 != 0 || d > kAttnMaxHeadDim)
       return Status::errorf("cuda attention: head dim {} (multiples of 32 up to {} supported)", d, kAttnMaxHeadDim);
   if (s.n_head_kv > 65535) return Status::errorf("cuda attention: {} kv heads", s.n_head_kv);
+  if (s.sinks) return Status::error("cuda attention: attention sinks (gpt-oss) are not supported yet");
   return Status::ok();
 }
 

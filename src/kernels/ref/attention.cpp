@@ -34,8 +34,11 @@ void attention_row(const AttentionShape& s, const float* q_head, int32_t pos, in
     scores[j - lo] = d;
     mx = std::max(mx, d);
   }
+  const double sink = s.sinks ? static_cast<double>(s.sinks[head]) : -INFINITY;
+  mx = std::max(mx, sink);
   double sum = 0;
   for (int64_t j = lo; j < hi; ++j) sum += (scores[j - lo] = std::exp(scores[j - lo] - mx));
+  if (s.sinks) sum += std::exp(sink - mx);
   std::fill(acc, acc + dv, 0.0);
   for (int64_t j = lo; j < hi; ++j) {  // per output element: the sum over j in order, as a plain loop
     kv_load_row(kv.v_type, kv_value_row(kv, j, hkv, dv), dv, row);

@@ -71,6 +71,21 @@ void q4_0_dot(int64_t n, float* s, const void* w, const void* x) {
   *s = sumf;
 }
 
+void mxfp4_dot(int64_t n, float* s, const void* w, const void* x) {
+  const auto* a = static_cast<const BlockMXFP4*>(w);
+  const auto* b = static_cast<const BlockQ8_0*>(x);
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      sumi += kMxfp4Values[a[i].qs[j] & 0x0F] * b[i].qs[j];
+      sumi += kMxfp4Values[a[i].qs[j] >> 4] * b[i].qs[j + kQK / 2];
+    }
+    sumf += (mxfp4_half_scale(a[i].e) * f16_to_f32(b[i].d)) * static_cast<float>(sumi);
+  }
+  *s = sumf;
+}
+
 void q4_1_dot(int64_t n, float* s, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ4_1*>(w);
   const auto* b = static_cast<const BlockQ8_1*>(x);

@@ -7,6 +7,8 @@
 //   float scales are applied once per block and blocks are accumulated in
 //   order into one f32 sum, without FMA:
 //     Q4_0/Q5_0/Q8_0:  sumf += (dw*dx) * sumi
+//     MXFP4:           the same, with the doubled E2M1 values as integer weights
+//                      and dw = mxfp4_half_scale(e) (quant/blocks.h)
 //     Q4_1/Q5_1:       sumf += (dw*dx) * sumi + mw*sx   (sx: Q8_1's stored d*sum(q))
 //     Q2_K/Q4_K/Q5_K:  sumf += d*sumi - dmin*summ,  d = dw*dx, dmin = dminw*dx,
 //                      summ = sum over sub-blocks of min_j * (Q8_K bsums over it)
@@ -32,6 +34,8 @@ void q4_1_dot(int64_t n, float* s, const void* w, const void* x);
 void q5_0_dot(int64_t n, float* s, const void* w, const void* x);
 void q5_1_dot(int64_t n, float* s, const void* w, const void* x);
 void q8_0_dot(int64_t n, float* s, const void* w, const void* x);
+// MXFP4 x Q8_0.
+void mxfp4_dot(int64_t n, float* s, const void* w, const void* x);
 // K-quants x Q8_K.
 void q2_K_dot(int64_t n, float* s, const void* w, const void* x);
 void q3_K_dot(int64_t n, float* s, const void* w, const void* x);

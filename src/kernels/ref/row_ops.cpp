@@ -1,6 +1,7 @@
 // Scalar reference row ops; see row_ops.h.
 #include "kernels/ref/row_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "quant/quantize.h"
@@ -82,6 +83,14 @@ void gelu_tanh_row(float* x, int64_t n) {
 
 void swiglu_row(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gate[i] = static_cast<float>(silu(gate[i]) * up[i]);
+}
+
+void swiglu_oai_row(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = std::min(gate[i], kSwiGluOaiLimit);
+    const double y = std::clamp(up[i], -kSwiGluOaiLimit, kSwiGluOaiLimit);
+    gate[i] = static_cast<float>(x / (1.0 + std::exp(-static_cast<double>(kSwiGluOaiAlpha) * x)) * (y + 1.0));
+  }
 }
 
 void geglu_tanh_row(float* gate, const float* up, int64_t n) {

@@ -24,6 +24,8 @@
 namespace ember {
 
 class HfConfigView;  // model/io/hf_config.h
+struct ModelFile;        // model/io/model_file.h
+struct SafetensorsSet;   // model/io/safetensors.h
 
 // Whether a listed tensor must be in the file.
 enum class Presence : uint8_t {
@@ -60,6 +62,9 @@ struct TensorSpec {
   // attn_qkv is Q|K|V, its ffn_up gate|up); its shape is [n_in, the sum of
   // their rows] (tensor_shape) and the binder gives each part its rows.
   std::span<const TensorRole> parts = {};
+  // GGUF name (after "blk.N.") when it differs from role_info(role).gguf:
+  // gpt-oss's FFN pre-norm is llama.cpp's "post_attention_norm.weight".
+  const char* gguf = nullptr;
 };
 
 // config.json defaults for keys a config may omit, as the transformers
@@ -145,6 +150,14 @@ struct ArchSpec {
   // head (ModelConfig::qk_norm_full).
   bool qk_norm_full = false;
 
+  // Hugging Face checkpoints whose tensors are not GGUF's layout (gpt-oss:
+  // experts stored transposed, gate and up interleaved): run on the loaded
+  // tensors (GGUF names, as the listed hf / hf_alt names map them) before
+  // binding, with the checkpoint's tensors at hand (quantized experts the
+  // name map does not cover: gpt-oss's MXFP4 _blocks / _scales); replaces
+  // or adds owned rearranged copies (null: none).
+  Status (*hf_rearrange)(const SafetensorsSet& set, ModelFile* file) = nullptr;
+
   // The listed entry for `role`, or null (a fused tensor's parts are not
   // listed entries).
   const TensorSpec* find(TensorRole role) const;
@@ -173,6 +186,9 @@ struct MoeDefaults {
   // (qwen3moe and Mixtral yes; qwen2moe and OLMoE no, as llama.cpp runs
   // them).
   bool norm_topk = false;
+  // expert_gating_func absent: this rule (gpt-oss: softmax over the top k
+  // logits, as llama.cpp hard-codes it for the architecture).
+  MoeGating gating = MoeGating::kSoftmax;
 };
 
 // config.json keys of a Mixture-of-Experts architecture (hf_moe_config),

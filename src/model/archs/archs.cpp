@@ -8,7 +8,7 @@ namespace {
 
 constexpr const ArchSpec* kSpecs[] = {&kLlamaSpec,    &kQwen2Spec,    &kQwen3Spec,    &kGemma3Spec,
                                       &kQwen2MoeSpec, &kQwen3MoeSpec, &kOlmoeSpec,    &kPhi3Spec,
-                                      &kMistral3Spec, &kSmolLM3Spec,  &kOlmo2Spec};
+                                      &kMistral3Spec, &kSmolLM3Spec,  &kOlmo2Spec,    &kGptOssSpec};
 
 }  // namespace
 
@@ -118,6 +118,11 @@ Status fill_default_rope(const Metadata& meta, ModelConfig* cfg) {
     attn_factor *= ext > 0 ? magnitude : 1.0;
     freq_scale = static_cast<float>(1.0 / factor);
     ext_factor = static_cast<float>(ext);
+    if (meta.find(a + ".rope.scaling.yarn_truncate")) {
+      auto t = meta.get_bool(a + ".rope.scaling.yarn_truncate");
+      if (!t) return Status::errorf("metadata key '{}.rope.scaling.yarn_truncate' must be a boolean", a);
+      cfg->yarn_truncate = *t;
+    }
     cfg->yarn_beta_fast = static_cast<float>(beta_fast);
     cfg->yarn_beta_slow = static_cast<float>(beta_slow);
     if (cfg->rope_orig_ctx <= 0) cfg->rope_orig_ctx = cfg->n_ctx_train;  // llama.cpp's fallback

@@ -24,6 +24,7 @@ extern const ArchSpec kPhi3Spec;
 extern const ArchSpec kMistral3Spec;
 extern const ArchSpec kSmolLM3Spec;
 extern const ArchSpec kOlmo2Spec;
+extern const ArchSpec kGptOssSpec;
 
 // Every registered spec, in registration order.
 std::span<const ArchSpec* const> arch_specs();

@@ -66,11 +66,12 @@ Status fill_moe_layers(const Metadata& meta, ModelConfig* cfg, const MoeDefaults
     if (!f || !std::isfinite(*f) || *f < 0) return Status::errorf("metadata key '{}.expert_weights_scale' is invalid", a);
     if (*f != 0) scale = static_cast<float>(*f);
   }
-  MoeGating gating = MoeGating::kSoftmax;
+  MoeGating gating = d.gating;
   auto func = read_int(a + ".expert_gating_func", 0, 1 << 20);
   if (!func) return func.status();
   if (*func && **func == 3) gating = MoeGating::kSoftmaxTopK;
-  else if (*func && **func != 1 && **func != 0)
+  else if (*func && **func == 1) gating = MoeGating::kSoftmax;
+  else if (*func && **func != 0)
     return Status::errorf("metadata key '{}.expert_gating_func' = {}: only softmax (1) and softmax over the top k (3) "
                           "are supported", a, **func);
   for (int il = 0; il < cfg->n_layer; ++il) {

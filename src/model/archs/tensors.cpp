@@ -49,6 +49,11 @@ constexpr RoleInfo kRoles[] = {
     {R::kFfnUp, "ffn_up", "ffn_up.weight", S::kBlock, K::kMatrix, 2, {D::kEmbd, D::kFf}, "mlp.up_proj.weight"},
     {R::kFfnDown, "ffn_down", "ffn_down.weight", S::kBlock, K::kMatrix, 2, {D::kFf, D::kEmbd}, "mlp.down_proj.weight"},
     {R::kPostFfnNorm, "post_ffw_norm", "post_ffw_norm.weight", S::kBlock, K::kNorm, 1, {D::kEmbd}, nullptr},
+    {R::kAttnSinks, "attn_sinks", "attn_sinks.weight", S::kBlock, K::kBias, 1, {D::kHead}, "self_attn.sinks"},
+    {R::kFfnGateInpBias, "ffn_gate_inp_bias", "ffn_gate_inp.bias", S::kBlock, K::kBias, 1, {D::kExperts}, nullptr},
+    {R::kFfnGateExpsBias, "ffn_gate_exps_bias", "ffn_gate_exps.bias", S::kBlock, K::kBias, 2, {D::kFfExp, D::kExperts}, nullptr},
+    {R::kFfnUpExpsBias, "ffn_up_exps_bias", "ffn_up_exps.bias", S::kBlock, K::kBias, 2, {D::kFfExp, D::kExperts}, nullptr},
+    {R::kFfnDownExpsBias, "ffn_down_exps_bias", "ffn_down_exps.bias", S::kBlock, K::kBias, 2, {D::kEmbd, D::kExperts}, nullptr},
 };
 static_assert(sizeof(kRoles) / sizeof(kRoles[0]) == kNumTensorRoles);
 
@@ -84,6 +89,7 @@ int64_t TensorSizes::of(Dim d) const {
     case Dim::kFfShexp: return ff_shexp;
     case Dim::kQNorm: return q_norm;
     case Dim::kKNorm: return k_norm;
+    case Dim::kHead: return head;
   }
   return 0;
 }
@@ -103,6 +109,7 @@ TensorSizes tensor_sizes(const ModelConfig& cfg, int il) {
   s.rope_half = cfg.n_rot / 2;
   s.q_norm = cfg.qk_norm_full ? s.q : s.head_dim;
   s.k_norm = cfg.qk_norm_full ? s.kv : s.head_dim;
+  s.head = n_head;
   if (il >= 0) {
     const LayerConfig& l = cfg.layers[il];
     s.experts = l.n_expert;
@@ -147,6 +154,12 @@ std::string gguf_tensor_name(TensorRole r, int il) {
   const RoleInfo& info = role_info(r);
   if (info.scope != TensorScope::kBlock) return info.gguf;
   return fmt::format("blk.{}.{}", il, info.gguf);
+}
+
+std::string gguf_tensor_name(const TensorSpec& spec, int il) {
+  if (!spec.gguf) return gguf_tensor_name(spec.role, il);
+  return role_info(spec.role).scope == TensorScope::kBlock ? fmt::format("blk.{}.{}", il, spec.gguf)
+                                                           : std::string(spec.gguf);
 }
 
 namespace {
@@ -208,7 +221,11 @@ bool is_moe_role(TensorRole r) {
     case TensorRole::kFfnGateInpShexp:
     case TensorRole::kFfnGateShexp:
     case TensorRole::kFfnUpShexp:
-    case TensorRole::kFfnDownShexp: return true;
+    case TensorRole::kFfnDownShexp:
+    case TensorRole::kFfnGateInpBias:
+    case TensorRole::kFfnGateExpsBias:
+    case TensorRole::kFfnUpExpsBias:
+    case TensorRole::kFfnDownExpsBias: return true;
     default: return false;
   }
 }

@@ -50,6 +50,13 @@ enum class TensorRole : uint8_t {
   kFfnUp,
   kFfnDown,
   kPostFfnNorm,     // blk.N.post_ffw_norm.weight
+  // gpt-oss: learned attention sinks (one logit per head), the router's
+  // bias and the experts' biases ([width, n_expert]: row e is expert e's).
+  kAttnSinks,       // blk.N.attn_sinks.weight
+  kFfnGateInpBias,  // blk.N.ffn_gate_inp.bias
+  kFfnGateExpsBias, // blk.N.ffn_gate_exps.bias
+  kFfnUpExpsBias,
+  kFfnDownExpsBias,
   kUnknown,         // a name outside the vocabulary
 };
 inline constexpr int kNumTensorRoles = static_cast<int>(TensorRole::kUnknown);
@@ -85,6 +92,7 @@ enum class Dim : uint8_t {
   kFfShexp,   // n_ff_shexp: the shared expert's FFN width
   kQNorm,     // the Q norm's width: head_dim, or n_head * head_dim (ModelConfig::qk_norm_full)
   kKNorm,     // the K norm's width: head_dim, or n_head_kv * head_dim
+  kHead,      // n_head (the layer's)
 };
 
 struct RoleInfo {
@@ -104,7 +112,7 @@ const RoleInfo& role_info(TensorRole r);
 // Values of the Dim symbols for one layer (or the model-level tensors).
 struct TensorSizes {
   int64_t embd = 0, vocab = 0, q = 0, kv = 0, v = 0, o = 0, ff = 0, head_dim = 0, rope_half = 0, experts = 0;
-  int64_t ff_exp = 0, ff_shexp = 0, q_norm = 0, k_norm = 0;
+  int64_t ff_exp = 0, ff_shexp = 0, q_norm = 0, k_norm = 0, head = 0;
   int64_t of(Dim d) const;
 };
 
@@ -122,6 +130,9 @@ TensorSizes tensor_sizes(const ModelConfig& cfg, int il);
 TensorRole role_from_gguf_name(std::string_view name, int* layer);
 // The GGUF name of role `r` in layer `il` (ignored for model-level roles).
 std::string gguf_tensor_name(TensorRole r, int il);
+// The GGUF name of a listed tensor: its role's, or the spec's own
+// (TensorSpec::gguf: gpt-oss's FFN pre-norm is "post_attention_norm").
+std::string gguf_tensor_name(const TensorSpec& spec, int il);
 
 // One expert's 2-D matrix of a 3-D expert role (kFfnGateExps, kFfnUpExps,
 // kFfnDownExps) under llama.cpp's per-expert names: "blk.3.ffn_gate.5.weight"

@@ -109,6 +109,7 @@ struct RopeScaling {
   double original_context = 0;
   // yarn, as transformers' _compute_yarn_parameters reads them (0: absent).
   double beta_fast = 32, beta_slow = 1, mscale = 0, mscale_all_dim = 0, attention_factor = 0;
+  bool truncate = true;  // the ramp's bounds floored / ceiled (gpt-oss: false)
 };
 
 // Reads one rope scaling object (legacy rope_scaling, or an entry of
@@ -159,8 +160,10 @@ Status read_rope_scaling(const HfConfigView& cv, const json* s, RopeScaling* out
       if (*dst < 0) return Status::errorf("{}: rope scaling '{}' must not be negative", cv.name(), key);
       if (*dst == 0 && def > 0) *dst = def;
     }
-    if (const json* tr = field("truncate"); tr && !(tr->is_boolean() && tr->get<bool>()))
-      return Status::errorf("{}: yarn rope scaling with truncate = false is not supported", cv.name());
+    if (const json* tr = field("truncate"); tr && !tr->is_null()) {
+      if (!tr->is_boolean()) return Status::errorf("{}: yarn rope scaling 'truncate' must be a boolean", cv.name());
+      out->truncate = tr->get<bool>();
+    }
   }
   return Status::ok();
 }
@@ -371,6 +374,9 @@ Result<HfModelInfo> hf_config_to_metadata(const std::string& text, const std::st
       meta->set(a + ".rope.scaling.yarn_beta_slow", hf_f32(scaling.beta_slow));
       if (scaling.mscale_all_dim > 0) meta->set(a + ".rope.scaling.yarn_log_multiplier", hf_f32(scaling.mscale_all_dim));
       meta->set(a + ".rope.scaling.yarn_attn_factor", hf_f32(attn));
+      // ember's own key (llama.cpp always truncates): the ramp's bounds as
+      // computed, not floored / ceiled (gpt-oss's truncate = false).
+      if (!scaling.truncate) meta->set(a + ".rope.scaling.yarn_truncate", Metadata::make_bool(false));
     }
   }
   if (scaling.original_context > 0)
@@ -435,10 +441,10 @@ std::string hf_tensor_name_to_gguf(const std::string& arch, const std::string& h
   const std::string layer = n.substr(digits, p - digits);
   const std::string rest = n.substr(p + 1);
   for (const TensorSpec& t : spec->block_tensors) {
-    if (t.hf_alt && rest == t.hf_alt) return "blk." + layer + "." + role_info(t.role).gguf;
+    if (t.hf_alt && rest == t.hf_alt) return gguf_tensor_name(t, std::stoi(layer));
     const char* h = hf_of(t);
     if (!h) continue;
-    if (rest == h) return "blk." + layer + "." + role_info(t.role).gguf;
+    if (rest == h) return gguf_tensor_name(t, std::stoi(layer));
     // One expert's matrix: "{e}" stands for its index (no leading zeros).
     const std::string_view pat(h);
     const size_t brace = pat.find("{e}");

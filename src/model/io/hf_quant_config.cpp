@@ -238,6 +238,9 @@ Result<std::optional<HfQuantConfig>> parse_hf_quant_config(const std::string& te
   const Fields f(*it, "quantization_config", name);
   std::string method;
   EMBER_RETURN_IF_ERROR(f.get_string("quant_method", &method, std::nullopt, true));
+  // gpt-oss's MXFP4 experts (_blocks / _scales): repacked by the
+  // architecture's ArchSpec::hf_rearrange; the other weights are plain.
+  if (method == "mxfp4") return std::optional<HfQuantConfig>();
   HfQuantConfig c;
   if (method == "gptq") {
     c.method = HfQuantMethod::kGptq;
@@ -249,7 +252,7 @@ Result<std::optional<HfQuantConfig>> parse_hf_quant_config(const std::string& te
     c.method = HfQuantMethod::kCompressedTensors;
     EMBER_RETURN_IF_ERROR(parse_ct(f, name, &c));
   } else {
-    return Status::errorf("{} = '{}' is not supported (supported: gptq, awq, compressed-tensors)",
+    return Status::errorf("{} = '{}' is not supported (supported: gptq, awq, compressed-tensors, mxfp4 for gpt-oss)",
                           f.where("quant_method"), method);
   }
   return std::optional<HfQuantConfig>(std::move(c));

@@ -190,6 +190,9 @@ Result<std::unique_ptr<ModelFile>> open_hf(const std::string& dir, const std::st
   if (!info.tie_word_embeddings && !mf->tensor("output.weight"))
     return Status::errorf("{}: lm_head.weight is missing and tie_word_embeddings is false", dir);
 
+  if (const ArchSpec* spec = find_arch(info.arch); spec && spec->hf_rearrange)
+    EMBER_RETURN_IF_ERROR(spec->hf_rearrange(set.value(), mf.get()));
+
   for (const auto& [name, values] : info.f32_tensors) {
     auto buf = std::make_shared<std::vector<float>>(values);
     TensorView v;

@@ -91,6 +91,7 @@ void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTab
   s.scale = cfg.attn_scale > 0.f ? cfg.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   s.softcap = cfg.attn_logit_softcap;
   s.sliding_window = c.lc.sliding_window;
+  s.sinks = w.attn_sinks;
   for (int i = 0; i < tl.n_segs; ++i) b.views[i] = tl.caches[i]->view(c.il);
   be.attention(s, b.q, tl.pos, n, b.views, tl.seg, b.attn);
   // attn = sum_j p_j (H v_j) = H (sum_j p_j v_j) per head: H^T undoes it.

@@ -11,9 +11,7 @@ void dense_gated_ffn(const LayerContext& c, const float* xn, const FfnBuffers& b
   const int64_t n = c.n, E = c.cfg.n_embd, F = c.lc.n_ff;
   const LinearOut gate_up[] = {{&c.w.gate, LinearRole::kGate, b.gate, F}, {&c.w.up, LinearRole::kUp, b.up, F}};
   run_linears(c.backend, c.observer, c.il, xn, E, n, gate_up, 2);
-  const GatedActivation act =
-      c.cfg.activation == Activation::kGeluTanh ? GatedActivation::kGeGluTanh : GatedActivation::kSwiGlu;
-  c.backend.gated_activation(act, b.gate, F, b.up, F, n, F);
+  c.backend.gated_activation(gated_activation_of(c.cfg.activation), b.gate, F, b.up, F, n, F);
   // QuaRot's R4: down's columns hold W_down H^T (ModelConfig::rotation).
   if (const int g = c.cfg.rotation.ffn_down) c.backend.hadamard(b.gate, F, n, static_cast<int>(F / g), g, false);
   const LinearOut down{&c.w.down, LinearRole::kDown, y, E};

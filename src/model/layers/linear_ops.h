@@ -15,6 +15,7 @@
 
 #include "kernels/backend.h"
 #include "model/forward_observer.h"
+#include "model/config.h"
 #include "model/linear.h"
 
 namespace ember {
@@ -27,6 +28,15 @@ struct LinearOut {
   float* y = nullptr;
   int64_t ldy = 0;
 };
+
+// The backend's gated activation for a model's FFN activation.
+inline GatedActivation gated_activation_of(Activation a) {
+  switch (a) {
+    case Activation::kGeluTanh: return GatedActivation::kGeGluTanh;
+    case Activation::kSwiGluOai: return GatedActivation::kSwiGluOai;
+    default: return GatedActivation::kSwiGlu;
+  }
+}
 
 // Most products that share one input (Q, K, V; a MoE layer's router,
 // shared expert gate / up and the shared expert's gate).

@@ -86,6 +86,14 @@ void count_experts(const MoeBuffers& b, const int32_t* ids, int64_t n_slots, int
   b.stats->tokens += n;
 }
 
+// y[s] += bias row ids[s] (width floats; y rows `width` apart), the
+// experts' biases of gpt-oss, after the grouped matmul (its own rounding
+// step, as a Linear's bias). bias null: nothing.
+void add_expert_bias(Backend& be, float* y, int64_t width, const int32_t* ids, int64_t n_slots, const float* bias) {
+  if (!bias) return;
+  for (int64_t s = 0; s < n_slots; ++s) be.add(y + s * width, bias + static_cast<int64_t>(ids[s]) * width, width);
+}
+
 }  // namespace
 
 void moe_layer(const LayerContext& c, const float* xn, const MoeBuffers& b, float* y) {
@@ -118,8 +126,7 @@ void moe_layer(const LayerContext& c, const float* xn, const MoeBuffers& b, floa
   if (b.stats && b.share) count_experts(b, b.ids, n_slots, E, n);
   for (int64_t s = 0; s < n_slots; ++s) b.x_row[s] = static_cast<int32_t>(s / k);
 
-  const GatedActivation act =
-      c.cfg.activation == Activation::kGeluTanh ? GatedActivation::kGeGluTanh : GatedActivation::kSwiGlu;
+  const GatedActivation act = gated_activation_of(c.cfg.activation);
   const int act_bits = m.gate.empty() ? 0 : m.gate[0].act_bits;
   if (c.observer) {
     const LinearRole roles[] = {LinearRole::kGateExps, LinearRole::kUpExps};
@@ -127,6 +134,8 @@ void moe_layer(const LayerContext& c, const float* xn, const MoeBuffers& b, floa
   }
   const ExpertTarget gate_up[] = {{m.gate_w.data(), b.gate, F, act_bits}, {m.up_w.data(), b.up, F, act_bits}};
   be.moe_matmul(xn, H, n_slots, b.ids, b.x_row, E, gate_up, 2);
+  add_expert_bias(be, b.gate, F, b.ids, n_slots, m.gate_b);
+  add_expert_bias(be, b.up, F, b.ids, n_slots, m.up_b);
   be.gated_activation(act, b.gate, F, b.up, F, n_slots, F);
   if (c.observer) {
     const LinearRole roles[] = {LinearRole::kDownExps};
@@ -134,6 +143,7 @@ void moe_layer(const LayerContext& c, const float* xn, const MoeBuffers& b, floa
   }
   const ExpertTarget down{m.down_w.data(), b.down, H, act_bits};
   be.moe_matmul(b.gate, F, n_slots, b.ids, nullptr, E, &down, 1);
+  add_expert_bias(be, b.down, H, b.ids, n_slots, m.down_b);
   be.moe_combine(b.down, H, b.weights, k, n, H, y, H, /*accumulate=*/false);
 
   if (S > 0) {

@@ -6,6 +6,8 @@
 // levels).
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/attention_tiles.h"
@@ -94,8 +96,14 @@ void attn_merge_state(AttnRowState* into, const AttnRowState& part, int dv) {
   into->m = mn;
 }
 
-void attn_finish_row(const AttnRowState& st, float* out, int dv) {
-  const float inv = st.l > 0.f ? 1.f / st.l : 0.f;
+void attn_finish_row(const AttnRowState& st, float sink, float* out, int dv) {
+  float l = st.l, a = 1.f;
+  if (sink > -INFINITY) {
+    const float m = std::max(st.m, sink);
+    a = std::exp(st.m - m);
+    l = st.l * a + std::exp(sink - m);
+  }
+  const float inv = l > 0.f ? a / l : 0.f;
   for (int i = 0; i < dv; ++i) out[i] = st.acc[i] * inv;
 }
 

@@ -208,6 +208,22 @@ void swiglu_row(float* gate, const float* up, int64_t n) {
   for (; i < n; ++i) gate[i] = silu(gate[i]) * up[i];
 }
 
+void swiglu_oai_row(float* gate, const float* up, int64_t n) {
+  const __m256 lim = _mm256_set1_ps(kSwiGluOaiLimit), nlim = _mm256_set1_ps(-kSwiGluOaiLimit);
+  const __m256 alpha = _mm256_set1_ps(kSwiGluOaiAlpha), one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_min_ps(_mm256_loadu_ps(gate + i), lim);
+    const __m256 y = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(up + i), nlim), lim);
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(x_sigmoid(x, _mm256_mul_ps(alpha, x)), _mm256_add_ps(y, one)));
+  }
+  for (; i < n; ++i) {
+    const float x = std::min(gate[i], kSwiGluOaiLimit);
+    const float y = std::min(std::max(up[i], -kSwiGluOaiLimit), kSwiGluOaiLimit);
+    gate[i] = x / (1.0f + std::exp(-kSwiGluOaiAlpha * x)) * (y + 1.0f);
+  }
+}
+
 void geglu_tanh_row(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
