@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Data parallelism behind `ember router`: cache-aware against random routing
-# on requests that share long prefixes (the issue's DP=2 benchmark). For
-# each policy, alternating, ROUNDS times: two fresh `ember serve` workers
+# Data parallelism behind `ember router`: exact (published block hashes),
+# cache-aware and random routing on requests that share long prefixes (the
+# issue's DP=2 benchmark). For each policy of POLICIES (default "random
+# cache_aware exact"), alternating, ROUNDS times: two fresh `ember serve` workers
 # (one thread each, KV cache WORKER_KV), the router in front, then
 # `ember bench serve` with a dataset of N_PREFIX prefixes (~PREFIX_WORDS
 # words each, shuffled order) plus a short question each, at concurrency
@@ -12,7 +13,7 @@ set -euo pipefail
 EMBER="$(realpath "${1:?usage: bench_router.sh path/to/ember [ROUNDS]}")"
 ROUNDS="${2:-1}"
 N_PREFIX="${N_PREFIX:-24}" PREFIX_WORDS="${PREFIX_WORDS:-280}" N_REQ="${N_REQ:-100}" CONC="${CONC:-32}"
-WORKER_KV="${WORKER_KV:-64M}" OUT_LEN="${OUT_LEN:-16}"
+WORKER_KV="${WORKER_KV:-64M}" OUT_LEN="${OUT_LEN:-16}" POLICIES="${POLICIES:-random cache_aware exact}"
 MODEL="${MODEL:-$(dirname "$0")/../models/gemma-3-270m-q4_k_m.gguf}"
 tmp=$(mktemp -d)
 pids=()
@@ -47,7 +48,7 @@ metric_sum() {  # name urls...
 }
 echo "# $(date -u +%F) $(nproc) cores; model $(basename "$MODEL"); $N_REQ requests over $N_PREFIX prefixes of ~$PREFIX_WORDS words, output $OUT_LEN, concurrency $CONC, 2 workers x 1 thread, KV $WORKER_KV each"
 for round in $(seq "$ROUNDS"); do
-  for policy in random cache_aware; do
+  for policy in $POLICIES; do
     urls=()
     for k in 0 1; do
       "$EMBER" serve -m "$MODEL" --port 0 -t 1 --kv-cache-memory "$WORKER_KV" --disable-log-requests >"$tmp/w$k.out" 2>"$tmp/w$k.err" &
