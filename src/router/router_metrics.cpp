@@ -106,33 +106,28 @@ std::string RouterMetrics::render(const WorkerSet& ws) const {
     }
     out += fmt::format("ember_router:worker_tree_bytes{{worker=\"{}\"}} {}\n", label(w.url), b);
   }
-  head(&out, "ember_router:worker_kv_publishing", "gauge",
-       "1 while the worker publishes its prefix cache (GET /kv_events answers; exact policy).");
-  for (int i = 0; i < ws.size(); ++i)
-    out += fmt::format("ember_router:worker_kv_publishing{{worker=\"{}\"}} {}\n", label(ws.at(i).url),
-                       ws.at(i).kv.publishing() ? 1 : 0);
-  head(&out, "ember_router:worker_kv_cached_blocks", "gauge", "Block hashes the worker's prefix cache holds, as published.");
-  for (int i = 0; i < ws.size(); ++i)
-    out += fmt::format("ember_router:worker_kv_cached_blocks{{worker=\"{}\"}} {}\n", label(ws.at(i).url),
-                       ws.at(i).kv.n_published());
-  head(&out, "ember_router:worker_kv_active_blocks", "gauge",
-       "Blocks of the requests in flight on the worker (distinct prompt blocks plus one per request; exact policy).");
-  for (int i = 0; i < ws.size(); ++i)
-    out += fmt::format("ember_router:worker_kv_active_blocks{{worker=\"{}\"}} {}\n", label(ws.at(i).url),
-                       ws.at(i).kv.active_blocks());
-  head(&out, "ember_router:worker_kv_events_total", "counter", "Prefix-cache events (stored, evicted) received from the worker.");
-  for (int i = 0; i < ws.size(); ++i)
-    out += fmt::format("ember_router:worker_kv_events_total{{worker=\"{}\"}} {}\n", label(ws.at(i).url),
-                       ws.at(i).kv.n_events());
-  head(&out, "ember_router:worker_kv_snapshots_total", "counter",
-       "Whole snapshots of the worker's prefix cache received (first poll, restart, or too far behind).");
-  for (int i = 0; i < ws.size(); ++i)
-    out += fmt::format("ember_router:worker_kv_snapshots_total{{worker=\"{}\"}} {}\n", label(ws.at(i).url),
-                       ws.at(i).kv.n_resets());
-  head(&out, "ember_router:worker_kv_poll_errors_total", "counter", "Failed polls of the worker's GET /kv_events.");
-  for (int i = 0; i < ws.size(); ++i)
-    out += fmt::format("ember_router:worker_kv_poll_errors_total{{worker=\"{}\"}} {}\n", label(ws.at(i).url),
-                       ws.at(i).kv_poll_errors.load());
+  // One line per worker: name{worker="url"} value.
+  auto per_worker = [&](const char* name, const char* type, const char* help, auto value) {
+    head(&out, name, type, help);
+    for (int i = 0; i < ws.size(); ++i)
+      out += fmt::format("{}{{worker=\"{}\"}} {}\n", name, label(ws.at(i).url), value(ws.at(i)));
+  };
+  per_worker("ember_router:worker_kv_publishing", "gauge",
+             "1 while the worker publishes its prefix cache (GET /kv_events answers; exact policy).",
+             [](const Worker& w) { return w.kv.publishing() ? 1 : 0; });
+  per_worker("ember_router:worker_kv_cached_blocks", "gauge", "Block hashes the worker's prefix cache holds, as published.",
+             [](const Worker& w) { return w.kv.n_published(); });
+  per_worker("ember_router:worker_kv_active_blocks", "gauge",
+             "Blocks of the requests in flight on the worker (distinct prompt blocks plus one per request; exact policy).",
+             [](const Worker& w) { return w.kv.active_blocks(); });
+  per_worker("ember_router:worker_kv_events_total", "counter",
+             "Prefix-cache events (stored, evicted) received from the worker.",
+             [](const Worker& w) { return w.kv.n_events(); });
+  per_worker("ember_router:worker_kv_snapshots_total", "counter",
+             "Whole snapshots of the worker's prefix cache received (first poll, restart, or too far behind).",
+             [](const Worker& w) { return w.kv.n_resets(); });
+  per_worker("ember_router:worker_kv_poll_errors_total", "counter", "Failed polls of the worker's GET /kv_events.",
+             [](const Worker& w) { return w.kv_poll_errors.load(); });
   std::lock_guard<std::mutex> lk(mu_);
   head(&out, "ember_router:requests_routed_total", "counter",
        "Routing decisions by reason (affinity, load, round_robin, random, exact).");
