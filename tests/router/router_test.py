@@ -22,8 +22,10 @@ loopback (the default model, one thread each, small KV caches):
 - shutdown_cancels: past --shutdown-timeout a stream still going ends with
   an error event and [DONE];
 - no_worker: with every worker down, a request gets 503 in OpenAI's shape;
-- serve_data_parallel: `ember serve --data-parallel-size 2` serves, starts a
-  killed worker again on its port, and stops its workers on SIGTERM.
+- serve_data_parallel: `ember serve --data-parallel-size 2 --router-policy
+  exact --api-key K` serves, routes exactly (the router has the workers'
+  key), starts a killed worker again on its port (which publishes again, a
+  new epoch), and stops its workers on SIGTERM.
 
 Usage: router_test.py --ember build/ember [--model M] [--only NAME]
 Exit: 0 passed, 1 failed, 77 skipped (no model file).
@@ -286,15 +288,28 @@ def main():
 
     def serve_data_parallel():
         # ember serve --data-parallel-size 2: two workers and the router in
-        # one command; a worker that dies is started again on its port.
+        # one command; a worker that dies is started again on its port. With
+        # --router-policy exact and --api-key the router reads the workers'
+        # /kv_events with their key, also from the restarted worker (a new epoch).
         import subprocess
         dp = ru.Proc([E, "serve", "-m", M, "--data-parallel-size", "2", "--port", "0", "-t", "2",
-                      "--kv-cache-memory", "64M", "--disable-log-requests"], os.path.join(tmp, "dp.log"))
-        status, j = ru.post_json(dp, "/v1/completions", {"prompt": "Hello", "max_tokens": 2, "temperature": 0})
+                      "--kv-cache-memory", "64M", "--disable-log-requests", "--router-policy", "exact",
+                      "--api-key", "dpkey"], os.path.join(tmp, "dp.log"))
+
+        def post(body):
+            status, _, data = ru.request(dp.host, dp.port, "POST", "/v1/completions", body,
+                                         headers={"Authorization": "Bearer dpkey"})
+            return status, data
+
+        def publishing(m):
+            return sum(1 for k, v in m.items() if k.startswith("ember_router:worker_kv_publishing") and v == 1)
+
+        status, j = post({"prompt": "Hello", "max_tokens": 2, "temperature": 0})
         assert status == 200, (status, j)
         m = ru.metrics(dp)
         healthy = [k for k, v in m.items() if k.startswith("ember_router:worker_healthy") and v == 1]
         assert len(healthy) == 2, m
+        assert publishing(m) == 2, m
         kids = subprocess.run(["pgrep", "-P", str(dp.pid)], capture_output=True, text=True).stdout.split()
         assert len(kids) == 2, kids
         os.kill(int(kids[0]), 9)
@@ -305,13 +320,15 @@ def main():
             now = subprocess.run(["pgrep", "-P", str(dp.pid)], capture_output=True, text=True).stdout.split()
             m = ru.metrics(dp)
             up = sum(1 for k, v in m.items() if k.startswith("ember_router:worker_healthy") and v == 1)
-            if len(now) == 2 and kids[0] not in now and up == 2:
+            if len(now) == 2 and kids[0] not in now and up == 2 and publishing(m) == 2:
                 back = True
                 break
         assert back, (now, m)
         for _ in range(4):
-            status, j = ru.post_json(dp, "/v1/completions", {"prompt": "Again", "max_tokens": 2})
+            status, j = post({"prompt": "Again", "max_tokens": 2})
             assert status == 200, (status, j)
+        m = ru.metrics(dp)
+        assert m['ember_router:requests_routed_total{reason="exact"}'] == 5, m
         assert dp.stop(60) == 0
         left = subprocess.run(["pgrep", "-P", str(dp.pid)], capture_output=True, text=True).stdout.split()
         assert not left, left
