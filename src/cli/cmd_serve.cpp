@@ -147,6 +147,8 @@ int cmd_serve(int argc, char** argv, int first) {
       return usage_error(p, fmt::format("--chat-template: {}", t.status().message()));
   }
   if (data_parallel < 1 || data_parallel > 256) return usage_error(p, "--data-parallel-size must be in [1, 256]");
+  if (data_parallel == 1 && router_policy != "cache_aware")
+    return usage_error(p, "--router-policy is the router's, which only --data-parallel-size K > 1 starts");
   if (data_parallel > 1) {
     DataParallelFront front;
     front.data_parallel_size = data_parallel;
