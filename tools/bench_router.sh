@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Data parallelism behind `ember router`: cache-aware against random routing
-# on requests that share long prefixes (the issue's DP=2 benchmark). For
-# each policy, alternating, ROUNDS times: two fresh `ember serve` workers
+# Data parallelism behind `ember router`: exact (published block hashes),
+# cache-aware and random routing on requests that share long prefixes (the
+# issue's DP=2 benchmark). For each policy of POLICIES (default "random
+# cache_aware exact"; NAME:ARGS adds router flags, commas for spaces, e.g.
+# exact:--overlap-weight,4), alternating, ROUNDS times: two fresh `ember serve` workers
 # (one thread each, KV cache WORKER_KV), the router in front, then
 # `ember bench serve` with a dataset of N_PREFIX prefixes (~PREFIX_WORDS
 # words each, shuffled order) plus a short question each, at concurrency
@@ -12,7 +14,7 @@ set -euo pipefail
 EMBER="$(realpath "${1:?usage: bench_router.sh path/to/ember [ROUNDS]}")"
 ROUNDS="${2:-1}"
 N_PREFIX="${N_PREFIX:-24}" PREFIX_WORDS="${PREFIX_WORDS:-280}" N_REQ="${N_REQ:-100}" CONC="${CONC:-32}"
-WORKER_KV="${WORKER_KV:-64M}" OUT_LEN="${OUT_LEN:-16}"
+WORKER_KV="${WORKER_KV:-64M}" OUT_LEN="${OUT_LEN:-16}" POLICIES="${POLICIES:-random cache_aware exact}"
 MODEL="${MODEL:-$(dirname "$0")/../models/gemma-3-270m-q4_k_m.gguf}"
 tmp=$(mktemp -d)
 pids=()
@@ -47,14 +49,16 @@ metric_sum() {  # name urls...
 }
 echo "# $(date -u +%F) $(nproc) cores; model $(basename "$MODEL"); $N_REQ requests over $N_PREFIX prefixes of ~$PREFIX_WORDS words, output $OUT_LEN, concurrency $CONC, 2 workers x 1 thread, KV $WORKER_KV each"
 for round in $(seq "$ROUNDS"); do
-  for policy in random cache_aware; do
+  for entry in $POLICIES; do
+    policy="${entry%%:*}" extra=()
+    [[ "$entry" == *:* ]] && IFS=',' read -r -a extra <<<"${entry#*:}"
     urls=()
     for k in 0 1; do
       "$EMBER" serve -m "$MODEL" --port 0 -t 1 --kv-cache-memory "$WORKER_KV" --disable-log-requests >"$tmp/w$k.out" 2>"$tmp/w$k.err" &
       pids+=($!)
     done
     for k in 0 1; do urls+=("$(wait_url "$tmp/w$k.out")"); done
-    "$EMBER" router --port 0 --policy "$policy" --seed 3 --workers "${urls[0]},${urls[1]}" >"$tmp/r.out" 2>"$tmp/r.err" &
+    "$EMBER" router --port 0 --policy "$policy" "${extra[@]}" --seed 3 --workers "${urls[0]},${urls[1]}" >"$tmp/r.out" 2>"$tmp/r.err" &
     rpid=$!
     pids+=($rpid)
     rurl=$(wait_url "$tmp/r.out")
@@ -62,12 +66,12 @@ for round in $(seq "$ROUNDS"); do
       --num-warmups 0 --json "$tmp/b.json" >"$tmp/b.txt" 2>&1
     hits=$(metric_sum ember:prefix_cache_hits_total "${urls[@]}")
     queries=$(metric_sum ember:prefix_cache_queries_total "${urls[@]}")
-    python3 - "$tmp/b.json" "$policy" "$round" "$hits" "$queries" <<'PY'
+    python3 - "$tmp/b.json" "$entry" "$round" "$hits" "$queries" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 s = j["summary"]
 pol, rnd, hits, q = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
-print(f"{pol:12s} round {rnd}: hit rate {hits / q if q else 0:.3f}  "
+print(f"{pol:26s} round {rnd}: hit rate {hits / q if q else 0:.3f}  "
       f"TTFT median {s['ttft_ms']['median']:.0f} ms p90 {s['ttft_ms']['p90']:.0f} ms  "
       f"output {s['output_throughput']:.1f} tok/s  requests {s['request_throughput']:.2f}/s  "
       f"duration {s['duration_s']:.1f} s  completed {s['completed']} failed {s['failed']}")

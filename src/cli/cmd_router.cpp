@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <mutex>
 #include <cstdio>
 #include <cstring>
@@ -40,7 +41,7 @@ struct RouterOptions {
   std::string policy = "cache_aware";
   router::RoutingConfig rc;
   router::RouterConfig cfg;
-  float cache_threshold = 0.5f, balance_rel = 1.0001f;
+  float cache_threshold = 0.5f, balance_rel = 1.0001f, overlap_weight = 1, kv_poll_interval = 0.1f;
   float health_interval = 1, health_timeout = 2, connect_timeout = 5, request_timeout = 3600;
   std::string max_tree = "16M";
   int handler_threads = 4, shutdown_timeout = 30;
@@ -52,7 +53,14 @@ struct RouterOptions {
 void add_router_options(ArgParser& p, RouterOptions* o) {
   p.option("--policy", &o->policy, "NAME",
            "cache_aware (default: the worker whose recent prompts share the longest prefix, above --cache-threshold; "
-           "else the least loaded), least_loaded, round_robin or random");
+           "else the least loaded), exact (the worker with the fewest uncached prompt blocks plus active blocks, from the "
+           "block hashes the workers publish at /kv_events), least_loaded, round_robin or random");
+  p.option("--overlap-weight", &o->overlap_weight, "F",
+           "exact: weight of the blocks to prefill against the active blocks in the cost (default 1)");
+  p.option("--kv-poll-interval", &o->kv_poll_interval, "S",
+           "exact: seconds between polls of each worker's /kv_events (default 0.1)");
+  p.option("--worker-api-key", &o->rc.worker_api_key, "KEY",
+           "the workers' --api-key, for the router's own calls to them (/kv_events; default: $EMBER_API_KEY)");
   p.option("--cache-threshold", &o->cache_threshold, "F", "cache_aware: share of the prompt that must match (default 0.5)");
   p.option("--balance-abs-threshold", &o->rc.balance_abs_threshold, "N",
            "cache_aware: route by load alone while the in-flight counts differ by more than N (default 32) ...");
@@ -82,6 +90,13 @@ Status check_router_options(RouterOptions* o) {
   if (!parse_bytes(o->max_tree, &o->rc.max_tree_bytes) || o->rc.max_tree_bytes < 1024)
     return Status::errorf("--max-tree-bytes expects a size of at least 1K, got '{}'", o->max_tree);
   o->rc.seed = o->seed;
+  if (!(o->overlap_weight >= 0 && o->overlap_weight <= 1000)) return Status::error("--overlap-weight must be in [0, 1000]");
+  o->rc.overlap_weight = o->overlap_weight;
+  if (!(o->kv_poll_interval >= 0.001 && o->kv_poll_interval <= 3600))
+    return Status::error("--kv-poll-interval must be in [0.001, 3600]");
+  o->rc.kv_poll_interval_s = o->kv_poll_interval;
+  if (o->rc.worker_api_key.empty())
+    if (const char* k = std::getenv("EMBER_API_KEY")) o->rc.worker_api_key = k;
   if (!(o->health_interval > 0 && o->health_interval <= 3600)) return Status::error("--health-interval must be in (0, 3600]");
   if (!(o->health_timeout > 0 && o->health_timeout <= 600)) return Status::error("--health-timeout must be in (0, 600]");
   if (o->cfg.max_attempts < 1 || o->cfg.max_attempts > 16) return Status::error("--max-attempts must be in [1, 16]");
@@ -132,6 +147,10 @@ int run_router(const std::vector<std::string>& urls, RouterOptions& o, sigset_t*
     }
   }
   (*ws)->start_health_checks(o.health_interval, o.health_timeout, log_line);
+  if (o.rc.policy == router::RoutingPolicy::kExact) {
+    (*ws)->poll_kv_once(o.health_timeout);
+    (*ws)->start_kv_polling(o.health_timeout);
+  }
   o.cfg.log = log_line;
   router::Router rt(**ws, o.cfg);
   o.hc.host = o.host;
@@ -292,7 +311,7 @@ int serve_data_parallel(int argc, char** argv, int first, const DataParallelFron
   // address, data parallelism, threads, connection limits.
   static const char* kFront[] = {"--data-parallel-size", "--host", "--port", "-t", "--threads", "--max-connections",
                                  "--max-connections-per-client", "--idle-timeout", "--request-timeout",
-                                 "--shutdown-timeout"};
+                                 "--shutdown-timeout", "--router-policy"};
   std::vector<std::string> wargs{"ember", "serve"};
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
@@ -318,6 +337,8 @@ int serve_data_parallel(int argc, char** argv, int first, const DataParallelFron
   RouterOptions o;
   o.host = front.host;
   o.port = front.port;
+  o.policy = front.policy;
+  o.rc.worker_api_key = front.api_key;
   o.shutdown_timeout = front.shutdown_timeout;
   if (Status st = check_router_options(&o); !st) {
     std::fprintf(stderr, "ember serve: %s\n", st.message().c_str());

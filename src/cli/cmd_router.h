@@ -23,6 +23,8 @@ struct DataParallelFront {
   int port = 8080;
   int threads = 1;           // all workers together
   int shutdown_timeout = 30;
+  std::string policy = "cache_aware";  // the router's
+  std::string api_key;                 // the workers' (the router's own calls to them)
   HttpServerConfig http;     // connection limits and deadlines (checked)
 };
 

@@ -39,6 +39,7 @@ int cmd_serve(int argc, char** argv, int first) {
   HttpServerConfig hc;
   float idle_timeout_s = 30, request_timeout_s = 10;
   int data_parallel = 1;
+  std::string router_policy = "cache_aware";
   std::string batching = "continuous";
   float batch_window_ms = 50;
   int64_t max_model_len = 0, max_body = int64_t{8} << 20;
@@ -75,6 +76,9 @@ int cmd_serve(int argc, char** argv, int first) {
   p.option("--data-parallel-size", &data_parallel, "K",
            "run K engine processes (each with threads/K compute threads) behind a prefix-aware router on "
            "--host:--port (default 1); see ember router");
+  p.option("--router-policy", &router_policy, "NAME",
+           "with --data-parallel-size: the router's policy (default cache_aware; exact routes by the workers' "
+           "published prefix caches; see ember router --policy)");
   p.option("--shutdown-timeout", &shutdown_timeout, "S", "seconds in-flight requests get to finish on SIGTERM (default 30)");
   p.option("--allowed-origins", &origins, "LIST",
            "comma-separated browser origins allowed to call the API (CORS), or * for any (default: none)");
@@ -151,9 +155,13 @@ int cmd_serve(int argc, char** argv, int first) {
   if (data_parallel < 1 || data_parallel > 256) return usage_error(p, "--data-parallel-size must be in [1, 256]");
   if (data_parallel > 1 && par_opts.enabled())
     return usage_error(p, "--data-parallel-size with tensor or pipeline parallelism is not supported yet");
+  if (data_parallel == 1 && router_policy != "cache_aware")
+    return usage_error(p, "--router-policy is the router's, which only --data-parallel-size K > 1 starts");
   if (data_parallel > 1) {
     DataParallelFront front;
     front.data_parallel_size = data_parallel;
+    front.policy = router_policy;
+    front.api_key = api_key.empty() && std::getenv("EMBER_API_KEY") ? std::getenv("EMBER_API_KEY") : api_key;
     front.host = host;
     front.port = port;
     front.threads = threads;
@@ -240,6 +248,9 @@ int cmd_serve(int argc, char** argv, int first) {
     if (served_name.empty()) served_name = "ember";
   }
 
+  // The prefix cache's block hashes for a router (GET /kv_events): a ring of
+  // the last 64K events; a reader further behind gets a snapshot.
+  if (ec.enable_prefix_caching) ec.kv_events = std::make_shared<KvEventLog>(ec.block_size, size_t{1} << 16);
   ThreadPool pool(threads);
   ParallelRunner* par_runner = nullptr;  // owned by the engine
   auto engine = [&]() -> Result<std::unique_ptr<AsyncEngine>> {
@@ -267,6 +278,7 @@ int cmd_serve(int argc, char** argv, int first) {
   sc.reasoning_budget = reasoning_budget;
   sc.reasoning_budget_min = reasoning_budget_min;
   sc.reasoning_budget_message = budget_message;
+  sc.kv_events = ec.kv_events;
   for (size_t b = 0; b < origins.size();) {
     size_t e = origins.find(',', b);
     if (e == std::string::npos) e = origins.size();

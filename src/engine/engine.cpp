@@ -89,6 +89,7 @@ Result<std::unique_ptr<Engine>> Engine::build(std::unique_ptr<ModelRunner> runne
       cfg.preempt_swap && e->page_bytes_ > 0 ? static_cast<int64_t>(cfg.swap_space_bytes / e->page_bytes_) : 0;
   e->kv_ = std::make_unique<KvCacheManager>(layout, cfg.block_size, n_blocks.value(), cfg.enable_prefix_caching,
                                             n_swap_pages);
+  e->kv_->set_event_log(cfg.kv_events.get());
   SchedulerConfig sc;
   sc.max_num_batched_tokens = cfg.max_num_batched_tokens;
   sc.max_num_seqs = cfg.max_num_seqs;

@@ -68,6 +68,9 @@ struct EngineConfig {
   BatchingPolicy batching = BatchingPolicy::kContinuous;
   double batch_window_s = 0.05;
   SpecConfig spec;
+  // Where the prefix cache publishes its block hashes (kv_events.h; for
+  // `ember router --policy exact`); nullptr: not published.
+  std::shared_ptr<KvEventLog> kv_events;
 };
 
 struct RequestParams {

@@ -95,6 +95,36 @@ bool is_preamble(const std::string& data) {
   return true;
 }
 
+// The /tokenize body that gives the token ids a generation request's prompt
+// becomes on the worker (a chat: the request itself, rendered by the
+// worker's template; a completion: its prompt, with BOS as the worker adds
+// it), or the ids themselves for a prompt of token ids. A batch: its first
+// prompt. False: nothing to tokenize.
+bool tokenize_body(const json& body, bool chat, std::string* out, std::vector<int32_t>* ids) {
+  if (!body.is_object()) return false;
+  if (chat) {
+    if (!body.contains("messages")) return false;
+    *out = body.dump();
+    return true;
+  }
+  auto it = body.find("prompt");
+  if (it == body.end()) return false;
+  const json* p = &*it;
+  if (p->is_array() && !p->empty() && (p->at(0).is_string() || p->at(0).is_array())) p = &p->at(0);
+  if (p->is_string()) {
+    *out = json{{"prompt", *p}}.dump();
+    return true;
+  }
+  if (p->is_array() && !p->empty()) {
+    for (const json& t : *p) {
+      if (!t.is_number_integer()) return false;
+      ids->push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return true;
+  }
+  return false;
+}
+
 std::string error_event(const std::string& msg) {
   json j = {{"error", {{"message", msg}, {"type", "server_error"}, {"param", nullptr}, {"code", 502}}}};
   return "data: " + j.dump() + "\n\ndata: [DONE]\n\n";
@@ -171,13 +201,26 @@ void Router::proxy(HttpRequest req, std::shared_ptr<HttpResponse> resp, std::sha
   const bool gen = is_generation(req);
   std::string key;
   bool want_stream = false;
+  std::vector<int32_t> tokens;  // exact policy: the prompt as the worker tokenizes it
   if (gen) {
     json body = json::parse(req.body, nullptr, false);
     if (!body.is_discarded()) {
-      key = routing_key(body, req.path == "/v1/chat/completions");
+      const bool chat = req.path == "/v1/chat/completions";
+      key = routing_key(body, chat);
       if (body.is_object()) {
         auto it = body.find("stream");
         want_stream = it != body.end() && it->is_boolean() && it->get<bool>();
+      }
+      std::string tb;
+      if (workers_.config().policy == RoutingPolicy::kExact && tokenize_body(body, chat, &tb, &tokens) && !tb.empty()) {
+        auto ids = workers_.tokenize(tb, req.header("authorization"), act->efd);
+        if (ids) {
+          tokens = std::move(*ids);
+        } else {
+          // The request itself will get the worker's answer (e.g. its 400).
+          metrics_.observe_tokenize_failure();
+          if (cfg_.log && !act->cancelled.load()) cfg_.log(fmt::format("exact routing: {}", ids.status().message()));
+        }
       }
     }
   }
@@ -201,12 +244,16 @@ void Router::proxy(HttpRequest req, std::shared_ptr<HttpResponse> resp, std::sha
   for (int attempt = 0; attempt < cfg_.max_attempts && !done && !act->cancelled.load(); ++attempt) {
     RouteDecision d;
     if (gen) {
-      d = workers_.choose(key, tried);
+      d = workers_.config().policy == RoutingPolicy::kExact ? workers_.choose_exact(tokens, key, tried)
+                                                            : workers_.choose(key, tried);
     } else {
       d.worker = workers_.least_loaded(tried);
     }
     if (d.worker < 0) break;
-    if (attempt == 0 && gen) metrics_.observe_route(d.reason, key.size(), d.matched);
+    if (attempt == 0 && gen) {
+      metrics_.observe_route(d.reason, key.size(), d.matched);
+      if (workers_.config().policy == RoutingPolicy::kExact) metrics_.observe_exact(d);
+    }
     if (attempt > 0) metrics_.observe_retry();
     tried.push_back(d.worker);
     Worker& w = workers_.at(d.worker);
@@ -258,6 +305,7 @@ void Router::proxy(HttpRequest req, std::shared_ptr<HttpResponse> resp, std::sha
     };
     auto r = http_request(creq, on_body);
     w.in_flight.fetch_sub(1);
+    workers_.end_request(d);
     if (act->cancelled.load() || resp->closed()) break;  // the client left, or the router is shutting down
     if (r && sse) {
       parser.finish(&events);

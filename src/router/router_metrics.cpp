@@ -40,6 +40,22 @@ void RouterMetrics::observe_route(RouteReason reason, size_t key_bytes, size_t m
   }
 }
 
+void RouterMetrics::observe_exact(const RouteDecision& d) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (d.reason != RouteReason::kExact) {
+    ++exact_fallbacks_;
+    return;
+  }
+  ++exact_;
+  prompt_blocks_ += static_cast<double>(d.prompt_blocks);
+  cached_blocks_ += static_cast<double>(d.cached_blocks);
+}
+
+void RouterMetrics::observe_tokenize_failure() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++tokenize_failures_;
+}
+
 void RouterMetrics::observe_retry() {
   std::lock_guard<std::mutex> lk(mu_);
   ++retries_;
@@ -90,9 +106,32 @@ std::string RouterMetrics::render(const WorkerSet& ws) const {
     }
     out += fmt::format("ember_router:worker_tree_bytes{{worker=\"{}\"}} {}\n", label(w.url), b);
   }
+  // One line per worker: name{worker="url"} value.
+  auto per_worker = [&](const char* name, const char* type, const char* help, auto value) {
+    head(&out, name, type, help);
+    for (int i = 0; i < ws.size(); ++i)
+      out += fmt::format("{}{{worker=\"{}\"}} {}\n", name, label(ws.at(i).url), value(ws.at(i)));
+  };
+  per_worker("ember_router:worker_kv_publishing", "gauge",
+             "1 while the worker publishes its prefix cache (GET /kv_events answers; exact policy).",
+             [](const Worker& w) { return w.kv.publishing() ? 1 : 0; });
+  per_worker("ember_router:worker_kv_cached_blocks", "gauge", "Block hashes the worker's prefix cache holds, as published.",
+             [](const Worker& w) { return w.kv.n_published(); });
+  per_worker("ember_router:worker_kv_active_blocks", "gauge",
+             "Blocks of the requests in flight on the worker (distinct prompt blocks plus one per request; exact policy).",
+             [](const Worker& w) { return w.kv.active_blocks(); });
+  per_worker("ember_router:worker_kv_events_total", "counter",
+             "Prefix-cache events (stored, evicted) received from the worker.",
+             [](const Worker& w) { return w.kv.n_events(); });
+  per_worker("ember_router:worker_kv_snapshots_total", "counter",
+             "Whole snapshots of the worker's prefix cache received (first poll, restart, or too far behind).",
+             [](const Worker& w) { return w.kv.n_resets(); });
+  per_worker("ember_router:worker_kv_poll_errors_total", "counter", "Failed polls of the worker's GET /kv_events.",
+             [](const Worker& w) { return w.kv_poll_errors.load(); });
   std::lock_guard<std::mutex> lk(mu_);
-  head(&out, "ember_router:requests_routed_total", "counter", "Routing decisions by reason (affinity, load, round_robin, random).");
-  for (const char* r : {"affinity", "load", "round_robin", "random"}) {
+  head(&out, "ember_router:requests_routed_total", "counter",
+       "Routing decisions by reason (affinity, load, round_robin, random, exact).");
+  for (const char* r : {"affinity", "load", "round_robin", "random", "exact"}) {
     auto it = routed_.find(r);
     out += fmt::format("ember_router:requests_routed_total{{reason=\"{}\"}} {}\n", r, it == routed_.end() ? 0 : it->second);
   }
@@ -102,6 +141,14 @@ std::string RouterMetrics::render(const WorkerSet& ws) const {
   head(&out, "ember_router:prefix_match_ratio", "gauge",
        "Prompt bytes the chosen worker's tree matched, over all prompt bytes routed (0..1).");
   out += fmt::format("ember_router:prefix_match_ratio {}\n", key_bytes_ > 0 ? matched_bytes_ / key_bytes_ : 0.0);
+  head(&out, "ember_router:exact_cached_block_ratio", "gauge",
+       "Exact policy: prompt blocks the chosen worker held (published or in flight), over all prompt blocks routed (0..1).");
+  out += fmt::format("ember_router:exact_cached_block_ratio {}\n", prompt_blocks_ > 0 ? cached_blocks_ / prompt_blocks_ : 0.0);
+  head(&out, "ember_router:exact_fallbacks_total", "counter",
+       "Exact policy: requests routed by cache_aware instead (no token ids, or no worker publishes).");
+  out += fmt::format("ember_router:exact_fallbacks_total {}\n", exact_fallbacks_);
+  head(&out, "ember_router:tokenize_failures_total", "counter", "Exact policy: prompts no worker's /tokenize could tokenize.");
+  out += fmt::format("ember_router:tokenize_failures_total {}\n", tokenize_failures_);
   head(&out, "ember_router:retries_total", "counter", "Requests sent again to another worker after a failure before any byte reached the client.");
   out += fmt::format("ember_router:retries_total {}\n", retries_);
   head(&out, "ember_router:stream_errors_total", "counter", "Streams that broke after events were sent (the client got an error event).");

@@ -15,15 +15,16 @@ const char* routing_policy_name(RoutingPolicy p) {
     case RoutingPolicy::kLeastLoaded: return "least_loaded";
     case RoutingPolicy::kRoundRobin: return "round_robin";
     case RoutingPolicy::kRandom: return "random";
+    case RoutingPolicy::kExact: return "exact";
   }
   return "?";
 }
 
 Result<RoutingPolicy> parse_routing_policy(const std::string& s) {
   for (RoutingPolicy p : {RoutingPolicy::kCacheAware, RoutingPolicy::kLeastLoaded, RoutingPolicy::kRoundRobin,
-                          RoutingPolicy::kRandom})
+                          RoutingPolicy::kRandom, RoutingPolicy::kExact})
     if (s == routing_policy_name(p)) return p;
-  return Status::errorf("unknown routing policy '{}' (cache_aware, least_loaded, round_robin, random)", s);
+  return Status::errorf("unknown routing policy '{}' (cache_aware, exact, least_loaded, round_robin, random)", s);
 }
 
 const char* route_reason_name(RouteReason r) {
@@ -32,6 +33,7 @@ const char* route_reason_name(RouteReason r) {
     case RouteReason::kLoad: return "load";
     case RouteReason::kRoundRobin: return "round_robin";
     case RouteReason::kRandom: return "random";
+    case RouteReason::kExact: return "exact";
   }
   return "?";
 }
@@ -39,6 +41,9 @@ const char* route_reason_name(RouteReason r) {
 Result<std::unique_ptr<WorkerSet>> WorkerSet::create(const std::vector<std::string>& urls, const RoutingConfig& cfg) {
   if (urls.empty()) return Status::error("no workers");
   if (!(cfg.cache_threshold >= 0 && cfg.cache_threshold <= 1)) return Status::error("cache threshold must be in [0, 1]");
+  if (!(cfg.overlap_weight >= 0 && cfg.overlap_weight <= 1000)) return Status::error("overlap weight must be in [0, 1000]");
+  if (!(cfg.kv_poll_interval_s > 0 && cfg.kv_poll_interval_s <= 3600))
+    return Status::error("KV event poll interval must be in (0, 3600] s");
   std::unique_ptr<WorkerSet> ws(new WorkerSet(cfg));
   for (const std::string& u : urls) {
     auto addr = parse_http_url(u);
@@ -107,7 +112,8 @@ RouteDecision WorkerSet::choose(const std::string& key, const std::vector<int>& 
       d.worker = least_loaded(exclude);
       d.reason = RouteReason::kLoad;
       return d;
-    case RoutingPolicy::kCacheAware: break;
+    case RoutingPolicy::kCacheAware:
+    case RoutingPolicy::kExact: break;  // exact: choose_exact falls back to cache_aware here
   }
   int min_load = std::numeric_limits<int>::max(), max_load = 0;
   for (int i : cand) {
@@ -179,8 +185,11 @@ void WorkerSet::set_health(int i, bool ok, const std::string& why) {
   if (was != ok && log) log(ok ? fmt::format("worker {} is up", w.url) : fmt::format("worker {} is down: {}", w.url, why));
   if (!ok && was) {
     // Its cache is gone or unreachable: forget what was routed there.
-    std::lock_guard<std::mutex> tl(w.tree_mu);
-    w.tree.clear();
+    {
+      std::lock_guard<std::mutex> tl(w.tree_mu);
+      w.tree.clear();
+    }
+    w.kv.clear("the worker is down");
   }
 }
 
@@ -229,6 +238,7 @@ void WorkerSet::stop() {
   }
   health_cv_.notify_all();
   if (health_.joinable()) health_.join();
+  if (kv_poll_.joinable()) kv_poll_.join();
 }
 
 }  // namespace ember::router

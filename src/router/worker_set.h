@@ -2,8 +2,9 @@
 // (a background thread asks each GET /health every interval; a failed proxy
 // connection marks a worker down at once and the next good check brings it
 // back), the router's own load figures (requests in flight per worker), the
-// approximate prefix tree of what was routed to each, and the choice of a
-// worker for a request (policy.cpp).
+// approximate prefix tree of what was routed to each, the published prefix
+// cache of each (kv_index.h; a background thread polls GET /kv_events for
+// --policy exact), and the choice of a worker for a request.
 //
 // Threading: every method may be called from any thread. Per-worker counters
 // are atomics; each tree has its own mutex; the health thread is owned and
@@ -23,6 +24,7 @@
 
 #include "bench/http_client.h"
 #include "core/status.h"
+#include "router/kv_index.h"
 #include "router/prefix_tree.h"
 
 namespace ember::router {
@@ -32,6 +34,10 @@ enum class RoutingPolicy {
   kLeastLoaded,  // fewest requests in flight
   kRoundRobin,
   kRandom,
+  // Dynamo's KV-aware cost from the block hashes workers publish: the worker
+  // with the fewest uncached prompt blocks to prefill plus active blocks
+  // (kv_index.h); cache_aware where no worker publishes.
+  kExact,
 };
 const char* routing_policy_name(RoutingPolicy p);
 Result<RoutingPolicy> parse_routing_policy(const std::string& s);
@@ -48,6 +54,10 @@ struct RoutingConfig {
   double balance_rel_threshold = 1.0001;
   size_t max_tree_bytes = size_t{16} << 20;  // per worker
   uint64_t seed = 0;                         // random policy; 0: from the clock
+  // Exact: cost = overlap_weight * blocks to prefill + active blocks.
+  double overlap_weight = 1.0;
+  double kv_poll_interval_s = 0.1;  // GET /kv_events of each worker this often
+  std::string worker_api_key;       // sent as "Bearer KEY" on the router's own calls to workers
 };
 
 struct Worker {
@@ -61,18 +71,26 @@ struct Worker {
   std::string last_error;                    // guarded by WorkerSet's mutex
   std::mutex tree_mu;
   PrefixTree tree;
+  KvIndex kv;                                // its published prefix cache (exact policy)
+  std::atomic<int64_t> kv_poll_errors{0};
+  std::atomic<bool> kv_warned{false};        // "does not publish" was logged
 
   Worker(std::string u, HttpUrl a, size_t max_tree_bytes) : url(std::move(u)), addr(std::move(a)), tree(max_tree_bytes) {}
 };
 
 // Why a worker was chosen (a metrics label).
-enum class RouteReason { kAffinity, kLoad, kRoundRobin, kRandom };
+enum class RouteReason { kAffinity, kLoad, kRoundRobin, kRandom, kExact };
 const char* route_reason_name(RouteReason r);
 
 struct RouteDecision {
   int worker = -1;  // -1: no healthy worker (outside `exclude`)
   RouteReason reason = RouteReason::kLoad;
   size_t matched = 0;  // key bytes the chosen worker's tree matched
+  // Exact policy: the prompt's full-block hashes (held as active on the
+  // chosen worker until end_request), its blocks and those cached there.
+  std::vector<uint64_t> hashes;
+  bool active = false;
+  size_t prompt_blocks = 0, cached_blocks = 0;
 };
 
 class WorkerSet {
@@ -89,6 +107,17 @@ class WorkerSet {
   // Picks a healthy worker not in `exclude` for a request with this key and
   // records the key in the chosen worker's tree.
   RouteDecision choose(const std::string& key, const std::vector<int>& exclude);
+  // Exact policy: picks the worker of least cost for a prompt of these
+  // token ids (the worker's own tokenization); cache_aware (choose) when
+  // `tokens` is empty or no candidate publishes its cache. Call
+  // end_request(d) when the attempt ends.
+  RouteDecision choose_exact(const std::vector<int32_t>& tokens, const std::string& key, const std::vector<int>& exclude);
+  void end_request(const RouteDecision& d);
+  // POSTs `body` to /tokenize of a healthy worker (round robin; another on
+  // a transport failure) with the client's Authorization header (or none);
+  // the token ids. cancel_fd as HttpClientRequest's.
+  Result<std::vector<int32_t>> tokenize(const std::string& body, const std::string* authorization, int cancel_fd);
+
   // The least loaded healthy worker (for requests without affinity), or -1.
   int least_loaded(const std::vector<int>& exclude);
 
@@ -101,6 +130,11 @@ class WorkerSet {
   void start_health_checks(double interval_s, double timeout_s, std::function<void(const std::string&)> log);
   // Runs one round of health checks now (tests; the start-up wait).
   void check_health_once(double timeout_s);
+  // Starts the thread that polls each worker's GET /kv_events every
+  // cfg.kv_poll_interval_s (exact policy).
+  void start_kv_polling(double timeout_s);
+  // One round of polls now (tests; start-up).
+  void poll_kv_once(double timeout_s);
   void stop();
 
  private:
@@ -114,7 +148,7 @@ class WorkerSet {
   size_t rr_ = 0;
   std::function<void(const std::string&)> log_;
 
-  std::thread health_;
+  std::thread health_, kv_poll_;
   std::mutex health_mu_;
   std::condition_variable health_cv_;
   bool stop_ = false;

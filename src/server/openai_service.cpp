@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 
@@ -121,7 +122,8 @@ void OpenAiService::handle(const HttpRequest& req, std::shared_ptr<HttpResponse>
   }
   const bool get = req.method == "GET" || req.method == "HEAD";
   const bool post = req.method == "POST";
-  const bool needs_key = path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+  const bool needs_key =
+      path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" || path == "/kv_events";
   if (needs_key && !authorized(req.header("authorization"), cfg_.api_key))
     return send_error(*resp, make_error(401, "Incorrect or missing API key. Send 'Authorization: Bearer KEY'.",
                                         "invalid_request_error", "invalid_api_key"));
@@ -143,6 +145,10 @@ void OpenAiService::handle(const HttpRequest& req, std::shared_ptr<HttpResponse>
   if (path == "/tokenize" || path == "/detokenize") {
     if (!post) return method_not_allowed("POST");
     return path == "/tokenize" ? handle_tokenize(req, *resp) : handle_detokenize(req, *resp);
+  }
+  if (path == "/kv_events") {
+    if (!get) return method_not_allowed("GET");
+    return handle_kv_events(req, *resp);
   }
   if (path == "/health") {
     if (!get) return method_not_allowed("GET");
@@ -328,6 +334,53 @@ void OpenAiService::handle_tokenize(const HttpRequest& req, HttpResponse& resp) 
     out["token_strs"] = std::move(strs);
   }
   send_json(resp, 200, out);
+}
+
+// GET /kv_events?epoch=E&since=S&limit=N: the prefix cache's block hashes
+// stored and evicted after sequence number S of log E (kv_events.h), at most
+// N (default and cap 65536) events; a reader that is new (no epoch), of
+// another epoch or too far behind gets {"reset": true, "hashes": [every
+// cached hash]}. Hashes are BlockManager::chain_hash values (unsigned 64-bit).
+void OpenAiService::handle_kv_events(const HttpRequest& req, HttpResponse& resp) {
+  if (!cfg_.kv_events)
+    return send_error(resp, make_error(404, "this server does not publish its prefix cache (prefix caching is off)",
+                                       "invalid_request_error", "not_found"));
+  uint64_t epoch = 0, since = 0, limit = 65536;
+  for (size_t b = 0; b < req.query.size();) {
+    size_t e = req.query.find('&', b);
+    if (e == std::string::npos) e = req.query.size();
+    const std::string kv = req.query.substr(b, e - b);
+    b = e + 1;
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    uint64_t* dst = k == "epoch" ? &epoch : k == "since" ? &since : k == "limit" ? &limit : nullptr;
+    if (!dst) continue;
+    uint64_t x = 0;
+    bool ok = !v.empty() && v.size() <= 20;
+    for (char c : v) {
+      ok &= c >= '0' && c <= '9';
+      if (ok) x = x * 10 + static_cast<uint64_t>(c - '0');
+    }
+    if (!ok) return send_error(resp, bad_request(fmt::format("'{}' must be an unsigned integer", k), k));
+    *dst = x;
+  }
+  limit = std::clamp<uint64_t>(limit, 1, 65536);
+  send_json(resp, 200, kv_events_json(cfg_.kv_events->since(epoch, since, static_cast<size_t>(limit)),
+                                      cfg_.kv_events->block_size()));
+}
+
+json kv_events_json(const KvEventLog::Delta& d, int block_size) {
+  json out = {{"epoch", d.epoch}, {"seq", d.seq}, {"block_size", block_size}, {"reset", d.reset}, {"more", d.more}};
+  if (d.reset) {
+    out["hashes"] = d.snapshot;
+  } else {
+    // [[1, hash] stored, [0, hash] evicted], in order.
+    json ev = json::array();
+    for (const auto& e : d.events) ev.push_back(json::array({e.stored ? 1 : 0, e.hash}));
+    out["events"] = std::move(ev);
+  }
+  return out;
 }
 
 void OpenAiService::handle_detokenize(const HttpRequest& req, HttpResponse& resp) {

@@ -1,6 +1,6 @@
 // The OpenAI-compatible API of `ember serve`: routes HTTP requests
 // (/v1/chat/completions, /v1/completions, /v1/models, /tokenize,
-// /detokenize, /health, /metrics, and the chat page at /), checks the API
+// /detokenize, /kv_events, /health, /metrics, and the chat page at /), checks the API
 // key in constant time, validates and tokenizes requests on the HTTP
 // handler threads, and hands generation to the AsyncEngine through
 // GenerationJob. Plugs into HttpServer as its handler.
@@ -48,7 +48,13 @@ struct ServiceConfig {
   int64_t reasoning_budget = -1;
   int64_t reasoning_budget_min = 0;
   std::string reasoning_budget_message;
+  // The prefix cache's published block hashes, served at GET /kv_events
+  // (for `ember router --policy exact`); nullptr: 404 there.
+  std::shared_ptr<const KvEventLog> kv_events;
 };
+
+// The JSON of a GET /kv_events answer (see handle_kv_events).
+nlohmann::json kv_events_json(const KvEventLog::Delta& d, int block_size);
 
 class OpenAiService {
  public:
@@ -73,6 +79,7 @@ class OpenAiService {
   void handle_models(const HttpRequest& req, HttpResponse& resp);
   void handle_tokenize(const HttpRequest& req, HttpResponse& resp);
   void handle_detokenize(const HttpRequest& req, HttpResponse& resp);
+  void handle_kv_events(const HttpRequest& req, HttpResponse& resp);
   // Chat requests (openai_chat.cpp): the tool format and constraint, the
   // template variables, the rendered and tokenized prompt.
   bool prepare_chat(GenerationRequest& r, JobPrompt* prompt, ApiError* err);

@@ -7,7 +7,13 @@ loopback (the default model, one thread each, small KV caches):
 - hit_rate: requests sharing a few long prefixes (cyclic order, more prefix
   text than one worker's KV cache holds): the workers' prefix-cache hit rate
   (read from their /metrics) with cache-aware routing is at least twice
-  that of random routing;
+  that of random routing, and with exact routing (--policy exact, from the
+  block hashes the workers publish) at least that of cache-aware routing;
+- exact_hashes: a worker's GET /kv_events (authenticated with --api-key)
+  publishes, for a prompt it served, the chain hashes of its full blocks as
+  computed here independently (a Python twin of BlockManager::chain_hash over
+  the worker's /tokenize ids); the exact router routes by them and falls back
+  to cache-aware routing when it lacks the workers' key;
 - worker_killed: a worker is killed (SIGKILL) while requests stream from it
   and others wait in its queue: every request that had not started
   streaming completes on the other worker, the rest end with an error event
@@ -16,14 +22,17 @@ loopback (the default model, one thread each, small KV caches):
 - shutdown_cancels: past --shutdown-timeout a stream still going ends with
   an error event and [DONE];
 - no_worker: with every worker down, a request gets 503 in OpenAI's shape;
-- serve_data_parallel: `ember serve --data-parallel-size 2` serves, starts a
-  killed worker again on its port, and stops its workers on SIGTERM.
+- serve_data_parallel: `ember serve --data-parallel-size 2 --router-policy
+  exact --api-key K` serves, routes exactly (the router has the workers'
+  key), starts a killed worker again on its port (which publishes again, a
+  new epoch), and stops its workers on SIGTERM.
 
 Usage: router_test.py --ember build/ember [--model M] [--only NAME]
 Exit: 0 passed, 1 failed, 77 skipped (no model file).
 """
 
 import argparse
+import json
 import os
 import random
 import sys
@@ -44,6 +53,28 @@ WORDS = ("river stone garden lamp window paper cloud silver orange mountain lett
 def prefix_text(i, n_words):
     r = random.Random(1000 + i)
     return f"Document {i}. " + " ".join(r.choice(WORDS) for _ in range(n_words))
+
+
+M64 = (1 << 64) - 1
+
+
+def _mix(x):
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def chain_hashes(ids, bs):
+    """The prefix cache's key of each full block (BlockManager::chain_hash, written again)."""
+    out, parent = [], 0
+    for b in range(len(ids) // bs):
+        h = _mix(parent ^ 0x5EEDB10C)
+        for t in ids[b * bs:(b + 1) * bs]:
+            h = _mix(h ^ (t & 0xFFFFFFFF))
+        out.append(h)
+        parent = h
+    return out
 
 
 def hit_rate(workers):
@@ -108,7 +139,7 @@ def main():
         prefixes = [prefix_text(i, words) for i in range(n_prefix)]
         kv = ["--kv-cache-memory", "22M", "--max-num-seqs", "4"]
         rates = {}
-        for policy in ("random", "cache_aware"):
+        for policy in ("random", "cache_aware", "exact"):
             ws = [ru.start_worker(E, M, tmp, f"hr-{policy}-w{k}", kv) for k in range(n_workers)]
             r = ru.start_router(E, ws, tmp, f"hr-{policy}-router", ["--policy", policy, "--seed", "3"])
             t0 = time.time()
@@ -124,6 +155,9 @@ def main():
             print(f"     {policy}: prefix-cache hit rate {rate:.3f} ({hits:.0f} of {queries:.0f} prompt tokens), "
                   f"router affinity hit rate {rm['ember_router:affinity_hit_rate']:.3f}, "
                   f"{time.time() - t0:.1f} s", flush=True)
+            if policy == "exact":
+                assert rm['ember_router:requests_routed_total{reason="exact"}'] == rounds * n_prefix, rm
+                assert rm["ember_router:exact_cached_block_ratio"] >= 0.5, rm
             if policy == "cache_aware":
                 assert rm["ember_router:affinity_hit_rate"] >= 0.7, rm
                 assert rm['ember_router:requests_routed_total{reason="affinity"}'] >= rounds * n_prefix - n_prefix
@@ -131,6 +165,8 @@ def main():
             for w in ws:
                 w.stop()
         assert rates["cache_aware"] >= 2 * rates["random"], rates
+        assert rates["exact"] >= rates["cache_aware"], rates
+        assert rates["exact"] >= 2 * rates["random"], rates
         assert rates["cache_aware"] > 0.5, rates
 
     def worker_killed():
@@ -252,15 +288,28 @@ def main():
 
     def serve_data_parallel():
         # ember serve --data-parallel-size 2: two workers and the router in
-        # one command; a worker that dies is started again on its port.
+        # one command; a worker that dies is started again on its port. With
+        # --router-policy exact and --api-key the router reads the workers'
+        # /kv_events with their key, also from the restarted worker (a new epoch).
         import subprocess
         dp = ru.Proc([E, "serve", "-m", M, "--data-parallel-size", "2", "--port", "0", "-t", "2",
-                      "--kv-cache-memory", "64M", "--disable-log-requests"], os.path.join(tmp, "dp.log"))
-        status, j = ru.post_json(dp, "/v1/completions", {"prompt": "Hello", "max_tokens": 2, "temperature": 0})
+                      "--kv-cache-memory", "64M", "--disable-log-requests", "--router-policy", "exact",
+                      "--api-key", "dpkey"], os.path.join(tmp, "dp.log"))
+
+        def post(body):
+            status, _, data = ru.request(dp.host, dp.port, "POST", "/v1/completions", body,
+                                         headers={"Authorization": "Bearer dpkey"})
+            return status, data
+
+        def publishing(m):
+            return sum(1 for k, v in m.items() if k.startswith("ember_router:worker_kv_publishing") and v == 1)
+
+        status, j = post({"prompt": "Hello", "max_tokens": 2, "temperature": 0})
         assert status == 200, (status, j)
         m = ru.metrics(dp)
         healthy = [k for k, v in m.items() if k.startswith("ember_router:worker_healthy") and v == 1]
         assert len(healthy) == 2, m
+        assert publishing(m) == 2, m
         kids = subprocess.run(["pgrep", "-P", str(dp.pid)], capture_output=True, text=True).stdout.split()
         assert len(kids) == 2, kids
         os.kill(int(kids[0]), 9)
@@ -271,13 +320,15 @@ def main():
             now = subprocess.run(["pgrep", "-P", str(dp.pid)], capture_output=True, text=True).stdout.split()
             m = ru.metrics(dp)
             up = sum(1 for k, v in m.items() if k.startswith("ember_router:worker_healthy") and v == 1)
-            if len(now) == 2 and kids[0] not in now and up == 2:
+            if len(now) == 2 and kids[0] not in now and up == 2 and publishing(m) == 2:
                 back = True
                 break
         assert back, (now, m)
         for _ in range(4):
-            status, j = ru.post_json(dp, "/v1/completions", {"prompt": "Again", "max_tokens": 2})
+            status, j = post({"prompt": "Again", "max_tokens": 2})
             assert status == 200, (status, j)
+        m = ru.metrics(dp)
+        assert m['ember_router:requests_routed_total{reason="exact"}'] == 5, m
         assert dp.stop(60) == 0
         left = subprocess.run(["pgrep", "-P", str(dp.pid)], capture_output=True, text=True).stdout.split()
         assert not left, left
@@ -297,7 +348,56 @@ def main():
         assert status == 503, (status, data)
         assert r.stop() == 0
 
+    def exact_hashes():
+        key = "sekrit"
+        auth = {"Authorization": f"Bearer {key}"}
+        w = ru.start_worker(E, M, tmp, "ex-w0", ["--kv-cache-memory", "64M", "--api-key", key])
+        status, _, _ = ru.request(w.host, w.port, "GET", "/kv_events")
+        assert status == 401, status
+        status, _, data = ru.request(w.host, w.port, "GET", "/kv_events", headers=auth)
+        j = json.loads(data)
+        assert status == 200 and j["reset"] is True and j["hashes"] == [] and j["block_size"] == 16, (status, j)
+        epoch, seq, bs = j["epoch"], j["seq"], j["block_size"]
+        r = ru.start_router(E, [w], tmp, "ex-router", ["--policy", "exact", "--worker-api-key", key])
+        nokey = ru.start_router(E, [w], tmp, "ex-router-nokey", ["--policy", "exact"])
+        body = {"messages": [{"role": "system", "content": prefix_text(0, 120)},
+                             {"role": "user", "content": "What comes next?"}], "max_tokens": 2, "temperature": 0}
+        status, _, data = ru.request(r.host, r.port, "POST", "/v1/chat/completions", body, headers=auth)
+        assert status == 200, (status, data)
+        status, _, data = ru.request(w.host, w.port, "POST", "/tokenize", body, headers=auth)
+        ids = json.loads(data)["tokens"]
+        want = chain_hashes(ids, bs)
+        assert len(want) >= 8, len(ids)
+        status, _, data = ru.request(w.host, w.port, "GET", f"/kv_events?epoch={epoch}&since={seq}", headers=auth)
+        j = json.loads(data)
+        assert status == 200 and j["reset"] is False, (status, j)
+        stored = [h for op, h in j["events"] if op == 1]
+        assert stored[:len(want)] == want, (stored[:4], want[:4])
+        # The router polls them: the same prompt again is routed exactly, every matchable block cached.
+        deadline = time.time() + 10
+        while ru.metrics(r).get(f'ember_router:worker_kv_cached_blocks{{worker="{w.url}"}}', 0) < len(want):
+            assert time.time() < deadline, ru.metrics(r)
+            time.sleep(0.1)
+        status, _, data = ru.request(r.host, r.port, "POST", "/v1/chat/completions", body, headers=auth)
+        assert status == 200, (status, data)
+        m = ru.metrics(r)
+        assert m[f'ember_router:worker_kv_publishing{{worker="{w.url}"}}'] == 1, m
+        assert m['ember_router:requests_routed_total{reason="exact"}'] == 2, m
+        full = (len(ids) - 1) // bs
+        assert m["ember_router:exact_cached_block_ratio"] >= full / (2 * ((len(ids) + bs - 1) // bs)) - 1e-9, m
+        # Without the workers' key the router cannot read /kv_events: cache-aware routing, still served.
+        status, _, data = ru.request(nokey.host, nokey.port, "POST", "/v1/chat/completions", body, headers=auth)
+        assert status == 200, (status, data)
+        m = ru.metrics(nokey)
+        assert m[f'ember_router:worker_kv_publishing{{worker="{w.url}"}}'] == 0, m
+        assert m["ember_router:exact_fallbacks_total"] == 1, m
+        assert m[f'ember_router:worker_kv_poll_errors_total{{worker="{w.url}"}}'] >= 1, m
+        assert "--worker-api-key" in open(os.path.join(tmp, "ex-router-nokey.log")).read()
+        assert r.stop() == 0 and nokey.stop() == 0
+        w.stop()
+
     checks.run("passthrough", passthrough)
+    checks.run("exact_hashes", exact_hashes)
     checks.run("hit_rate", hit_rate_check)
     checks.run("worker_killed", worker_killed)
     checks.run("drain", drain)

@@ -15,6 +15,7 @@ BlockManager::BlockManager(int32_t n_blocks, int block_size, bool enable_prefix_
       free_pos_(n_blocks_),
       in_free_(n_blocks_, 1),
       cached_(n_blocks_, 0),
+      published_(n_blocks_, 0),
       hash_(n_blocks_, 0),
       parent_(n_blocks_, 0) {
   for (int32_t b = 0; b < n_blocks_; ++b) free_pos_[b] = free_.insert(free_.end(), b);
@@ -31,6 +32,10 @@ void BlockManager::uncache(int32_t b) {
   if (!cached_[b]) return;
   by_hash_.erase(hash_[b]);
   cached_[b] = 0;
+  if (published_[b]) {
+    published_[b] = 0;
+    if (events_) events_->removed(hash_[b]);
+  }
   if (in_free_[b]) --n_cached_free_;
 }
 
@@ -135,10 +140,14 @@ void BlockManager::record_query(int64_t query_tokens, int64_t hit_tokens) {
   }
 }
 
-void BlockManager::register_block(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens) {
+void BlockManager::register_block(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens, bool publish) {
   if (!prefix_caching_ || cached_[b] || by_hash_.count(hash)) return;
   by_hash_.emplace(hash, b);
   cached_[b] = 1;
+  if (publish && events_) {
+    published_[b] = 1;
+    events_->stored(hash);
+  }
   hash_[b] = hash;
   parent_[b] = parent;
   std::copy(tokens, tokens + block_size_, tokens_.data() + static_cast<int64_t>(b) * block_size_);

@@ -15,6 +15,10 @@
 //
 // Group-aware prefix matching and registration over these primitives live in
 // KvCacheManager; the scheduler only handles opaque block id lists.
+//
+// Publishing (optional, set_event_log): blocks registered with publish = true
+// are reported to a KvEventLog when they enter the cache and when they leave
+// it (kv_events.h), for a router that routes by the cache's contents.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/kv/kv_events.h"
 
 namespace ember {
 
@@ -76,7 +81,10 @@ class BlockManager {
   void acquire(int32_t b);
   // Offers the full block b (tokens [block_size], cache key and parent hash)
   // to the cache; no-op if caching is off or the key is already cached.
-  void register_block(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens);
+  // publish: report the key to the event log now and when it is evicted.
+  void register_block(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens, bool publish = false);
+  // Where published keys are reported (not owned; nullptr: nowhere).
+  void set_event_log(KvEventLog* log) { events_ = log; }
   const PrefixCacheCounters& counters() const { return counters_; }
   size_t n_cached() const { return by_hash_.size(); }
 
@@ -100,10 +108,11 @@ class BlockManager {
   int32_t n_cached_free_ = 0;
   // Prefix cache: hash -> block; per block its hash, parent hash, tokens.
   std::unordered_map<uint64_t, int32_t> by_hash_;
-  std::vector<char> cached_;
+  std::vector<char> cached_, published_;
   std::vector<uint64_t> hash_, parent_;
   std::vector<int32_t> tokens_;  // [n_blocks, block_size]
   PrefixCacheCounters counters_;
+  KvEventLog* events_ = nullptr;
 };
 
 }  // namespace ember

@@ -180,7 +180,7 @@ void KvCacheManager::cache_blocks(const Request& r) {
     const int32_t* tk = r.tokens.data() + i * bs;
     const uint64_t h = BlockManager::chain_hash(parent, tk, bs);
     for (int g = 0; g < layout_.n_groups; ++g)
-      if (s.tables[g][i] >= 0) blocks_.register_block(s.tables[g][i], BlockManager::group_key(h, g), parent, tk);
+      if (s.tables[g][i] >= 0) blocks_.register_block(s.tables[g][i], BlockManager::group_key(h, g), parent, tk, g == 0);
     s.hashes.push_back(h);
   }
 }

@@ -52,6 +52,10 @@ class KvCacheManager {
   int32_t n_blocks() const { return blocks_.n_blocks(); }
   bool prefix_caching() const { return blocks_.prefix_caching(); }
 
+  // Publishes the prefix cache's layer-group-0 block hashes (the chain
+  // hashes themselves) to `log` (not owned; nullptr: off). See kv_events.h.
+  void set_event_log(KvEventLog* log) { blocks_.set_event_log(log); }
+
   // Registers / forgets a request (remove() frees its blocks and swap slots).
   void add(const Request& r);
   void remove(const Request& r);
