@@ -14,6 +14,7 @@
 #include <bit>
 #include <cstring>
 
+#include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
 #include "quant/blocks.h"
 #include "quant/sparse.h"
@@ -115,8 +116,13 @@ void sq8_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void
   for (; r0 + kGroup <= nr; r0 += kGroup) {
     RowState g[kGroup];
     for (int i = 0; i < kGroup; ++i) g[i] = row_state(wp + (r0 + i) * w_row_bytes, n);
-    for (int64_t b = 0; b < nb; ++b)
+    // The next group's rows, one sequential prefetch stream (as avx512/).
+    auto pf = lanes::next_group_prefetch<kGroup>(wp, w_row_bytes, r0, nr, nb);
+    for (int64_t b = 0; b < nb; ++b) {
+      pf.step();
       for (int i = 0; i < kGroup; ++i) step(g[i], xb, b, b == nb - 1);
+    }
+    pf.finish();
     for (int i = 0; i < kGroup; ++i) s[r0 + i] = reduce(g[i]);
   }
   for (; r0 < nr; ++r0) sq8_dot(n, s + r0, wp + r0 * w_row_bytes, x);
