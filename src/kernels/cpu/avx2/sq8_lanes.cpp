@@ -120,6 +120,8 @@ void sq8_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void
     auto pf = lanes::next_group_prefetch<kGroup>(wp, w_row_bytes, r0, nr, nb);
     for (int64_t b = 0; b < nb; ++b) {
       pf.step();
+      // Unrolled: the row states stay in registers.
+#pragma GCC unroll 4
       for (int i = 0; i < kGroup; ++i) step(g[i], xb, b, b == nb - 1);
     }
     pf.finish();
