@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "kernels/interleave.h"
 #include "kernels/registry.h"
 #include "quant/quantize.h"
 #include "quant/sparse.h"
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
   quantize_row_q8_0_ref(xf.data(), xq.data(), n);
   std::vector<float> out(rows);
   for (double s : sparsities) {
-    Matrix dense[kCopies], sparse[kCopies];
+    Matrix dense[kCopies], sparse[kCopies], r16[kCopies];
     for (int c = 0; c < kCopies; ++c) {
       const size_t qrb = dtype_row_size(DType::kQ8_0, n);
       dense[c] = {DType::kQ8_0, qrb, std::vector<uint8_t>(qrb * rows)};
@@ -66,6 +67,8 @@ int main(int argc, char** argv) {
         for (float& v : row) v = u(rng) < s ? 0.f : g(rng);
         quantize_row_q8_0_ref(row.data(), dense[c].bytes.data() + r * qrb, n);
       }
+      r16[c] = {DType::kQ8_0_R16, qrb, std::vector<uint8_t>(qrb * rows)};
+      interleave_rows(DType::kQ8_0, dense[c].bytes.data(), rows, n, r16[c].bytes.data());
       const int cap = sparse_capacity_q8_0(dense[c].bytes.data(), rows, n);
       const DType st = dtype_sq8(cap);
       sparse[c] = {st, dtype_row_size(st, n), std::vector<uint8_t>(dtype_row_size(st, n) * rows)};
@@ -77,21 +80,23 @@ int main(int argc, char** argv) {
       if (isa > cpu_max_isa()) continue;
       const VecDotRowsFn dr = kernels(DType::kQ8_0, isa).vec_dot_rows;
       const VecDotRowsFn sr = kernels(sparse[0].type, isa).vec_dot_rows;
-      std::vector<double> td, ts;
+      const VecDotRowsFn rr = kernels(DType::kQ8_0_R16, isa).vec_dot_rows;
+      std::vector<double> td, ts, tr;
       for (int rep = 0; rep < 15; ++rep) {
-        for (int which = 0; which < 2; ++which) {
-          const Matrix& m = which ? sparse[rep % kCopies] : dense[rep % kCopies];
+        for (int which = 0; which < 3; ++which) {
+          const Matrix& m = which == 2 ? r16[rep % kCopies] : which ? sparse[rep % kCopies] : dense[rep % kCopies];
+          const VecDotRowsFn f = which == 2 ? rr : which ? sr : dr;
           const auto t0 = std::chrono::steady_clock::now();
-          (which ? sr : dr)(n, out.data(), m.bytes.data(), m.row_bytes, xq.data(), rows);
-          (which ? ts : td).push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          f(n, out.data(), m.bytes.data(), m.row_bytes, xq.data(), rows);
+          (which == 2 ? tr : which ? ts : td)
+              .push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
       }
-      const double md = median(td), ms = median(ts);
-      std::printf("sparsity %.2f %-7s q8_0 %7.3f ms (%6.1f MB, %5.2f GB/s)  %s %7.3f ms (%6.1f MB, %5.2f GB/s)  "
-                  "speedup %.2fx, bytes %.2fx\n",
-                  s, isa_name(isa), md * 1e3, dense[0].bytes.size() / 1e6, dense[0].bytes.size() / md * 1e-9,
-                  dtype_name(sparse[0].type), ms * 1e3, sparse[0].bytes.size() / 1e6,
-                  sparse[0].bytes.size() / ms * 1e-9, md / ms,
+      const double md = median(td), ms = median(ts), mr = median(tr);
+      std::printf("sparsity %.2f %-7s q8_0 %7.3f ms, q8_0_r16 %7.3f ms (%6.1f MB)  %s %7.3f ms (%6.1f MB, %5.2f GB/s)  "
+                  "speedup vs q8_0 %.2fx, vs q8_0_r16 %.2fx; bytes %.2fx\n",
+                  s, isa_name(isa), md * 1e3, mr * 1e3, dense[0].bytes.size() / 1e6, dtype_name(sparse[0].type),
+                  ms * 1e3, sparse[0].bytes.size() / 1e6, sparse[0].bytes.size() / ms * 1e-9, md / ms, mr / ms,
                   static_cast<double>(dense[0].bytes.size()) / sparse[0].bytes.size());
     }
   }
