@@ -13,7 +13,8 @@
 // amx). Type: a dtype as dtype_name spells it (q4_0, q4_K, f16, q6_K_r16),
 // or a family where one function or file serves several (float = F32 / F16
 // / BF16; legacy = Q4_0 .. Q8_0, 32-element blocks; kquants = the K-quants;
-// `_r16` = their interleaved layouts, kernels/interleave.h). Form: dot
+// sq8 = the sparse int8 types kSQ8 | C; `_r16` = the interleaved layouts,
+// kernels/interleave.h). Form: dot
 // (KernelSet::vec_dot), rows, few, tokens (+ tokens_pack, tokens_pack_bytes),
 // tile (vec_dot_<form>), quantize / quantize_int4 / dequantize (the row
 // conversions); a file holding every form of one row-lane arithmetic
