@@ -71,7 +71,8 @@ int cmd_prune(int argc, char** argv, int first) {
   std::string method, pattern = "unstructured", layer_sparsity = "uniform", layer_metric = "bi", vocab_text;
   float sparsity = -1, owl_lambda = 0.08f, owl_m = 5.0f, ffn = 0, heads = 0, kv_groups = 0;
   int drop_layers = 0, vocab = 0, ffn_multiple = 0, speed_tokens = 64;
-  bool global_ffn = false, dense = true;
+  bool global_ffn = false, dense = false;
+  std::string format = "dense";
   p.option("--method", &method, "M",
            "unstructured pruning: magnitude (smallest |W| per matrix), wanda (|W| * ||X|| within each output row) "
            "or sparsegpt (Hessian-based masks with error feedback)");
@@ -95,8 +96,12 @@ int cmd_prune(int argc, char** argv, int first) {
            "always); the tokenizer and input embedding stay whole; other tokens get probability 0");
   p.option("--vocab-text", &vocab_text, "FILE", "--vocab: the text whose tokens are counted (default: --calib)");
   p.option("--speed-tokens", &speed_tokens, "N", "decode steps of the speed report (default 64; 0: no speed report)");
-  p.flag("--dense", &dense, "write the pruned weights in standard dense types, which llama.cpp loads (the default "
-                            "and, so far, the only format)");
+  p.flag("--dense", &dense, "write the pruned weights in standard dense types, which llama.cpp loads (the default; "
+                            "= --format dense)");
+  p.option("--format", &format, "F",
+           "dense (default: standard types, llama.cpp loads them) or sparse (the pruned block matrices as ember's "
+           "sparse int8 type: mask + kept Q8_0 values, fewer bytes and faster decode; they must be Q8_0: a Q8_0 "
+           "source or --type q8_0)");
   add_compress_flags(p, &f, "--quant-method", false);
   p.positionals(&pos, "IN OUT");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
@@ -107,6 +112,12 @@ int cmd_prune(int argc, char** argv, int first) {
   if (pos.size() != 2) return usage_error(p, "expects IN and OUT");
   PipelineOptions o;
   if (Status st = compress_options(f, false, &o); !st) return usage_error(p, st.message());
+  if (format != "dense" && format != "sparse")
+    return usage_error(p, fmt::format("unsupported --format '{}' (dense, sparse)", format));
+  if (dense && format == "sparse") return usage_error(p, "--dense contradicts --format sparse");
+  if (format == "sparse" && method.empty())
+    return usage_error(p, "--format sparse stores what --method prunes: give --method and --sparsity");
+  o.sparse_format = format == "sparse";
   const bool structured = ffn > 0 || heads > 0 || kv_groups > 0 || drop_layers > 0 || vocab > 0;
   if (method.empty() && !structured)
     return usage_error(p, "nothing to prune: give --method and --sparsity, or --ffn, --heads, --kv-groups, "

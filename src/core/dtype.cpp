@@ -1,6 +1,8 @@
 // DType traits table; see dtype.h.
 #include "core/dtype.h"
+#include "core/dtype_sparse.h"
 
+#include <array>
 #include <cctype>
 #include <string>
 
@@ -43,10 +45,42 @@ constexpr Entry kTable[] = {
 };
 
 constexpr uint32_t kLayoutBit = 0x100;
+constexpr uint32_t kSparseBase = static_cast<uint32_t>(kSQ8);
+constexpr int kSparseBlock = 64;
+constexpr size_t kSparseHeaderBytes = 12;  // u64 mask + 2 f16 scales per block (quant/sparse.h)
+
+// Traits of kSQ8 | C, C = 1..64: blocks of 64, 12 + C bytes a block.
+struct SparseTraits {
+  std::array<std::string, 65> names;
+  std::array<DTypeTraits, 65> traits;
+  SparseTraits() {
+    for (int c = 1; c <= kSparseBlock; ++c) {
+      names[c] = "sq8_c" + std::to_string(c);
+      traits[c] = {names[c].c_str(), kSparseBlock, kSparseHeaderBytes + static_cast<size_t>(c), true};
+    }
+  }
+};
+
+const SparseTraits& sparse_traits() {
+  static const SparseTraits t;
+  return t;
+}
 
 }  // namespace
 
+bool dtype_is_sparse(DType t) {
+  const uint32_t id = static_cast<uint32_t>(t);
+  return id > kSparseBase && id <= kSparseBase + kSparseBlock;
+}
+
+int dtype_sparse_capacity(DType t) {
+  return dtype_is_sparse(t) ? static_cast<int>(static_cast<uint32_t>(t) - kSparseBase) : 0;
+}
+
+DType dtype_sq8(int capacity) { return static_cast<DType>(kSparseBase + static_cast<uint32_t>(capacity)); }
+
 const DTypeTraits* dtype_traits(DType t) {
+  if (dtype_is_sparse(t)) return &sparse_traits().traits[static_cast<size_t>(dtype_sparse_capacity(t))];
   for (const Entry& e : kTable)
     if (e.type == t) return &e.traits;
   return nullptr;

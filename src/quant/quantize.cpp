@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include "quant/sparse.h"
+
 namespace ember {
 namespace {
 
@@ -24,6 +26,8 @@ struct RefFns {
 };
 
 RefFns ref_fns(DType t) {
+  // Sparse int8: dequantize only (its quantizer needs a capacity: quant/sparse.h).
+  if (dtype_is_sparse(t)) return {nullptr, dequantize_row_sq8_ref};
   switch (t) {
     case DType::kF32: return {quantize_row_f32_copy, dequantize_row_f32_copy};
     case DType::kF16: return {quantize_row_f16_ref, dequantize_row_f16_ref};

@@ -406,6 +406,16 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& o, const PipelineLog&
   auto conv = execute_quant_plan(std::move(file.value()), *plan, quantizer_for, pool, importance_for);
   if (!conv) return conv.status();
   r.file = std::move(conv.value());
+  if (o.sparse_format) {
+    auto sp = store_block_matrices_sparse(r.file.get(), pool);
+    if (!sp) return sp.status();
+    if (log.info)
+      log.info(fmt::format("sparse format: {} matrices stored sparse ({:.1f} -> {:.1f} MiB, {:.2f}x fewer bytes){}",
+                           sp->matrices, sp->dense_bytes / 1048576.0, sp->sparse_bytes / 1048576.0,
+                           sp->sparse_bytes ? static_cast<double>(sp->dense_bytes) / sp->sparse_bytes : 0.0,
+                           sp->kept_dense ? fmt::format(", {} too dense to gain kept Q8_0", sp->kept_dense) : ""));
+    r.sparse = *sp;
+  }
   r.plan = std::move(*plan);
   r.type_label = o.bpw.target_bpw > 0 ? fmt::format("target-bpw {}", o.bpw.target_bpw)
                  : o.keep_types       ? std::string("source types")

@@ -14,7 +14,9 @@
 //              with GPTQ entries pruned and quantized in the same pass;
 //   gptq / awq layer-by-layer calibrated quantization (gptq_model.h,
 //              awq_model.h) of what the pruning left;
-//   execute    the plan's rounding, then the GGUF written;
+//   execute    the plan's rounding (then, with sparse_format, the pruned
+//              matrices re-encoded sparse: sparse_store.h), then the GGUF
+//              written;
 //   report     the written model against the source on held-out text (KL,
 //              top-1, perplexity; eval/model_compare.h), and after pruning
 //              parameters, bytes and decode speed before and after.
@@ -40,6 +42,7 @@
 #include "transform/prune.h"
 #include "transform/prune_structured.h"
 #include "transform/quant_plan.h"
+#include "transform/sparse_store.h"
 #include "transform/target_bpw.h"
 
 namespace ember {
@@ -71,6 +74,9 @@ struct PipelineOptions {
   std::string bpw_report;
   std::optional<StructuredPruneOptions> structured;
   std::optional<PruneOptions> prune;
+  // After the plan: the pruned block matrices stored in the sparse int8
+  // format (sparse_store.h; they must be Q8_0 by then).
+  bool sparse_format = false;
   // Calibration text and tokens (-1: the method's default: 16384 for the
   // importance matrix, 4096 for the layer-by-layer methods).
   std::string calib_path;
@@ -92,6 +98,7 @@ struct PipelineResult {
   std::string type_label;           // "q4_0", "Q4_K_M", "target-bpw 4.5", "source types"
   std::optional<PruneReport> prune;
   std::optional<StructuredPruneReport> structured;
+  std::optional<SparseStoreReport> sparse;
 };
 
 // The importance matrix of `model` over the text at `path` in chunks

@@ -95,6 +95,25 @@ out=$("$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-ffn.gguf" --ffn 0.5 --drop-laye
 if ! grep -q "FFN width per layer: 128 -> 64" <<<"$out" || ! grep -q "layers: removed 1 of 2" <<<"$out"; then
   echo "FAIL: prune --ffn --drop-layers: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 expect_rc 0 "run a structured-pruned model" "$EMBER" run -m "$tmp/tiny-ffn.gguf" -p "hello" -n 4 --temp 0 -t 2
+# prune --format sparse: the pruned matrices in the sparse int8 type; ember run gives the greedy text of
+# the dense Q8_0 export of the same pruned weights.
+out=$("$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-sq8.gguf" --method magnitude --sparsity 0.6 --type q8_0 \
+  --format sparse --no-check -t 2 2>&1)
+if ! grep -q "sparse format: 14 matrices stored sparse" <<<"$out"; then
+  echo "FAIL: prune --format sparse: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+"$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-mag.gguf" --method magnitude --sparsity 0.6 --type q8_0 --no-check -t 2 \
+  >/dev/null 2>&1
+sparse_text=$("$EMBER" run -m "$tmp/tiny-sq8.gguf" -p "hello world" -n 24 --temp 0 -t 2 2>/dev/null)
+dense_text=$("$EMBER" run -m "$tmp/tiny-mag.gguf" -p "hello world" -n 24 --temp 0 -t 2 2>/dev/null)
+if [ -z "$sparse_text" ] || [ "$sparse_text" != "$dense_text" ]; then
+  echo "FAIL: sparse and dense Q8_0 exports differ: '$sparse_text' vs '$dense_text'"; fail=$((fail + 1))
+else pass=$((pass + 1)); fi
+expect_rc 2 "prune: --format sparse of q4_0" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method magnitude \
+  --sparsity 0.5 --type q4_0 --format sparse --no-check
+expect_rc 2 "prune: bad --format" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method magnitude --sparsity 0.5 \
+  --format csr
+expect_rc 2 "prune: --format sparse without --method" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --ffn 0.5 \
+  --format sparse
 expect_rc 2 "prune: nothing to prune" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf"
 expect_rc 2 "prune: bad method" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method random --sparsity 0.5
 expect_rc 2 "prune: sparsity 1" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method wanda --sparsity 1

@@ -26,6 +26,7 @@
 #include "kernels/ref/dot.h"
 #include "kernels/registry.h"
 #include "quant/quantize.h"
+#include "quant/sparse.h"
 
 namespace ember {
 namespace {
@@ -40,9 +41,12 @@ using testing_backend::same_bits;
 INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::ValuesIn(testing_backend::backends_under_test()),
                          testing_backend::backend_test_name);
 
+// Sparse int8 (quant/sparse.h) with room for 40 of 64: make_weights prunes
+// 45% of its inputs first (tests/kernels/sparse_test.cpp checks it per level).
+const DType kSq8Row = static_cast<DType>(static_cast<uint32_t>(kSQ8) + 40);
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
                               DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
-                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4, kSq8Row};
 
 // The reference dot of each weight type, independent of the registry.
 VecDotFn ref_dot(DType t) {
@@ -61,7 +65,7 @@ VecDotFn ref_dot(DType t) {
     case DType::kQ4_K: return ref::q4_K_dot;
     case DType::kQ5_K: return ref::q5_K_dot;
     case DType::kQ6_K: return ref::q6_K_dot;
-    default: return nullptr;
+    default: return dtype_is_sparse(t) ? ref::sq8_dot : nullptr;
   }
 }
 
@@ -69,7 +73,7 @@ VecDotFn ref_dot(DType t) {
 // multiple of 8 or 16), legacy 13 blocks (8 + 4 + 1), k-quants 3 blocks.
 int64_t row_length(DType t) {
   const int64_t bs = dtype_block_size(t);
-  return bs == 1 ? 203 : bs == 32 ? 13 * 32 : 3 * 256;
+  return bs == 1 ? 203 : bs == 32 ? 13 * 32 : bs == 64 ? 7 * 64 : 3 * 256;
 }
 
 // A weight matrix [rows, n] quantized from gaussian rows of varying
@@ -89,8 +93,14 @@ Weights make_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < n; ++i) f[r * n + i] *= row_scale[r % 5];
   const size_t rb = dtype_row_size(t, n);
+  if (dtype_is_sparse(t))  // prune 45% (fixed positions) so each row fits the capacity
+    for (int64_t i = 0; i < rows * n; ++i)
+      if ((i * 7919) % 20 < 9) f[i] = 0.f;
   for (int64_t r = 0; r < rows; ++r) {
-    quantize_row_ref(t, f.data() + r * n, w.bytes.data() + r * rb, n);
+    if (dtype_is_sparse(t))
+      EXPECT_TRUE(quantize_row_sq8_ref(f.data() + r * n, w.bytes.data() + r * rb, n, dtype_sparse_capacity(t)).is_ok());
+    else
+      quantize_row_ref(t, f.data() + r * n, w.bytes.data() + r * rb, n);
     dequantize_row_ref(t, w.bytes.data() + r * rb, w.deq.data() + r * n, n);
   }
   return w;

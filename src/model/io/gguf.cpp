@@ -12,6 +12,8 @@
 
 #include "model/io/gguf.h"
 
+#include "quant/sparse.h"
+
 namespace ember {
 
 // ---------------------------------------------------------------------------
@@ -300,6 +302,10 @@ Status GgufParser::run(GgufFile* out) {
                                   data_start + info.offset, t.nbytes, size_));
     }
     t.data = p_ + data_start + info.offset;
+    if (dtype_is_sparse(t.type)) {  // masks against the capacity, values in range (quant/sparse.h)
+      const Status st = validate_sparse_rows(t.type, t.data, t.nrows(), t.ne[0]);
+      if (!st.is_ok()) return fail_msg(fmt::format("tensor '{}' ({}): {}", t.name, dtype_name(t.type), st.message()));
+    }
   }
 
   // Tensors must not overlap.
