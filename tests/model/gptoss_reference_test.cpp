@@ -172,16 +172,10 @@ GenModelShape gen_shape(const nlohmann::json& g) {
 }
 
 TEST(GptOssReference, GgufFilesMatchLlamaCpp) {
-  const nlohmann::json meta = read_json(kData + "gptoss_gguf_ref.json");
-  ASSERT_FALSE(meta.is_null()) << "missing tests/data/model/gptoss_gguf_ref.json";
-  std::vector<float> logits;
-  {
-    std::ifstream b(kData + "gptoss_gguf_ref.bin", std::ios::binary);
-    b.seekg(0, std::ios::end);
-    logits.resize(static_cast<size_t>(b.tellg()) / sizeof(float));
-    b.seekg(0);
-    b.read(reinterpret_cast<char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
-  }
+  const LlamaReference ref = load_llama_reference(kData, "gptoss_gguf_ref");
+  ASSERT_FALSE(ref.meta.is_null()) << "missing tests/data/model/gptoss_gguf_ref.json";
+  const nlohmann::json& meta = ref.meta;
+  const std::vector<float>& logits = ref.logits;
   ThreadPool pool(2);
   test::TempDir dir("gptoss_gguf");
   size_t offset = 0;

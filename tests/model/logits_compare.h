@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,6 +16,27 @@
 #include "model/model.h"
 
 namespace ember {
+
+// A llama.cpp reference written by a tools/ script: <stem>.json (cases,
+// tokens) and <stem>.bin (the logits as f32, [case][token][vocab]) in dir.
+// meta is null when the JSON is missing.
+struct LlamaReference {
+  nlohmann::json meta;
+  std::vector<float> logits;
+};
+
+inline LlamaReference load_llama_reference(const std::string& dir, const std::string& stem) {
+  LlamaReference r;
+  std::ifstream f(dir + stem + ".json");
+  if (!f.good()) return r;
+  r.meta = nlohmann::json::parse(f);
+  std::ifstream b(dir + stem + ".bin", std::ios::binary);
+  b.seekg(0, std::ios::end);
+  r.logits.resize(static_cast<size_t>(b.tellg()) / sizeof(float));
+  b.seekg(0);
+  b.read(reinterpret_cast<char*>(r.logits.data()), static_cast<std::streamsize>(r.logits.size() * sizeof(float)));
+  return r;
+}
 
 struct LogitsComparison {
   double rel_l2 = 0;

@@ -36,23 +36,7 @@ namespace {
 
 const std::string kData = EMBER_SOURCE_DIR "/tests/data/model/";
 
-struct Reference {
-  nlohmann::json meta;
-  std::vector<float> logits;  // [case][token][vocab]
-};
-
-Reference load_reference() {
-  Reference r;
-  std::ifstream f(kData + "moe_gguf_ref.json");
-  if (!f.good()) return r;
-  r.meta = nlohmann::json::parse(f);
-  std::ifstream b(kData + "moe_gguf_ref.bin", std::ios::binary);
-  b.seekg(0, std::ios::end);
-  r.logits.resize(static_cast<size_t>(b.tellg()) / sizeof(float));
-  b.seekg(0);
-  b.read(reinterpret_cast<char*>(r.logits.data()), static_cast<std::streamsize>(r.logits.size() * sizeof(float)));
-  return r;
-}
+LlamaReference load_reference() { return load_llama_reference(kData, "moe_gguf_ref"); }
 
 std::unique_ptr<Model> load_as(const std::string& file, const std::string& type) {
   auto f = open_model_file(kData + file);
@@ -73,7 +57,7 @@ std::unique_ptr<Model> load_as(const std::string& file, const std::string& type)
 }
 
 TEST(MoeGgufReference, LlamaCppConvertedFilesMatchLlamaCpp) {
-  const Reference ref = load_reference();
+  const LlamaReference ref = load_reference();
   ASSERT_FALSE(ref.meta.is_null()) << "missing tests/data/model/moe_gguf_ref.json";
   ThreadPool pool(2);
   test::TempDir dir("moe_gguf");

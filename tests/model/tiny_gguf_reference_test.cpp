@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "transform/gen_model.h"
+#include "logits_compare.h"
 #include "model/model.h"
 
 namespace ember {
@@ -30,26 +31,10 @@ namespace {
 
 const std::string kData = EMBER_SOURCE_DIR "/tests/data/model/";
 
-struct Reference {
-  nlohmann::json meta;
-  std::vector<float> logits;  // [case][token][vocab]
-};
-
-Reference load_reference() {
-  Reference r;
-  std::ifstream f(kData + "tiny_gguf_ref.json");
-  if (!f.good()) return r;
-  r.meta = nlohmann::json::parse(f);
-  std::ifstream b(kData + "tiny_gguf_ref.bin", std::ios::binary);
-  b.seekg(0, std::ios::end);
-  r.logits.resize(static_cast<size_t>(b.tellg()) / sizeof(float));
-  b.seekg(0);
-  b.read(reinterpret_cast<char*>(r.logits.data()), static_cast<std::streamsize>(r.logits.size() * sizeof(float)));
-  return r;
-}
+LlamaReference load_reference() { return load_llama_reference(kData, "tiny_gguf_ref"); }
 
 TEST(TinyGgufReference, QuantizedModelsMatchLlamaCpp) {
-  const Reference ref = load_reference();
+  const LlamaReference ref = load_reference();
   ASSERT_FALSE(ref.meta.is_null()) << "missing tests/data/model/tiny_gguf_ref.json";
   const auto dir = std::filesystem::temp_directory_path() / ("ember_tiny_ref_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
