@@ -203,13 +203,20 @@ int cmd_serve(int argc, char** argv, int first) {
   // only execute the steps rank 0 sends.
   std::unique_ptr<ParallelJob> job;
   if (int rc = start_parallel_job(p, par_opts, model_path, ec.spec.method, &job)) return rc;
+  // The run-time settings of the model, the same on every rank: activation
+  // bits, MoE routing, and the context LongRoPE picks its factors by
+  // (Model::set_context_length).
+  auto configure = [&](Model* m) -> Status {
+    EMBER_RETURN_IF_ERROR(act_opts.apply(m));
+    EMBER_RETURN_IF_ERROR(moe_opts.apply(m));
+    m->set_context_length(max_model_len > 0 ? max_model_len : m->config().n_ctx_train);
+    return Status::ok();
+  };
   if (job) {
     if (!job->leader()) {
       LoadedModel wm;
       if (!load_model_and_tokenizer(p, model_path, &wm, job->shard())) job->abort(kExitUsage);
-      if (Status st = act_opts.apply(wm.model.get()); !st) job->abort(kExitUsage);
-      if (Status st = moe_opts.apply(wm.model.get()); !st) job->abort(kExitUsage);
-      wm.model->set_context_length(max_model_len > 0 ? max_model_len : wm.model->config().n_ctx_train);
+      if (Status st = configure(wm.model.get()); !st) job->abort(kExitUsage);
       return job->run_worker(*wm.model, threads, "serve");
     }
   }
@@ -224,20 +231,16 @@ int cmd_serve(int argc, char** argv, int first) {
     if (job) job->abort(kExitUsage);
     return kExitUsage;
   }
-  for (Status st : {act_opts.apply(lm.model.get()), moe_opts.apply(lm.model.get())}) {
-    if (st) continue;
+  if (Status st = configure(lm.model.get()); !st) {
     if (job) job->abort(kExitUsage);
     return usage_error(p, st.message());
   }
-  // LongRoPE picks its factors by the context the model serves (Model::set_context_length).
-  const int64_t rope_ctx = max_model_len > 0 ? max_model_len : lm.model->config().n_ctx_train;
-  lm.model->set_context_length(rope_ctx);
   const std::string& path = lm.path;
   const Model& m = *lm.model;
   const std::unique_ptr<Tokenizer>* tok = &lm.tokenizer;
   std::unique_ptr<Model> draft_model;  // --speculative-method draft / layerskip
   if (Status st = spec_opts.load_draft(m, &draft_model, &ec.spec); !st) return usage_error(p, st.message());
-  if (draft_model) draft_model->set_context_length(rope_ctx);  // the same rotation as the target's
+  if (draft_model) draft_model->set_context_length(max_model_len > 0 ? max_model_len : m.config().n_ctx_train);  // the same rotation as the target's
   auto kv_types = kv_opts.to_types(m.config());
   if (!kv_types) return usage_error(p, kv_types.status().message());
   ec.kv_types = *kv_types;
