@@ -10,7 +10,8 @@ model file is missing returns None and keeps its previous figures; any other fai
 Environment (defaults): EMBER=build/ember THREADS=2 BENCH_SET=/tmp/bench-set (the benchmark-set files, made by
 tools/bench_set.sh on first use), LLAMA_BIN=/work/llama-cpp/bin (the reference build of tools/build_llama_cpp.sh),
 LLAMA_AMX_BIN=/work/llama-cpp-amx/bin (LLAMA_ISA=amx), LLAMA_AVX2_BIN=/work/llama-cpp-avx2/bin (LLAMA_ISA=avx2),
-KV_TP_ROUNDS=1 (rounds of the slow 32 x 2k KV throughput run; 0 leaves it out).
+KV_TP_ROUNDS=1 (rounds of the slow 32 x 2k KV throughput run; 0 leaves it out), MOE_DIR=/tmp/moe-set (the MoE files,
+made by tools/bench_set.sh on first use: about 20 GB while the f16 sources exist).
 """
 import datetime
 import json
@@ -570,6 +571,71 @@ def run_cost(work, quick):
         f"lengths {env['OUT']} x [0.1, 1.9], batch size {env['SEQS']}; CPU time from the server's /metrics."])
 
 
+# ---- mixture of experts: tools/bench_set.sh and tools/bench_batched.sh on MoE shapes (issue 37) ----
+
+MOE_DIR = ENV.get("MOE_DIR", "/tmp/moe-set")
+# (shape of `ember gen-model --list`, llama-quantize type): files made by llama-quantize from ember's f16 output
+MOE_FILES = [("olmoe-1b-7b", "q4_k_m"), ("olmoe-1b-7b", "q8_0"), ("qwen3-30b-a3b-12l", "q4_k_m"),
+             ("gpt-oss-20b-6l", "mxfp4_moe")]
+
+
+def moe_table(set_rows, batched):
+    """set_rows: bench_set.json rows (with _bw); batched: {file name: bench_batched.sh output}."""
+    tests = set_rows[0]["tests"] if set_rows else {}
+    pp, tg = tests.get("pp", "pp"), tests.get("tg", "tg")
+    cols = [col("file", align="l"), col(f"{pp} ember", ".1f"), col(f"{pp} llama.cpp", ".1f"), RATIO,
+            col(f"{tg} ember", ".1f"), col(f"{tg} llama.cpp", ".1f"), RATIO, col("decode GB/s ember (% of probe)"),
+            col("16 seqs ember", ".1f"), col("16 seqs llama-batched-bench", ".1f"), RATIO]
+    rows = []
+    for r in set_rows:
+        m = lambda eng, k: (r[eng][k] or {}).get("median")  # noqa: E731
+        g = r.get("decode_gbs_ember")
+        gb = None if g is None else (f"{g:.1f} ({100 * g / r['_bw']:.0f}%)" if r.get("_bw") else f"{g:.1f}")
+        text = batched.get(r["file"], "")
+        ll = re.search(r"median llama-batched-bench S_TG: ([0-9.]+)", text)
+        em = re.search(r"median ember\[0\] \S+: ([0-9.]+) \(([0-9.]+)x llama\.cpp", text)
+        rows.append([r["file"][:-len(".gguf")], m("ember", "pp"), m("llama.cpp", "pp"), r.get("pp_ratio"),
+                     m("ember", "tg"), m("llama.cpp", "tg"), r.get("tg_ratio"), gb,
+                     float(em.group(1)) if em else None, float(ll.group(1)) if ll else None,
+                     float(em.group(2)) if em else None])
+    return [{"columns": cols, "rows": rows}]
+
+
+MOE_NOTES = [
+    "Random-weight files of the issue's shapes: `ember gen-model --shape S --type f16 --synthetic-vocab`, quantized "
+    "by llama.cpp's `llama-quantize` (gpt-oss: `MXFP4_MOE`, MXFP4 experts and Q8_0 elsewhere). pp512 / tg128: "
+    "`ember bench` and `llama-bench`, alternating per file and round, medians. 16 seqs: `tools/bench_batched.sh` "
+    "(16 x (128 + 32), the pure-decode steps of `ember bench throughput` against `llama-batched-bench`'s S_TG), "
+    "exact routing. Decode GB/s: the weight bytes a token reads (the chosen experts' share, attention, head) x "
+    "tok/s, against `ember bench`'s one-shot read-bandwidth probe, which this VM's decode exceeds: the probe is "
+    "not the ceiling. Random routing spreads tokens over experts more evenly than a trained router does."]
+
+
+def run_moe(work, quick):
+    need(os.path.join(LLAMA_BIN, "llama-batched-bench"), "llama-batched-bench")
+    files = [("mixtral-tiny", "q4_k_m")] if quick else MOE_FILES
+    runs, set_rows, batched = [], [], {}
+    base = {"LLAMA_BIN": LLAMA_BIN, "THREADS": str(THREADS), "DEFAULT_MODEL": "0"}
+    base.update(dict(P="64", N="16", REPS="1", ROUNDS="1") if quick else dict(REPS="2", ROUNDS="3"))
+    for shape, qtype in files:
+        env = dict(base, SHAPES=shape, TYPES=qtype)
+        sh(f"tools/bench_set.sh {MOE_DIR}", os.path.join(work, f"bench_set.{shape}-{qtype}.log"), env, runs=runs,
+           what=f"{shape} {qtype}")
+        with open(os.path.join(MOE_DIR, "results", "bench_set.json")) as f:
+            d = json.load(f)
+        for r in d["rows"]:
+            r["_bw"] = d.get("read_bandwidth_gbs")
+            set_rows.append(r)
+        name = f"{shape}-{qtype}.gguf"
+        benv = {"NPL": "4", "NPP": "32", "NTG": "8"} if quick else {"NPL": "16", "NPP": "128", "NTG": "32"}
+        rounds = 1 if quick else 2
+        batched[name] = sh(f"tools/bench_batched.sh {os.path.join(MOE_DIR, name)} {rounds} {EMBER}",
+                           os.path.join(work, f"batched.{shape}-{qtype}.log"),
+                           dict(benv, LLAMA_BIN=LLAMA_BIN, THREADS=str(THREADS)), runs=runs,
+                           what=f"{shape} {qtype}, {rounds_text(rounds)}")
+    return area(runs, moe_table(set_rows, batched), quick, notes=MOE_NOTES)
+
+
 AREAS = {
     "kernels": (run_kernels, "tools/bench_set.sh: the benchmark set against llama.cpp's reference build"),
     "kernels-llama-amx": (run_kernels_llama_amx, "tools/bench_set.sh against llama.cpp's AMX build ($LLAMA_AMX_BIN)"),
@@ -580,6 +646,7 @@ AREAS = {
     "spec": (run_spec, "tools/bench_spec.sh (concurrency 1), tools/bench_spec_serve.sh (16 / 32)"),
     "structured": (run_structured, "tools/bench_structured.py against ember serve and llama-server"),
     "kv": (run_kv, "per KV dtype: capacity, KL (ember eval kl), decode at depth 8192, 32 x 2k throughput"),
+    "moe": (run_moe, "tools/bench_set.sh, tools/bench_batched.sh on OLMoE, Qwen3-MoE (12 layers), gpt-oss (6 layers)"),
     "cost": (run_cost, "tools/bench_batching.sh: requests/s and server CPU-s per 1k tokens per batching policy"),
 }
 
