@@ -114,6 +114,18 @@ class Backend {
   virtual void moe_combine(const float* y, int64_t ldy, const float* weights, int k, int64_t n, int64_t dim, float* out,
                            int64_t ld_out, bool accumulate) = 0;
 
+  // K/V stores into the paged pool, one call per layer and step: for each
+  // token t < n, the k_width floats at k + t * ldk are encoded
+  // (kv_store_row, kernels/kv_types.h) into the K row of position pos[t]
+  // of views[view_of_token[t]] (KvStoreView: skipped where k_blocks is
+  // null), and the v_width floats at v + t * ldv into its V row. Every row
+  // gets the bytes kv_store_row gives it alone, whatever the batch or the
+  // threads; the (view, position) pairs of a call are distinct. The default
+  // writes host pages on the calling thread (what a backend over host
+  // memory may keep).
+  virtual void kv_store(const float* k, int64_t ldk, int64_t k_width, const float* v, int64_t ldv, int64_t v_width,
+                        const int32_t* pos, int64_t n, const KvStoreView* views, const int32_t* view_of_token);
+
   // Ragged causal attention (see kernels/attention.h): token t attends
   // through views[view_of_token[t]] to the keys at positions <= pos[t].
   // q: [n, n_head * head_dim]; out: [n, n_head * head_dim_v].

@@ -28,6 +28,7 @@ ForwardContext::ForwardContext(const Model& model, std::unique_ptr<Backend> back
   seg_.resize(B);
   segs_.reserve(B);
   seg_views_.resize(B);
+  seg_stores_.resize(B);
   logit_rows_.reserve(B);
   x_.resize(B * cfg_.n_embd);
   xn_.resize(B * cfg_.n_embd);
@@ -203,6 +204,7 @@ void ForwardContext::run_layers(int l0, int l1) {
   bb.attn.v = v_.data();
   bb.attn.attn = attn_.data();
   bb.attn.views = seg_views_.data();
+  bb.attn.stores = seg_stores_.data();
   bb.ffn.gate = gate_.data();
   bb.ffn.up = up_.data();
   MoeBuffers& mb = bb.ffn.moe;

@@ -150,6 +150,7 @@ class ForwardContext {
   std::vector<int32_t> seg_;         // [max_batch] sequence of each token
   std::vector<KvCache*> segs_;       // cache of each sequence
   std::vector<KvView> seg_views_;    // [max_batch] per sequence, current layer
+  std::vector<KvStoreView> seg_stores_;  // [max_batch] per sequence, current layer (K/V writes)
   std::vector<int64_t> logit_rows_;  // see logit_rows()
   // forward_ragged's logits rows in order: a given row (pre_hidden) or a
   // step token's index, as -1 - index (given rows not counted in n_).

@@ -2,13 +2,15 @@
 // (kernels/matmul.h: shared activation conversion, one parallel section for
 // all targets), embedding through the dtype x ISA registry, and the row ops
 // and attention through the op table (kernels/cpu/op_table.h), all at the
-// ISA level active when the op is called, threaded over a ThreadPool.
+// ISA level active when the op is called, threaded over a ThreadPool; K/V
+// stores with the scalar row encoder of kernels/kv_types.h.
 #include <algorithm>
 #include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/moe_matmul.h"
 #include "kernels/cpu/op_table.h"
+#include "kernels/kv_types.h"
 #include "kernels/matmul.h"
 #include "kernels/ref/moe.h"
 #include "kernels/registry.h"
@@ -17,6 +19,18 @@ namespace ember {
 namespace {
 
 constexpr int64_t kElementGrain = 16384;  // elements per task of the element-wise ops
+constexpr int64_t kKvStoreGrain = 32;     // tokens per task of kv_store (a decode step stays on one thread)
+
+// Backend::kv_store's rows of tokens [b, e).
+void store_kv_rows(const float* k, int64_t ldk, int64_t k_width, const float* v, int64_t ldv, int64_t v_width,
+                   const int32_t* pos, const KvStoreView* views, const int32_t* view_of_token, int64_t b, int64_t e) {
+  for (int64_t t = b; t < e; ++t) {
+    const KvStoreView& s = views[view_of_token[t]];
+    const int64_t p = pos[t], block = p / s.block_size, row = p % s.block_size;
+    if (s.k_blocks) kv_store_row(s.k_type, k + t * ldk, k_width, s.k_blocks[block] + row * s.k_row_bytes);
+    kv_store_row(s.v_type, v + t * ldv, v_width, s.v_blocks[block] + row * s.v_row_bytes);
+  }
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -128,6 +142,15 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // Rows are independent: split over the pool (each row's bytes are
+  // kv_store_row's, whichever thread writes it).
+  void kv_store(const float* k, int64_t ldk, int64_t k_width, const float* v, int64_t ldv, int64_t v_width,
+                const int32_t* pos, int64_t n, const KvStoreView* views, const int32_t* view_of_token) override {
+    pool_.parallel_for(n, kKvStoreGrain, [&](int64_t b, int64_t e, int) {
+      store_kv_rows(k, ldk, k_width, v, ldv, v_width, pos, views, view_of_token, b, e);
+    });
+  }
+
   void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n, const KvView* views,
                  const int32_t* view_of_token, float* out) override {
     int32_t max_pos = 0;
@@ -145,6 +168,11 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+void Backend::kv_store(const float* k, int64_t ldk, int64_t k_width, const float* v, int64_t ldv, int64_t v_width,
+                       const int32_t* pos, int64_t n, const KvStoreView* views, const int32_t* view_of_token) {
+  store_kv_rows(k, ldk, k_width, v, ldv, v_width, pos, views, view_of_token, 0, n);
+}
 
 std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }
 
