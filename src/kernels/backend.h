@@ -21,9 +21,14 @@
 // pool it does not own).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
+#include "core/dtype.h"
+#include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
@@ -48,10 +53,58 @@ struct MatmulTarget {
   int act_bits = 0;
 };
 
+// The ops a backend is asked about per weight type (Backend::supports).
+enum class WeightOp : uint8_t {
+  kMatmul,      // matmul / moe_matmul with weights of the type
+  kMatmulAct4,  // the same with 4-bit activations (MatmulTarget::act_bits 4)
+  kEmbed,       // embed from a table of the type
+};
+
+// A weight for Backend::prepare_weights: a 2-D matrix the forward pass
+// hands to matmul (slices empty), or a 3-D stack of expert matrices
+// [n_in, rows, n_expert] (ne order) with the 2-D views into it that
+// moe_matmul is handed (each expert's matrix, or a row range of one).
+struct WeightToPrepare {
+  TensorView* tensor = nullptr;
+  std::vector<TensorView*> slices;
+};
+// Called by prepare_weights, from any thread, with the bytes of a weight it
+// no longer reads (its rows now live elsewhere): the caller may drop them
+// from memory.
+using WeightRetired = std::function<void(const void* data, size_t bytes)>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+
+  // Whether this backend runs `op` with weights of type t (a model's
+  // weights are checked against it before a runner is made over it:
+  // Model::check_backend). Default: nothing (a backend says what it runs).
+  virtual bool supports(DType t, WeightOp op) const {
+    (void)t;
+    (void)op;
+    return false;
+  }
+  // Weight preparation, once per model before its first step: rewrites the
+  // weights w[0..n) into this backend's own layout where it has one (the
+  // views' type, data and nbytes changed in place, a 3-D tensor's slices
+  // moved with it; every op's result keeps its bits), or keeps its own copy
+  // keyed by the view (a device upload). Buffers the rewritten views point
+  // into are appended to *owners (the caller keeps them as long as the
+  // views); `retired` (may be empty) hears of every source range no longer
+  // read. Returns how many weights were rewritten or copied; on an error (a
+  // failed allocation or upload, a type it cannot hold) no view has
+  // changed. Not thread-safe: before any step runs over the weights.
+  // Default: nothing to prepare (0).
+  virtual Result<int> prepare_weights(const WeightToPrepare* w, int64_t n, std::vector<std::shared_ptr<void>>* owners,
+                                      const WeightRetired& retired) {
+    (void)w;
+    (void)n;
+    (void)owners;
+    (void)retired;
+    return 0;
+  }
 
   // Every target's product with the same activations x [n_tokens, n_in]
   // (row stride ldx; every target's w has ne[0] = n_in). x is converted to
@@ -134,7 +187,16 @@ class Backend {
 };
 
 // The CPU backend: kernels at the active ISA level (core/cpu_features.h,
-// EMBER_ISA), work split over `pool` (not owned; must outlive it).
+// EMBER_ISA), work split over `pool` (not owned; must outlive it). Its
+// prepare_weights interleaves the matrices whose layout pays at the active
+// level (kernels/interleave.h) into 2 MiB-aligned host buffers; supports()
+// is cpu_backend_supports.
 std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool);
+// What the CPU backend runs at the active ISA level: matmul where the
+// registry has a dot and a dequantizer for t (or the interleaved forms), 4-bit
+// activations where t's activation type has a 4-bit quantizer, embedding
+// where t's rows can be dequantized (the model loader checks every file
+// against it).
+bool cpu_backend_supports(DType t, WeightOp op);
 
 }  // namespace ember
