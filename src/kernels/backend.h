@@ -192,6 +192,14 @@ class Backend {
 // level (kernels/interleave.h) into 2 MiB-aligned host buffers; supports()
 // is cpu_backend_supports.
 std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool);
+// Makes the Backend a model runner computes on (one per runner: the
+// target's, a draft's), over `pool` (not owned; must outlive the backend);
+// an error when the backend cannot start (no device). An empty factory
+// means the CPU backend (EngineConfig::backend).
+using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(ThreadPool& pool)>;
+// The backend `f` makes, or the CPU backend for an empty f.
+Result<std::unique_ptr<Backend>> make_backend(const BackendFactory& f, ThreadPool& pool);
+
 // What the CPU backend runs at the active ISA level: matmul where the
 // registry has a dot and a dequantizer for t (or the interleaved forms), 4-bit
 // activations where t's activation type has a 4-bit quantizer, embedding

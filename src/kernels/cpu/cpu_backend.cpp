@@ -259,4 +259,11 @@ void Backend::kv_store(const float* k, int64_t ldk, int64_t k_width, const float
 
 std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }
 
+Result<std::unique_ptr<Backend>> make_backend(const BackendFactory& f, ThreadPool& pool) {
+  if (!f) return make_cpu_backend(pool);
+  auto be = f(pool);
+  if (be && !be.value()) return Status::error("the backend factory made no backend");
+  return be;
+}
+
 }  // namespace ember
