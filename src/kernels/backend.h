@@ -14,7 +14,14 @@
 // computed in a fixed order, whatever the number of rows, how they are
 // split over threads, or which other rows share the batch (batch
 // invariance; see kernels/matmul.h and kernels/attention.h for the two
-// reductions that need care). Pointers are host memory for the CPU backend.
+// reductions that need care). Pointers are the backend's memory
+// (BackendBuffer; host memory for the CPU backend).
+//
+// Besides the compute ops, a backend stores the K/V rows into the paged pool
+// (kv_store), says which weight types it runs (supports), prepares weights
+// in its own layout (prepare_weights) and gives out its memory (alloc):
+// what the engine needs of a device backend (docs/cuda.md, "The Backend
+// seam"); an engine picks one with a BackendFactory.
 //
 // Ownership and threading: a Backend is owned by one ForwardContext and used
 // from one thread at a time (it owns scratch memory and drives a thread
@@ -73,6 +80,22 @@ struct WeightToPrepare {
 // from memory.
 using WeightRetired = std::function<void(const void* data, size_t bytes)>;
 
+// Memory a backend computes in (activations and scratch: Backend::alloc):
+// host memory for the CPU backend (and by default), device memory for a
+// device backend. data() is what the backend's ops are handed; the caller
+// reads or writes it directly only when the backend's memory is the host's.
+// Owned by whoever allocated it; freed on destruction.
+class BackendBuffer {
+ public:
+  virtual ~BackendBuffer() = default;
+  virtual void* data() const = 0;
+  virtual size_t bytes() const = 0;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data());
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -105,6 +128,10 @@ class Backend {
     (void)retired;
     return 0;
   }
+
+  // A buffer of `bytes` (> 0) in this backend's memory, zeroed and 64-byte
+  // aligned; null when the memory cannot be had. Default: host memory.
+  virtual std::unique_ptr<BackendBuffer> alloc(size_t bytes);
 
   // Every target's product with the same activations x [n_tokens, n_in]
   // (row stride ldx; every target's w has ne[0] = n_in). x is converted to

@@ -3,8 +3,9 @@
 // target with a truncated head, whose context tokens are scored with the
 // backend's matmul) run on the backends the factory makes, here a wrapper
 // of the CPU backend that counts the ops it forwards: every runner's ops go
-// to it (K/V stores included) and the outputs are bit-identical to the
-// default engine's. A factory that fails, and a backend that refuses the
+// to it (K/V stores included), its scratch is the backend's memory
+// (Backend::alloc), and the outputs are bit-identical to the default
+// engine's. A factory that fails, and a backend that refuses the
 // model's weight type, are clear errors from Engine::create.
 #include <gtest/gtest.h>
 
@@ -30,6 +31,10 @@ class CountingBackend final : public Backend {
   Result<int> prepare_weights(const WeightToPrepare* w, int64_t n, std::vector<std::shared_ptr<void>>* owners,
                               const WeightRetired& retired) override {
     return cpu_->prepare_weights(w, n, owners, retired);
+  }
+  std::unique_ptr<BackendBuffer> alloc(size_t bytes) override {
+    ++ops_["alloc"];
+    return cpu_->alloc(bytes);
   }
   void matmul(const float* x, int64_t ldx, int64_t n, const MatmulTarget* t, int n_t) override {
     ++ops_["matmul"];
@@ -132,7 +137,9 @@ TEST(EngineBackend, TargetAndDraftRunOnTheBackendTheFactoryMakes) {
     SCOPED_TRACE(i == 0 ? "target" : "draft");
     ASSERT_GT(ops.count("embed"), 0u);
     EXPECT_GT(ops.at("embed"), 0);
-    // One K/V store and one attention per layer and forward pass.
+    // The scratch of Q, K, V, the attention output, gate and up; one K/V
+    // store and one attention per layer and forward pass.
+    EXPECT_EQ(ops.at("alloc"), 6);
     EXPECT_EQ(ops.at("kv_store"), L * ops.at("embed"));
     EXPECT_EQ(ops.at("attention"), L * ops.at("embed"));
   }

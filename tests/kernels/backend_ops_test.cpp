@@ -4,8 +4,8 @@
 // matmul (single and multi-target with shared activation conversion, shapes
 // with tails in every tile dimension), embedding, RMSNorm, RoPE angles and
 // rotation (normal / NeoX, partial n_rot), gated activations, softcap, add /
-// bias; K/V stores into paged pages of every row format; and the sampler's
-// row ops of kernels/ops.h at every ISA level.
+// bias; K/V stores into paged pages of every row format; buffers
+// (alloc); and the sampler's row ops of kernels/ops.h at every ISA level.
 // Attention is in backend_attention_test.cpp.
 //
 // Each tolerance is derived from the op (comment at the check); at the
@@ -528,6 +528,22 @@ TEST_P(BackendTest, KvStoreEveryRowFormatAgainstReference) {
         EXPECT_TRUE(vgot == vwant);
       }
     }
+}
+
+// Backend::alloc: buffers of the size asked, zeroed, 64-byte aligned,
+// distinct (the CPU backend's memory is the host's: written and read here).
+TEST_P(BackendTest, AllocGivesZeroedAlignedBuffers) {
+  for (size_t bytes : {size_t{4}, size_t{100}, size_t{1} << 20}) {
+    auto a = backend_->alloc(bytes), b = backend_->alloc(bytes);
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(a->bytes(), bytes);
+    EXPECT_NE(a->data(), b->data());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a->data()) % 64, 0u);
+    const auto* p = a->as<uint8_t>();
+    EXPECT_TRUE(std::all_of(p, p + bytes, [](uint8_t x) { return x == 0; }));
+    std::memset(a->data(), 0xFF, bytes);
+    EXPECT_TRUE(std::all_of(b->as<uint8_t>(), b->as<uint8_t>() + bytes, [](uint8_t x) { return x == 0; }));
+  }
 }
 
 // The sampler's row ops (kernels/ops.h) at every ISA level, against the

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -238,7 +239,31 @@ Result<int> CpuBackend::prepare_weights(const WeightToPrepare* w, int64_t n, std
   return static_cast<int>(todo.size());
 }
 
+// Host memory, 64-byte aligned and zeroed.
+class HostBuffer final : public BackendBuffer {
+ public:
+  HostBuffer(void* p, size_t bytes) : p_(p), bytes_(bytes) {}
+  ~HostBuffer() override { std::free(p_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() const override { return p_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* p_;
+  size_t bytes_;
+};
+
 }  // namespace
+
+std::unique_ptr<BackendBuffer> Backend::alloc(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (!p) return nullptr;
+  std::memset(p, 0, rounded);
+  return std::make_unique<HostBuffer>(p, bytes);
+}
 
 bool cpu_backend_supports(DType t, WeightOp op) {
   const KernelSet& k = kernels(t);
