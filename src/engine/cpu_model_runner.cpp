@@ -11,7 +11,10 @@ constexpr int32_t kMaxSwapSlots = 1 << 24;
 }  // namespace
 
 CpuModelRunner::CpuModelRunner(const Model& model, ThreadPool& pool, int max_batch, KvTypes kv_types)
-    : model_(model), kv_types_(kv_types), fwd_(model, pool, max_batch), builder_(model.config().n_embd) {}
+    : CpuModelRunner(model, make_cpu_backend(pool), max_batch, kv_types) {}
+
+CpuModelRunner::CpuModelRunner(const Model& model, std::unique_ptr<Backend> backend, int max_batch, KvTypes kv_types)
+    : model_(model), kv_types_(kv_types), fwd_(model, std::move(backend), max_batch), builder_(model.config().n_embd) {}
 
 Result<int32_t> CpuModelRunner::allocate_kv(const KvLayout& layout, int block_size, size_t memory_bytes,
                                             int64_t n_blocks, const KvPoolLimits& limits) {

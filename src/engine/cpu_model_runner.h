@@ -1,6 +1,9 @@
-// CpuModelRunner: the ModelRunner over a loaded Model on the CPU: a paged
-// KV pool (KvBlockPool, in the chosen KvTypes), host swap pages, and
-// ForwardContext's ragged forward pass. See model_runner.h.
+// CpuModelRunner: the ModelRunner over a loaded Model with host KV pages: a
+// paged KV pool (KvBlockPool, in the chosen KvTypes), host swap pages, and
+// ForwardContext's ragged forward pass on a Backend (kernels/backend.h) it
+// owns: the CPU backend by default, or any backend whose buffers are host
+// memory (Engine::create makes it from EngineConfig::backend). See
+// model_runner.h.
 //
 // It runs plain step inputs (step_input.h): execute(SchedulerOutput) makes
 // one (StepInputBuilder) and runs it with execute_step, which is all a rank
@@ -41,7 +44,10 @@ constexpr int kTagHidden = 11;  // the message tag of a stage's rows
 class CpuModelRunner final : public ModelRunner {
  public:
   // max_batch: most tokens per forward pass; kv_types: the page formats.
+  // The CPU backend over `pool`, or `backend` (owned; the model's weights
+  // checked against it: Model::check_backend).
   CpuModelRunner(const Model& model, ThreadPool& pool, int max_batch, KvTypes kv_types = {});
+  CpuModelRunner(const Model& model, std::unique_ptr<Backend> backend, int max_batch, KvTypes kv_types = {});
 
   int n_vocab() const override { return model_.config().n_logits(); }  // a truncated head's rows
   int64_t n_ctx_train() const override { return model_.config().n_ctx_train; }

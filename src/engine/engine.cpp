@@ -37,7 +37,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   if (!model.config().head_tokens.empty())
     return Status::error("a model with a truncated output head is a draft, not a target");
   if (cfg.spec.uses_draft_model()) EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
-  auto runner = std::make_unique<CpuModelRunner>(model, pool, cfg.max_num_batched_tokens, cfg.kv_types);
+  auto backend = make_backend(cfg.backend, pool);
+  if (!backend) return backend.status();
+  EMBER_RETURN_IF_ERROR(model.check_backend(*backend.value()));
+  auto runner =
+      std::make_unique<CpuModelRunner>(model, std::move(backend.value()), cfg.max_num_batched_tokens, cfg.kv_types);
   CpuModelRunner* target_runner = runner.get();
   auto e = build(std::move(runner), cfg, true);
   if (!e) return e;
@@ -45,7 +49,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   e.value()->output_->set_slots(pool.size());
   if (!cfg.spec.uses_draft_model()) return e;
   const DraftKvBase base{cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks, cfg.max_num_batched_tokens,
-                         cfg.kv_types};
+                         cfg.kv_types, cfg.backend};
   auto p = make_draft_proposer(cfg.spec, model, pool, base, {target_runner->kv_pool(), e.value()->kv_.get()});
   if (!p) return p.status().with_context("speculative decoding");
   e.value()->spec_->set_proposer(std::move(p.value()));

@@ -51,6 +51,10 @@ struct EngineConfig {
   // Storage formats of the KV pages (--kv-cache-dtype, kernels/kv_types.h);
   // the CPU runner Engine::create(model, ...) makes uses them.
   KvTypes kv_types;
+  // The backend the runners Engine::create(model, ...) makes compute on
+  // (the target's and a draft model's; kernels/backend.h); empty: the CPU
+  // backend over the engine's pool.
+  BackendFactory backend;
   int max_num_batched_tokens = 512;   // tokens per step (forward batch)
   int max_num_seqs = 64;              // sequences per step
   int64_t max_model_len = 0;          // prompt + output cap; 0: the model's training context
@@ -165,7 +169,10 @@ struct EngineStats {
 
 class Engine {
  public:
-  // The serving engine over a loaded model on the CPU (CpuModelRunner).
+  // The serving engine over a loaded model: a CpuModelRunner on the backend
+  // cfg.backend makes (the CPU backend by default); errors: the backend
+  // cannot start, or does not run the model's weight types
+  // (Model::check_backend).
   static Result<std::unique_ptr<Engine>> create(const Model& model, ThreadPool& pool, const EngineConfig& cfg);
   // Over any model runner (e.g. FakeModelRunner in tests).
   static Result<std::unique_ptr<Engine>> create(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg);

@@ -49,6 +49,23 @@ struct KvView {
   int64_t k_tail_row_bytes = 0;
 };
 
+// Where one sequence's K and V rows of one layer are written (the
+// writable side of a KvView, Backend::kv_store): the row of position p is
+// k_blocks[p / block_size] + (p % block_size) * k_row_bytes (KvView's
+// addressing, head 0; kv head h at h * kv_row_bytes(k_type, head_dim)),
+// encoded in k_type (kernels/kv_types.h); V alike. k_blocks null: the
+// cache stores its K rows itself (a token-group key format, q4c, through
+// its tails: model/kv_cache.h KvCache::store_k), and only V is written.
+struct KvStoreView {
+  uint8_t* const* k_blocks = nullptr;
+  uint8_t* const* v_blocks = nullptr;
+  int block_size = 0;
+  int64_t k_row_bytes = 0;
+  int64_t v_row_bytes = 0;
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
+};
+
 struct AttentionShape {
   int n_head = 0;
   int n_head_kv = 0;

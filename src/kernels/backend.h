@@ -14,16 +14,28 @@
 // computed in a fixed order, whatever the number of rows, how they are
 // split over threads, or which other rows share the batch (batch
 // invariance; see kernels/matmul.h and kernels/attention.h for the two
-// reductions that need care). Pointers are host memory for the CPU backend.
+// reductions that need care). Pointers are the backend's memory
+// (BackendBuffer; host memory for the CPU backend).
+//
+// Besides the compute ops, a backend stores the K/V rows into the paged pool
+// (kv_store), says which weight types it runs (supports), prepares weights
+// in its own layout (prepare_weights) and gives out its memory (alloc):
+// what the engine needs of a device backend (docs/cuda.md, "The Backend
+// seam"); an engine picks one with a BackendFactory.
 //
 // Ownership and threading: a Backend is owned by one ForwardContext and used
 // from one thread at a time (it owns scratch memory and drives a thread
 // pool it does not own).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
+#include "core/dtype.h"
+#include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
@@ -48,10 +60,78 @@ struct MatmulTarget {
   int act_bits = 0;
 };
 
+// The ops a backend is asked about per weight type (Backend::supports).
+enum class WeightOp : uint8_t {
+  kMatmul,      // matmul / moe_matmul with weights of the type
+  kMatmulAct4,  // the same with 4-bit activations (MatmulTarget::act_bits 4)
+  kEmbed,       // embed from a table of the type
+};
+
+// A weight for Backend::prepare_weights: a 2-D matrix the forward pass
+// hands to matmul (slices empty), or a 3-D stack of expert matrices
+// [n_in, rows, n_expert] (ne order) with the 2-D views into it that
+// moe_matmul is handed (each expert's matrix, or a row range of one).
+struct WeightToPrepare {
+  TensorView* tensor = nullptr;
+  std::vector<TensorView*> slices;
+};
+// Called by prepare_weights, from any thread, with the bytes of a weight it
+// no longer reads (its rows now live elsewhere): the caller may drop them
+// from memory.
+using WeightRetired = std::function<void(const void* data, size_t bytes)>;
+
+// Memory a backend computes in (activations and scratch: Backend::alloc):
+// host memory for the CPU backend (and by default), device memory for a
+// device backend. data() is what the backend's ops are handed; the caller
+// reads or writes it directly only when the backend's memory is the host's.
+// Owned by whoever allocated it; freed on destruction.
+class BackendBuffer {
+ public:
+  virtual ~BackendBuffer() = default;
+  virtual void* data() const = 0;
+  virtual size_t bytes() const = 0;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data());
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+
+  // Whether this backend runs `op` with weights of type t (a model's
+  // weights are checked against it before a runner is made over it:
+  // Model::check_backend). Default: nothing (a backend says what it runs).
+  virtual bool supports(DType t, WeightOp op) const {
+    (void)t;
+    (void)op;
+    return false;
+  }
+  // Weight preparation, once per model before its first step: rewrites the
+  // weights w[0..n) into this backend's own layout where it has one (the
+  // views' type, data and nbytes changed in place, a 3-D tensor's slices
+  // moved with it; every op's result keeps its bits), or keeps its own copy
+  // keyed by the view (a device upload). Buffers the rewritten views point
+  // into are appended to *owners (the caller keeps them as long as the
+  // views); `retired` (may be empty) hears of every source range no longer
+  // read. Returns how many weights were rewritten or copied; on an error (a
+  // failed allocation or upload, a type it cannot hold) no view has
+  // changed. Not thread-safe: before any step runs over the weights.
+  // Default: nothing to prepare (0).
+  virtual Result<int> prepare_weights(const WeightToPrepare* w, int64_t n, std::vector<std::shared_ptr<void>>* owners,
+                                      const WeightRetired& retired) {
+    (void)w;
+    (void)n;
+    (void)owners;
+    (void)retired;
+    return 0;
+  }
+
+  // A buffer of `bytes` (> 0) in this backend's memory, zeroed and 64-byte
+  // aligned; null when the memory cannot be had. Default: host memory.
+  virtual std::unique_ptr<BackendBuffer> alloc(size_t bytes);
 
   // Every target's product with the same activations x [n_tokens, n_in]
   // (row stride ldx; every target's w has ne[0] = n_in). x is converted to
@@ -114,6 +194,18 @@ class Backend {
   virtual void moe_combine(const float* y, int64_t ldy, const float* weights, int k, int64_t n, int64_t dim, float* out,
                            int64_t ld_out, bool accumulate) = 0;
 
+  // K/V stores into the paged pool, one call per layer and step: for each
+  // token t < n, the k_width floats at k + t * ldk are encoded
+  // (kv_store_row, kernels/kv_types.h) into the K row of position pos[t]
+  // of views[view_of_token[t]] (KvStoreView: skipped where k_blocks is
+  // null), and the v_width floats at v + t * ldv into its V row. Every row
+  // gets the bytes kv_store_row gives it alone, whatever the batch or the
+  // threads; the (view, position) pairs of a call are distinct. The default
+  // writes host pages on the calling thread (what a backend over host
+  // memory may keep).
+  virtual void kv_store(const float* k, int64_t ldk, int64_t k_width, const float* v, int64_t ldv, int64_t v_width,
+                        const int32_t* pos, int64_t n, const KvStoreView* views, const int32_t* view_of_token);
+
   // Ragged causal attention (see kernels/attention.h): token t attends
   // through views[view_of_token[t]] to the keys at positions <= pos[t].
   // q: [n, n_head * head_dim]; out: [n, n_head * head_dim_v].
@@ -122,7 +214,24 @@ class Backend {
 };
 
 // The CPU backend: kernels at the active ISA level (core/cpu_features.h,
-// EMBER_ISA), work split over `pool` (not owned; must outlive it).
+// EMBER_ISA), work split over `pool` (not owned; must outlive it). Its
+// prepare_weights interleaves the matrices whose layout pays at the active
+// level (kernels/interleave.h) into 2 MiB-aligned host buffers; supports()
+// is cpu_backend_supports.
 std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool);
+// Makes the Backend a model runner computes on (one per runner: the
+// target's, a draft's), over `pool` (not owned; must outlive the backend);
+// an error when the backend cannot start (no device). An empty factory
+// means the CPU backend (EngineConfig::backend).
+using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(ThreadPool& pool)>;
+// The backend `f` makes, or the CPU backend for an empty f.
+Result<std::unique_ptr<Backend>> make_backend(const BackendFactory& f, ThreadPool& pool);
+
+// What the CPU backend runs at the active ISA level: matmul where the
+// registry has a dot and a dequantizer for t (or the interleaved forms), 4-bit
+// activations where t's activation type has a 4-bit quantizer, embedding
+// where t's rows can be dequantized (the model loader checks every file
+// against it).
+bool cpu_backend_supports(DType t, WeightOp op);
 
 }  // namespace ember

@@ -28,29 +28,30 @@ ForwardContext::ForwardContext(const Model& model, std::unique_ptr<Backend> back
   seg_.resize(B);
   segs_.reserve(B);
   seg_views_.resize(B);
+  seg_stores_.resize(B);
   logit_rows_.reserve(B);
   x_.resize(B * cfg_.n_embd);
   xn_.resize(B * cfg_.n_embd);
   y_.resize(B * cfg_.n_embd);
-  q_.resize(B * H * hd);
-  k_.resize(B * Hkv * hd);
-  v_.resize(B * Hkv * hdv);
-  attn_.resize(B * H * hdv);
-  gate_.resize(B * cfg_.max_n_ff());
-  up_.resize(B * cfg_.max_n_ff());
+  q_ = floats(B * H * hd);
+  k_ = floats(B * Hkv * hd);
+  v_ = floats(B * Hkv * hdv);
+  attn_ = floats(B * H * hdv);
+  gate_ = floats(B * cfg_.max_n_ff());
+  up_ = floats(B * cfg_.max_n_ff());
   if (cfg_.has_moe()) {
     const size_t k = static_cast<size_t>(cfg_.max_n_expert_used());
-    moe_logits_.resize(B * cfg_.max_n_expert());
+    moe_logits_ = floats(B * cfg_.max_n_expert());
     moe_ids_.resize(B * k);
-    moe_weights_.resize(B * k);
+    moe_weights_ = floats(B * k);
     moe_x_row_.resize(B * k);
-    moe_gate_.resize(B * static_cast<size_t>(cfg_.max_moe_ff_per_token()));
-    moe_up_.resize(B * static_cast<size_t>(cfg_.max_moe_ff_per_token()));
-    moe_down_.resize(B * k * cfg_.n_embd);
-    moe_shared_gate_.resize(B * cfg_.max_n_ff_shexp());
-    moe_shared_up_.resize(B * cfg_.max_n_ff_shexp());
-    moe_shared_logit_.resize(B);
-    moe_shared_weight_.resize(B);
+    moe_gate_ = floats(B * static_cast<size_t>(cfg_.max_moe_ff_per_token()));
+    moe_up_ = floats(B * static_cast<size_t>(cfg_.max_moe_ff_per_token()));
+    moe_down_ = floats(B * k * cfg_.n_embd);
+    moe_shared_gate_ = floats(B * cfg_.max_n_ff_shexp());
+    moe_shared_up_ = floats(B * cfg_.max_n_ff_shexp());
+    moe_shared_logit_ = floats(B);
+    moe_shared_weight_ = floats(B);
     moe_shared_id_.resize(B);
   }
   rope_cos_.resize(model.n_rope_tables() * B * (cfg_.n_rot / 2));
@@ -63,6 +64,17 @@ ForwardContext::ForwardContext(const Model& model, std::unique_ptr<Backend> back
 }
 
 ForwardContext::~ForwardContext() = default;
+
+std::unique_ptr<BackendBuffer> ForwardContext::floats(size_t n) {
+  if (n == 0) return nullptr;
+  auto b = backend_->alloc(n * sizeof(float));
+  EMBER_CHECK_MSG(b, "out of backend memory for the forward pass's buffers");
+  return b;
+}
+
+namespace {
+float* f32(const std::unique_ptr<BackendBuffer>& b) { return b ? b->as<float>() : nullptr; }
+}  // namespace
 
 Status ForwardContext::forward(const int32_t* tokens, int64_t n, int64_t pos0, KvCache& cache, float* logits,
                                float* all_logits) {
@@ -198,25 +210,26 @@ void ForwardContext::run_layers(int l0, int l1) {
   BlockBuffers bb;
   bb.xn = xn_.data();
   bb.y = y_.data();
-  bb.attn.q = q_.data();
-  bb.attn.k = k_.data();
-  bb.attn.v = v_.data();
-  bb.attn.attn = attn_.data();
+  bb.attn.q = f32(q_);
+  bb.attn.k = f32(k_);
+  bb.attn.v = f32(v_);
+  bb.attn.attn = f32(attn_);
   bb.attn.views = seg_views_.data();
-  bb.ffn.gate = gate_.data();
-  bb.ffn.up = up_.data();
+  bb.attn.stores = seg_stores_.data();
+  bb.ffn.gate = f32(gate_);
+  bb.ffn.up = f32(up_);
   MoeBuffers& mb = bb.ffn.moe;
-  mb.logits = moe_logits_.data();
+  mb.logits = f32(moe_logits_);
   mb.ids = moe_ids_.data();
-  mb.weights = moe_weights_.data();
+  mb.weights = f32(moe_weights_);
   mb.x_row = moe_x_row_.data();
-  mb.gate = moe_gate_.data();
-  mb.up = moe_up_.data();
-  mb.down = moe_down_.data();
-  mb.shared_gate = moe_shared_gate_.data();
-  mb.shared_up = moe_shared_up_.data();
-  mb.shared_logit = moe_shared_logit_.data();
-  mb.shared_weight = moe_shared_weight_.data();
+  mb.gate = f32(moe_gate_);
+  mb.up = f32(moe_up_);
+  mb.down = f32(moe_down_);
+  mb.shared_gate = f32(moe_shared_gate_);
+  mb.shared_up = f32(moe_shared_up_);
+  mb.shared_logit = f32(moe_shared_logit_);
+  mb.shared_weight = f32(moe_shared_weight_);
   mb.shared_id = moe_shared_id_.data();
   mb.observed = &moe_observed_;
   mb.seg = seg_.data();

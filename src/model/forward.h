@@ -1,7 +1,10 @@
 // ForwardContext: runs batches of tokens (one sequence, or a ragged batch of
 // several) through a Model, on a Backend it owns, with its own activation
 // buffers (allocated once for max_batch tokens; nothing is allocated per
-// token or per step).
+// token or per step). The sub-blocks' scratch (Q/K/V, the attention
+// output, the FFN's and MoE's intermediates) is the backend's memory
+// (Backend::alloc); the residual stream and the step's layout are host
+// memory.
 //
 // A step has three stages, public so that other drivers can run a subset of
 // the layers (pipeline stages, self-speculative drafts):
@@ -150,6 +153,7 @@ class ForwardContext {
   std::vector<int32_t> seg_;         // [max_batch] sequence of each token
   std::vector<KvCache*> segs_;       // cache of each sequence
   std::vector<KvView> seg_views_;    // [max_batch] per sequence, current layer
+  std::vector<KvStoreView> seg_stores_;  // [max_batch] per sequence, current layer (K/V writes)
   std::vector<int64_t> logit_rows_;  // see logit_rows()
   // forward_ragged's logits rows in order: a given row (pre_hidden) or a
   // step token's index, as -1 - index (given rows not counted in n_).
@@ -168,15 +172,20 @@ class ForwardContext {
   std::vector<float> x_;     // [n, n_embd] residual stream
   std::vector<float> xn_;    // [n, n_embd] normed input of a sub-block / of the head
   std::vector<float> y_;     // [n, n_embd] sub-block output
-  std::vector<float> q_;     // [n, max_n_head * head_dim]
-  std::vector<float> k_;     // [n, max_n_head_kv * head_dim]
-  std::vector<float> v_;     // [n, max_n_head_kv * head_dim_v]
-  std::vector<float> attn_;  // [n, max_n_head * head_dim_v]
-  std::vector<float> gate_;  // [n, max_n_ff]
-  std::vector<float> up_;    // [n, max_n_ff]
-  // Mixture-of-Experts layers (model/layers/moe.h MoeBuffers; empty without).
-  std::vector<float> moe_logits_, moe_weights_, moe_gate_, moe_up_, moe_down_, moe_shared_gate_, moe_shared_up_,
-      moe_shared_logit_, moe_shared_weight_, moe_observed_;
+  // The sub-blocks' scratch, in the backend's memory (Backend::alloc;
+  // null: not needed by this model).
+  std::unique_ptr<BackendBuffer> q_;     // [n, max_n_head * head_dim]
+  std::unique_ptr<BackendBuffer> k_;     // [n, max_n_head_kv * head_dim]
+  std::unique_ptr<BackendBuffer> v_;     // [n, max_n_head_kv * head_dim_v]
+  std::unique_ptr<BackendBuffer> attn_;  // [n, max_n_head * head_dim_v]
+  std::unique_ptr<BackendBuffer> gate_;  // [n, max_n_ff]
+  std::unique_ptr<BackendBuffer> up_;    // [n, max_n_ff]
+  // Mixture-of-Experts layers (model/layers/moe.h MoeBuffers; null without).
+  std::unique_ptr<BackendBuffer> moe_logits_, moe_weights_, moe_gate_, moe_up_, moe_down_, moe_shared_gate_,
+      moe_shared_up_, moe_shared_logit_, moe_shared_weight_;
+  std::vector<float> moe_observed_;
+  // A buffer of n floats from the backend (null for n == 0).
+  std::unique_ptr<BackendBuffer> floats(size_t n);
   std::vector<int32_t> moe_ids_, moe_x_row_, moe_shared_id_;
   MoeShareScratch moe_share_;
   MoeStats moe_stats_;

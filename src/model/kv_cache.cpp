@@ -51,6 +51,18 @@ void ContiguousKvCache::begin_k_writes(int layer, int64_t first_pos) {
     if (!tails_[layer].release_full(g)) break;
 }
 
+KvStoreView ContiguousKvCache::store_view(int layer) {
+  KvStoreView v;
+  v.k_blocks = codec_ ? nullptr : &k_ptr_[layer];
+  v.v_blocks = &v_ptr_[layer];
+  v.block_size = static_cast<int>(alloc_);
+  v.k_row_bytes = k_bytes_;
+  v.v_row_bytes = v_bytes_;
+  v.k_type = types_.k;
+  v.v_type = types_.v;
+  return v;
+}
+
 KvView ContiguousKvCache::view(int layer) const {
   KvView v;
   v.k_blocks = &k_ptr_[layer];

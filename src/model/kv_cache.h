@@ -1,7 +1,9 @@
 // KV cache interface and the contiguous single-sequence implementation.
-// The forward pass writes K/V rows through k_row()/v_row() (encoded with
-// kv_store_row in the cache's types(), kernels/kv_types.h) and reads them
-// through a KvView (block table), so a paged cache plugs in unchanged.
+// The forward pass writes a layer's K/V rows through a KvStoreView (the
+// layer's pages, writable: one Backend::kv_store per layer and step encodes
+// every token's rows in the cache's types(), kernels/kv_types.h) and reads
+// them through a KvView (block table), so a paged cache plugs in unchanged.
+// k_row()/v_row() address one row (tests, tools).
 //
 // Row layout every implementation provides: one K row and one V row per
 // (layer, position), each with room for the largest layer
@@ -52,7 +54,10 @@ class KvCache {
     (void)layer;
     (void)first_pos;
   }
-  // Read view of a layer for the attention kernel.
+  // Write view of a layer for Backend::kv_store (k_blocks null for a
+  // token-group key format: its K rows go through store_k) and read view
+  // for the attention kernel; both valid until the cache changes.
+  virtual KvStoreView store_view(int layer) = 0;
   virtual KvView view(int layer) const = 0;
   // Bytes held.
   virtual size_t memory_bytes() const = 0;
@@ -71,6 +76,7 @@ class ContiguousKvCache final : public KvCache {
   KvTypes types() const override { return types_; }
   void store_k(int layer, int64_t pos, const float* src, int64_t n) override;
   void begin_k_writes(int layer, int64_t first_pos) override;
+  KvStoreView store_view(int layer) override;
   KvView view(int layer) const override;
   size_t memory_bytes() const override;
 
@@ -81,7 +87,7 @@ class ContiguousKvCache final : public KvCache {
   KvTypes types_;
   int64_t k_bytes_, v_bytes_;  // per position
   std::vector<std::unique_ptr<uint8_t[]>> k_, v_;
-  std::vector<const uint8_t*> k_ptr_, v_ptr_;  // one-entry block tables
+  std::vector<uint8_t*> k_ptr_, v_ptr_;  // one-entry block tables
   std::vector<KvGroupTails> tails_;               // token groups: per layer
   mutable std::vector<const uint8_t*> tail_ptr_;  // token groups: [layer][group] (view())
 };

@@ -23,7 +23,8 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
-#include "kernels/interleave.h"
+#include "core/thread_pool.h"
+#include "kernels/backend.h"
 #include "kernels/registry.h"
 #include "model/archs/tensors.h"
 
@@ -282,7 +283,7 @@ Status Model::set_activation_bits(int bits) {
         weights_->layers[il],
         [&](Linear& lin) {
           const DType act = vec_dot_type(lin.weight->type);
-          if (st && bits == 4 && !kernels(act).quantize_row_int4)
+          if (st && bits == 4 && !cpu_backend_supports(lin.weight->type, WeightOp::kMatmulAct4))
             st = Status::errorf("4-bit activations need weights that multiply Q8_0 activations (Q4_0, Q5_0, Q8_0); "
                                 "layer {} has a {} matrix (activations {})",
                                 il, dtype_name(lin.weight->type), dtype_name(act));
@@ -332,17 +333,6 @@ int64_t Model::n_params() const {
 
 namespace {
 
-// A buffer for a large tensor, 2 MiB aligned and marked for transparent
-// huge pages (far fewer page faults when it is filled).
-std::shared_ptr<uint8_t> huge_page_buffer(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(kHuge, rounded);
-  EMBER_CHECK_MSG(p, "out of memory for an interleaved weight");
-  madvise(p, rounded, MADV_HUGEPAGE);
-  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
-}
-
 // Address ranges of this process's file mappings (/proc/self/maps lines
 // with an inode): the mapped model files.
 std::vector<std::pair<uintptr_t, uintptr_t>> file_mappings() {
@@ -378,18 +368,16 @@ void release_pages(const void* p, size_t bytes, const std::vector<std::pair<uint
 
 }  // namespace
 
-int Model::interleave_weights(int threads) {
+Result<int> Model::prepare_weights(Backend& backend) {
   std::set<const TensorView*> mats;
   for (LayerWeights& l : weights_->layers) for_each_block_linear(l, [&](Linear& lin) { mats.insert(lin.weight); });
   if (weights_->output.weight) mats.insert(weights_->output.weight);
-  std::vector<TensorView*> todo;
+  std::vector<WeightToPrepare> todo;
   for (auto& [name, t] : file_->tensors)
-    if (mats.count(&t) && t.n_dims == 2 && interleave_pays(t.type, t.ne[1])) todo.push_back(&t);
-  // Experts: a 3-D tensor is rewritten whole when every view of it (each
-  // expert's 2-D slice, ModelWeights::views) starts and ends on a 16-row
-  // group and the layout pays for its rows; its views then point into the
-  // rewritten tensor. Row views of fused matrices (attn_qkv) are rewritten
-  // each on its own.
+    if (mats.count(&t) && t.n_dims == 2) todo.push_back({&t, {}});
+  // Experts: a 3-D tensor goes with every view of it (each expert's 2-D
+  // slice, ModelWeights::views), which move with it. Row views of fused
+  // matrices (attn_qkv) go each on its own.
   std::map<TensorView*, std::vector<TensorView*>> slices;
   for (TensorView& v : weights_->views) {
     if (!mats.count(&v)) continue;
@@ -399,41 +387,45 @@ int Model::interleave_weights(int threads) {
       const auto* p = static_cast<const uint8_t*>(v.data);
       if (t.n_dims == 3 && p >= b && p < b + t.nbytes) slices[&t].push_back(&v), sliced = true;
     }
-    if (!sliced && interleave_pays(v.type, v.ne[1])) todo.push_back(&v);
+    if (!sliced) todo.push_back({&v, {}});
   }
-  for (auto& [t, views] : slices) {
-    bool ok = interleave_pays(t->type, t->ne[1] * t->ne[2]);
-    for (const TensorView* v : views)
-      ok = ok && v->type == t->type && interleave_pays(v->type, v->ne[1]) &&
-           (static_cast<const uint8_t*>(v->data) - static_cast<const uint8_t*>(t->data)) %
-                   (16 * static_cast<int64_t>(t->row_bytes())) == 0;
-    if (ok) todo.push_back(t);
-  }
-  std::vector<std::shared_ptr<uint8_t>> bufs(todo.size());
-  for (size_t i = 0; i < todo.size(); ++i) bufs[i] = huge_page_buffer(todo[i]->nbytes);
+  for (auto& [t, views] : slices) todo.push_back({t, views});
+  // Source bytes the backend no longer reads leave the resident set when
+  // they lie in the mapped file, so a prepared model does not hold its
+  // weights twice.
   const auto files = file_mappings();
-  std::atomic<size_t> next{0};
-  auto work = [&]() {
-    for (size_t i; (i = next++) < todo.size();) {
-      interleave_rows(todo[i]->type, todo[i]->data, todo[i]->nrows(), todo[i]->ne[0], bufs[i].get());
-      release_pages(todo[i]->data, todo[i]->nbytes, files);
-    }
+  std::vector<std::shared_ptr<void>> owners;
+  auto n = backend.prepare_weights(todo.data(), static_cast<int64_t>(todo.size()), &owners,
+                                   [&](const void* p, size_t bytes) { release_pages(p, bytes, files); });
+  if (!n) return n.status().with_context(fmt::format("preparing the weights for the {} backend", backend.name()));
+  for (std::shared_ptr<void>& o : owners) file_->owners.push_back(std::move(o));
+  return n;
+}
+
+int Model::interleave_weights(int threads) {
+  ThreadPool pool(std::max(1, threads));
+  auto n = prepare_weights(*make_cpu_backend(pool));
+  return n ? *n : 0;
+}
+
+Status Model::check_backend(const Backend& backend) const {
+  auto check = [&](const TensorView* t, WeightOp op, const char* what) -> Status {
+    if (!t || backend.supports(t->type, op)) return Status::ok();
+    return Status::errorf("the {} backend does not run {} with {} weights ('{}')", backend.name(), what,
+                          dtype_name(t->type), t->name);
   };
-  std::vector<std::thread> pool;
-  for (int k = 1; k < std::max(1, threads); ++k) pool.emplace_back(work);
-  work();
-  for (std::thread& th : pool) th.join();
-  for (size_t i = 0; i < todo.size(); ++i) {
-    if (auto it = slices.find(todo[i]); it != slices.end())
-      for (TensorView* v : it->second) {
-        v->type = interleaved_type(v->type);
-        v->data = bufs[i].get() + (static_cast<const uint8_t*>(v->data) - static_cast<const uint8_t*>(todo[i]->data));
-      }
-    todo[i]->type = interleaved_type(todo[i]->type);
-    todo[i]->data = bufs[i].get();
-    file_->owners.push_back(bufs[i]);
-  }
-  return static_cast<int>(todo.size());
+  auto check_linear = [&](const Linear& lin) {
+    return lin.act_bits == 4 ? check(lin.weight, WeightOp::kMatmulAct4, "matmul with 4-bit activations")
+                             : check(lin.weight, WeightOp::kMatmul, "matmul");
+  };
+  Status st;
+  for (LayerWeights& l : weights_->layers)
+    for_each_block_linear(l, [&](Linear& lin) {
+      if (st) st = check_linear(lin);
+    });
+  EMBER_RETURN_IF_ERROR(st);
+  EMBER_RETURN_IF_ERROR(check_linear(weights_->output));
+  return check(weights_->tok_embd, WeightOp::kEmbed, "the embedding");
 }
 
 Model::DecodeReads Model::decode_reads() const {

@@ -54,15 +54,27 @@ class Model {
   // sharing off. Before any ForwardContext runs the model (it sizes its
   // buffers by n_expert_used); not thread-safe.
   Status set_moe_routing(int top_k, const MoeSharing& sharing);
-  // Rewrites every matmul weight (block linears, the output head, tied or
-  // not) whose type has an interleaved layout that pays at the active ISA
-  // level (kernels/interleave.h: Q4_0, Q8_0, Q4_K, Q6_K with rows % 16 ==
-  // 0 on AVX-512) into that layout, in owned memory, the tensors split over
-  // `threads` threads. Every forward result stays bit-identical; the mapped
-  // file's bytes are no longer read. Returns how many tensors were
-  // rewritten. Not thread-safe: call before any ForwardContext runs the
-  // model (like set_activation_bits).
+  // Hands every matmul weight (block linears and experts, the output head,
+  // tied or not) to backend.prepare_weights (kernels/backend.h), which
+  // rewrites them into its own layout or keeps its own copies; the buffers
+  // it returns are owned by the model, and source bytes it no longer reads
+  // leave the resident set where they lie in the mapped file. Every forward
+  // result stays bit-identical. Returns how many weights it prepared, or
+  // its error (nothing changed). Not thread-safe: call before any
+  // ForwardContext runs the model (like set_activation_bits).
+  Result<int> prepare_weights(Backend& backend);
+  // prepare_weights for the CPU backend over `threads` threads: the
+  // matrices whose interleaved layout pays at the active ISA level
+  // (kernels/interleave.h: Q4_0, Q8_0, Q4_K, Q6_K with rows % 16 == 0 on
+  // AVX-512) rewritten into it, in owned memory. Returns how many tensors
+  // were rewritten (0 when out of memory: the plain rows stay).
   int interleave_weights(int threads = 1);
+  // The dtype part of what a backend must run for this model: every block
+  // linear's matmul (with 4-bit activations where Linear::act_bits is 4),
+  // the output head's, the embedding lookup (Backend::supports). Error:
+  // the first weight the backend refuses, named. Shapes and structure are
+  // checked at load.
+  Status check_backend(const Backend& backend) const;
   // The context length this model runs with (prompt + output per sequence;
   // default at load: the trained context, n_ctx_train). It picks LongRoPE's
   // factors as llama.cpp and vLLM do: rope_factors_long when it exceeds the

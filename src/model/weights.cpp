@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "kernels/backend.h"
 #include "kernels/registry.h"
 #include "model/archs/archs.h"
 
@@ -30,10 +31,10 @@ class Binder {
     return Status::ok();
   }
 
+  // Every matrix must run on the CPU backend (the default one; a runner on
+  // another backend checks it too: Model::check_backend).
   static Status check_matmul_type(const TensorView& t) {
-    const KernelSet& k = kernels(t.type);
-    const bool interleaved = dtype_row_group(t.type) > 1 && k.vec_dot_rows && k.vec_dot_tile;  // kernels/interleave.h
-    if (!interleaved && (!k.vec_dot || !k.dequantize_row))
+    if (!cpu_backend_supports(t.type, WeightOp::kMatmul))
       return Status::errorf("tensor '{}' has type {} which has no matmul kernel", t.name, dtype_name(t.type));
     return Status::ok();
   }

@@ -4,7 +4,8 @@
 // matmul (single and multi-target with shared activation conversion, shapes
 // with tails in every tile dimension), embedding, RMSNorm, RoPE angles and
 // rotation (normal / NeoX, partial n_rot), gated activations, softcap, add /
-// bias; and the sampler's row ops of kernels/ops.h at every ISA level.
+// bias; K/V stores into paged pages of every row format; buffers
+// (alloc); and the sampler's row ops of kernels/ops.h at every ISA level.
 // Attention is in backend_attention_test.cpp.
 //
 // Each tolerance is derived from the op (comment at the check); at the
@@ -17,9 +18,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend_under_test.h"
+#include "kernels/kv_types.h"
 #include "kernels/matmul.h"
 #include "kernels/matrix_view.h"
 #include "kernels/ref/row_ops.h"
@@ -456,6 +460,90 @@ TEST_P(BackendTest, AddAndBiasAreExact) {
   backend_->add_bias(gb.data(), ld, rows, dim, b.data());
   for (int64_t r = 0; r < rows; ++r) ref::add_row(wb.data() + r * ld, b.data(), dim);
   EXPECT_TRUE(same_all(gb, wb));
+}
+
+// Backend::kv_store over a paged pool: a ragged batch of three sequences
+// (a 40-token prefill, one decode token, a two-token burst whose cache keeps
+// its own K rows: k_blocks null) over pages in shuffled order, every
+// per-row format for K and V (equal and mixed), row strides wider than the
+// rows written. Reference: each row encoded alone by the format's scalar
+// encoder (kv_store_row) at the address the test's own page map gives;
+// every other byte of the pages is poisoned and must stay so. The same bytes
+// on one thread and token by token; f32 rows hold the input floats.
+TEST_P(BackendTest, KvStoreEveryRowFormatAgainstReference) {
+  const int bs = 8, n_pages = 12;
+  const int64_t kw = 64, vw = 96, k_room = 128, v_room = 128, ldk = kw + 5, ldv = vw + 3;
+  struct Seq {
+    std::vector<int32_t> pages;
+    int64_t pos0, n;
+    bool k_kept;  // the cache stores its own K rows
+  };
+  const Seq seqs[] = {{{7, 2, 9, 0, 11}, 0, 40, false}, {{5, 10, 3}, 20, 1, false}, {{4, 8}, 9, 2, true}};
+  std::vector<int32_t> pos, vot;
+  for (int i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < seqs[i].n; ++j) pos.push_back(static_cast<int32_t>(seqs[i].pos0 + j)), vot.push_back(i);
+  const int64_t n = static_cast<int64_t>(pos.size());
+  const std::vector<float> k = gaussian(static_cast<size_t>(n * ldk), 1.5f, 61);
+  const std::vector<float> v = gaussian(static_cast<size_t>(n * ldv), 0.7f, 62);
+  const KvType kTypes[] = {KvType::kF32, KvType::kF16, KvType::kBF16, KvType::kQ8, KvType::kQ4};
+  for (int a = 0; a < 5; ++a)
+    for (int d : {0, 1}) {
+      const KvType kt = kTypes[a], vt = kTypes[(a + d * 2) % 5];
+      SCOPED_TRACE(std::string("K ") + kv_type_name(kt) + ", V " + kv_type_name(vt));
+      const int64_t krb = static_cast<int64_t>(kv_row_bytes(kt, k_room));
+      const int64_t vrb = static_cast<int64_t>(kv_row_bytes(vt, v_room));
+      const std::vector<uint8_t> kpoison(static_cast<size_t>(n_pages * bs * krb), 0xA5),
+          vpoison(static_cast<size_t>(n_pages * bs * vrb), 0x5A);
+      std::vector<uint8_t> kwant = kpoison, vwant = vpoison;
+      for (int64_t t = 0; t < n; ++t) {
+        const Seq& q = seqs[vot[t]];
+        const int64_t page = q.pages[pos[t] / bs], row = pos[t] % bs;
+        if (!q.k_kept) kv_store_row(kt, k.data() + t * ldk, kw, kwant.data() + (page * bs + row) * krb);
+        kv_store_row(vt, v.data() + t * ldv, vw, vwant.data() + (page * bs + row) * vrb);
+        if (kt == KvType::kF32 && !q.k_kept)
+          ASSERT_EQ(0, std::memcmp(kwant.data() + (page * bs + row) * krb, k.data() + t * ldk, kw * 4));
+      }
+      auto run = [&](Backend& be, bool one_by_one, std::vector<uint8_t>* kgot, std::vector<uint8_t>* vgot) {
+        *kgot = kpoison, *vgot = vpoison;
+        std::vector<std::vector<uint8_t*>> kb(3), vb(3);
+        std::vector<KvStoreView> views(3);
+        for (int i = 0; i < 3; ++i) {
+          for (int32_t pg : seqs[i].pages) {
+            kb[i].push_back(kgot->data() + int64_t{pg} * bs * krb);
+            vb[i].push_back(vgot->data() + int64_t{pg} * bs * vrb);
+          }
+          views[i] = {seqs[i].k_kept ? nullptr : kb[i].data(), vb[i].data(), bs, krb, vrb, kt, vt};
+        }
+        if (!one_by_one)
+          return be.kv_store(k.data(), ldk, kw, v.data(), ldv, vw, pos.data(), n, views.data(), vot.data());
+        for (int64_t t = 0; t < n; ++t)
+          be.kv_store(k.data() + t * ldk, ldk, kw, v.data() + t * ldv, ldv, vw, &pos[t], 1, views.data(), &vot[t]);
+      };
+      std::vector<uint8_t> kgot, vgot;
+      const std::pair<Backend*, bool> runs[] = {
+          {backend_.get(), false}, {backend1_.get(), false}, {backend_.get(), true}};
+      for (const auto& [be, one] : runs) {
+        run(*be, one, &kgot, &vgot);
+        EXPECT_TRUE(kgot == kwant);
+        EXPECT_TRUE(vgot == vwant);
+      }
+    }
+}
+
+// Backend::alloc: buffers of the size asked, zeroed, 64-byte aligned,
+// distinct (the CPU backend's memory is the host's: written and read here).
+TEST_P(BackendTest, AllocGivesZeroedAlignedBuffers) {
+  for (size_t bytes : {size_t{4}, size_t{100}, size_t{1} << 20}) {
+    auto a = backend_->alloc(bytes), b = backend_->alloc(bytes);
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(a->bytes(), bytes);
+    EXPECT_NE(a->data(), b->data());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a->data()) % 64, 0u);
+    const auto* p = a->as<uint8_t>();
+    EXPECT_TRUE(std::all_of(p, p + bytes, [](uint8_t x) { return x == 0; }));
+    std::memset(a->data(), 0xFF, bytes);
+    EXPECT_TRUE(std::all_of(b->as<uint8_t>(), b->as<uint8_t>() + bytes, [](uint8_t x) { return x == 0; }));
+  }
 }
 
 // The sampler's row ops (kernels/ops.h) at every ISA level, against the

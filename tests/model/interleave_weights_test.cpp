@@ -2,7 +2,9 @@
 // (random weights, llama layout, tied and untied heads) give the same logits
 // bit for bit before and after their weights are interleaved, for a prompt
 // and for decode steps (the one-token, few-token and tile kernels), and the
-// embedding lookup of a tied interleaved head returns the plain rows.
+// embedding lookup of a tied interleaved head returns the plain rows; the
+// same preparation through Model::prepare_weights and the Backend seam, and
+// Model::check_backend against a backend that refuses a type.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/interleave.h"
 #include "model/model.h"
 #include "transform/gen_model.h"
@@ -85,6 +88,84 @@ TEST_F(InterleaveWeights, LogitsUnchanged) {
       ASSERT_EQ(a.size(), b.size());
       for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << "logit " << i;
     }
+}
+
+// A backend that only answers supports() (every type but `refused`) and
+// fails prepare_weights; its compute ops are never called here.
+class RefusingBackend final : public Backend {
+ public:
+  explicit RefusingBackend(DType refused) : refused_(refused) {}
+  const char* name() const override { return "refusing"; }
+  bool supports(DType t, WeightOp op) const override { return t != refused_ && cpu_backend_supports(t, op); }
+  Result<int> prepare_weights(const WeightToPrepare*, int64_t, std::vector<std::shared_ptr<void>>*,
+                              const WeightRetired&) override {
+    return Status::error("no device memory");
+  }
+  void matmul(const float*, int64_t, int64_t, const MatmulTarget*, int) override { ADD_FAILURE(); }
+  void embed(const TensorView&, const int32_t*, int64_t, float, float*) override { ADD_FAILURE(); }
+  void rms_norm(const float*, int64_t, const float*, float*, int64_t, int64_t, int64_t, float) override {
+    ADD_FAILURE();
+  }
+  void rope_angles(const int32_t*, int64_t, const float*, int, float*, float*) override { ADD_FAILURE(); }
+  void rope(float*, int64_t, int64_t, int, int, int, RopeStyle, const float*, const float*) override { ADD_FAILURE(); }
+  void add_bias(float*, int64_t, int64_t, int64_t, const float*) override { ADD_FAILURE(); }
+  void add(float*, const float*, int64_t) override { ADD_FAILURE(); }
+  void gated_activation(GatedActivation, float*, int64_t, const float*, int64_t, int64_t, int64_t) override {
+    ADD_FAILURE();
+  }
+  void softcap(float*, int64_t, float) override { ADD_FAILURE(); }
+  void hadamard(float*, int64_t, int64_t, int, int, bool) override { ADD_FAILURE(); }
+  void moe_route(const float*, int64_t, int64_t, const MoeRouting&, int32_t*, float*) override { ADD_FAILURE(); }
+  void moe_matmul(const float*, int64_t, int64_t, const int32_t*, const int32_t*, int, const ExpertTarget*,
+                  int) override {
+    ADD_FAILURE();
+  }
+  void moe_combine(const float*, int64_t, const float*, int, int64_t, int64_t, float*, int64_t, bool) override {
+    ADD_FAILURE();
+  }
+  void attention(const AttentionShape&, const float*, const int32_t*, int64_t, const KvView*, const int32_t*,
+                 float*) override {
+    ADD_FAILURE();
+  }
+
+ private:
+  DType refused_;
+};
+
+// Model::prepare_weights through the Backend seam: the CPU backend's
+// preparation is interleave_weights' (the same tensors, the same logits);
+// check_backend accepts the CPU backend and names the first weight another
+// backend refuses; a backend whose preparation fails leaves the model as
+// it was.
+TEST_F(InterleaveWeights, PreparedThroughTheBackend) {
+  const DType type = DType::kQ4_K;
+  const std::string path = write(type, false);
+  auto plain = Model::load(path);
+  auto prepared = Model::load(path);
+  ASSERT_TRUE(plain.is_ok() && prepared.is_ok());
+  auto cpu = make_cpu_backend(pool_);
+  EXPECT_TRUE((*prepared)->check_backend(*cpu).is_ok());
+
+  RefusingBackend refusing(type);
+  const Status st = (*prepared)->check_backend(refusing);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("refusing backend"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("q4_K"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("blk.0."), std::string::npos) << st.message();
+  EXPECT_TRUE((*prepared)->check_backend(RefusingBackend(DType::kMXFP4)).is_ok());
+  auto failed = (*prepared)->prepare_weights(refusing);
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_NE(failed.status().message().find("no device memory"), std::string::npos);
+  EXPECT_EQ((*prepared)->weights().output.weight->type, type);
+
+  auto n = (*prepared)->prepare_weights(*cpu);
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(*n, interleave_pays(type, 16) ? 15 : 0);
+  if (*n > 0) EXPECT_EQ((*prepared)->weights().layers[1].down.weight->type, interleaved_type(type));
+  EXPECT_TRUE((*prepared)->check_backend(*cpu).is_ok());  // the interleaved types run too
+  const std::vector<float> a = run(**plain), b = run(**prepared);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
 }  // namespace

@@ -351,6 +351,19 @@ void PagedKvCache::sync() {
   }
 }
 
+KvStoreView PagedKvCache::store_view(int layer) {
+  KvStoreView v;
+  v.k_blocks = pool_.group_codec() ? nullptr : k_ptr_.data() + static_cast<size_t>(layer) * n_synced_;
+  v.v_blocks = v_ptr_.data() + static_cast<size_t>(layer) * n_synced_;
+  v.block_size = pool_.block_size();
+  const int s = pool_.layout().slot_of_layer[layer];
+  v.k_row_bytes = pool_.k_row_bytes(s);
+  v.v_row_bytes = pool_.v_row_bytes(s);
+  v.k_type = pool_.types().k;
+  v.v_type = pool_.types().v;
+  return v;
+}
+
 KvView PagedKvCache::view(int layer) const {
   KvView v;
   v.k_blocks = k_ptr_.data() + static_cast<size_t>(layer) * n_synced_;

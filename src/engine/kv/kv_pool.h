@@ -298,6 +298,7 @@ class PagedKvCache final : public KvCache {
   KvTypes types() const override { return pool_.types(); }
   void store_k(int layer, int64_t pos, const float* src, int64_t n) override;
   void begin_k_writes(int layer, int64_t first_pos) override;
+  KvStoreView store_view(int layer) override;
   KvView view(int layer) const override;
   size_t memory_bytes() const override;
 
@@ -305,7 +306,7 @@ class PagedKvCache final : public KvCache {
   KvBlockPool& pool_;
   const std::vector<std::vector<int32_t>>* tables_;
   size_t n_synced_ = 0;
-  std::vector<const uint8_t*> k_ptr_, v_ptr_;  // [n_layer, n_synced] page pointers (null: released)
+  std::vector<uint8_t*> k_ptr_, v_ptr_;  // [n_layer, n_synced] page pointers (null: released)
   mutable std::vector<const uint8_t*> tail_ptr_;  // token groups: [n_layer, n_synced * groups per page] (view())
 };
 

@@ -133,7 +133,11 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target
   if (!target.config().head_tokens.empty()) return Status::error("the target's output head is truncated");
   auto p = std::unique_ptr<DraftProposer>(new DraftProposer(cfg, target.config().n_vocab));
   p->draft_head_tokens_ = draft.config().head_tokens;
-  p->runner_ = std::make_unique<CpuModelRunner>(draft, pool, cfg.max_batch, draft_kv_types(cfg.kv_types, draft.config()));
+  auto backend = make_backend(cfg.backend, pool);
+  if (!backend) return backend.status().with_context("draft model");
+  EMBER_RETURN_IF_ERROR(draft.check_backend(*backend.value()).with_context("draft model"));
+  p->runner_ = std::make_unique<CpuModelRunner>(draft, std::move(backend.value()), cfg.max_batch,
+                                                draft_kv_types(cfg.kv_types, draft.config()));
   const KvLayout layout = KvLayout::from_spec(p->runner_->kv_spec(), true);
   auto n_blocks = p->runner_->allocate_kv(layout, cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks, {});
   if (!n_blocks) return n_blocks.status().with_context("draft model KV cache");
@@ -145,10 +149,12 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::create(const Model& target
   if (cfg.context_tokens < 0) return Status::errorf("draft context tokens must be >= 0 (got {})", cfg.context_tokens);
   if (!p->draft_head_tokens_.empty() && is_view_of(target, draft) && cfg.context_tokens > 0 && target.weights().output.weight &&
       target.weights().output_norm) {
+    auto be = make_backend(cfg.backend, pool);
+    if (!be) return be.status().with_context("draft context tokens");
+    EMBER_RETURN_IF_ERROR(target.check_backend(*be.value()).with_context("draft context tokens"));
     p->context_ = true;
     p->target_ = &target;
-    p->pool_ = &pool;
-    p->backend_ = make_cpu_backend(pool);
+    p->backend_ = std::move(be.value());
     p->in_head_.assign(static_cast<size_t>(target.config().n_vocab), 0);
     for (int32_t t : p->draft_head_tokens_) p->in_head_[static_cast<size_t>(t)] = 1;
   }
@@ -256,7 +262,7 @@ void DraftProposer::score_context(Seq& s, const float* h, float* row) {
   w.data = s.extra_rows.data();
   w.nbytes = s.extra_rows.size();
   ctx_logits_.resize(s.extra.size());
-  matmul(w, xn_.data(), n_embd_, ctx_logits_.data(), w.ne[1], 1, *pool_, scratch_mm_);
+  backend_->matmul(w, xn_.data(), n_embd_, ctx_logits_.data(), w.ne[1], 1);
   if (tc.final_logit_softcap > 0.f)
     backend_->softcap(ctx_logits_.data(), static_cast<int64_t>(ctx_logits_.size()), tc.final_logit_softcap);
   for (size_t j = 0; j < s.extra.size(); ++j) row[static_cast<size_t>(s.extra[j])] = ctx_logits_[j];

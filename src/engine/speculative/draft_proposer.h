@@ -61,7 +61,6 @@
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/speculative/proposer.h"
 #include "kernels/backend.h"
-#include "kernels/matmul.h"
 #include "model/model.h"
 
 namespace ember {
@@ -81,6 +80,9 @@ struct DraftConfig {
   // head dims allow (draft_kv_types), so a draft that is the target's own
   // stack (layerskip none + a truncated head) computes the target's bits.
   KvTypes kv_types;
+  // The backend the draft runs on (its runner's, and the context tokens'
+  // head arithmetic): the target's (empty: the CPU backend).
+  BackendFactory backend;
 };
 
 // The draft's KV formats for a target cache of formats t: t where the
@@ -181,13 +183,12 @@ class DraftProposer final : public Proposer {
   bool whole_stack_ = false;  // the draft's layers are all the target's layers
   int64_t n_embd_ = 0;
   // Context tokens (see the top): the target's full head and output norm,
-  // which tokens the truncated head has, a backend for the norm / softcap.
+  // which tokens the truncated head has, a backend (DraftConfig::backend)
+  // for the norm, the matmul and the softcap.
   const Model* target_ = nullptr;
   bool context_ = false;
   std::vector<uint8_t> in_head_;  // [n_vocab]
   std::unique_ptr<Backend> backend_;
-  MatmulScratch scratch_mm_;
-  ThreadPool* pool_ = nullptr;
   std::vector<float> xn_, ctx_logits_;
   KvDonor donor_;
   std::vector<KvOp> pending_ops_;  // page ops of a copy's allocation, applied by the next forward

@@ -61,6 +61,7 @@ Result<std::unique_ptr<Proposer>> make_draft_proposer(const SpecConfig& cfg, con
   dc.max_batch = base.max_batch;
   dc.method = cfg.method;
   dc.kv_types = base.kv_types;
+  dc.backend = base.backend;
   dc.context_tokens = cfg.draft_context_tokens;
   auto dp = DraftProposer::create(target, *cfg.draft_model, pool, dc);
   if (!dp) return dp.status();

@@ -118,6 +118,7 @@ struct DraftKvBase {
   int64_t num_kv_blocks = 0;  // the target's fixed page count (0: none)
   int max_batch = 512;        // tokens per forward pass
   KvTypes kv_types;           // the target's KV formats
+  BackendFactory backend;     // the target's backend (empty: the CPU's)
 };
 
 // The draft-model proposer cfg asks for (cfg.uses_draft_model()) over

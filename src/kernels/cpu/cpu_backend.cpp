@@ -2,13 +2,22 @@
 // (kernels/matmul.h: shared activation conversion, one parallel section for
 // all targets), embedding through the dtype x ISA registry, and the row ops
 // and attention through the op table (kernels/cpu/op_table.h), all at the
-// ISA level active when the op is called, threaded over a ThreadPool.
+// ISA level active when the op is called, threaded over a ThreadPool; K/V
+// stores with the scalar row encoder of kernels/kv_types.h; weights
+// prepared in the interleaved layouts of kernels/interleave.h.
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/moe_matmul.h"
 #include "kernels/cpu/op_table.h"
+#include "kernels/interleave.h"
+#include "kernels/kv_types.h"
 #include "kernels/matmul.h"
 #include "kernels/ref/moe.h"
 #include "kernels/registry.h"
@@ -17,11 +26,26 @@ namespace ember {
 namespace {
 
 constexpr int64_t kElementGrain = 16384;  // elements per task of the element-wise ops
+constexpr int64_t kKvStoreGrain = 32;     // tokens per task of kv_store (a decode step stays on one thread)
+
+// Backend::kv_store's rows of tokens [b, e).
+void store_kv_rows(const float* k, int64_t ldk, int64_t k_width, const float* v, int64_t ldv, int64_t v_width,
+                   const int32_t* pos, const KvStoreView* views, const int32_t* view_of_token, int64_t b, int64_t e) {
+  for (int64_t t = b; t < e; ++t) {
+    const KvStoreView& s = views[view_of_token[t]];
+    const int64_t p = pos[t], block = p / s.block_size, row = p % s.block_size;
+    if (s.k_blocks) kv_store_row(s.k_type, k + t * ldk, k_width, s.k_blocks[block] + row * s.k_row_bytes);
+    kv_store_row(s.v_type, v + t * ldv, v_width, s.v_blocks[block] + row * s.v_row_bytes);
+  }
+}
 
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(ThreadPool& pool) : pool_(pool) {}
   const char* name() const override { return "cpu"; }
+  bool supports(DType t, WeightOp op) const override { return cpu_backend_supports(t, op); }
+  Result<int> prepare_weights(const WeightToPrepare* w, int64_t n, std::vector<std::shared_ptr<void>>* owners,
+                              const WeightRetired& retired) override;
 
   void matmul(const float* x, int64_t ldx, int64_t n_tokens, const MatmulTarget* targets, int n_targets) override {
     ember::matmul(x, ldx, n_tokens, targets, n_targets, pool_, scratch_);
@@ -128,6 +152,15 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // Rows are independent: split over the pool (each row's bytes are
+  // kv_store_row's, whichever thread writes it).
+  void kv_store(const float* k, int64_t ldk, int64_t k_width, const float* v, int64_t ldv, int64_t v_width,
+                const int32_t* pos, int64_t n, const KvStoreView* views, const int32_t* view_of_token) override {
+    pool_.parallel_for(n, kKvStoreGrain, [&](int64_t b, int64_t e, int) {
+      store_kv_rows(k, ldk, k_width, v, ldv, v_width, pos, views, view_of_token, b, e);
+    });
+  }
+
   void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n, const KvView* views,
                  const int32_t* view_of_token, float* out) override {
     int32_t max_pos = 0;
@@ -144,8 +177,118 @@ class CpuBackend final : public Backend {
   std::vector<float> attn_scratch_;
 };
 
+// A buffer for a large tensor, 2 MiB aligned and marked for transparent
+// huge pages (far fewer page faults when it is filled); null when out of
+// memory.
+std::shared_ptr<uint8_t> huge_page_buffer(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, rounded);
+  if (!p) return nullptr;
+  madvise(p, rounded, MADV_HUGEPAGE);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+// Whether the CPU interleaves w (kernels/interleave.h): a matrix when its
+// layout pays for its rows at the active level; a 3-D stack when it pays
+// for all its rows and for each slice's, every slice of its type and
+// starting on a 16-row group (the slices then point into the rewritten
+// tensor).
+bool interleaves(const WeightToPrepare& w) {
+  const TensorView& t = *w.tensor;
+  if (w.slices.empty()) return interleave_pays(t.type, t.ne[1]);
+  bool ok = interleave_pays(t.type, t.ne[1] * t.ne[2]);
+  for (const TensorView* v : w.slices)
+    ok = ok && v->type == t.type && interleave_pays(v->type, v->ne[1]) &&
+         (static_cast<const uint8_t*>(v->data) - static_cast<const uint8_t*>(t.data)) %
+                 (16 * static_cast<int64_t>(t.row_bytes())) ==
+             0;
+  return ok;
+}
+
+Result<int> CpuBackend::prepare_weights(const WeightToPrepare* w, int64_t n, std::vector<std::shared_ptr<void>>* owners,
+                                        const WeightRetired& retired) {
+  std::vector<const WeightToPrepare*> todo;
+  for (int64_t i = 0; i < n; ++i)
+    if (interleaves(w[i])) todo.push_back(&w[i]);
+  // Every buffer first: an allocation that fails leaves every view as it was.
+  std::vector<std::shared_ptr<uint8_t>> bufs(todo.size());
+  for (size_t i = 0; i < todo.size(); ++i) {
+    bufs[i] = huge_page_buffer(todo[i]->tensor->nbytes);
+    if (!bufs[i])
+      return Status::errorf("out of memory for the interleaved layout of '{}' ({} bytes)", todo[i]->tensor->name,
+                            todo[i]->tensor->nbytes);
+  }
+  pool_.parallel_for(static_cast<int64_t>(todo.size()), 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      const TensorView& t = *todo[i]->tensor;
+      interleave_rows(t.type, t.data, t.nrows(), t.ne[0], bufs[i].get());
+      if (retired) retired(t.data, t.nbytes);
+    }
+  });
+  for (size_t i = 0; i < todo.size(); ++i) {
+    TensorView& t = *todo[i]->tensor;
+    for (TensorView* v : todo[i]->slices) {
+      v->type = interleaved_type(v->type);
+      v->data = bufs[i].get() + (static_cast<const uint8_t*>(v->data) - static_cast<const uint8_t*>(t.data));
+    }
+    t.type = interleaved_type(t.type);
+    t.data = bufs[i].get();
+    owners->push_back(bufs[i]);
+  }
+  return static_cast<int>(todo.size());
+}
+
+// Host memory, 64-byte aligned and zeroed.
+class HostBuffer final : public BackendBuffer {
+ public:
+  HostBuffer(void* p, size_t bytes) : p_(p), bytes_(bytes) {}
+  ~HostBuffer() override { std::free(p_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() const override { return p_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* p_;
+  size_t bytes_;
+};
+
 }  // namespace
 
+std::unique_ptr<BackendBuffer> Backend::alloc(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (!p) return nullptr;
+  std::memset(p, 0, rounded);
+  return std::make_unique<HostBuffer>(p, bytes);
+}
+
+bool cpu_backend_supports(DType t, WeightOp op) {
+  const KernelSet& k = kernels(t);
+  const bool interleaved = dtype_row_group(t) > 1 && k.vec_dot_rows && k.vec_dot_tile;  // kernels/interleave.h
+  const bool matmul = interleaved || (k.vec_dot && k.dequantize_row);
+  switch (op) {
+    case WeightOp::kMatmul: return matmul;
+    case WeightOp::kMatmulAct4: return matmul && kernels(vec_dot_type(t)).quantize_row_int4 != nullptr;
+    case WeightOp::kEmbed: return interleaved || k.dequantize_row != nullptr;
+  }
+  return false;
+}
+
+void Backend::kv_store(const float* k, int64_t ldk, int64_t k_width, const float* v, int64_t ldv, int64_t v_width,
+                       const int32_t* pos, int64_t n, const KvStoreView* views, const int32_t* view_of_token) {
+  store_kv_rows(k, ldk, k_width, v, ldv, v_width, pos, views, view_of_token, 0, n);
+}
+
 std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }
+
+Result<std::unique_ptr<Backend>> make_backend(const BackendFactory& f, ThreadPool& pool) {
+  if (!f) return make_cpu_backend(pool);
+  auto be = f(pool);
+  if (be && !be.value()) return Status::error("the backend factory made no backend");
+  return be;
+}
 
 }  // namespace ember

@@ -68,20 +68,25 @@ void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTab
   });
 
   // K/V rows of this layer (the layer's width within the cache's row),
-  // encoded in the cache's formats. q4c caches first learn where this
-  // pass's rows start (the f16 tails of groups full before it are freed).
+  // encoded in the caches' formats into their pages by one backend op for
+  // every token. Token-group keys (q4c) go through their cache's tails
+  // instead (its store view has no K pages): such a cache first learns
+  // where this pass's rows start (the f16 tails of groups full before it
+  // are freed), then stores its K rows itself.
+  bool tail_keys = false;
   for (int i = 0; i < tl.n_segs; ++i) {
-    if (!kv_token_grouped(tl.caches[i]->types().k)) continue;
+    b.stores[i] = tl.caches[i]->store_view(c.il);
+    if (b.stores[i].k_blocks) continue;
+    tail_keys = true;
     int64_t first = INT64_MAX;
     for (int64_t t = 0; t < n; ++t)
       if (tl.seg[t] == i) first = std::min<int64_t>(first, tl.pos[t]);
     if (first != INT64_MAX) tl.caches[i]->begin_k_writes(c.il, first);
   }
-  for (int64_t t = 0; t < n; ++t) {
-    KvCache& cache = *tl.caches[tl.seg[t]];
-    cache.store_k(c.il, tl.pos[t], b.k + t * K, K);
-    kv_store_row(cache.types().v, b.v + t * Vd, Vd, cache.v_row(c.il, tl.pos[t]));
-  }
+  be.kv_store(b.k, K, K, b.v, Vd, Vd, tl.pos, n, b.stores, tl.seg);
+  if (tail_keys)
+    for (int64_t t = 0; t < n; ++t)
+      if (!b.stores[tl.seg[t]].k_blocks) tl.caches[tl.seg[t]]->store_k(c.il, tl.pos[t], b.k + t * K, K);
 
   AttentionShape s;
   s.n_head = c.lc.n_head;

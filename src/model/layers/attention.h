@@ -21,7 +21,8 @@
 // it is part of the arithmetic the golden outputs pin.
 //
 // Threading: called on the step's thread; the backend parallelises. The K/V
-// writes go through KvCache (a few row copies per token).
+// writes are one Backend::kv_store per layer over the caches' store views
+// (a q4c cache's K rows through KvCache::store_k, on this thread).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,7 @@ struct AttentionBuffers {
   float* v = nullptr;         // [n, max_n_head_kv * head_dim_v]
   float* attn = nullptr;      // [n, max_n_head * head_dim_v] attention output (attn_output's input)
   KvView* views = nullptr;    // [n_segs] this layer's view of each sequence's cache
+  KvStoreView* stores = nullptr;  // [n_segs] and where its K/V rows are written
 };
 
 // RoPE tables of the step's tokens for this layer's frequencies: cos / sin

@@ -1,0 +1,179 @@
+// Engine::create over a chosen backend (EngineConfig::backend, a
+// BackendFactory): the target's runner and a draft model's (a view of the
+// target with a truncated head, whose context tokens are scored with the
+// backend's matmul) run on the backends the factory makes, here a wrapper
+// of the CPU backend that counts the ops it forwards: every runner's ops go
+// to it (K/V stores included), its scratch is the backend's memory
+// (Backend::alloc), and the outputs are bit-identical to the default
+// engine's. A factory that fails, and a backend that refuses the
+// model's weight type, are clear errors from Engine::create.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/speculative/layerskip.h"
+#include "engine/speculative_test_util.h"
+
+namespace ember {
+namespace {
+
+// Counts the ops it forwards to a CPU backend; refuses `refused` weights.
+class CountingBackend final : public Backend {
+ public:
+  CountingBackend(ThreadPool& pool, std::map<std::string, int>* ops, DType refused)
+      : cpu_(make_cpu_backend(pool)), ops_(*ops), refused_(refused) {}
+  const char* name() const override { return "counting"; }
+  bool supports(DType t, WeightOp op) const override { return t != refused_ && cpu_->supports(t, op); }
+  Result<int> prepare_weights(const WeightToPrepare* w, int64_t n, std::vector<std::shared_ptr<void>>* owners,
+                              const WeightRetired& retired) override {
+    return cpu_->prepare_weights(w, n, owners, retired);
+  }
+  std::unique_ptr<BackendBuffer> alloc(size_t bytes) override {
+    ++ops_["alloc"];
+    return cpu_->alloc(bytes);
+  }
+  void matmul(const float* x, int64_t ldx, int64_t n, const MatmulTarget* t, int n_t) override {
+    ++ops_["matmul"];
+    cpu_->matmul(x, ldx, n, t, n_t);
+  }
+  void embed(const TensorView& table, const int32_t* ids, int64_t n, float scale, float* out) override {
+    ++ops_["embed"];
+    cpu_->embed(table, ids, n, scale, out);
+  }
+  void rms_norm(const float* x, int64_t ld_x, const float* w, float* out, int64_t ld_out, int64_t n_rows,
+                int64_t dim, float eps) override {
+    ++ops_["rms_norm"];
+    cpu_->rms_norm(x, ld_x, w, out, ld_out, n_rows, dim, eps);
+  }
+  void rope_angles(const int32_t* pos, int64_t n, const float* inv_freq, int n_rot, float* c, float* s) override {
+    cpu_->rope_angles(pos, n, inv_freq, n_rot, c, s);
+  }
+  void rope(float* x, int64_t ld, int64_t n, int n_heads, int head_dim, int n_rot, RopeStyle style, const float* c,
+            const float* s) override {
+    cpu_->rope(x, ld, n, n_heads, head_dim, n_rot, style, c, s);
+  }
+  void add_bias(float* x, int64_t ld, int64_t n, int64_t dim, const float* b) override {
+    cpu_->add_bias(x, ld, n, dim, b);
+  }
+  void hadamard(float* x, int64_t ld, int64_t n, int n_heads, int head_dim, bool transpose) override {
+    cpu_->hadamard(x, ld, n, n_heads, head_dim, transpose);
+  }
+  void add(float* y, const float* x, int64_t n) override { cpu_->add(y, x, n); }
+  void gated_activation(GatedActivation a, float* g, int64_t ldg, const float* u, int64_t ldu, int64_t n,
+                        int64_t dim) override {
+    cpu_->gated_activation(a, g, ldg, u, ldu, n, dim);
+  }
+  void softcap(float* x, int64_t n, float cap) override { cpu_->softcap(x, n, cap); }
+  void moe_route(const float* logits, int64_t ld, int64_t n, const MoeRouting& r, int32_t* ids, float* w) override {
+    cpu_->moe_route(logits, ld, n, r, ids, w);
+  }
+  void moe_matmul(const float* x, int64_t ldx, int64_t n_slots, const int32_t* expert, const int32_t* x_row,
+                  int n_expert, const ExpertTarget* targets, int n_targets) override {
+    cpu_->moe_matmul(x, ldx, n_slots, expert, x_row, n_expert, targets, n_targets);
+  }
+  void moe_combine(const float* y, int64_t ldy, const float* w, int k, int64_t n, int64_t dim, float* out,
+                   int64_t ld_out, bool accumulate) override {
+    cpu_->moe_combine(y, ldy, w, k, n, dim, out, ld_out, accumulate);
+  }
+  void kv_store(const float* k, int64_t ldk, int64_t kw, const float* v, int64_t ldv, int64_t vw, const int32_t* pos,
+                int64_t n, const KvStoreView* views, const int32_t* vot) override {
+    ++ops_["kv_store"];
+    cpu_->kv_store(k, ldk, kw, v, ldv, vw, pos, n, views, vot);
+  }
+  void attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n, const KvView* views,
+                 const int32_t* vot, float* out) override {
+    ++ops_["attention"];
+    cpu_->attention(s, q, pos, n, views, vot, out);
+  }
+
+ private:
+  std::unique_ptr<Backend> cpu_;
+  std::map<std::string, int>& ops_;
+  DType refused_;
+};
+
+// A factory of counting backends, each with its own op counts.
+struct Counting {
+  std::vector<std::unique_ptr<std::map<std::string, int>>> ops;  // per backend made
+  DType refused = DType::kMXFP4;
+  BackendFactory factory() {
+    return [this](ThreadPool& pool) -> Result<std::unique_ptr<Backend>> {
+      ops.push_back(std::make_unique<std::map<std::string, int>>());
+      return std::unique_ptr<Backend>(std::make_unique<CountingBackend>(pool, ops.back().get(), refused));
+    };
+  }
+};
+
+TEST(EngineBackend, TargetAndDraftRunOnTheBackendTheFactoryMakes) {
+  auto target = test::load_model(test::kTinyQwen);
+  ASSERT_TRUE(target);
+  const int V = target->config().n_vocab;
+  std::vector<int32_t> head;
+  for (int32_t t = 0; t < V; t += 3) head.push_back(t);
+  auto draft = make_draft_view(*target, {}, head);
+  ASSERT_TRUE(draft.is_ok()) << draft.status().message();
+  ThreadPool pool(2);
+  EngineConfig cfg;
+  cfg.num_kv_blocks = 256;
+  cfg.spec.method = SpecMethod::kDraft;
+  cfg.spec.draft_model = draft.value().get();
+  cfg.spec.num_speculative_tokens = 3;
+  const std::vector<RequestParams> reqs = test::workload(6, V, 11);
+  const test::RunResult want = test::run(*target, pool, cfg, reqs);
+
+  Counting counting;
+  cfg.backend = counting.factory();
+  const test::RunResult got = test::run(*target, pool, cfg, reqs);
+  test::expect_same(want, got, "counting backend");
+  // The target's runner, the draft's runner, the draft's context tokens.
+  ASSERT_EQ(counting.ops.size(), 3u);
+  const int L = target->config().n_layer;
+  for (int i = 0; i < 2; ++i) {
+    const std::map<std::string, int>& ops = *counting.ops[static_cast<size_t>(i)];
+    SCOPED_TRACE(i == 0 ? "target" : "draft");
+    ASSERT_GT(ops.count("embed"), 0u);
+    EXPECT_GT(ops.at("embed"), 0);
+    // The scratch of Q, K, V, the attention output, gate and up; one K/V
+    // store and one attention per layer and forward pass.
+    EXPECT_EQ(ops.at("alloc"), 6);
+    EXPECT_EQ(ops.at("kv_store"), L * ops.at("embed"));
+    EXPECT_EQ(ops.at("attention"), L * ops.at("embed"));
+  }
+  const std::map<std::string, int>& ctx = *counting.ops[2];
+  ASSERT_GT(ctx.count("matmul"), 0u);  // the context tokens' head rows
+  EXPECT_EQ(ctx.at("matmul"), ctx.at("rms_norm"));
+  EXPECT_EQ(ctx.count("embed"), 0u);
+}
+
+TEST(EngineBackend, FactoryErrorsAndRefusedWeightsAreClearErrors) {
+  auto target = test::load_model(test::kTinyQwen);
+  ASSERT_TRUE(target);
+  ThreadPool pool(1);
+  EngineConfig cfg;
+  cfg.num_kv_blocks = 64;
+  cfg.backend = [](ThreadPool&) -> Result<std::unique_ptr<Backend>> { return Status::error("no CUDA device"); };
+  auto e = Engine::create(*target, pool, cfg);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.status().message().find("no CUDA device"), std::string::npos) << e.status().message();
+
+  cfg.backend = [](ThreadPool&) -> Result<std::unique_ptr<Backend>> { return std::unique_ptr<Backend>(); };
+  e = Engine::create(*target, pool, cfg);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.status().message().find("made no backend"), std::string::npos) << e.status().message();
+
+  Counting counting;
+  counting.refused = target->weights().layers[0].q.weight->type;
+  cfg.backend = counting.factory();
+  e = Engine::create(*target, pool, cfg);
+  ASSERT_FALSE(e.is_ok());
+  const std::string msg = e.status().message();
+  EXPECT_NE(msg.find("the counting backend does not run matmul with"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(dtype_name(counting.refused)), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace ember
