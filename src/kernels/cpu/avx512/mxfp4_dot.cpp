@@ -153,6 +153,7 @@ inline __m512 step_u(__m512i u, __m512 sw, const XPair& xp, __m512 acc) {
 // Decode: the activation pairs prepared once per call on the stack (rows
 // up to this many block pairs; longer rows take vec_dot's own loop).
 constexpr int64_t kRowsMaxPairs = 256;
+constexpr int64_t kRowsAhead = 8;  // decode's prefetch distance in rows (12 KB at 2880 wide)
 // Tile: activation pairs prepared per chunk of this many block pairs (all
 // of the call's tokens: 8 x 16 x 192 bytes, L1-sized), the accumulators
 // kept in memory between chunks.
@@ -237,11 +238,22 @@ void mxfp4_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const vo
   XPair xp[kRowsMaxPairs];
   for (int64_t p = 0; p < np; ++p) prepare_pair(xb, 2 * p, nb, &xp[p]);
   const __m512i table_u = unsigned_table();
-  // Two rows at a time (two independent fma chains); the pair of rows after
-  // them prefetched into L2 over this pair's steps.
+  // Two rows at a time (two independent fma chains). One memory stream,
+  // prefetched into L2 kRowsAhead rows ahead (the first ones up front), the
+  // pair of rows that far ahead spread over this pair's steps: one or two
+  // rows ahead left the kernel waiting on DRAM at every row.
+  {
+    const size_t first = static_cast<size_t>(std::min<int64_t>(nr, kRowsAhead)) * w_row_bytes;
+    lanes::GroupPrefetch(wb, first, 1).finish();
+  }
   int64_t r = 0;
   for (; r + 2 <= nr; r += 2) {
-    lanes::GroupPrefetch pf = lanes::next_group_prefetch<2>(wb, w_row_bytes, r, nr, np);
+    const int64_t ahead = r + kRowsAhead;
+    lanes::GroupPrefetch pf = ahead < nr ? lanes::GroupPrefetch(wb + ahead * w_row_bytes,
+                                                                static_cast<size_t>(std::min<int64_t>(2, nr - ahead)) *
+                                                                    w_row_bytes,
+                                                                np)
+                                         : lanes::GroupPrefetch(nullptr, 0, np);
     const auto* w0 = reinterpret_cast<const BlockMXFP4*>(wb + r * w_row_bytes);
     const auto* w1 = reinterpret_cast<const BlockMXFP4*>(wb + (r + 1) * w_row_bytes);
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
