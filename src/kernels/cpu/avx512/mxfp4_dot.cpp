@@ -23,6 +23,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 
 #include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
@@ -127,14 +128,19 @@ inline __m512i weights_u(const BlockMXFP4* w, int64_t i, bool pair, __m512i tabl
 }
 
 // mxfp4_half_scale of every exponent byte (broadcast loads instead of the
-// scalar bit assembly per block).
+// scalar bit assembly per block), built at compile time: a run-time
+// initializer in this TU could use AVX-512 instructions at program start,
+// on CPUs without them. The same bits as mxfp4_half_scale (quant/blocks.h;
+// DecodeRows.Mxfp4RawBytesMatchVecDotBitForBit runs every exponent).
 struct HalfScales {
   float v[256];
-  HalfScales() {
-    for (int e = 0; e < 256; ++e) v[e] = mxfp4_half_scale(static_cast<uint8_t>(e));
-  }
 };
-const HalfScales kHalfScales;
+constexpr HalfScales make_half_scales() {
+  HalfScales t{};
+  for (uint32_t e = 0; e < 256; ++e) t.v[e] = std::bit_cast<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+  return t;
+}
+constexpr HalfScales kHalfScales = make_half_scales();
 
 // The half scales of block pair (i, i + 1), as decode_pair keeps them.
 inline __m512 half_scales(const BlockMXFP4* w, int64_t i, bool pair) {
