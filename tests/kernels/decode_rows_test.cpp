@@ -7,6 +7,7 @@
 // the Q4_K_M files' types), at every ISA level that has the kernel.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -118,6 +119,72 @@ TEST(DecodeRows, KQuantMatmulDecodeEqualsBatch) {
   const int64_t n = 1280, rows = 203, tokens = 5;
   for (DType t : kKTypes)
     expect_decode_equals_batch(t, make_weights(t, rows, n, 12), rows, n, make_x(tokens, n, 6), tokens);
+}
+
+// MXFP4 x Q8_0: the decode and tile forms reach vec_dot's integer sums
+// another way (unsigned weights, the activations' sums subtracted; see
+// avx512/mxfp4_dot.cpp), so they are held to vec_dot's bits on raw bytes:
+// every exponent 0 .. 255 (the subnormal half scales of e = 0, 1 and the
+// largest ones, sums overflowing to inf), every code, activation quants
+// anywhere in [-127, 127] with scales of both signs; odd block counts (a
+// lone last block), a row longer than the decode kernel's prepared pairs
+// (its fallback), and every tile shape at the corners of the problem.
+TEST(DecodeRows, Mxfp4RawBytesMatchVecDotBitForBit) {
+  constexpr int64_t kRows = 35, kTokens = 11;
+  bool any = false;
+  for (int64_t n : {int64_t{32}, int64_t{96}, int64_t{1056}, int64_t{2880}, int64_t{16416}}) {
+    const int64_t nb = n / kQK;
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    std::vector<uint8_t> w(static_cast<size_t>(kRows * nb) * sizeof(BlockMXFP4));
+    for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+    auto* wb = reinterpret_cast<BlockMXFP4*>(w.data());
+    for (int64_t b = 0; b < kRows * nb; ++b) wb[b].e = static_cast<uint8_t>(b * 7 % 256);
+    std::vector<BlockQ8_0> x(static_cast<size_t>(kTokens * nb));
+    std::uniform_real_distribution<float> uni(-2.0f, 2.0f);
+    for (BlockQ8_0& blk : x) {
+      blk.d = f32_to_f16(uni(rng));
+      for (int8_t& q : blk.qs) q = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+    }
+    const size_t wrb = dtype_row_size(DType::kMXFP4, n), xrb = dtype_row_size(DType::kQ8_0, n);
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+      if (isa > cpu_max_isa()) continue;
+      const KernelSet& k = kernels(DType::kMXFP4, isa);
+      std::vector<float> want(static_cast<size_t>(kRows * kTokens));
+      for (int64_t c = 0; c < kTokens; ++c)
+        for (int64_t r = 0; r < kRows; ++r) k.vec_dot(n, &want[c * kRows + r], w.data() + wrb * r, &x[c * nb]);
+      auto label = [&] { return ::testing::Message() << "isa=" << static_cast<int>(isa) << " n=" << n; };
+      if (k.vec_dot_rows) {
+        any = true;
+        for (int64_t c = 0; c < kTokens; c += 5)
+          for (int64_t r0 : {int64_t{0}, int64_t{1}, int64_t{4}})
+            for (int64_t nr : {int64_t{1}, int64_t{2}, int64_t{3}, kRows - r0}) {
+              std::vector<float> got(static_cast<size_t>(nr), std::nanf(""));
+              k.vec_dot_rows(n, got.data(), w.data() + wrb * r0, wrb, &x[c * nb], nr);
+              for (int64_t r = 0; r < nr; ++r)
+                ASSERT_TRUE(same_bits(got[r], want[c * kRows + r0 + r]))
+                    << label() << " rows c=" << c << " r0=" << r0 << " nr=" << nr << " r=" << r << " got " << got[r]
+                    << " want " << want[c * kRows + r0 + r];
+            }
+      }
+      if (k.vec_dot_tile) {
+        any = true;
+        for (int nr = 1; nr <= std::min<int>(k.tile_rows, kRows); ++nr)
+          for (int nc = 1; nc <= std::min<int>(k.tile_cols, kTokens); ++nc)
+            for (int64_t r0 : {int64_t{0}, kRows - nr})
+              for (int64_t c0 : {int64_t{0}, kTokens - nc}) {
+                std::vector<float> got(static_cast<size_t>(kRows * kTokens), std::nanf(""));
+                k.vec_dot_tile(n, got.data() + c0 * kRows + r0, kRows, w.data() + wrb * r0, wrb,
+                               reinterpret_cast<const uint8_t*>(x.data()) + xrb * c0, xrb, nr, nc);
+                for (int64_t c = c0; c < c0 + nc; ++c)
+                  for (int64_t r = r0; r < r0 + nr; ++r)
+                    ASSERT_TRUE(same_bits(got[c * kRows + r], want[c * kRows + r]))
+                        << label() << " tile " << nr << "x" << nc << " at (" << r0 << "," << c0 << "): r=" << r
+                        << " c=" << c << " got " << got[c * kRows + r] << " want " << want[c * kRows + r];
+              }
+      }
+    }
+  }
+  if (!any) GTEST_SKIP() << "no MXFP4 decode or tile kernel at this CPU's levels";
 }
 
 }  // namespace

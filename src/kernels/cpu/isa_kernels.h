@@ -147,8 +147,9 @@ EMBER_DECLARE_LIKE(attention_ragged)
 
 // MXFP4 x Q8_0 (avx512/mxfp4_dot.cpp): vec_dot, decode and the tile of
 // kMxfp4TileRows rows x kMxfp4TileCols tokens, two blocks per zmm
-// (arithmetic atop that file).
-constexpr int kMxfp4TileRows = 4;
+// (arithmetic atop that file; decode and tile reach vec_dot's integer sums
+// with unsigned weights and the activations' sums prepared once per call).
+constexpr int kMxfp4TileRows = 16;
 constexpr int kMxfp4TileCols = 8;
 DotKernel mxfp4_dot;
 RowsKernel mxfp4_rows;
