@@ -84,9 +84,9 @@ int cmd_prune(int argc, char** argv, int first) {
   p.option("--owl-m", &owl_m, "F", "owl: outliers are scores above M times the layer's mean (default 5)");
   std::string quota;
   p.option("--quota", &quota, "Q",
-           "magnitude / sparsegpt: row (every output row loses the same count, as wanda's rows do; the default with "
-           "--format sparse, whose rows are all as long as the densest) or matrix (one quota per matrix, "
-           "sparsegpt: per batch; the default otherwise)");
+           "magnitude / sparsegpt: matrix (default: one quota per matrix, sparsegpt: per batch of columns, as "
+           "published) or row (every output row loses the same count, as wanda's rows do; use it with --format "
+           "sparse, whose rows all take the densest row's bytes)");
   p.option("--ffn", &ffn, "F", "structured: fraction of FFN channels removed (lowest ||W_down col||^2 * E[x^2])");
   p.option("--heads", &heads, "F", "structured: fraction of query heads removed from every KV group");
   p.option("--kv-groups", &kv_groups, "F", "structured: fraction of KV groups removed with their query heads");
@@ -155,7 +155,7 @@ int cmd_prune(int argc, char** argv, int first) {
     if (!quota.empty() && (po.method == PruneMethod::kWanda || !po.pattern.unstructured()))
       return usage_error(p, "--quota goes with unstructured magnitude or sparsegpt (wanda and N:M always count per "
                             "row)");
-    po.per_row = quota.empty() ? format == "sparse" : quota == "row";
+    po.per_row = quota == "row";
     po.damp = f.damp;
     o.prune = po;
   } else if (sparsity >= 0 || pattern != "unstructured" || layer_sparsity != "uniform" || !quota.empty()) {
