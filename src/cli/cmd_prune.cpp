@@ -82,6 +82,11 @@ int cmd_prune(int argc, char** argv, int first) {
            "uniform (default) or owl (per-layer sparsity by outlier ratio, within +-lambda of S)");
   p.option("--owl-lambda", &owl_lambda, "F", "owl: largest change of a layer's sparsity (default 0.08)");
   p.option("--owl-m", &owl_m, "F", "owl: outliers are scores above M times the layer's mean (default 5)");
+  std::string quota;
+  p.option("--quota", &quota, "Q",
+           "magnitude / sparsegpt: matrix (default: one quota per matrix, sparsegpt: per batch of columns, as "
+           "published) or row (every output row loses the same count, as wanda's rows do; use it with --format "
+           "sparse, whose rows all take the densest row's bytes)");
   p.option("--ffn", &ffn, "F", "structured: fraction of FFN channels removed (lowest ||W_down col||^2 * E[x^2])");
   p.option("--heads", &heads, "F", "structured: fraction of query heads removed from every KV group");
   p.option("--kv-groups", &kv_groups, "F", "structured: fraction of KV groups removed with their query heads");
@@ -145,10 +150,16 @@ int cmd_prune(int argc, char** argv, int first) {
     if (!(owl_lambda >= 0 && owl_lambda < 1) || !(owl_m > 0))
       return usage_error(p, "--owl-lambda must be in [0, 1) and --owl-m > 0");
     po.owl_lambda = owl_lambda, po.owl_m = owl_m;
+    if (!quota.empty() && quota != "row" && quota != "matrix")
+      return usage_error(p, fmt::format("unsupported --quota '{}' (row, matrix)", quota));
+    if (!quota.empty() && (po.method == PruneMethod::kWanda || !po.pattern.unstructured()))
+      return usage_error(p, "--quota goes with unstructured magnitude or sparsegpt (wanda and N:M always count per "
+                            "row)");
+    po.per_row = quota == "row";
     po.damp = f.damp;
     o.prune = po;
-  } else if (sparsity >= 0 || pattern != "unstructured" || layer_sparsity != "uniform") {
-    return usage_error(p, "--sparsity, --pattern and --layer-sparsity go with --method");
+  } else if (sparsity >= 0 || pattern != "unstructured" || layer_sparsity != "uniform" || !quota.empty()) {
+    return usage_error(p, "--sparsity, --pattern, --layer-sparsity and --quota go with --method");
   }
   if (structured) {
     StructuredPruneOptions so;

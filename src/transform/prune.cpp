@@ -93,10 +93,10 @@ void mask_from_scores(const std::vector<double>& score, int64_t n_out, int64_t n
 }  // namespace
 
 void magnitude_mask(const float* W, int64_t n_out, int64_t n_in, double sparsity, const PrunePattern& p,
-                    uint8_t* mask) {
+                    uint8_t* mask, bool per_row) {
   std::vector<double> score(static_cast<size_t>(n_out * n_in));
   for (size_t i = 0; i < score.size(); ++i) score[i] = std::fabs(static_cast<double>(W[i]));
-  mask_from_scores(score, n_out, n_in, sparsity, p, false, mask);
+  mask_from_scores(score, n_out, n_in, sparsity, p, per_row, mask);
 }
 
 void wanda_mask(const float* W, int64_t n_out, int64_t n_in, const double* col_sq, double sparsity,
@@ -202,7 +202,8 @@ class PruneLayers final : public LayerwiseCallback {
     const double s = o_.pattern.unstructured() ? s_[layer] : o_.pattern.sparsity();
     std::vector<uint8_t> mask(static_cast<size_t>(n_out * n_in), 0);
     const bool joint = e.method == QuantMethod::kGptq;
-    if (o_.method == PruneMethod::kMagnitude) magnitude_mask(w.data(), n_out, n_in, s, o_.pattern, mask.data());
+    if (o_.method == PruneMethod::kMagnitude)
+      magnitude_mask(w.data(), n_out, n_in, s, o_.pattern, mask.data(), o_.per_row);
     if (o_.method == PruneMethod::kWanda) wanda_mask(w.data(), n_out, n_in, col_sq.data(), s, o_.pattern, mask.data());
     if (joint || o_.method == PruneMethod::kSparseGpt) {
       SparseGptOptions so;
@@ -210,6 +211,7 @@ class PruneLayers final : public LayerwiseCallback {
       so.prune_n = o_.pattern.n, so.prune_m = o_.pattern.m;
       so.block_size = o_.block_size;
       so.damp = o_.damp;
+      so.per_row = o_.per_row;
       const bool select = o_.method == PruneMethod::kSparseGpt;
       const DType type = joint ? e.target : DType::kF32;
       const size_t bytes = joint ? dtype_row_size(type, n_in) * n_out : 0;

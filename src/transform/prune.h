@@ -27,7 +27,11 @@
 // Counts (exact, the tests check them): magnitude floor(s * n_out * n_in)
 // per matrix; wanda floor(s * n_in) per row; sparsegpt floor(s * n_out * B)
 // per batch of B columns (sparsegpt.h); N:M exactly n per group. Ties go to
-// the lower index.
+// the lower index. With a per-row quota (PruneOptions::per_row, `--quota
+// row`) magnitude compares within each row too (floor(s * n_in) per row) and
+// sparsegpt within each row of a batch (floor(s * B) per row and batch), so
+// every row keeps the same count: the sparse format sizes all rows by the
+// densest (quant/sparse.h), so even rows are fewer bytes.
 #pragma once
 
 #include <cstdint>
@@ -63,8 +67,9 @@ enum class LayerSparsity { kUniform, kOwl };
 
 // Masks (1 = pruned) of one matrix W [n_out, n_in] (row-major), by the
 // scores above. col_sq: [n_in] sum of squares of each input column (Wanda).
+// per_row: magnitude's per-row quota (above).
 void magnitude_mask(const float* W, int64_t n_out, int64_t n_in, double sparsity, const PrunePattern& p,
-                    uint8_t* mask);
+                    uint8_t* mask, bool per_row = false);
 void wanda_mask(const float* W, int64_t n_out, int64_t n_in, const double* col_sq, double sparsity,
                 const PrunePattern& p, uint8_t* mask);
 
@@ -84,6 +89,7 @@ struct PruneOptions {
   double sparsity = 0.5;  // unstructured target in [0, 1); N:M: n / m
   PrunePattern pattern;
   LayerSparsity layers = LayerSparsity::kUniform;
+  bool per_row = false;   // magnitude / sparsegpt: the per-row quota (above); wanda always compares rows
   double owl_lambda = 0.08, owl_m = 5.0;
   double damp = 0.01;     // SparseGPT (and joint GPTQ) dampening
   int block_size = 128;   // SparseGPT batch

@@ -80,7 +80,22 @@ Status sparsegpt_prune(float* W, int64_t n_out, int64_t n_in, const double* H, c
 
   for (int64_t p1 = 0; p1 < n_in; p1 += B) {
     const int64_t p2 = std::min(n_in, p1 + B), nb = p2 - p1;
-    if (!fixed_mask && !nm) {  // the batch's mask over all rows
+    if (!fixed_mask && !nm && o.per_row) {  // the batch's mask row by row
+      const int64_t k = static_cast<int64_t>(o.sparsity * static_cast<double>(nb));
+      score.resize(static_cast<size_t>(nb));
+      order.resize(static_cast<size_t>(nb));
+      for (int64_t r = 0; r < n_out && k > 0; ++r) {
+        for (int64_t j = 0; j < nb; ++j) {
+          const double x = w[r * n_in + p1 + j];
+          score[j] = x * x * inv_u2[p1 + j];
+        }
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+          return score[a] != score[b] ? score[a] < score[b] : a < b;
+        });
+        for (int64_t i = 0; i < k; ++i) mask[r * n_in + p1 + order[i]] = 1;
+      }
+    } else if (!fixed_mask && !nm) {  // the batch's mask over all rows
       const int64_t count = n_out * nb;
       const int64_t k = static_cast<int64_t>(o.sparsity * static_cast<double>(count));
       score.resize(static_cast<size_t>(count));

@@ -5,7 +5,9 @@
 //   for each batch of B columns [p1, p2):
 //     unstructured: the mask of the batch is the floor(s * n_out * (p2 - p1))
 //       smallest w^2 / U_pp^2 over all its rows (ties: lower row, then
-//       column first), from the values the earlier batches left;
+//       column first), from the values the earlier batches left; with
+//       per_row, each row's floor(s * (p2 - p1)) smallest of the batch
+//       (ties: lower column), so every row keeps the same count;
 //     for each column p of the batch:
 //       N:M: at each group of m columns, each row's n smallest w^2 / U_pp^2
 //         of the group are masked;
@@ -41,6 +43,7 @@ struct SparseGptOptions {
   int prune_m = 0;
   int block_size = 128;   // B, rounded up to whole GGUF blocks and N:M groups
   double damp = 0.01;     // fraction of the mean diag H added to it
+  bool per_row = false;   // unstructured: the batch's quota per row, not over all rows
 };
 
 // True for the block types whose levels include an exact zero in every

@@ -118,6 +118,21 @@ expect_rc 2 "prune: nothing to prune" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gg
 expect_rc 2 "prune: bad method" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method random --sparsity 0.5
 expect_rc 2 "prune: sparsity 1" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method wanda --sparsity 1
 expect_rc 2 "prune: bad pattern" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method wanda --pattern 4:2
+# --quota row: every row of a matrix keeps the same count, so the sparse rows are shorter; the sparse
+# file still decodes to the dense export of the same masks.
+out=$("$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-rq.gguf" --method magnitude --sparsity 0.6 --quota row --type q8_0 \
+  --format sparse --no-check -t 2 2>&1)
+"$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-rqd.gguf" --method magnitude --sparsity 0.6 --quota row --type q8_0 \
+  --no-check -t 2 >/dev/null 2>&1
+rq_text=$("$EMBER" run -m "$tmp/tiny-rq.gguf" -p "hello world" -n 24 --temp 0 -t 2 2>/dev/null)
+rqd_text=$("$EMBER" run -m "$tmp/tiny-rqd.gguf" -p "hello world" -n 24 --temp 0 -t 2 2>/dev/null)
+if ! grep -q "sparse format: 14 matrices stored sparse" <<<"$out" || [ -z "$rq_text" ] || [ "$rq_text" != "$rqd_text" ]
+then echo "FAIL: prune --quota row: $out / '$rq_text' vs '$rqd_text'"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+expect_rc 2 "prune: bad --quota" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method magnitude --sparsity 0.5 \
+  --quota column
+expect_rc 2 "prune: --quota with wanda" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method wanda --sparsity 0.5 \
+  --quota row
+expect_rc 2 "prune: --quota without --method" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --ffn 0.5 --quota row
 expect_rc 2 "prune: owl with 2:4" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method wanda --pattern 2:4 --layer-sparsity owl
 expect_rc 2 "prune: joint into q4_1" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method sparsegpt --sparsity 0.5 \
   --type q4_1 --pure --quant-method gptq --no-check

@@ -19,6 +19,7 @@
 
 #include "model/model.h"
 #include "quant/quantize.h"
+#include "quant/sparse.h"
 #include "transform/gen_model.h"
 #include "transform/sparsegpt.h"
 
@@ -68,6 +69,72 @@ TEST(PruneMasks, ExactCountsAndPatterns) {
   for (size_t i = 0; i < w.size(); ++i)
     (m[i] ? max_pruned : min_kept) = m[i] ? std::max(max_pruned, std::fabs(w[i])) : std::min(min_kept, std::fabs(w[i]));
   EXPECT_LE(max_pruned, min_kept);
+}
+
+// The per-row quota (PruneOptions::per_row): every row of a matrix whose
+// rows differ in scale loses exactly floor(s * n_in) (magnitude) or
+// floor(s * B) per batch (SparseGPT), where one quota per matrix leaves the
+// large rows denser; and the sparse format's capacity (set by the densest
+// row) falls to the target's.
+TEST(PruneMasks, PerRowQuota) {
+  const int64_t n_out = 24, n_in = 256;
+  std::vector<float> w = random_matrix(n_out, n_in, 5);
+  for (int64_t r = 0; r < n_out; ++r)
+    for (int64_t c = 0; c < n_in; ++c) w[r * n_in + c] *= 1.0f + static_cast<float>(r % 4);
+  std::vector<uint8_t> m(n_out * n_in);
+  for (double s : {0.5, 0.7}) {
+    SCOPED_TRACE(s);
+    magnitude_mask(w.data(), n_out, n_in, s, {}, m.data(), true);
+    for (int64_t r = 0; r < n_out; ++r) {
+      ASSERT_EQ(count(m.data() + r * n_in, n_in), static_cast<int64_t>(s * n_in)) << "row " << r;
+      float max_pruned = 0, min_kept = 1e30f;  // within a row, the smallest |w| go
+      for (int64_t c = 0; c < n_in; ++c) {
+        const float a = std::fabs(w[r * n_in + c]);
+        if (m[r * n_in + c]) max_pruned = std::max(max_pruned, a);
+        else min_kept = std::min(min_kept, a);
+      }
+      EXPECT_LE(max_pruned, min_kept) << "row " << r;
+    }
+    // Bytes: the densest row sets the sparse capacity (kept values per 64).
+    auto capacity = [&](const std::vector<uint8_t>& mask) {
+      std::vector<float> pruned = w;
+      for (size_t i = 0; i < w.size(); ++i)
+        if (mask[i]) pruned[i] = 0;
+      std::vector<uint8_t> q(dtype_row_size(DType::kQ8_0, n_in) * n_out);
+      for (int64_t r = 0; r < n_out; ++r)
+        quantize_row_q8_0_ref(pruned.data() + r * n_in, q.data() + r * dtype_row_size(DType::kQ8_0, n_in), n_in);
+      return sparse_capacity_q8_0(q.data(), n_out, n_in);
+    };
+    const int per_row = capacity(m);
+    EXPECT_LE(per_row, (n_in - static_cast<int64_t>(s * n_in) + 3) / 4);
+    magnitude_mask(w.data(), n_out, n_in, s, {}, m.data(), false);
+    EXPECT_GT(capacity(m), per_row + 4) << "one quota per matrix: the large rows stay dense";
+  }
+  // SparseGPT: per row and batch of 128.
+  std::vector<double> H(n_in * n_in, 0.0);
+  const std::vector<float> x = random_matrix(300, n_in, 6);
+  for (int64_t t = 0; t < 300; ++t)
+    for (int64_t i = 0; i < n_in; ++i)
+      for (int64_t j = 0; j < n_in; ++j) H[i * n_in + j] += double{x[t * n_in + i]} * x[t * n_in + j];
+  ThreadPool pool(2);
+  for (bool per_row : {true, false}) {
+    SparseGptOptions o;
+    o.sparsity = 0.7;
+    o.per_row = per_row;
+    std::vector<float> sg = w;
+    ASSERT_TRUE(sparsegpt_prune(sg.data(), n_out, n_in, H.data(), o, nullptr, DType::kF32, nullptr, m.data(), pool)
+                    .is_ok());
+    int64_t lo = n_in, hi = 0;
+    for (int64_t r = 0; r < n_out; ++r)
+      for (int64_t b = 0; b < n_in; b += 128) {
+        const int64_t c = count(m.data() + r * n_in + b, 128);
+        if (per_row) ASSERT_EQ(c, static_cast<int64_t>(0.7 * 128)) << "row " << r << " batch " << b;
+        lo = std::min(lo, c), hi = std::max(hi, c);
+      }
+    if (!per_row) EXPECT_GT(hi - lo, 10) << "one quota per batch: rows differ";
+    for (size_t i = 0; i < sg.size(); ++i)
+      if (m[i]) ASSERT_EQ(sg[i], 0.0f);
+  }
 }
 
 TEST(PruneMasks, WandaScoreByHand) {

@@ -114,23 +114,4 @@ void sq8_dot(int64_t n, float* s, const void* w, const void* x) {
   group<1, true>(n / kSparseBlock, s, static_cast<const uint8_t*>(w), 0, static_cast<const BlockQ8_0*>(x), none);
 }
 
-void sq8_rows(int64_t n, float* s, const void* w, size_t w_row_bytes, const void* x, int64_t nr) {
-  const auto* xb = static_cast<const BlockQ8_0*>(x);
-  const auto* wp = static_cast<const uint8_t*>(w);
-  const int64_t nb = n / kSparseBlock;
-  int64_t r0 = 0;
-  // The next group's rows, one sequential prefetch stream (the hardware
-  // prefetchers do not follow 4 rows x 3 regions: without it one thread
-  // drew under 1 GB/s from DRAM). Plain 64-byte value loads except in the
-  // call's last row, whose kept values may end the mapping.
-  for (; r0 + kGroup <= nr; r0 += kGroup) {
-    auto pf = lanes::next_group_prefetch<kGroup>(wp, w_row_bytes, r0, nr, nb);
-    if (r0 + kGroup < nr)
-      group<kGroup, false>(nb, s + r0, wp + r0 * w_row_bytes, w_row_bytes, xb, pf);
-    else
-      group<kGroup, true>(nb, s + r0, wp + r0 * w_row_bytes, w_row_bytes, xb, pf);
-  }
-  for (; r0 < nr; ++r0) sq8_dot(n, s + r0, wp + r0 * w_row_bytes, x);
-}
-
 }  // namespace ember::avx512
