@@ -74,7 +74,7 @@ void add_compress_flags(ArgParser& p, CompressFlags* f, const char* method_flag,
   p.option("--type", &f->type_name, "T",
            "llama.cpp mix (Q4_K_M, Q3_K_S, Q4_0, ...: llama-quantize's per-tensor types) or, with --pure or a type "
            "that is not a mix name (q4_k, q3_k and q5_k are the _M mixes, as in llama-quantize), one type for every "
-           "matrix");
+           "matrix; mxfp4 is for the experts, the other matrices q8_0 (llama-quantize's MXFP4_MOE) unless --pure");
   p.flag("--pure", &f->pure, "every matrix in --type (no mix rules), as llama-quantize --pure");
   p.option("--tensor-type", &f->tensor_types_arg, "P=T[,P=T...]",
            "per-tensor overrides: tensors whose name matches the regex P get type T (first match wins), as "
@@ -161,6 +161,7 @@ Status compress_options(const CompressFlags& f, bool type_required, PipelineOpti
       return Status::errorf("unsupported --type '{}'", type_name);
     o->convert.type = type;
     o->convert.recipe = recipe;
+    o->convert.pure = f.pure;
   } else if (f.pure || !f.tensor_types_arg.empty() || !f.tensor_type_file.empty() || !f.output_type_name.empty() ||
              !f.embd_type_name.empty()) {
     return Status::error("--pure, --tensor-type, --output-type and --token-embedding-type go with --type");

@@ -4,9 +4,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "kernels/backend.h"
 #include "kernels/registry.h"
+#include "quant/blocks.h"
+#include "quant/quantize.h"
 #include "model/archs/archs.h"
 
 namespace ember {
@@ -27,8 +31,23 @@ class Binder {
     if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
       return Status::errorf("tensor '{}' has shape {}, expected [{}, {}]", name, t->shape_string(), cols, rows);
     EMBER_RETURN_IF_ERROR(check_matmul_type(*t));
+    EMBER_RETURN_IF_ERROR(check_block_scales(*t));
     *out = t;
     return Status::ok();
+  }
+
+  // Block scales no kernel may read: an MXFP4 E8M0 byte 0xff (NaN).
+  static Status check_block_scales(const TensorView& t) {
+    if (t.type != DType::kMXFP4 || !t.data) return Status::ok();
+    const size_t bytes = std::min(t.nbytes, t.row_bytes() * static_cast<size_t>(t.nrows()));
+    const int64_t bad = mxfp4_find_nan_scale(t.data, static_cast<int64_t>(bytes / sizeof(BlockMXFP4)));
+    if (bad < 0) return Status::ok();
+    const int64_t per_row = t.ne[0] / kQK, row = bad / per_row;
+    const std::string where = t.n_dims == 3 ? fmt::format("expert {}, row {}", row / t.ne[1], row % t.ne[1])
+                                            : fmt::format("row {}", row);
+    return Status::errorf("tensor '{}': MXFP4 block {} of {} has scale byte 0xff, which is NaN in E8M0 (the file is "
+                          "corrupt)",
+                          t.name, bad % per_row, where);
   }
 
   // Every matrix must run on the CPU backend (the default one; a runner on
@@ -52,6 +71,7 @@ class Binder {
     if (t->nbytes < t->row_bytes() * static_cast<size_t>(t->nrows()))
       return Status::errorf("tensor '{}' is truncated: {} bytes of {}", name, t->nbytes,
                             t->row_bytes() * static_cast<size_t>(t->nrows()));
+    EMBER_RETURN_IF_ERROR(check_block_scales(*t));
     *out = t;
     return Status::ok();
   }

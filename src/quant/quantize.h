@@ -64,6 +64,10 @@ void quantize_row_q6_K_ref(const float* src, void* dst, int64_t n);
 // dequantize_row_mxfp4 bit for bit).
 void dequantize_row_mxfp4_ref(const void* src, float* dst, int64_t n);
 void quantize_row_mxfp4_ref(const float* src, void* dst, int64_t n);
+// The index of the first of n_blocks MXFP4 blocks whose E8M0 scale byte is
+// 0xff (NaN in E8M0, which no quantizer writes and the kernels would read as
+// a huge finite scale), or -1. Model loading rejects such tensors.
+int64_t mxfp4_find_nan_scale(const void* blocks, int64_t n_blocks);
 void dequantize_row_q8_K_ref(const void* src, float* dst, int64_t n);
 void quantize_row_q8_K_ref(const float* src, void* dst, int64_t n);
 void dequantize_row_f16_ref(const void* src, float* dst, int64_t n);

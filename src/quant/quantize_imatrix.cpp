@@ -524,7 +524,8 @@ bool can_quantize_imatrix(DType t) {
     case DType::kQ4_1:
     case DType::kQ5_0:
     case DType::kQ5_1:
-    case DType::kQ8_0: return true;
+    case DType::kQ8_0:
+    case DType::kMXFP4: return true;
     default: return false;
   }
 }
@@ -541,6 +542,7 @@ void quantize_row_imatrix(DType t, const float* x, void* dst, int64_t n, const f
     case DType::kQ4_1: legacy_asym_row(x, static_cast<BlockQ4_1*>(dst), n, qw, 15); break;
     case DType::kQ5_1: legacy_asym_row(x, static_cast<BlockQ5_1*>(dst), n, qw, 31); break;
     case DType::kQ8_0: q8_0_row(x, static_cast<BlockQ8_0*>(dst), n, qw); break;
+    case DType::kMXFP4: quantize_row_mxfp4_imatrix(x, dst, n, qw); break;
     default: break;
   }
 }

@@ -13,6 +13,11 @@
 // llama.cpp ignores the importance for Q8_0; here Q8_0 gets a weighted scale
 // search (19 candidate scales amax / (127 + 0.1 k), k in [-9, 9], the
 // round-to-nearest scale among them, keeping the lowest weighted error).
+// MXFP4 (llama.cpp has no weighted MXFP4): each block's E8M0 exponent is
+// round-to-nearest's e (quantize_row_mxfp4_ref) or e - 1 or e + 1 (within
+// 0 .. 254), each value at its nearest code under the scale, whichever has
+// the lowest weighted error (e on ties: never worse than round-to-nearest
+// under the weights).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +34,9 @@ bool can_quantize_imatrix(DType t);
 // importance qw[0:n] (qw >= 0; all-equal weights are a valid input). For a
 // type without support it writes nothing.
 void quantize_row_imatrix(DType t, const float* x, void* dst, int64_t n, const float* qw);
+
+// MXFP4's (quant/quantize_mxfp4.cpp), called by quantize_row_imatrix.
+void quantize_row_mxfp4_imatrix(const float* x, void* dst, int64_t n, const float* qw);
 
 // n_rows rows of n_per_row values, one importance vector for all rows.
 // Errors: unsupported type, row length not a multiple of the block size.

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "server/chat_prompt.h"
+#include "server/harmony_prompt.h"
 #include "server/openai_service.h"
 #include "server/thinking_budget.h"
 #include "server/tool_prompt.h"
@@ -43,6 +44,7 @@ bool thinking_off(const ReasoningOptions& o) { return o.effort == "none" || (o.e
 
 void OpenAiService::init_reasoning() {
   chat_template_ = !cfg_.chat_template.empty() ? cfg_.chat_template : chat_template_for(tok_, cfg_.arch);
+  harmony_template_ = detect_tool_call_format(chat_template_) == ToolCallFormat::kHarmony;
   // An unknown parser name was refused by the command line; it reads as "none" here.
   if (cfg_.tool_call_parser == "auto") {
     const ToolCallFormat detected = detect_tool_call_format(chat_template_);
@@ -141,6 +143,10 @@ std::optional<std::vector<int32_t>> OpenAiService::render_chat_prompt(const Gene
       }
     }
   } else {
+    if (harmony_template_) {  // what gpt-oss's template would drop or refuse (harmony_prompt.h)
+      messages = harmony_messages(messages);
+      tools = harmony_tools(tools);
+    }
     text = render_chat_template(tok_, chat_template_, messages, r.add_generation_prompt, tools, r.chat_template_kwargs);
   }
   if (!text) {

@@ -111,6 +111,7 @@ class OpenAiService {
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;  // from cfg_.tool_call_parser
   std::string chat_template_;   // the template chats are rendered with
   bool generic_tools_ = false;  // the template has no tool support: the generic format (tool_prompt.h)
+  bool harmony_template_ = false;  // gpt-oss's template: history and tools adjusted for it (harmony_prompt.h)
   ReasoningSyntax reasoning_;   // how the model thinks (kNone: it does not)
   // For thinking budgets: every token's text, the whitespace-only tokens,
   // the tokens that start the start tag, the forced end of thinking (the

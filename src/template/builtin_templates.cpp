@@ -1,13 +1,18 @@
 // Built-in chat templates: a ChatML fallback for models that ship no template,
-// and the Gemma 3 instruct template (the default model's GGUF has no
-// tokenizer.chat_template key, so ember picks this one by architecture).
+// the Gemma 3 instruct template (the default model's GGUF has no
+// tokenizer.chat_template key, so ember picks this one by architecture) and
+// gpt-oss's harmony template (builtin_template_gpt_oss.cpp).
 // The texts are byte-identical to tests/data/template/templates/
-// {builtin-chatml,google-gemma-3-it}.jinja, which the tests check.
+// {builtin-chatml,google-gemma-3-it,openai-gpt-oss-120b}.jinja, which the
+// tests check.
 #include <string_view>
 
 #include "template/chat_template.h"
 
 namespace ember::tmpl {
+
+extern const char* const kGptOssTemplate;  // builtin_template_gpt_oss.cpp
+
 namespace {
 
 // google/gemma-3-*-it chat_template (see tests/data/template/templates/README.md).
@@ -89,6 +94,7 @@ constexpr const char* kChatML = R"TPL({#- ember built-in ChatML template: used f
 const char* builtin_chat_template(std::string_view name) {
   if (name == "gemma" || name == "gemma3") return kGemma3;
   if (name == "chatml") return kChatML;
+  if (name == "gpt-oss" || name == "gpt_oss" || name == "harmony") return kGptOssTemplate;
   return nullptr;
 }
 

@@ -71,8 +71,10 @@ Result<std::string> apply_chat_template(std::string_view tmpl, const nlohmann::j
                                         const std::string& bos_token, const std::string& eos_token,
                                         const nlohmann::json& extra_context);
 
-// Built-in templates: "chatml" (fallback for models without a template) and
-// "gemma" (the Gemma 3 instruct template). nullptr for unknown names.
+// Built-in templates: "chatml" (fallback for models without a template),
+// "gemma" (the Gemma 3 instruct template) and "gpt-oss" (also "gpt_oss",
+// "harmony": OpenAI's gpt-oss template, the harmony format). nullptr for
+// unknown names.
 const char* builtin_chat_template(std::string_view name);
 
 }  // namespace ember::tmpl

@@ -7,7 +7,10 @@
 //  - SentencePiece BPE (Llama 2, Mistral, Gemma): pieces, scores and types
 //    from tokenizer.model (protobuf), then tokenizer.json's added tokens;
 //  - tokenizer_config.json: special token names, add_bos/eos_token,
-//    chat_template; generation_config.json: extra end-of-generation ids.
+//    chat_template; chat_template.jinja (where transformers >= 4.47 saves
+//    the template, e.g. openai/gpt-oss-*: it takes precedence over
+//    tokenizer_config.json's, as in transformers); generation_config.json:
+//    extra end-of-generation ids.
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -439,6 +442,12 @@ Status read_hf(const std::string& dir, VocabSpec* out) {
         }
       }
     }
+  }
+  // chat_template.jinja: the template as a file of its own (transformers
+  // reads it after tokenizer_config.json, so it wins).
+  if (std::string tmpl; read_file(dir + "/chat_template.jinja", &tmpl)) {
+    if (tmpl.empty()) return Status::errorf("{}/chat_template.jinja: empty file", dir);
+    s.chat_template = std::move(tmpl);
   }
   // generation_config.json: eos_token_id may list several end tokens.
   json gen;

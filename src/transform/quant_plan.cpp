@@ -192,6 +192,16 @@ bool convertible_to(DType t) {
   return can_quantize(t);
 }
 
+// The 3-D expert tensors, or one expert's matrix under llama.cpp's
+// per-expert names ("blk.3.ffn_gate.5.weight"); not the shared expert.
+static bool is_expert_matrix(const std::string& name, TensorRole role) {
+  if (role == TensorRole::kFfnGateExps || role == TensorRole::kFfnUpExps || role == TensorRole::kFfnDownExps ||
+      role == TensorRole::kFfnGateUpExps)
+    return true;
+  int layer = -1, expert = -1;
+  return role_from_gguf_expert_name(name, &layer, &expert) != TensorRole::kUnknown;
+}
+
 int llama_file_type(DType t) {
   switch (t) {
     case DType::kF32: return 0;
@@ -303,6 +313,11 @@ Result<QuantPlan> plan_quantization(const ModelFile& src, const ConvertOptions& 
                                             : quant_recipe_type(*opts.recipe, rm, e.role,
                                                                                 rule_index.count(name) ? rule_index[name] : e.layer,
                                                                                 t.ne[0]);
+      // MXFP4 is an expert type (llama-quantize's MXFP4_MOE): the experts
+      // take it, the other matrices q8_0, unless named otherwise or --pure.
+      if (!fixed && !manual && !opts.recipe && !opts.pure && e.target == DType::kMXFP4 &&
+          !is_expert_matrix(name, e.role))
+        e.target = DType::kQ8_0;
       e.pinned = fixed || manual;
       const DType fit = fallback_row_type(e.target, t.ne[0]);
       if (fit != e.target) {

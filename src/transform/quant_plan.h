@@ -41,6 +41,9 @@ struct ConvertOptions {
   // for it (type is ignored); general.file_type is the recipe's.
   std::optional<QuantRecipeInfo> recipe;
   bool has_imatrix = false;  // the recipe's rules for a calibrated quantization
+  // One type for every matrix (--pure). Without it MXFP4 is an expert type,
+  // as in llama-quantize's MXFP4_MOE: the other matrices get q8_0.
+  bool pure = false;
   // --tensor-type overrides, first match wins (after output_type /
   // token_embd_type, before the recipe's rules).
   std::vector<TensorTypeOverride> tensor_types;

@@ -115,16 +115,16 @@ TEST(GemmTile, TileShapesAreDeclared) {
 TEST(GemmTile, PriorityTypesHaveTilesOnAvx512) {
   if (cpu_max_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ2_K,
-                  DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+                  DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4})
     EXPECT_NE(kernels(t, Isa::kAvx512).vec_dot_tile, nullptr) << dtype_name(t);
 }
 
-// The hot model types (the Gemma 3 Q4_K_M body is Q5_0, Q8_0, Q4_K and Q6_K)
-// get tile kernels on AVX2-only machines too.
+// The hot model types (the Gemma 3 Q4_K_M body is Q5_0, Q8_0, Q4_K and Q6_K;
+// gpt-oss's experts are MXFP4) get tile kernels on AVX2-only machines too.
 TEST(GemmTile, PriorityTypesHaveTilesOnAvx2) {
   if (cpu_max_isa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ5_0, DType::kQ8_0, DType::kQ2_K,
-                  DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+                  DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4}) {
     const KernelSet& k = kernels(t, Isa::kAvx2);
     EXPECT_NE(k.vec_dot_tile, nullptr) << dtype_name(t);
     // Its own tile, not one inherited from the scalar level.

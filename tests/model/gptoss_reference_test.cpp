@@ -26,6 +26,7 @@
 #include <cmath>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/cpu_features.h"
@@ -33,6 +34,7 @@
 #include "format_test_util.h"
 #include "logits_compare.h"
 #include "model/model.h"
+#include "quant/blocks.h"
 #include "quant/quantize.h"
 #include "transform/gen_model.h"
 
@@ -272,6 +274,29 @@ TEST_F(GptOssBadInput, TruncatedMxfp4Experts) {
   t.nbytes -= 17;  // one block short
   const std::string e = load_error(f);
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+}
+
+// An E8M0 scale byte 0xff is NaN: a load error naming the tensor and the
+// block, for the 3-D expert tensors; 0xfe (the largest finite scale) loads.
+TEST_F(GptOssBadInput, NanMxfp4ScaleIsALoadError) {
+  ModelFile f = *file_;
+  TensorView& t = f.tensors["blk.1.ffn_up_exps.weight"];
+  ASSERT_EQ(t.type, DType::kMXFP4);
+  const size_t bytes = t.row_bytes() * static_cast<size_t>(t.nrows());
+  std::vector<uint8_t> data(static_cast<const uint8_t*>(t.data), static_cast<const uint8_t*>(t.data) + bytes);
+  t.data = data.data();
+  EXPECT_EQ(load_error(f), "");  // the copy itself loads
+  const int64_t per_row = t.ne[0] / 32;
+  const int64_t row = 2 * t.ne[1] + 5, blk = per_row - 1;  // expert 2, row 5, last block
+  auto* b = reinterpret_cast<BlockMXFP4*>(data.data()) + row * per_row + blk;
+  b->e = 0xfe;
+  EXPECT_EQ(load_error(f), "");
+  b->e = 0xff;
+  const std::string e = load_error(f);
+  EXPECT_NE(e.find("blk.1.ffn_up_exps.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("0xff"), std::string::npos) << e;
+  EXPECT_NE(e.find(fmt::format("block {} of expert 2, row 5", blk)), std::string::npos) << e;
+  EXPECT_EQ(mxfp4_find_nan_scale(data.data(), static_cast<int64_t>(bytes / sizeof(BlockMXFP4))), row * per_row + blk);
 }
 
 TEST_F(GptOssBadInput, ExpertBiasOfTheWrongShape) {

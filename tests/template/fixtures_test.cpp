@@ -131,6 +131,9 @@ TEST(TemplateFixtures, FeatureCasesMatchJinja2) {
 TEST(TemplateFixtures, BuiltinTemplatesMatchCommittedFiles) {
   EXPECT_EQ(std::string(builtin_chat_template("gemma")), read_file(data_path("templates/google-gemma-3-it.jinja")));
   EXPECT_EQ(std::string(builtin_chat_template("chatml")), read_file(data_path("templates/builtin-chatml.jinja")));
+  EXPECT_EQ(std::string(builtin_chat_template("gpt-oss")),
+            read_file(data_path("templates/openai-gpt-oss-120b.jinja")));
+  EXPECT_EQ(builtin_chat_template("gpt_oss"), builtin_chat_template("gpt-oss"));
   EXPECT_EQ(builtin_chat_template("nope"), nullptr);
 }
 

@@ -4,6 +4,8 @@
 // tools/gen_tokenizer_fixtures.py.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "tokenizer/tokenizer.h"
@@ -87,6 +89,33 @@ TEST(TokenizerReference, Qwen3MatchesHfTokenizers) {
   EXPECT_FALSE(tok->is_eog(tok->token_id("<|im_start|>")));
   EXPECT_FALSE(tok->chat_template().empty());
   check_cases(*tok, read_cases(data_dir() + "/qwen3_cases.jsonl"), "qwen3");
+}
+
+// chat_template.jinja (transformers >= 4.47 saves the template there; the
+// gpt-oss checkpoints ship it so) is read and wins over tokenizer_config.json's.
+TEST(TokenizerReference, ChatTemplateJinjaFileWins) {
+  const std::string dir = unpack_hf_fixture("qwen3");
+  ASSERT_FALSE(dir.empty());
+  VocabSpec base;
+  ASSERT_TRUE(vocab_spec_from_hf_tokenizer(dir, &base).is_ok());
+  ASSERT_FALSE(base.chat_template.empty());  // tokenizer_config.json's
+  const std::string tmpl = "{%- for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}";
+  {
+    std::ofstream f(dir + "/chat_template.jinja", std::ios::binary);
+    f << tmpl;
+  }
+  VocabSpec with_file;
+  ASSERT_TRUE(vocab_spec_from_hf_tokenizer(dir, &with_file).is_ok());
+  EXPECT_EQ(with_file.chat_template, tmpl);
+  EXPECT_EQ(with_file.tokens, base.tokens);
+  {
+    std::ofstream f(dir + "/chat_template.jinja", std::ios::binary | std::ios::trunc);
+  }
+  VocabSpec empty;
+  const Status st = vocab_spec_from_hf_tokenizer(dir, &empty);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("chat_template.jinja"), std::string::npos) << st.message();
+  std::filesystem::remove_all(dir);
 }
 
 // Hugging Face SentencePiece folder (tokenizer.model + tokenizer.json): a

@@ -68,10 +68,15 @@ TokensPackKernel q4_0_tokens_pack, q5_0_tokens_pack, q8_0_tokens_pack;
 RowsKernel q4_0_r16_rows, q5_0_r16_rows, q8_0_r16_rows;
 TokensKernel q4_0_r16_tokens, q5_0_r16_tokens, q8_0_r16_tokens;
 TokensPackBytesKernel legacy_tokens_pack_bytes;
-// MXFP4 x Q8_0 (avx2/mxfp4_dot.cpp): vec_dot and decode, the arithmetic
-// stated atop that file.
+// MXFP4 x Q8_0 (avx2/mxfp4_dot.cpp): vec_dot, decode and the tile of up to
+// kMxfp4TileRows rows x kMxfp4TileCols tokens (each block pair of a row
+// decoded once for up to 4 tokens, each token's sums in vec_dot's order);
+// the arithmetic stated atop that file.
+constexpr int kMxfp4TileRows = 4;
+constexpr int kMxfp4TileCols = 16;
 DotKernel mxfp4_dot;
 RowsKernel mxfp4_rows;
+TileKernel mxfp4_tile;
 // K-quants (256-element super-blocks).
 DotKernel q2_K_dot;
 DotKernel q3_K_dot;

@@ -165,7 +165,8 @@ std::vector<Row> rows() {
                       .vec_dot_tile = a2::q6_K_tile, .tile_rows = a2::kKquantsLanesTileRows,
                       .tile_cols = a2::kKquantsLanesTileCols}},
       {kQ8_K, kAvx2, {.quantize_row = a2::q8_K_quantize}},
-      {kMXFP4, kAvx2, {.vec_dot = a2::mxfp4_dot, .vec_dot_rows = a2::mxfp4_rows}},
+      {kMXFP4, kAvx2, {.vec_dot = a2::mxfp4_dot, .vec_dot_rows = a2::mxfp4_rows, .vec_dot_tile = a2::mxfp4_tile,
+                       .tile_rows = a2::kMxfp4TileRows, .tile_cols = a2::kMxfp4TileCols}},
       // Interleaved: native decode; Q4_0 / Q5_0 / Q8_0 token lanes from 2
       // tokens (the plain types' pack) and the de-interleaving tile for
       // direct tile calls; Q4_K / Q6_K a native tile.

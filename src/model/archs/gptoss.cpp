@@ -236,7 +236,7 @@ constinit const ArchSpec kGptOssSpec = {
     .hf_config = hf_gptoss,
     .hf_norm_plus_one = false,
     .hf_permute_qk = false,
-    .chat_template = "chatml",
+    .chat_template = "gpt-oss",  // the harmony format (template/builtin_template_gpt_oss.cpp)
     // gpt-oss-20b
     .gen = {.n_vocab = 201088, .n_ctx = 131072, .rope_base = 150000, .norm_eps = 1e-5, .tied_embeddings = false,
             .sliding_window = 128, .expert_ff_key = true},
