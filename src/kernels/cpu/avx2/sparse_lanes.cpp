@@ -4,20 +4,22 @@
 // next popcount packed values in their places (0x80 elsewhere: zero); two
 // table entries make the control of 16 inputs (the upper byte's entry
 // shifted by the lower byte's popcount, a second table), so one vpshufb
-// expands 32 inputs from two 16-byte loads. sq4 first unpacks the block's
-// nibbles into a stack buffer of signed bytes (q - 8) and expands from
-// there. Then pmaddubsw(|x|, sign(w, x)) + pmaddwd give the 16 int32 lane
-// sums of the contract in kernels/ref/dot.h (two ymm: half 0 and half 1),
-// one fma per half. Scales convert with F16C. Bits equal the scalar twins
-// (ref/sparse_dot.cpp) at every batch size.
+// expands 32 inputs from two 16-byte loads. sq4 unpacks nibbles in
+// registers (16 packed bytes read where each 16 inputs' values start,
+// subtract 8) and expands 16 inputs a pshufb. Then pmaddubsw(|x|, sign(w,
+// x)) + pmaddwd give the 16 int32 lane sums of the contract in
+// kernels/ref/dot.h (two ymm: half 0 and half 1), one fma per half. Scales
+// convert with F16C. Bits equal the scalar twins (ref/sparse_dot.cpp) at
+// every batch size.
 //
 // Decode (vec_dot, rows) expands each block for its one token; prefill (the
 // tile) expands a tile's row blocks once into a stack buffer and reuses
 // them for every token of the call.
 //
-// The loads read up to 16 (int8) or 32 (int4) bytes past a block's kept
-// values; a block whose reads would pass the row's last kept value byte is
-// read from a stack copy, so no read leaves the row's values.
+// The loads read up to 16 bytes past a block's kept values (int8) or 47
+// bytes from its first value byte (int4); a block whose reads would pass
+// the row's last kept value byte reads a stack copy, so no read leaves the
+// row's values.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -73,22 +75,28 @@ inline __m256i expand32(uint32_t m, const int8_t* v) {
 }
 
 // One row's cursor: its masks, scales, next kept value byte and the end of
-// its kept value bytes (reads past it go through a stack copy).
+// its kept value bytes; the row's last kTail value bytes are also copied
+// once into `tail` (zero after them), so that reads near the end of the
+// values come from there.
+constexpr int kTail = 48;
 struct RowCursor {
   const uint8_t* masks;
   const uint8_t* scales;
   const uint8_t* values;
   const uint8_t* end;
+  const uint8_t* tail_from;  // the first value byte copied into tail
+  alignas(16) uint8_t tail[2 * kTail];
 };
 
 // The two value widths: the bytes a block's kept values take, and the
 // block expanded under its mask as signed bytes, w0 inputs 0..31, w1
-// 32..63 (v: the block's first value byte, end: the row's last + 1).
+// 32..63 (c.values: the block's first value byte).
 struct Int8Values {
   static int bytes(int kept) { return kept; }
-  static void expand(uint64_t m, int kept, const uint8_t* v, const uint8_t* end, __m256i& w0, __m256i& w1) {
+  static void expand(uint64_t m, int kept, const RowCursor& c, __m256i& w0, __m256i& w1) {
+    const uint8_t* v = c.values;
     alignas(16) uint8_t tail[kSparseBlock + 16];
-    if (end - v < kept + 16) {  // the row's last kept values: no load past them
+    if (c.end - v < kept + 16) {  // the row's last kept values: no load past them
       std::memset(tail, 0, sizeof(tail));
       std::memcpy(tail, v, static_cast<size_t>(kept));
       v = tail;
@@ -99,29 +107,31 @@ struct Int8Values {
   }
 };
 
+// 4-bit values: each 16 inputs whose first kept value is value s of the
+// block read the 16 packed bytes from byte s / 2 (no store in between: a
+// store-and-reload of the unpacked values stalled on store forwarding),
+// unpack them in registers, shift by one value where s is odd, subtract 8
+// and expand with the same controls.
 struct Int4Values {
   static int bytes(int kept) { return sq4_block_bytes(kept); }
-  static void expand(uint64_t m, int kept, const uint8_t* v, const uint8_t* end, __m256i& w0, __m256i& w1) {
-    alignas(32) uint8_t tail[32];
-    if (end - v < 32) {
-      std::memset(tail, 0, sizeof(tail));
-      std::memcpy(tail, v, static_cast<size_t>(bytes(kept)));
-      v = tail;
-    }
-    // Nibbles -> bytes in value order, minus 8: unpacklo / unpackhi
-    // interleave within 128-bit lanes (values 0-15 / 32-47, 16-31 / 48-63).
-    const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(p, low), hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), low);
-    const __m256i a = _mm256_unpacklo_epi8(lo, hi), b = _mm256_unpackhi_epi8(lo, hi);
-    const __m256i eight = _mm256_set1_epi8(8);
-    alignas(32) int8_t q[kSparseBlock + 32];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_sub_epi8(_mm256_permute2x128_si256(a, b, 0x20), eight));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32),
-                       _mm256_sub_epi8(_mm256_permute2x128_si256(a, b, 0x31), eight));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(q + 64), _mm256_setzero_si256());
-    w0 = expand32(static_cast<uint32_t>(m), q);
-    w1 = expand32(static_cast<uint32_t>(m >> 32), q + std::popcount(static_cast<uint32_t>(m)));
+  static __m128i expand16(uint32_t m16, int s, const uint8_t* v) {
+    const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + s / 2));
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(p, low), hi = _mm_and_si128(_mm_srli_epi16(p, 4), low);
+    const __m128i a = _mm_unpacklo_epi8(lo, hi), b = _mm_unpackhi_epi8(lo, hi);
+    const __m128i w = _mm_blendv_epi8(a, _mm_alignr_epi8(b, a, 1), _mm_set1_epi8(static_cast<char>(-(s & 1))));
+    return _mm_shuffle_epi8(_mm_sub_epi8(w, _mm_set1_epi8(8)), control16(m16));
+  }
+  static void expand(uint64_t m, int, const RowCursor& c, __m256i& w0, __m256i& w1) {
+    // Reads reach 46 bytes past the block's first value byte.
+    const uint8_t* v = c.end - c.values < kTail ? c.tail + (c.values - c.tail_from) : c.values;
+    const int p0 = std::popcount(static_cast<uint32_t>(m & 0xffff));
+    const int p1 = p0 + std::popcount(static_cast<uint32_t>((m >> 16) & 0xffff));
+    const int p2 = p1 + std::popcount(static_cast<uint32_t>((m >> 32) & 0xffff));
+    w0 = _mm256_set_m128i(expand16(static_cast<uint32_t>(m >> 16) & 0xffff, p0, v),
+                          expand16(static_cast<uint32_t>(m) & 0xffff, 0, v));
+    w1 = _mm256_set_m128i(expand16(static_cast<uint32_t>(m >> 48) & 0xffff, p2, v),
+                          expand16(static_cast<uint32_t>(m >> 32) & 0xffff, p1, v));
   }
 };
 
@@ -131,7 +141,9 @@ inline RowCursor row_cursor(const void* w, int64_t n) {
   int64_t bytes = 0;
   for (int64_t b = 0; b < n / kSparseBlock; ++b) bytes += V::bytes(std::popcount(sparse_mask(r, b)));
   const auto* v = reinterpret_cast<const uint8_t*>(r.values);
-  return {r.masks, r.scales, v, v + bytes};
+  RowCursor c{r.masks, r.scales, v, v + bytes, v + std::max<int64_t>(0, bytes - kTail), {}};
+  std::memcpy(c.tail, c.tail_from, static_cast<size_t>(c.end - c.tail_from));
+  return c;
 }
 
 // Block b of the row under its mask (signed); the cursor advances.
@@ -140,7 +152,7 @@ inline void expand_block(RowCursor& c, int64_t b, __m256i& w0, __m256i& w1) {
   uint64_t m;
   std::memcpy(&m, c.masks + b * 8, 8);
   const int pc = std::popcount(m);
-  V::expand(m, pc, c.values, c.end, w0, w1);
+  V::expand(m, pc, c, w0, w1);
   c.values += V::bytes(pc);
 }
 
