@@ -39,7 +39,7 @@ struct LoadedModel {
 };
 // Load-time choices on the command line (run, serve, bench, perplexity):
 // --detect-sparsity stores the Q8_0 / Q4_0 block matrices of a dense file
-// that are sparse enough (at least 20% fewer bytes: an exact 2:4 matrix, a
+// that are sparse enough (at least 10% fewer bytes: an exact 2:4 matrix, a
 // pruned dense export) in the sparse formats in memory
 // (transform/sparse_store.h); a line on stderr says what it stored.
 struct LoadFlags {

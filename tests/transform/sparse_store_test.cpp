@@ -1,6 +1,6 @@
 // transform/sparse_store.h: the block matrices of a dense Q8_0 / Q4_0 model
 // whose weights are exactly 2:4 (random weights, llama layout) stored in the
-// sparse formats, as `--detect-sparsity` does at load (lenient, at most 80%
+// sparse formats, as `--detect-sparsity` does at load (lenient, here at most 80%
 // of the dense bytes) and `ember prune --format sparse` does in the file
 // (strict): every block linear becomes sq8_c32 / sq4_c32 (capacity 32 of 64:
 // the mask is the 2-bit positions), the head stays dense; the logits (a
