@@ -156,6 +156,8 @@ int bench_throughput(int argc, char** argv, int first) {
   par_opts.add_to(p);
   MoeOptions moe_opts;
   moe_opts.add_to(p);
+  LoadFlags load_flags;
+  load_flags.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -177,7 +179,7 @@ int bench_throughput(int argc, char** argv, int first) {
   std::unique_ptr<ParallelJob> job;  // tensor / pipeline parallelism (under mpirun)
   if (int rc = start_parallel_job(p, par_opts, model_path, o.engine.spec.method, &job)) return rc;
   LoadedModel lm;
-  if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
+  if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{}, load_flags)) {
     if (job) job->abort(kExitUsage);
     return kExitUsage;
   }
@@ -321,6 +323,8 @@ int cmd_bench(int argc, char** argv, int first) {
   kv_opts.add_to(p);
   par_opts.add_to(p);
   moe_opts.add_to(p);
+  LoadFlags load_flags;
+  load_flags.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -344,7 +348,7 @@ int cmd_bench(int argc, char** argv, int first) {
   if (par_opts.enabled() && thread_counts.size() != 1)
     return usage_error(p, "one thread count (-t N) per rank with tensor or pipeline parallelism");
   if (int rc = start_parallel_job(p, par_opts, path, SpecMethod::kNone, &job)) return rc;
-  auto model = Model::load(path, job ? job->shard() : ModelShard{});
+  auto model = load_model(path, job ? job->shard() : ModelShard{}, load_flags);
   if (!model) {
     if (job) job->abort(kExitUsage);
     return usage_error(p, model.status().message());

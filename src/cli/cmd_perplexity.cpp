@@ -79,6 +79,8 @@ int cmd_perplexity(int argc, char** argv, int first) {
   p.option("--kl-base", &kl_path, "LOGITS", "compare against a file written by --save-logits (KL, top-1)");
   MoeOptions moe_opts;
   moe_opts.add_to(p);
+  LoadFlags load_flags;
+  load_flags.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -111,7 +113,7 @@ int cmd_perplexity(int argc, char** argv, int first) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 
   LoadedModel lm;
-  if (!load_model_and_tokenizer(p, model_path, &lm)) return kExitUsage;
+  if (!load_model_and_tokenizer(p, model_path, &lm, {}, load_flags)) return kExitUsage;
   if (Status st = moe_opts.apply(lm.model.get()); !st) return usage_error(p, st.message());
   const std::string& path = lm.path;
   const Model& m = *lm.model;

@@ -13,6 +13,7 @@
 // Without --type every tensor keeps its source type. The stages are the
 // pipeline `ember quantize` runs (transform/pipeline.h).
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <set>
 
@@ -70,7 +71,7 @@ int cmd_prune(int argc, char** argv, int first) {
   std::vector<std::string> pos;
   std::string method, pattern = "unstructured", layer_sparsity = "uniform", layer_metric = "bi", vocab_text;
   float sparsity = -1, owl_lambda = 0.08f, owl_m = 5.0f, ffn = 0, heads = 0, kv_groups = 0;
-  int drop_layers = 0, vocab = 0, ffn_multiple = 0, speed_tokens = 64;
+  int drop_layers = 0, vocab = 0, ffn_multiple = 0, speed_tokens = 64, sparse_bits = 0;
   bool global_ffn = false, dense = false;
   std::string format = "dense";
   p.option("--method", &method, "M",
@@ -105,8 +106,11 @@ int cmd_prune(int argc, char** argv, int first) {
                             "= --format dense)");
   p.option("--format", &format, "F",
            "dense (default: standard types, llama.cpp loads them) or sparse (the pruned block matrices as ember's "
-           "sparse int8 type: mask + kept Q8_0 values, fewer bytes and faster decode; they must be Q8_0: a Q8_0 "
-           "source or --type q8_0)");
+           "sparse types: mask + kept values, fewer bytes and faster decode; Q8_0 matrices become sparse int8, "
+           "Q4_0 ones sparse int4: a source in those types, --type, or --sparse-bits)");
+  p.option("--sparse-bits", &sparse_bits, "B",
+           "--format sparse: 8 (int8 values, the matrices Q8_0) or 4 (4-bit values, the matrices Q4_0); sets "
+           "--type q8_0 / q4_0 when --type is not given");
   add_compress_flags(p, &f, "--quant-method", false);
   p.positionals(&pos, "IN OUT");
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
@@ -115,6 +119,18 @@ int cmd_prune(int argc, char** argv, int first) {
     return kExitOk;
   }
   if (pos.size() != 2) return usage_error(p, "expects IN and OUT");
+  if (sparse_bits != 0) {
+    if (format != "sparse") return usage_error(p, "--sparse-bits goes with --format sparse");
+    if (sparse_bits != 4 && sparse_bits != 8) return usage_error(p, "--sparse-bits must be 4 or 8");
+    const std::string want = sparse_bits == 4 ? "q4_0" : "q8_0";
+    std::string given = f.type_name;
+    for (char& c : given) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (given.empty())
+      f.type_name = want;
+    else if (given != want)
+      return usage_error(p, fmt::format("--sparse-bits {} stores {} matrices: --type {} contradicts it", sparse_bits,
+                                        want, f.type_name));
+  }
   PipelineOptions o;
   if (Status st = compress_options(f, false, &o); !st) return usage_error(p, st.message());
   if (format != "dense" && format != "sparse")

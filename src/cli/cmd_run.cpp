@@ -138,6 +138,8 @@ int cmd_run(int argc, char** argv, int first) {
   act_opts.add_to(p);
   par_opts.add_to(p);
   moe_opts.add_to(p);
+  LoadFlags load_flags;
+  load_flags.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -171,7 +173,7 @@ int cmd_run(int argc, char** argv, int first) {
   std::unique_ptr<ParallelJob> job;
   if (int rc = start_parallel_job(p, par_opts, model_path, spec->method, &job)) return rc;
   LoadedModel lm;
-  if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
+  if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{}, load_flags)) {
     if (job) job->abort(kExitUsage);
     return kExitUsage;
   }

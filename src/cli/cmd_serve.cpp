@@ -109,6 +109,8 @@ int cmd_serve(int argc, char** argv, int first) {
   act_opts.add_to(p);
   par_opts.add_to(p);
   moe_opts.add_to(p);
+  LoadFlags load_flags;
+  load_flags.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -215,7 +217,7 @@ int cmd_serve(int argc, char** argv, int first) {
   if (job) {
     if (!job->leader()) {
       LoadedModel wm;
-      if (!load_model_and_tokenizer(p, model_path, &wm, job->shard())) job->abort(kExitUsage);
+      if (!load_model_and_tokenizer(p, model_path, &wm, job->shard(), load_flags)) job->abort(kExitUsage);
       if (Status st = configure(wm.model.get()); !st) job->abort(kExitUsage);
       return job->run_worker(*wm.model, threads, "serve");
     }
@@ -227,7 +229,7 @@ int cmd_serve(int argc, char** argv, int first) {
   sigset_t sigs = block_stop_signals();
 
   LoadedModel lm;
-  if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{})) {
+  if (!load_model_and_tokenizer(p, model_path, &lm, job ? job->shard() : ModelShard{}, load_flags)) {
     if (job) job->abort(kExitUsage);
     return kExitUsage;
   }

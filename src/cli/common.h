@@ -37,11 +37,23 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
 };
+// Load-time choices on the command line (run, serve, bench, perplexity):
+// --detect-sparsity stores the Q8_0 / Q4_0 block matrices of a dense file
+// that are sparse enough (at least 10% fewer bytes: an exact 2:4 matrix, a
+// pruned dense export) in the sparse formats in memory
+// (transform/sparse_store.h); a line on stderr says what it stored.
+struct LoadFlags {
+  bool detect_sparsity = false;
+  void add_to(ArgParser& p);
+};
+// Model::load, with the LoadFlags applied to the file first. Error: also
+// --detect-sparsity with tensor parallelism.
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelShard& shard, const LoadFlags& flags);
 // On failure prints a clear message (usage error) and returns false. The
 // model's weights are interleaved for the CPU kernels (prepare_for_cpu).
 // `shard`: the part a rank of a parallel job holds (model/shard.h).
 bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out,
-                              const ModelShard& shard = {});
+                              const ModelShard& shard = {}, const LoadFlags& flags = {});
 // Model::interleave_weights on every core, unless EMBER_REPACK=0 (the plain
 // rows, for A/B measurements; results are bit-identical either way).
 void prepare_for_cpu(Model& model);

@@ -45,18 +45,23 @@ constexpr Entry kTable[] = {
 };
 
 constexpr uint32_t kLayoutBit = 0x100;
-constexpr uint32_t kSparseBase = static_cast<uint32_t>(kSQ8);
+constexpr uint32_t kSq8Base = static_cast<uint32_t>(kSQ8);
+constexpr uint32_t kSq4Base = static_cast<uint32_t>(kSQ4);
 constexpr int kSparseBlock = 64;
 constexpr size_t kSparseHeaderBytes = 12;  // u64 mask + 2 f16 scales per block (quant/sparse.h)
 
-// Traits of kSQ8 | C, C = 1..64: blocks of 64, 12 + C bytes a block.
+// Traits of kSQ8 | C (C = 1..64: 12 + C bytes a block of 64) and kSQ4 | C
+// (C even, 2..64: 12 + C / 2 bytes).
 struct SparseTraits {
-  std::array<std::string, 65> names;
-  std::array<DTypeTraits, 65> traits;
+  std::array<std::string, 65> names8, names4;
+  std::array<DTypeTraits, 65> traits8, traits4;
   SparseTraits() {
     for (int c = 1; c <= kSparseBlock; ++c) {
-      names[c] = "sq8_c" + std::to_string(c);
-      traits[c] = {names[c].c_str(), kSparseBlock, kSparseHeaderBytes + static_cast<size_t>(c), true};
+      names8[c] = "sq8_c" + std::to_string(c);
+      traits8[c] = {names8[c].c_str(), kSparseBlock, kSparseHeaderBytes + static_cast<size_t>(c), true};
+      if (c % 2) continue;
+      names4[c] = "sq4_c" + std::to_string(c);
+      traits4[c] = {names4[c].c_str(), kSparseBlock, kSparseHeaderBytes + static_cast<size_t>(c / 2), true};
     }
   }
 };
@@ -68,19 +73,32 @@ const SparseTraits& sparse_traits() {
 
 }  // namespace
 
-bool dtype_is_sparse(DType t) {
+bool dtype_is_sq8(DType t) {
   const uint32_t id = static_cast<uint32_t>(t);
-  return id > kSparseBase && id <= kSparseBase + kSparseBlock;
+  return id > kSq8Base && id <= kSq8Base + kSparseBlock;
 }
+
+bool dtype_is_sq4(DType t) {
+  const uint32_t id = static_cast<uint32_t>(t);
+  return id > kSq4Base && id <= kSq4Base + kSparseBlock && id % 2 == 0;
+}
+
+bool dtype_is_sparse(DType t) { return dtype_is_sq8(t) || dtype_is_sq4(t); }
 
 int dtype_sparse_capacity(DType t) {
-  return dtype_is_sparse(t) ? static_cast<int>(static_cast<uint32_t>(t) - kSparseBase) : 0;
+  const uint32_t id = static_cast<uint32_t>(t);
+  return dtype_is_sq8(t) ? static_cast<int>(id - kSq8Base) : dtype_is_sq4(t) ? static_cast<int>(id - kSq4Base) : 0;
 }
 
-DType dtype_sq8(int capacity) { return static_cast<DType>(kSparseBase + static_cast<uint32_t>(capacity)); }
+int dtype_sparse_bits(DType t) { return dtype_is_sq8(t) ? 8 : dtype_is_sq4(t) ? 4 : 0; }
+
+DType dtype_sq8(int capacity) { return static_cast<DType>(kSq8Base + static_cast<uint32_t>(capacity)); }
+
+DType dtype_sq4(int capacity) { return static_cast<DType>(kSq4Base + static_cast<uint32_t>(capacity)); }
 
 const DTypeTraits* dtype_traits(DType t) {
-  if (dtype_is_sparse(t)) return &sparse_traits().traits[static_cast<size_t>(dtype_sparse_capacity(t))];
+  if (dtype_is_sq8(t)) return &sparse_traits().traits8[static_cast<size_t>(dtype_sparse_capacity(t))];
+  if (dtype_is_sq4(t)) return &sparse_traits().traits4[static_cast<size_t>(dtype_sparse_capacity(t))];
   for (const Entry& e : kTable)
     if (e.type == t) return &e.traits;
   return nullptr;

@@ -26,8 +26,9 @@ struct RefFns {
 };
 
 RefFns ref_fns(DType t) {
-  // Sparse int8: dequantize only (its quantizer needs a capacity: quant/sparse.h).
-  if (dtype_is_sparse(t)) return {nullptr, dequantize_row_sq8_ref};
+  // Sparse int8 / int4: dequantize only (their quantizers need a capacity: quant/sparse.h).
+  if (dtype_is_sq8(t)) return {nullptr, dequantize_row_sq8_ref};
+  if (dtype_is_sq4(t)) return {nullptr, dequantize_row_sq4_ref};
   switch (t) {
     case DType::kF32: return {quantize_row_f32_copy, dequantize_row_f32_copy};
     case DType::kF16: return {quantize_row_f16_ref, dequantize_row_f16_ref};

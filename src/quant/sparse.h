@@ -1,21 +1,31 @@
-// Sparse int8 weights (kSQ8 | C, core/dtype_sparse.h): the kept values of a
-// pruned matrix, their positions as bit masks, the scales of Q8_0. Reference
-// (de)quantizer, the lossless conversion from Q8_0 rows and the validation
-// of rows read from files. Kernels: kernels/ref/sq8_dot.cpp (the scalar
-// twin, which states the arithmetic) and the SIMD levels.
+// Sparse weights (kSQ8 | C and kSQ4 | C, core/dtype_sparse.h): the kept
+// values of a pruned matrix, their positions as bit masks, the scales of
+// Q8_0 / Q4_0. Reference (de)quantizers, the lossless conversions from Q8_0
+// and Q4_0 rows and the validation of rows read from files. Kernels:
+// kernels/ref/sparse_dot.cpp (the scalar twins, which state the arithmetic)
+// and the SIMD levels.
 //
 // Layout of one row of n inputs (n a multiple of 64, nb = n / 64 blocks,
-// capacity C kept values per 64 inputs, dtype_row_size = nb * (12 + C)):
+// capacity C kept values per 64 inputs):
 //   u64 mask[nb]       bit i of mask[b]: input 64b + i is kept
-//   f16 d[nb][2]       Q8_0's scales: d[b][h] for inputs 64b + 32h .. + 31
-//   int8 q[nb * C]     the kept values, block after block, each block's in
-//                      input order; sum(popcount(mask)) <= nb * C, the rest
-//                      of q is padding (zero when written by ember)
-// Weight i of block b, half h: d[b][h] * q[k] where k counts the kept inputs
-// before it in the row; not kept: 0. Values lie in [-127, 127] (Q8_0's
-// range: the kernels negate them). The two scales per 64 are Q8_0's own, so
-// a Q8_0 row converts without rounding again and decodes to the same
-// floats (16 bits more per 64 inputs than one scale; see docs/pruning.md).
+//   f16 d[nb][2]       the dense type's scales: d[b][h] for inputs
+//                      64b + 32h .. + 31
+//   values             the kept values, block after block, each block's in
+//                      input order; the rest is padding (zero when written
+//                      by ember)
+// sq8 (dtype_row_size = nb * (12 + C)): int8 values q, weight d * q, in
+//   [-127, 127] (Q8_0's range: the kernels negate them); sum(popcount(mask))
+//   <= nb * C.
+// sq4 (C even; dtype_row_size = nb * (12 + C / 2)): 4-bit values q, two a
+//   byte (the low nibble first), weight d * (q - 8) as in Q4_0; each block's
+//   values start on a byte (an odd count leaves its last high nibble as
+//   padding), so a block of p kept values takes ceil(p / 2) bytes and
+//   sum(ceil(popcount(mask) / 2)) <= nb * C / 2.
+// Weight i of block b, half h: d[b][h] * value k, where k counts the kept
+// inputs of the block before it; not kept: 0. The two scales per 64 are the
+// dense type's own, so a Q8_0 / Q4_0 row converts without rounding again and
+// decodes to the same floats (16 bits more per 64 inputs than one scale;
+// see docs/pruning.md).
 //
 // Thread-safe (no state); no allocation.
 #pragma once
@@ -47,21 +57,42 @@ inline uint64_t sparse_mask(const SparseRow& r, int64_t b) {
   std::memcpy(&m, r.masks + b * 8, 8);
   return m;
 }
+// sq4: bytes a block of `kept` values takes; value k (q - 8) of a block
+// whose values start at v.
+inline int sq4_block_bytes(int kept) { return (kept + 1) / 2; }
+inline int8_t sq4_value(const uint8_t* v, int k) {
+  return static_cast<int8_t>(((v[k / 2] >> (4 * (k % 2))) & 0xF) - 8);
+}
 
-// Kept values of the densest row of a Q8_0 / float matrix, as a capacity
-// per 64 inputs: ceil(max over rows of nonzeros / nb) (at least 1).
+// Kept values of the densest row of a Q8_0 matrix, as a capacity per 64
+// inputs: ceil(max over rows of nonzeros / nb) (at least 1).
 int sparse_capacity_q8_0(const void* rows, int64_t nrows, int64_t n);
+// The same for sq4 from a Q4_0 matrix (zero: the level 8): the densest
+// row's value bytes sum(ceil(nonzeros of a block / 2)) per 64 inputs,
+// times 2, rounded up to even (at least 2).
+int sparse_capacity_q4_0(const void* rows, int64_t nrows, int64_t n);
 // One Q8_0 row of n inputs -> one row of kSQ8 | capacity (values equal to
 // 0 are not kept). Error if the row has more nonzeros than nb * capacity.
 Status sparse_from_q8_0_row(const void* q8_0, void* dst, int64_t n, int capacity);
-// Floats -> Q8_0 (quantize_row_q8_0_ref) -> sparse: the same weights as the
-// dense Q8_0 export of the same floats.
+// One Q4_0 row -> one row of kSQ4 | capacity (levels equal to 8, weight 0,
+// are not kept). Error if the row's values do not fit.
+Status sparse_from_q4_0_row(const void* q4_0, void* dst, int64_t n, int capacity);
+// The sparse form of a dense matrix: Q8_0 -> kSQ8 | C, Q4_0 -> kSQ4 | C, the
+// capacity from its densest row (rows contiguous, n inputs each). Error:
+// another type, or n not a multiple of 64.
+Result<DType> sparse_type_for(DType dense, const void* rows, int64_t nrows, int64_t n);
+// One Q8_0 (st sq8) or Q4_0 (st sq4) row -> one row of sparse type st.
+Status sparse_from_dense_row(DType st, const void* src, void* dst, int64_t n);
+// Floats -> Q8_0 / Q4_0 (the reference quantizers) -> sparse: the same
+// weights as the dense export of the same floats.
 Status quantize_row_sq8_ref(const float* src, void* dst, int64_t n, int capacity);
-// Any kSQ8 | C row (the layout does not depend on C) -> floats.
+Status quantize_row_sq4_ref(const float* src, void* dst, int64_t n, int capacity);
+// Any kSQ8 | C / kSQ4 | C row (the layout does not depend on C) -> floats.
 void dequantize_row_sq8_ref(const void* src, float* dst, int64_t n);
-// Checks `nrows` rows of a kSQ8 | C tensor read from a file: each row's
-// masks keep at most nb * C values, every kept value lies in [-127, 127],
-// scales are finite. The error names the row and the block.
+void dequantize_row_sq4_ref(const void* src, float* dst, int64_t n);
+// Checks `nrows` rows of a sparse tensor read from a file: each row's masks
+// keep no more values than the capacity allows, sq8 values lie in
+// [-127, 127], scales are finite. The error names the row and the block.
 Status validate_sparse_rows(DType t, const void* data, int64_t nrows, int64_t n);
 
 }  // namespace ember

@@ -410,10 +410,12 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& o, const PipelineLog&
     auto sp = store_block_matrices_sparse(r.file.get(), pool);
     if (!sp) return sp.status();
     if (log.info)
-      log.info(fmt::format("sparse format: {} matrices stored sparse ({:.1f} -> {:.1f} MiB, {:.2f}x fewer bytes){}",
-                           sp->matrices, sp->dense_bytes / 1048576.0, sp->sparse_bytes / 1048576.0,
+      log.info(fmt::format("sparse format: {} matrices stored sparse{} ({:.1f} -> {:.1f} MiB, {:.2f}x fewer bytes){}",
+                           sp->matrices + sp->matrices4,
+                           sp->matrices4 ? fmt::format(" ({} int8, {} int4)", sp->matrices, sp->matrices4) : "",
+                           sp->dense_bytes / 1048576.0, sp->sparse_bytes / 1048576.0,
                            sp->sparse_bytes ? static_cast<double>(sp->dense_bytes) / sp->sparse_bytes : 0.0,
-                           sp->kept_dense ? fmt::format(", {} too dense to gain kept Q8_0", sp->kept_dense) : ""));
+                           sp->kept_dense ? fmt::format(", {} too dense to gain kept dense", sp->kept_dense) : ""));
     r.sparse = *sp;
   }
   r.plan = std::move(*plan);

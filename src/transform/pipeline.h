@@ -74,8 +74,8 @@ struct PipelineOptions {
   std::string bpw_report;
   std::optional<StructuredPruneOptions> structured;
   std::optional<PruneOptions> prune;
-  // After the plan: the pruned block matrices stored in the sparse int8
-  // format (sparse_store.h; they must be Q8_0 by then).
+  // After the plan: the pruned block matrices stored in the sparse formats
+  // (sparse_store.h; they must be Q8_0 or Q4_0 by then).
   bool sparse_format = false;
   // Calibration text and tokens (-1: the method's default: 16384 for the
   // importance matrix, 4096 for the layer-by-layer methods).

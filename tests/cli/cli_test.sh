@@ -108,8 +108,33 @@ dense_text=$("$EMBER" run -m "$tmp/tiny-mag.gguf" -p "hello world" -n 24 --temp 
 if [ -z "$sparse_text" ] || [ "$sparse_text" != "$dense_text" ]; then
   echo "FAIL: sparse and dense Q8_0 exports differ: '$sparse_text' vs '$dense_text'"; fail=$((fail + 1))
 else pass=$((pass + 1)); fi
-expect_rc 2 "prune: --format sparse of q4_0" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method magnitude \
-  --sparsity 0.5 --type q4_0 --format sparse --no-check
+# --detect-sparsity: the dense export's matrices stored sparse at load; the same greedy text.
+detect_out=$("$EMBER" run -m "$tmp/tiny-mag.gguf" -p "hello world" -n 24 --temp 0 -t 2 --detect-sparsity 2>&1 >/dev/null)
+detect_text=$("$EMBER" run -m "$tmp/tiny-mag.gguf" -p "hello world" -n 24 --temp 0 -t 2 --detect-sparsity 2>/dev/null)
+if ! grep -Eq "detect-sparsity: [1-9][0-9]* of 14 Q8_0 / Q4_0 block matrices stored sparse" <<<"$detect_out" \
+  || [ "$detect_text" != "$dense_text" ]; then
+  echo "FAIL: --detect-sparsity: '$detect_out', '$detect_text' vs '$dense_text'"; fail=$((fail + 1))
+else pass=$((pass + 1)); fi
+# --sparse-bits 4: Q4_0 matrices stored as sparse int4; the greedy text of the dense Q4_0 export.
+out=$("$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-sq4.gguf" --method magnitude --sparsity 0.6 --sparse-bits 4 \
+  --format sparse --no-check -t 2 2>&1)
+if ! grep -q "sparse format: 14 matrices stored sparse (0 int8, 14 int4)" <<<"$out"; then
+  echo "FAIL: prune --format sparse --sparse-bits 4: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+"$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-mag4.gguf" --method magnitude --sparsity 0.6 --type q4_0 --no-check -t 2 \
+  >/dev/null 2>&1
+sparse_text=$("$EMBER" run -m "$tmp/tiny-sq4.gguf" -p "hello world" -n 24 --temp 0 -t 2 2>/dev/null)
+dense_text=$("$EMBER" run -m "$tmp/tiny-mag4.gguf" -p "hello world" -n 24 --temp 0 -t 2 2>/dev/null)
+if [ -z "$sparse_text" ] || [ "$sparse_text" != "$dense_text" ]; then
+  echo "FAIL: sparse int4 and dense Q4_0 exports differ: '$sparse_text' vs '$dense_text'"; fail=$((fail + 1))
+else pass=$((pass + 1)); fi
+expect_rc 2 "prune: --format sparse of q5_0" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method magnitude \
+  --sparsity 0.5 --type q5_0 --format sparse --no-check
+expect_rc 2 "prune: --sparse-bits 4 with --type q8_0" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method magnitude \
+  --sparsity 0.5 --type q8_0 --sparse-bits 4 --format sparse --no-check
+expect_rc 2 "prune: --sparse-bits without --format sparse" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" \
+  --method magnitude --sparsity 0.5 --sparse-bits 4 --no-check
+expect_rc 2 "prune: --sparse-bits 6" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method magnitude \
+  --sparsity 0.5 --sparse-bits 6 --format sparse --no-check
 expect_rc 2 "prune: bad --format" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method magnitude --sparsity 0.5 \
   --format csr
 expect_rc 2 "prune: --format sparse without --method" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --ffn 0.5 \

@@ -45,12 +45,14 @@ using testing_backend::same_bits;
 INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::ValuesIn(testing_backend::backends_under_test()),
                          testing_backend::backend_test_name);
 
-// Sparse int8 (quant/sparse.h) with room for 40 of 64: make_weights prunes
-// 45% of its inputs first (tests/kernels/sparse_test.cpp checks it per level).
-const DType kSq8Row = static_cast<DType>(static_cast<uint32_t>(kSQ8) + 40);
+// Sparse int8 / int4 (quant/sparse.h) with room for 40 of 64: make_weights
+// prunes 45% of its inputs first (tests/kernels/sparse_test.cpp checks them
+// per level).
+const DType kSq8Row = dtype_sq8(40);
+const DType kSq4Row = dtype_sq4(40);
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
                               DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
-                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4, kSq8Row};
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4, kSq8Row, kSq4Row};
 
 // The reference dot of each weight type, independent of the registry.
 VecDotFn ref_dot(DType t) {
@@ -69,7 +71,7 @@ VecDotFn ref_dot(DType t) {
     case DType::kQ4_K: return ref::q4_K_dot;
     case DType::kQ5_K: return ref::q5_K_dot;
     case DType::kQ6_K: return ref::q6_K_dot;
-    default: return dtype_is_sparse(t) ? ref::sq8_dot : nullptr;
+    default: return dtype_is_sq8(t) ? ref::sq8_dot : dtype_is_sq4(t) ? ref::sq4_dot : nullptr;
   }
 }
 
@@ -101,8 +103,10 @@ Weights make_weights(DType t, int64_t rows, int64_t n, uint32_t seed) {
     for (int64_t i = 0; i < rows * n; ++i)
       if ((i * 7919) % 20 < 9) f[i] = 0.f;
   for (int64_t r = 0; r < rows; ++r) {
-    if (dtype_is_sparse(t))
+    if (dtype_is_sq8(t))
       EXPECT_TRUE(quantize_row_sq8_ref(f.data() + r * n, w.bytes.data() + r * rb, n, dtype_sparse_capacity(t)).is_ok());
+    else if (dtype_is_sq4(t))
+      EXPECT_TRUE(quantize_row_sq4_ref(f.data() + r * n, w.bytes.data() + r * rb, n, dtype_sparse_capacity(t)).is_ok());
     else
       quantize_row_ref(t, f.data() + r * n, w.bytes.data() + r * rb, n);
     dequantize_row_ref(t, w.bytes.data() + r * rb, w.deq.data() + r * n, n);

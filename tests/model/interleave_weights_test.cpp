@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "kernels/interleave.h"
 #include "model/model.h"
+#include "model/prompt_steps_logits.h"
 #include "transform/gen_model.h"
 
 namespace ember {
@@ -50,23 +51,7 @@ class InterleaveWeights : public ::testing::Test {
     return p;
   }
 
-  // Logits of a 20-token prompt (the tile: more than the few-token form's
-  // 16), then of 1, 3 and 9 tokens appended.
-  std::vector<float> run(const Model& m) {
-    ForwardContext ctx(m, pool_, 32);
-    ContiguousKvCache cache(m.config(), 64);
-    std::vector<float> all;
-    std::vector<int32_t> toks;
-    for (int i = 0; i < 33; ++i) toks.push_back((i * 37 + 11) % m.config().n_vocab);
-    int pos = 0;
-    for (int n : {20, 1, 3, 9}) {
-      std::vector<float> logits(static_cast<size_t>(n) * m.config().n_vocab);
-      EXPECT_TRUE(ctx.forward(toks.data() + pos, n, pos, cache, nullptr, logits.data()).is_ok());
-      all.insert(all.end(), logits.begin(), logits.end());
-      pos += n;
-    }
-    return all;
-  }
+  std::vector<float> run(const Model& m) { return prompt_steps_logits(m, pool_); }
 
   std::filesystem::path dir_;
   ThreadPool pool_{2};

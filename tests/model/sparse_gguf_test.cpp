@@ -1,7 +1,7 @@
-// Sparse int8 tensors (kSQ8 | C, quant/sparse.h) in GGUF: a round trip, and
-// malformed tensors (masks over the row capacity, a value of -128, a
-// truncated file, an id in the family's range that is no capacity) as load
-// errors that name the tensor and the reason.
+// Sparse int8 / int4 tensors (kSQ8 | C, kSQ4 | C, quant/sparse.h) in GGUF:
+// a round trip, and malformed tensors (masks over the row capacity, a value
+// of -128, a non-finite scale, a truncated file, an id in a family's range
+// that is no capacity) as load errors that name the tensor and the reason.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -53,6 +53,20 @@ std::string load_error(const std::vector<uint8_t>& image) {
   return f.is_ok() ? std::string() : f.status().message();
 }
 
+// The id of type t in a GGUF image replaced by `wrong`; the load error.
+std::string error_with_type_id(std::vector<uint8_t> image, DType t, uint32_t wrong) {
+  const uint32_t id = static_cast<uint32_t>(t);
+  size_t at = 0;
+  for (size_t i = 0; i + 4 <= image.size(); ++i)
+    if (std::memcmp(image.data() + i, &id, 4) == 0) {
+      at = i;
+      break;
+    }
+  EXPECT_GT(at, 0u);
+  std::memcpy(image.data() + at, &wrong, 4);
+  return load_error(image);
+}
+
 TEST(SparseGguf, RoundTripAndMalformedTensors) {
   const int64_t rows = 6, n = 256;
   const Sparse s = make_sparse(rows, n, 9);
@@ -86,20 +100,50 @@ TEST(SparseGguf, RoundTripAndMalformedTensors) {
     const std::string e = load_error(cut);
     EXPECT_NE(e.find("extends past end of file"), std::string::npos) << e;
   }
-  {  // an id in the family's range but not a capacity (65 per 64)
-    std::vector<uint8_t> bad = good;
-    const uint32_t id = static_cast<uint32_t>(s.type), wrong = static_cast<uint32_t>(kSQ8) + 65;
-    size_t at = 0;
-    for (size_t i = 0; i + 4 <= bad.size(); ++i)
-      if (std::memcmp(bad.data() + i, &id, 4) == 0) {
-        at = i;
-        break;
-      }
-    ASSERT_GT(at, 0u);
-    std::memcpy(bad.data() + at, &wrong, 4);
-    const std::string e = load_error(bad);
-    EXPECT_NE(e.find("unsupported tensor type id 1089"), std::string::npos) << e;
+  // An id in the family's range but not a capacity (65 per 64).
+  const std::string e = error_with_type_id(good, s.type, static_cast<uint32_t>(kSQ8) + 65);
+  EXPECT_NE(e.find("unsupported tensor type id 1089"), std::string::npos) << e;
+}
+
+TEST(SparseGguf, Int4RoundTripAndMalformedTensors) {
+  const int64_t rows = 6, n = 256, nb = n / 64;
+  std::mt19937 rng(21);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<float> f(rows * n);
+  for (float& v : f) v = rng() % 3 ? 0.f : g(rng);
+  const size_t qrb = dtype_row_size(DType::kQ4_0, n);
+  std::vector<uint8_t> q(qrb * rows);
+  for (int64_t r = 0; r < rows; ++r) quantize_row_q4_0_ref(f.data() + r * n, q.data() + r * qrb, n);
+  const DType t = dtype_sq4(sparse_capacity_q4_0(q.data(), rows, n));
+  ASSERT_TRUE(dtype_is_sq4(t));
+  const size_t rb = dtype_row_size(t, n);
+  std::vector<uint8_t> bytes(rb * rows);
+  for (int64_t r = 0; r < rows; ++r)
+    ASSERT_TRUE(sparse_from_q4_0_row(q.data() + r * qrb, bytes.data() + r * rb, n, dtype_sparse_capacity(t)).is_ok());
+  const std::vector<uint8_t> good = gguf_image(t, rows, n, bytes);
+  auto file = GgufFile::parse(good.data(), good.size(), "sparse.gguf");
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  EXPECT_EQ((*file)->find_tensor("blk.0.ffn_up.weight")->view.type, t);
+  {  // every mask of row 3 full: 4 blocks x 32 bytes, over nb * C / 2
+    std::vector<uint8_t> bad = bytes;
+    std::memset(bad.data() + 3 * rb, 0xff, nb * 8);
+    const std::string e = load_error(gguf_image(t, rows, n, bad));
+    EXPECT_NE(e.find("blk.0.ffn_up.weight"), std::string::npos) << e;
+    EXPECT_NE(e.find("sparse row 3"), std::string::npos) << e;
+    EXPECT_NE(e.find("over the row capacity"), std::string::npos) << e;
   }
+  {  // an infinite scale (f16 0x7c00) in row 1, block 2
+    std::vector<uint8_t> bad = bytes;
+    const uint16_t inf = 0x7c00;
+    std::memcpy(bad.data() + rb + nb * 8 + 2 * 4, &inf, 2);
+    const std::string e = load_error(gguf_image(t, rows, n, bad));
+    EXPECT_NE(e.find("sparse row 1: block 2 has a non-finite scale"), std::string::npos) << e;
+  }
+  // Odd capacities are not sq4 types; past 64 neither.
+  EXPECT_NE(error_with_type_id(good, t, static_cast<uint32_t>(kSQ4) + 7).find("unsupported tensor type id 1159"),
+            std::string::npos);
+  EXPECT_NE(error_with_type_id(good, t, static_cast<uint32_t>(kSQ4) + 66).find("unsupported tensor type id 1218"),
+            std::string::npos);
 }
 
 }  // namespace

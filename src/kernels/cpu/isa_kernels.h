@@ -112,11 +112,17 @@ RowsKernel q4_K_r16_rows, q6_K_r16_rows;
 TileKernel q4_K_r16_tile, q6_K_r16_tile;
 TileKernel q6_K_r16_tile;
 
-// Sparse int8 (kSQ8 | C) x Q8_0 (avx2/sq8_lanes.cpp): the scalar twin's bits
-// (kernels/ref/dot.h); each 64-input block expanded 8 values at a time by a
-// pshufb table; decode over any nr >= 1 rows in groups of 4.
-DotKernel sq8_dot;
-RowsKernel sq8_rows;
+// Sparse int8 / int4 (kSQ8 | C, kSQ4 | C) x Q8_0 (avx2/sparse_lanes.cpp):
+// the scalar twins' bits (kernels/ref/dot.h); each 64-input block expanded
+// 32 values at a time by pshufb controls from a 256-entry table; decode over
+// any nr >= 1 rows in groups of 4; the tile (prefill) of up to
+// kSparseTileRows rows x kSparseTileCols tokens, each row block expanded
+// once per call for all its tokens.
+constexpr int kSparseTileRows = 4;
+constexpr int kSparseTileCols = 64;
+DotKernel sq8_dot, sq4_dot;
+RowsKernel sq8_rows, sq4_rows;
+TileKernel sq8_tile, sq4_tile;
 
 // Activation quantizers (bit-identical to the scalar reference).
 QuantizeKernel q8_0_quantize, q8_0_quantize_int4, q8_1_quantize;
@@ -191,11 +197,17 @@ TileKernel q4_0_tile, q4_1_tile, q5_1_tile;
 // the activation side prepared once per call).
 constexpr int kLegacyRowsGroup = 16;
 RowsKernel q4_0_rows, q8_0_rows, q4_1_rows, q5_1_rows, q5_0_rows;
-// Sparse int8 (kSQ8 | C) x Q8_0 (avx512/sq8_lanes.cpp, compiled with VBMI2
-// too, installed only where the CPU has it): vpexpandb + vpdpbusd, the
-// scalar twin's bits; decode over any nr >= 1 rows in groups of 4.
-DotKernel sq8_dot;
-RowsKernel sq8_rows;
+// Sparse int8 / int4 (kSQ8 | C, kSQ4 | C) x Q8_0 (avx512/sparse_lanes.cpp,
+// compiled with VBMI2 too, installed only where the CPU has it): vpexpandb
+// + vpdpbusd, the scalar twins' bits; decode over any nr >= 1 rows in
+// groups of 4; the tile (prefill) of up to kSparseTileRows rows x
+// kSparseTileCols tokens, each row block expanded once per call for all its
+// tokens.
+constexpr int kSparseTileRows = 8;
+constexpr int kSparseTileCols = 64;
+DotKernel sq8_dot, sq4_dot;
+RowsKernel sq8_rows, sq4_rows;
+TileKernel sq8_tile, sq4_tile;
 TileKernel q5_0_tile, q8_0_tile;
 // K-quants (avx512/kquants_tile.cpp): sequential rows with software prefetch,
 // the tile kernels' 1 row x 1 token arithmetic (any nr >= 1).

@@ -13,8 +13,8 @@
 // amx). Type: a dtype as dtype_name spells it (q4_0, q4_K, f16, q6_K_r16),
 // or a family where one function or file serves several (float = F32 / F16
 // / BF16; legacy = Q4_0 .. Q8_0, 32-element blocks; kquants = the K-quants;
-// sq8 = the sparse int8 types kSQ8 | C; `_r16` = the interleaved layouts,
-// kernels/interleave.h). Form: dot
+// sq8 / sq4 = the sparse int8 / int4 types kSQ8 | C, kSQ4 | C, sparse =
+// both; `_r16` = the interleaved layouts, kernels/interleave.h). Form: dot
 // (KernelSet::vec_dot), rows, few, tokens (+ tokens_pack, tokens_pack_bytes),
 // tile (vec_dot_<form>), quantize / quantize_int4 / dequantize (the row
 // conversions); a file holding every form of one row-lane arithmetic
@@ -48,13 +48,15 @@ constexpr int kLevels = kNumIsaLevels;
 constexpr int kAnyTokens = 1 << 30;  // tokens_max of the token-lane forms without a bound
 
 // Slots: file types by id, then the interleaved layouts by their base's id,
-// then the sparse int8 family (kSQ8 | C: one KernelSet for every capacity C,
-// the kernels walk a row whatever its capacity).
-constexpr int kSparseSlot = 2 * kMaxTypeId;
-using Table = std::array<std::array<KernelSet, kLevels>, 2 * kMaxTypeId + 1>;
+// then the sparse int8 and int4 families (kSQ8 | C, kSQ4 | C: one KernelSet
+// for every capacity C, the kernels walk a row whatever its capacity).
+constexpr int kSq8Slot = 2 * kMaxTypeId;
+constexpr int kSq4Slot = 2 * kMaxTypeId + 1;
+using Table = std::array<std::array<KernelSet, kLevels>, 2 * kMaxTypeId + 2>;
 
 int slot(DType t) {
-  if (t == kSQ8 || dtype_is_sparse(t)) return kSparseSlot;
+  if (t == kSQ8 || dtype_is_sq8(t)) return kSq8Slot;
+  if (t == kSQ4 || dtype_is_sq4(t)) return kSq4Slot;
   const auto id = static_cast<uint32_t>(t);
   if (id < static_cast<uint32_t>(kMaxTypeId)) return static_cast<int>(id);
   const auto base = static_cast<uint32_t>(dtype_layout_base(t));
@@ -118,8 +120,9 @@ std::vector<Row> rows() {
       {kQ8_0_R16, kScalar, deinterleaved(kQ8_0_R16, kScalar)},
       {kQ4_K_R16, kScalar, deinterleaved(kQ4_K_R16, kScalar)},
       {kQ6_K_R16, kScalar, deinterleaved(kQ6_K_R16, kScalar)},
-      // Sparse int8 x Q8_0 (quant/sparse.h); prefill loops over vec_dot.
+      // Sparse int8 / int4 x Q8_0 (quant/sparse.h); prefill (no tile here) loops over vec_dot.
       {kSQ8, kScalar, {.dequantize_row = dequantize_row_sq8_ref, .vec_dot = ref::sq8_dot}},
+      {kSQ4, kScalar, {.dequantize_row = dequantize_row_sq4_ref, .vec_dot = ref::sq4_dot}},
 
       // ---- avx2 (kernels/cpu/avx2/) ----
       {kF32, kAvx2,
@@ -194,7 +197,11 @@ std::vector<Row> rows() {
       {kQ6_K_R16, kAvx2, {.vec_dot_rows = a2::q6_K_r16_rows, .vec_dot_tile = a2::q6_K_r16_tile,
                           .tile_rows = kInterleavedGroupRows, .tile_cols = kInterleavedTileCols,
                           .interleaved_native = true}},
-      {kSQ8, kAvx2, {.vec_dot = a2::sq8_dot, .vec_dot_rows = a2::sq8_rows}},
+      // Sparse: decode and the prefill tile (each row block expanded once for all its tokens).
+      {kSQ8, kAvx2, {.vec_dot = a2::sq8_dot, .vec_dot_rows = a2::sq8_rows, .vec_dot_tile = a2::sq8_tile,
+                     .tile_rows = a2::kSparseTileRows, .tile_cols = a2::kSparseTileCols}},
+      {kSQ4, kAvx2, {.vec_dot = a2::sq4_dot, .vec_dot_rows = a2::sq4_rows, .vec_dot_tile = a2::sq4_tile,
+                     .tile_rows = a2::kSparseTileRows, .tile_cols = a2::kSparseTileCols}},
 
       // ---- avx512 (kernels/cpu/avx512/) ----
       {kF32, kAvx512, {.vec_dot = a5::f32_dot, .vec_dot_rows = a5::f32_rows, .vec_dot_tile = a5::f32_tile,
@@ -274,11 +281,18 @@ std::vector<Row> rows() {
                             .few_max = a5::kInterleavedFewMax, .vec_dot_tile = a5::q6_K_r16_tile,
                             .tile_rows = kInterleavedGroupRows, .tile_cols = kInterleavedTileCols,
                             .interleaved_native = true}},
-      // Sparse int8: vpexpandb needs VBMI2 (not part of the level); without
-      // it the AVX2 kernels (the same bits) carry up.
+      // Sparse int8 / int4: vpexpandb needs VBMI2 (not part of the level);
+      // without it the AVX2 kernels (the same bits) carry up.
       {kSQ8, kAvx512,
-       __builtin_cpu_supports("avx512vbmi2") ? KernelSet{.vec_dot = a5::sq8_dot, .vec_dot_rows = a5::sq8_rows}
-                                             : KernelSet{}},
+       __builtin_cpu_supports("avx512vbmi2")
+           ? KernelSet{.vec_dot = a5::sq8_dot, .vec_dot_rows = a5::sq8_rows, .vec_dot_tile = a5::sq8_tile,
+                       .tile_rows = a5::kSparseTileRows, .tile_cols = a5::kSparseTileCols}
+           : KernelSet{}},
+      {kSQ4, kAvx512,
+       __builtin_cpu_supports("avx512vbmi2")
+           ? KernelSet{.vec_dot = a5::sq4_dot, .vec_dot_rows = a5::sq4_rows, .vec_dot_tile = a5::sq4_tile,
+                       .tile_rows = a5::kSparseTileRows, .tile_cols = a5::kSparseTileCols}
+           : KernelSet{}},
 
       // ---- amx (kernels/cpu/amx/): interleaved layouts only ----
       // Q4_K_R16 / Q6_K_R16 tile kernels from amx::kKquantsR16MinTokens

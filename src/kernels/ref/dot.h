@@ -13,7 +13,8 @@
 //     Q2_K/Q4_K/Q5_K:  sumf += d*sumi - dmin*summ,  d = dw*dx, dmin = dminw*dx,
 //                      summ = sum over sub-blocks of min_j * (Q8_K bsums over it)
 //     Q3_K/Q6_K/Q8_K:  sumf += d*sumi
-// * Sparse int8 (kSQ8 | C, quant/sparse.h) x Q8_0, in 16 f32 lanes: lane
+// * Sparse int8 / int4 (kSQ8 | C, kSQ4 | C, quant/sparse.h) x Q8_0, in 16
+//   f32 lanes: lane
 //   l = 8h + j of block b (half h, j < 8) takes the exact int32 sum
 //   isum = sum_{t<4} w[64b + 32h + 4j + t] * x[64b + 32h + 4j + t] (w the
 //   block expanded under its mask) and accumulates
@@ -21,7 +22,8 @@
 //   in block order; then acc[i] += acc[i + 8] (i < 8), acc[i] += acc[i + 4]
 //   (i < 4), acc[i] += acc[i + 2] (i < 2), s = acc[0] + acc[1]. These are
 //   the lanes of one zmm (or two ymm) of vpdpbusd / pmaddubsw sums, so
-//   every level gives these bits (ref/sq8_dot.cpp).
+//   every level gives these bits (ref/sparse_dot.cpp). The two families
+//   differ only in the block's values (int8, or 4-bit q with w = q - 8).
 // * F32/F16/BF16 weights x f32: exact products summed in double in index
 //   order, rounded to f32 once.
 //
@@ -52,7 +54,8 @@ void q4_K_dot(int64_t n, float* s, const void* w, const void* x);
 void q5_K_dot(int64_t n, float* s, const void* w, const void* x);
 void q6_K_dot(int64_t n, float* s, const void* w, const void* x);
 void q8_K_dot(int64_t n, float* s, const void* w, const void* x);
-// Sparse int8 x Q8_0 (ref/sq8_dot.cpp).
+// Sparse int8 / int4 x Q8_0 (ref/sparse_dot.cpp).
 void sq8_dot(int64_t n, float* s, const void* w, const void* x);
+void sq4_dot(int64_t n, float* s, const void* w, const void* x);
 
 }  // namespace ember::ref

@@ -1,0 +1,155 @@
+// transform/sparse_store.h: the block matrices of a dense Q8_0 / Q4_0 model
+// whose weights are exactly 2:4 (random weights, llama layout) stored in the
+// sparse formats, as `--detect-sparsity` does at load (lenient, here at most 80%
+// of the dense bytes) and `ember prune --format sparse` does in the file
+// (strict): every block linear becomes sq8_c32 / sq4_c32 (capacity 32 of 64:
+// the mask is the 2-bit positions), the head stays dense; the logits (a
+// prompt through the tile, then decode steps) are close to the dense
+// model's (the same weights summed in another order). An unpruned model is
+// left alone by the lenient form; a Q4_K model is skipped by the lenient
+// form and an error naming the type in the strict one.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "model/io/model_file.h"
+#include "model/model.h"
+#include "model/prompt_steps_logits.h"
+#include "quant/blocks.h"
+#include "quant/sparse.h"
+#include "transform/gen_model.h"
+#include "transform/quant_plan.h"
+#include "transform/sparse_store.h"
+
+namespace ember {
+namespace {
+
+class SparseStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("ember_sparse_store_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string write(DType type) {
+    GenModelShape s;
+    s.arch = "llama";
+    s.n_layer = 2;
+    s.n_embd = 256;
+    s.n_ff = 512;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.n_vocab = 400;
+    GenModelOptions o;
+    o.type = type;
+    o.seed = 5;
+    o.weight_std = 0.05f;
+    const std::string p = (dir_ / (std::string(dtype_name(type)) + ".gguf")).string();
+    auto st = write_random_model(s, o, p, pool_);
+    EXPECT_TRUE(st.is_ok()) << st.status().message();
+    return p;
+  }
+
+  // The file at `path` with inputs 4k + 1 and 4k + 2 of every block linear
+  // set to zero (Q8_0: the value 0; Q4_0: the level 8): exactly 2:4.
+  std::unique_ptr<ModelFile> pruned_2_4(const std::string& path) {
+    auto f = open_model_file(path);
+    EXPECT_TRUE(f.is_ok());
+    std::unique_ptr<ModelFile> file = std::move(f.value());
+    static const std::regex re(R"(blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight)");
+    std::vector<std::string> names;
+    for (const auto& [name, t] : file->tensors)
+      if (std::regex_match(name, re)) names.push_back(name);
+    EXPECT_EQ(names.size(), 14u);
+    for (const std::string& name : names) {
+      const TensorView t = *file->tensor(name);
+      auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[t.nbytes]);
+      std::memcpy(buf.get(), t.data, t.nbytes);
+      const int64_t blocks = static_cast<int64_t>(t.nelements() / 32);
+      for (int64_t b = 0; b < blocks; ++b)
+        for (int j = 0; j < 32; ++j) {
+          if (j % 4 != 1 && j % 4 != 2) continue;
+          if (t.type == DType::kQ8_0) {
+            reinterpret_cast<BlockQ8_0*>(buf.get())[b].qs[j] = 0;
+          } else {
+            uint8_t& q = reinterpret_cast<BlockQ4_0*>(buf.get())[b].qs[j % 16];
+            q = j < 16 ? static_cast<uint8_t>((q & 0xF0) | 8) : static_cast<uint8_t>((q & 0x0F) | 0x80);
+          }
+        }
+      replace_tensor(file.get(), name, t.type, std::move(buf), t.nbytes);
+    }
+    return file;
+  }
+
+  std::vector<float> run(const Model& m) { return prompt_steps_logits(m, pool_); }
+
+  std::filesystem::path dir_;
+  ThreadPool pool_{2};
+};
+
+TEST_F(SparseStore, Exact2_4IsStoredSparse) {
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(dtype_name(type));
+    const std::string path = write(type);
+    const DType want = type == DType::kQ4_0 ? dtype_sq4(32) : dtype_sq8(32);
+    auto dense = Model::from_file(pruned_2_4(path));
+    ASSERT_TRUE(dense.is_ok());
+    std::unique_ptr<ModelFile> detected_file = pruned_2_4(path);
+    SparseStoreOptions lenient;
+    lenient.max_ratio = 0.8;
+    lenient.strict = false;
+    auto r = store_block_matrices_sparse(detected_file.get(), pool_, lenient);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->candidates, 14);
+    EXPECT_EQ(r->matrices + r->matrices4, 14);
+    EXPECT_EQ(type == DType::kQ4_0 ? r->matrices4 : r->matrices, 14);
+    EXPECT_LT(r->sparse_bytes, r->dense_bytes);
+    auto detected = Model::from_file(std::move(detected_file));
+    ASSERT_TRUE(detected.is_ok());
+    EXPECT_EQ((*detected)->weights().layers[1].down.weight->type, want);
+    EXPECT_EQ((*detected)->weights().output.weight->type, type);  // the head is no block matrix
+    const std::vector<float> a = run(**dense), b = run(**detected);
+    ASSERT_EQ(a.size(), b.size());
+    float amax = 0, dmax = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      amax = std::max(amax, std::fabs(a[i]));
+      dmax = std::max(dmax, std::fabs(a[i] - b[i]));
+    }
+    EXPECT_GT(amax, 0.f);
+    EXPECT_LT(dmax, 1e-3f * amax) << "the sparse model's logits drift from the dense one's";
+  }
+}
+
+TEST_F(SparseStore, UnprunedModelIsLeftAloneAndOtherTypesAreStrictErrors) {
+  auto file = open_model_file(write(DType::kQ8_0));
+  ASSERT_TRUE(file.is_ok());
+  SparseStoreOptions lenient;
+  lenient.max_ratio = 0.8;
+  lenient.strict = false;
+  auto r = store_block_matrices_sparse(file.value().get(), pool_, lenient);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->candidates, 14);
+  EXPECT_EQ(r->matrices + r->matrices4, 0);
+  EXPECT_EQ(r->kept_dense, 14);
+  EXPECT_EQ(file.value()->tensor("blk.0.attn_q.weight")->type, DType::kQ8_0);
+  auto k = open_model_file(write(DType::kQ4_K));
+  ASSERT_TRUE(k.is_ok());
+  auto lk = store_block_matrices_sparse(k.value().get(), pool_, lenient);
+  ASSERT_TRUE(lk.is_ok());
+  EXPECT_EQ(lk->candidates, 0);
+  auto sk = store_block_matrices_sparse(k.value().get(), pool_);
+  ASSERT_FALSE(sk.is_ok());
+  EXPECT_NE(sk.status().message().find("q4_K"), std::string::npos) << sk.status().message();
+}
+
+}  // namespace
+}  // namespace ember
