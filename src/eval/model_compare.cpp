@@ -30,7 +30,7 @@ double percentile_99(std::vector<double> v) {
 // The statistics of one scored position: reference row r, model row q,
 // the token that follows.
 struct RowScore {
-  double kl = 0, nll_r = 0, nll_m = 0;
+  double kl = 0, kl_reverse = 0, nll_r = 0, nll_m = 0;
   double lost = 0;           // reference mass on tokens the model cannot produce
   bool agree = false;
   bool unreachable = false;  // the model cannot produce the next token
@@ -42,7 +42,7 @@ struct RowScore {
 // - log(1 - lost), and `lost` says how much reference mass fell outside.
 RowScore score_row(const float* r, const float* q, int32_t next, int n_vocab) {
   const double lse_r = log_sum_exp(r, n_vocab), lse_q = log_sum_exp(q, n_vocab);
-  double kl = 0, lost = 0;
+  double kl = 0, lost = 0, kl_reverse = 0;
   for (int i = 0; i < n_vocab; ++i) {
     const double lp = r[i] - lse_r;
     if (q[i] == -INFINITY) {
@@ -52,11 +52,19 @@ RowScore score_row(const float* r, const float* q, int32_t next, int n_vocab) {
     const double lq = q[i] - lse_q;
     kl += std::exp(lp) * (lp - lq);
   }
-  if (lost > 0) kl = lost < 1 ? kl / (1 - lost) - std::log1p(-lost) : 0.0;
+  if (lost > 0) {
+    kl = lost < 1 ? kl / (1 - lost) - std::log1p(-lost) : 0.0;
+    for (int i = 0; i < n_vocab; ++i)  // KL(Q || P) over the support (rows of a trimmed vocabulary only)
+      if (q[i] != -INFINITY) {
+        const double lq = q[i] - lse_q;
+        kl_reverse += std::exp(lq) * (lq - (r[i] - lse_r));
+      }
+  }
   RowScore row;
   row.lost = lost;
   row.unreachable = q[next] == -INFINITY;
   row.kl = std::max(kl, 0.0);  // rounding can leave -1e-17 for identical rows
+  row.kl_reverse = std::max(kl_reverse, 0.0);
   row.agree = (std::max_element(r, r + n_vocab) - r) == (std::max_element(q, q + n_vocab) - q);
   row.nll_r = -(r[next] - lse_r);
   row.nll_m = -(q[next] - lse_q);
@@ -66,7 +74,7 @@ RowScore score_row(const float* r, const float* q, int32_t next, int n_vocab) {
 // Running sums of one side-by-side comparison over scored positions.
 struct Tally {
   std::vector<double> kls;
-  double nll_r = 0, nll_m = 0, agree = 0, kl_max = 0, lost = 0;
+  double nll_r = 0, nll_m = 0, agree = 0, kl_max = 0, lost = 0, kl_reverse = 0;
   int64_t unreachable = 0;
 
   void add(const RowScore& row) {
@@ -74,6 +82,7 @@ struct Tally {
     kl_max = std::max(kl_max, row.kl);
     agree += row.agree;
     lost += row.lost;
+    kl_reverse += row.kl_reverse;
     if (row.unreachable) {  // left out of both perplexities
       ++unreachable;
       return;
@@ -97,6 +106,7 @@ struct Tally {
     c.ppl_reference = std::exp(nll_r / reachable);
     c.ppl_model = std::exp(nll_m / reachable);
     c.lost_mass = lost / m;
+    c.kl_reverse_mean = kl_reverse / m;
     c.n_unreachable = unreachable;
     return c;
   }

@@ -32,6 +32,15 @@ struct ModelComparison {
   // perplexities; the KL is over the model's support, renormalized).
   double lost_mass = 0;
   int64_t n_unreachable = 0;
+  // Mean of KL(Q || P) = sum_i Q_i (log Q_i - log P_i) over the model's
+  // support, computed at the positions where the model cannot produce some
+  // tokens (0 elsewhere; so 0 for a model without a trimmed vocabulary).
+  // Finite where the forward KL is not (a trimmed vocabulary puts Q_i = 0
+  // where P_i > 0, so KL(P || Q) is infinite); for a pure trim (Q = P
+  // renormalized over the kept tokens) it is -log(1 - lost) per position:
+  // how far the trimmed model's output is from the source's, which the
+  // renormalized kl_mean (0 for a pure trim) does not say.
+  double kl_reverse_mean = 0;
   // Mixture-of-Experts models: distinct experts one MoE layer read per step,
   // averaged over the steps (ForwardContext::moe_stats; 0 without MoE).
   double experts_per_step_reference = 0, experts_per_step_model = 0;

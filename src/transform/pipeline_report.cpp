@@ -99,8 +99,8 @@ bool report_against_source(const std::string& in, const std::string& out, const 
     if (c->lost_mass > 0 || c->n_unreachable > 0)
       log.info(fmt::format("trimmed vocabulary: {:.3f}% of the source's probability on tokens the output cannot "
                            "produce (mean); {} of {} next tokens unreachable (left out of both perplexities; KL "
-                           "over the kept tokens)",
-                           100.0 * c->lost_mass, c->n_unreachable, c->n_positions));
+                           "over the kept tokens); KL(output || source) mean {:.5f}",
+                           100.0 * c->lost_mass, c->n_unreachable, c->n_positions, c->kl_reverse_mean));
   }
   if (o.sizes && log.info) {
     const Sizes a = model_sizes(**ref, in), b = model_sizes(**mod, out);

@@ -32,6 +32,31 @@ TEST(ModelCompare, HandComputedStatistics) {
   EXPECT_NEAR(c.ppl_model, std::exp((-std::log(0.9) - std::log(0.8)) / 2), 1e-6);
 }
 
+TEST(ModelCompare, TrimmedVocabularyReverseKl) {
+  // Position 0: P = (0.5, 0.3, 0.2); the model cannot produce token 2 and
+  // keeps the source's logits for 0 and 1 (a pure trim): Q = (5/8, 3/8, 0),
+  // lost 0.2, KL(P~ || Q) 0, KL(Q || P) = -log(0.8). Position 1: P = (0.25,
+  // 0.25, 0.5), Q = (0.6, 0.4, 0) (not a trim): KL(P~ || Q) over the kept
+  // pair renormalized (0.5, 0.5), KL(Q || P) = 0.6 log(0.6 / 0.25) + 0.4
+  // log(0.4 / 0.25). The next tokens are 1 (reachable) and 2 (not).
+  const float ninf = -INFINITY;
+  const float ref[] = {std::log(0.5f), std::log(0.3f), std::log(0.2f), std::log(0.25f), std::log(0.25f),
+                       std::log(0.5f), 0.0f, 0.0f, 0.0f};
+  const float mod[] = {std::log(0.5f), std::log(0.3f), ninf, std::log(0.6f) + 1.0f, std::log(0.4f) + 1.0f, ninf,
+                       0.0f, 0.0f, 0.0f};
+  const int32_t toks[] = {0, 1, 2};
+  const ModelComparison c = compare_logits(ref, mod, toks, 3, 3);
+  EXPECT_EQ(c.n_positions, 2);
+  EXPECT_NEAR(c.lost_mass, (0.2 + 0.5) / 2, 1e-6);
+  EXPECT_EQ(c.n_unreachable, 1);
+  const double kl1 = 0.5 * std::log(0.5 / 0.6) + 0.5 * std::log(0.5 / 0.4);
+  EXPECT_NEAR(c.kl_mean, kl1 / 2, 1e-6);  // position 0 contributes 0 (a pure trim)
+  const double rkl0 = -std::log(0.8), rkl1 = 0.6 * std::log(0.6 / 0.25) + 0.4 * std::log(0.4 / 0.25);
+  EXPECT_NEAR(c.kl_reverse_mean, (rkl0 + rkl1) / 2, 1e-6);
+  // Without -inf logits the reverse KL is not computed (0).
+  EXPECT_EQ(compare_logits(ref, ref, toks, 3, 3).kl_reverse_mean, 0.0);
+}
+
 class ModelCompareModels : public ::testing::Test {
  protected:
   void SetUp() override {

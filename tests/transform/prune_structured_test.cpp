@@ -232,6 +232,10 @@ TEST_F(StructuredTest, TrimmedVocabularyGivesTheOthersProbabilityZero) {
     EXPECT_LT(c->kl_mean, 1e-6);
     EXPECT_GT(c->lost_mass, 0.3);
     EXPECT_LT(c->lost_mass, 0.9);
+    // KL(trimmed || source) of a pure trim is the mean of -log(1 - lost_p),
+    // at least -log(1 - mean lost) (Jensen), and finite.
+    EXPECT_GE(c->kl_reverse_mean, -std::log(1 - c->lost_mass) - 1e-9);
+    EXPECT_LT(c->kl_reverse_mean, 10.0);
     int64_t unreachable = 0;
     for (size_t p = 1; p < t.size(); ++p) unreachable += t[p] % 3 != 0;
     EXPECT_EQ(c->n_unreachable, unreachable);
