@@ -51,7 +51,7 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
     if (!opt.make_runner) return Engine::create(model, pool, opt.engine);
     auto runner = opt.make_runner(opt.engine);
     if (!runner) return runner.status();
-    return Engine::create(std::move(runner.value()), opt.engine);
+    return Engine::create(std::move(runner.value()), opt.engine, model, pool);
   }();
   if (!er) return er.status();
   Engine& e = *er.value();

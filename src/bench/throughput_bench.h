@@ -29,8 +29,9 @@ struct ThroughputOptions {
   std::function<void(int, int, double)> progress;
   bool sequential = false;  // one request at a time (baseline)
   // Another model runner than the CPU one over `model` (tensor / pipeline
-  // parallelism: rank 0's ParallelRunner), made once per run; null: the
-  // CPU runner.
+  // parallelism: rank 0's ParallelRunner over its shard of the model),
+  // made once per run; null: the CPU runner. A draft model runs in this
+  // process (Engine::create(runner, cfg, model, pool)).
   std::function<Result<std::unique_ptr<ModelRunner>>(const EngineConfig&)> make_runner;
 };
 

@@ -45,7 +45,7 @@ int run_with_engine(const Model& m, const Tokenizer& tk, const std::vector<int32
     if (!job) return Engine::create(m, pool, ec);
     auto runner = job->make_runner(m, pool, ec.max_num_batched_tokens, kv_types);
     if (!runner) return runner.status();
-    return Engine::create(std::move(runner.value()), ec);
+    return Engine::create(std::move(runner.value()), ec, m, pool);  // a draft model runs here, on rank 0
   }();
   if (!engine) {
     std::fprintf(stderr, "ember run: %s\n", engine.status().message().c_str());

@@ -263,7 +263,7 @@ int cmd_serve(int argc, char** argv, int first) {
     auto runner = job->make_runner(m, pool, ec.max_num_batched_tokens, ec.kv_types);
     if (!runner) return runner.status();
     par_runner = runner->get();
-    return AsyncEngine::start(std::move(runner.value()), ec);
+    return AsyncEngine::start(std::move(runner.value()), ec, &m, &pool);  // a draft model runs on rank 0
   }();
   if (!engine) {
     usage_error(p, fmt::format("engine: {}", engine.status().message()));

@@ -8,6 +8,7 @@
 
 #include "cli/common.h"
 #include "model/io/model_file.h"
+#include "model/layer_cost.h"
 
 #ifdef EMBER_HAVE_MPI
 #include "dist/job_notice.h"
@@ -22,7 +23,10 @@ void ParallelOptions::add_to(ArgParser& p) {
   p.option("-pp,--pipeline-parallel-size", &pp, "M",
            "split the layers into M stages, one per rank (mpirun -np M; with -tp N: N ranks a stage, -np N*M)");
   p.option("--pipeline-layers", &pipeline_layers, "A,B,..",
-           "layers of each pipeline stage, in order (default: balanced by the layers' weight bytes)");
+           "layers of each pipeline stage, in order (default: balanced as --pipeline-balance says)");
+  p.option("--pipeline-balance", &pipeline_balance, "bytes|measured",
+           "balance the stages by each layer's weight bytes (default) or by its time, measured once at start-up on "
+           "rank 0 (the head's time counts to the last stage)");
   p.option("--dist-timeout", &timeout_s, "S", "seconds a rank waits for the others before failing (default 300)");
 }
 
@@ -54,6 +58,40 @@ Result<std::vector<double>> layer_bytes(const std::string& path) {
   return bytes;
 }
 
+#ifdef EMBER_HAVE_MPI
+// --pipeline-balance measured: rank 0 times each layer of the whole model
+// (one thread) and sends the times to every other rank (tag kTagBalance);
+// a failed timing is sent as a negative first value, so every rank fails
+// with rank 0's reason instead of waiting.
+constexpr int kTagBalance = 40;
+
+Result<std::vector<double>> measured_layer_costs(Collective& comm, const std::string& path, int n_layer) {
+  std::vector<double> cost(static_cast<size_t>(n_layer), -1.0);
+  Status mine = Status::ok();
+  if (comm.rank() == 0) {
+    auto m = Model::load(path);
+    if (!m) {
+      mine = m.status();
+    } else {
+      ThreadPool pool(1);
+      auto c = measure_layer_seconds(*m.value(), pool);
+      if (!c) mine = c.status();
+      else if (static_cast<int>(c->size()) != n_layer) mine = Status::error("layer count mismatch");
+      else cost = std::move(c.value());
+    }
+    if (!mine) cost.assign(static_cast<size_t>(n_layer), -1.0);
+    for (int r = 1; r < comm.size(); ++r)
+      EMBER_RETURN_IF_ERROR(comm.send(cost.data(), cost.size() * sizeof(double), r, kTagBalance));
+    if (!mine) return mine.with_context("--pipeline-balance measured");
+  } else {
+    EMBER_RETURN_IF_ERROR(comm.recv(cost.data(), cost.size() * sizeof(double), 0, kTagBalance));
+    if (n_layer > 0 && !(cost[0] > 0))
+      return Status::error("--pipeline-balance measured: rank 0 could not time the layers");
+  }
+  return cost;
+}
+#endif
+
 Status parse_stage_layers(const std::string& text, int pp, int n_layer, std::vector<int>* bounds) {
   std::vector<int> counts;
   EMBER_RETURN_IF_ERROR(parse_int_list("--pipeline-layers (layers per stage)", text, 1, n_layer, &counts));
@@ -82,13 +120,16 @@ Result<std::unique_ptr<ParallelJob>> ParallelJob::start(const ParallelOptions& o
   auto bytes = layer_bytes(model_path);
   if (!bytes) return bytes.status();
   const int n_layer = static_cast<int>(bytes->size());
+  if (o.pipeline_balance != "bytes" && o.pipeline_balance != "measured")
+    return Status::errorf("--pipeline-balance must be bytes or measured, got '{}'", o.pipeline_balance);
+  const bool measured = plan.pp > 1 && o.pipeline_layers.empty() && o.pipeline_balance == "measured";
   if (plan.pp > 1) {
     if (!o.pipeline_layers.empty()) {
       EMBER_RETURN_IF_ERROR(parse_stage_layers(o.pipeline_layers, plan.pp, n_layer, &plan.stage_layers));
     } else {
       if (plan.pp > n_layer)
         return Status::errorf("{} pipeline stages for a model of {} layers", plan.pp, n_layer);
-      plan.stage_layers = balance_stages(bytes.value(), plan.pp);
+      plan.stage_layers = balance_stages(bytes.value(), plan.pp);  // measured: replaced once MPI runs
     }
   }
   dist::DistOptions opts;
@@ -97,6 +138,22 @@ Result<std::unique_ptr<ParallelJob>> ParallelJob::start(const ParallelOptions& o
   if (!comm) return comm.status();
   job->impl_->comm = std::move(comm.value());
   if (Status st = plan.validate(job->impl_->comm->size(), n_layer); !st) return st;
+  if (measured) {
+    auto cost = measured_layer_costs(*job->impl_->comm, model_path, n_layer);
+    if (!cost) return cost.status();
+    plan.stage_layers = balance_stages(cost.value(), plan.pp);
+    if (Status st = plan.validate(job->impl_->comm->size(), n_layer); !st) return st;
+    if (job->impl_->comm->rank() == 0) {
+      std::string per_stage;
+      for (int s = 0; s < plan.pp; ++s) {
+        double t = 0;
+        for (int l = plan.stage_layers[s]; l < plan.stage_layers[s + 1]; ++l) t += cost.value()[static_cast<size_t>(l)];
+        per_stage += fmt::format("{}{:.3f}", s ? ", " : "", t * 1e3);
+      }
+      std::fprintf(stderr, "ember: pipeline stages balanced by measured time: %s; ms per stage (one thread, 4 tokens): %s\n",
+                   plan.describe().c_str(), per_stage.c_str());
+    }
+  }
   if (plan.tp > 1 && plan.pp > 1) {  // each stage's ranks: a tensor-parallel group of their own
     const int r = job->impl_->comm->rank();
     auto g = job->impl_->comm->split(r / plan.tp, plan.tp_rank_of(r));
@@ -115,11 +172,13 @@ int start_parallel_job(const ArgParser& p, const ParallelOptions& o, const std::
                        std::unique_ptr<ParallelJob>* job) {
   job->reset();
   if (!o.enabled()) return kExitOk;
-  if (spec != SpecMethod::kNone && o.pp > 1)
-    return usage_error(p, "speculative decoding with pipeline parallelism is not supported yet");
-  if (spec != SpecMethod::kNone && spec != SpecMethod::kNgram)
-    return usage_error(p, fmt::format("--speculative-method {} with tensor parallelism is not supported yet (ngram is)",
-                                      spec_method_name(spec)));
+  // A draft model runs whole on rank 0 (Engine::create over the parallel
+  // runner); layerskip's draft is the target's own layers, which the ranks
+  // split.
+  if (spec == SpecMethod::kLayerSkip)
+    return usage_error(p, "--speculative-method layerskip drafts with the target's own layers, which tensor and "
+                          "pipeline parallelism split over the ranks; use --speculative-method draft "
+                          "--speculative-model PATH (the draft runs whole on rank 0) or ngram");
   const std::string path = resolve_model_path(p, model_flag);
   if (path.empty()) return kExitUsage;
   auto j = ParallelJob::start(o, path);
@@ -164,7 +223,7 @@ Result<std::unique_ptr<ParallelRunner>> ParallelJob::make_runner(const Model& mo
 #endif
 }
 
-int ParallelJob::run_worker(const Model& model, int threads, const char* command) {
+int ParallelJob::run_worker(Model& model, int threads, const char* command) {
 #ifdef EMBER_HAVE_MPI
   ThreadPool pool(threads);
   Status st = run_parallel_worker(model, pool, *impl_->comm, plan_, impl_->tp_group());

@@ -25,7 +25,8 @@ namespace ember::cli {
 
 struct ParallelOptions {
   int tp = 1, pp = 1;
-  std::string pipeline_layers;  // "9,9": layers per stage; empty: balanced by weight bytes
+  std::string pipeline_layers;  // "9,9": layers per stage; empty: balanced by pipeline_balance
+  std::string pipeline_balance = "bytes";  // bytes (each layer's weight bytes) | measured (each layer's time)
   float timeout_s = 300;        // longest wait of one collective / message
 
   void add_to(ArgParser& p);
@@ -35,8 +36,9 @@ struct ParallelOptions {
 class ParallelJob;
 // The command's job when the flags ask for one (*job stays null without
 // them): the model path from -m (`model_flag`). Speculative decoding: n-gram
-// drafts with tensor parallelism (the verification slices are plain step
-// inputs); a draft model, or any method with a pipeline, is refused.
+// drafts and a draft model (run whole on rank 0) with either kind (the
+// verification slices are plain step inputs; with a pipeline the engine
+// then runs one step at a time); layerskip is refused.
 // Returns 0, or the exit code after printing the usage error.
 int start_parallel_job(const ArgParser& p, const ParallelOptions& o, const std::string& model_flag, SpecMethod spec,
                        std::unique_ptr<ParallelJob>* job);
@@ -44,10 +46,14 @@ int start_parallel_job(const ArgParser& p, const ParallelOptions& o, const std::
 class ParallelJob {
  public:
   // Starts MPI and checks the job against the flags and the model file at
-  // `model_path` (its layer count; stage bounds from --pipeline-layers or
+  // `model_path` (its layer count; stage bounds from --pipeline-layers, or
   // balanced by the bytes each layer's weights take, what a decode step
-  // reads). Errors: built without MPI, not started by mpirun with the right
-  // number of ranks, a plan the model cannot take.
+  // reads, or with --pipeline-balance measured by each layer's time: rank 0
+  // maps the whole model, times every layer (model/layer_cost.h; the head
+  // counts to the last layer) and sends the times to the other ranks, so
+  // every rank computes the same stages). Errors: built without MPI, not
+  // started by mpirun with the right number of ranks, a plan the model
+  // cannot take, a timing that failed.
   static Result<std::unique_ptr<ParallelJob>> start(const ParallelOptions& o, const std::string& model_path);
   ~ParallelJob();
 
@@ -61,7 +67,7 @@ class ParallelJob {
   Result<std::unique_ptr<ParallelRunner>> make_runner(const Model& model, ThreadPool& pool, int max_batch,
                                                       KvTypes kv_types);
   // Rank > 0: serves the job's sessions until rank 0 ends it; the exit code.
-  int run_worker(const Model& model, int threads, const char* command);
+  int run_worker(Model& model, int threads, const char* command);
   // `ember serve` took a SIGTERM (the launcher ending the job): pending
   // collectives fail at once so the requests in flight end with an error.
   void note_ending();

@@ -16,8 +16,9 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::start(const Model& model, Thre
   return a;
 }
 
-Result<std::unique_ptr<AsyncEngine>> AsyncEngine::start(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg) {
-  auto e = Engine::create(std::move(runner), cfg);
+Result<std::unique_ptr<AsyncEngine>> AsyncEngine::start(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg,
+                                                        const Model* target, ThreadPool* pool) {
+  auto e = target && pool ? Engine::create(std::move(runner), cfg, *target, *pool) : Engine::create(std::move(runner), cfg);
   if (!e) return e.status();
   auto a = std::unique_ptr<AsyncEngine>(new AsyncEngine(std::move(e.value())));
   a->thread_ = std::thread([p = a.get()] { p->loop(); });

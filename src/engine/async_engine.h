@@ -44,8 +44,11 @@ class AsyncEngine {
   using Callback = std::function<void(const RequestUpdate&)>;
 
   static Result<std::unique_ptr<AsyncEngine>> start(const Model& model, ThreadPool& pool, const EngineConfig& cfg);
-  // Over any model runner (e.g. FakeModelRunner in tests).
-  static Result<std::unique_ptr<AsyncEngine>> start(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg);
+  // Over any model runner (e.g. FakeModelRunner in tests). With `target`
+  // and `pool`: a runner over (a shard of) target, whose draft model runs
+  // here (Engine::create(runner, cfg, target, pool)).
+  static Result<std::unique_ptr<AsyncEngine>> start(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg,
+                                                    const Model* target = nullptr, ThreadPool* pool = nullptr);
   // Stops the engine thread; unfinished requests end with kAbort.
   ~AsyncEngine();
 

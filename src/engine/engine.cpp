@@ -60,6 +60,28 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
   return build(std::move(runner), cfg, false);
 }
 
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg,
+                                               const Model& target, ThreadPool& pool) {
+  if (cfg.spec.uses_draft_model()) {
+    EMBER_RETURN_IF_ERROR(cfg.spec.validate().with_context("speculative decoding"));
+    if (cfg.spec.method != SpecMethod::kDraft || !cfg.spec.draft_model->shard().whole())
+      return Status::errorf("speculative decoding: --speculative-method {} drafts with the target's own layers, which "
+                            "tensor / pipeline parallelism splits over the ranks; use a draft model "
+                            "(--speculative-method draft --speculative-model PATH), which runs whole on rank 0",
+                            spec_method_name(cfg.spec.method));
+  }
+  auto e = build(std::move(runner), cfg, true);
+  if (!e) return e;
+  if (!cfg.spec.uses_draft_model()) return e;
+  const DraftKvBase base{cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks, cfg.max_num_batched_tokens,
+                         cfg.kv_types};
+  // No KV donor: the target's pages on this rank hold only its shard.
+  auto p = make_draft_proposer(cfg.spec, target, pool, base, KvDonor{});
+  if (!p) return p.status().with_context("speculative decoding");
+  e.value()->spec_->set_proposer(std::move(p.value()));
+  return e;
+}
+
 Result<std::unique_ptr<Engine>> Engine::build(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg,
                                               bool draft_follows) {
   if (cfg.max_num_batched_tokens < 1 || cfg.max_num_batched_tokens > (1 << 16))
@@ -76,9 +98,8 @@ Result<std::unique_ptr<Engine>> Engine::build(std::unique_ptr<ModelRunner> runne
   if (cfg.spec.uses_draft_model() && !draft_follows)
     return Status::error("speculative decoding: a draft-model proposer needs the engine over a Model "
                          "(Engine::create(model, pool, cfg))");
-  if (runner->max_in_flight() > 1 && cfg.spec.method != SpecMethod::kNone)
-    return Status::error("speculative decoding with a pipelined model runner (pipeline parallelism) is not supported");
   auto e = std::unique_ptr<Engine>(new Engine(cfg));
+  e->pipelined_ = runner->max_in_flight() > 1 && cfg.spec.method == SpecMethod::kNone;
   const KvSpec spec = runner->kv_spec();
   const KvLayout layout = KvLayout::from_spec(spec, cfg.sliding_window_release);
   // The pool sizes itself: what the KV format keeps outside the pages for
@@ -334,7 +355,7 @@ void Engine::fork_samples(Request* p, const float* logits, StepOutput* out) {
 }
 
 Result<StepOutput> Engine::step() {
-  if (runner_->max_in_flight() > 1) return step_pipelined();
+  if (pipelined_) return step_pipelined();
   const double t0 = now_seconds();
   StepOutput out;
   out.finished = std::move(pending_finished_);

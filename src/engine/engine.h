@@ -176,6 +176,14 @@ class Engine {
   static Result<std::unique_ptr<Engine>> create(const Model& model, ThreadPool& pool, const EngineConfig& cfg);
   // Over any model runner (e.g. FakeModelRunner in tests).
   static Result<std::unique_ptr<Engine>> create(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg);
+  // Over a runner that executes `target` elsewhere too (tensor / pipeline
+  // parallelism: a ParallelRunner over this rank's shard of it): a draft
+  // model (cfg.spec.draft_model) runs here, in this process, on `pool`, and
+  // the runner verifies its drafts like any step. The draft must be a model
+  // of its own (a whole file: --speculative-model), not a view of the
+  // target's layers (layerskip), which a sharded target does not hold whole.
+  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<ModelRunner> runner, const EngineConfig& cfg,
+                                                const Model& target, ThreadPool& pool);
   ~Engine();
 
   // Queues a request. Errors (nothing queued): duplicate id, empty prompt,
@@ -247,7 +255,10 @@ class Engine {
   // After a step's forward pass: advance, verify, sample, finish (step()).
   void process(const SchedulerOutput& so, float* logits, StepOutput* out);
   void finish_step(double t0, StepOutput* out);
-  // step() over a pipelined runner (max_in_flight() > 1).
+  // step() over a pipelined runner (max_in_flight() > 1) without
+  // speculation: drafting needs each step's tokens before the next step is
+  // scheduled, so a speculating engine runs one step at a time (pipelined_
+  // false; the runner's execute() is submit + collect).
   Result<StepOutput> step_pipelined();
   // After a failed submit / collect: the steps in flight are lost.
   void drop_in_flight();
@@ -273,6 +284,7 @@ class Engine {
   std::vector<float> fork_row_;  // a copy of the parent's logits row per forked sample
   std::unique_ptr<Speculator> spec_;
   std::vector<int32_t> forced_;  // a forced-token jump's tokens (verify, append_forced)
+  bool pipelined_ = false;                          // runner max_in_flight() > 1 and no speculation
   std::deque<SchedulerOutput> in_flight_;          // pipelining: submitted, not collected, oldest first
   std::vector<std::unique_ptr<Request>> zombies_;  // ended while in flight (Request::gone)
   EngineStats stats_;

@@ -298,6 +298,9 @@ Status ParallelRunner::start() {
   w.put<uint8_t>(static_cast<uint8_t>(own.types.v));
   w.put<uint8_t>(static_cast<uint8_t>(own.types.rot_k));
   w.put<uint8_t>(static_cast<uint8_t>(own.types.rot_v));
+  // LongRoPE's factor set follows the context rank 0 runs with
+  // (Model::set_context_length): every rank takes the same.
+  w.put<uint8_t>(local_->model().rope_long_factors());
   session_ = true;
   if (Status st = broadcast(kSetup, setup); !st) return fail(st);
   std::vector<KvSpec> specs{own};
@@ -399,7 +402,7 @@ Result<float*> ParallelRunner::execute(const SchedulerOutput& so) {
   return collect();
 }
 
-Status run_parallel_worker(const Model& model, ThreadPool& pool, Collective& comm, const ParallelPlan& plan,
+Status run_parallel_worker(Model& model, ThreadPool& pool, Collective& comm, const ParallelPlan& plan,
                            Collective* tp_comm) {
   const int me = comm.rank();
   if (me == 0) return Status::error("rank 0 runs the engine, not the worker loop");
@@ -417,8 +420,12 @@ Status run_parallel_worker(const Model& model, ThreadPool& pool, Collective& com
       case kSetup: {
         int32_t max_batch = 0;
         KvTypes types;
-        if (!rd.get(&max_batch) || !get_types(rd, &types) || !rd.at_end() || max_batch < 1)
+        uint8_t rope_long = 0;
+        if (!rd.get(&max_batch) || !get_types(rd, &types) || !rd.get(&rope_long) || !rd.at_end() || max_batch < 1 ||
+            rope_long > 1)
           return Status::error("a malformed session start");
+        runner.reset();
+        model.use_rope_long_factors(rope_long != 0);  // before the runner's ForwardContext is made
         runner = std::make_unique<CpuModelRunner>(model, pool, max_batch, types);
         if (group.value()) runner->set_collective(group.value());
         runner->set_stage_links(plan.links(me, &comm));

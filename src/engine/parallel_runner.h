@@ -25,7 +25,7 @@
 //     holds the whole rows after its all-reduce).
 //
 // A session (one ParallelRunner's life): rank 0 sends the runner's settings
-// (max batch, KV formats); each rank answers with the shape of its KV cache
+// (max batch, KV formats, LongRoPE's factor set); each rank answers with the shape of its KV cache
 // (KvSpec), which rank 0 merges into the job's layout (per layer position
 // the window every stage agrees on, else global); at allocate_kv each rank
 // says how many pages its budget holds and all allocate the smallest count,
@@ -133,10 +133,11 @@ class ParallelRunner final : public ModelRunner {
 };
 
 // Rank r > 0: answers sessions until rank 0 ends the job (kShutdown).
-// `model` is this rank's shard (plan.shard(rank)). Errors: a failed step or
-// collective, a malformed message.
+// `model` is this rank's shard (plan.shard(rank)); each session start sets
+// its LongRoPE factor set to rank 0's (Model::use_rope_long_factors).
+// Errors: a failed step or collective, a malformed message.
 // tp_comm as in ParallelRunner::create.
-Status run_parallel_worker(const Model& model, ThreadPool& pool, Collective& comm, const ParallelPlan& plan,
+Status run_parallel_worker(Model& model, ThreadPool& pool, Collective& comm, const ParallelPlan& plan,
                            Collective* tp_comm = nullptr);
 // Rank 0, at the end: every worker returns from run_parallel_worker.
 Status shutdown_parallel_workers(Collective& comm);

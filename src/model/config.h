@@ -74,6 +74,12 @@ struct LayerConfig {
   bool moe_norm_topk = false;
   float moe_weights_scale = 1.f;
 
+  // Tensor parallelism (model/shard.h): the ranks that hold a copy of each
+  // of this layer's KV heads (1: the KV heads are split; more when the
+  // layer has fewer KV heads than ranks). A QK-norm over whole K rows counts
+  // a replicated head's squares once (ModelConfig::qk_norm_full).
+  int kv_replicas = 1;
+
   int n_q_dim(int head_dim) const { return n_head * head_dim; }
   int n_kv_dim(int head_dim) const { return n_head_kv * head_dim; }
   int n_v_dim(int head_dim_v) const { return n_head_kv * head_dim_v; }

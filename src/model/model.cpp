@@ -183,6 +183,16 @@ Result<std::unique_ptr<Model>> Model::from_file(std::unique_ptr<ModelFile> file,
           lin->shard = cols;
           if (sh.tp_rank != 0) lin->bias = nullptr;  // added once, by rank 0, before the all-reduce
         }
+        // Experts and the shared expert: split by their FFN width, as the
+        // dense FFN; the router (and the shared expert's gate) replicated.
+        MoeWeights& me = l.moe;
+        for (Linear* lin : {&me.shared_gate, &me.shared_up})
+          if (lin->weight) lin->shard = rows;
+        if (me.shared_down.weight) me.shared_down.shard = cols;
+        for (Linear& e : me.gate) e.shard = rows;
+        for (Linear& e : me.up) e.shard = rows;
+        for (Linear& e : me.down) e.shard = cols;
+        if (sh.tp_rank != 0) me.down_b = nullptr;
       }
       mw.output.shard = rows;
     }
@@ -221,8 +231,10 @@ Result<std::unique_ptr<Model>> Model::from_parts(ModelConfig cfg, std::unique_pt
   return m;
 }
 
-void Model::set_context_length(int64_t n_ctx) {
-  const bool long_factors = weights_->rope_factors_long && n_ctx > cfg_.rope_orig_ctx;
+void Model::set_context_length(int64_t n_ctx) { use_rope_long_factors(n_ctx > cfg_.rope_orig_ctx); }
+
+void Model::use_rope_long_factors(bool long_factors) {
+  long_factors = long_factors && weights_->rope_factors_long;
   if (long_factors == rope_long_) return;
   rope_long_ = long_factors;
   compute_rope_frequencies();

@@ -86,6 +86,11 @@ class Model {
   void set_context_length(int64_t n_ctx);
   // Whether LongRoPE's long factors are in use (false without LongRoPE).
   bool rope_long_factors() const { return rope_long_; }
+  // Picks LongRoPE's factor set directly (what set_context_length decides):
+  // a tensor-parallel or pipeline rank takes rank 0's choice at the start of
+  // each session (engine/parallel_runner.h). No effect without LongRoPE.
+  // Same rules as set_context_length.
+  void use_rope_long_factors(bool long_factors);
   const ModelConfig& config() const { return cfg_; }
   // The part of the model this process holds (the whole model by default).
   const ModelShard& shard() const { return shard_; }

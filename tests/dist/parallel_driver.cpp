@@ -26,6 +26,7 @@
 // within TOL (max absolute difference); prints the largest difference.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -403,7 +404,15 @@ int main(int argc, char** argv) {
     shard = std::move(m.value());
     whole.value().reset();
   }
-  const Model& model = shard ? *shard : *whole.value();
+  Model& model = shard ? *shard : *whole.value();
+  // PARALLEL_DRIVER_SHORT_ROPE=1: rank 0 (and one process) runs a LongRoPE
+  // model with its short factors (a context within the original one); the
+  // other ranks keep the default (long, from the trained context) until the
+  // session start gives them rank 0's choice.
+  if (rank == 0 && std::getenv("PARALLEL_DRIVER_SHORT_ROPE")) {
+    model.set_context_length(model.config().rope_orig_ctx);
+    std::fprintf(stderr, "rank 0: LongRoPE %s factors\n", model.rope_long_factors() ? "long" : "short");
+  }
   ThreadPool pool(1);
   c.model = &model;
   c.pool = &pool;

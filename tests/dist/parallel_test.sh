@@ -14,8 +14,10 @@
 #     (silent) under PP=2: the job ends with a clear error on rank 0, no
 #     hang, and the request in flight (streaming until then) gets an error;
 #  and: TP=2 x PP=2 (4 ranks) gives TP=2's bits; TP=2 twice gives the same
-#  bits; n-gram speculation under TP=2 gives TP's text; bad sizes and plans
-#  are clear errors.
+#  bits; fused matrices, LongRoPE and Mixture-of-Experts models under TP=2
+#  (1b); n-gram and draft-model speculation under TP=2 and PP=2 give the
+#  target's text; PP stages balanced by measured time give one rank's text;
+#  bad sizes and plans are clear errors.
 # Usage: parallel_test.sh [path/to/ember_parallel_driver path/to/ember]   (none: built without MPI)
 # Exit: 0 passed, 1 failed, 77 skipped.
 set -u
@@ -72,6 +74,47 @@ for m in hf_llama_sharded hf_qwen2 hf_qwen3 hf_gemma3; do
   done
 done
 
+# 1b. What TP used to refuse, TP=2 against one rank (every logits row within
+#     1e-5): fused Q|K|V and gate|up with LongRoPE (a tiny f32 Phi-3 made by
+#     gen-model; rank 0 runs the short factors, the other rank loads with
+#     the long ones until the session start gives it rank 0's choice; PP=2
+#     too), and Mixture-of-Experts models (experts split by their FFN width:
+#     OLMoE with its whole-row QK-norm, 3-D and fused gate|up experts;
+#     Qwen2-MoE's gated shared expert; Qwen3-MoE; Mixtral's per-expert
+#     matrices; gpt-oss's expert biases and attention sinks).
+moe_models=(hf_olmoe hf_olmoe_fused hf_qwen2moe hf_qwen3moe hf_mixtral hf_gptoss)
+phi3="$tmp/phi3_longrope.gguf"
+if [ -n "$EMBER" ] && "$EMBER" gen-model --shape phi-3.5-mini --n-layer 2 --n-embd 64 --n-ff 128 --n-head 4 \
+     --n-head-kv 2 --head-dim 16 --n-vocab 512 --type f32 -o "$phi3" >"$tmp/phi3.gen.log" 2>&1; then
+  moe_models=("$phi3" "${moe_models[@]}")
+else
+  bad "gen-model of a tiny Phi-3"; cat "$tmp/phi3.gen.log" 2>/dev/null
+fi
+for m in "${moe_models[@]}"; do
+  path="$DATA/$m"
+  [ "$m" = "$phi3" ] && { path=$phi3; m=phi3_longrope; export PARALLEL_DRIVER_SHORT_ROPE=1; }
+  modes=(tp)
+  [ "$m" = phi3_longrope ] && modes=(tp pp)
+  if ! run "$m.single" single "$path" logits; then bad "$m: one rank"; cat "$tmp/$m.single.log"; unset PARALLEL_DRIVER_SHORT_ROPE; continue; fi
+  for mode in "${modes[@]}"; do
+    if run "$m.$mode" "$mode" "$path" logits &&
+       "$DRIVER" compare "$tmp/$m.single" "$tmp/$m.$mode" 1e-5 >"$tmp/$m.$mode.cmp" 2>&1; then
+      ok "$m ${mode^^}=2: $(grep -o '[0-9]* logits rows.*' "$tmp/$m.$mode.cmp" | head -1)"
+    else
+      bad "$m ${mode^^}=2"; cat "$tmp/$m.$mode.log" "$tmp/$m.$mode.cmp" 2>/dev/null
+    fi
+  done
+  unset PARALLEL_DRIVER_SHORT_ROPE
+done
+# MXFP4 experts whose width (32) splits into halves of 16: not whole 32-element blocks.
+if ! run gptoss_mxfp4.tp tp "$DATA/hf_gptoss_mxfp4" logits &&
+   grep -q "ffn_down_exps: its 32 input columns split into parts of 16 do not fall on mxfp4's 32-element blocks" \
+     "$tmp/gptoss_mxfp4.tp.log"; then
+  ok "MXFP4 experts of width 32 over 2 ranks: '$(grep -o 'layer [0-9]* ffn_down_exps: .*' "$tmp/gptoss_mxfp4.tp.log" | head -1 | cut -c1-110)'"
+else
+  bad "MXFP4 experts that cannot be split on block boundaries"; cat "$tmp/gptoss_mxfp4.tp.log"
+fi
+
 # Both kinds (4 ranks: 2 stages of 2 tensor ranks): TP's bits exactly (a
 # pipeline changes no arithmetic), so within 1e-5 of one rank.
 for m in hf_qwen2 hf_gemma3; do
@@ -115,8 +158,10 @@ if [ -n "$EMBER" ] && [ -f "$MODEL" ]; then
     --pipeline-layers 2,0
   expect "TP x PP on too few ranks" "needs 4 ranks, but the job has 2" 2 "${b[@]}" --pipeline-parallel-size 2 \
     --tensor-parallel-size 2
-  expect "speculation with a pipeline" "with pipeline parallelism is not supported" 2 "${b[@]}" \
-    --pipeline-parallel-size 2 --speculative-method ngram
+  expect "layerskip with a split target" "drafts with the target's own layers" 2 "${b[@]}" \
+    --tensor-parallel-size 2 --speculative-method layerskip
+  expect "an unknown stage balance" "pipeline-balance must be bytes or measured" 2 "${b[@]}" \
+    --pipeline-parallel-size 2 --pipeline-balance fastest
 fi
 
 # 2. The default model through the engine.
@@ -164,6 +209,40 @@ if [ -f "$MODEL" ]; then
       ok "ember run -tp 2 --speculative-method ngram: the same text as -tp 2, $(grep -o '[0-9]* drafts, [0-9]* accepted' "$tmp/runtpng.err")"
     else
       bad "ember run -tp 2 --speculative-method ngram"; cat "$tmp/runtp.txt" "$tmp/runtpng.txt" "$tmp/runtpng.err"
+    fi
+    # A draft model (the default model drafting for itself) runs whole on
+    # rank 0; the target verifies through TP or PP: the greedy text is the
+    # target's own (TP's; PP's = one rank's), drafts accepted. With a
+    # pipeline the engine runs one step at a time while speculating (n-gram
+    # too).
+    for kind in tp pp; do
+      flag=--tensor-parallel-size; ref="$tmp/runtp.txt"
+      [ $kind = pp ] && { flag=--pipeline-parallel-size; ref="$tmp/run1.txt"; }
+      timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" $flag 2 --speculative-method draft \
+        --speculative-model "$MODEL" >"$tmp/run$kind.draft.txt" 2>"$tmp/run$kind.draft.err"
+      acc=$(grep -o '[0-9]* accepted' "$tmp/run$kind.draft.err" | head -1 | cut -d' ' -f1)
+      if [ -s "$ref" ] && cmp -s "$ref" "$tmp/run$kind.draft.txt" && [ "${acc:-0}" -gt 0 ]; then
+        ok "ember run -${kind} 2 --speculative-method draft: the ${kind^^}'s text, $(grep -o '[0-9]* drafts, [0-9]* accepted' "$tmp/run$kind.draft.err")"
+      else
+        bad "ember run -${kind} 2 --speculative-method draft"; cat "$ref" "$tmp/run$kind.draft.txt" "$tmp/run$kind.draft.err"
+      fi
+    done
+    timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --pipeline-parallel-size 2 --speculative-method ngram \
+      >"$tmp/runppng.txt" 2>"$tmp/runppng.err"
+    if cmp -s "$tmp/run1.txt" "$tmp/runppng.txt" && grep -q '[0-9]* drafts' "$tmp/runppng.err"; then
+      ok "ember run -pp 2 --speculative-method ngram: one rank's text, $(grep -o '[0-9]* drafts, [0-9]* accepted' "$tmp/runppng.err")"
+    else
+      bad "ember run -pp 2 --speculative-method ngram"; cat "$tmp/run1.txt" "$tmp/runppng.txt" "$tmp/runppng.err"
+    fi
+    # Stages balanced by measured time: a valid split (the plan is checked
+    # before any rank loads), one rank's text.
+    timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --pipeline-parallel-size 2 --pipeline-balance measured \
+      >"$tmp/runppm.txt" 2>"$tmp/runppm.err"
+    if cmp -s "$tmp/run1.txt" "$tmp/runppm.txt" &&
+       grep -q 'pipeline stages balanced by measured time: a pipeline of 2 stages (layers 0-[0-9]*, [0-9]*-17)' "$tmp/runppm.err"; then
+      ok "ember run -pp 2 --pipeline-balance measured: one rank's text; $(grep -o 'a pipeline of 2 stages.*' "$tmp/runppm.err" | head -1)"
+    else
+      bad "ember run -pp 2 --pipeline-balance measured"; cat "$tmp/runppm.txt" "$tmp/runppm.err"
     fi
     if timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" bench -m "$MODEL" -p 16 -n 8 -r 1 -t 1 --tensor-parallel-size 2 \
          >"$tmp/bench.txt" 2>&1 && grep -q '^tg8 ' "$tmp/bench.txt"; then

@@ -15,6 +15,7 @@
 
 #include "kernels/backend.h"
 #include "model/io/model_file.h"
+#include "model/layer_cost.h"
 #include "model/model.h"
 #include "model/shard.h"
 #include "transform/gen_model.h"
@@ -25,6 +26,33 @@ namespace {
 const char* kTinyLlama = EMBER_SOURCE_DIR "/tests/data/model/hf_llama_sharded";
 const char* kTinyQwen = EMBER_SOURCE_DIR "/tests/data/model/hf_qwen2";
 const char* kTinyGemma = EMBER_SOURCE_DIR "/tests/data/model/hf_gemma3";
+const char* kTinyQwenMoe = EMBER_SOURCE_DIR "/tests/data/model/hf_qwen2moe";    // per-expert matrices, shared expert
+const char* kTinyOlmoeFused = EMBER_SOURCE_DIR "/tests/data/model/hf_olmoe_fused";  // fused gate|up experts
+const char* kTinyGptossMxfp4 = EMBER_SOURCE_DIR "/tests/data/model/hf_gptoss_mxfp4";  // MXFP4 experts of width 32
+
+// A tiny random model of a known shape's architecture and settings.
+std::string tiny_model(const std::string& shape, DType type, const std::string& name, int n_ff_exp = 0) {
+  GenModelShape s = gen_model_shape(shape).value();
+  s.n_layer = 1;
+  s.n_embd = 64;
+  s.n_ff = 128;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 16;
+  s.n_vocab = 512;
+  if (n_ff_exp > 0) {
+    s.n_expert = 4;
+    s.n_expert_used = 2;
+    s.n_ff_exp = n_ff_exp;
+  }
+  GenModelOptions go;
+  go.type = type;
+  ThreadPool pool(1);
+  const std::string path = testing::TempDir() + "/" + name;
+  const auto st = write_random_model(s, go, path, pool);
+  EXPECT_TRUE(st.is_ok()) << st.status().message();
+  return path;
+}
 
 struct Opened {
   std::unique_ptr<ModelFile> file;
@@ -234,6 +262,124 @@ TEST(ModelShard, ColumnShardProductsAddUpToTheWhole) {
     EXPECT_LT(worst, 1e-5 * scale + 1e-6) << dtype_name(type) << ": " << worst << " of " << scale;
     std::remove(path.c_str());
   }
+}
+
+// Fused Q|K|V and gate|up (Phi-3, here with LongRoPE): each part cut by its
+// own rows (its heads, its FFN width), the parts in order.
+TEST(ModelShard, FusedMatricesAreCutPartByPart) {
+  const std::string path = tiny_model("phi-3.5-mini", DType::kF32, "shard_phi3.gguf");
+  Opened whole = open(path);
+  ASSERT_TRUE(whole.cfg.rope_longrope);
+  const TensorView qkv = *whole.file->tensor("blk.0.attn_qkv.weight");  // Q 64 | K 32 | V 32 rows
+  const TensorView up = *whole.file->tensor("blk.0.ffn_up.weight");     // gate 128 | up 128 rows
+  ASSERT_EQ(qkv.ne[1], 128);
+  ASSERT_EQ(up.ne[1], 256);
+  for (int rank = 0; rank < 2; ++rank) {
+    Opened o = open(path);
+    ModelShard sh{rank, 2};
+    ASSERT_TRUE(shard_model_file(o.file.get(), &o.cfg, &sh).is_ok());
+    const TensorView& q2 = *o.file->tensor("blk.0.attn_qkv.weight");
+    ASSERT_EQ(q2.ne[1], 64);
+    const size_t rb = qkv.row_bytes();
+    auto rows_equal = [&](const TensorView& a, int64_t a0, const TensorView& b, int64_t b0, int64_t n) {
+      return std::memcmp(a.row(a0), b.row(b0), static_cast<size_t>(n) * rb) == 0;
+    };
+    EXPECT_TRUE(rows_equal(q2, 0, qkv, 32 * rank, 32));        // its 2 query heads
+    EXPECT_TRUE(rows_equal(q2, 32, qkv, 64 + 16 * rank, 16));  // its KV head's K
+    EXPECT_TRUE(rows_equal(q2, 48, qkv, 96 + 16 * rank, 16));  // and V
+    const TensorView& u2 = *o.file->tensor("blk.0.ffn_up.weight");
+    ASSERT_EQ(u2.ne[1], 128);
+    EXPECT_TRUE(rows_equal(u2, 0, up, 64 * rank, 64));          // gate
+    EXPECT_TRUE(rows_equal(u2, 64, up, 128 + 64 * rank, 64));   // up
+    EXPECT_EQ(o.cfg.layers[0].n_head, 2);
+    EXPECT_EQ(o.cfg.layers[0].n_ff, 64);
+    auto m = Model::load(path, ModelShard{rank, 2});
+    EXPECT_TRUE(m.is_ok()) << m.status().message();
+  }
+  std::remove(path.c_str());
+}
+
+// Experts (and the shared expert) split by their FFN width: gate / up rows,
+// down columns, in every expert; the router whole on every rank.
+TEST(ModelShard, ExpertsAreSplitByTheirWidth) {
+  for (const char* path : {kTinyQwenMoe, kTinyOlmoeFused}) {
+    auto whole = Model::load(path);
+    ASSERT_TRUE(whole.is_ok()) << whole.status().message();
+    const LayerConfig& lw = (*whole)->config().layers[0];
+    const MoeWeights& mw = (*whole)->weights().layers[0].moe;
+    for (int rank = 0; rank < 2; ++rank) {
+      auto m = Model::load(path, ModelShard{rank, 2});
+      ASSERT_TRUE(m.is_ok()) << path << ": " << m.status().message();
+      const LayerConfig& lc = (*m)->config().layers[0];
+      EXPECT_EQ(lc.n_ff_exp * 2, lw.n_ff_exp) << path;
+      EXPECT_EQ(lc.n_ff_shexp * 2, lw.n_ff_shexp) << path;
+      const MoeWeights& me = (*m)->weights().layers[0].moe;
+      for (size_t e = 0; e < mw.gate.size(); ++e) {
+        const TensorView &g = *me.up[e].weight, &gw = *mw.up[e].weight;
+        ASSERT_EQ(g.ne[1] * 2, gw.ne[1]);
+        EXPECT_EQ(0, std::memcmp(g.row(0), gw.row(rank * g.ne[1]), static_cast<size_t>(g.ne[1]) * g.row_bytes()))
+            << path << " expert " << e;
+        const TensorView &d = *me.down[e].weight, &dw = *mw.down[e].weight;
+        ASSERT_EQ(d.ne[0] * 2, dw.ne[0]);
+        for (int64_t i = 0; i < d.ne[1]; ++i)
+          ASSERT_EQ(0, std::memcmp(d.row(i), dw.row(i) + dtype_row_size(dw.type, rank * d.ne[0]), d.row_bytes()))
+              << path << " expert " << e << " row " << i;
+      }
+      const TensorView &r = *me.router.weight, &rw = *mw.router.weight;
+      ASSERT_EQ(r.nbytes, rw.nbytes);
+      EXPECT_EQ(0, std::memcmp(r.data, rw.data, r.nbytes));
+    }
+  }
+}
+
+// Quantized experts split only on whole blocks: MXFP4 experts of width 64
+// split into halves of 32 (one block), width 32 does not.
+TEST(ModelShard, QuantizedExpertsSplitOnBlockBoundaries) {
+  const std::string path = tiny_model("gpt-oss-20b-6l", DType::kMXFP4, "shard_mxfp4.gguf", 64);
+  Opened whole = open(path);
+  const TensorView down = *whole.file->tensor("blk.0.ffn_down_exps.weight");  // [64, 64, 4]
+  ASSERT_EQ(down.type, DType::kMXFP4);
+  for (int rank = 0; rank < 2; ++rank) {
+    Opened o = open(path);
+    ModelShard sh{rank, 2};
+    const Status st = shard_model_file(o.file.get(), &o.cfg, &sh);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    const TensorView& d2 = *o.file->tensor("blk.0.ffn_down_exps.weight");
+    ASSERT_EQ(d2.ne[0], 32);
+    for (int64_t i = 0; i < down.nrows(); ++i)
+      ASSERT_EQ(0, std::memcmp(d2.row(i), down.row(i) + rank * d2.row_bytes(), d2.row_bytes())) << i;
+    EXPECT_EQ(o.file->tensor("blk.0.attn_sinks.weight")->ne[0], 2);  // its 2 heads' sinks
+    auto m = Model::load(path, ModelShard{rank, 2});
+    EXPECT_TRUE(m.is_ok()) << m.status().message();
+  }
+  std::remove(path.c_str());
+  auto m = Model::load(kTinyGptossMxfp4, ModelShard{0, 2});
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("do not fall on mxfp4's 32-element blocks"), std::string::npos)
+      << m.status().message();
+}
+
+// --pipeline-balance measured: one positive time per layer (the head's on
+// the last), stages from them valid; a later stage cannot be timed alone.
+TEST(LayerCost, EveryLayerTimed) {
+  auto m = Model::load(kTinyGemma);
+  ASSERT_TRUE(m.is_ok());
+  ThreadPool pool(1);
+  auto c = measure_layer_seconds(**m, pool, 4, 3);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  ASSERT_EQ(static_cast<int>(c->size()), (*m)->config().n_layer);
+  for (double v : c.value()) EXPECT_GT(v, 0);
+  const std::vector<int> b = balance_stages(c.value(), 2);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0], 0);
+  EXPECT_LT(b[0], b[1]);
+  EXPECT_LT(b[1], b[2]);
+  EXPECT_EQ(b[2], 3);
+  ModelShard later;
+  later.layer_begin = 1;
+  auto s = Model::load(kTinyGemma, later);
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_FALSE(measure_layer_seconds(**s, pool).is_ok());
 }
 
 TEST(ModelShard, BalancedStages) {

@@ -97,7 +97,7 @@ Status fill_moe_layers(const Metadata& meta, ModelConfig* cfg, const MoeDefaults
 Status hf_moe_config(const HfConfigView& cv, const HfConfigContext& ctx, Metadata* meta, const HfMoeKeys& k) {
   const std::string* arch = meta->get_string("general.architecture");
   if (!arch) return Status::errorf("{}: no architecture", cv.name());
-  const std::string& a = *arch;
+  const std::string a = *arch;  // a copy: meta->set below may move the entries
   // The expert count: num_experts (Qwen, OLMoE) or num_local_experts
   // (Mixtral, and what transformers v5 writes for Qwen3-MoE).
   const char* count_key = cv.get("num_experts") ? "num_experts" : "num_local_experts";

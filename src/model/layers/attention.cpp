@@ -25,6 +25,45 @@ void for_rotated_runs(const TokenLayout& tl, int64_t n, Pred rotated, F f) {
   }
 }
 
+// QK-norm over whole Q / K rows (OLMoE, OLMo 2) under tensor parallelism:
+// each rank holds its heads' columns of a row, so the sums of squares are
+// added over the ranks (one all-reduce of two values per token; a KV head
+// that several ranks hold, LayerConfig::kv_replicas, counted once, by the
+// first of them), then each rank scales its own columns:
+//   x_i * w_i / sqrt(sum over the whole row of x^2 / width + eps).
+// Sums in double on each rank, added in f32 across ranks (rank order).
+void norm_full_rows_tp(const LayerContext& c, float* q, int64_t Q, const float* wq, float* k, int64_t K,
+                       const float* wk) {
+  TpGroup& tp = *c.tp;
+  const int64_t n = c.n;
+  const int ranks = tp.comm->size();
+  const int replicas = std::max(1, c.lc.kv_replicas);
+  const bool k_counts = tp.comm->rank() % replicas == 0;
+  std::vector<float>& ss = tp.scratch;
+  ss.assign(static_cast<size_t>(2 * n), 0.f);
+  for (int64_t t = 0; t < n; ++t) {
+    double a = 0, b = 0;
+    for (int64_t i = 0; i < Q; ++i) a += static_cast<double>(q[t * Q + i]) * q[t * Q + i];
+    if (k_counts)
+      for (int64_t i = 0; i < K; ++i) b += static_cast<double>(k[t * K + i]) * k[t * K + i];
+    ss[2 * t] = static_cast<float>(a);
+    ss[2 * t + 1] = static_cast<float>(b);
+  }
+  tp.all_reduce(ss.data(), 2 * n);
+  if (!tp.status) return;
+  const double q_total = static_cast<double>(Q) * ranks, k_total = static_cast<double>(K) * ranks / replicas;
+  const double eps = c.cfg.norm_eps;
+  auto scale_rows = [&](float* x, int64_t width, const float* w, double total, int which) {
+    if (!w) return;
+    for (int64_t t = 0; t < n; ++t) {
+      const double s = 1.0 / std::sqrt(static_cast<double>(ss[2 * t + which]) / total + eps);
+      for (int64_t i = 0; i < width; ++i) x[t * width + i] = static_cast<float>(x[t * width + i] * s * w[i]);
+    }
+  };
+  scale_rows(q, Q, wq, q_total, 0);
+  scale_rows(k, K, wk, k_total, 1);
+}
+
 bool rotates_k(KvTypes t) { return t.rot_k == KvRotation::kHadamard; }
 bool rotates_v(KvTypes t) { return t.rot_v == KvRotation::kHadamard; }
 
@@ -44,7 +83,9 @@ void attention_layer(const LayerContext& c, const TokenLayout& tl, const RopeTab
                            {&w.v, LinearRole::kV, b.v, Vd}};
   run_linears(be, c.observer, c.il, xn, E, n, qkv, 3);
 
-  if (cfg.qk_norm_full) {  // over the whole projection (OLMoE, OLMo 2)
+  if (cfg.qk_norm_full && c.tp) {
+    norm_full_rows_tp(c, b.q, Q, w.q_norm, b.k, K, w.k_norm);
+  } else if (cfg.qk_norm_full) {  // over the whole projection (OLMoE, OLMo 2)
     if (w.q_norm) norm_rows_width(be, cfg, b.q, Q, w.q_norm, b.q, n);
     if (w.k_norm) norm_rows_width(be, cfg, b.k, K, w.k_norm, b.k, n);
   } else {

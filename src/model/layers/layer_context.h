@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/status.h"
 #include "kernels/backend.h"
@@ -29,6 +30,7 @@ namespace ember {
 struct TpGroup {
   Collective* comm = nullptr;
   Status status;
+  std::vector<float> scratch;  // small per-step vectors the sub-blocks all-reduce (QK-norm sums)
   void all_reduce(float* x, int64_t n) {
     if (status.is_ok()) status = comm->all_reduce_sum(x, static_cast<size_t>(n));
   }

@@ -161,6 +161,10 @@ void moe_layer(const LayerContext& c, const float* xn, const MoeBuffers& b, floa
       be.add(y, b.down, n * H);
     }
   }
+  // Tensor parallelism: every expert (and the shared one) holds this rank's
+  // part of its FFN width, down row-parallel: the partial outputs add up
+  // (the experts' down bias is added by rank 0 only).
+  if (c.tp) c.tp->all_reduce(y, n * H);
 }
 
 }  // namespace ember
