@@ -43,7 +43,9 @@ struct LoadedModel {
 bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out,
                               const ModelShard& shard = {});
 // Model::interleave_weights on every core, unless EMBER_REPACK=0 (the plain
-// rows, for A/B measurements; results are bit-identical either way).
+// rows, for A/B measurements; results are bit-identical either way), then
+// Model::build_activation_columns (a file with activation-sparsity
+// thresholds).
 void prepare_for_cpu(Model& model);
 
 // Calibration text (cmd_imatrix.cpp): data/calibration.txt next to the

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "core/thread_pool.h"
+#include "kernels/act_sparse.h"
 #include "kernels/attention.h"
 #include "kernels/hadamard.h"
 #include "kernels/ops.h"
@@ -190,6 +191,10 @@ RowsKernel q4_0_rows, q8_0_rows, q4_1_rows, q5_1_rows, q5_0_rows;
 // scalar twin's bits; decode over any nr >= 1 rows in groups of 4.
 DotKernel sq8_dot;
 RowsKernel sq8_rows;
+// Activation-sparse column kernels (avx512/act_cols.cpp, VNNI): ColDotFn of
+// kernels/act_sparse.h for Q8_0 / Q4_K / Q6_K columns, the kLanes contract,
+// bit-identical to ref::act_cols_lanes.
+void act_cols(const ColumnWeights& w, int64_t panel, const ColActive& a, int64_t b0, int64_t b1, float* state);
 TileKernel q5_0_tile, q8_0_tile;
 // K-quants (avx512/kquants_tile.cpp): sequential rows with software prefetch,
 // the tile kernels' 1 row x 1 token arithmetic (any nr >= 1).
