@@ -74,11 +74,11 @@ constexpr int kColPanelRows = 128;
 constexpr int kColGroup = 16;
 // Most tokens of a call the column path takes (ActSkip::kOn).
 constexpr int kColMaxTokens = 16;
-// The default rule (ActSkip::kAuto, measured on the Llama-3.2-1B shape:
-// docs/history/2026-12-07-teal.md): the column path where a SIMD kernel
-// exists, the call has at most kColAutoMaxTokens tokens and the union of
-// their active channels is at most kColAutoMaxUnion of the inputs (the
-// bytes it reads); else the dense kernels.
+// The default rule (ActSkip::kAuto) once the column kernels pay: at most kColAutoMaxTokens tokens and a union
+// of active channels of at most kColAutoMaxUnion of the inputs. It is OFF (kColAutoEnabled in cpu/matmul.cpp
+// and model/act_sparsity.cpp): the first AVX-512 kernel measured 0.24-0.46x the dense decode kernels at 40-50% sparsity
+// (docs/history/2026-12-07-teal.md), so auto runs the dense kernels and builds no copies; skip forces them.
+// (The bounds below are the intended rule, untested for speed.)
 constexpr int kColAutoMaxTokens = 4;
 constexpr double kColAutoMaxUnion = 0.8;
 

@@ -12,6 +12,10 @@
 
 namespace ember {
 
+// The driver's auto rule takes the column path (kernels/act_sparse.h; off:
+// the kernel does not beat the dense one yet). Also in kernels/cpu/matmul.cpp.
+constexpr bool kColAutoEnabled = false;
+
 const char* act_input_name(ActInput i) {
   switch (i) {
     case ActInput::kAttnIn: return "attn_in";
@@ -98,6 +102,8 @@ size_t Model::activation_column_bytes() const {
 
 size_t Model::build_activation_columns(int threads) {
   if (act_thresholds_.empty() || act_mode_ == ActSparsityMode::kOff || act_mode_ == ActSparsityMode::kDense) return 0;
+  // auto never takes the column path while the rule is off (kernels/act_sparse.h): no copies.
+  if (act_mode_ == ActSparsityMode::kAuto && !kColAutoEnabled) return 0;
   std::vector<Linear*> todo;
   for (int il = 0; il < cfg_.n_layer; ++il) {
     LayerWeights& l = weights_->layers[il];

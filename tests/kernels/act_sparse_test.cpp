@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -259,6 +261,55 @@ TEST(ActSparse, BadMatricesAreRefused) {
   bad.ne[0] = 320;  // not a multiple of 256
   EXPECT_FALSE(make_column_weights(bad).is_ok());
   EXPECT_FALSE(col_kernel(DType::kQ4_0).fn);
+}
+
+}  // namespace
+}  // namespace ember
+
+namespace ember {
+namespace {
+
+// Kernel-level timing (not a test: run with --gtest_also_run_disabled_tests
+// --gtest_filter='*ActSparseTiming*'): one thread, one token, the column
+// kernel against the dense decode kernel of the level on the same
+// thresholded activations, best of 30 alternating runs (robust to load).
+TEST(ActSparse, DISABLED_ActSparseTiming) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_K}) {
+    for (auto [rows, n] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 8192}}) {
+      const std::vector<uint8_t> w = make_weights(t, rows, n, 21);
+      std::vector<uint8_t> wi(w.size());
+      interleave_rows(t, w.data(), rows, n, wi.data());
+      const TensorView wv = view(interleaved_type(t), rows, n, wi);
+      auto cols = make_column_weights(wv);
+      ASSERT_TRUE(cols.is_ok());
+      std::mt19937 rng(3);
+      std::normal_distribution<float> gauss(0.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& v : x) v = gauss(rng);
+      std::vector<float> ax(x.size());
+      for (size_t i = 0; i < x.size(); ++i) ax[i] = std::fabs(x[i]);
+      for (double s : {0.4, 0.5}) {
+        std::vector<float> sorted = ax;
+        std::nth_element(sorted.begin(), sorted.begin() + static_cast<int64_t>(s * n), sorted.end());
+        const float thr = sorted[static_cast<size_t>(s * n)];
+        ThreadPool one(1);
+        MatmulScratch scratch;
+        std::vector<float> y(static_cast<size_t>(rows));
+        double best[2] = {1e9, 1e9};
+        for (int r = 0; r < 30; ++r)
+          for (int k = 0; k < 2; ++k) {
+            const MatmulTarget tg{&wv, y.data(), rows, 0, thr, &*cols, k ? ActSkip::kOn : ActSkip::kOff};
+            const auto t0 = std::chrono::steady_clock::now();
+            matmul(x.data(), n, 1, &tg, 1, one, scratch);
+            const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            best[k] = std::min(best[k], dt);
+          }
+        std::printf("%s [%lld x %lld] sparsity %.1f: dense %.3f ms, columns %.3f ms: %.2fx\n", dtype_name(t),
+                    static_cast<long long>(rows), static_cast<long long>(n), s, best[0] * 1e3, best[1] * 1e3,
+                    best[0] / best[1]);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -153,6 +153,10 @@ struct ActType {
   bool operator==(const ActType&) const = default;
 };
 
+// The auto rule of kernels/act_sparse.h takes the column path: off until the
+// column kernel beats the dense one (also in model/act_sparsity.cpp).
+constexpr bool kColAutoEnabled = false;
+
 // Activation sparsity of a call (MatmulTarget::act_threshold, cols, skip).
 struct Sparsity {
   float threshold = 0.0f;
@@ -222,7 +226,8 @@ void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t
     if (!sp.targets || !sp.targets[i].cols || sp.targets[i].skip == ActSkip::kOff || n_tokens > kColMaxTokens)
       continue;
     col_k[i] = col_kernel(sp.targets[i].cols->type);
-    if (!col_k[i].fn || (sp.targets[i].skip == ActSkip::kAuto && (!col_k[i].fast || n_tokens > kColAutoMaxTokens)))
+    if (!col_k[i].fn ||
+        (sp.targets[i].skip == ActSkip::kAuto && (!kColAutoEnabled || !col_k[i].fast || n_tokens > kColAutoMaxTokens)))
       continue;
     const int a = static_cast<int>(std::find(types, types + n_types, act[i]) - types);
     if (a >= n_types) continue;
