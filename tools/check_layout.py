@@ -58,7 +58,7 @@ QUOTED = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 # interleaved layouts; form one of the KernelSet's, or `lanes` for a file
 # holding every form of one row-lane contract), or an op's name.
 KERNEL_FILE = re.compile(r"^(float|legacy|kquants|mxfp4|sparse)(_r16)?_(dot|rows|few|tokens|tile|lanes)\.cpp$")
-KERNEL_OPS = {"attention", "row_ops", "hadamard", "kv_types", "dot", "moe", "train", "train_gemm"}  # dot: ref/dot.cpp, every type's
+KERNEL_OPS = {"act_cols", "attention", "row_ops", "hadamard", "kv_types", "dot", "moe", "train", "train_gemm"}  # dot: ref/dot.cpp, every type's
 KERNEL_DIRS = ("src/kernels/ref", "src/kernels/cpu/avx2", "src/kernels/cpu/avx512", "src/kernels/cpu/amx")
 # CUDA: every type's form in one file (rows: the decode mat-vec), or an op.
 CUDA_KERNEL_OPS = {"rows", "convert", "row_ops", "attention"}

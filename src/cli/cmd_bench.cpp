@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/act_options.h"
 #include "cli/common.h"
 #include "cli/kv_options.h"
 #include "cli/parallel_options.h"
@@ -309,6 +310,7 @@ int cmd_bench(int argc, char** argv, int first) {
   KvOptions kv_opts;
   ParallelOptions par_opts;
   MoeOptions moe_opts;
+  ActOptions act_opts;
   p.option("-m,--model", &model_path, "MODEL", "model file (default: the bundled Gemma 3 270M)");
   p.option("-p,--n-prompt", &p_arg, "N[,N..]", "prompt tokens for the pp tests (0: skip)");
   p.option("-n,--n-gen", &n_arg, "N[,N..]", "generated tokens for the tg tests (0: skip)");
@@ -325,6 +327,7 @@ int cmd_bench(int argc, char** argv, int first) {
   moe_opts.add_to(p);
   LoadFlags load_flags;
   load_flags.add_to(p);
+  act_opts.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
@@ -354,6 +357,10 @@ int cmd_bench(int argc, char** argv, int first) {
     return usage_error(p, model.status().message());
   }
   prepare_for_cpu(**model);
+  if (Status st = act_opts.apply(model->get()); !st) {
+    if (job) job->abort(kExitUsage);
+    return usage_error(p, st.message());
+  }
   if (Status st = moe_opts.apply(model->get()); !st) {
     if (job) job->abort(kExitUsage);
     return usage_error(p, st.message());
@@ -376,6 +383,9 @@ int cmd_bench(int argc, char** argv, int first) {
               static_cast<long long>(kv_bytes_per_token(kv_spec_from_config(c, *kv_types))),
               depth > 0 ? fmt::format("; tg at depth {}", depth).c_str() : "");
   if (job) std::printf("parallel: %s\n", job->describe().c_str());
+  if (!m.activation_thresholds().empty())
+    std::printf("activation sparsity: thresholds on %zu block inputs; column copies %.1f MiB (--act-sparsity)\n",
+                m.activation_thresholds().size(), m.activation_column_bytes() / 1048576.0);
   std::printf("%-8s %8s %14s %10s %-18s %7s %9s\n", "test", "tokens", "tok/s median", "spread", "(min - max)", "threads",
               "cpu-s/1k");
 

@@ -9,7 +9,9 @@
 //     in one pass, keeping the zeros);
 //   structured (transform/prune_structured.h): --ffn F, --heads F,
 //     --kv-groups F, --drop-layers N [--layer-metric bi|kl], --vocab N
-//     [--vocab-text FILE]: a smaller dense model.
+//     [--vocab-text FILE]: a smaller dense model;
+//   activation sparsity (transform/act_sparsity.h): --activations S,
+//     thresholds on the block matrices' inputs in the metadata.
 // Without --type every tensor keeps its source type. The stages are the
 // pipeline `ember quantize` runs (transform/pipeline.h).
 #include <algorithm>
@@ -65,11 +67,12 @@ Result<std::vector<int32_t>> choose_output_tokens(const Metadata& md, int n_voca
 int cmd_prune(int argc, char** argv, int first) {
   ArgParser p("prune",
               "ember prune IN OUT [--method magnitude|wanda|sparsegpt --sparsity S [--pattern unstructured|2:4|4:8] "
-              "[--layer-sparsity uniform|owl]] [--ffn F] [--heads F] [--kv-groups F] [--drop-layers N] [--vocab N] "
+              "[--layer-sparsity uniform|owl]] [--activations S] [--ffn F] [--heads F] [--kv-groups F] [--drop-layers N] [--vocab N] "
               "[--type T [--quant-method M]]");
   CompressFlags f;
   std::vector<std::string> pos;
   std::string method, pattern = "unstructured", layer_sparsity = "uniform", layer_metric = "bi", vocab_text;
+  float activations = -1;
   float sparsity = -1, owl_lambda = 0.08f, owl_m = 5.0f, ffn = 0, heads = 0, kv_groups = 0;
   int drop_layers = 0, vocab = 0, ffn_multiple = 0, speed_tokens = 64, sparse_bits = 0;
   bool global_ffn = false, dense = false;
@@ -101,6 +104,9 @@ int cmd_prune(int argc, char** argv, int first) {
            "structured: the output head keeps N tokens (the most frequent in --vocab-text, end-of-turn tokens "
            "always); the tokenizer and input embedding stay whole; other tokens get probability 0");
   p.option("--vocab-text", &vocab_text, "FILE", "--vocab: the text whose tokens are counted (default: --calib)");
+  p.option("--activations", &activations, "S",
+           "activation sparsity (TEAL): thresholds that zero the fraction S in (0, 1) of each block matrix's inputs "
+           "on the calibration text, written into the metadata; decode skips the zeroed inputs' weights");
   p.option("--speed-tokens", &speed_tokens, "N", "decode steps of the speed report (default 64; 0: no speed report)");
   p.flag("--dense", &dense, "write the pruned weights in standard dense types, which llama.cpp loads (the default; "
                             "= --format dense)");
@@ -140,9 +146,14 @@ int cmd_prune(int argc, char** argv, int first) {
     return usage_error(p, "--format sparse stores what --method prunes: give --method and --sparsity");
   o.sparse_format = format == "sparse";
   const bool structured = ffn > 0 || heads > 0 || kv_groups > 0 || drop_layers > 0 || vocab > 0;
-  if (method.empty() && !structured)
-    return usage_error(p, "nothing to prune: give --method and --sparsity, or --ffn, --heads, --kv-groups, "
-                          "--drop-layers or --vocab");
+  if (activations != -1) {
+    if (!(activations > 0 && activations < 1))
+      return usage_error(p, fmt::format("--activations must be in (0, 1), got {}", activations));
+    o.act_sparsity = activations;
+  }
+  if (method.empty() && !structured && !o.act_sparsity)
+    return usage_error(p, "nothing to prune: give --method and --sparsity, --activations, or --ffn, --heads, "
+                          "--kv-groups, --drop-layers or --vocab");
   if (!method.empty()) {
     PruneOptions po;
     auto m = prune_method_from_name(method);

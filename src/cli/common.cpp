@@ -112,9 +112,16 @@ bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedMo
 }
 
 void prepare_for_cpu(Model& model) {
+  // The column copies of activation sparsity (none without thresholds) are
+  // made from the interleaved rows as well as from the file's.
   const char* e = std::getenv("EMBER_REPACK");
-  if (e && std::string(e) == "0") return;
-  model.interleave_weights(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (e && std::string(e) == "0") {
+    model.build_activation_columns(threads);
+    return;
+  }
+  model.interleave_weights(threads);
+  model.build_activation_columns(threads);  // none without activation-sparsity thresholds
 }
 
 // "1073741824", "512M", "2G", "1.5GiB" -> bytes.

@@ -55,7 +55,9 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelSh
 bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out,
                               const ModelShard& shard = {}, const LoadFlags& flags = {});
 // Model::interleave_weights on every core, unless EMBER_REPACK=0 (the plain
-// rows, for A/B measurements; results are bit-identical either way).
+// rows, for A/B measurements; results are bit-identical either way), then
+// Model::build_activation_columns (a file with activation-sparsity
+// thresholds).
 void prepare_for_cpu(Model& model);
 
 // Calibration text (cmd_imatrix.cpp): data/calibration.txt next to the

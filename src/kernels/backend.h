@@ -38,6 +38,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "kernels/act_sparse.h"
 #include "kernels/attention.h"
 #include "kernels/moe.h"
 #include "kernels/ops.h"
@@ -53,11 +54,23 @@ enum class GatedActivation { kSwiGlu, kGeGluTanh, kSwiGluOai };
 // int8 blocks (KernelSet::quantize_row_int4: symmetric [-7, 7] per 32
 // values, scale amax / 7), for weights whose activation type has that form
 // (Q8_0: Q4_0, Q5_0, Q8_0 weights); 0 or 8: the activation type as it is.
+// Activation sparsity (TEAL; kernels/act_sparse.h): act_threshold > 0 makes
+// the product read x' = x * [|x| > act_threshold] (the same threshold for
+// every target of a call: they share x); `cols`, an input-channel-blocked
+// copy of w, lets the backend skip the weights of zero inputs, which gives
+// the same bits as the dense product of x' (so `skip` only picks speed):
+// kAuto where the measured rule says it pays (kernels/cpu/matmul.cpp), kOn
+// whenever a column kernel exists and the call has at most kColMaxTokens
+// tokens, kOff never.
+enum class ActSkip : uint8_t { kAuto, kOn, kOff };
 struct MatmulTarget {
   const TensorView* w = nullptr;  // [n_out, n_in] (ne[0] = n_in)
   float* y = nullptr;             // [n_tokens, ldy]
   int64_t ldy = 0;
   int act_bits = 0;
+  float act_threshold = 0.0f;
+  const ColumnWeights* cols = nullptr;  // [n_out, n_in] as w, or null
+  ActSkip skip = ActSkip::kAuto;
 };
 
 // The ops a backend is asked about per weight type (Backend::supports).

@@ -8,7 +8,10 @@
 
 #include <cstdint>
 
+#include <memory>
+
 #include "core/tensor.h"
+#include "kernels/backend.h"
 
 namespace ember {
 
@@ -28,6 +31,13 @@ struct Linear {
   // 4 = 4-bit levels in those blocks (Model::set_activation_bits).
   int act_bits = 0;
   LinearShard shard;
+  // Activation sparsity (model/act_sparsity.h; kernels/backend.h
+  // MatmulTarget): the product reads x * [|x| > act_threshold] (0: off);
+  // cols, an input-channel-blocked copy of the weight made at load time
+  // (Model::build_activation_columns), lets decode skip zero inputs.
+  float act_threshold = 0.0f;
+  std::shared_ptr<const ColumnWeights> cols;
+  ActSkip act_skip = ActSkip::kAuto;
 
   explicit operator bool() const { return weight != nullptr; }
   int64_t n_in() const { return weight ? weight->ne[0] : 0; }

@@ -215,6 +215,7 @@ Result<std::unique_ptr<Model>> Model::from_parts(ModelConfig cfg, std::unique_pt
   m->file_ = std::move(file);
 
   EMBER_RETURN_IF_ERROR(m->set_activation_bits(m->cfg_.act_bits));
+  EMBER_RETURN_IF_ERROR(m->load_activation_sparsity());
   const ModelConfig& c = m->cfg_;
   const ModelWeights& w = *m->weights_;
   if (c.attn_temp_scale > 0 && c.rope_orig_ctx <= 0)

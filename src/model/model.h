@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "model/act_sparsity.h"
 #include "model/config.h"
 #include "model/forward.h"  // ForwardContext, SeqBatch: the callers of a Model use them
 #include "model/io/model_file.h"
@@ -75,6 +76,19 @@ class Model {
   // the first weight the backend refuses, named. Shapes and structure are
   // checked at load.
   Status check_backend(const Backend& backend) const;
+  // Activation sparsity (model/act_sparsity.h): the file's thresholds are
+  // read at load (mode kAuto). set_activation_sparsity switches them (kOff:
+  // the dense model) and picks the kernels (kDense drops the column copies);
+  // build_activation_columns makes the input-channel-blocked copies of the
+  // sparsified linears whose type has a column layout (Q8_0, Q4_K, Q6_K)
+  // where the mode can use them (skip; auto while the driver's rule takes
+  // columns at all: kernels/act_sparse.h) and returns their bytes (the weights stay as they are for prefill). Not
+  // thread-safe: call before any ForwardContext runs the model.
+  void set_activation_sparsity(ActSparsityMode mode);
+  size_t build_activation_columns(int threads = 1);
+  size_t activation_column_bytes() const;  // of the copies held now
+  // The per-block thresholds [n_layer * 4] (empty: none).
+  const std::vector<float>& activation_thresholds() const { return act_thresholds_; }
   // The context length this model runs with (prompt + output per sequence;
   // default at load: the trained context, n_ctx_train). It picks LongRoPE's
   // factors as llama.cpp and vLLM do: rope_factors_long when it exceeds the
@@ -121,6 +135,9 @@ class Model {
   std::unique_ptr<ModelFile> file_;
   std::unique_ptr<ModelWeights> weights_;
   void compute_rope_frequencies();
+  Status load_activation_sparsity();
+  std::vector<float> act_thresholds_;  // [n_layer * 4], this model's blocks
+  ActSparsityMode act_mode_ = ActSparsityMode::kAuto;
   std::vector<std::vector<float>> inv_freq_;
   bool rope_long_ = false;
   std::vector<int> rope_table_;  // [n_layer]

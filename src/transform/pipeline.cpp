@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "kernels/registry.h"
+#include "model/act_sparsity.h"
 #include "model/config.h"
 #include "model/io/gguf.h"
 #include "model/model.h"
@@ -251,6 +252,43 @@ Status run_prune_stage(const PipelineOptions& o, const std::string& cal, int64_t
   return Status::ok();
 }
 
+Status run_act_sparsity_stage(const PipelineOptions& o, const std::string& cal, int64_t calib_tokens,
+                              std::unique_ptr<ModelFile>* file, ActSparsityReport* rep, const PipelineLog& log,
+                              ThreadPool& pool) {
+  auto ct = layerwise_tokens(o.in, cal, calib_tokens);
+  if (!ct) return ct.status();
+  ActSparsityOptions ao;
+  ao.sparsity = *o.act_sparsity;
+  ao.bos_id = ct->bos;
+  if (log.note)
+    log.note(fmt::format("activation sparsity: calibration {}: {} tokens in windows of {}", cal,
+                         ct->tokens.size() / ao.window * ao.window, ao.window));
+  const auto t0 = Clock::now();
+  ao.progress = [&](int done, int total) {
+    if (log.progress) log.progress(done, total, since(t0), "blocks calibrated");
+  };
+  auto done = calibrate_act_sparsity(std::move(*file), ct->tokens, ao, pool, rep);
+  clear_progress(log);
+  if (!done) return done.status();
+  *file = std::move(done.value());
+  if (log.info) {
+    double lo = 1, hi = 0, sum = 0;
+    int n = 0;
+    for (size_t i = 0; i < rep->zeroed.size(); ++i) {
+      if (rep->thresholds[i] <= 0) continue;
+      lo = std::min(lo, rep->zeroed[i]);
+      hi = std::max(hi, rep->zeroed[i]);
+      sum += rep->zeroed[i];
+      ++n;
+    }
+    log.info(fmt::format("activation sparsity {:.2f}: thresholds for {} of {} block inputs ({}) from {} tokens; "
+                         "zeroed on the calibration text: mean {:.1f}% (min {:.1f}%, max {:.1f}%); {:.0f} s",
+                         ao.sparsity, n, rep->thresholds.size(), kActSparsityThresholdsKey, rep->tokens,
+                         n ? 100.0 * sum / n : 0.0, n ? 100.0 * lo : 0.0, 100.0 * hi, since(t0)));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<Imatrix> calibrate_importance(const Model& model, const Tokenizer& tok, const std::string& text_path,
@@ -299,7 +337,8 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& o, const PipelineLog&
   if (o.structured && !o.imatrix_path.empty())
     return Status::error("an importance matrix file describes the unpruned model; with structured pruning, calibrate "
                          "on the pruned one (--quant-method imatrix without --imatrix)");
-  const bool layerwise = o.method == QuantizeMethod::kGptq || o.method == QuantizeMethod::kAwq || o.prune;
+  const bool layerwise =
+      o.method == QuantizeMethod::kGptq || o.method == QuantizeMethod::kAwq || o.prune || o.act_sparsity;
   const int64_t calib_tokens = o.calib_tokens >= 0 ? o.calib_tokens : layerwise ? 4096 : 16384;
   const std::string& cal = o.calib_path;
   PipelineResult r;
@@ -406,6 +445,11 @@ Result<PipelineResult> run_pipeline(const PipelineOptions& o, const PipelineLog&
   auto conv = execute_quant_plan(std::move(file.value()), *plan, quantizer_for, pool, importance_for);
   if (!conv) return conv.status();
   r.file = std::move(conv.value());
+  if (o.act_sparsity) {
+    ActSparsityReport rep;
+    EMBER_RETURN_IF_ERROR(run_act_sparsity_stage(o, cal, calib_tokens, &r.file, &rep, log, pool));
+    r.act = std::move(rep);
+  }
   if (o.sparse_format) {
     auto sp = store_block_matrices_sparse(r.file.get(), pool);
     if (!sp) return sp.status();

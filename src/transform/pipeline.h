@@ -14,9 +14,10 @@
 //              with GPTQ entries pruned and quantized in the same pass;
 //   gptq / awq layer-by-layer calibrated quantization (gptq_model.h,
 //              awq_model.h) of what the pruning left;
-//   execute    the plan's rounding (then, with sparse_format, the pruned
-//              matrices re-encoded sparse: sparse_store.h), then the GGUF
-//              written;
+//   execute    the plan's rounding (then activation-sparsity thresholds
+//              calibrated on the result: act_sparsity.h; then, with
+//              sparse_format, the pruned matrices re-encoded sparse:
+//              sparse_store.h), then the GGUF written;
 //   report     the written model against the source on held-out text (KL,
 //              top-1, perplexity; eval/model_compare.h), and after pruning
 //              parameters, bytes and decode speed before and after.
@@ -36,6 +37,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/io/model_file.h"
+#include "transform/act_sparsity.h"
 #include "transform/awq.h"
 #include "transform/gptq.h"
 #include "transform/imatrix.h"
@@ -77,6 +79,9 @@ struct PipelineOptions {
   // After the plan: the pruned block matrices stored in the sparse formats
   // (sparse_store.h; they must be Q8_0 or Q4_0 by then).
   bool sparse_format = false;
+  // After the plan: activation-sparsity thresholds calibrated to this
+  // fraction of zeroed inputs (act_sparsity.h), written into the metadata.
+  std::optional<double> act_sparsity;
   // Calibration text and tokens (-1: the method's default: 16384 for the
   // importance matrix, 4096 for the layer-by-layer methods).
   std::string calib_path;
@@ -99,6 +104,7 @@ struct PipelineResult {
   std::optional<PruneReport> prune;
   std::optional<StructuredPruneReport> structured;
   std::optional<SparseStoreReport> sparse;
+  std::optional<ActSparsityReport> act;
 };
 
 // The importance matrix of `model` over the text at `path` in chunks

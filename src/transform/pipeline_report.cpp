@@ -114,6 +114,8 @@ bool report_against_source(const std::string& in, const std::string& out, const 
   if (o.speed_tokens > 0 && log.info) {
     (*ref)->interleave_weights(pool.size());
     (*mod)->interleave_weights(pool.size());
+    (*ref)->build_activation_columns(pool.size());  // activation sparsity: the column copies decode reads
+    (*mod)->build_activation_columns(pool.size());
     std::vector<double> sa, sb;
     for (int run = 0; run < std::max(1, o.speed_runs); ++run)  // alternating, medians
       for (int side = 0; side < 2; ++side) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "eval/model_compare.h"
+#include "model/act_sparsity.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "transform/imatrix.h"
@@ -340,6 +341,18 @@ Result<std::unique_ptr<ModelFile>> prune_structured(std::unique_ptr<ModelFile> s
       nv.count = static_cast<uint64_t>(nL);
       out->metadata.set(key, nv);
     }
+  // Activation-sparsity thresholds (model/act_sparsity.h: 4 per block)
+  // follow the remaining blocks too (they describe the unpruned widths'
+  // inputs; recalibrate with --activations for the pruned model).
+  if (const GgufValue* t = src->metadata.find(kActSparsityThresholdsKey);
+      t && t->type == GgufType::kArray && t->nums.size() == static_cast<size_t>(L) * kActInputs) {
+    GgufValue nv = *t;
+    nv.nums.clear();
+    for (const Keep& k : keep)
+      for (int i = 0; i < kActInputs; ++i) nv.nums.push_back(t->nums[static_cast<size_t>(k.src) * kActInputs + i]);
+    nv.count = nv.nums.size();
+    out->metadata.set(kActSparsityThresholdsKey, nv);
+  }
   for (const Keep& k : keep) {
     rep.n_head.push_back(static_cast<int>(k.heads.size()));
     rep.n_head_kv.push_back(static_cast<int>(k.groups.size()));

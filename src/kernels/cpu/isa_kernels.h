@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "core/thread_pool.h"
+#include "kernels/act_sparse.h"
 #include "kernels/attention.h"
 #include "kernels/hadamard.h"
 #include "kernels/ops.h"
@@ -199,8 +200,9 @@ constexpr int kLegacyRowsGroup = 16;
 RowsKernel q4_0_rows, q8_0_rows, q4_1_rows, q5_1_rows, q5_0_rows;
 // Sparse int8 / int4 (kSQ8 | C, kSQ4 | C) x Q8_0 (avx512/sparse_lanes.cpp,
 // compiled with VBMI2 too, installed only where the CPU has it): vpexpandb
-// + vpdpbusd, the scalar twins' bits; decode over any nr >= 1 rows in
-// groups of 4; the tile (prefill) of up to kSparseTileRows rows x
+// + vpdpbusd, the scalar twins' bits; decode over any nr >= 1 rows (sq8:
+// avx512/sparse_rows.cpp, the activations prepared once per call; sq4: in
+// groups of 4); the tile (prefill) of up to kSparseTileRows rows x
 // kSparseTileCols tokens, each row block expanded once per call for all its
 // tokens.
 constexpr int kSparseTileRows = 8;
@@ -208,6 +210,10 @@ constexpr int kSparseTileCols = 64;
 DotKernel sq8_dot, sq4_dot;
 RowsKernel sq8_rows, sq4_rows;
 TileKernel sq8_tile, sq4_tile;
+// Activation-sparse column kernels (avx512/act_cols.cpp, VNNI): ColDotFn of
+// kernels/act_sparse.h for Q8_0 / Q4_K / Q6_K columns, the kLanes contract,
+// bit-identical to ref::act_cols_lanes.
+void act_cols(const ColumnWeights& w, int64_t panel, const ColActive& a, int64_t b0, int64_t b1, float* state);
 TileKernel q5_0_tile, q8_0_tile;
 // K-quants (avx512/kquants_tile.cpp): sequential rows with software prefetch,
 // the tile kernels' 1 row x 1 token arithmetic (any nr >= 1).

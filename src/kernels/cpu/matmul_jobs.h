@@ -9,11 +9,12 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/act_sparse.h"
 #include "kernels/registry.h"
 
 namespace ember::matmul_jobs {
 
-enum class Path { kRows, kFew, kTokens, kTile, kDots };
+enum class Path { kRows, kFew, kTokens, kTile, kDots, kCols };
 
 // One weight matrix's share of the work: its output rows [0, n_rows), swept
 // along `path` in tasks of `grain` rows.
@@ -30,6 +31,11 @@ struct Job {
   int pack = -1;                    // kTokens: which of the caller's packs
   float* y;
   int64_t ldy;
+  // kCols (activation sparsity, kernels/act_sparse.h): the column copy, its
+  // kernel and one active list per token.
+  const ColumnWeights* cols = nullptr;
+  ColDotFn col_fn = nullptr;
+  const ColActive* col_toks = nullptr;
 };
 
 // The path and grain of w [n_rows, n_in] for n_tokens tokens on n_threads

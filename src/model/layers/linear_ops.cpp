@@ -13,7 +13,7 @@ void run_linears(Backend& backend, ForwardObserver* observer, int layer, const f
     const Linear& l = *outs[i].lin;
     EMBER_DCHECK(l.weight && l.n_in() == outs[0].lin->n_in());  // a shard is a plain matrix of its shape
     if (observer) observer->on_linear_input(layer, outs[i].role, x, ldx, n, l.n_in());
-    targets[i] = MatmulTarget{l.weight, outs[i].y, outs[i].ldy, l.act_bits};
+    targets[i] = MatmulTarget{l.weight, outs[i].y, outs[i].ldy, l.act_bits, l.act_threshold, l.cols.get(), l.act_skip};
   }
   backend.matmul(x, ldx, n, targets, n_outs);
   for (int i = 0; i < n_outs; ++i)
