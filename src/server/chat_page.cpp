@@ -74,6 +74,7 @@ footer{padding:8px 14px 10px;background:#fff;border-top:1px solid #ddd}
 <form id="settings" autocomplete="off">
 <label>Temperature <input id="temperature" type="number" min="0" max="2" step="0.05" value="0.7"></label>
 <label>Max tokens <input id="max-tokens" type="number" min="1" step="1" value="256"></label>
+<label>Seed (empty: random) <input id="seed" type="number" min="0" step="1"></label>
 <label>API key (optional) <input id="api-key" type="password" autocomplete="off" placeholder="sent as Bearer token"></label>
 <label>System prompt (optional) <textarea id="system"></textarea></label>
 <label>Thinking budget (tokens; empty: the server's) <input id="thinking-budget" type="number" min="-1" step="1"></label>
@@ -307,6 +308,7 @@ footer{padding:8px 14px 10px;background:#fff;border-top:1px solid #ddd}
       temperature: numberSetting("temperature", 0.7, 0, 2, false),
       max_tokens: numberSetting("max-tokens", 256, 1, 1 << 20, true),
     };
+    if ($("seed").value.trim() !== "") request.seed = numberSetting("seed", 0, 0, 2 ** 53, true);
     if ($("thinking-budget").value.trim() !== "")
       request.thinking_budget = numberSetting("thinking-budget", -1, -1, 1 << 30, true);
     const toolsText = $("tools").value.trim();
