@@ -20,6 +20,7 @@
 
 #include "kernels/cpu/group_prefetch.h"
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/simd.h"
 #include "quant/blocks.h"
 #include "quant/sparse.h"
 
@@ -84,14 +85,6 @@ inline XBlock load_x(const BlockQ8_0* xb, int64_t b) {
 inline __m512i lane_sums(const XBlock& x, __m512i u) { return _mm512_dpbusd_epi32(x.neg_bias_sum, u, x.x); }
 
 // The contract's reduction: i + 8, i + 4, i + 2, then lanes 0 + 1.
-inline float reduce(__m512 acc) {
-  const __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc),
-                                  _mm512_castps512_ps256(_mm512_shuffle_f32x4(acc, acc, _MM_SHUFFLE(3, 2, 3, 2))));
-  const __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_castps256_ps128(_mm256_permute2f128_ps(a8, a8, 1)));
-  const __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
-  return _mm_cvtss_f32(_mm_add_ss(a2, _mm_movehdup_ps(a2)));
-}
-
 // One group of R rows (R <= 4) over all blocks. Per row and block: the
 // mask, the block expanded (kMasked: see Int8Values), the lane sums, the
 // scale product and one fma. The weight scales of 8 blocks are converted at
@@ -138,7 +131,7 @@ void group(int64_t nb, float* s, const uint8_t* w0, size_t rb, const BlockQ8_0* 
     }
   }
   pf.finish();
-  for (int i = 0; i < R; ++i) s[i] = reduce(acc[i]);
+  for (int i = 0; i < R; ++i) s[i] = f512::reduce(acc[i]);
 }
 
 template <typename V>
@@ -241,7 +234,7 @@ void tile_rows(int64_t n, float* s, int64_t lds, const uint8_t* w, size_t rb, co
     if (c < nc) tile_pass<V::kBias, R, 1>(t, cnt, x, xrb, c0, c, acc);
   }
   for (int c = 0; c < nc; ++c)
-    for (int i = 0; i < R; ++i) s[c * lds + i] = reduce(acc[c * kSparseTileRows + i]);
+    for (int i = 0; i < R; ++i) s[c * lds + i] = f512::reduce(acc[c * kSparseTileRows + i]);
 }
 
 template <typename V>

@@ -71,14 +71,6 @@ void prepare(PreparedX& p, const BlockQ8_0* xb, int64_t b0, int64_t b1) {
 }
 
 // The contract's reduction: i + 8, i + 4, i + 2, then lanes 0 + 1.
-inline float reduce(__m512 acc) {
-  const __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc),
-                                  _mm512_castps512_ps256(_mm512_shuffle_f32x4(acc, acc, _MM_SHUFFLE(3, 2, 3, 2))));
-  const __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_castps256_ps128(_mm256_permute2f128_ps(a8, a8, 1)));
-  const __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
-  return _mm_cvtss_f32(_mm_add_ss(a2, _mm_movehdup_ps(a2)));
-}
-
 // R rows (R <= kRows) at w0, `rb` bytes apart, over all nb blocks into
 // s[0:R]. Rows i >= kMaskedFrom load their values with masked loads.
 // prepared: px holds all nb blocks (nb <= kPrepBlocks); else each chunk of
@@ -138,7 +130,7 @@ void group(int64_t nb, float* s, const uint8_t* w0, size_t rb, const BlockQ8_0* 
   }
   pf.finish();
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) s[i] = reduce(acc[i]);
+  for (int i = 0; i < R; ++i) s[i] = f512::reduce(acc[i]);
 }
 
 // The call's last group of R rows (masked loads from row kFrom on).
