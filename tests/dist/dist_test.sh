@@ -34,8 +34,8 @@ for np in 2 3; do
   first=""
   for btl in "vader,self" "tcp,self"; do
     name="collectives np=$np btl=$btl"
-    if timeout 120 "${MPIRUN[@]}" -np $np --mca btl "$btl" "$DRIVER" collectives >"$tmp/a" 2>"$tmp/ae" &&
-       timeout 120 "${MPIRUN[@]}" -np $np --mca btl "$btl" "$DRIVER" collectives >"$tmp/b" 2>"$tmp/be"; then
+    if timeout -k 10 120 "${MPIRUN[@]}" -np $np --mca btl "$btl" "$DRIVER" collectives >"$tmp/a" 2>"$tmp/ae" &&
+       timeout -k 10 120 "${MPIRUN[@]}" -np $np --mca btl "$btl" "$DRIVER" collectives >"$tmp/b" 2>"$tmp/be"; then
       n_ok=$(grep -c ': ok: digest' "$tmp/a")
       da=$(digest "$tmp/a"); db=$(digest "$tmp/b")
       [ -z "$first" ] && first="$da"
@@ -52,7 +52,7 @@ for np in 2 3; do
 done
 
 t0=$(date +%s)
-timeout 60 "${MPIRUN[@]}" -np 2 "$DRIVER" kill >"$tmp/k" 2>&1
+timeout -k 10 60 "${MPIRUN[@]}" -np 2 "$DRIVER" kill >"$tmp/k" 2>&1
 rc=$?
 dt=$(( $(date +%s) - t0 ))
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $dt -lt 30 ] &&
@@ -64,7 +64,7 @@ else
 fi
 
 t0=$(date +%s)
-timeout 60 "${MPIRUN[@]}" -np 2 "$DRIVER" hang 3 >"$tmp/h" 2>&1
+timeout -k 10 60 "${MPIRUN[@]}" -np 2 "$DRIVER" hang 3 >"$tmp/h" 2>&1
 rc=$?
 dt=$(( $(date +%s) - t0 ))
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $dt -lt 30 ] &&

@@ -53,11 +53,11 @@ run() {
   local name=$1 mode=$2 model=$3 suite=$4
   shift 4
   if [ "$mode" = single ]; then
-    timeout 300 "$DRIVER" "$model" single "$suite" "$tmp/$name" >"$tmp/$name.log" 2>&1
+    timeout -k 10 300 "$DRIVER" "$model" single "$suite" "$tmp/$name" >"$tmp/$name.log" 2>&1
   else
     local np=2
     [ "$mode" = tppp ] && np=4
-    timeout 300 "${MPIRUN[@]}" "$@" -np $np "$DRIVER" "$model" "$mode" "$suite" "$tmp/$name" >"$tmp/$name.log" 2>&1
+    timeout -k 10 300 "${MPIRUN[@]}" "$@" -np $np "$DRIVER" "$model" "$mode" "$suite" "$tmp/$name" >"$tmp/$name.log" 2>&1
   fi
 }
 
@@ -142,8 +142,8 @@ if [ -n "$EMBER" ] && [ -f "$MODEL" ]; then
     local name=$1 said=$2 np=$3
     shift 3
     local t0=$SECONDS
-    if [ "$np" = 0 ]; then timeout 120 "$EMBER" "$@" >"$tmp/bad.out" 2>&1
-    else timeout 120 "${MPIRUN[@]}" -np "$np" "$EMBER" "$@" >"$tmp/bad.out" 2>&1; fi
+    if [ "$np" = 0 ]; then timeout -k 10 120 "$EMBER" "$@" >"$tmp/bad.out" 2>&1
+    else timeout -k 10 120 "${MPIRUN[@]}" -np "$np" "$EMBER" "$@" >"$tmp/bad.out" 2>&1; fi
     local rc=$?
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "$said" "$tmp/bad.out"; then
       ok "$name: exit $rc in $((SECONDS - t0)) s, '$(grep -o "$said.*" "$tmp/bad.out" | head -1 | cut -c1-90)'"
@@ -186,14 +186,14 @@ if [ -f "$MODEL" ]; then
   if [ -n "$EMBER" ]; then
     args=(run -m "$MODEL" -p "The three primary colors are" -n 12 --temp 0 -t 1)
     "$EMBER" "${args[@]}" >"$tmp/run1.txt" 2>"$tmp/run1.err"
-    timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --pipeline-parallel-size 2 >"$tmp/runpp.txt" 2>"$tmp/runpp.err"
-    timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --tensor-parallel-size 2 >"$tmp/runtp.txt" 2>"$tmp/runtp.err"
+    timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --pipeline-parallel-size 2 >"$tmp/runpp.txt" 2>"$tmp/runpp.err"
+    timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --tensor-parallel-size 2 >"$tmp/runtp.txt" 2>"$tmp/runtp.err"
     if [ -s "$tmp/run1.txt" ] && cmp -s "$tmp/run1.txt" "$tmp/runpp.txt" && [ -s "$tmp/runtp.txt" ]; then
       ok "ember run -pp 2 prints one rank's text ('$(head -c 60 "$tmp/run1.txt" | tr '\n' ' ')'); -tp 2 ran"
     else
       bad "ember run -pp 2 / -tp 2"; cat "$tmp/run1.txt" "$tmp/runpp.txt" "$tmp/runpp.err" "$tmp/runtp.txt" "$tmp/runtp.err"
     fi
-    timeout 300 "${MPIRUN[@]}" -np 4 "$EMBER" "${args[@]}" --tensor-parallel-size 2 --pipeline-parallel-size 2 \
+    timeout -k 10 300 "${MPIRUN[@]}" -np 4 "$EMBER" "${args[@]}" --tensor-parallel-size 2 --pipeline-parallel-size 2 \
       >"$tmp/runtppp.txt" 2>"$tmp/runtppp.err"
     if [ -s "$tmp/runtp.txt" ] && cmp -s "$tmp/runtp.txt" "$tmp/runtppp.txt"; then
       ok "ember run -tp 2 -pp 2 (4 ranks) prints -tp 2's text"
@@ -202,7 +202,7 @@ if [ -f "$MODEL" ]; then
     fi
     # n-gram speculation under TP: the verification slices are step inputs
     # like any other; greedy text identical to TP without it, drafts accepted.
-    timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --tensor-parallel-size 2 --speculative-method ngram \
+    timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --tensor-parallel-size 2 --speculative-method ngram \
       >"$tmp/runtpng.txt" 2>"$tmp/runtpng.err"
     acc=$(grep -o '[0-9]* accepted' "$tmp/runtpng.err" | head -1 | cut -d' ' -f1)
     if cmp -s "$tmp/runtp.txt" "$tmp/runtpng.txt" && [ "${acc:-0}" -gt 0 ]; then
@@ -218,7 +218,7 @@ if [ -f "$MODEL" ]; then
     for kind in tp pp; do
       flag=--tensor-parallel-size; ref="$tmp/runtp.txt"
       [ $kind = pp ] && { flag=--pipeline-parallel-size; ref="$tmp/run1.txt"; }
-      timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" $flag 2 --speculative-method draft \
+      timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" $flag 2 --speculative-method draft \
         --speculative-model "$MODEL" >"$tmp/run$kind.draft.txt" 2>"$tmp/run$kind.draft.err"
       acc=$(grep -o '[0-9]* accepted' "$tmp/run$kind.draft.err" | head -1 | cut -d' ' -f1)
       if [ -s "$ref" ] && cmp -s "$ref" "$tmp/run$kind.draft.txt" && [ "${acc:-0}" -gt 0 ]; then
@@ -227,7 +227,7 @@ if [ -f "$MODEL" ]; then
         bad "ember run -${kind} 2 --speculative-method draft"; cat "$ref" "$tmp/run$kind.draft.txt" "$tmp/run$kind.draft.err"
       fi
     done
-    timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --pipeline-parallel-size 2 --speculative-method ngram \
+    timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --pipeline-parallel-size 2 --speculative-method ngram \
       >"$tmp/runppng.txt" 2>"$tmp/runppng.err"
     if cmp -s "$tmp/run1.txt" "$tmp/runppng.txt" && grep -q '[0-9]* drafts' "$tmp/runppng.err"; then
       ok "ember run -pp 2 --speculative-method ngram: one rank's text, $(grep -o '[0-9]* drafts, [0-9]* accepted' "$tmp/runppng.err")"
@@ -236,7 +236,7 @@ if [ -f "$MODEL" ]; then
     fi
     # Stages balanced by measured time: a valid split (the plan is checked
     # before any rank loads), one rank's text.
-    timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --pipeline-parallel-size 2 --pipeline-balance measured \
+    timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$EMBER" "${args[@]}" --pipeline-parallel-size 2 --pipeline-balance measured \
       >"$tmp/runppm.txt" 2>"$tmp/runppm.err"
     if cmp -s "$tmp/run1.txt" "$tmp/runppm.txt" &&
        grep -q 'pipeline stages balanced by measured time: a pipeline of 2 stages (layers 0-[0-9]*, [0-9]*-17)' "$tmp/runppm.err"; then
@@ -244,7 +244,7 @@ if [ -f "$MODEL" ]; then
     else
       bad "ember run -pp 2 --pipeline-balance measured"; cat "$tmp/runppm.txt" "$tmp/runppm.err"
     fi
-    if timeout 300 "${MPIRUN[@]}" -np 2 "$EMBER" bench -m "$MODEL" -p 16 -n 8 -r 1 -t 1 --tensor-parallel-size 2 \
+    if timeout -k 10 300 "${MPIRUN[@]}" -np 2 "$EMBER" bench -m "$MODEL" -p 16 -n 8 -r 1 -t 1 --tensor-parallel-size 2 \
          >"$tmp/bench.txt" 2>&1 && grep -q '^tg8 ' "$tmp/bench.txt"; then
       ok "ember bench -tp 2: $(grep '^tg8 ' "$tmp/bench.txt" | tr -s ' ' | cut -d' ' -f1-3) tok/s"
     else
@@ -266,7 +266,7 @@ if ip netns add $NS_A 2>/dev/null && ip netns add $NS_B 2>/dev/null &&
   AGENT="$ROOT/tools/dist_bench_agent.sh"
   m=hf_qwen3
   export EMBER_NETNS_HOSTS="10.232.0.1=$NS_A,10.232.0.2=$NS_B"
-  if timeout 300 ip netns exec $NS_A unshare --uts sh -c "hostname $NS_A; exec $(printf '%q ' "${MPIRUN[@]}") \
+  if timeout -k 10 300 ip netns exec $NS_A unshare --uts sh -c "hostname $NS_A; exec $(printf '%q ' "${MPIRUN[@]}") \
        --host 10.232.0.1,10.232.0.2 -np 2 --mca plm_rsh_agent $AGENT --mca oob_tcp_if_include 10.232.0.0/24 \
        --mca btl tcp,self --mca btl_tcp_if_include 10.232.0.0/24 \
        $DRIVER $DATA/$m tp logits $tmp/$m.hosts" >"$tmp/hosts.log" 2>&1 &&
