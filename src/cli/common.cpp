@@ -71,10 +71,8 @@ void LoadFlags::add_to(ArgParser& p) {
 
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelShard& shard, const LoadFlags& flags) {
   if (!flags.detect_sparsity) return Model::load(path, shard);
-  // The sparse rows are not column blocks: a tensor-parallel rank's slice of
-  // a matrix's inputs is no byte range of them.
-  if (shard.tensor_parallel())
-    return Status::error("--detect-sparsity does not go with tensor parallelism (sparse rows split only by rows)");
+  // Stored sparse before the shard: a tensor-parallel rank's column part is
+  // re-packed by model/shard.cpp.
   auto file = open_model_file(path);
   if (!file) return file.status();
   ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));

@@ -14,6 +14,7 @@
 #include "model/archs/arch_spec.h"
 #include "model/archs/archs.h"
 #include "model/archs/tensors.h"
+#include "quant/sparse.h"
 
 namespace ember {
 
@@ -128,9 +129,35 @@ Status row_view(TensorView* t, Range r, const std::string& what) {
   return Status::ok();
 }
 
+// Columns [c.begin, c.end) of a sparse matrix (quant/sparse.h): each row's
+// masks, scales and kept values of the part's 64-input blocks, re-packed
+// into the capacity the part needs (its densest row's; a part may keep more
+// than the whole row's average), so the type can change from sq8_c<C>.
+Status sparse_column_copy(TensorView* t, Range c, const std::string& what, ModelFile* file) {
+  if (c.begin % kSparseBlock != 0 || c.size() % kSparseBlock != 0)
+    return Status::errorf("{}: its {} input columns split into parts of {} do not fall on {}'s {}-element blocks",
+                          what, t->ne[0], c.size(), dtype_name(t->type), kSparseBlock);
+  const int64_t rows = t->nrows();
+  const int cap = sparse_slice_capacity(t->type, t->data, rows, t->ne[0], c.begin, c.size());
+  const DType dst = dtype_is_sq4(t->type) ? dtype_sq4(cap) : dtype_sq8(cap);
+  const size_t src_row = t->row_bytes(), dst_row = dtype_row_size(dst, c.size());
+  std::shared_ptr<uint8_t[]> buf(new uint8_t[dst_row * static_cast<size_t>(rows)]);
+  const uint8_t* src = static_cast<const uint8_t*>(t->data);
+  for (int64_t i = 0; i < rows; ++i)
+    EMBER_RETURN_IF_ERROR(sparse_slice_row(t->type, src + i * src_row, t->ne[0], c.begin, c.size(), dst,
+                                           buf.get() + i * dst_row));
+  t->type = dst;
+  t->data = buf.get();
+  t->ne[0] = c.size();
+  t->nbytes = dst_row * static_cast<size_t>(rows);
+  file->owners.push_back(std::move(buf));
+  return Status::ok();
+}
+
 // Columns [c.begin, c.end) of every row: copied into owned memory, whole
 // quantization blocks only.
 Status column_copy(TensorView* t, Range c, const std::string& what, ModelFile* file) {
+  if (dtype_is_sparse(t->type)) return sparse_column_copy(t, c, what, file);
   const int64_t block = dtype_block_size(t->type);
   if (dtype_row_group(t->type) > 1) return Status::errorf("{}: an interleaved layout cannot be split", what);
   if (c.begin % block != 0 || c.size() % block != 0)

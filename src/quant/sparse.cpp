@@ -177,6 +177,56 @@ void dequantize_row_sq4_ref(const void* src, float* dst, int64_t n) {
   dequantize_sparse(src, dst, n, sq4_value, sq4_block_bytes);
 }
 
+namespace {
+
+// Value bytes of the kept values of blocks [b0, b1) of a row.
+int64_t value_bytes(bool int4, const SparseRow& r, int64_t b0, int64_t b1) {
+  int64_t bytes = 0;
+  for (int64_t b = b0; b < b1; ++b) {
+    const int pc = std::popcount(sparse_mask(r, b));
+    bytes += int4 ? sq4_block_bytes(pc) : pc;
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int sparse_slice_capacity(DType t, const void* rows, int64_t nrows, int64_t n, int64_t c0, int64_t m) {
+  const bool int4 = dtype_is_sq4(t);
+  const int64_t b0 = c0 / kSparseBlock, mb = m / kSparseBlock;
+  const size_t row_bytes = dtype_row_size(t, n);
+  int64_t most = 0;
+  for (int64_t row = 0; row < nrows; ++row) {
+    const SparseRow r = sparse_row(static_cast<const uint8_t*>(rows) + row * row_bytes, n);
+    most = std::max(most, value_bytes(int4, r, b0, b0 + mb));
+  }
+  const int64_t per_block = mb > 0 ? (most + mb - 1) / mb : 0;  // value bytes per 64 inputs
+  return static_cast<int>(int4 ? std::clamp<int64_t>(2 * per_block, 2, 64) : std::clamp<int64_t>(per_block, 1, 64));
+}
+
+Status sparse_slice_row(DType t, const void* src, int64_t n, int64_t c0, int64_t m, DType dst, void* out) {
+  if (!dtype_is_sparse(t) || dtype_is_sq4(t) != dtype_is_sq4(dst) || !dtype_is_sparse(dst))
+    return Status::error(fmt::format("sparse slice: {} -> {} is not within one sparse family", dtype_name(t),
+                                     dtype_name(dst)));
+  if (n % kSparseBlock != 0 || c0 < 0 || m <= 0 || c0 % kSparseBlock != 0 || m % kSparseBlock != 0 || c0 + m > n)
+    return Status::error(
+        fmt::format("sparse slice: inputs [{}, {}) of {} do not fall on 64-input blocks", c0, c0 + m, n));
+  const bool int4 = dtype_is_sq4(t);
+  const int64_t nb = m / kSparseBlock, b0 = c0 / kSparseBlock;
+  const SparseRow r = sparse_row(src, n);
+  const int64_t skip = value_bytes(int4, r, 0, b0), bytes = value_bytes(int4, r, b0, b0 + nb);
+  const int64_t cap = nb * dtype_sparse_capacity(dst) / (int4 ? 2 : 1);
+  if (bytes > cap)
+    return Status::error(fmt::format("sparse slice: {} bytes of kept values, over {}'s {} for {} inputs", bytes,
+                                     dtype_name(dst), cap, m));
+  auto* o = static_cast<uint8_t*>(out);
+  std::memcpy(o, r.masks + b0 * 8, static_cast<size_t>(nb * 8));
+  std::memcpy(o + nb * 8, r.scales + b0 * 4, static_cast<size_t>(nb * 4));
+  std::memcpy(o + nb * 12, reinterpret_cast<const uint8_t*>(r.values) + skip, static_cast<size_t>(bytes));
+  std::memset(o + nb * 12 + bytes, 0, static_cast<size_t>(cap - bytes));
+  return Status::ok();
+}
+
 Status validate_sparse_rows(DType t, const void* data, int64_t nrows, int64_t n) {
   if (!dtype_is_sparse(t)) return Status::error("validate_sparse_rows: not a sparse type");
   const bool int4 = dtype_is_sq4(t);

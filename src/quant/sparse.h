@@ -90,6 +90,18 @@ Status quantize_row_sq4_ref(const float* src, void* dst, int64_t n, int capacity
 // Any kSQ8 | C / kSQ4 | C row (the layout does not depend on C) -> floats.
 void dequantize_row_sq8_ref(const void* src, float* dst, int64_t n);
 void dequantize_row_sq4_ref(const void* src, float* dst, int64_t n);
+// Inputs [c0, c0 + m) of sparse rows of type t (c0 and m multiples of 64):
+// the capacity of t's family the slice needs, from its densest row (kept
+// value bytes of the slice's blocks per 64 inputs; at least 1, sq4 even, at
+// least 2). A row can keep more values in one part of its inputs than its
+// capacity allows on average, so a slice may need more than t's capacity.
+int sparse_slice_capacity(DType t, const void* rows, int64_t nrows, int64_t n, int64_t c0, int64_t m);
+// One row of n inputs of type t -> its inputs [c0, c0 + m) as one row of
+// type dst (t's family): the slice's masks, scales and kept values, the
+// rest padding (zero). The same weights as the source's columns. Error: a
+// type of another family, a range off the 64-input blocks or past n, or
+// values that do not fit dst's capacity.
+Status sparse_slice_row(DType t, const void* src, int64_t n, int64_t c0, int64_t m, DType dst, void* out);
 // Checks `nrows` rows of a sparse tensor read from a file: each row's masks
 // keep no more values than the capacity allows, sq8 values lie in
 // [-127, 127], scales are finite. The error names the row and the block.

@@ -333,7 +333,10 @@ int compare(const std::string& a, const std::string& b, double tol) {
     auto it = rb->find(k);
     if (it == rb->end() || it->second.size() != row.size()) continue;
     ++n;
-    for (size_t i = 0; i < row.size(); ++i) worst = std::max(worst, std::fabs(double(row[i]) - it->second[i]));
+    for (size_t i = 0; i < row.size(); ++i) {
+      const double d = std::fabs(double(row[i]) - it->second[i]);
+      worst = std::isnan(d) ? INFINITY : std::max(worst, d);  // a NaN on either side fails
+    }
   }
   char buf[160];
   std::snprintf(buf, sizeof buf, "%zu logits rows of %zu compared: max |difference| %.3g (tolerance %.3g)", n,

@@ -18,6 +18,9 @@
 #include "model/layer_cost.h"
 #include "model/model.h"
 #include "model/shard.h"
+#include "quant/blocks.h"
+#include "quant/sparse.h"
+#include "transform/quant_plan.h"
 #include "transform/gen_model.h"
 
 namespace ember {
@@ -262,6 +265,101 @@ TEST(ModelShard, ColumnShardProductsAddUpToTheWhole) {
     EXPECT_LT(worst, 1e-5 * scale + 1e-6) << dtype_name(type) << ": " << worst << " of " << scale;
     std::remove(path.c_str());
   }
+}
+
+// A sparse (`--format sparse`) FFN down matrix cut by its input columns:
+// each rank's part is re-packed (masks, scales, kept values of its blocks),
+// not byte-sliced, in the capacity its own densest row needs: here the
+// first half of every row keeps 60 of 64 values, the second 4, so rank 0's
+// part needs more than the whole row's capacity and rank 1's far less. The
+// parts' products add up to the whole's, and the parts dequantize to the
+// whole's columns exactly.
+TEST(ModelShard, SparseColumnShardsRepackTheirPart) {
+  GenModelShape s;
+  s.arch = "llama";
+  s.n_layer = 1;
+  s.n_embd = 256;
+  s.n_ff = 512;
+  s.n_head = 2;
+  s.n_head_kv = 2;
+  s.n_vocab = 300;
+  GenModelOptions go;
+  go.type = DType::kQ8_0;
+  ThreadPool pool(1);
+  const std::string path = testing::TempDir() + "/shard_sparse.gguf";
+  ASSERT_TRUE(write_random_model(s, go, path, pool).is_ok());
+  const std::string name = "blk.0.ffn_down.weight";  // [256, 512]
+  auto sparsify = [&](Opened& o) {
+    const TensorView t = *o.file->tensor(name);
+    const int64_t n = t.ne[0], rows = t.nrows();
+    std::vector<uint8_t> q(t.nbytes);
+    std::memcpy(q.data(), t.data, t.nbytes);
+    std::mt19937 rng(7);
+    for (int64_t r = 0; r < rows; ++r) {
+      auto* blk = reinterpret_cast<BlockQ8_0*>(q.data() + r * t.row_bytes());
+      for (int64_t i = 0; i < n; ++i) {
+        const bool first = i < n / 2;
+        const bool keep = static_cast<int>(rng() % 64) < (first ? 60 : 4);
+        int8_t& v = blk[i / kQK].qs[i % kQK];
+        v = keep ? static_cast<int8_t>(v == 0 || v == -128 ? 1 : v) : 0;
+      }
+    }
+    const DType st = sparse_type_for(DType::kQ8_0, q.data(), rows, n).value();
+    const size_t rb = dtype_row_size(st, n);
+    std::shared_ptr<uint8_t[]> buf(new uint8_t[rb * rows]);
+    for (int64_t r = 0; r < rows; ++r)
+      ASSERT_TRUE(sparse_from_dense_row(st, q.data() + r * t.row_bytes(), buf.get() + r * rb, n).is_ok());
+    replace_tensor(o.file.get(), name, st, std::move(buf), rb * rows);
+  };
+  Opened whole = open(path);
+  sparsify(whole);
+  const TensorView& w = *whole.file->tensor(name);
+  ASSERT_TRUE(dtype_is_sq8(w.type));
+  const int whole_cap = dtype_sparse_capacity(w.type);
+  std::vector<Opened> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(open(path));
+    sparsify(ranks.back());
+    ModelShard sh;
+    sh.tp_rank = r;
+    sh.tp_size = 2;
+    const Status st = shard_model_file(ranks.back().file.get(), &ranks.back().cfg, &sh);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+  }
+  const TensorView& p0 = *ranks[0].file->tensor(name);
+  const TensorView& p1 = *ranks[1].file->tensor(name);
+  ASSERT_EQ(p0.ne[0], 256);
+  ASSERT_EQ(p1.ne[0], 256);
+  EXPECT_GT(dtype_sparse_capacity(p0.type), whole_cap) << dtype_name(p0.type) << " of " << dtype_name(w.type);
+  EXPECT_LT(dtype_sparse_capacity(p1.type), whole_cap / 2) << dtype_name(p1.type) << " of " << dtype_name(w.type);
+  std::vector<float> full(512), part(256);
+  for (int64_t r = 0; r < w.nrows(); ++r) {
+    dequantize_row_sq8_ref(w.row(r), full.data(), 512);
+    dequantize_row_sq8_ref(p0.row(r), part.data(), 256);
+    ASSERT_EQ(0, std::memcmp(part.data(), full.data(), 256 * sizeof(float))) << "row " << r;
+    dequantize_row_sq8_ref(p1.row(r), part.data(), 256);
+    ASSERT_EQ(0, std::memcmp(part.data(), full.data() + 256, 256 * sizeof(float))) << "row " << r;
+  }
+  // Decode (1 token), the lanes (5) and the tile (40) paths.
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto be = make_cpu_backend(pool);
+  for (int T : {1, 5, 40}) {
+    std::vector<float> x(512 * T);
+    for (float& v : x) v = nd(rng);
+    std::vector<float> y(256 * T), y0(256 * T), y1(256 * T);
+    be->matmul(w, x.data(), 512, y.data(), 256, T);
+    be->matmul(p0, x.data(), 512, y0.data(), 256, T);
+    be->matmul(p1, x.data() + 256, 512, y1.data(), 256, T);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double d = std::fabs(double(y0[i]) + y1[i] - y[i]);
+      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+      scale = std::max(scale, std::fabs(double(y[i])));
+    }
+    EXPECT_LT(worst, 1e-5 * scale + 1e-6) << T << " tokens: " << worst << " of " << scale;
+  }
+  std::remove(path.c_str());
 }
 
 // Fused Q|K|V and gate|up (Phi-3, here with LongRoPE): each part cut by its
