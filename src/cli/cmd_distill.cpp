@@ -271,11 +271,13 @@ int bench_training(TrainModel& student, const TokenWindows& data, DistillOptions
     std::fprintf(stderr, "ember distill: %s\n", r.status().message().c_str());
     return kExitFailure;
   }
-  std::vector<double> sorted = secs;
+  // The first step (allocation, first touch of the weights and the
+  // optimizer state) is a warm-up: the median is over the others.
+  std::vector<double> sorted(secs.size() > 1 ? secs.begin() + 1 : secs.begin(), secs.end());
   std::sort(sorted.begin(), sorted.end());
   const double med = sorted[sorted.size() / 2];
-  std::printf("bench: %lld steps of %lld tokens (%lld trained parameters): median step %.3f s (min %.3f, max %.3f), "
-              "%.1f tokens/s, %.1f GFLOP/s\n",
+  std::printf("bench: %lld steps of %lld tokens (%lld trained parameters): median step %.3f s (min %.3f, max %.3f; "
+              "the first, a warm-up, not counted), %.1f tokens/s, %.1f GFLOP/s\n",
               static_cast<long long>(steps), static_cast<long long>(o.batch * o.accum * data.seq_len()),
               static_cast<long long>(student.n_trainable()), med, sorted.front(), sorted.back(),
               static_cast<double>(o.batch * o.accum * data.seq_len()) / med, step_flops / med * 1e-9);
