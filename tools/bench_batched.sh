@@ -7,7 +7,8 @@
 # medians to llama.cpp's.
 #   tools/bench_batched.sh MODEL ROUNDS EMBER [EMBER..]
 # Environment: NPL (16), NPP (128), NTG (64), THREADS (2),
-# LLAMA_BIN (/work/llama-cpp/bin: tools/build_llama_cpp.sh builds it).
+# LLAMA_BIN (/work/llama-cpp/bin: tools/build_llama_cpp.sh builds it; ik_llama.cpp's
+# from tools/build_ik_llama_cpp.sh), LLAMA_ARGS (extra llama-batched-bench flags).
 # Each EMBER is a binary, optionally with flags for `bench throughput` (one
 # argument, split at spaces), e.g. this build against an older one (built
 # from the older commit), or with and without a routing knob:
@@ -18,6 +19,7 @@ set -euo pipefail
 M=$1; R=$2; shift 2
 NPL=${NPL:-16}; NPP=${NPP:-128}; NTG=${NTG:-64}; T=${THREADS:-2}
 LLAMA_BIN=${LLAMA_BIN:-/work/llama-cpp/bin}
+read -r -a LARGS <<<"${LLAMA_ARGS:-}"
 [ -x "$LLAMA_BIN/llama-batched-bench" ] || { echo "bench_batched: $LLAMA_BIN/llama-batched-bench missing" >&2; exit 1; }
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)  threads: $T"
 echo "model: $M  shape: $NPL x ($NPP + $NTG)  rounds: $R  load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -37,7 +39,7 @@ for r in $(seq 1 "$R"); do
     i=$((i + 1))
   done
   # llama-batched-bench's table row: | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | ...
-  v=$("$LLAMA_BIN/llama-batched-bench" -m "$M" -c 4096 -b 2048 -ub 512 -npp "$NPP" -ntg "$NTG" -npl "$NPL" -t "$T" 2>&1 |
+  v=$("$LLAMA_BIN/llama-batched-bench" -m "$M" -c 4096 -b 2048 -ub 512 -npp "$NPP" -ntg "$NTG" -npl "$NPL" -t "$T" "${LARGS[@]}" 2>&1 |
       awk -F'|' -v pp="$NPP" '$2 + 0 == pp && NF > 9 {gsub(/ /, "", $9); print $9}' | head -1)
   [ -n "$v" ] || { echo "bench_batched: no S_TG from llama-batched-bench" >&2; exit 1; }
   echo "round $r  llama-batched-bench S_TG: $v tok/s"

@@ -24,6 +24,9 @@
 #   FILES=""                       (extra GGUF paths to include as they are)
 #   THREADS=2 REPS=3 ROUNDS=2 P=512 N=128
 #   LLAMA_BIN=/work/llama-cpp/bin  EMBER=build/ember  QUANTIZE_BIN=$LLAMA_BIN
+#   LLAMA_ARGS=""                  (extra llama-bench flags, one string split at spaces)
+#   ik_llama.cpp (tools/build_ik_llama_cpp.sh) with its run-time repacking:
+#     LLAMA_BIN=../ik-llama/bin QUANTIZE_BIN=/work/llama-cpp/bin LLAMA_ARGS="-rtr 1"
 #   AVX2 against AVX2: EMBER_ISA=avx2 LLAMA_BIN=../llama-cpp-avx2/bin QUANTIZE_BIN=../llama-cpp/bin
 #   PREPARE_ONLY=1                 (make the files, run nothing)
 # Example: SHAPES=qwen3-0.6b TYPES="q4_k_m q4_0" tools/bench_set.sh
@@ -45,6 +48,7 @@ EMBER=${EMBER:-build/ember}
 # (e.g. the AVX2-only build of tools/build_llama_cpp.sh, LLAMA_ISA=avx2).
 QUANTIZE=${QUANTIZE_BIN:-$LLAMA_BIN}/llama-quantize
 LBENCH=$LLAMA_BIN/llama-bench
+read -r -a LARGS <<<"${LLAMA_ARGS:-}"
 
 die() { echo "bench_set: $*" >&2; exit 1; }
 [ -x "$EMBER" ] || die "$EMBER not built (cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C build)"
@@ -101,7 +105,7 @@ for f in "${files[@]}"; do
     "$EMBER" bench -m "$f" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" $bw --json "$RES/$name.r$r.ember.json" \
       >"$RES/$name.r$r.ember.log" 2>/dev/null || die "ember bench failed on $f"
     echo "[$name round $r] llama.cpp"
-    "$LBENCH" -m "$f" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" -o json >"$RES/$name.r$r.llama.json" \
+    "$LBENCH" -m "$f" -p "$P" -n "$N" -r "$REPS" -t "$THREADS" "${LARGS[@]}" -o json >"$RES/$name.r$r.llama.json" \
       2>"$RES/$name.r$r.llama.log" || {
       echo "bench_set: llama-bench failed on $f (see $RES/$name.r$r.llama.log); its columns stay empty" >&2
       rm -f "$RES/$name.r$r.llama.json"
