@@ -128,7 +128,8 @@ TEST(DecodeRows, KQuantMatmulDecodeEqualsBatch) {
 // largest ones, sums overflowing to inf), every code, activation quants
 // anywhere in [-127, 127] with scales of both signs; odd block counts (a
 // lone last block), a row longer than the decode kernel's prepared pairs
-// (its fallback), and every tile shape at the corners of the problem.
+// (the fallbacks of decode and few), every token count of the few-token
+// form and every tile shape at the corners of the problem.
 TEST(DecodeRows, Mxfp4RawBytesMatchVecDotBitForBit) {
   constexpr int64_t kRows = 35, kTokens = 11;
   bool any = false;
@@ -166,6 +167,22 @@ TEST(DecodeRows, Mxfp4RawBytesMatchVecDotBitForBit) {
                     << " want " << want[c * kRows + r0 + r];
             }
       }
+      if (k.vec_dot_few) {  // every token count at the corners, rows as for decode
+        any = true;
+        for (int nc = 1; nc <= std::min<int>(k.few_max, kTokens); ++nc)
+          for (int64_t c0 : {int64_t{0}, kTokens - nc})
+            for (int64_t r0 : {int64_t{0}, int64_t{1}, int64_t{4}})
+              for (int64_t nr : {int64_t{1}, int64_t{2}, int64_t{3}, kRows - r0}) {
+                std::vector<float> got(static_cast<size_t>(kRows * kTokens), std::nanf(""));
+                k.vec_dot_few(n, got.data() + c0 * kRows + r0, kRows, w.data() + wrb * r0, wrb,
+                              reinterpret_cast<const uint8_t*>(x.data()) + xrb * c0, xrb, nr, nc);
+                for (int64_t c = c0; c < c0 + nc; ++c)
+                  for (int64_t r = r0; r < r0 + nr; ++r)
+                    ASSERT_TRUE(same_bits(got[c * kRows + r], want[c * kRows + r]))
+                        << label() << " few nr=" << nr << " nc=" << nc << " at (" << r0 << "," << c0 << "): r=" << r
+                        << " c=" << c << " got " << got[c * kRows + r] << " want " << want[c * kRows + r];
+              }
+      }
       if (k.vec_dot_tile) {
         any = true;
         for (int nr = 1; nr <= std::min<int>(k.tile_rows, kRows); ++nr)
@@ -185,6 +202,17 @@ TEST(DecodeRows, Mxfp4RawBytesMatchVecDotBitForBit) {
     }
   }
   if (!any) GTEST_SKIP() << "no MXFP4 decode or tile kernel at this CPU's levels";
+}
+
+// MXFP4 through the driver at every token count around the few-token form's
+// range (batched decode: a few tokens per expert) and into the tile's: each
+// token's bits as when it is multiplied alone, for 1-3 threads.
+TEST(DecodeRows, Mxfp4MatmulFewTokensEqualSingle) {
+  const int64_t n = 2880, rows = 203;
+  const auto w = make_weights(DType::kMXFP4, rows, n, 13);
+  for (int64_t tokens = 2; tokens <= 10; ++tokens)
+    expect_decode_equals_batch(DType::kMXFP4, w, rows, n, make_x(tokens, n, 20 + static_cast<uint32_t>(tokens)),
+                               tokens);
 }
 
 }  // namespace

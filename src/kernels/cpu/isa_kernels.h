@@ -157,14 +157,18 @@ namespace avx512 {
 EMBER_DECLARE_LIKE(attention_scratch_floats)
 EMBER_DECLARE_LIKE(attention_ragged)
 
-// MXFP4 x Q8_0 (avx512/mxfp4_dot.cpp): vec_dot, decode and the tile of
-// kMxfp4TileRows rows x kMxfp4TileCols tokens, two blocks per zmm
-// (arithmetic atop that file; decode and tile reach vec_dot's integer sums
-// with unsigned weights and the activations' sums prepared once per call).
+// MXFP4 x Q8_0 (avx512/mxfp4_dot.cpp): vec_dot, decode, a few tokens
+// (1 .. kMxfp4FewMax: decode's row stream with the tile's register block)
+// and the tile of kMxfp4TileRows rows x kMxfp4TileCols tokens, two blocks
+// per zmm (arithmetic atop that file; decode, few and tile reach vec_dot's
+// integer sums with unsigned weights and the activations' sums prepared
+// once per call).
 constexpr int kMxfp4TileRows = 16;
 constexpr int kMxfp4TileCols = 8;
+constexpr int kMxfp4FewMax = 8;
 DotKernel mxfp4_dot;
 RowsKernel mxfp4_rows;
+FewKernel mxfp4_few;
 TileKernel mxfp4_tile;
 DotKernel f32_dot, f16_dot, bf16_dot;
 // Float weights (avx512/float_dot.cpp, float_tile.cpp): one fma chain per

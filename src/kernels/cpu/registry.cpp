@@ -246,7 +246,8 @@ std::vector<Row> rows() {
                         .tokens_min = a5::kKquantsTokensMin, .tokens_max = a5::kKquantsTokensMax,
                         .vec_dot_tile = a5::q6_K_tile, .tile_rows = a5::kKquantsLanesTileRows,
                         .tile_cols = a5::kKquantsLanesTileCols}},
-      {kMXFP4, kAvx512, {.vec_dot = a5::mxfp4_dot, .vec_dot_rows = a5::mxfp4_rows, .vec_dot_tile = a5::mxfp4_tile,
+      {kMXFP4, kAvx512, {.vec_dot = a5::mxfp4_dot, .vec_dot_rows = a5::mxfp4_rows, .vec_dot_few = a5::mxfp4_few,
+                         .few_max = a5::kMxfp4FewMax, .vec_dot_tile = a5::mxfp4_tile,
                          .tile_rows = a5::kMxfp4TileRows, .tile_cols = a5::kMxfp4TileCols}},
       // Interleaved: native decode, few-token passes and tile; Q4_0 / Q5_0 /
       // Q8_0 a two-group tile (shared activation broadcasts) and above
