@@ -196,7 +196,14 @@ class CudaBackend final : public Backend {
     if (!keep(d.status())) return nullptr;
     return *d;
   }
-  const void* in(const void* p, size_t bytes) { return arg(p, bytes, true, false); }
+  // A read-only input: small host buffers from the input cache (no copy
+  // when the same bytes were seen before), larger ones staged.
+  const void* in(const void* p, size_t bytes) {
+    if (!p || bytes == 0 || bytes > InputCache::kMaxBytes || ranges_->find(p)) return arg(p, bytes, true, false);
+    auto d = inputs_.get(*ctx_, p, bytes);
+    if (!keep(d.status())) return nullptr;
+    return *d;
+  }
   const float* inf(const float* p, size_t bytes) { return static_cast<const float*>(in(p, bytes)); }
   float* outf(float* p, size_t bytes, bool read) { return static_cast<float*>(arg(p, bytes, read, true)); }
   const float* param(const float* p, int64_t n) {
@@ -238,6 +245,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<DeviceRanges> ranges_;
   Staging staging_;
   ParamCache params_;
+  InputCache inputs_;
   Status status_;
   DeviceBuffer act_[3];     // int8 activation rows per activation kind (Q8_0, Q8_K, f32 copy)
   DeviceBuffer tiles_;      // matmul_tile scratch

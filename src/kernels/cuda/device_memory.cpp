@@ -87,6 +87,32 @@ Status Staging::finish() {
   return st;
 }
 
+Result<const void*> InputCache::get(Context& ctx, const void* host, size_t bytes) {
+  ++clock_;
+  Entry* lru = nullptr;
+  for (Entry& e : e_) {
+    if (e.bytes.size() == bytes && std::memcmp(e.bytes.data(), host, bytes) == 0) {
+      e.used = clock_;
+      return static_cast<const void*>(e.dev.data());
+    }
+    if (!lru || e.used < lru->used) lru = &e;
+  }
+  if (static_cast<int>(e_.size()) < kEntries) {
+    e_.emplace_back();
+    lru = &e_.back();
+  }
+  if (lru->dev.bytes() < bytes) {
+    lru->dev.reset();
+    auto b = DeviceBuffer::alloc(std::max<size_t>(bytes, 4096));
+    if (!b) return b.status().with_context("caching an op's input on the device");
+    lru->dev = std::move(*b);
+  }
+  lru->bytes.assign(static_cast<const uint8_t*>(host), static_cast<const uint8_t*>(host) + bytes);
+  lru->used = clock_;
+  EMBER_RETURN_IF_ERROR(ctx.to_device(lru->dev.data(), lru->bytes.data(), bytes));
+  return static_cast<const void*>(lru->dev.data());
+}
+
 Result<const void*> ParamCache::get(Context& ctx, const void* host, size_t bytes) {
   if (!host) return static_cast<const void*>(nullptr);
   Entry& e = m_[host];

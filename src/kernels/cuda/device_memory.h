@@ -59,6 +59,28 @@ class Staging {
   std::vector<Entry> entries_;
 };
 
+// Device copies of small read-only host inputs that recur from op to op
+// (a step's positions, sequence ids, page tables, RoPE tables): a few
+// entries, each the host bytes and their device copy; a lookup compares the
+// bytes (memcmp), so a hit needs no copy at all and a changed buffer is
+// never served stale. The least recently used entry goes first.
+class InputCache {
+ public:
+  static constexpr size_t kMaxBytes = size_t{1} << 20;  // larger inputs are staged
+  static constexpr int kEntries = 32;
+  // The device copy of host[0, bytes) (bytes <= kMaxBytes).
+  Result<const void*> get(Context& ctx, const void* host, size_t bytes);
+
+ private:
+  struct Entry {
+    std::vector<uint8_t> bytes;
+    DeviceBuffer dev;
+    uint64_t used = 0;
+  };
+  std::vector<Entry> e_;
+  uint64_t clock_ = 0;
+};
+
 // Model parameters handed to ops as host pointers (RMSNorm weights, biases,
 // RoPE frequencies): uploaded once, the host bytes kept and compared at each
 // use (other bytes at the same address: uploaded again).
