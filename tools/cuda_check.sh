@@ -8,14 +8,22 @@
 # share of them (ember_cuda_bench), then `ember bench --device cuda` tg128 /
 # pp512 on the default model and the Llama-3.1-8B shape (Q8_0 and Q4_K_M,
 # made here by `ember gen-model` and `ember quantize`, as time allows),
-# `ember bench throughput` at 64 sequences, and a results table last
-# ($OUT/results.md, or /tmp/cuda_check/results.md).
+# `ember bench throughput` at 64 sequences, `ember serve --device cuda`
+# answering the openai client, and a results table last ($OUT/results.md,
+# or /tmp/cuda_check/results.md). CUDA_CHECK_DEVICE=cpu runs the ember
+# steps on the CPU instead (a dry run of this script where there is no GPU).
 #
 # Here (no GPU): build, then bundle the programs into a small ignored folder
 # that the device tool carries (64 MiB at most):
 #   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 #   ninja -C build ember_cli test_cuda test_cuda_model ember_cuda_bench
-#   tools/cuda_check.sh --bundle build build-cuda-bundle
+#   tools/cuda_check.sh --bundle build build-cuda-bundle [WHEELS]
+# (WHEELS: a folder of the openai client's wheels for Python 3.12, e.g. from
+# `pip download --no-deps --only-binary=:all: --python-version 3.12
+# --platform manylinux2014_x86_64 -d WHEELS openai pydantic pydantic-core
+# annotated-types typing-inspection distro jiter sniffio httpx2 httpcore2
+# truststore typing-extensions anyio idna h11`; without it the serve check
+# speaks plain HTTP.)
 # There (device tool):
 #   run(command="tools/cuda_check.sh build-cuda-bundle", carry=["build-cuda-bundle"], timeout_s=560)
 # The default model (253 MB) cannot travel: its shape is generated there
@@ -30,14 +38,17 @@ cd "$(dirname "$0")/.."
 progs="ember test_cuda test_cuda_model ember_cuda_bench"
 
 if [ "${1:-}" = "--bundle" ]; then
-  src=${2:?usage: tools/cuda_check.sh --bundle BUILD_DIR BUNDLE_DIR}
-  dst=${3:?usage: tools/cuda_check.sh --bundle BUILD_DIR BUNDLE_DIR}
+  src=${2:?usage: tools/cuda_check.sh --bundle BUILD_DIR BUNDLE_DIR [WHEEL_DIR]}
+  dst=${3:?usage: tools/cuda_check.sh --bundle BUILD_DIR BUNDLE_DIR [WHEEL_DIR]}
   mkdir -p "$dst"
   for f in $progs; do
     [ -x "$src/$f" ] || { echo "cuda_check: $src/$f is missing (ninja -C $src ember_cli test_cuda test_cuda_model ember_cuda_bench)" >&2; exit 1; }
     cp "$src/$f" "$dst/"
     strip --strip-debug "$dst/$f" 2>/dev/null || true
   done
+  # WHEEL_DIR: the openai client's wheels for the device's Python (the GPU
+  # image has no openai package; see the serve check below).
+  if [ -n "${4:-}" ]; then mkdir -p "$dst/whl" && cp "$4"/*.whl "$dst/whl/"; fi
   du -sh "$dst"
   exit 0
 fi
@@ -47,6 +58,7 @@ dir=${1:-build-cuda-bundle}
 log=${OUT:-/tmp/cuda_check}
 work=${CUDA_CHECK_WORK:-/tmp/cuda_check_work}
 budget=${CUDA_CHECK_BUDGET_S:-420}
+device=${CUDA_CHECK_DEVICE:-cuda}
 mkdir -p "$log" "$work"
 for f in $progs; do
   [ -x "$dir/$f" ] || { echo "cuda_check: $dir/$f is missing (see the top of this script)" >&2; exit 1; }
@@ -126,7 +138,7 @@ bench_rc=${PIPESTATUS[0]}
 # `ember bench --device cuda` on one file: tg128 and pp512 (3 repetitions).
 bench_model() {  # bench_model NAME FILE
   echo "== ember bench --device cuda: $1"
-  if timeout 150 "$ember" bench --device cuda -m "$2" -p 512 -n 128 -r 3 --json "$log/bench_$1.json" \
+  if timeout 150 "$ember" bench --device "$device" -m "$2" -p 512 -n 128 -r 3 --json "$log/bench_$1.json" \
       > "$log/bench_$1.log" 2>&1; then
     note "### $1"
     note '```'
@@ -163,16 +175,58 @@ fi
 # Throughput at 64 concurrent sequences on the default model.
 if [ -f "$model" ] && in_budget 60 "bench throughput at 64 sequences"; then
   echo "== ember bench throughput --device cuda (64 sequences)"
-  if timeout 120 "$ember" bench throughput --device cuda -m "$model" --num-prompts 64 --max-num-seqs 64 \
+  if timeout 120 "$ember" bench throughput --device "$device" -m "$model" --num-prompts 64 --max-num-seqs 64 \
       --input-len 128 --output-len 128 > "$log/throughput.log" 2>&1; then
     note "## ember bench throughput --device cuda, 64 sequences, 128 + 128 tokens (default model)"
     note '```'
-    head -3 "$log/throughput.log" | tee -a "$results"
+    grep -v "requests finished" "$log/throughput.log" | tail -4 | tee -a "$results"
     note '```'
   else
     note "- bench throughput failed: $(tail -2 "$log/throughput.log" | tr '\n' ' ')"
     rc_all=1
   fi
+fi
+
+# `ember serve --device cuda` answering the official openai client (its
+# wheels from the bundle when the device's Python lacks it; else plain HTTP).
+if [ -f "$model" ] && in_budget 45 "ember serve --device cuda with the openai client"; then
+  echo "== ember serve --device cuda"
+  if [ -d "$dir/whl" ] && ! python3 -c "import openai" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site" "$dir"/whl/*.whl > "$log/pip.log" 2>&1 &&
+      export PYTHONPATH="$work/site:${PYTHONPATH:-}"
+  fi
+  port=18473
+  "$ember" serve --device "$device" -m "$model" --port $port --max-num-seqs 8 > "$log/serve.log" 2>&1 &
+  spid=$!
+  for _ in $(seq 60); do
+    python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=1)" 2>/dev/null && break
+    sleep 1
+  done
+  if python3 - "$port" > "$log/serve_client.log" 2>&1 <<'PYEOF'; then
+import json, sys, urllib.request
+url = f"http://127.0.0.1:{sys.argv[1]}/v1"
+try:
+    import openai
+    c = openai.OpenAI(base_url=url, api_key="none")
+    model = c.models.list().data[0].id
+    r = c.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
+    print("openai", openai.__version__, "->", repr(r.choices[0].text), r.usage.completion_tokens, "tokens")
+    assert r.usage.completion_tokens > 0
+except ImportError:
+    req = urllib.request.Request(url + "/completions", json.dumps(
+        {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}).encode(),
+        {"Content-Type": "application/json"})
+    r = json.load(urllib.request.urlopen(req, timeout=60))
+    print("plain HTTP (no openai package) ->", repr(r["choices"][0]["text"]), r["usage"]["completion_tokens"], "tokens")
+    assert r["usage"]["completion_tokens"] > 0
+PYEOF
+    note "- ember serve --device cuda: $(tail -1 "$log/serve_client.log")"
+  else
+    note "- ember serve --device cuda failed: $(tail -3 "$log/serve_client.log" | tr '\n' ' ') | serve: $(tail -2 "$log/serve.log" | tr '\n' ' ')"
+    rc_all=1
+  fi
+  kill "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
 fi
 
 echo
