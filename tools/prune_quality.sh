@@ -8,14 +8,18 @@
 #
 #   tools/prune_quality.sh DIR [SETS]
 #     DIR: work folder (DIR/f32.gguf is made from the default model if absent)
-#     SETS: any of "unstructured owl nm vocab ffn layers heads pareto"
-#       (default: all, in that order)
+#     SETS: any of "unstructured owl nm vocab ffn layers heads pareto owlsweep"
+#       (default: all but owlsweep, in that order)
 #   env: EMBER (build/ember), THREADS (2), CHUNKS (held-out windows of 512,
 #     default 2: 1022 scored positions, as docs/quantization.md), KEEP=1 keeps the written files, ROUNDS (alternating
 #     decode-speed rounds of the vocabulary files, default 5; 0: none),
 #     DENSE_METHOD (the dense rows of the Pareto plot: gptq (default),
 #     imatrix, awq or rtn), SPARSE_METHOD (its sparse rows: wanda
 #     (default) or sparsegpt), SPARSE_LAYERS (uniform (default) or owl),
+#     OWL_GRID (owlsweep's "lambda:M" pairs; default "0.02:5 0.05:5 0.08:5
+#     0.1:5 0.2:5 0.08:3 0.08:7 0.08:10"), SWEEP_METHODS ("wanda"), VAL (its
+#     validation text; default DIR/val_pp.txt, made from the last 20000
+#     bytes of data/calibration.txt),
 #     OWL_METHODS ("wanda sparsegpt"), NM_METHODS ("magnitude wanda
 #     sparsegpt"), CALIB_TOKENS (--calib-tokens of every prune; default: the
 #     CLI's, 4096), PARETO_DENSE (the dense mixes: "Q8_0 Q6_K Q5_K_M Q4_K_M
@@ -27,6 +31,11 @@
 #   unstructured  magnitude / Wanda / SparseGPT at 50%, the f32 source
 #                 (the default model dequantized, so only pruning counts)
 #   owl           Wanda / SparseGPT at 70%, uniform and OWL layer sparsity
+#                 (OWL_LAMBDA / OWL_M: the setting, default the paper's 0.08 / 5)
+#   owlsweep      OWL's lambda and M at 70% on a validation text (the end of
+#                 the calibration novel, unseen by the calibration), against
+#                 uniform on the same text: the setting is chosen there,
+#                 never on the held-out Persuasion
 #   nm            2:4 and 4:8 by each method
 #   vocab         the output head cut to 32k / 64k / 128k tokens of the
 #                 Q4_K_M file (as users run it, so the speed is real),
@@ -62,6 +71,13 @@ PARETO_SPARSITY=${PARETO_SPARSITY:-"0.5 0.6 0.7"}
 ACT_LEVELS=${ACT_LEVELS:-"0.4 0.5"}
 OWL_METHODS=${OWL_METHODS:-"wanda sparsegpt"}
 NM_METHODS=${NM_METHODS:-"magnitude wanda sparsegpt"}
+OWL_GRID=${OWL_GRID:-"0.02:5 0.05:5 0.08:5 0.1:5 0.2:5 0.08:3 0.08:7 0.08:10"}
+SWEEP_METHODS=${SWEEP_METHODS:-wanda}
+OWL_LAMBDA=${OWL_LAMBDA:-0.08}
+OWL_M=${OWL_M:-5}
+OWL_TAG=""  # the rows of another setting than the paper's are named *_70_owl_l<lambda>_m<M> (uniform not rerun)
+[ "$OWL_LAMBDA:$OWL_M" = 0.08:5 ] || OWL_TAG="_l${OWL_LAMBDA}_m${OWL_M}"
+VAL=${VAL:-$DIR/val_pp.txt}
 CAL=()
 [ -z "${CALIB_TOKENS:-}" ] || CAL=(--calib-tokens "$CALIB_TOKENS")
 SPARSE4_ARGS=${SPARSE4_ARGS:-"--type q4_0 --format sparse --sparse-bits 4"}
@@ -175,8 +191,21 @@ for g in $SETS; do
       for m in magnitude wanda sparsegpt; do run "${m}_50" "$SRC" --method "$m" --sparsity 0.5 --speed-tokens 0; done ;;
     owl)
       for m in $OWL_METHODS; do
-        run "${m}_70" "$SRC" --method "$m" --sparsity 0.7 --speed-tokens 0
-        run "${m}_70_owl" "$SRC" --method "$m" --sparsity 0.7 --layer-sparsity owl --speed-tokens 0
+        [ -n "$OWL_TAG" ] || run "${m}_70" "$SRC" --method "$m" --sparsity 0.7 --speed-tokens 0
+        run "${m}_70_owl$OWL_TAG" "$SRC" --method "$m" --sparsity 0.7 --layer-sparsity owl --owl-lambda "$OWL_LAMBDA" \
+          --owl-m "$OWL_M" --speed-tokens 0
+      done ;;
+    owlsweep)
+      # OWL's lambda and M (the paper's grid: M 3 / 5 / 7 / 10, lambda
+      # 0.02-0.2) scored on a validation text, the end of the calibration
+      # novel (past the calibration tokens), never on the held-out one.
+      [ -f "$VAL" ] || tail -c 20000 data/calibration.txt | sed '1d' > "$VAL"
+      for m in $SWEEP_METHODS; do
+        run "${m}_70_val" "$SRC" --method "$m" --sparsity 0.7 --speed-tokens 0 --check-file "$VAL"
+        for lm in $OWL_GRID; do
+          run "${m}_70_owl_l${lm%%:*}_m${lm##*:}_val" "$SRC" --method "$m" --sparsity 0.7 --layer-sparsity owl \
+            --owl-lambda "${lm%%:*}" --owl-m "${lm##*:}" --speed-tokens 0 --check-file "$VAL"
+        done
       done ;;
     nm)
       for p in 2:4 4:8; do

@@ -22,6 +22,8 @@ import re
 import sys
 
 BLOCK = re.compile(r"^blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight$")
+OWL_TAGGED = re.compile(r"^(wanda|sparsegpt)_70_owl_l([0-9.]+)_m([0-9.]+)$")
+OWL_SWEEP = re.compile(r"^(wanda|sparsegpt)_70_owl_l([0-9.]+)_m([0-9.]+)_val$")
 TENSOR = re.compile(r"^\s+(\S+)\s+(\S+)\s+\[([0-9, ]+)\]\s+(\d+) bytes$")
 
 
@@ -103,18 +105,41 @@ def unstructured_tables(s):
                    + table(["method", "KL mean", "KL p99", "top-1", "perplexity", "KL vs magnitude"], rows))
     rows = []
     for m in ("wanda", "sparsegpt"):
-        u, o = s.get(f"{m}_70"), s.get(f"{m}_70_owl")
-        if not u and not o:
-            continue
-        ku, ko = num(u["kl"]) if u else None, num(o["kl"]) if o else None
-        change = f"{100 * (ko / ku - 1):+.1f}%" if ku and ko is not None else "-"
-        rows.append([m, fmt(u["kl"], ".4f") if u else "-", fmt(o["kl"], ".4f") if o else "-", change,
-                     (u["top1"] + "%") if u else "-", (o["top1"] + "%") if o else "-",
-                     ppl_cell(u) if u else "-", ppl_cell(o) if o else "-"])
+        u = s.get(f"{m}_70")
+        settings = [("0.08", "5", s.get(f"{m}_70_owl"))]
+        for name in sorted(s):
+            k = OWL_TAGGED.match(name)
+            if k and k.group(1) == m:
+                settings.append((k.group(2), k.group(3), s[name]))
+        for lam, mm, o in settings:
+            if not u and not o:
+                continue
+            ku, ko = num(u["kl"]) if u else None, num(o["kl"]) if o else None
+            change = f"{100 * (ko / ku - 1):+.1f}%" if ku and ko is not None else "-"
+            rows.append([m, f"{lam} / {mm}", fmt(u["kl"], ".4f") if u else "-", fmt(o["kl"], ".4f") if o else "-",
+                         change, (u["top1"] + "%") if u else "-", (o["top1"] + "%") if o else "-",
+                         ppl_cell(u) if u else "-", ppl_cell(o) if o else "-"])
     if rows:
-        out.append("**70% unstructured, uniform against OWL** (lambda 0.08, M 5):\n\n"
-                   + table(["method", "KL uniform", "KL OWL", "OWL change", "top-1 uniform", "top-1 OWL",
-                            "perplexity uniform", "perplexity OWL"], rows))
+        out.append("**70% unstructured, uniform against OWL** (lambda / M: OWL's setting; 0.08 / 5 is the paper's):\n\n"
+                   + table(["method", "lambda / M", "KL uniform", "KL OWL", "OWL change", "top-1 uniform",
+                            "top-1 OWL", "perplexity uniform", "perplexity OWL"], rows))
+    rows = []
+    for m in ("wanda", "sparsegpt"):
+        u = s.get(f"{m}_70_val")
+        sweep = [(float(k.group(3)), float(k.group(2)), k.group(0)) for k in map(OWL_SWEEP.match, s)
+                 if k and k.group(1) == m]
+        for _, _, name in sorted(sweep):
+            k = OWL_SWEEP.match(name)
+            o = s[name]
+            ku, ko = num(u["kl"]) if u else None, num(o["kl"])
+            change = f"{100 * (ko / ku - 1):+.1f}%" if ku and ko is not None else "-"
+            rows.append([m, k.group(2), k.group(3), fmt(o["kl"], ".4f"), fmt(u["kl"], ".4f") if u else "-", change,
+                         o["top1"] + "%", ppl_cell(o)])
+    if rows:
+        out.append("**OWL's lambda and M at 70%, on the validation text** (the last 20000 bytes of "
+                   "data/calibration.txt, past the calibration tokens; not the held-out text):\n\n"
+                   + table(["method", "lambda", "M", "KL OWL", "KL uniform", "OWL change", "top-1 OWL",
+                            "perplexity OWL"], rows))
     rows = []
     for p in ("2of4", "4of8"):
         mk = num(s.get(f"magnitude_{p}", {}).get("kl"))

@@ -20,6 +20,7 @@
 #include "cli/parallel_options.h"
 #include "cli/moe_options.h"
 #include "engine/kv/kv_pool.h"
+#include "cli/device_options.h"
 #include "cli/spec_options.h"
 #include "cli/progress.h"
 #include "core/cpu_features.h"
@@ -159,11 +160,15 @@ int bench_throughput(int argc, char** argv, int first) {
   moe_opts.add_to(p);
   LoadFlags load_flags;
   load_flags.add_to(p);
+  DeviceOptions dev;
+  dev.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
     return kExitOk;
   }
+  if (Status st = dev.resolve(); !st) return usage_error(p, st.message());
+  load_flags.file_layout = dev.file_layout();
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1) return usage_error(p, "counts must be >= 1");
   if (!(ratio >= 0.f && ratio < 1.f)) return usage_error(p, "--random-range-ratio must be in [0, 1)");
   o.range_ratio = ratio;
@@ -195,6 +200,9 @@ int bench_throughput(int argc, char** argv, int first) {
   auto kv_types = kv_opts.to_types(lm.model->config());
   if (!kv_types) return usage_error(p, kv_types.status().message());
   o.engine.kv_types = *kv_types;
+  if (Status st = dev.check(*lm.model, *kv_types, o.engine.spec.method != SpecMethod::kNone, job != nullptr); !st)
+    return usage_error(p, st.message());
+  o.engine.backend = dev.factory();
   if (!dataset.empty()) {
     auto reqs = load_dataset(dataset, *lm.tokenizer, o.output_len);
     if (!reqs) return usage_error(p, reqs.status().message());
@@ -263,7 +271,8 @@ struct EngineRowResult {
 };
 
 Result<EngineRowResult> engine_row_tps(const Model& m, ThreadPool& pool, int batch, int n_prompt, int n_gen,
-                                       uint64_t seed, KvTypes kv_types, ParallelJob* job) {
+                                       uint64_t seed, KvTypes kv_types, ParallelJob* job,
+                                       const BackendFactory& backend) {
   const ModelConfig& c = m.config();
   ThroughputOptions o;
   o.num_prompts = batch;
@@ -272,6 +281,7 @@ Result<EngineRowResult> engine_row_tps(const Model& m, ThreadPool& pool, int bat
   o.seed = seed;
   o.engine.max_num_seqs = batch;
   o.engine.kv_types = kv_types;
+  o.engine.backend = backend;
   const KvSpec spec = kv_spec_from_config(c, kv_types);
   const size_t per_token = kv_bytes_per_token(spec);
   // Room for every sequence, plus the dtype's tails reserve (0 for per-row dtypes).
@@ -328,11 +338,14 @@ int cmd_bench(int argc, char** argv, int first) {
   LoadFlags load_flags;
   load_flags.add_to(p);
   act_opts.add_to(p);
+  DeviceOptions dev;
+  dev.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
     return kExitOk;
   }
+  if (Status st = dev.resolve(); !st) return usage_error(p, st.message());
   std::vector<int> prompts, gens, thread_counts;
   if (Status st = parse_int_list("-p", p_arg, 0, 1 << 20, &prompts); !st) return usage_error(p, st.message());
   if (Status st = parse_int_list("-n", n_arg, 0, 1 << 20, &gens); !st) return usage_error(p, st.message());
@@ -356,7 +369,7 @@ int cmd_bench(int argc, char** argv, int first) {
     if (job) job->abort(kExitUsage);
     return usage_error(p, model.status().message());
   }
-  prepare_for_cpu(**model);
+  if (!dev.file_layout()) prepare_for_cpu(**model);
   if (Status st = act_opts.apply(model->get()); !st) {
     if (job) job->abort(kExitUsage);
     return usage_error(p, st.message());
@@ -373,6 +386,11 @@ int cmd_bench(int argc, char** argv, int first) {
     return usage_error(p, fmt::format("tests longer than the model's context ({})", c.n_ctx_train));
   auto kv_types = kv_opts.to_types(c);
   if (!kv_types) return usage_error(p, kv_types.status().message());
+  if (Status st = dev.check(m, *kv_types, false, job != nullptr); !st) return usage_error(p, st.message());
+  // On a device every row runs through the serving engine (its paged KV
+  // pool lives in the device's memory); the backends share the weights.
+  const BackendFactory backend = dev.factory();
+  const bool engine_only = job || dev.cuda();
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> tok(0, c.n_vocab - 1);
@@ -383,6 +401,7 @@ int cmd_bench(int argc, char** argv, int first) {
               static_cast<long long>(kv_bytes_per_token(kv_spec_from_config(c, *kv_types))),
               depth > 0 ? fmt::format("; tg at depth {}", depth).c_str() : "");
   if (job) std::printf("parallel: %s\n", job->describe().c_str());
+  if (dev.cuda()) std::printf("device: cuda (every row through the engine)\n");
   if (!m.activation_thresholds().empty())
     std::printf("activation sparsity: thresholds on %zu block inputs; column copies %.1f MiB (--act-sparsity)\n",
                 m.activation_thresholds().size(), m.activation_column_bytes() / 1048576.0);
@@ -419,7 +438,7 @@ int cmd_bench(int argc, char** argv, int first) {
                   *kv_types);
     // Batches > 1: through the serving engine.
     for (int b : batches) {
-      if (b == 1 && !job) continue;  // one sequence: the plain generator (below), unless parallel
+      if (b == 1 && !engine_only) continue;  // one sequence: the plain generator (below), unless parallel or a device
       for (int pass = 0; pass < 2; ++pass)
         for (int len : pass == 0 ? prompts : gens) {
           if (len <= 0) continue;
@@ -428,7 +447,7 @@ int cmd_bench(int argc, char** argv, int first) {
           BenchRow row{(pass == 0 ? "pp" : "tg") + std::to_string(len) + at_depth, threads, np, ng, b, {}};
           for (int r = 0; r <= reps; ++r) {
             // tg rows decode after -d context tokens per sequence (llama-batched-bench's -npp).
-            auto res = engine_row_tps(m, pool, b, pass == 0 ? np : depth, ng, 1000 + r, *kv_types, job.get());
+            auto res = engine_row_tps(m, pool, b, pass == 0 ? np : depth, ng, 1000 + r, *kv_types, job.get(), backend);
             if (!res) {
               std::fprintf(stderr, "ember bench: %s\n", res.status().message().c_str());
               return kExitFailure;
@@ -442,10 +461,13 @@ int cmd_bench(int argc, char** argv, int first) {
             tick(row.test + " b" + std::to_string(b), threads, r);
           }
           report(row);
+          if (pass == 1 && dev.cuda())
+            std::printf("  decode reads %.1f MiB of weights per token: %.2f GB/s at the median (x%d sequences)\n",
+                        bytes / 1048576.0, bytes * summarize(row.tps).median / b / 1e9, b);
           rows.push_back(std::move(row));
         }
     }
-    if (job || std::find(batches.begin(), batches.end(), 1) == batches.end()) continue;
+    if (engine_only || std::find(batches.begin(), batches.end(), 1) == batches.end()) continue;
     for (int np : prompts) {
       if (np <= 0) continue;
       BenchRow row{"pp" + std::to_string(np), threads, np, 0, 1, {}};

@@ -12,6 +12,7 @@
 #include "server/chat_prompt.h"
 #include "cli/common.h"
 #include "cli/act_options.h"
+#include "cli/device_options.h"
 #include "cli/moe_options.h"
 #include "cli/kv_options.h"
 #include "cli/parallel_options.h"
@@ -34,9 +35,10 @@ double now_seconds() {
 // rank 0's ParallelRunner.
 int run_with_engine(const Model& m, const Tokenizer& tk, const std::vector<int32_t>& ids, int n_predict,
                     const SamplingParams& sp, int threads, int64_t ctx, const SpecConfig& spec, KvTypes kv_types,
-                    ParallelJob* job) {
+                    ParallelJob* job, const BackendFactory& backend) {
   ThreadPool pool(threads);
   EngineConfig ec;
+  ec.backend = backend;
   ec.max_model_len = ctx;
   ec.kv_types = kv_types;
   ec.max_num_seqs = 1;
@@ -140,11 +142,15 @@ int cmd_run(int argc, char** argv, int first) {
   moe_opts.add_to(p);
   LoadFlags load_flags;
   load_flags.add_to(p);
+  DeviceOptions dev;
+  dev.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
     return kExitOk;
   }
+  if (Status st = dev.resolve(); !st) return usage_error(p, st.message());
+  load_flags.file_layout = dev.file_layout();
   if (prompt.empty() && prompt_file.empty()) return usage_error(p, "a prompt is required (-p PROMPT or -f FILE)");
   if (!prompt.empty() && !prompt_file.empty()) return usage_error(p, "use either -p or -f, not both");
   if (prompt == "-" || !prompt_file.empty()) {
@@ -194,6 +200,8 @@ int cmd_run(int argc, char** argv, int first) {
   if (Status st = spec_opts.load_draft(m, &draft_model, &spec.value()); !st) return usage_error(p, st.message());
   auto kv_types = kv_opts.to_types(m.config());
   if (!kv_types) return usage_error(p, kv_types.status().message());
+  if (Status st = dev.check(m, *kv_types, spec->method != SpecMethod::kNone, job != nullptr); !st)
+    return usage_error(p, st.message());
 
   std::vector<int32_t> ids;
   if (chat) {
@@ -227,8 +235,9 @@ int cmd_run(int argc, char** argv, int first) {
 
   // --speculative-method (none included): the serving engine; else the
   // plain single-sequence generator.
-  if ((spec_opts.given() || job) && n_predict > 0)
-    return run_with_engine(m, tk, ids, n_predict, sp, threads, ctx, *spec, *kv_types, job.get());
+  // (A device: its paged KV pool lives in the device's memory.)
+  if ((spec_opts.given() || job || dev.cuda()) && n_predict > 0)
+    return run_with_engine(m, tk, ids, n_predict, sp, threads, ctx, *spec, *kv_types, job.get(), dev.factory());
 
   ThreadPool pool(threads);
   Generator gen(m, pool, ctx, 512, *kv_types);

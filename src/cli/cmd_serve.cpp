@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/device_options.h"
 #include "cli/common.h"
 #include "cli/act_options.h"
 #include "cli/moe_options.h"
@@ -111,11 +112,15 @@ int cmd_serve(int argc, char** argv, int first) {
   moe_opts.add_to(p);
   LoadFlags load_flags;
   load_flags.add_to(p);
+  DeviceOptions dev;
+  dev.add_to(p);
   if (Status st = p.parse(argc, argv, first); !st) return usage_error(p, st.message());
   if (p.help_requested()) {
     std::fputs(p.help_text().c_str(), stdout);
     return kExitOk;
   }
+  if (Status st = dev.resolve(); !st) return usage_error(p, st.message());
+  load_flags.file_layout = dev.file_layout();
   if (prefix && no_prefix) return usage_error(p, "--enable-prefix-caching and --no-enable-prefix-caching conflict");
   if (port < 0 || port > 65535) return usage_error(p, "--port must be in [0, 65535]");
   if (threads < 1 || threads > 512) return usage_error(p, "-t must be in [1, 512]");
@@ -246,6 +251,16 @@ int cmd_serve(int argc, char** argv, int first) {
   auto kv_types = kv_opts.to_types(m.config());
   if (!kv_types) return usage_error(p, kv_types.status().message());
   ec.kv_types = *kv_types;
+  if (Status st = dev.check(m, *kv_types, ec.spec.method != SpecMethod::kNone, job != nullptr); !st)
+    return usage_error(p, st.message());
+  if (dev.cuda()) {
+    ec.backend = dev.factory();
+    if (kv_mem.empty()) {  // the device's free memory after the weights (uploaded at the first step)
+      auto budget = dev.kv_budget(m, 0.9);
+      if (!budget) return usage_error(p, budget.status().message());
+      ec.kv_cache_bytes = std::min<size_t>(*budget, size_t{16} << 30);
+    }
+  }
   if (served_name.empty()) {
     served_name = path;
     const size_t slash = served_name.find_last_of('/');

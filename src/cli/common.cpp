@@ -105,7 +105,7 @@ bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedMo
   }
   out->model = std::move(model.value());
   out->tokenizer = std::move(tok.value());
-  prepare_for_cpu(*out->model);
+  if (!flags.file_layout) prepare_for_cpu(*out->model);
   return true;
 }
 

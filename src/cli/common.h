@@ -44,13 +44,17 @@ struct LoadedModel {
 // (transform/sparse_store.h); a line on stderr says what it stored.
 struct LoadFlags {
   bool detect_sparsity = false;
+  // Keep the file's weight layout (a device backend uploads it as it is):
+  // no CPU interleaving (prepare_for_cpu). Set by --device, not a flag.
+  bool file_layout = false;
   void add_to(ArgParser& p);
 };
 // Model::load, with the LoadFlags applied to the file first. Error: also
 // --detect-sparsity with tensor parallelism.
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelShard& shard, const LoadFlags& flags);
 // On failure prints a clear message (usage error) and returns false. The
-// model's weights are interleaved for the CPU kernels (prepare_for_cpu).
+// model's weights are interleaved for the CPU kernels (prepare_for_cpu)
+// unless flags.file_layout.
 // `shard`: the part a rank of a parallel job holds (model/shard.h).
 bool load_model_and_tokenizer(const ArgParser& p, const std::string& m, LoadedModel* out,
                               const ModelShard& shard = {}, const LoadFlags& flags = {});

@@ -25,7 +25,10 @@ Result<int32_t> CpuModelRunner::allocate_kv(const KvLayout& layout, int block_si
     return Status::errorf("KV layout of {} layers for a model of {}", local.group_of_layer.size(), spec.layers.size());
   local.group_of_layer.resize(spec.layers.size());
   local.slot_of_layer.resize(spec.layers.size());
-  auto kv = KvBlockPool::create(spec, local, block_size, memory_bytes, n_blocks, limits);
+  // A backend whose memory is not the host's (a device) holds the pages.
+  Backend& be = fwd_.backend();
+  auto kv = KvBlockPool::create(spec, local, block_size, memory_bytes, n_blocks, limits,
+                                be.host_memory() ? nullptr : &be);
   if (!kv) return kv.status();
   kv_ = std::move(kv.value());
   return kv_->n_blocks();
@@ -70,6 +73,7 @@ Result<float*> CpuModelRunner::execute_step(const StepInput& in) {
     frontiers_.push_back({*t, s.pos0, s.seq});
   }
   kv_->apply_ops(in.kv_ops, frontiers_, &swap_);
+  if (!fwd_.backend().host_memory()) EMBER_RETURN_IF_ERROR(fwd_.backend().sync());  // the page copies
   if (in.slices.empty()) return logits_.data();
 
   while (views_.size() < in.slices.size()) views_.push_back(std::make_unique<PagedKvCache>(*kv_, kNoTables));
@@ -118,14 +122,14 @@ Result<float*> CpuModelRunner::execute_step(const StepInput& in) {
     EMBER_RETURN_IF_ERROR(links_.comm->recv(fwd_.hidden(), bytes, links_.prev, kTagHidden));
   }
   fwd_.run_layers(0, model_.config().n_layer);
-  EMBER_RETURN_IF_ERROR(fwd_.collective_status());
+  EMBER_RETURN_IF_ERROR(fwd_.finish());
   if (links_.next >= 0) {
     EMBER_RETURN_IF_ERROR(links_.comm->send(fwd_.hidden(), bytes, links_.next, kTagHidden));
     return static_cast<float*>(nullptr);
   }
   const std::vector<int64_t>& rows = fwd_.logit_rows();
   fwd_.head(rows.data(), static_cast<int64_t>(rows.size()), logits_.data());
-  EMBER_RETURN_IF_ERROR(fwd_.collective_status());
+  EMBER_RETURN_IF_ERROR(fwd_.finish());
   return logits_.data();
 }
 

@@ -19,7 +19,8 @@
 //
 // Besides the compute ops, a backend stores the K/V rows into the paged pool
 // (kv_store), says which weight types it runs (supports), prepares weights
-// in its own layout (prepare_weights) and gives out its memory (alloc):
+// in its own layout (prepare_weights), gives out its memory (alloc,
+// host_memory, copy) and reports its errors once per step (sync):
 // what the engine needs of a device backend (docs/cuda.md, "The Backend
 // seam"); an engine picks one with a BackendFactory.
 //
@@ -78,6 +79,7 @@ enum class WeightOp : uint8_t {
   kMatmul,      // matmul / moe_matmul with weights of the type
   kMatmulAct4,  // the same with 4-bit activations (MatmulTarget::act_bits 4)
   kEmbed,       // embed from a table of the type
+  kExperts,     // moe_matmul with expert matrices of the type (and the MoE ops around it)
 };
 
 // A weight for Backend::prepare_weights: a 2-D matrix the forward pass
@@ -145,6 +147,20 @@ class Backend {
   // A buffer of `bytes` (> 0) in this backend's memory, zeroed and 64-byte
   // aligned; null when the memory cannot be had. Default: host memory.
   virtual std::unique_ptr<BackendBuffer> alloc(size_t bytes);
+  // Whether alloc()'s memory is host memory (the caller may then read and
+  // write it directly). A backend whose memory is not (a device's) takes
+  // host pointers as well in every op (it copies them in and out), but is
+  // fast only over its own buffers. Default: true.
+  virtual bool host_memory() const { return true; }
+  // Copies `bytes` from src to dst, each host memory or this backend's;
+  // when dst is host memory it holds the bytes on return. Default: memcpy.
+  virtual void copy(void* dst, const void* src, size_t bytes);
+  // Waits for the work queued so far and returns the first error of the
+  // ops since the last call (then clears it): ops return nothing, so a
+  // backend whose ops can fail (a device's: an unsupported case, a failed
+  // launch or allocation) keeps the error for here; the forward pass asks
+  // once per step. Default: ok (the CPU backend's ops do not fail).
+  virtual Status sync() { return Status::ok(); }
 
   // Every target's product with the same activations x [n_tokens, n_in]
   // (row stride ldx; every target's w has ne[0] = n_in). x is converted to

@@ -12,10 +12,6 @@
 
 namespace ember {
 
-// The driver's auto rule takes the column path (kernels/act_sparse.h; off:
-// the kernel does not beat the dense one yet). Also in kernels/cpu/matmul.cpp.
-constexpr bool kColAutoEnabled = false;
-
 const char* act_input_name(ActInput i) {
   switch (i) {
     case ActInput::kAttnIn: return "attn_in";
@@ -102,15 +98,17 @@ size_t Model::activation_column_bytes() const {
 
 size_t Model::build_activation_columns(int threads) {
   if (act_thresholds_.empty() || act_mode_ == ActSparsityMode::kOff || act_mode_ == ActSparsityMode::kDense) return 0;
-  // auto never takes the column path while the rule is off (kernels/act_sparse.h): no copies.
-  if (act_mode_ == ActSparsityMode::kAuto && !kColAutoEnabled) return 0;
   std::vector<Linear*> todo;
   for (int il = 0; il < cfg_.n_layer; ++il) {
     LayerWeights& l = weights_->layers[il];
     for (Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      if (lin->weight && lin->act_threshold > 0 && !lin->cols && col_supported(dtype_layout_base(lin->weight->type)) &&
-          lin->n_in() % col_block_inputs(dtype_layout_base(lin->weight->type)) == 0 && lin->n_in() <= 65536)
-        todo.push_back(lin);
+      if (lin->weight && lin->act_threshold > 0 && !lin->cols) {
+        const DType base = dtype_layout_base(lin->weight->type);
+        // auto builds copies only where its rule may take them (kernels/act_sparse.h).
+        if (col_supported(base) && lin->n_in() % col_block_inputs(base) == 0 && lin->n_in() <= 65536 &&
+            (act_mode_ == ActSparsityMode::kSkip || col_auto_pays(base)))
+          todo.push_back(lin);
+      }
   }
   std::atomic<size_t> next{0}, bytes{0};
   auto work = [&]() {

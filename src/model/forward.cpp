@@ -30,9 +30,12 @@ ForwardContext::ForwardContext(const Model& model, std::unique_ptr<Backend> back
   seg_views_.resize(B);
   seg_stores_.resize(B);
   logit_rows_.reserve(B);
-  x_.resize(B * cfg_.n_embd);
-  xn_.resize(B * cfg_.n_embd);
-  y_.resize(B * cfg_.n_embd);
+  x_buf_ = floats(B * cfg_.n_embd);
+  xn_buf_ = floats(B * cfg_.n_embd);
+  y_buf_ = floats(B * cfg_.n_embd);
+  x_ = x_buf_->as<float>();
+  xn_ = xn_buf_->as<float>();
+  y_ = y_buf_->as<float>();
   q_ = floats(B * H * hd);
   k_ = floats(B * Hkv * hd);
   v_ = floats(B * Hkv * hdv);
@@ -108,17 +111,23 @@ Status ForwardContext::forward_ragged(const SeqBatch* seqs, int n_seqs, float* l
     return Status::error("forward_ragged: this model is one pipeline stage (run its stages by hand)");
   embed();
   run_layers(0, cfg_.n_layer);
-  if (!logits || out_rows_.empty()) return tp_.status;
+  if (!logits || out_rows_.empty()) return finish();
   if (given_rows_.empty()) {
     head(logit_rows_.data(), static_cast<int64_t>(logit_rows_.size()), logits);
-    return tp_.status;
+    return finish();
   }
   const int64_t E = cfg_.n_embd;
   head_src_.resize(out_rows_.size());
   for (size_t r = 0; r < out_rows_.size(); ++r)
     head_src_[r] =
-        out_rows_[r] >= 0 ? x_.data() + out_rows_[r] * E : given_rows_[static_cast<size_t>(-1 - out_rows_[r])];
+        out_rows_[r] >= 0 ? x_ + out_rows_[r] * E : given_rows_[static_cast<size_t>(-1 - out_rows_[r])];
   head_of(head_src_.data(), static_cast<int64_t>(head_src_.size()), logits);
+  return finish();
+}
+
+Status ForwardContext::finish() {
+  Status st = backend_->sync();
+  if (!st) return st.with_context(std::string("the ") + backend_->name() + " backend");
   return tp_.status;
 }
 
@@ -181,7 +190,7 @@ Status ForwardContext::prepare(const SeqBatch* seqs, int n_seqs) {
 void ForwardContext::embed() {
   EMBER_CHECK_MSG(n_ > 0, "ForwardContext::embed before a successful prepare()");
   if (!tp()) {
-    backend_->embed(*model_.weights().tok_embd, tok_.data(), n_, cfg_.embd_scale, x_.data());
+    backend_->embed(*model_.weights().tok_embd, tok_.data(), n_, cfg_.embd_scale, x_);
     return;
   }
   // Vocabulary-parallel: this rank's rows, zeros for the others' tokens, summed.
@@ -192,10 +201,10 @@ void ForwardContext::embed() {
     const bool mine = tok_[t] >= sh.vocab_begin && tok_[t] < sh.vocab_end;
     tp_ids_[t] = mine ? static_cast<int32_t>(tok_[t] - sh.vocab_begin) : 0;
   }
-  backend_->embed(*model_.weights().tok_embd, tp_ids_.data(), n_, cfg_.embd_scale, x_.data());
+  backend_->embed(*model_.weights().tok_embd, tp_ids_.data(), n_, cfg_.embd_scale, x_);
   for (int64_t t = 0; t < n_; ++t)
-    if (tok_[t] < sh.vocab_begin || tok_[t] >= sh.vocab_end) std::fill(x_.data() + t * E, x_.data() + (t + 1) * E, 0.f);
-  tp_.all_reduce(x_.data(), n_ * E);
+    if (tok_[t] < sh.vocab_begin || tok_[t] >= sh.vocab_end) std::fill(x_ + t * E, x_ + (t + 1) * E, 0.f);
+  tp_.all_reduce(x_, n_ * E);
 }
 
 void ForwardContext::run_layers(int l0, int l1) {
@@ -208,8 +217,8 @@ void ForwardContext::run_layers(int l0, int l1) {
   tl.caches = segs_.data();
   tl.n_segs = static_cast<int>(segs_.size());
   BlockBuffers bb;
-  bb.xn = xn_.data();
-  bb.y = y_.data();
+  bb.xn = xn_;
+  bb.y = y_;
   bb.attn.q = f32(q_);
   bb.attn.k = f32(k_);
   bb.attn.v = f32(v_);
@@ -265,8 +274,8 @@ void ForwardContext::run_layers(int l0, int l1) {
       rope_ready_[g] = 1;
     }
     const LayerContext c{*backend_, cfg_, il, cfg_.layers[il], w.layers[il], observer_, n_, tp()};
-    transformer_block(c, tl, rope, x_.data(), bb);
-    if (observer_) observer_->on_block_output(il, x_.data(), n_, cfg_.n_embd);
+    transformer_block(c, tl, rope, x_, bb);
+    if (observer_) observer_->on_block_output(il, x_, n_, cfg_.n_embd);
   }
 }
 
@@ -275,7 +284,7 @@ void ForwardContext::head(const int64_t* rows, int64_t n_rows, float* logits) {
   head_src_.resize(static_cast<size_t>(n_rows));
   for (int64_t r = 0; r < n_rows; ++r) {
     EMBER_CHECK(rows[r] >= 0 && rows[r] < n_);
-    head_src_[static_cast<size_t>(r)] = x_.data() + rows[r] * cfg_.n_embd;
+    head_src_[static_cast<size_t>(r)] = x_ + rows[r] * cfg_.n_embd;
   }
   head_of(head_src_.data(), n_rows, logits);
 }
@@ -285,11 +294,11 @@ void ForwardContext::head_of(const float* const* src, int64_t n_rows, float* log
   if (n_rows == 0) return;
   const ModelWeights& w = model_.weights();
   const int64_t E = cfg_.n_embd, V = cfg_.n_logits();
-  for (int64_t r = 0; r < n_rows; ++r) std::copy(src[r], src[r] + E, xn_.data() + r * E);
-  norm_rows(*backend_, cfg_, xn_.data(), w.output_norm, xn_.data(), n_rows);
+  for (int64_t r = 0; r < n_rows; ++r) backend_->copy(xn_ + r * E, src[r], static_cast<size_t>(E) * sizeof(float));
+  norm_rows(*backend_, cfg_, xn_, w.output_norm, xn_, n_rows);
   if (!tp()) {
     const LinearOut out{&w.output, LinearRole::kOutput, logits, V};
-    run_linears(*backend_, observer_, -1, xn_.data(), E, n_rows, &out, 1);
+    run_linears(*backend_, observer_, -1, xn_, E, n_rows, &out, 1);
     const std::vector<int32_t>& kept = cfg_.output_tokens;
     if (!kept.empty()) {
       // A trimmed output vocabulary: row r holds the kept tokens' scores in
@@ -322,7 +331,7 @@ void ForwardContext::head_of(const float* const* src, int64_t n_rows, float* log
   tp_logits_.assign(static_cast<size_t>(n_rows * S), 0.f);
   tp_gathered_.resize(static_cast<size_t>(P * n_rows * S));
   const LinearOut out{&w.output, LinearRole::kOutput, tp_logits_.data(), S};
-  run_linears(*backend_, observer_, -1, xn_.data(), E, n_rows, &out, 1);
+  run_linears(*backend_, observer_, -1, xn_, E, n_rows, &out, 1);
   if (cfg_.final_logit_softcap > 0.f) backend_->softcap(tp_logits_.data(), n_rows * S, cfg_.final_logit_softcap);
   if (!tp_.status) return;
   tp_.status = tp_.comm->all_gather(tp_logits_.data(), static_cast<size_t>(n_rows * S), tp_gathered_.data());

@@ -1,10 +1,12 @@
 // ForwardContext: runs batches of tokens (one sequence, or a ragged batch of
 // several) through a Model, on a Backend it owns, with its own activation
 // buffers (allocated once for max_batch tokens; nothing is allocated per
-// token or per step). The sub-blocks' scratch (Q/K/V, the attention
-// output, the FFN's and MoE's intermediates) is the backend's memory
-// (Backend::alloc); the residual stream and the step's layout are host
-// memory.
+// token or per step). The residual stream and the sub-blocks' scratch
+// (Q/K/V, the attention output, the FFN's and MoE's intermediates) are the
+// backend's memory (Backend::alloc); the step's layout, the RoPE tables and
+// the logits are host memory (a device backend copies them in or out).
+// Host code touches the residual stream only through Backend::copy, except
+// on paths a device runner refuses (tensor parallelism, observers, MoE).
 //
 // A step has three stages, public so that other drivers can run a subset of
 // the layers (pipeline stages, self-speculative drafts):
@@ -118,8 +120,9 @@ class ForwardContext {
   void head(const int64_t* rows, int64_t n_rows, float* logits);
   // The residual stream [n_tokens, n_embd] between stages (a pipeline stage
   // reads or fills it).
-  float* hidden() { return x_.data(); }
-  const float* hidden() const { return x_.data(); }
+  // The backend's memory (Backend::host_memory: host memory on the CPU).
+  float* hidden() { return x_; }
+  const float* hidden() const { return x_; }
 
   // Observer of linear inputs and block outputs (null: off, the default).
   // Borrowed; must outlive its use.
@@ -133,6 +136,12 @@ class ForwardContext {
   const Status& collective_status() const { return tp_.status; }
 
   int max_batch() const { return max_batch_; }
+  // The backend the steps run on (its memory holds hidden()).
+  Backend& backend() { return *backend_; }
+  // The backend's errors since the last call (Backend::sync, waiting for its
+  // queued work), then the collective's: forward_ragged returns it; stages
+  // run by hand call it after their last stage.
+  Status finish();
 
   // Experts the MoE layers of this context's steps have read (MoeStats:
   // counted from the first step or the last reset; zero without MoE).
@@ -168,10 +177,12 @@ class ForwardContext {
   std::vector<float> tp_gathered_;    // [tp_size, rows, vocab_stride]
   void head_of(const float* const* src, int64_t n_rows, float* logits);
 
-  // Activations, shapes for a step of n tokens (widths: the largest layer).
-  std::vector<float> x_;     // [n, n_embd] residual stream
-  std::vector<float> xn_;    // [n, n_embd] normed input of a sub-block / of the head
-  std::vector<float> y_;     // [n, n_embd] sub-block output
+  // Activations, shapes for a step of n tokens (widths: the largest
+  // layer), in the backend's memory.
+  std::unique_ptr<BackendBuffer> x_buf_, xn_buf_, y_buf_;
+  float* x_ = nullptr;   // [n, n_embd] residual stream
+  float* xn_ = nullptr;  // [n, n_embd] normed input of a sub-block / of the head
+  float* y_ = nullptr;   // [n, n_embd] sub-block output
   // The sub-blocks' scratch, in the backend's memory (Backend::alloc;
   // null: not needed by this model).
   std::unique_ptr<BackendBuffer> q_;     // [n, max_n_head * head_dim]

@@ -432,10 +432,13 @@ Status Model::check_backend(const Backend& backend) const {
                              : check(lin.weight, WeightOp::kMatmul, "matmul");
   };
   Status st;
-  for (LayerWeights& l : weights_->layers)
+  for (LayerWeights& l : weights_->layers) {
     for_each_block_linear(l, [&](Linear& lin) {
       if (st) st = check_linear(lin);
     });
+    for (const TensorView* e : l.moe.gate_w)
+      if (st) st = check(e, WeightOp::kExperts, "mixture-of-experts layers");
+  }
   EMBER_RETURN_IF_ERROR(st);
   EMBER_RETURN_IF_ERROR(check_linear(weights_->output));
   return check(weights_->tok_embd, WeightOp::kEmbed, "the embedding");

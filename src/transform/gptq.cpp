@@ -9,6 +9,7 @@
 #include "quant/block_levels.h"
 #include "quant/block_utils.h"
 #include "quant/quantize_imatrix.h"
+#include "transform/f64_vec.h"
 
 namespace ember {
 
@@ -21,40 +22,51 @@ std::optional<GptqOptions::Scales> gptq_scales_from_name(std::string_view name) 
 
 bool gptq_supports(DType t) { return has_block_levels(t) && can_quantize_imatrix(t); }
 
-bool gptq_inverse_cholesky(const double* H, int64_t n, double lambda, double* u) {
+bool gptq_inverse_cholesky(const double* H, int64_t n, double lambda, double* u, ThreadPool* pool) {
   // A = H + lambda I = R R^T with R upper triangular (Cholesky from the
-  // bottom-right corner); then A^-1 = R^-T R^-1, so U = R^-1.
+  // bottom-right corner); then A^-1 = R^-T R^-1, so U = R^-1. Each R_ij of a
+  // column j, and each row of U, is computed by one thread in a fixed order,
+  // so the result does not depend on the thread count.
+  const bool par = pool && pool->size() > 1;
+  constexpr int64_t kParallelWork = 1 << 15;  // multiply-adds of a column below which one thread does it
   std::vector<double> R(static_cast<size_t>(n * n), 0.0);
   for (int64_t j = n - 1; j >= 0; --j) {
-    const double* rj = &R[j * n];
-    double s = H[j * n + j] + lambda;
-    for (int64_t k = j + 1; k < n; ++k) s -= rj[k] * rj[k];
+    const double* rj = &R[j * n + j + 1];
+    const int64_t len = n - j - 1;
+    const double s = H[j * n + j] + lambda - f64_dot(rj, rj, len);
     if (!(s > 0) || !std::isfinite(s)) return false;
     const double d = std::sqrt(s);
     R[j * n + j] = d;
-    for (int64_t i = 0; i < j; ++i) {
-      const double* ri = &R[i * n];
-      double v = H[i * n + j];
-      for (int64_t k = j + 1; k < n; ++k) v -= ri[k] * rj[k];
-      R[i * n + j] = v / d;
-    }
+    auto column = [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) R[i * n + j] = (H[i * n + j] - f64_dot(&R[i * n + j + 1], rj, len)) / d;
+    };
+    if (par && j * len >= kParallelWork)
+      pool->parallel_for(j, 32, column);
+    else
+      column(0, j, 0);
   }
   // U R = I, row by row: U_ii = 1 / R_ii, U_ij = -(sum_{k<j} U_ik R_kj) / R_jj.
-  std::vector<double> acc(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    double* ui = u + i * n;
-    std::fill(ui, ui + n, 0.0);
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t k = i; k < n; ++k) {
-      ui[k] = k == i ? 1.0 / R[i * n + i] : -acc[k] / R[k * n + k];
-      const double* rk = &R[k * n];
-      for (int64_t j = k + 1; j < n; ++j) acc[j] += ui[k] * rk[j];
+  auto rows = [&](int64_t i0, int64_t i1, int) {
+    std::vector<double> acc(static_cast<size_t>(n));
+    for (int64_t i = i0; i < i1; ++i) {
+      double* ui = u + i * n;
+      std::fill(ui, ui + n, 0.0);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t k = i; k < n; ++k) {
+        ui[k] = k == i ? 1.0 / R[i * n + i] : -acc[k] / R[k * n + k];
+        f64_add_scaled(&acc[k + 1], ui[k], &R[k * n + k + 1], n - k - 1);
+      }
     }
-  }
+  };
+  if (par && n >= 64)
+    pool->parallel_for(n, 8, rows);
+  else
+    rows(0, n, 0);
   return true;
 }
 
-Status gptq_prepare_hinv(const double* H, int64_t n_in, double damp, bool act_order, GptqHinv* out) {
+Status gptq_prepare_hinv(const double* H, int64_t n_in, double damp, bool act_order, GptqHinv* out,
+                         ThreadPool* pool) {
   // Dead columns, the processing order and the Hessian in that order.
   std::vector<double>& diag = out->diag;
   diag.assign(static_cast<size_t>(n_in), 0.0);
@@ -81,10 +93,10 @@ Status gptq_prepare_hinv(const double* H, int64_t n_in, double damp, bool act_or
   std::vector<double>& U = out->U;
   U.assign(static_cast<size_t>(n_in * n_in), 0.0);
   double lambda = damp * mean_diag;
-  bool ok = gptq_inverse_cholesky(Hp.data(), n_in, lambda, U.data());
+  bool ok = gptq_inverse_cholesky(Hp.data(), n_in, lambda, U.data(), pool);
   for (int tries = 0; !ok && tries < 6; ++tries) {
     lambda = lambda > 0 ? lambda * 10 : 1e-6 * mean_diag;
-    ok = gptq_inverse_cholesky(Hp.data(), n_in, lambda, U.data());
+    ok = gptq_inverse_cholesky(Hp.data(), n_in, lambda, U.data(), pool);
   }
   if (!ok) return Status::error("GPTQ: the Hessian is not positive definite even with heavy dampening");
   Hp.clear();
@@ -103,7 +115,7 @@ Status gptq_quantize(const float* W, int64_t n_out, int64_t n_in, const double* 
   const size_t row_bytes = dtype_row_size(t, n_in), block_bytes = dtype_row_size(t, G);
 
   GptqHinv hv;
-  EMBER_RETURN_IF_ERROR(gptq_prepare_hinv(H, n_in, o.damp, o.act_order, &hv));
+  EMBER_RETURN_IF_ERROR(gptq_prepare_hinv(H, n_in, o.damp, o.act_order, &hv, &pool));
   const std::vector<double>& diag = hv.diag;
   const std::vector<char>& dead = hv.dead;
   const std::vector<int64_t>& perm = hv.perm;

@@ -74,10 +74,17 @@ struct GptqHinv {
   std::vector<double> U;     // [n, n] row-major, in perm order
   double mean_diag = 0;
 };
-Status gptq_prepare_hinv(const double* H, int64_t n, double damp, bool act_order, GptqHinv* out);
+// pool (optional): the factorisation's threads (the result does not depend
+// on their number).
+Status gptq_prepare_hinv(const double* H, int64_t n, double damp, bool act_order, GptqHinv* out,
+                         ThreadPool* pool = nullptr);
 
 // The upper Cholesky factor U of (H + lambda I)^-1 (H^-1 = U^T U),
 // [n, n] row-major in *u; false if H + lambda I is not positive definite.
-bool gptq_inverse_cholesky(const double* H, int64_t n, double lambda, double* u);
+// O(n^3 / 3) multiply-adds in double: the dot products of the factorisation
+// in the fixed order of f64_dot (transform/f64_vec.h), the inverse's row
+// updates element by element; the columns of R and the rows of U are spread
+// over `pool` (optional) without changing any result bit.
+bool gptq_inverse_cholesky(const double* H, int64_t n, double lambda, double* u, ThreadPool* pool = nullptr);
 
 }  // namespace ember

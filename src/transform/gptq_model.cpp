@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "kernels/train.h"
 
 #include "model/model.h"
 #include "quant/quantize.h"
@@ -50,28 +51,23 @@ void HessianCollector::collect(const std::string& name, int expert, const float*
   last_x_ = x, last_rows_ = n_rows, last_ = acc, last_expert_ = expert;
   acc->n_tok += n_rows;
   acc->symmetric = false;
-  // H[i][j] += sum_r x[r][i] x[r][j] for j <= i, in tiles of 64 x 64 over
-  // rows converted to double, tiles of i spread across the pool.
-  constexpr int64_t kT = 64;
-  std::vector<double> xd(static_cast<size_t>(n_rows * n_in));
-  for (int64_t r = 0; r < n_rows; ++r)
-    for (int64_t i = 0; i < n_in; ++i) xd[r * n_in + i] = x[r * ld + i];
+  // H[i][j] += sum_r x[r][i] x[r][j] for j <= i: the call's X^T X by the
+  // f32 GEMM (kernels/train.h: f32 products and sums over the call's rows,
+  // as the reference implementations accumulate H in f32; deterministic
+  // for any thread count at a given ISA level), added to the double H; the
+  // diagonal (dead columns, dampening, importance, Wanda's column norms)
+  // summed in double from the rows themselves.
+  std::vector<float> g(static_cast<size_t>(n_in * n_in));
+  train_gemm(n_in, n_in, n_rows, x, ld, true, x, ld, false, g.data(), n_in, false, pool_);
   double* h = acc->h.data();
-  const int64_t n_tiles = (n_in + kT - 1) / kT;
-  pool_.parallel_for(n_tiles, 1, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t ti = t0; ti < t1; ++ti) {
-      const int64_t i0 = ti * kT, i1 = std::min(n_in, i0 + kT);
-      for (int64_t j0 = 0; j0 < i1; j0 += kT) {
-        for (int64_t r = 0; r < n_rows; ++r) {
-          const double* xr = &xd[r * n_in];
-          for (int64_t i = i0; i < i1; ++i) {
-            const double xi = xr[i];
-            double* hi = h + i * n_in;
-            const int64_t j1 = std::min(i + 1, j0 + kT);
-            for (int64_t j = j0; j < j1; ++j) hi[j] += xi * xr[j];
-          }
-        }
-      }
+  pool_.parallel_for(n_in, 64, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      double* hi = h + i * n_in;
+      const float* gi = &g[i * n_in];
+      for (int64_t j = 0; j < i; ++j) hi[j] += gi[j];
+      double d = 0;
+      for (int64_t r = 0; r < n_rows; ++r) d += static_cast<double>(x[r * ld + i]) * x[r * ld + i];
+      hi[i] += d;
     }
   });
 }

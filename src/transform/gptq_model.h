@@ -32,7 +32,11 @@ namespace ember {
 // ("blk.L.attn_q.weight"; K and V share Q's, up shares gate's: calls with
 // the same rows as the previous call join its matrix; a MoE layer's experts
 // get one per expert of "blk.L.ffn_*_exps.weight"). Lower triangle and
-// diagonal are accumulated; hessian() returns the full symmetric matrix.
+// diagonal are accumulated in double; hessian() returns the full symmetric
+// matrix. Each call's off-diagonal sums come from the f32 GEMM of
+// kernels/train.h (f32 over the call's rows, as the reference GPTQ /
+// SparseGPT accumulate H; deterministic for any thread count at a given ISA
+// level), its diagonal from double sums of the rows.
 class HessianCollector final : public ForwardObserver {
  public:
   HessianCollector(int layer, ThreadPool& pool) : layer_(layer), pool_(pool) {}

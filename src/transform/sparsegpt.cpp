@@ -10,6 +10,7 @@
 #include "quant/block_levels.h"
 #include "quant/block_utils.h"
 #include "quant/quantize_imatrix.h"
+#include "transform/f64_vec.h"
 #include "transform/gptq.h"
 
 namespace ember {
@@ -28,6 +29,11 @@ bool sparse_quant_supports(DType t) {
 }
 
 namespace {
+
+// Rows a thread takes at a time, and columns of the lazy update per pass
+// over them (the tile of U, 128 x kColTile doubles, is 256 KiB).
+constexpr int64_t kRowTile = 16;
+constexpr int64_t kColTile = 256;
 
 // Marks the n smallest of score[0..m) (ties: the lower index) in mask.
 void mask_smallest(const double* score, int m, int n, uint8_t* mask) {
@@ -61,7 +67,7 @@ Status sparsegpt_prune(float* W, int64_t n_out, int64_t n_in, const double* H, c
   const int64_t B = (std::max<int64_t>(o.block_size, unit) + unit - 1) / unit * unit;
 
   GptqHinv hv;
-  EMBER_RETURN_IF_ERROR(gptq_prepare_hinv(H, n_in, o.damp, false, &hv).with_context("SparseGPT"));
+  EMBER_RETURN_IF_ERROR(gptq_prepare_hinv(H, n_in, o.damp, false, &hv, &pool).with_context("SparseGPT"));
   const std::vector<double>& U = hv.U;
   std::vector<double> w(static_cast<size_t>(n_out * n_in));
   for (int64_t r = 0; r < n_out; ++r)
@@ -113,8 +119,8 @@ Status sparsegpt_prune(float* W, int64_t n_out, int64_t n_in, const double* H, c
       for (int64_t i = 0; i < k; ++i) mask[(order[i] / nb) * n_in + p1 + order[i] % nb] = 1;
     }
     std::atomic<bool> no_zero{false};
-    pool.parallel_for(n_out, 4, [&](int64_t r0, int64_t r1, int) {
-      std::vector<double> err(static_cast<size_t>(nb)), sc(static_cast<size_t>(m));
+    pool.parallel_for(n_out, kRowTile, [&](int64_t r0, int64_t r1, int) {
+      std::vector<double> err(static_cast<size_t>((r1 - r0) * nb)), sc(static_cast<size_t>(m));
       std::vector<float> a(static_cast<size_t>(G)), b(static_cast<size_t>(G)), xg(static_cast<size_t>(G)),
           imp(static_cast<size_t>(G));
       std::vector<int> L(static_cast<size_t>(G));
@@ -122,6 +128,7 @@ Status sparsegpt_prune(float* W, int64_t n_out, int64_t n_in, const double* H, c
         double* wr = &w[r * n_in];
         uint8_t* mr = &mask[r * n_in];
         uint8_t* row = quant ? dst + r * row_bytes : nullptr;
+        double* er = &err[(r - r0) * nb];
         // N:M groups [g0, g1) of the row chosen from the current values.
         auto choose_groups = [&](int64_t g0, int64_t g1) {
           for (int64_t g = g0; g < g1; g += m) {
@@ -163,14 +170,20 @@ Status sparsegpt_prune(float* W, int64_t n_out, int64_t n_in, const double* H, c
           }
           const double* up = &U[p * n_in];
           const double e = (wr[p] - q) / up[p];
-          err[p - p1] = e;
+          er[p - p1] = e;
           wr[p] = q;
-          for (int64_t k = p + 1; k < p2; ++k) wr[k] -= e * up[k];
+          f64_sub_scaled(wr + p + 1, e, up + p + 1, p2 - p - 1);
         }
-        for (int64_t p = p1; p < p2; ++p) {  // the lazy batch update of the later columns
-          const double e = err[p - p1];
-          const double* up = &U[p * n_in];
-          for (int64_t k = p2; k < n_in; ++k) wr[k] -= e * up[k];
+      }
+      // The lazy batch update of the later columns, w_k -= sum_p e_p U_pk
+      // (p in order for every k, as one row at a time would), over tiles of
+      // columns so that the tile of U stays in cache for the chunk's rows.
+      for (int64_t c0 = p2; c0 < n_in; c0 += kColTile) {
+        const int64_t c1 = std::min(n_in, c0 + kColTile);
+        for (int64_t r = r0; r < r1; ++r) {
+          double* wr = &w[r * n_in];
+          const double* er = &err[(r - r0) * nb];
+          for (int64_t p = p1; p < p2; ++p) f64_sub_scaled(wr + c0, er[p - p1], &U[p * n_in + c0], c1 - c0);
         }
       }
     });

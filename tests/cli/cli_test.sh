@@ -55,6 +55,13 @@ if ! grep -Eq "quality vs .* over [0-9]+ tokens: KL divergence mean [0-9.]+, max
 out=$("$EMBER" quantize "$tmp/tiny.gguf" "$tmp/tiny-q4.gguf" --type q4_0 --no-check 2>&1)
 if grep -q "quality vs" <<<"$out" || [ ! -s "$tmp/tiny-q4.gguf" ]; then
   echo "FAIL: quantize --no-check: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+# --device: a bad name; cuda without a GPU (or in a build without CUDA) is a
+# clear usage error, with one it runs; auto falls back to the CPU.
+expect_rc 2 "run: bad --device" "$EMBER" run -m "$tmp/tiny.gguf" -p hi -n 2 --device tpu
+out=$("$EMBER" run -m "$tmp/tiny.gguf" -p hi -n 2 --temp 0 --device cuda 2>&1); rc=$?
+if [ "$rc" = 0 ] || { [ "$rc" = 2 ] && grep -Eq "no usable CUDA device|built without CUDA" <<<"$out"; }; then
+  pass=$((pass + 1)); else echo "FAIL: run --device cuda: exit $rc: $out" | head -5; fail=$((fail + 1)); fi
+expect_rc 0 "run --device auto" "$EMBER" run -m "$tmp/tiny.gguf" -p hi -n 2 --temp 0 --device auto
 expect_rc 2 "quantize: bad --output-type" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q8_0 --output-type q8_k
 expect_rc 2 "quantize: missing --check-file" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q8_0 --check-file "$tmp/none.txt"
 expect_rc 2 "quantize: bad --gptq-scales" "$EMBER" quantize "$tmp/tiny.gguf" "$tmp/x.gguf" --type q4_0 --method gptq --gptq-scales after

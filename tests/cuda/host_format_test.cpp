@@ -8,12 +8,14 @@
 // Status errors of a machine without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/kv_types.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/geometry.h"
 #include "kernels/cuda/ops.h"
@@ -298,10 +300,69 @@ TEST(CudaGeometry, VisibleRangeAndPageAddressingMatchTheCpu) {
   EXPECT_EQ(attention_split_floats(3, 8, 64, 600), 3 * 8 * 3 * 66);
 }
 
+// The K/V store kernel's twin (the kernel's addressing and per-element
+// encoder, driven on the host) against kv_store_row (the CPU's encoder,
+// kernels/kv_types.h) at the address the test's own page map gives, for every
+// row format the device stores, K and V equal and mixed: two sequences over
+// shuffled pages, rows narrower than the page row, special values (signed
+// zeros, infinities, NaN, subnormals, halfway cases); every other byte keeps
+// its poison.
+TEST(CudaKvStore, TwinWritesTheBytesOfKvStoreRowAtTheTablesAddress) {
+  const KvType types[] = {KvType::kF32, KvType::kF16, KvType::kBF16};
+  const KvElem elems[] = {KvElem::kF32, KvElem::kF16, KvElem::kBF16};
+  const int bs = 4, n_pages = 12, stride = 6;
+  const int64_t k_width = 96, v_width = 64;
+  std::vector<int32_t> tables(2 * stride);
+  std::vector<int32_t> ids(n_pages);
+  for (int i = 0; i < n_pages; ++i) ids[i] = i;
+  std::mt19937 rng(7);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  for (int i = 0; i < 2 * stride; ++i) tables[i] = ids[i];
+  // Sequence 0: positions 0..6 (prefill); sequence 1: position 21 (decode).
+  std::vector<int32_t> pos, seq;
+  for (int p = 0; p < 7; ++p) pos.push_back(p), seq.push_back(0);
+  pos.push_back(21), seq.push_back(1);
+  const int64_t n = static_cast<int64_t>(pos.size());
+  std::normal_distribution<float> g(0.f, 3.f);
+  std::vector<float> k(n * (k_width + 5)), v(n * v_width);
+  for (float& x : k) x = g(rng);
+  for (float& x : v) x = g(rng);
+  const float specials[] = {0.f, -0.f, INFINITY, -INFINITY, NAN, 1e-40f, -3e-45f, 65520.f, 1.00048828125f,
+                            std::ldexp(1.f, -25), 3.0e38f};
+  for (size_t i = 0; i < std::size(specials); ++i) k[i * 3] = specials[i], v[i * 5] = specials[i];
+  for (int ki = 0; ki < 3; ++ki)
+    for (int vi = 0; vi < 3; ++vi) {
+      SCOPED_TRACE(std::string(kv_type_name(types[ki])) + " / " + kv_type_name(types[vi]));
+      const int64_t krb = static_cast<int64_t>(kv_row_bytes(types[ki], k_width)) + 32;  // wider page rows
+      const int64_t vrb = static_cast<int64_t>(kv_row_bytes(types[vi], v_width)) + 16;
+      std::vector<uint8_t> kp(n_pages * bs * krb, 0xA5), vp(n_pages * bs * vrb, 0x5A);
+      std::vector<uint8_t> kw = kp, vw = vp;
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t page = tables[seq[t] * stride + pos[t] / bs];
+        kv_store_row(types[ki], k.data() + t * (k_width + 5), k_width,
+                     kw.data() + (page * bs + pos[t] % bs) * krb);
+        kv_store_row(types[vi], v.data() + t * v_width, v_width, vw.data() + (page * bs + pos[t] % bs) * vrb);
+      }
+      launch::KvStoreArgs a;
+      a.k = k.data(), a.ldk = k_width + 5, a.k_width = k_width;
+      a.v = v.data(), a.ldv = v_width, a.v_width = v_width;
+      a.pos = pos.data(), a.seq_of_token = seq.data(), a.n_tokens = n;
+      a.k_pages = kp.data(), a.v_pages = vp.data(), a.block_size = bs;
+      a.k_row_bytes = krb, a.v_row_bytes = vrb, a.k_type = elems[ki], a.v_type = elems[vi];
+      a.tables = tables.data(), a.table_stride = stride;
+      kv_store_host(a);
+      EXPECT_EQ(kp, kw);
+      EXPECT_EQ(vp, vw);
+    }
+}
+
 TEST(CudaErrors, UnsupportedTypesAndMissingDevicesAreStatuses) {
   EXPECT_FALSE(wtype_of(DType::kQ4_1).is_ok());
   EXPECT_NE(wtype_of(DType::kQ2_K).status().message().find("not supported"), std::string::npos);
   EXPECT_TRUE(weight_type_supported(DType::kQ6_K));
+  EXPECT_FALSE(weight_type_supported(DType::kF32));
+  EXPECT_TRUE(device_weight_supported(DType::kF32));
+  EXPECT_FALSE(device_weight_supported(DType::kQ4_1));
   EXPECT_EQ(act_stride(DType::kQ4_1, 256), 0);
   std::string why;
   if (device_count(&why) == 0) {

@@ -24,9 +24,16 @@ namespace {
 // Counts the ops it forwards to a CPU backend; refuses `refused` weights.
 class CountingBackend final : public Backend {
  public:
-  CountingBackend(ThreadPool& pool, std::map<std::string, int>* ops, DType refused)
-      : cpu_(make_cpu_backend(pool)), ops_(*ops), refused_(refused) {}
+  CountingBackend(ThreadPool& pool, std::map<std::string, int>* ops, DType refused, bool device_like = false)
+      : cpu_(make_cpu_backend(pool)), ops_(*ops), refused_(refused), device_like_(device_like) {}
   const char* name() const override { return "counting"; }
+  // device_like: says its memory is not the host's (as a device backend
+  // does), so the runner's KV pages come from alloc() and move by copy().
+  bool host_memory() const override { return !device_like_; }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    ++ops_["copy"];
+    cpu_->copy(dst, src, bytes);
+  }
   bool supports(DType t, WeightOp op) const override { return t != refused_ && cpu_->supports(t, op); }
   Result<int> prepare_weights(const WeightToPrepare* w, int64_t n, std::vector<std::shared_ptr<void>>* owners,
                               const WeightRetired& retired) override {
@@ -94,16 +101,19 @@ class CountingBackend final : public Backend {
   std::unique_ptr<Backend> cpu_;
   std::map<std::string, int>& ops_;
   DType refused_;
+  bool device_like_;
 };
 
 // A factory of counting backends, each with its own op counts.
 struct Counting {
   std::vector<std::unique_ptr<std::map<std::string, int>>> ops;  // per backend made
   DType refused = DType::kMXFP4;
+  bool device_like = false;
   BackendFactory factory() {
     return [this](ThreadPool& pool) -> Result<std::unique_ptr<Backend>> {
       ops.push_back(std::make_unique<std::map<std::string, int>>());
-      return std::unique_ptr<Backend>(std::make_unique<CountingBackend>(pool, ops.back().get(), refused));
+      return std::unique_ptr<Backend>(
+          std::make_unique<CountingBackend>(pool, ops.back().get(), refused, device_like));
     };
   }
 };
@@ -137,9 +147,10 @@ TEST(EngineBackend, TargetAndDraftRunOnTheBackendTheFactoryMakes) {
     SCOPED_TRACE(i == 0 ? "target" : "draft");
     ASSERT_GT(ops.count("embed"), 0u);
     EXPECT_GT(ops.at("embed"), 0);
-    // The scratch of Q, K, V, the attention output, gate and up; one K/V
-    // store and one attention per layer and forward pass.
-    EXPECT_EQ(ops.at("alloc"), 6);
+    // The residual stream (x, xn, y) and the scratch of Q, K, V, the
+    // attention output, gate and up; one K/V store and one attention per
+    // layer and forward pass.
+    EXPECT_EQ(ops.at("alloc"), 9);
     EXPECT_EQ(ops.at("kv_store"), L * ops.at("embed"));
     EXPECT_EQ(ops.at("attention"), L * ops.at("embed"));
   }
@@ -147,6 +158,37 @@ TEST(EngineBackend, TargetAndDraftRunOnTheBackendTheFactoryMakes) {
   ASSERT_GT(ctx.count("matmul"), 0u);  // the context tokens' head rows
   EXPECT_EQ(ctx.at("matmul"), ctx.at("rms_norm"));
   EXPECT_EQ(ctx.count("embed"), 0u);
+}
+
+// A backend whose memory is not the host's (a device's): the runner's KV
+// pool takes its pages from the backend (alloc) and the page ops and the
+// head's row gather move bytes through Backend::copy; the outputs keep
+// their bits. Parallel samples (n = 2) share a prompt's partial block, so
+// copy-on-write page copies happen.
+TEST(EngineBackend, KvPagesLiveInTheBackendsMemoryWhenItIsNotTheHosts) {
+  auto target = test::load_model(test::kTinyQwen);
+  ASSERT_TRUE(target);
+  const int V = target->config().n_vocab;
+  ThreadPool pool(2);
+  EngineConfig cfg;
+  cfg.num_kv_blocks = 256;
+  std::vector<RequestParams> reqs = test::workload(4, V, 5);
+  for (RequestParams& r : reqs) r.n = 2;
+  const test::RunResult want = test::run(*target, pool, cfg, reqs);
+  Counting counting;
+  counting.device_like = true;
+  cfg.backend = counting.factory();
+  const test::RunResult got = test::run(*target, pool, cfg, reqs);
+  test::expect_same(want, got, "a backend with its own memory");
+  ASSERT_EQ(counting.ops.size(), 1u);
+  const std::map<std::string, int>& ops = *counting.ops[0];
+  const KvLayout layout = KvLayout::from_config(target->config(), true);
+  // 9 forward buffers, then K and V of every page slot.
+  EXPECT_EQ(ops.at("alloc"), 9 + 2 * layout.layers_per_group);
+  ASSERT_GT(ops.count("copy"), 0u);
+  // The head's rows (one copy each) and the copy-on-write pages (K and V of
+  // every slot per copied page).
+  EXPECT_GT(ops.at("copy"), static_cast<int>(reqs.size()));
 }
 
 TEST(EngineBackend, FactoryErrorsAndRefusedWeightsAreClearErrors) {

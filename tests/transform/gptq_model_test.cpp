@@ -1,6 +1,6 @@
 // Layer-by-layer GPTQ over a model (transform/gptq_model.h) on a tiny
 // random-weight llama: the Hessians' diagonals equal the importance sums of
-// the same inputs, every GPTQ entry comes out in its type while the others
+// the same inputs, a HessianCollector's sums against double X^T X, every GPTQ entry comes out in its type while the others
 // are left to the plan, and the quantized model's logits are closer to the
 // source's than round-to-nearest's on tokens it was not calibrated on.
 #include "transform/gptq_model.h"
@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cmath>
 #include <filesystem>
+#include <random>
 
 #include "model/model.h"
 #include "transform/convert.h"
@@ -95,6 +97,45 @@ TEST_F(GptqModelTest, HessianDiagonalIsTheImportance) {
     }
     EXPECT_EQ(hc.hessian("blk.7.attn_q.weight"), nullptr);
   }
+}
+
+TEST(HessianCollector, SumsOfProductsOverCalls) {
+  // Two calls of strided rows (K shares Q's matrix when it reads the same
+  // rows); a third tensor of another width gets its own.
+  ThreadPool pool(3);
+  HessianCollector hc(0, pool);
+  const int64_t n_in = 70, ld = 83, rows[2] = {37, 100};
+  std::mt19937 rng(4);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<double> want(n_in * n_in, 0.0);
+  std::vector<std::vector<float>> xs;
+  for (int64_t n : rows) {
+    std::vector<float> x(n * ld);
+    for (float& v : x) v = d(rng) * 3.f;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < n_in; ++i)
+        for (int64_t j = 0; j < n_in; ++j) want[i * n_in + j] += static_cast<double>(x[r * ld + i]) * x[r * ld + j];
+    hc.on_linear_input(0, LinearRole::kQ, x.data(), ld, n, n_in);
+    hc.on_linear_input(0, LinearRole::kK, x.data(), ld, n, n_in);
+    xs.push_back(std::move(x));
+  }
+  std::vector<float> other(10 * 32, 1.0f);
+  hc.on_linear_input(0, LinearRole::kO, other.data(), 32, 10, 32);
+  for (const char* name : {"blk.0.attn_q.weight", "blk.0.attn_k.weight"}) {
+    const std::vector<double>* H = hc.hessian(name);
+    ASSERT_NE(H, nullptr);
+    EXPECT_EQ(hc.tokens(name), 137);
+    for (int64_t i = 0; i < n_in; ++i)
+      for (int64_t j = 0; j < n_in; ++j) {
+        const double w = want[i * n_in + j], tol = i == j ? 1e-12 * w : 1e-5 * std::sqrt(want[i * n_in + i] * want[j * n_in + j]);
+        ASSERT_NEAR((*H)[i * n_in + j], w, tol) << i << "," << j;
+        ASSERT_EQ((*H)[i * n_in + j], (*H)[j * n_in + i]);
+      }
+  }
+  const std::vector<double>* O = hc.hessian("blk.0.attn_output.weight");
+  ASSERT_NE(O, nullptr);
+  for (double v : *O) ASSERT_EQ(v, 10.0);
+  EXPECT_EQ(hc.hessian("blk.0.ffn_up.weight"), nullptr);
 }
 
 TEST_F(GptqModelTest, QuantizesLayerByLayerAndBeatsRoundToNearest) {

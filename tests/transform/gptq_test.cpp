@@ -152,6 +152,31 @@ TEST(Gptq, InverseCholeskyMatchesExplicitInverse) {
   EXPECT_FALSE(gptq_scales_from_name("after"));
 }
 
+TEST(Gptq, InverseCholeskyThreadedIsTheSameAndInverts) {
+  // Large enough that the columns and rows are spread over the pool.
+  const int64_t n = 300;
+  const Problem p = make_problem(1, n, 400, 5);
+  const double lambda = 0.5;
+  std::vector<double> u1(n * n), u3(n * n);
+  ThreadPool pool(3);
+  ASSERT_TRUE(gptq_inverse_cholesky(p.H.data(), n, lambda, u1.data()));
+  ASSERT_TRUE(gptq_inverse_cholesky(p.H.data(), n, lambda, u3.data(), &pool));
+  ASSERT_EQ(u1, u3);
+  // U^T U (H + lambda I) = I.
+  std::vector<double> inv(n * n, 0.0);
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t i = 0; i <= k; ++i)
+      for (int64_t j = 0; j <= k; ++j) inv[i * n + j] += u1[k * n + i] * u1[k * n + j];
+  double max_err = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double v = 0;
+      for (int64_t k = 0; k < n; ++k) v += inv[i * n + k] * (p.H[k * n + j] + (k == j ? lambda : 0.0));
+      max_err = std::max(max_err, std::fabs(v - (i == j ? 1.0 : 0.0)));
+    }
+  EXPECT_LT(max_err, 1e-9);
+}
+
 TEST(Gptq, MatchesPlainReferenceAndBeatsRoundingInEveryType) {
   ThreadPool pool(2);
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ5_0, DType::kQ4_K, DType::kQ3_K, DType::kQ2_K, DType::kQ6_K,

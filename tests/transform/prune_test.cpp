@@ -2,7 +2,8 @@
 // masks with exactly the requested counts and patterns; Wanda's score
 // against a hand-computed case; SparseGPT's masks and error-fed weights
 // against an independent NumPy port of the reference implementation
-// (tools/gen_sparsegpt_fixture.py); joint pruning and quantization keeps
+// (tools/gen_sparsegpt_fixture.py), and on a matrix larger than its thread
+// and cache tiles against the plain loop; joint pruning and quantization keeps
 // exact zeros; the error feedback lowers the layer's output error; OWL's
 // allocation; whole-model pruning on a tiny llama, layer by layer; bad
 // options give errors.
@@ -21,6 +22,7 @@
 #include "quant/quantize.h"
 #include "quant/sparse.h"
 #include "transform/gen_model.h"
+#include "transform/gptq.h"
 #include "transform/sparsegpt.h"
 
 namespace ember {
@@ -288,6 +290,64 @@ TEST(SparseGpt, ErrorFeedbackAndJointQuantization) {
   EXPECT_FALSE(sparsegpt_prune(q.data(), n_out, n_in, H.data(), bad, nullptr, DType::kF32, nullptr, nullptr, pool).is_ok());
 }
 
+TEST(SparseGpt, LargerThanItsTilesMatchesThePlainLoop) {
+  // Rows over several thread chunks, columns over several batches and
+  // tiles of the lazy update: the same masks and (to rounding) weights as
+  // the plain algorithm (every later column updated after each column), and
+  // the same bits with 1 or 3 threads.
+  const int64_t n_out = 40, n_in = 640, n_tok = 700;
+  const std::vector<float> w0 = random_matrix(n_out, n_in, 21);
+  const std::vector<float> x = random_matrix(n_tok, n_in, 22);
+  std::vector<double> H(n_in * n_in, 0.0);
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t i = 0; i < n_in; ++i) {
+      const double xi = x[t * n_in + i] + 0.5 * x[t * n_in + (i + 1) % n_in];
+      for (int64_t j = 0; j < n_in; ++j) H[i * n_in + j] += xi * (x[t * n_in + j] + 0.5 * x[t * n_in + (j + 1) % n_in]);
+    }
+  SparseGptOptions o;
+  o.sparsity = 0.6;
+  GptqHinv hv;
+  ASSERT_TRUE(gptq_prepare_hinv(H.data(), n_in, o.damp, false, &hv).is_ok());
+  const std::vector<double>& U = hv.U;
+  std::vector<double> want(w0.begin(), w0.end());
+  std::vector<uint8_t> want_mask(n_out * n_in, 0);
+  for (int64_t p1 = 0; p1 < n_in; p1 += 128) {
+    const int64_t p2 = std::min(n_in, p1 + 128), nb = p2 - p1, k = static_cast<int64_t>(o.sparsity * n_out * nb);
+    std::vector<std::pair<double, int64_t>> sc;
+    for (int64_t r = 0; r < n_out; ++r)
+      for (int64_t j = 0; j < nb; ++j) {
+        const double v = want[r * n_in + p1 + j];
+        const double u = U[(p1 + j) * n_in + p1 + j];
+        sc.push_back({v * v * (1.0 / (u * u)), r * nb + j});
+      }
+    std::sort(sc.begin(), sc.end());
+    for (int64_t i = 0; i < k; ++i) want_mask[(sc[i].second / nb) * n_in + p1 + sc[i].second % nb] = 1;
+    for (int64_t r = 0; r < n_out; ++r)
+      for (int64_t p = p1; p < p2; ++p) {
+        double* wr = &want[r * n_in];
+        const double q = want_mask[r * n_in + p] ? 0.0 : wr[p], e = (wr[p] - q) / U[p * n_in + p];
+        wr[p] = q;
+        for (int64_t c = p + 1; c < n_in; ++c) wr[c] -= e * U[p * n_in + c];
+      }
+  }
+  std::vector<float> got[2];
+  std::vector<uint8_t> mask[2];
+  for (int t = 0; t < 2; ++t) {
+    ThreadPool pool(t == 0 ? 1 : 3);
+    got[t] = w0;
+    mask[t].assign(n_out * n_in, 0);
+    ASSERT_TRUE(sparsegpt_prune(got[t].data(), n_out, n_in, H.data(), o, nullptr, DType::kF32, nullptr,
+                                mask[t].data(), pool)
+                    .is_ok());
+  }
+  EXPECT_EQ(got[0], got[1]);
+  EXPECT_EQ(mask[0], mask[1]);
+  EXPECT_EQ(mask[0], want_mask);
+  double scale = 0;
+  for (double v : want) scale = std::max(scale, std::fabs(v));
+  for (int64_t i = 0; i < n_out * n_in; ++i) ASSERT_NEAR(got[0][i], want[i], 1e-5 * scale) << i;
+}
+
 TEST(Owl, LayerSparsityAndOutlierRatio) {
   const std::vector<double> s = owl_layer_sparsity({1, 2, 3}, 0.7, 0.08);
   ASSERT_EQ(s.size(), 3u);
@@ -295,6 +355,14 @@ TEST(Owl, LayerSparsityAndOutlierRatio) {
   EXPECT_NEAR(s[1], 0.70, 1e-12);
   EXPECT_NEAR(s[2], 0.62, 1e-12);
   for (double x : owl_layer_sparsity({4, 4}, 0.5, 0.08)) EXPECT_EQ(x, 0.5);
+  // The reference's mapping (luuyin/OWL lib/prune_all.py): the ratios scaled
+  // to [0, 2 lambda], shifted so their mean is 1 - S, over layers (not
+  // parameters). The spread is 2 lambda, not +-lambda around S: with one
+  // outlier-rich layer among four it keeps 0.12 more density than S gives.
+  const std::vector<double> k = owl_layer_sparsity({0.01, 0.01, 0.01, 0.05}, 0.7, 0.08);
+  ASSERT_EQ(k.size(), 4u);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(k[i], 0.74, 1e-12);
+  EXPECT_NEAR(k[3], 0.58, 1e-12);
   // Scores |w| sqrt(col_sq): [1, 1, 1, 1, 1, 1, 1, 100] -> mean 13.375; above 5x: one of eight.
   const float w[8] = {1, 1, 1, 1, 1, 1, 1, 10};
   const double cs[4] = {1, 1, 1, 100};

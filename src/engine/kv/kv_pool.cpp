@@ -127,7 +127,7 @@ size_t KvSlotDims::page_bytes(int block_size) const {
 
 Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, const KvLayout& layout, int block_size,
                                                          size_t memory_bytes, int64_t n_blocks,
-                                                         const KvPoolLimits& limits) {
+                                                         const KvPoolLimits& limits, Backend* memory) {
   if (block_size < 1 || block_size > 4096) return Status::errorf("KV block size {} out of range [1, 4096]", block_size);
   if (spec.layers.empty()) return Status::error("KV pool: invalid model shape");
   for (const KvLayerSpec& l : spec.layers)
@@ -180,9 +180,27 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, con
   }
   if (n_blocks > (int64_t{1} << 30)) return Status::errorf("KV pool: {} blocks is too many", n_blocks);
   p->n_blocks_ = static_cast<int32_t>(n_blocks);
+  if (memory && !memory->host_memory()) {
+    if (codec)
+      return Status::errorf("KV pool: keys in {} (token groups) are not stored in the {} backend's memory",
+                            kv_type_name(codec->type), memory->name());
+    p->memory_ = memory;
+  }
   for (int s = 0; s < layout.layers_per_group; ++s) {
     const size_t k_n = static_cast<size_t>(n_blocks) * block_size * p->dims_.k_bytes[s];
     const size_t v_n = static_cast<size_t>(n_blocks) * block_size * p->dims_.v_bytes[s];
+    if (p->memory_) {
+      auto k = p->memory_->alloc(k_n);
+      auto v = k ? p->memory_->alloc(v_n) : nullptr;
+      if (!k || !v)
+        return Status::errorf("KV pool: cannot allocate {} bytes of {} memory", per_block * n_blocks,
+                              p->memory_->name());
+      p->k_.push_back(k->as<uint8_t>());
+      p->v_.push_back(v->as<uint8_t>());
+      p->backend_pages_.push_back(std::move(k));
+      p->backend_pages_.push_back(std::move(v));
+      continue;
+    }
     uint8_t* k = new (std::nothrow) uint8_t[k_n];
     uint8_t* v = new (std::nothrow) uint8_t[v_n];
     if (!k || !v) {
@@ -190,8 +208,10 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, con
       delete[] v;
       return Status::errorf("KV pool: cannot allocate {} bytes", per_block * n_blocks);
     }
-    p->k_.emplace_back(k);  // uninitialised: only written rows are read
-    p->v_.emplace_back(v);
+    p->host_.emplace_back(k);  // uninitialised: only written rows are read
+    p->host_.emplace_back(v);
+    p->k_.push_back(k);
+    p->v_.push_back(v);
   }
   if (codec) {
     p->tails_.resize(layout.layers_per_group);
@@ -199,6 +219,13 @@ Result<std::unique_ptr<KvBlockPool>> KvBlockPool::create(const KvSpec& spec, con
       p->tails_[s].init(*codec, n_blocks * p->groups_per_page(), p->dims_.k_dim[s], spec.head_dim);
   }
   return p;
+}
+
+void KvBlockPool::move_bytes(uint8_t* dst, const uint8_t* src, size_t n) {
+  if (memory_)
+    memory_->copy(dst, src, n);
+  else
+    std::copy(src, src + n, dst);
 }
 
 size_t KvBlockPool::bytes_per_block() const { return dims_.page_bytes(block_size_); }
@@ -249,8 +276,8 @@ void KvBlockPool::copy_block(int32_t src, int32_t dst, int n_rows) {
   const int gpp = groups_per_page();
   const int open = open_group(n_rows);
   for (int s = 0; s < layout_.layers_per_group; ++s) {
-    std::copy(k_block(s, src), k_block(s, src) + n_rows * k_row_bytes(s), k_block(s, dst));
-    std::copy(v_block(s, src), v_block(s, src) + n_rows * v_row_bytes(s), v_block(s, dst));
+    move_bytes(k_block(s, dst), k_block(s, src), static_cast<size_t>(n_rows * k_row_bytes(s)));
+    move_bytes(v_block(s, dst), v_block(s, src), static_cast<size_t>(n_rows * v_row_bytes(s)));
     if (!tails_.empty())
       for (int g = 0; g < gpp; ++g) tails_[s].copy(g == open ? int64_t{src} * gpp + g : -1, int64_t{dst} * gpp + g);
   }
@@ -301,9 +328,9 @@ void KvBlockPool::read_page(int32_t b, uint8_t* dst, int n_rows) {
   for (int s = 0; s < layout_.layers_per_group; ++s) {
     const size_t kn = static_cast<size_t>(block_size_) * k_row_bytes(s);
     const size_t vn = static_cast<size_t>(block_size_) * v_row_bytes(s);
-    std::copy(k_block(s, b), k_block(s, b) + kn, dst);
+    move_bytes(dst, k_block(s, b), kn);
     dst += kn;
-    std::copy(v_block(s, b), v_block(s, b) + vn, dst);
+    move_bytes(dst, v_block(s, b), vn);
     dst += vn;
   }
   const int open = open_group(n_rows);
@@ -321,9 +348,9 @@ void KvBlockPool::write_page(int32_t b, const uint8_t* src) {
   for (int s = 0; s < layout_.layers_per_group; ++s) {
     const size_t kn = static_cast<size_t>(block_size_) * k_row_bytes(s);
     const size_t vn = static_cast<size_t>(block_size_) * v_row_bytes(s);
-    std::copy(src, src + kn, k_block(s, b));
+    move_bytes(k_block(s, b), src, kn);
     src += kn;
-    std::copy(src, src + vn, v_block(s, b));
+    move_bytes(v_block(s, b), src, vn);
     src += vn;
   }
   for (KvGroupTails& t : tails_)

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
 
@@ -167,9 +168,13 @@ class KvBlockPool {
   // (with a fixed page count the reserve is on top). Errors on a bad block
   // size, a budget below the reserve and one page, or KV formats that do
   // not fit the head dims.
+  // `memory`: a backend whose memory (Backend::alloc, not host memory) holds
+  // the pages, and whose copy() moves them (null, or a backend over host
+  // memory: host pages, as before); not owned, must outlive the pool. A
+  // device backend takes only per-row formats (no tails).
   static Result<std::unique_ptr<KvBlockPool>> create(const KvSpec& spec, const KvLayout& layout, int block_size,
                                                      size_t memory_bytes, int64_t n_blocks = 0,
-                                                     const KvPoolLimits& limits = {});
+                                                     const KvPoolLimits& limits = {}, Backend* memory = nullptr);
   static Result<std::unique_ptr<KvBlockPool>> create(const ModelConfig& cfg, const KvLayout& layout, int block_size,
                                                      size_t memory_bytes, int64_t n_blocks = 0) {
     return create(kv_spec_from_config(cfg), layout, block_size, memory_bytes, n_blocks);
@@ -190,17 +195,15 @@ class KvBlockPool {
 
   // Page b, layer slot s: [block_size, k_dim(s)] (K) and [block_size,
   // v_dim(s)] (V) elements, k_row_bytes(s) (v_row_bytes(s)) bytes a position.
-  uint8_t* k_block(int slot, int32_t b) {
-    return k_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.k_bytes[slot];
-  }
-  uint8_t* v_block(int slot, int32_t b) {
-    return v_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.v_bytes[slot];
-  }
+  // (In the backend's memory for a pool made with one: read and written
+  // by its ops and copy() only.)
+  uint8_t* k_block(int slot, int32_t b) { return k_[slot] + static_cast<int64_t>(b) * block_size_ * dims_.k_bytes[slot]; }
+  uint8_t* v_block(int slot, int32_t b) { return v_[slot] + static_cast<int64_t>(b) * block_size_ * dims_.v_bytes[slot]; }
   const uint8_t* k_block(int slot, int32_t b) const {
-    return k_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.k_bytes[slot];
+    return k_[slot] + static_cast<int64_t>(b) * block_size_ * dims_.k_bytes[slot];
   }
   const uint8_t* v_block(int slot, int32_t b) const {
-    return v_[slot].get() + static_cast<int64_t>(b) * block_size_ * dims_.v_bytes[slot];
+    return v_[slot] + static_cast<int64_t>(b) * block_size_ * dims_.v_bytes[slot];
   }
   // Row widths (elements per position) and strides (bytes) of slot s.
   int64_t k_dim(int slot) const { return dims_.k_dim[slot]; }
@@ -262,7 +265,11 @@ class KvBlockPool {
   int block_size_ = 0;
   int32_t n_blocks_ = 0;
   KvSlotDims dims_;
-  std::vector<std::unique_ptr<uint8_t[]>> k_, v_;  // per slot: [n_blocks, block_size, row bytes]
+  std::vector<uint8_t*> k_, v_;                    // per slot: [n_blocks, block_size, row bytes]
+  std::vector<std::unique_ptr<uint8_t[]>> host_;   // their host memory, or
+  std::vector<std::unique_ptr<BackendBuffer>> backend_pages_;  // the backend's
+  Backend* memory_ = nullptr;                      // that backend (null: host pages)
+  void move_bytes(uint8_t* dst, const uint8_t* src, size_t n);
   const KvGroupCodec* codec_ = nullptr;            // the key format's token groups (null: per-row)
   size_t tail_reserve_ = 0;                        // the tails' share of the budget (kv_tail_reserve_bytes)
   std::vector<KvGroupTails> tails_;                // token groups: per slot

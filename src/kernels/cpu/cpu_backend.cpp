@@ -265,12 +265,17 @@ std::unique_ptr<BackendBuffer> Backend::alloc(size_t bytes) {
   return std::make_unique<HostBuffer>(p, bytes);
 }
 
+void Backend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
 bool cpu_backend_supports(DType t, WeightOp op) {
   const KernelSet& k = kernels(t);
   const bool interleaved = dtype_row_group(t) > 1 && k.vec_dot_rows && k.vec_dot_tile;  // kernels/interleave.h
   const bool matmul = interleaved || (k.vec_dot && k.dequantize_row);
   switch (op) {
-    case WeightOp::kMatmul: return matmul;
+    case WeightOp::kMatmul:
+    case WeightOp::kExperts: return matmul;
     case WeightOp::kMatmulAct4: return matmul && kernels(vec_dot_type(t)).quantize_row_int4 != nullptr;
     case WeightOp::kEmbed: return interleaved || k.dequantize_row != nullptr;
   }

@@ -217,7 +217,8 @@ TileKernel sq8_tile, sq4_tile;
 // Activation-sparse column kernels (avx512/act_cols.cpp, VNNI): ColDotFn of
 // kernels/act_sparse.h for Q8_0 / Q4_K / Q6_K columns, the kLanes contract,
 // bit-identical to ref::act_cols_lanes.
-void act_cols(const ColumnWeights& w, int64_t panel, const ColActive& a, int64_t b0, int64_t b1, float* state);
+void act_cols(const ColumnWeights& w, int64_t panel, int64_t r0, int64_t r1, const ColActive& a, float* y,
+              int64_t ldy);
 TileKernel q5_0_tile, q8_0_tile;
 // K-quants (avx512/kquants_tile.cpp): sequential rows with software prefetch,
 // the tile kernels' 1 row x 1 token arithmetic (any nr >= 1).

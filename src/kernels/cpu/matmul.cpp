@@ -126,7 +126,7 @@ void run(const Job& j, int64_t n_in, int64_t n_tokens, int64_t rb, int64_t re) {
       tile_rows_range(*j.wk, n_in, rb, re, j.wrows, j.w_row_bytes, j.xq, j.x_row_bytes, n_tokens, j.y, j.ldy);
       return;
     case Path::kCols:
-      col_matmul_rows(*j.cols, j.col_fn, j.col_toks, static_cast<int>(n_tokens), rb, re, j.y, j.ldy);
+      col_matmul_rows(*j.cols, j.col_fn, *j.col_list, rb, re, j.y, j.ldy);
       return;
     case Path::kDots:
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
@@ -153,23 +153,11 @@ struct ActType {
   bool operator==(const ActType&) const = default;
 };
 
-// The auto rule of kernels/act_sparse.h takes the column path: off until the
-// column kernel beats the dense one (also in model/act_sparsity.cpp).
-constexpr bool kColAutoEnabled = false;
-
 // Activation sparsity of a call (MatmulTarget::act_threshold, cols, skip).
 struct Sparsity {
   float threshold = 0.0f;
   const MatmulTarget* targets = nullptr;  // [n_jobs]: their cols and skip
 };
-
-// Bytes of one token's active list of n_in channels (kernels/act_sparse.h).
-size_t col_list_bytes(int64_t n_in) {
-  const auto cap = static_cast<size_t>(col_active_capacity(n_in));
-  const auto groups = static_cast<size_t>(n_in / kColGroup);
-  const size_t b = cap * 2 + cap + 4 + (groups + 1) * 4 + groups * 4;  // + 4: start's alignment
-  return (b + kActAlign - 1) / kActAlign * kActAlign;
-}
 
 // The shared driver: jobs[i] reads the activations in act[i]'s format.
 void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t ldx, int64_t n_in, int64_t n_tokens,
@@ -214,8 +202,8 @@ void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t
     total += (bytes + kActAlign - 1) / kActAlign * kActAlign;
   }
   // Column candidates (kernels/act_sparse.h): the jobs with a column copy
-  // and a kernel, a few tokens, not switched off; one active list per token
-  // of each activation format they read.
+  // and a kernel, a few tokens, not switched off; one union active list of
+  // the tokens per activation format they read.
   int col_act[kMaxMatmulTargets];
   ColKernel col_k[kMaxMatmulTargets];
   bool col_format[kMaxActTypes] = {};
@@ -226,8 +214,8 @@ void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t
     if (!sp.targets || !sp.targets[i].cols || sp.targets[i].skip == ActSkip::kOff || n_tokens > kColMaxTokens)
       continue;
     col_k[i] = col_kernel(sp.targets[i].cols->type);
-    if (!col_k[i].fn ||
-        (sp.targets[i].skip == ActSkip::kAuto && (!kColAutoEnabled || !col_k[i].fast || n_tokens > kColAutoMaxTokens)))
+    if (!col_k[i].fn || (sp.targets[i].skip == ActSkip::kAuto &&
+                         (!col_k[i].fast || n_tokens > col_auto_rule(sp.targets[i].cols->type).max_tokens)))
       continue;
     const int a = static_cast<int>(std::find(types, types + n_types, act[i]) - types);
     if (a >= n_types) continue;
@@ -236,11 +224,9 @@ void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t
     if (!col_format[a]) {
       col_format[a] = true;
       list_offset[a] = total;
-      total += col_list_bytes(n_in) * static_cast<size_t>(n_tokens);
+      total += (col_active_bytes(n_in, static_cast<int>(n_tokens)) + kActAlign - 1) / kActAlign * kActAlign;
     }
   }
-  const size_t union_offset = total;
-  if (any_col) total += (static_cast<size_t>(n_in) + kActAlign - 1) / kActAlign * kActAlign;
 
   uint8_t* buf = n_types || sparse_bytes ? scratch.get(total) : nullptr;
   if (sparse_bytes) {
@@ -277,51 +263,31 @@ void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t
       });
     }
   }
-  // Active lists, the union of the tokens' active channels, and the choice
-  // per format (the same bits either way: only speed depends on it).
-  ColActive lists[kMaxActTypes][kColMaxTokens];
-  bool use_cols[kMaxActTypes] = {};
+  // The union active list of the tokens, and the choice per format (the
+  // same bits either way: only speed depends on it).
+  ColActive lists[kMaxActTypes];
+  double union_frac[kMaxActTypes] = {};
   for (int a = 0; a < n_types && any_col; ++a) {
     if (!col_format[a]) continue;
-    const size_t lb = col_list_bytes(n_in);
-    const auto cap = static_cast<size_t>(col_active_capacity(n_in));
-    const auto groups = static_cast<size_t>(n_in / kColGroup);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      uint8_t* l = buf + list_offset[a] + lb * static_cast<size_t>(t);
-      ColActive& ca = lists[a][t];
-      ca.idx = reinterpret_cast<const uint16_t*>(l);
-      ca.val = reinterpret_cast<const int8_t*>(l + 2 * cap);
-      ca.start = reinterpret_cast<const int32_t*>(l + 3 * cap + (4 - (3 * cap) % 4) % 4);
-      ca.gsum = ca.start + groups + 1;
-      ca.xq = buf + offset[a] + static_cast<size_t>(t) * row_bytes[a];
-    }
-    pool.parallel_for(n_tokens, 1, [&](int64_t b, int64_t e, int) {
-      for (int64_t t = b; t < e; ++t) {
-        ColActive& ca = lists[a][t];
-        col_active_build(types[a].type, ca.xq, n_in, const_cast<uint16_t*>(ca.idx), const_cast<int8_t*>(ca.val),
-                         const_cast<int32_t*>(ca.start), const_cast<int32_t*>(ca.gsum));
-      }
-    });
-    uint8_t* active = buf + union_offset;
-    std::fill(active, active + n_in, uint8_t{0});
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      const ColActive& ca = lists[a][t];
-      for (int32_t e = 0; e < ca.start[n_in / kColGroup]; ++e) active[ca.idx[e]] |= ca.val[e] != 0;
-    }
-    const int64_t n_union = std::count(active, active + n_in, uint8_t{1});
-    use_cols[a] = static_cast<double>(n_union) <= kColAutoMaxUnion * static_cast<double>(n_in);
+    int64_t n_union = 0;
+    lists[a] = col_active_build(types[a].type, buf + offset[a], row_bytes[a], static_cast<int>(n_tokens), n_in,
+                                buf + list_offset[a], &n_union);
+    union_frac[a] = static_cast<double>(n_union) / static_cast<double>(n_in);
   }
   for (int i = 0; i < n_jobs; ++i) {
     const int a = col_act[i];
-    if (a < 0 || !(use_cols[a] || sp.targets[i].skip == ActSkip::kOn)) continue;
+    if (a < 0 || !(sp.targets[i].skip == ActSkip::kOn ||
+                   union_frac[a] <= col_auto_rule(sp.targets[i].cols->type).max_union))
+      continue;
     Job& j = jobs[i];
     j.path = Path::kCols;
     j.cols = sp.targets[i].cols;
     j.col_fn = col_k[i].fn;
-    j.col_toks = lists[a];
-    const int64_t panels = j.cols->n_panels;
+    j.col_list = &lists[a];
+    // Tasks of whole row units, about two per thread: long streams per channel.
+    const int64_t units = (j.n_rows + kColRowUnit - 1) / kColRowUnit;
     j.grain = pool.size() == 1 ? j.n_rows
-                               : kColPanelRows * std::max<int64_t>(1, panels / (4 * static_cast<int64_t>(pool.size())));
+                               : kColRowUnit * std::max<int64_t>(1, (units + 2 * pool.size() - 1) / (2 * pool.size()));
   }
   for (int i = 0; i < n_jobs; ++i) {
     if (act[i].type == DType::kF32) {

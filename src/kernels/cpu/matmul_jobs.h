@@ -32,10 +32,10 @@ struct Job {
   float* y;
   int64_t ldy;
   // kCols (activation sparsity, kernels/act_sparse.h): the column copy, its
-  // kernel and one active list per token.
+  // kernel and the union active list of the tokens.
   const ColumnWeights* cols = nullptr;
   ColDotFn col_fn = nullptr;
-  const ColActive* col_toks = nullptr;
+  const ColActive* col_list = nullptr;
 };
 
 // The path and grain of w [n_rows, n_in] for n_tokens tokens on n_threads

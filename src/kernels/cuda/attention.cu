@@ -1,6 +1,9 @@
 // Paged attention on the device, reading ember's block tables directly
 // (kernels/cuda/geometry.h kv_row_offset): causal, sliding windows, GQA,
-// softcap; K/V pages in f32, f16 or bf16.
+// softcap; K/V pages in f32, f16 or bf16. And the K/V stores that fill
+// those pages (kv_store_kernel: one block per token and row, each element
+// encoded by geometry.h kv_store_elem, the bytes of kernels/kv_types.h's
+// kv_store_row; twin: twins.h kv_store_host).
 //
 // One block of threads per (item, kv head[, chunk]): an item is up to
 // kAttnMaxWarps query rows (token, q head) of one sequence that share the
@@ -35,7 +38,20 @@ namespace {
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kMaxDims = kAttnMaxHeadDim / 32;  // dims per lane
 
-__device__ __forceinline__ int kv_elem_bytes(KvElem t) { return t == KvElem::kF32 ? 4 : 2; }
+__device__ __forceinline__ int kv_elem_bytes(KvElem t) { return kv_elem_size(t); }
+
+// blockIdx.x: the token; blockIdx.y: 0 its K row, 1 its V row.
+__global__ void __launch_bounds__(kKvStoreThreads) kv_store_kernel(const KvStoreArgs a) {
+  const int64_t t = blockIdx.x;
+  const bool is_v = blockIdx.y == 1;
+  const float* src = is_v ? a.v + t * a.ldv : a.k + t * a.ldk;
+  const int64_t width = is_v ? a.v_width : a.k_width;
+  const int64_t rb = is_v ? a.v_row_bytes : a.k_row_bytes;
+  const int32_t* table = a.tables + static_cast<int64_t>(a.seq_of_token[t]) * a.table_stride;
+  uint8_t* row = (is_v ? a.v_pages : a.k_pages) + kv_row_offset(table, a.pos[t], a.block_size, rb, 0, 0);
+  const KvElem e = is_v ? a.v_type : a.k_type;
+  for (int64_t i = threadIdx.x; i < width; i += kKvStoreThreads) kv_store_elem(e, src[i], row, i);
+}
 __device__ __forceinline__ float kv_elem(const uint8_t* row, int i, KvElem t) {
   if (t == KvElem::kF32) return reinterpret_cast<const float*>(row)[i];
   const uint16_t h = reinterpret_cast<const uint16_t*>(row)[i];
@@ -188,6 +204,13 @@ __global__ void __launch_bounds__(256) merge_kernel(const AttnArgs a) {
 int64_t attention_smem_bytes(const AttnArgs& a) {
   const int64_t ek = a.k_type == KvElem::kF32 ? 4 : 2, ev = a.v_type == KvElem::kF32 ? 4 : 2;
   return kAttnKeyTile * (a.head_dim * ek + a.head_dim_v * ev);
+}
+
+cudaError_t kv_store(const KvStoreArgs& a, cudaStream_t s) {
+  if (a.n_tokens <= 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(a.n_tokens), a.v ? 2u : 1u);
+  kv_store_kernel<<<grid, kKvStoreThreads, 0, s>>>(a);
+  return cudaGetLastError();
 }
 
 cudaError_t attention(const AttnArgs& a, cudaStream_t s) {

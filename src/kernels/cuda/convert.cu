@@ -157,6 +157,19 @@ __global__ void f32_to_f16_kernel(const float* __restrict__ x, int64_t ldx, int6
   }
 }
 
+// out row r = scale * table row ids[r] (f32 rows of n; one rounding, as
+// kernels/ref embed_rows); a bad id gives a NaN row.
+__global__ void gather_f32_kernel(const float* __restrict__ table, int64_t n, int64_t n_table,
+                                  const int32_t* __restrict__ ids, int64_t n_out, float scale, float* out) {
+  const int64_t total = n * n_out;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i % n;
+    const int32_t id = ids[r];
+    out[i] = id >= 0 && id < n_table ? mul_rn(table[id * n + c], scale) : __int_as_float(0x7fc00000);
+  }
+}
+
 template <WType T>
 cudaError_t dequant_typed(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t n_table, const int32_t* ids,
                           int64_t n_out, float scale, void* out, bool out_f16, int64_t ld_out, cudaStream_t s) {
@@ -199,6 +212,12 @@ cudaError_t dequantize_rows(WType t, const uint8_t* w, int64_t row_bytes, int64_
 cudaError_t f32_to_f16(const float* x, int64_t ldx, int64_t n, int64_t rows, uint16_t* out, int64_t ld_out,
                        cudaStream_t s) {
   f32_to_f16_kernel<<<grid_for(n * rows, 256), 256, 0, s>>>(x, ldx, n, rows, out, ld_out);
+  return cudaGetLastError();
+}
+
+cudaError_t gather_f32(const float* table, int64_t n, int64_t n_table, const int32_t* ids, int64_t n_out, float scale,
+                       float* out, cudaStream_t s) {
+  gather_f32_kernel<<<grid_for(n * n_out, 256), 256, 0, s>>>(table, n, n_table, ids, n_out, scale, out);
   return cudaGetLastError();
 }
 

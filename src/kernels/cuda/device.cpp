@@ -38,6 +38,12 @@ Result<DeviceInfo> device_info(int device) {
   return d;
 }
 
+Result<size_t> device_free_bytes() {
+  size_t free_b = 0, total = 0;
+  EMBER_RETURN_IF_ERROR(cuda_status(cudaMemGetInfo(&free_b, &total), "cudaMemGetInfo"));
+  return free_b;
+}
+
 DeviceBuffer::~DeviceBuffer() { reset(); }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
@@ -130,6 +136,11 @@ Status Context::to_host(void* dst, const void* src, size_t bytes) {
 Status Context::fill(void* dst, int byte, size_t bytes) {
   if (bytes == 0) return Status::ok();
   return cuda_status(cudaMemsetAsync(dst, byte, bytes, stream_), "cudaMemsetAsync");
+}
+
+Status Context::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
 }
 
 Status Context::sync() { return cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }

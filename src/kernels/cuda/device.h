@@ -41,6 +41,8 @@ struct DeviceInfo {
   int smem_per_block_optin = 0;  // bytes a block may use after cudaFuncSetAttribute
 };
 Result<DeviceInfo> device_info(int device = 0);
+// Bytes of device memory free now (cudaMemGetInfo on the current device).
+Result<size_t> device_free_bytes();
 
 // Device memory: cudaMalloc'd bytes, freed on destruction. Sizes are rounded
 // up to 256 bytes, so a buffer is readable to the 16-byte cover of any of
@@ -82,6 +84,9 @@ class Context {
   Status to_device(void* dst, const void* src, size_t bytes);
   Status to_host(void* dst, const void* src, size_t bytes);
   Status fill(void* dst, int byte, size_t bytes);  // cudaMemsetAsync
+  // Either direction, or device to device (cudaMemcpyDefault); queued: a
+  // host destination holds the bytes after sync().
+  Status copy(void* dst, const void* src, size_t bytes);
   Status sync();
 
  private:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cuda/hd.h"
@@ -65,6 +66,34 @@ EMBER_HD int64_t kv_row_offset(const int32_t* table, int64_t p, int block_size, 
   const int64_t page = table[p / block_size];
   return (page * block_size + p % block_size) * row_bytes + h * head_bytes;
 }
+
+// ---- K/V stores (attention.cu kv_store) ------------------------------------
+// The page elements the device reads and writes (kernels/kv_types.h's
+// per-element formats).
+enum class KvElem : uint8_t { kF32, kF16, kBF16 };
+EMBER_HD int kv_elem_size(KvElem t) { return t == KvElem::kF32 ? 4 : 2; }
+// Element i of a K or V row stored at `row` in format t: the bytes
+// kv_store_row (kernels/kv_types.h) writes for it (f16 and bf16 rounded to
+// nearest even, little-endian), whatever the thread that writes it.
+EMBER_HD void kv_store_elem(KvElem t, float x, uint8_t* row, int64_t i) {
+  if (t == KvElem::kF32) {
+#if defined(__CUDA_ARCH__)
+    reinterpret_cast<float*>(row)[i] = x;
+#else
+    std::memcpy(row + 4 * i, &x, 4);
+#endif
+    return;
+  }
+  const uint16_t h = t == KvElem::kF16 ? float_to_half(x) : float_to_bf16(x);
+#if defined(__CUDA_ARCH__)
+  reinterpret_cast<uint16_t*>(row)[i] = h;
+#else
+  std::memcpy(row + 2 * i, &h, 2);
+#endif
+}
+// One block of kKvStoreThreads threads per (token, K or V row): thread j
+// stores elements j, j + kKvStoreThreads, ... of the row.
+constexpr int kKvStoreThreads = 128;
 
 // One block of threads of the attention kernel: query rows row0 ..
 // row0 + n_rows - 1 of the rows of tokens t0 .. of one sequence, rows

@@ -108,6 +108,18 @@ EMBER_HD uint16_t float_to_half(float f) {  // round to nearest even
   return f32_to_f16(f);
 #endif
 }
+// bf16 of f (round to nearest even; a NaN stays a quiet NaN): core/fp16.h's
+// f32_to_bf16, the same integer steps on both sides.
+EMBER_HD uint16_t float_to_bf16(float f) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t u = __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+#endif
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64);
+  return static_cast<uint16_t>((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
 EMBER_HD float bf16_to_float(uint16_t h) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(static_cast<uint32_t>(h) << 16);

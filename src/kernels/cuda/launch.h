@@ -31,6 +31,11 @@ cudaError_t dequantize_rows(WType t, const uint8_t* w, int64_t row_bytes, int64_
 cudaError_t f32_to_f16(const float* x, int64_t ldx, int64_t n, int64_t rows, uint16_t* out, int64_t ld_out,
                        cudaStream_t s);
 
+// out row r = scale * f32 table row ids[r] (n floats a row, n_table rows;
+// a bad id: a NaN row), r < n_out.
+cudaError_t gather_f32(const float* table, int64_t n, int64_t n_table, const int32_t* ids, int64_t n_out, float scale,
+                       float* out, cudaStream_t s);
+
 // ---- rows.cu
 // y[t * ldy + r] = dot(w row r, activation row t) for r < n_rows, t < nt
 // (1 <= nt <= kRowsMaxTokens); act: act rows (quantized types) or f32 rows
@@ -53,7 +58,29 @@ cudaError_t gated(bool gelu, float* gate, int64_t ld_gate, const float* up, int6
 cudaError_t softcap(float* x, int64_t n, float cap, cudaStream_t s);
 
 // ---- attention.cu
-enum class KvElem : uint8_t { kF32, kF16, kBF16 };
+using cuda::KvElem;
+// K/V stores into one layer's pages (the addressing attention reads:
+// geometry.h kv_row_offset): for each token t < n_tokens, the k_width floats
+// at k + t * ldk go, in k_type, to the K row of position pos[t] through
+// sequence seq_of_token[t]'s block table (tables + seq * table_stride), and
+// the v_width floats at v + t * ldv to its V row (v null: no V rows).
+struct KvStoreArgs {
+  const float* k = nullptr;
+  int64_t ldk = 0, k_width = 0;
+  const float* v = nullptr;
+  int64_t ldv = 0, v_width = 0;
+  const int32_t* pos = nullptr;
+  const int32_t* seq_of_token = nullptr;
+  int64_t n_tokens = 0;
+  uint8_t* k_pages = nullptr;
+  uint8_t* v_pages = nullptr;
+  int block_size = 0;
+  int64_t k_row_bytes = 0, v_row_bytes = 0;
+  KvElem k_type = KvElem::kF32, v_type = KvElem::kF32;
+  const int32_t* tables = nullptr;
+  int64_t table_stride = 0;
+};
+cudaError_t kv_store(const KvStoreArgs& a, cudaStream_t s);
 struct AttnArgs {
   // shape
   int n_head = 0, n_head_kv = 0, head_dim = 0, head_dim_v = 0;

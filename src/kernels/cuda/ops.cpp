@@ -25,7 +25,7 @@ Result<launch::KvElem> kv_elem(KvType t) {
     case KvType::kF32: return launch::KvElem::kF32;
     case KvType::kF16: return launch::KvElem::kF16;
     case KvType::kBF16: return launch::KvElem::kBF16;
-    default: return Status::errorf("cuda attention: KV pages of type {} are not supported (f32, f16, bf16)",
+    default: return Status::errorf("cuda: KV pages of type {} are not supported (f32, f16, bf16)",
                                    kv_type_name(t));
   }
 }
@@ -33,6 +33,7 @@ Result<launch::KvElem> kv_elem(KvType t) {
 }  // namespace
 
 bool weight_type_supported(DType t) { return wtype_of(t).is_ok(); }
+bool device_weight_supported(DType t) { return t == DType::kF32 || weight_type_supported(t); }
 
 Result<WType> wtype_of(DType t) {
   switch (t) {
@@ -51,9 +52,12 @@ Result<WType> wtype_of(DType t) {
 }
 
 Result<DeviceWeight> upload_weight(Context& ctx, const TensorView& w) {
-  auto wt = wtype_of(w.type);
-  if (!wt) return wt.status().with_context("uploading " + w.name);
-  const int64_t unit = wtype_is_kquant(*wt) ? 256 : 32;
+  int64_t unit = 1;  // F32
+  if (w.type != DType::kF32) {
+    auto wt = wtype_of(w.type);
+    if (!wt) return wt.status().with_context("uploading " + w.name);
+    unit = wtype_is_kquant(*wt) ? 256 : 32;
+  }
   if (w.ne[0] <= 0 || w.nrows() <= 0 || w.ne[0] % unit != 0)
     return Status::errorf("uploading {}: shape {} (rows of a multiple of {} elements needed on the device)", w.name,
                           w.shape_string(), unit);
@@ -161,10 +165,32 @@ Status matmul_tile(Context& ctx, const DeviceWeight& w, const float* x, int64_t 
   return Status::ok();
 }
 
+Status matmul_f32(Context& ctx, const DeviceWeight& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
+                  int64_t ldy) {
+  if (w.type != DType::kF32) return Status::errorf("matmul_f32: weights of type {}", dtype_name(w.type));
+  if (n_tokens <= 0) return Status::ok();
+  if (ldx < w.n_in || ldy < w.n_out) return Status::errorf("matmul_f32: ldx {} ldy {}", ldx, ldy);
+  if (n_tokens > INT32_MAX || w.n_in > INT32_MAX || w.n_out > INT32_MAX || ldx > INT32_MAX || ldy > INT32_MAX)
+    return Status::error("matmul_f32: dimensions above cuBLAS's int range");
+  auto h = static_cast<cublasHandle_t>(ctx.cublas());
+  const float alpha = 1.f, beta = 0.f;
+  // Column-major: Y^T [n_out x n_tokens] (ldy) = W^T [n_out x n_in] * X^T [n_in x n_tokens] (ldx).
+  return cublas_status(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_out), static_cast<int>(n_tokens),
+                                    static_cast<int>(w.n_in), &alpha, w.buf.data(), CUDA_R_32F,
+                                    static_cast<int>(w.n_in), x, CUDA_R_32F, static_cast<int>(ldx), &beta, y,
+                                    CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F_PEDANTIC,
+                                    CUBLAS_GEMM_DEFAULT),
+                       "matmul_f32 (cublasGemmEx)");
+}
+
 Status embed(Context& ctx, const DeviceWeight& table, const int32_t* ids, int64_t n, float scale, float* out) {
+  if (n <= 0) return Status::ok();
+  if (table.type == DType::kF32)
+    return launched(launch::gather_f32(table.buf.as<float>(), table.n_in, table.n_out, ids, n, scale, out,
+                                       ctx.stream()),
+                    "embed (f32)");
   auto wt = wtype_of(table.type);
   if (!wt) return wt.status();
-  if (n <= 0) return Status::ok();
   return launched(launch::dequantize_rows(*wt, table.buf.as<uint8_t>(), table.row_bytes, table.n_in, table.n_out, ids,
                                           n, scale, out, false, table.n_in, ctx.stream()),
                   "embed");
@@ -219,6 +245,32 @@ Status softcap(Context& ctx, float* x, int64_t n, float cap) {
   if (!(cap > 0.f)) return Status::errorf("softcap: cap {} must be > 0", cap);
   if (n <= 0) return Status::ok();
   return launched(launch::softcap(x, n, cap, ctx.stream()), "softcap");
+}
+
+Status kv_store(Context& ctx, const StorePages& p, const float* k, int64_t ldk, int64_t k_width, const float* v,
+                int64_t ldv, int64_t v_width, const int32_t* pos, const int32_t* seq_of_token, int64_t n,
+                const int32_t* tables, int64_t table_stride) {
+  if (n <= 0) return Status::ok();
+  if (n > INT32_MAX) return Status::errorf("cuda kv_store: {} tokens", n);
+  auto ke = kv_elem(p.k_type);
+  if (!ke) return ke.status();
+  auto ve = kv_elem(p.v_type);
+  if (!ve) return ve.status();
+  if (p.block_size <= 0 || !p.k || !k || k_width <= 0 || ldk < k_width ||
+      k_width * kv_elem_size(*ke) > p.k_row_bytes || (v && (!p.v || v_width <= 0 || ldv < v_width ||
+                                                            v_width * kv_elem_size(*ve) > p.v_row_bytes)))
+    return Status::errorf("cuda kv_store: rows of {} / {} floats into pages of block size {} with rows of {} / {} "
+                          "bytes",
+                          k_width, v ? v_width : 0, p.block_size, p.k_row_bytes, p.v_row_bytes);
+  if (!tables || table_stride <= 0) return Status::error("cuda kv_store: no block tables");
+  launch::KvStoreArgs a;
+  a.k = k, a.ldk = ldk, a.k_width = k_width;
+  a.v = v, a.ldv = ldv, a.v_width = v_width;
+  a.pos = pos, a.seq_of_token = seq_of_token, a.n_tokens = n;
+  a.k_pages = p.k, a.v_pages = p.v, a.block_size = p.block_size;
+  a.k_row_bytes = p.k_row_bytes, a.v_row_bytes = p.v_row_bytes, a.k_type = *ke, a.v_type = *ve;
+  a.tables = tables, a.table_stride = table_stride;
+  return launched(launch::kv_store(a, ctx.stream()), "kv_store");
 }
 
 namespace {

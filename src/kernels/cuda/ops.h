@@ -14,6 +14,8 @@
 //   embed               convert.cu                   kernels/ref/row_ops.h embed_rows
 //   rms_norm .. softcap row_ops.cu                   kernels/ref/row_ops.h
 //   attention           attention.cu                 kernels/ref/attention.h
+//   kv_store            attention.cu                 kernels/kv_types.h kv_store_row, via twins.h
+//   matmul_f32          cuBLAS (f32, pedantic)       an f64 product
 //
 // Ownership and threading: as kernels/cuda/device.h (one host thread per
 // Context). The device half of the Backend seam (issue 43, deliverable 1)
@@ -38,6 +40,9 @@ namespace ember::cuda {
 // Q4_K, Q6_K, F16, BF16.
 bool weight_type_supported(DType t);
 Result<WType> wtype_of(DType t);
+// What upload_weight takes: those, and F32 (multiplied by matmul_f32,
+// looked up by embed).
+bool device_weight_supported(DType t);
 
 // A weight matrix [n_out, n_in] on the device in its GGUF block layout.
 struct DeviceWeight {
@@ -74,6 +79,14 @@ size_t tile_scratch_bytes(int64_t n_in, int64_t n_tokens, int64_t tile_rows);
 Status matmul_tile(Context& ctx, const DeviceWeight& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
                    int64_t ldy, void* scratch, size_t scratch_bytes);
 
+// ---- f32 weights: cuBLAS in f32 ---------------------------------------------
+// y[tok * ldy + r] = sum_k w[r, k] * x[tok, k] for F32 weights: cuBLAS
+// GemmEx with CUBLAS_COMPUTE_32F_PEDANTIC (f32 products and sums, no TF32),
+// in cuBLAS's order for the shape (so within f32 rounding of the CPU's dot,
+// not bit for bit).
+Status matmul_f32(Context& ctx, const DeviceWeight& w, const float* x, int64_t ldx, int64_t n_tokens, float* y,
+                  int64_t ldy);
+
 // ---- embedding -------------------------------------------------------------
 // out[t, :] = dequantize(table row ids[t]) * scale, out [n, table.n_in].
 // ids outside [0, table.n_out) give NaN rows (validate token ids on the host).
@@ -91,6 +104,26 @@ Status add(Context& ctx, float* y, const float* x, int64_t n);
 Status gated_activation(Context& ctx, GatedActivation a, float* gate, int64_t ld_gate, const float* up,
                         int64_t ld_up, int64_t n, int64_t dim);
 Status softcap(Context& ctx, float* x, int64_t n, float cap);
+
+// ---- K/V stores into the paged pool ----------------------------------------
+// One layer's pages, writable (DevicePages' layout below).
+struct StorePages {
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;
+  int block_size = 0;
+  int64_t k_row_bytes = 0, v_row_bytes = 0;
+  KvType k_type = KvType::kF32, v_type = KvType::kF32;
+};
+// For each token t < n: the k_width floats at k + t * ldk, encoded in
+// pages.k_type (kernels/kv_types.h kv_store_row's bytes), into the K row of
+// position pos[t] through sequence seq_of_token[t]'s block table (tables +
+// seq * table_stride: page ids), and the v_width floats at v + t * ldv into
+// its V row (v null: K only). geometry.h kv_row_offset is the address, as
+// attention reads it. Errors: q8 / q4 / q4c pages, rows wider than a page's
+// row. The (sequence, position) pairs of a call must be distinct.
+Status kv_store(Context& ctx, const StorePages& pages, const float* k, int64_t ldk, int64_t k_width, const float* v,
+                int64_t ldv, int64_t v_width, const int32_t* pos, const int32_t* seq_of_token, int64_t n,
+                const int32_t* tables, int64_t table_stride);
 
 // ---- paged attention --------------------------------------------------------
 // One layer's pages on the device, in KvBlockPool's layout: page b of K at

@@ -177,4 +177,17 @@ void rows_block_terms_host(WType t, const uint8_t* w_row, int64_t n, const uint8
   }
 }
 
+void kv_store_host(const launch::KvStoreArgs& a) {
+  for (int64_t t = 0; t < a.n_tokens; ++t)
+    for (int which = 0; which < (a.v ? 2 : 1); ++which) {
+      const bool is_v = which == 1;
+      const float* src = is_v ? a.v + t * a.ldv : a.k + t * a.ldk;
+      const int64_t width = is_v ? a.v_width : a.k_width;
+      const int64_t rb = is_v ? a.v_row_bytes : a.k_row_bytes;
+      const int32_t* table = a.tables + static_cast<int64_t>(a.seq_of_token[t]) * a.table_stride;
+      uint8_t* row = (is_v ? a.v_pages : a.k_pages) + kv_row_offset(table, a.pos[t], a.block_size, rb, 0, 0);
+      for (int64_t i = 0; i < width; ++i) kv_store_elem(is_v ? a.v_type : a.k_type, src[i], row, i);
+    }
+}
+
 }  // namespace ember::cuda

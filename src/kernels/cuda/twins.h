@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/act_format.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/rows_math.h"
 #include "quant/blocks.h"
 
@@ -30,5 +31,10 @@ float rows_host(WType t, const uint8_t* w_row, int64_t n, const void* act);
 // block; per super-block for the K-quants): each must equal the term
 // kernels/ref/dot.cpp adds for that block, bit for bit.
 void rows_block_terms_host(WType t, const uint8_t* w_row, int64_t n, const uint8_t* act, float* terms);
+
+// The K/V stores of attention.cu's kv_store kernel over host memory (every
+// pointer of `a` host memory): the same addressing (geometry.h
+// kv_row_offset) and the same per-element encoder (kv_store_elem).
+void kv_store_host(const launch::KvStoreArgs& a);
 
 }  // namespace ember::cuda
