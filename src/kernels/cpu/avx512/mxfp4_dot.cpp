@@ -347,6 +347,12 @@ void mxfp4_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_by
   XPair xp[kTileChunkPairs * kMxfp4TileCols];
   __m512 acc[kMxfp4TileRows * kMxfp4TileCols];
   for (int k = 0; k < nr * nc; ++k) acc[k] = _mm512_setzero_ps();
+  // The next panel of nr rows (the driver's next call, or the next task's
+  // rows: a prefetch past the matrix cannot fault) into L2, spread over
+  // this call's block-pair steps: 16 rows are 16 streams the hardware
+  // prefetchers do not follow.
+  lanes::GroupPrefetch pf(wb + static_cast<size_t>(nr) * w_row_bytes, static_cast<size_t>(nr) * w_row_bytes,
+                          np * ((nr + 1) / 2));
   for (int64_t p0 = 0; p0 < np; p0 += kTileChunkPairs) {
     const int64_t p1 = std::min(np, p0 + kTileChunkPairs);
     for (int c = 0; c < nc; ++c) {
@@ -355,9 +361,10 @@ void mxfp4_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_by
     }
     int r = 0;
     for (; r + 2 <= nr; r += 2)
-      tile_block_nc<2>(nc, wb + r * w_row_bytes, w_row_bytes, nb, xp, p0, p1, acc + r * nc, table_u);
-    if (r < nr) tile_block_nc<1>(nc, wb + r * w_row_bytes, w_row_bytes, nb, xp, p0, p1, acc + r * nc, table_u);
+      tile_block_nc<2>(nc, wb + r * w_row_bytes, w_row_bytes, nb, xp, p0, p1, acc + r * nc, table_u, &pf);
+    if (r < nr) tile_block_nc<1>(nc, wb + r * w_row_bytes, w_row_bytes, nb, xp, p0, p1, acc + r * nc, table_u, &pf);
   }
+  pf.finish();
   for (int r = 0; r < nr; ++r)
     for (int c = 0; c < nc; ++c) s[c * lds + r] = _mm512_reduce_add_ps(acc[r * nc + c]);
 }
