@@ -1,6 +1,7 @@
 // AVX-512 VNNI kernels for MXFP4 weights x Q8_0 activations: vec_dot,
-// decode over many rows and the tile (prefill), every form giving vec_dot's
-// bits for every (row, token) pair.
+// decode over many rows, a few tokens over many rows (batched decode) and
+// the tile (prefill), every form giving vec_dot's bits for every (row,
+// token) pair.
 //
 // Arithmetic (this level's contract, vec_dot): two blocks per zmm (block 2k
 // in the low 256 bits, 2k + 1 in the high; a last odd block with zero
@@ -11,7 +12,7 @@
 // result is its horizontal sum. Differs from the AVX2 level only by float
 // rounding.
 //
-// The decode and tile forms reach the same 16 integer sums another way:
+// The decode, few and tile forms reach the same 16 integer sums another way:
 // the weights looked up as u = w + 12 (0 .. 24, unsigned, so vpdpbusd takes
 // them as they are) against the activations as they are, the dot started
 // at -12 * (the sum of each lane's 4 activations), which depends on the
