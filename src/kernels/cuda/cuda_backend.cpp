@@ -388,9 +388,10 @@ void CudaBackend::attention(const AttentionShape& s, const float* q, const int32
                     plan_heads_[2] == s.head_dim_v && std::equal(hp, hp + n, plan_pos_.begin()) &&
                     std::equal(hs, hs + n, plan_seq_.begin());
   if (!same) {
-    auto p = plan_attention(*ctx_, s, hs, hp, n);
-    if (!keep(p.status())) return;
-    plan_ = std::move(*p);
+    if (!keep(replan_attention(*ctx_, s, hs, hp, n, &plan_))) {
+      plan_.n_tokens = 0;  // no stale plan matches the next call
+      return;
+    }
     plan_pos_.assign(hp, hp + n);
     plan_seq_.assign(hs, hs + n);
     plan_heads_[0] = s.n_head, plan_heads_[1] = s.n_head_kv, plan_heads_[2] = s.head_dim_v;

@@ -288,43 +288,60 @@ Status check_shape(const AttentionShape& s) {
 
 }  // namespace
 
-Result<AttentionPlan> plan_attention(Context& ctx, const AttentionShape& s, const int32_t* seq_of_token_host,
-                                     const int32_t* pos_host, int64_t n_tokens, AttnMode mode) {
+Status replan_attention(Context& ctx, const AttentionShape& s, const int32_t* seq_of_token_host,
+                       const int32_t* pos_host, int64_t n_tokens, AttentionPlan* p, AttnMode mode) {
   EMBER_RETURN_IF_ERROR(check_shape(s));
-  AttentionPlan p;
-  p.n_tokens = n_tokens;
-  if (n_tokens <= 0) return p;
+  p->n_tokens = 0;
+  p->n_items = 0;
+  p->max_pos = 0;
+  if (n_tokens <= 0) return Status::ok();
   for (int64_t t = 0; t < n_tokens; ++t) {
     if (pos_host[t] < 0 || seq_of_token_host[t] < 0)
       return Status::errorf("cuda attention: token {} at position {} of sequence {}", t, pos_host[t],
                             seq_of_token_host[t]);
-    p.max_pos = std::max(p.max_pos, pos_host[t]);
+    p->max_pos = std::max(p->max_pos, pos_host[t]);
   }
   const int group = s.n_head / s.n_head_kv;
-  std::vector<AttnItem> items;
-  if (!attention_items(seq_of_token_host, n_tokens, group, attention_tokens_per_item(group), &items))
+  if (!attention_items(seq_of_token_host, n_tokens, group, attention_tokens_per_item(group), &p->host_items))
     return Status::error("cuda attention: each sequence's tokens must be contiguous in the batch");
   int max_rows = 1;
-  for (const AttnItem& it : items) max_rows = std::max(max_rows, static_cast<int>(it.n_rows));
-  p.n_items = static_cast<int64_t>(items.size());
-  p.warps = attention_warps(max_rows);
-  const int64_t chunks = attention_chunks(p.max_pos);
+  for (const AttnItem& it : p->host_items) max_rows = std::max(max_rows, static_cast<int>(it.n_rows));
+  p->n_items = static_cast<int64_t>(p->host_items.size());
+  p->warps = attention_warps(max_rows);
+  const int64_t chunks = attention_chunks(p->max_pos);
   bool split = mode == AttnMode::kSplit;
-  if (mode == AttnMode::kAuto) split = chunks > 1 && p.n_items * s.n_head_kv < 2 * static_cast<int64_t>(ctx.sm_count());
+  if (mode == AttnMode::kAuto) split = chunks > 1 && p->n_items * s.n_head_kv < 2 * static_cast<int64_t>(ctx.sm_count());
   if (split && chunks > 65535) split = false;
-  p.n_split = split ? chunks : 1;
-  auto ib = DeviceBuffer::alloc(items.size() * sizeof(AttnItem));
-  if (!ib) return ib.status();
-  p.items = std::move(*ib);
-  EMBER_RETURN_IF_ERROR(ctx.to_device(p.items.data(), items.data(), items.size() * sizeof(AttnItem)));
-  if (split) {
-    auto pb = DeviceBuffer::alloc(static_cast<size_t>(attention_split_floats(n_tokens, s.n_head, s.head_dim_v,
-                                                                             p.max_pos)) * sizeof(float));
-    if (!pb) return pb.status();
-    p.partials = std::move(*pb);
+  p->n_split = split ? chunks : 1;
+  // Buffers grow, never shrink; the items' host copy lives in the plan, so
+  // the (pageable) copy needs no wait, and the previous step's readers of
+  // the device copy are ordered before it on the stream.
+  const size_t item_bytes = p->host_items.size() * sizeof(AttnItem);
+  if (p->items.bytes() < item_bytes) {
+    p->items.reset();
+    auto ib = DeviceBuffer::alloc(2 * item_bytes);
+    if (!ib) return ib.status();
+    p->items = std::move(*ib);
   }
-  // The items' host copy dies here: make sure the (pageable) copy has left it.
-  EMBER_RETURN_IF_ERROR(ctx.sync());
+  EMBER_RETURN_IF_ERROR(ctx.to_device(p->items.data(), p->host_items.data(), item_bytes));
+  if (split) {
+    const size_t bytes =
+        static_cast<size_t>(attention_split_floats(n_tokens, s.n_head, s.head_dim_v, p->max_pos)) * sizeof(float);
+    if (p->partials.bytes() < bytes) {
+      p->partials.reset();
+      auto pb = DeviceBuffer::alloc(2 * bytes);
+      if (!pb) return pb.status();
+      p->partials = std::move(*pb);
+    }
+  }
+  p->n_tokens = n_tokens;
+  return Status::ok();
+}
+
+Result<AttentionPlan> plan_attention(Context& ctx, const AttentionShape& s, const int32_t* seq_of_token_host,
+                                     const int32_t* pos_host, int64_t n_tokens, AttnMode mode) {
+  AttentionPlan p;
+  EMBER_RETURN_IF_ERROR(replan_attention(ctx, s, seq_of_token_host, pos_host, n_tokens, &p, mode));
   return p;
 }
 

@@ -148,7 +148,12 @@ struct AttentionPlan {
   int64_t n_tokens = 0;
   int32_t max_pos = 0;
   DeviceBuffer partials;   // split-K scratch
+  std::vector<AttnItem> host_items;  // the items' host copy (kept: the upload needs no wait)
 };
+// The same into an existing plan, reusing its device buffers (grown when
+// too small): no allocation and no wait per step once they fit.
+Status replan_attention(Context& ctx, const AttentionShape& s, const int32_t* seq_of_token_host,
+                       const int32_t* pos_host, int64_t n_tokens, AttentionPlan* plan, AttnMode mode = AttnMode::kAuto);
 Result<AttentionPlan> plan_attention(Context& ctx, const AttentionShape& s, const int32_t* seq_of_token_host,
                                      const int32_t* pos_host, int64_t n_tokens, AttnMode mode = AttnMode::kAuto);
 // out[t, h * head_dim_v ...] = softmax(q_t,h . K) V over the visible keys of

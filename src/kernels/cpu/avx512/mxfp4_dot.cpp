@@ -1,6 +1,7 @@
 // AVX-512 VNNI kernels for MXFP4 weights x Q8_0 activations: vec_dot,
-// decode over many rows and the tile (prefill), every form giving vec_dot's
-// bits for every (row, token) pair.
+// decode over many rows, a few tokens over many rows (batched decode) and
+// the tile (prefill), every form giving vec_dot's bits for every (row,
+// token) pair.
 //
 // Arithmetic (this level's contract, vec_dot): two blocks per zmm (block 2k
 // in the low 256 bits, 2k + 1 in the high; a last odd block with zero
@@ -11,7 +12,7 @@
 // result is its horizontal sum. Differs from the AVX2 level only by float
 // rounding.
 //
-// The decode and tile forms reach the same 16 integer sums another way:
+// The decode, few and tile forms reach the same 16 integer sums another way:
 // the weights looked up as u = w + 12 (0 .. 24, unsigned, so vpdpbusd takes
 // them as they are) against the activations as they are, the dot started
 // at -12 * (the sum of each lane's 4 activations), which depends on the
@@ -347,6 +348,12 @@ void mxfp4_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_by
   XPair xp[kTileChunkPairs * kMxfp4TileCols];
   __m512 acc[kMxfp4TileRows * kMxfp4TileCols];
   for (int k = 0; k < nr * nc; ++k) acc[k] = _mm512_setzero_ps();
+  // The next panel of nr rows (the driver's next call, or the next task's
+  // rows: a prefetch past the matrix cannot fault) into L2, spread over
+  // this call's block-pair steps: 16 rows are 16 streams the hardware
+  // prefetchers do not follow.
+  lanes::GroupPrefetch pf(wb + static_cast<size_t>(nr) * w_row_bytes, static_cast<size_t>(nr) * w_row_bytes,
+                          np * ((nr + 1) / 2));
   for (int64_t p0 = 0; p0 < np; p0 += kTileChunkPairs) {
     const int64_t p1 = std::min(np, p0 + kTileChunkPairs);
     for (int c = 0; c < nc; ++c) {
@@ -355,9 +362,10 @@ void mxfp4_tile(int64_t n, float* s, int64_t lds, const void* w, size_t w_row_by
     }
     int r = 0;
     for (; r + 2 <= nr; r += 2)
-      tile_block_nc<2>(nc, wb + r * w_row_bytes, w_row_bytes, nb, xp, p0, p1, acc + r * nc, table_u);
-    if (r < nr) tile_block_nc<1>(nc, wb + r * w_row_bytes, w_row_bytes, nb, xp, p0, p1, acc + r * nc, table_u);
+      tile_block_nc<2>(nc, wb + r * w_row_bytes, w_row_bytes, nb, xp, p0, p1, acc + r * nc, table_u, &pf);
+    if (r < nr) tile_block_nc<1>(nc, wb + r * w_row_bytes, w_row_bytes, nb, xp, p0, p1, acc + r * nc, table_u, &pf);
   }
+  pf.finish();
   for (int r = 0; r < nr; ++r)
     for (int c = 0; c < nc; ++c) s[c * lds + r] = _mm512_reduce_add_ps(acc[r * nc + c]);
 }
