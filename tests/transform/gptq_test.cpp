@@ -162,11 +162,11 @@ TEST(Gptq, InverseCholeskyThreadedIsTheSameAndInverts) {
   ASSERT_TRUE(gptq_inverse_cholesky(p.H.data(), n, lambda, u1.data()));
   ASSERT_TRUE(gptq_inverse_cholesky(p.H.data(), n, lambda, u3.data(), &pool));
   ASSERT_EQ(u1, u3);
-  // U^T U (H + lambda I) = I.
+  // U^T U (H + lambda I) = I, U upper triangular (row k nonzero from column k on).
   std::vector<double> inv(n * n, 0.0);
   for (int64_t k = 0; k < n; ++k)
-    for (int64_t i = 0; i <= k; ++i)
-      for (int64_t j = 0; j <= k; ++j) inv[i * n + j] += u1[k * n + i] * u1[k * n + j];
+    for (int64_t i = k; i < n; ++i)
+      for (int64_t j = k; j < n; ++j) inv[i * n + j] += u1[k * n + i] * u1[k * n + j];
   double max_err = 0;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) {
