@@ -175,7 +175,8 @@ TEST_F(SparseStore, SparseFileMatricesMoveIntoHugePagesAtLoad) {
   const TensorView* down = (*m)->weights().layers[1].down.weight;
   ASSERT_EQ(down->type, dtype_sq8(32));
   const void* mapped = down->data;
-  const std::vector<uint8_t> bytes(static_cast<const uint8_t*>(mapped), static_cast<const uint8_t*>(mapped) + down->nbytes);
+  const auto* mapped_bytes = static_cast<const uint8_t*>(mapped);
+  const std::vector<uint8_t> bytes(mapped_bytes, mapped_bytes + down->nbytes);
   const std::vector<float> before = run(**m);
   (*m)->interleave_weights(2);
   EXPECT_NE(down->data, mapped);

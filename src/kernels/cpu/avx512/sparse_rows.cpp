@@ -149,7 +149,10 @@ void group(int64_t nb, float* s, const uint8_t* w0, size_t rb, const BlockQ8_0* 
       if (cnt == 8) {
         __m512 lo[R], hi[R];
 #pragma GCC unroll 4
-        for (int i = 0; i < R; ++i) lo[i] = _mm512_permutexvar_ps(lo_idx, sc[i]), hi[i] = _mm512_permutexvar_ps(hi_idx, sc[i]);
+        for (int i = 0; i < R; ++i) {
+          lo[i] = _mm512_permutexvar_ps(lo_idx, sc[i]);
+          hi[i] = _mm512_permutexvar_ps(hi_idx, sc[i]);
+        }
         // The 8 blocks unrolled: block j's spread is an in-lane broadcast of element j % 4.
         [&]<int... J>(std::integer_sequence<int, J...>) {
           (block(c + J, pc + J,
