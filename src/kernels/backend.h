@@ -89,6 +89,7 @@ enum class WeightOp : uint8_t {
 struct WeightToPrepare {
   TensorView* tensor = nullptr;
   std::vector<TensorView*> slices;
+  bool mapped = false;  // its bytes lie in a mapped file (a copy lets them leave memory)
 };
 // Called by prepare_weights, from any thread, with the bytes of a weight it
 // no longer reads (its rows now live elsewhere): the caller may drop them

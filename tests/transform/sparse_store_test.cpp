@@ -7,10 +7,16 @@
 // prompt through the tile, then decode steps) are close to the dense
 // model's (the same weights summed in another order). An unpruned model is
 // left alone by the lenient form; a Q4_K model is skipped by the lenient
-// form and an error naming the type in the strict one.
+// form and an error naming the type in the strict one. A sparse file's
+// matrices move at load (Model::interleave_weights) out of the file mapping
+// into 2 MiB-aligned buffers (kernels/cpu/cpu_backend.cpp, huge pages),
+// bytes and logits unchanged; matrices made sparse at load stay where they
+// are.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+
+#include <cstdint>
 
 #include <algorithm>
 #include <cmath>
@@ -20,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "model/io/gguf.h"
 #include "model/io/model_file.h"
 #include "model/model.h"
 #include "model/prompt_steps_logits.h"
@@ -149,6 +156,46 @@ TEST_F(SparseStore, UnprunedModelIsLeftAloneAndOtherTypesAreStrictErrors) {
   auto sk = store_block_matrices_sparse(k.value().get(), pool_);
   ASSERT_FALSE(sk.is_ok());
   EXPECT_NE(sk.status().message().find("q4_K"), std::string::npos) << sk.status().message();
+}
+
+
+TEST_F(SparseStore, SparseFileMatricesMoveIntoHugePagesAtLoad) {
+  // An exactly 2:4 Q8_0 model stored sparse (strict), written as a file.
+  std::unique_ptr<ModelFile> file = pruned_2_4(write(DType::kQ8_0));
+  ASSERT_TRUE(store_block_matrices_sparse(file.get(), pool_, SparseStoreOptions{}).is_ok());
+  GgufWriter w;
+  w.add_metadata(file->metadata);
+  for (const auto& [name, t] : file->tensors)
+    ASSERT_TRUE(w.add_tensor_ref(name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes).is_ok());
+  const std::string path = (dir_ / "sq8.gguf").string();
+  ASSERT_TRUE(w.write(path).is_ok());
+
+  auto m = Model::load(path);
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  const TensorView* down = (*m)->weights().layers[1].down.weight;
+  ASSERT_EQ(down->type, dtype_sq8(32));
+  const void* mapped = down->data;
+  const auto* mapped_bytes = static_cast<const uint8_t*>(mapped);
+  const std::vector<uint8_t> bytes(mapped_bytes, mapped_bytes + down->nbytes);
+  const std::vector<float> before = run(**m);
+  (*m)->interleave_weights(2);
+  EXPECT_NE(down->data, mapped);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(down->data) % (uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(down->type, dtype_sq8(32));
+  EXPECT_EQ(std::memcmp(down->data, bytes.data(), bytes.size()), 0);
+  const std::vector<float> after = run(**m);
+  ASSERT_EQ(before.size(), after.size());
+  EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
+
+  // Made sparse at load (--detect-sparsity): already in memory, not copied.
+  std::unique_ptr<ModelFile> detected_file = pruned_2_4(write(DType::kQ8_0));
+  ASSERT_TRUE(store_block_matrices_sparse(detected_file.get(), pool_, SparseStoreOptions{}).is_ok());
+  auto detected = Model::from_file(std::move(detected_file));
+  ASSERT_TRUE(detected.is_ok());
+  const TensorView* d = (*detected)->weights().layers[1].down.weight;
+  const void* at = d->data;
+  (*detected)->interleave_weights(2);
+  EXPECT_EQ(d->data, at);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/dtype_sparse.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/moe_matmul.h"
 #include "kernels/cpu/op_table.h"
@@ -206,11 +207,18 @@ bool interleaves(const WeightToPrepare& w) {
   return ok;
 }
 
+// Whether w's bytes are copied, unchanged, into 2 MiB pages: a sparse matrix
+// (core/dtype_sparse.h) in the file mapping, whose pages are mostly 4 KiB
+// (decode streams it once a token and would meet a TLB miss every 4 KiB;
+// docs/pruning.md, "Kernels"). A matrix made at load (--detect-sparsity)
+// stays where it is: a copy would hold it twice.
+bool relocates(const WeightToPrepare& w) { return w.mapped && w.slices.empty() && dtype_is_sparse(w.tensor->type); }
+
 Result<int> CpuBackend::prepare_weights(const WeightToPrepare* w, int64_t n, std::vector<std::shared_ptr<void>>* owners,
                                         const WeightRetired& retired) {
   std::vector<const WeightToPrepare*> todo;
   for (int64_t i = 0; i < n; ++i)
-    if (interleaves(w[i])) todo.push_back(&w[i]);
+    if (interleaves(w[i]) || relocates(w[i])) todo.push_back(&w[i]);
   // Every buffer first: an allocation that fails leaves every view as it was.
   std::vector<std::shared_ptr<uint8_t>> bufs(todo.size());
   for (size_t i = 0; i < todo.size(); ++i) {
@@ -222,7 +230,10 @@ Result<int> CpuBackend::prepare_weights(const WeightToPrepare* w, int64_t n, std
   pool_.parallel_for(static_cast<int64_t>(todo.size()), 1, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       const TensorView& t = *todo[i]->tensor;
-      interleave_rows(t.type, t.data, t.nrows(), t.ne[0], bufs[i].get());
+      if (relocates(*todo[i]))
+        std::memcpy(bufs[i].get(), t.data, t.nbytes);
+      else
+        interleave_rows(t.type, t.data, t.nrows(), t.ne[0], bufs[i].get());
       if (retired) retired(t.data, t.nbytes);
     }
   });
@@ -232,7 +243,7 @@ Result<int> CpuBackend::prepare_weights(const WeightToPrepare* w, int64_t n, std
       v->type = interleaved_type(v->type);
       v->data = bufs[i].get() + (static_cast<const uint8_t*>(v->data) - static_cast<const uint8_t*>(t.data));
     }
-    t.type = interleaved_type(t.type);
+    if (!relocates(*todo[i])) t.type = interleaved_type(t.type);
     t.data = bufs[i].get();
     owners->push_back(bufs[i]);
   }
