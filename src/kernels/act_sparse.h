@@ -88,9 +88,10 @@ constexpr int kColMaxTokens = 16;
 // max_tokens tokens whose union of active channels is at most max_union of
 // the inputs, on a level with the SIMD kernel; max_tokens 0: never (and no
 // column copy is built for auto). Measured (docs/pruning.md, TEAL section):
-// Q8_0 pays for one token at 40-50% sparsity and loses from two
-// independent tokens on (union 75-84%); the Q4_K and Q6_K kernels do not
-// beat their dense kernels, so auto keeps those dense.
+// Q8_0 pays for one token at 50% sparsity (kernel 1.3-1.5x, end to end
+// 1.1x) and loses at 40% end to end and from two tokens on (union 75-84%);
+// the Q4_K and Q6_K kernels do not beat their dense kernels, so auto keeps
+// those dense (src/kernels/cpu/act_sparse.cpp holds the numbers).
 struct ColAutoRule {
   int max_tokens = 0;
   double max_union = 0.0;

@@ -270,7 +270,7 @@ TEST(ActSparse, DriverGivesTheSameBitsOnOrOffForAnyBatchAndThreads) {
 
 // The auto rule (col_auto_rule): with a deliberately wrong column copy the
 // path a call takes shows in its bits: auto takes the columns for one Q8_0
-// token (union 50% <= 0.7), not for two tokens, nor for a dense token, nor
+// token (union about 50% <= 0.55), not for two tokens, nor for a dense token, nor
 // for Q4_K / Q6_K; skip always does.
 TEST(ActSparse, AutoTakesTheColumnsOnlyWhereItsRuleSays) {
   if (!col_kernel(DType::kQ8_0).fast) GTEST_SKIP() << "no SIMD column kernel on this CPU: auto stays dense";

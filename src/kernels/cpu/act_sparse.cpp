@@ -185,7 +185,10 @@ ColActive col_active_build(DType act, const uint8_t* xq, size_t x_row_bytes, int
 }
 
 ColAutoRule col_auto_rule(DType base) {
-  if (base == DType::kQ8_0) return {1, 0.7};
+  // Q8_0: one token reading at most 55% of the columns (measured end to end
+  // on the Llama-3.2-1B shape, 2 threads: 50% sparsity 1.11x in CPU time,
+  // 40% 0.88x; two tokens lose at either).
+  if (base == DType::kQ8_0) return {1, 0.55};
   return {};
 }
 
