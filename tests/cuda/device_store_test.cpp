@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda/device_fixture.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/twins.h"
 #include "kernels/kv_types.h"
@@ -19,31 +20,7 @@
 namespace ember::cuda {
 namespace {
 
-class CudaStore : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string why;
-    if (device_count(&why) == 0) GTEST_SKIP() << "no CUDA device (" << why << "): device test skipped";
-    auto c = Context::create();
-    ASSERT_TRUE(c.is_ok()) << c.status().message();
-    ctx_ = std::move(*c);
-  }
-  template <typename T>
-  DeviceBuffer up(const std::vector<T>& v) {
-    auto b = DeviceBuffer::alloc(v.size() * sizeof(T));
-    EXPECT_TRUE(b.is_ok()) << b.status().message();
-    EXPECT_TRUE(ctx_->to_device(b->data(), v.data(), v.size() * sizeof(T)).is_ok());
-    return std::move(*b);
-  }
-  template <typename T>
-  std::vector<T> down(const DeviceBuffer& b, size_t n) {
-    std::vector<T> v(n);
-    const Status st = ctx_->to_host(v.data(), b.data(), n * sizeof(T));
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    return v;
-  }
-  std::unique_ptr<Context> ctx_;
-};
+class CudaStore : public DeviceTest {};
 
 std::vector<float> gaussians(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
