@@ -35,17 +35,6 @@ class CudaDevice : public DeviceTest {
   }
 };
 
-std::vector<float> gaussians(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = g(rng);
-    if (x == 0.f) x = scale * 1e-3f;  // never zeros
-  }
-  return v;
-}
-
 // ||a - ref|| / ||ref|| (inf if any element of a is not finite).
 double rel_err(const std::vector<float>& a, const std::vector<double>& ref) {
   double num = 0, den = 0;
@@ -67,7 +56,7 @@ TEST_F(CudaDevice, ActRowsEqualTheHostTwinBitForBit) {
     for (int64_t n : {256, 640, 2048, 4096}) {
       if (n % act_block(k)) continue;
       const int64_t tokens = 3, ldx = n + 32;
-      const auto x = gaussians(static_cast<size_t>(tokens * ldx), static_cast<uint32_t>(n));
+      const auto x = nonzero_gaussians(static_cast<size_t>(tokens * ldx), static_cast<uint32_t>(n));
       const DType wt = k == ActKind::kQ8_0 ? DType::kQ8_0 : DType::kQ4_K;
       const int64_t stride = act_stride(wt, n);
       auto dx = up(x);
@@ -104,7 +93,7 @@ TEST_F(CudaDevice, MatvecEqualsItsTwinBitForBitAndTheF64Reference) {
         w.nbytes = wbytes.size();
         auto dw = upload_weight(*ctx_, w);
         ASSERT_TRUE(dw.is_ok()) << dw.status().message();
-        const auto x = gaussians(static_cast<size_t>(tokens * sh.n_in), static_cast<uint32_t>(tokens));
+        const auto x = nonzero_gaussians(static_cast<size_t>(tokens * sh.n_in), static_cast<uint32_t>(tokens));
         auto dx = up(x);
         const int64_t stride = act_stride(dt, sh.n_in);
         auto act = poisoned(static_cast<size_t>(stride * tokens));
@@ -157,7 +146,7 @@ TEST_F(CudaDevice, TilesAndCublasMatchTheF64ProductOfF16Operands) {
     w.type = dt, w.n_dims = 2, w.ne[0] = n_in, w.ne[1] = n_out, w.data = wbytes.data(), w.nbytes = wbytes.size();
     auto dw = upload_weight(*ctx_, w);
     ASSERT_TRUE(dw.is_ok()) << dw.status().message();
-    const auto x = gaussians(static_cast<size_t>(tokens * n_in), 5);
+    const auto x = nonzero_gaussians(static_cast<size_t>(tokens * n_in), 5);
     auto dx = up(x);
     const size_t scratch_bytes = tile_scratch_bytes(n_in, tokens, 64);  // 4 tiles
     auto scratch = poisoned(scratch_bytes);
@@ -208,8 +197,8 @@ TEST_F(CudaDevice, EmbeddingRowsEqualTheReferenceBitForBit) {
 
 TEST_F(CudaDevice, RowOpsMatchTheScalarTwins) {
   const int64_t n = 7, dim = 384, ld = 400;
-  const auto x = gaussians(static_cast<size_t>(n * ld), 21, 3.f);
-  const auto wv = gaussians(static_cast<size_t>(dim), 22);
+  const auto x = nonzero_gaussians(static_cast<size_t>(n * ld), 21, 3.f);
+  const auto wv = nonzero_gaussians(static_cast<size_t>(dim), 22);
   auto dx = up(x), dwv = up(wv);
   auto check = [&](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
     std::vector<double> w(want.begin(), want.end());
@@ -241,7 +230,7 @@ TEST_F(CudaDevice, RowOpsMatchTheScalarTwins) {
     check(gc, wc, "rope cos");
     check(gs, ws, "rope sin");
     for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {
-      const auto q = gaussians(static_cast<size_t>(n * heads * hd), 31);
+      const auto q = nonzero_gaussians(static_cast<size_t>(n * heads * hd), 31);
       auto dq = up(q);
       ASSERT_TRUE(rope(*ctx_, dq.as<float>(), heads * hd, n, heads, hd, n_rot, style, ct.as<float>(), st.as<float>()).is_ok());
       std::vector<float> want = q;
@@ -261,7 +250,7 @@ TEST_F(CudaDevice, RowOpsMatchTheScalarTwins) {
     ASSERT_TRUE(add(*ctx_, y.as<float>(), dx.as<float>(), n * ld).is_ok());
     for (size_t i = 0; i < want.size(); ++i) want[i] += x[i];
     check(down<float>(y, want.size()), want, "add");
-    const auto up_v = gaussians(static_cast<size_t>(n * ld), 41);
+    const auto up_v = nonzero_gaussians(static_cast<size_t>(n * ld), 41);
     auto dup = up(up_v);
     for (GatedActivation a : {GatedActivation::kSwiGlu, GatedActivation::kGeGluTanh}) {
       auto g = up(x);
@@ -310,7 +299,7 @@ Pool make_pool(KvType type, int n_kv, int hd, const std::vector<int64_t>& length
   }
   const size_t bytes = static_cast<size_t>(p.n_pages) * p.block_size * p.row_bytes;
   p.k.resize(bytes), p.v.resize(bytes);
-  const auto rows = gaussians(static_cast<size_t>(p.n_pages) * p.block_size * n_kv * hd * 2, seed + 1);
+  const auto rows = nonzero_gaussians(static_cast<size_t>(p.n_pages) * p.block_size * n_kv * hd * 2, seed + 1);
   for (int64_t r = 0; r < static_cast<int64_t>(p.n_pages) * p.block_size; ++r) {
     kv_store_row(type, rows.data() + 2 * r * n_kv * hd, static_cast<int64_t>(n_kv) * hd, p.k.data() + r * p.row_bytes);
     kv_store_row(type, rows.data() + (2 * r + 1) * n_kv * hd, static_cast<int64_t>(n_kv) * hd,
@@ -337,7 +326,7 @@ TEST_F(CudaDevice, PagedAttentionMatchesTheReferenceInBothModesAndAloneOrBatched
         seq.push_back(1), pos.push_back(700);
         for (int i = 300; i < 305; ++i) seq.push_back(2), pos.push_back(i);
         const int64_t n = static_cast<int64_t>(seq.size());
-        const auto q = gaussians(static_cast<size_t>(n * s.n_head * hd), 3);
+        const auto q = nonzero_gaussians(static_cast<size_t>(n * s.n_head * hd), 3);
         // Reference: KvViews over the host pool.
         std::vector<std::vector<const uint8_t*>> kb(3), vb(3);
         std::vector<KvView> views(3);

@@ -15,20 +15,13 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/twins.h"
 #include "kernels/kv_types.h"
+#include "kernels/test_weights.h"
 #include "kernels/ref/row_ops.h"
 
 namespace ember::cuda {
 namespace {
 
 class CudaStore : public DeviceTest {};
-
-std::vector<float> gaussians(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0.f, 2.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = g(rng) + (g(rng) == 0.f ? 1e-3f : 0.f);
-  return v;
-}
 
 TEST_F(CudaStore, KvStoreEqualsItsTwinBitForBit) {
   const KvType types[] = {KvType::kF32, KvType::kF16, KvType::kBF16};
@@ -46,7 +39,7 @@ TEST_F(CudaStore, KvStoreEqualsItsTwinBitForBit) {
   pos.push_back(150), seq.push_back(1);
   pos.push_back(17), seq.push_back(2);
   const int64_t n = static_cast<int64_t>(pos.size());
-  const std::vector<float> k = gaussians(n * k_width, 1), v = gaussians(n * (v_width + 8), 2);
+  const std::vector<float> k = nonzero_gaussians(n * k_width, 1, 2.f), v = nonzero_gaussians(n * (v_width + 8), 2, 2.f);
   for (int ki = 0; ki < 3; ++ki)
     for (int vi = 0; vi < 3; ++vi) {
       SCOPED_TRACE(std::string(kv_type_name(types[ki])) + " / " + kv_type_name(types[vi]));
@@ -80,7 +73,7 @@ TEST_F(CudaStore, KvStoreEqualsItsTwinBitForBit) {
 
 TEST_F(CudaStore, F32ProductAndEmbeddingMatchTheReferences) {
   const int64_t n_in = 320, n_out = 200;
-  const std::vector<float> w = gaussians(n_in * n_out, 5);
+  const std::vector<float> w = nonzero_gaussians(n_in * n_out, 5, 2.f);
   TensorView tv;
   tv.name = "w";
   tv.type = DType::kF32;
@@ -91,7 +84,7 @@ TEST_F(CudaStore, F32ProductAndEmbeddingMatchTheReferences) {
   auto dw = upload_weight(*ctx_, tv);
   ASSERT_TRUE(dw.is_ok()) << dw.status().message();
   for (int64_t nt : {1, 7, 40}) {
-    const std::vector<float> x = gaussians(nt * (n_in + 3), 100 + static_cast<uint32_t>(nt));
+    const std::vector<float> x = nonzero_gaussians(nt * (n_in + 3), 100 + static_cast<uint32_t>(nt), 2.f);
     DeviceBuffer dx = up(x);
     auto dy = DeviceBuffer::alloc(nt * n_out * 4);
     ASSERT_TRUE(dy.is_ok());

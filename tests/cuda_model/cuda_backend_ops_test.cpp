@@ -61,17 +61,6 @@ class CudaBackendOps : public ::testing::Test {
   Isa saved_ = Isa::kScalar;
 };
 
-std::vector<float> gauss(size_t n, uint32_t seed, float s = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0.f, s);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = g(rng);
-    if (x == 0.f) x = 1e-3f;
-  }
-  return v;
-}
-
 // max |a - b| / max(|b|) over the elements, inf on a non-finite a.
 double rel(const std::vector<float>& a, const std::vector<float>& b) {
   double e = 0, m = 1e-30;
@@ -85,7 +74,7 @@ double rel(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_F(CudaBackendOps, RowOpsOnHostAndDeviceBuffers) {
   const int64_t n = 7, dim = 320, ld = 330;
-  const std::vector<float> x = gauss(n * ld, 1), w = gauss(dim, 2), up = gauss(n * ld, 3);
+  const std::vector<float> x = nonzero_gaussians(n * ld, 1), w = nonzero_gaussians(dim, 2), up = nonzero_gaussians(n * ld, 3);
   std::vector<float> want(n * ld, NAN), got(n * ld, NAN);
   cpu_->rms_norm(x.data(), ld, w.data(), want.data(), ld, n, dim, 1e-6f);
   gpu_->rms_norm(x.data(), ld, w.data(), got.data(), ld, n, dim, 1e-6f);
@@ -130,7 +119,7 @@ TEST_F(CudaBackendOps, RowOpsOnHostAndDeviceBuffers) {
   expect_ok();
   EXPECT_LT(rel(c1, c0), 1e-6);
   EXPECT_LT(rel(s1, s_0), 1e-6);
-  const std::vector<float> q = gauss(n * heads * hd, 9);
+  const std::vector<float> q = nonzero_gaussians(n * heads * hd, 9);
   for (RopeStyle st : {RopeStyle::kNormal, RopeStyle::kNeox}) {
     std::vector<float> r0 = q;
     cpu_->rope(r0.data(), heads * hd, n, heads, hd, n_rot, st, c0.data(), s_0.data());
@@ -148,7 +137,7 @@ TEST_F(CudaBackendOps, MatmulBothPathsEveryDeviceTypeAndEmbedding) {
     TensorView w;
     w.name = "w", w.type = t, w.n_dims = 2, w.ne[0] = n, w.ne[1] = rows, w.data = bytes.data(), w.nbytes = bytes.size();
     for (int64_t nt : {1, 5, 40}) {  // 40 >= gemm_min_tokens (32): the f16 tiles
-      const std::vector<float> x = gauss(nt * n, 100 + static_cast<uint32_t>(nt));
+      const std::vector<float> x = nonzero_gaussians(nt * n, 100 + static_cast<uint32_t>(nt));
       std::vector<float> want(nt * rows), got(nt * rows, NAN);
       cpu_->matmul(w, x.data(), n, want.data(), rows, nt);
       gpu_->matmul(w, x.data(), n, got.data(), rows, nt);
@@ -197,7 +186,7 @@ TEST_F(CudaBackendOps, KvStoreAndAttentionOverThePagedPool) {
     for (int p = 0; p < 40; ++p) pos.push_back(p), seg.push_back(0);
     for (int p = 0; p < 9; ++p) pos.push_back(p), seg.push_back(1);
     const int64_t n = static_cast<int64_t>(pos.size()), K = 128;
-    const std::vector<float> k = gauss(n * K, 21), v = gauss(n * K, 22), q = gauss(n * 4 * 64, 23);
+    const std::vector<float> k = nonzero_gaussians(n * K, 21), v = nonzero_gaussians(n * K, 22), q = nonzero_gaussians(n * 4 * 64, 23);
     KvStoreView hs[2] = {ha.store_view(0), hb.store_view(0)}, ds[2] = {da.store_view(0), db.store_view(0)};
     cpu_->kv_store(k.data(), K, K, v.data(), K, K, pos.data(), n, hs, seg.data());
     gpu_->kv_store(k.data(), K, K, v.data(), K, K, pos.data(), n, ds, seg.data());

@@ -17,6 +17,19 @@
 
 namespace ember {
 
+// n gaussians of standard deviation `scale`, none zero (a zero draw becomes
+// scale * 1e-3), so an op that skips or drops an element cannot pass.
+inline std::vector<float> nonzero_gaussians(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    x = g(rng);
+    if (x == 0.0f) x = scale * 1e-3f;
+  }
+  return v;
+}
+
 inline uint16_t small_f16(std::mt19937& rng) {
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   return f32_to_f16(uni(rng) * 0.05f);
