@@ -11,12 +11,13 @@
 // matrices move at load (Model::interleave_weights) out of the file mapping
 // into 2 MiB-aligned buffers (kernels/cpu/cpu_backend.cpp, huge pages),
 // bytes and logits unchanged; matrices made sparse at load stay where they
-// are.
+// are, and their dense pages in the mapped file leave the resident set.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 
 #include <algorithm>
 #include <cmath>
@@ -158,6 +159,49 @@ TEST_F(SparseStore, UnprunedModelIsLeftAloneAndOtherTypesAreStrictErrors) {
   EXPECT_NE(sk.status().message().find("q4_K"), std::string::npos) << sk.status().message();
 }
 
+// Whether the page holding `p` is mapped into this process now
+// (/proc/self/pagemap's present bit).
+bool page_present(const void* p) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  std::FILE* f = std::fopen("/proc/self/pagemap", "rb");
+  if (!f) return true;
+  uint64_t entry = 0;
+  const long off = static_cast<long>(reinterpret_cast<uintptr_t>(p) / page * sizeof(uint64_t));
+  const bool ok = std::fseek(f, off, SEEK_SET) == 0 && std::fread(&entry, sizeof(entry), 1, f) == 1;
+  std::fclose(f);
+  return !ok || (entry >> 63) != 0;
+}
+
+TEST_F(SparseStore, DetectedMatricesLeaveTheirDensePagesOutOfTheResidentSet) {
+  // An exactly 2:4 dense Q8_0 file, mapped as `--detect-sparsity` finds it.
+  std::unique_ptr<ModelFile> pruned = pruned_2_4(write(DType::kQ8_0));
+  GgufWriter w;
+  w.add_metadata(pruned->metadata);
+  for (const auto& [name, t] : pruned->tensors)
+    ASSERT_TRUE(w.add_tensor_ref(name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes).is_ok());
+  const std::string path = (dir_ / "dense_2_4.gguf").string();
+  ASSERT_TRUE(w.write(path).is_ok());
+  auto file = open_model_file(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  const TensorView dense_down = *file.value()->tensor("blk.1.ffn_down.weight");
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const uint8_t* mid = static_cast<const uint8_t*>(dense_down.data) + dense_down.nbytes / 2 / page * page;
+  SparseStoreOptions lenient;
+  lenient.max_ratio = 0.8;
+  lenient.strict = false;
+  auto r = store_block_matrices_sparse(file.value().get(), pool_, lenient);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->matrices, 14);
+  // Every matrix but its partial first and last pages.
+  EXPECT_GE(r->released_bytes + 2 * 14 * page, r->dense_bytes);
+  EXPECT_LE(r->released_bytes, r->dense_bytes);
+  EXPECT_FALSE(page_present(mid)) << "a replaced dense matrix is still resident";
+  // The head (no block matrix) was not replaced: the model runs as before.
+  auto m = Model::from_file(std::move(file.value()));
+  ASSERT_TRUE(m.is_ok());
+  EXPECT_EQ((*m)->weights().layers[1].down.weight->type, dtype_sq8(32));
+  EXPECT_FALSE(run(**m).empty());
+}
 
 TEST_F(SparseStore, SparseFileMatricesMoveIntoHugePagesAtLoad) {
   // An exactly 2:4 Q8_0 model stored sparse (strict), written as a file.
