@@ -15,21 +15,11 @@
 #include <vector>
 
 #include "core/mmap_file.h"
+#include "core/page_present.h"
 
 namespace ember {
 namespace {
 
-// Whether the page holding `p` is mapped into this process now.
-bool present(const void* p) {
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  std::FILE* f = std::fopen("/proc/self/pagemap", "rb");
-  if (!f) return true;
-  uint64_t entry = 0;
-  const long off = static_cast<long>(reinterpret_cast<uintptr_t>(p) / page * sizeof(uint64_t));
-  const bool ok = std::fseek(f, off, SEEK_SET) == 0 && std::fread(&entry, sizeof(entry), 1, f) == 1;
-  std::fclose(f);
-  return !ok || (entry >> 63) != 0;
-}
 
 uint8_t pattern(size_t i) { return static_cast<uint8_t>((i * 131 + 7) >> 3); }
 
@@ -50,14 +40,14 @@ TEST(MmapFile, ReleasedFilePagesLeaveTheResidentSetAndReadBackTheSame) {
   uint64_t sum = 0;
   for (size_t i = 0; i < size; i += page) sum += d[i + 5];
   EXPECT_GT(sum, 0u);
-  for (size_t i = 0; i < size; i += page) ASSERT_TRUE(present(d + i)) << "page " << i / page << " not touched";
+  for (size_t i = 0; i < size; i += page) ASSERT_TRUE(page_present(d + i)) << "page " << i / page << " not touched";
 
   // From the middle of page 2 to the middle of page 40: pages 3 .. 39 go.
   const size_t released = release_file_pages(d + 2 * page + 100, 38 * page, file_mappings());
   EXPECT_EQ(released, 37 * page);
-  EXPECT_TRUE(present(d + 2 * page));
-  EXPECT_TRUE(present(d + 40 * page));
-  for (size_t p = 3; p < 40; ++p) EXPECT_FALSE(present(d + p * page)) << "page " << p << " is still resident";
+  EXPECT_TRUE(page_present(d + 2 * page));
+  EXPECT_TRUE(page_present(d + 40 * page));
+  for (size_t p = 3; p < 40; ++p) EXPECT_FALSE(page_present(d + p * page)) << "page " << p << " is still resident";
   for (size_t i = 0; i < size; ++i)
     if (d[i] != pattern(i)) FAIL() << "byte " << i << " changed after the release";
 

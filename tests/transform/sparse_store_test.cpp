@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/page_present.h"
 #include "model/io/gguf.h"
 #include "model/io/model_file.h"
 #include "model/model.h"
@@ -157,19 +158,6 @@ TEST_F(SparseStore, UnprunedModelIsLeftAloneAndOtherTypesAreStrictErrors) {
   auto sk = store_block_matrices_sparse(k.value().get(), pool_);
   ASSERT_FALSE(sk.is_ok());
   EXPECT_NE(sk.status().message().find("q4_K"), std::string::npos) << sk.status().message();
-}
-
-// Whether the page holding `p` is mapped into this process now
-// (/proc/self/pagemap's present bit).
-bool page_present(const void* p) {
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  std::FILE* f = std::fopen("/proc/self/pagemap", "rb");
-  if (!f) return true;
-  uint64_t entry = 0;
-  const long off = static_cast<long>(reinterpret_cast<uintptr_t>(p) / page * sizeof(uint64_t));
-  const bool ok = std::fseek(f, off, SEEK_SET) == 0 && std::fread(&entry, sizeof(entry), 1, f) == 1;
-  std::fclose(f);
-  return !ok || (entry >> 63) != 0;
 }
 
 TEST_F(SparseStore, DetectedMatricesLeaveTheirDensePagesOutOfTheResidentSet) {
