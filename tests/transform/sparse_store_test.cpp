@@ -101,6 +101,21 @@ class SparseStore : public ::testing::Test {
 
   std::vector<float> run(const Model& m) { return prompt_steps_logits(m, pool_); }
 
+  // `file` written as dir_/name; its path, or "" (and a test failure).
+  std::string save(const ModelFile& file, const std::string& name) {
+    GgufWriter w;
+    w.add_metadata(file.metadata);
+    for (const auto& [tname, t] : file.tensors) {
+      const Status st = w.add_tensor_ref(tname, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
+      EXPECT_TRUE(st.is_ok()) << st.message();
+      if (!st.is_ok()) return "";
+    }
+    const std::string path = (dir_ / name).string();
+    const Status st = w.write(path);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return st.is_ok() ? path : "";
+  }
+
   std::filesystem::path dir_;
   ThreadPool pool_{2};
 };
@@ -162,13 +177,8 @@ TEST_F(SparseStore, UnprunedModelIsLeftAloneAndOtherTypesAreStrictErrors) {
 
 TEST_F(SparseStore, DetectedMatricesLeaveTheirDensePagesOutOfTheResidentSet) {
   // An exactly 2:4 dense Q8_0 file, mapped as `--detect-sparsity` finds it.
-  std::unique_ptr<ModelFile> pruned = pruned_2_4(write(DType::kQ8_0));
-  GgufWriter w;
-  w.add_metadata(pruned->metadata);
-  for (const auto& [name, t] : pruned->tensors)
-    ASSERT_TRUE(w.add_tensor_ref(name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes).is_ok());
-  const std::string path = (dir_ / "dense_2_4.gguf").string();
-  ASSERT_TRUE(w.write(path).is_ok());
+  const std::string path = save(*pruned_2_4(write(DType::kQ8_0)), "dense_2_4.gguf");
+  ASSERT_FALSE(path.empty());
   auto file = open_model_file(path);
   ASSERT_TRUE(file.is_ok()) << file.status().message();
   const TensorView dense_down = *file.value()->tensor("blk.1.ffn_down.weight");
@@ -195,12 +205,8 @@ TEST_F(SparseStore, SparseFileMatricesMoveIntoHugePagesAtLoad) {
   // An exactly 2:4 Q8_0 model stored sparse (strict), written as a file.
   std::unique_ptr<ModelFile> file = pruned_2_4(write(DType::kQ8_0));
   ASSERT_TRUE(store_block_matrices_sparse(file.get(), pool_, SparseStoreOptions{}).is_ok());
-  GgufWriter w;
-  w.add_metadata(file->metadata);
-  for (const auto& [name, t] : file->tensors)
-    ASSERT_TRUE(w.add_tensor_ref(name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes).is_ok());
-  const std::string path = (dir_ / "sq8.gguf").string();
-  ASSERT_TRUE(w.write(path).is_ok());
+  const std::string path = save(*file, "sq8.gguf");
+  ASSERT_FALSE(path.empty());
 
   auto m = Model::load(path);
   ASSERT_TRUE(m.is_ok()) << m.status().message();
