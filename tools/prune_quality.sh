@@ -15,7 +15,8 @@
 #     decode-speed rounds of the vocabulary files, default 5; 0: none),
 #     DENSE_METHOD (the dense rows of the Pareto plot: gptq (default),
 #     imatrix, awq or rtn), SPARSE_METHOD (its sparse rows: wanda
-#     (default) or sparsegpt), SPARSE_LAYERS (uniform (default) or owl),
+#     (default) or sparsegpt, which gets --quota row), SPARSE_LAYERS (uniform
+#     (default), owl or kl),
 #     OWL_GRID (owlsweep's "lambda:M" pairs; default "0.02:5 0.05:5 0.08:5
 #     0.1:5 0.2:5 0.08:3 0.08:7 0.08:10"), SWEEP_METHODS ("wanda"), VAL (its
 #     validation text; default DIR/val_pp.txt, made from the last 20000
@@ -252,7 +253,12 @@ for g in $SETS; do
       done
       # Sparse int8 values (sq8): the pruned block matrices stored sparse.
       smode=""
-      [ "$SPARSE_LAYERS" = owl ] && smode="--layer-sparsity owl"
+      [ "$SPARSE_LAYERS" = uniform ] || smode="--layer-sparsity $SPARSE_LAYERS"
+      # The sparse format gives every row the bytes of the densest: magnitude /
+      # SparseGPT with their per-matrix quota leave rows uneven (SparseGPT 50%:
+      # 7.94 bits a weight instead of 5.50), so they take the per-row quota
+      # (Wanda always compares within rows and refuses --quota).
+      [ "$SPARSE_METHOD" = wanda ] || smode="$smode --quota row"
       for s in $PARETO_SPARSITY; do
         # shellcheck disable=SC2086
         make_point "sparse8_$s" "sparse int8" "$SPARSE_METHOD $s" prune --method "$SPARSE_METHOD" --sparsity "$s" \
