@@ -232,6 +232,14 @@ TEST(CudaModel, GreedyTokensOfTheDefaultModelMatchTheCpu) {
   ASSERT_EQ(cpu.size(), 32u);
   // The two differ by summation order only: a near-tie may flip late.
   EXPECT_GE(same, 16u);
+  // Decode matmuls as CUDA graphs (CudaBackendOptions::decode_graphs):
+  // the same kernels replayed, so the eager device's tokens exactly.
+  cuda::CudaBackendOptions go;
+  go.decode_graphs = true;
+  const std::vector<int32_t> graphs = greedy(cuda::cuda_backend_factory(go));
+  std::printf("  decode graphs: %s the eager device's %zu tokens\n", graphs == gpu ? "equal to" : "DIFFER from",
+              gpu.size());
+  EXPECT_EQ(graphs, gpu);
 }
 
 // An MoE model: Engine::create refuses it by name (Model::check_backend);
