@@ -222,8 +222,9 @@ TEST(EngineBackend, KvPagesLiveInTheBackendsMemoryWhenItIsNotTheHosts) {
   ASSERT_EQ(counting.ops.size(), 1u);
   const std::map<std::string, int>& ops = *counting.ops[0];
   const KvLayout layout = KvLayout::from_config(target->config(), true);
-  // 9 forward buffers, then K and V of every page slot.
-  EXPECT_EQ(ops.at("alloc"), 9 + 2 * layout.layers_per_group);
+  // 9 forward buffers, the RoPE tables (cos, sin: computed and read in the
+  // backend's memory), then K and V of every page slot.
+  EXPECT_EQ(ops.at("alloc"), 9 + 2 + 2 * layout.layers_per_group);
   ASSERT_GT(ops.count("copy"), 0u);
   // The head's rows (one copy each) and the copy-on-write pages (K and V of
   // every slot per copied page).

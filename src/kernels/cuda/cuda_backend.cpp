@@ -113,6 +113,7 @@ class CudaBackend final : public Backend {
     return std::make_unique<PinnedHostBuffer>(std::move(*b), bytes);
   }
   int64_t graphs_captured() const { return graph_captures_; }
+  size_t weight_bytes() const { return weights_->bytes(); }
   BackendTimes times() const override {
     BackendTimes t;
     t.device_measured = true;
@@ -602,6 +603,11 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) 
 int64_t cuda_graphs_captured(const Backend& b) {
   const auto* c = dynamic_cast<const CudaBackend*>(&b);
   return c ? c->graphs_captured() : 0;
+}
+
+size_t cuda_weight_bytes(const Backend& b) {
+  const auto* c = dynamic_cast<const CudaBackend*>(&b);
+  return c ? c->weight_bytes() : 0;
 }
 
 BackendFactory cuda_backend_factory(const CudaBackendOptions& o) {

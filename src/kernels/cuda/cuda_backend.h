@@ -76,5 +76,8 @@ BackendFactory cuda_backend_factory(const CudaBackendOptions& o = {});
 // The CUDA graphs `b` captured so far (CudaBackendOptions::decode_graphs);
 // 0 for another backend.
 int64_t cuda_graphs_captured(const Backend& b);
+// Device bytes of the weight matrices b's factory holds (shared by the
+// backends one factory makes); 0 for another backend.
+size_t cuda_weight_bytes(const Backend& b);
 
 }  // namespace ember::cuda

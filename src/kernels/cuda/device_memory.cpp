@@ -160,7 +160,8 @@ Result<const void*> ParamCache::get(Context& ctx, const void* host, size_t bytes
 size_t WeightStore::missing_bytes(const TensorView& w) const {
   auto it = m_.find(w.data);
   if (it != m_.end() && it->second.sample == sample_of(w)) return 0;
-  return (w.nbytes + 255) / 256 * 256;
+  const size_t bytes = static_cast<size_t>(w.row_bytes()) * static_cast<size_t>(w.nrows());  // upload_weight's
+  return (bytes + 255) / 256 * 256;
 }
 
 Result<const DeviceWeight*> WeightStore::get(Context& ctx, const TensorView& w) {
