@@ -15,12 +15,14 @@
 #     decode-speed rounds of the vocabulary files, default 5; 0: none),
 #     DENSE_METHOD (the dense rows of the Pareto plot: gptq (default),
 #     imatrix, awq or rtn), SPARSE_METHOD (its sparse rows: wanda
-#     (default) or sparsegpt), SPARSE_LAYERS (uniform (default) or owl),
+#     (default) or sparsegpt, which gets --quota row), SPARSE_LAYERS (uniform
+#     (default), owl or kl),
 #     OWL_GRID (owlsweep's "lambda:M" pairs; default "0.02:5 0.05:5 0.08:5
 #     0.1:5 0.2:5 0.08:3 0.08:7 0.08:10"), SWEEP_METHODS ("wanda"), VAL (its
 #     validation text; default DIR/val_pp.txt, made from the last 20000
 #     bytes of data/calibration.txt),
-#     OWL_METHODS ("wanda sparsegpt"), NM_METHODS ("magnitude wanda
+#     OWL_METHODS ("wanda sparsegpt"), LAYER_RULES (the owl group's layer
+#     sparsity rules: "uniform owl kl"; owlsweep runs kl too when listed), NM_METHODS ("magnitude wanda
 #     sparsegpt"), CALIB_TOKENS (--calib-tokens of every prune; default: the
 #     CLI's, 4096), PARETO_DENSE (the dense mixes: "Q8_0 Q6_K Q5_K_M Q4_K_M
 #     Q3_K_M Q2_K"), PARETO_SPARSITY ("0.5 0.6 0.7"), ACT_LEVELS ("0.4 0.5"), SPARSE4_ARGS
@@ -30,8 +32,8 @@
 # Groups and what each measures:
 #   unstructured  magnitude / Wanda / SparseGPT at 50%, the f32 source
 #                 (the default model dequantized, so only pruning counts)
-#   owl           Wanda / SparseGPT at 70%, uniform and OWL layer sparsity
-#                 (OWL_LAMBDA / OWL_M: the setting, default the paper's 0.08 / 5)
+#   owl           Wanda / SparseGPT at 70%, uniform, OWL and kl layer sparsity
+#                 (OWL_LAMBDA / OWL_M: OWL's setting, default the paper's 0.08 / 5)
 #   owlsweep      OWL's lambda and M at 70% on a validation text (the end of
 #                 the calibration novel, unseen by the calibration), against
 #                 uniform on the same text: the setting is chosen there,
@@ -70,6 +72,7 @@ PARETO_DENSE=${PARETO_DENSE-"Q8_0 Q6_K Q5_K_M Q4_K_M Q3_K_M Q2_K"}
 PARETO_SPARSITY=${PARETO_SPARSITY:-"0.5 0.6 0.7"}
 ACT_LEVELS=${ACT_LEVELS:-"0.4 0.5"}
 OWL_METHODS=${OWL_METHODS:-"wanda sparsegpt"}
+LAYER_RULES=${LAYER_RULES:-"uniform owl kl"}
 NM_METHODS=${NM_METHODS:-"magnitude wanda sparsegpt"}
 OWL_GRID=${OWL_GRID:-"0.02:5 0.05:5 0.08:5 0.1:5 0.2:5 0.08:3 0.08:7 0.08:10"}
 SWEEP_METHODS=${SWEEP_METHODS:-wanda}
@@ -191,9 +194,15 @@ for g in $SETS; do
       for m in magnitude wanda sparsegpt; do run "${m}_50" "$SRC" --method "$m" --sparsity 0.5 --speed-tokens 0; done ;;
     owl)
       for m in $OWL_METHODS; do
-        [ -n "$OWL_TAG" ] || run "${m}_70" "$SRC" --method "$m" --sparsity 0.7 --speed-tokens 0
-        run "${m}_70_owl$OWL_TAG" "$SRC" --method "$m" --sparsity 0.7 --layer-sparsity owl --owl-lambda "$OWL_LAMBDA" \
-          --owl-m "$OWL_M" --speed-tokens 0
+        for rule in $LAYER_RULES; do
+          case $rule in
+            uniform) [ -n "$OWL_TAG" ] || run "${m}_70" "$SRC" --method "$m" --sparsity 0.7 --speed-tokens 0 ;;
+            owl) run "${m}_70_owl$OWL_TAG" "$SRC" --method "$m" --sparsity 0.7 --layer-sparsity owl \
+                   --owl-lambda "$OWL_LAMBDA" --owl-m "$OWL_M" --speed-tokens 0 ;;
+            kl) run "${m}_70_kl" "$SRC" --method "$m" --sparsity 0.7 --layer-sparsity kl --speed-tokens 0 ;;
+            *) echo "unknown layer rule $rule"; exit 2 ;;
+          esac
+        done
       done ;;
     owlsweep)
       # OWL's lambda and M (the paper's grid: M 3 / 5 / 7 / 10, lambda
@@ -202,6 +211,8 @@ for g in $SETS; do
       [ -f "$VAL" ] || tail -c 20000 data/calibration.txt | sed '1d' > "$VAL"
       for m in $SWEEP_METHODS; do
         run "${m}_70_val" "$SRC" --method "$m" --sparsity 0.7 --speed-tokens 0 --check-file "$VAL"
+        [[ " $LAYER_RULES " != *" kl "* ]] || run "${m}_70_kl_val" "$SRC" --method "$m" --sparsity 0.7 \
+          --layer-sparsity kl --speed-tokens 0 --check-file "$VAL"
         for lm in $OWL_GRID; do
           run "${m}_70_owl_l${lm%%:*}_m${lm##*:}_val" "$SRC" --method "$m" --sparsity 0.7 --layer-sparsity owl \
             --owl-lambda "${lm%%:*}" --owl-m "${lm##*:}" --speed-tokens 0 --check-file "$VAL"
@@ -242,7 +253,12 @@ for g in $SETS; do
       done
       # Sparse int8 values (sq8): the pruned block matrices stored sparse.
       smode=""
-      [ "$SPARSE_LAYERS" = owl ] && smode="--layer-sparsity owl"
+      [ "$SPARSE_LAYERS" = uniform ] || smode="--layer-sparsity $SPARSE_LAYERS"
+      # The sparse format gives every row the bytes of the densest: magnitude /
+      # SparseGPT with their per-matrix quota leave rows uneven (SparseGPT 50%:
+      # 7.94 bits a weight instead of 5.50), so they take the per-row quota
+      # (Wanda always compares within rows and refuses --quota).
+      [ "$SPARSE_METHOD" = wanda ] || smode="$smode --quota row"
       for s in $PARETO_SPARSITY; do
         # shellcheck disable=SC2086
         make_point "sparse8_$s" "sparse int8" "$SPARSE_METHOD $s" prune --method "$SPARSE_METHOD" --sparsity "$s" \

@@ -125,6 +125,21 @@ def unstructured_tables(s):
                             "top-1 OWL", "perplexity uniform", "perplexity OWL"], rows))
     rows = []
     for m in ("wanda", "sparsegpt"):
+        for suffix, text in (("", "held-out"), ("_val", "validation")):
+            u, k = s.get(f"{m}_70{suffix}"), s.get(f"{m}_70_kl{suffix}")
+            if not k:
+                continue
+            ku, kk = num(u["kl"]) if u else None, num(k["kl"])
+            change = f"{100 * (kk / ku - 1):+.1f}%" if ku and kk is not None else "-"
+            rows.append([m, text, fmt(u["kl"], ".4f") if u else "-", fmt(k["kl"], ".4f"), change,
+                         (u["top1"] + "%") if u else "-", k["top1"] + "%", ppl_cell(u) if u else "-", ppl_cell(k)])
+    if rows:
+        out.append("**70% unstructured, uniform against the `kl` layer rule** (lambda 0.08; the per-block sparsity "
+                   "from the KL of pruning each block alone):\n\n"
+                   + table(["method", "text", "KL uniform", "KL kl rule", "change", "top-1 uniform", "top-1 kl rule",
+                            "perplexity uniform", "perplexity kl rule"], rows))
+    rows = []
+    for m in ("wanda", "sparsegpt"):
         u = s.get(f"{m}_70_val")
         sweep = [(float(k.group(3)), float(k.group(2)), k.group(0)) for k in map(OWL_SWEEP.match, s)
                  if k and k.group(1) == m]

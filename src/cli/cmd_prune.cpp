@@ -3,7 +3,7 @@
 // top-1, perplexity), with parameters, bytes and decode speed before and
 // after.
 //   unstructured / N:M: --method magnitude|wanda|sparsegpt --sparsity S
-//     [--pattern unstructured|2:4|4:8] [--layer-sparsity uniform|owl]
+//     [--pattern unstructured|2:4|4:8] [--layer-sparsity uniform|owl|kl]
 //     (transform/prune.h); with --type T the pruned model is quantized in the
 //     same run (--quant-method rtn|imatrix|gptq|awq; gptq prunes and rounds
 //     in one pass, keeping the zeros);
@@ -67,7 +67,7 @@ Result<std::vector<int32_t>> choose_output_tokens(const Metadata& md, int n_voca
 int cmd_prune(int argc, char** argv, int first) {
   ArgParser p("prune",
               "ember prune IN OUT [--method magnitude|wanda|sparsegpt --sparsity S [--pattern unstructured|2:4|4:8] "
-              "[--layer-sparsity uniform|owl]] [--activations S] [--ffn F] [--heads F] [--kv-groups F] [--drop-layers N] [--vocab N] "
+              "[--layer-sparsity uniform|owl|kl]] [--activations S] [--ffn F] [--heads F] [--kv-groups F] [--drop-layers N] [--vocab N] "
               "[--type T [--quant-method M]]");
   CompressFlags f;
   std::vector<std::string> pos;
@@ -83,8 +83,9 @@ int cmd_prune(int argc, char** argv, int first) {
   p.option("--sparsity", &sparsity, "S", "fraction of each block matrix's weights removed (unstructured), in [0, 1)");
   p.option("--pattern", &pattern, "P", "unstructured (default) or N:M (2:4, 4:8: N of every M consecutive inputs)");
   p.option("--layer-sparsity", &layer_sparsity, "L",
-           "uniform (default) or owl (per-layer sparsity by outlier ratio, within +-lambda of S)");
-  p.option("--owl-lambda", &owl_lambda, "F", "owl: largest change of a layer's sparsity (default 0.08)");
+           "uniform (default), owl (per-layer sparsity by outlier ratio, a span of 2 lambda around S) or kl (by the "
+           "KL of pruning each layer alone)");
+  p.option("--owl-lambda", &owl_lambda, "F", "owl, kl: half the span of the layers' sparsities (default 0.08)");
   p.option("--owl-m", &owl_m, "F", "owl: outliers are scores above M times the layer's mean (default 5)");
   std::string quota;
   p.option("--quota", &quota, "Q",
@@ -169,11 +170,14 @@ int cmd_prune(int argc, char** argv, int first) {
       return usage_error(p, fmt::format("--sparsity {} contradicts --pattern {} ({})", sparsity, pattern,
                                         po.pattern.sparsity()));
     }
-    if (layer_sparsity != "uniform" && layer_sparsity != "owl")
-      return usage_error(p, fmt::format("unsupported --layer-sparsity '{}' (uniform, owl)", layer_sparsity));
-    po.layers = layer_sparsity == "owl" ? LayerSparsity::kOwl : LayerSparsity::kUniform;
-    if (po.layers == LayerSparsity::kOwl && !po.pattern.unstructured())
-      return usage_error(p, "--layer-sparsity owl goes with unstructured pruning (N:M fixes every layer's sparsity)");
+    if (layer_sparsity != "uniform" && layer_sparsity != "owl" && layer_sparsity != "kl")
+      return usage_error(p, fmt::format("unsupported --layer-sparsity '{}' (uniform, owl, kl)", layer_sparsity));
+    po.layers = layer_sparsity == "owl" ? LayerSparsity::kOwl
+                : layer_sparsity == "kl" ? LayerSparsity::kKl
+                                         : LayerSparsity::kUniform;
+    if (po.layers != LayerSparsity::kUniform && !po.pattern.unstructured())
+      return usage_error(p, fmt::format("--layer-sparsity {} goes with unstructured pruning (N:M fixes every layer's "
+                                        "sparsity)", layer_sparsity));
     if (!(owl_lambda >= 0 && owl_lambda < 1) || !(owl_m > 0))
       return usage_error(p, "--owl-lambda must be in [0, 1) and --owl-m > 0");
     po.owl_lambda = owl_lambda, po.owl_m = owl_m;

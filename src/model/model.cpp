@@ -386,6 +386,18 @@ int Model::interleave_weights(int threads) {
   return n ? *n : 0;
 }
 
+std::vector<const TensorView*> Model::backend_weights() const {
+  std::vector<const TensorView*> out;
+  std::set<const TensorView*> seen;
+  auto add = [&](const TensorView* t) {
+    if (t && seen.insert(t).second) out.push_back(t);
+  };
+  for (LayerWeights& l : weights_->layers) for_each_block_linear(l, [&](Linear& lin) { add(lin.weight); });
+  add(weights_->output.weight);
+  add(weights_->tok_embd);
+  return out;
+}
+
 Status Model::check_backend(const Backend& backend) const {
   auto check = [&](const TensorView* t, WeightOp op, const char* what) -> Status {
     if (!t || backend.supports(t->type, op)) return Status::ok();

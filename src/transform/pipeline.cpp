@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "core/dtype_sparse.h"
 #include "kernels/registry.h"
 #include "model/act_sparsity.h"
 #include "model/config.h"
@@ -41,12 +42,17 @@ void clear_progress(const PipelineLog& log) {
 // Every tensor keeps its source type (a changed one is rounded back to it:
 // `origin`, the type of the tensor it came from, when structured pruning
 // sliced it; one whose rows no longer fit falls back as a plan does); the
-// file type stays the source's.
+// file type stays the source's. ember's sparse types (sq8 / sq4), which no
+// quantizer writes, are copied as they are (thresholds or metadata added
+// to a sparse file leave its matrices alone); one that a later stage
+// changes is rounded to its dense export type (prune.cpp).
 void keep_source_types(QuantPlan* plan, const std::map<std::string, DType>& origin) {
   for (QuantPlanEntry& e : plan->entries) {
     const auto it = origin.find(e.name);
     const DType was = it != origin.end() ? it->second : e.source;
     if (e.ne.size() == 2 && convertible_to(was)) e.target = fallback_row_type(was, e.ne[0]);
+    if (e.ne.size() == 2 && dtype_is_sparse(was))
+      e.target = e.source == was ? was : dtype_is_sq4(was) ? DType::kQ4_0 : DType::kQ8_0;
     e.requested.reset();
     const bool is_float = e.target == DType::kF32 || e.target == DType::kF16 || e.target == DType::kBF16;
     e.method = e.target == e.source && e.transform == TensorTransform::kNone ? QuantMethod::kCopy
@@ -214,7 +220,7 @@ Status run_prune_stage(const PipelineOptions& o, const std::string& cal, int64_t
     for (QuantPlanEntry& e : plan->entries)
       if (e.method == QuantMethod::kRtn && e.layer >= 0 && e.ne.size() == 2) e.method = QuantMethod::kGptq;
   CalibTokens ct;
-  const bool needs_text = po.method != PruneMethod::kMagnitude || po.layers == LayerSparsity::kOwl ||
+  const bool needs_text = po.method != PruneMethod::kMagnitude || po.layers != LayerSparsity::kUniform ||
                           o.method == QuantizeMethod::kGptq;
   if (needs_text) {
     auto c = layerwise_tokens(o.in, cal, calib_tokens);
@@ -241,10 +247,18 @@ Status run_prune_stage(const PipelineOptions& o, const std::string& cal, int64_t
       for (double r : rep->outlier_ratio) layers += fmt::format(" {:.4f}", r);
       layers += ")";
     }
+    if (!rep->block_kl.empty()) {
+      layers += fmt::format(" (kl: lambda {:.3g}; KL with only that block pruned", po.owl_lambda);
+      for (double k : rep->block_kl) layers += fmt::format(" {:.4f}", k);
+      layers += ")";
+    }
     log.info(fmt::format("prune {} {} ({} layer sparsity): {} matrices, {} of {} weights zeroed ({:.2f}%){}; "
                          "layer sparsity:{}; {:.0f} s",
                          prune_method_name(po.method), prune_pattern_name(po.pattern),
-                         po.layers == LayerSparsity::kOwl ? "owl" : "uniform", rep->matrices, rep->pruned,
+                         po.layers == LayerSparsity::kOwl  ? "owl"
+                         : po.layers == LayerSparsity::kKl ? "kl"
+                                                           : "uniform",
+                         rep->matrices, rep->pruned,
                          rep->weights, rep->weights ? 100.0 * rep->pruned / rep->weights : 0.0,
                          rep->joint ? fmt::format(", {} pruned and quantized in one pass", rep->joint) : "", layers,
                          since(t0)));

@@ -4,11 +4,15 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 
 #include <fmt/format.h>
 
+#include "core/dtype_sparse.h"
+#include "eval/model_compare.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "transform/gptq_model.h"
 #include "transform/imatrix.h"
@@ -233,6 +237,9 @@ class PruneLayers final : public LayerwiseCallback {
     if (!joint) {
       replace_with_f32(file, e.name, std::move(w));
       e.source = DType::kF32;
+      // A sparse source kept by keep_source_types: its dense export type
+      // (`--format sparse` stores it sparse again).
+      if (dtype_is_sparse(e.target)) e.target = dtype_is_sq4(e.target) ? DType::kQ4_0 : DType::kQ8_0;
       if (e.method == QuantMethod::kCopy) e.method = method_from_f32(e.target);
     }
     for (uint8_t m : mask) rep_->pruned += m;
@@ -252,6 +259,98 @@ class PruneLayers final : public LayerwiseCallback {
   std::unique_ptr<ImportanceCollector> ic_;
 };
 
+
+// The `kl` layer rule's probe: per block l, the mean KL(dense || the model
+// with only block l's matrices pruned at `sparsity` by Wanda's masks of the
+// dense statistics `im`) over the first o.kl_windows windows of tokens.
+// Block l's input is the dense model's (saved once), so each probe runs
+// blocks l..L-1; the head runs once per window for the dense rows.
+Result<std::vector<double>> block_prune_kl(const Model& base, const ModelFile& src, const Imatrix& im,
+                                           const std::map<int, std::vector<QuantPlanEntry*>>& by_layer,
+                                           const std::vector<int32_t>& tokens, double sparsity, const PruneOptions& o,
+                                           ThreadPool& pool) {
+  const ModelConfig& cfg = base.config();
+  const int64_t W = o.window, E = cfg.n_embd, L = cfg.n_layer;
+  const int64_t n_win = std::min<int64_t>(std::max(o.kl_windows, 1), static_cast<int64_t>(tokens.size()) / W);
+  if (n_win < 1) return Status::errorf("the kl layer rule needs at least {} calibration tokens, got {}", W, tokens.size());
+  std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(n_win));
+  std::vector<float> dense_in(static_cast<size_t>(n_win * L * W * E)), dense_out(static_cast<size_t>(n_win * W * E));
+  std::vector<float> pruned_out(static_cast<size_t>(L * n_win * W * E));
+  ContiguousKvCache cache(cfg, W);
+  auto prepare = [&](ForwardContext& ctx, int64_t c) {
+    SeqBatch sb;
+    sb.tokens = seqs[c].data();
+    sb.n = W;
+    sb.cache = &cache;
+    return ctx.prepare(&sb, 1);
+  };
+  ForwardContext ctx(base, pool, static_cast<int>(W));
+  for (int64_t c = 0; c < n_win; ++c) {
+    seqs[c].assign(tokens.begin() + c * W, tokens.begin() + (c + 1) * W);
+    if (o.bos_id >= 0) seqs[c][0] = o.bos_id;
+    EMBER_RETURN_IF_ERROR(prepare(ctx, c));
+    ctx.embed();
+    for (int64_t l = 0; l < L; ++l) {
+      std::memcpy(dense_in.data() + (c * L + l) * W * E, ctx.hidden(), W * E * sizeof(float));
+      ctx.run_layers(static_cast<int>(l), static_cast<int>(l) + 1);
+    }
+    std::memcpy(dense_out.data() + c * W * E, ctx.hidden(), W * E * sizeof(float));
+  }
+  EMBER_RETURN_IF_ERROR(ctx.finish());
+  for (int64_t l = 0; l < L; ++l) {
+    auto f = std::make_unique<ModelFile>(src);
+    auto it = by_layer.find(static_cast<int>(l));
+    if (it != by_layer.end())
+      for (const QuantPlanEntry* e : it->second) {
+        const TensorView& t = *src.tensor(e->name);
+        const auto st = im.entries.find(e->name);
+        if (st == im.entries.end()) return Status::errorf("tensor '{}': no calibration input reached it", e->name);
+        std::vector<float> w = read_f32_rows(t);
+        std::vector<uint8_t> mask(w.size(), 0);
+        wanda_mask(w.data(), t.nrows(), t.ne[0], st->second.sums.data(), sparsity, PrunePattern{}, mask.data());
+        for (size_t i = 0; i < w.size(); ++i)
+          if (mask[i]) w[i] = 0.0f;
+        replace_with_f32(f.get(), e->name, std::move(w));
+      }
+    auto m = Model::from_file(std::move(f));
+    if (!m) return m.status().with_context(fmt::format("kl layer rule, block {}", l));
+    ForwardContext pc(**m, pool, static_cast<int>(W));
+    for (int64_t c = 0; c < n_win; ++c) {
+      EMBER_RETURN_IF_ERROR(prepare(pc, c));
+      std::memcpy(pc.hidden(), dense_in.data() + (c * L + l) * W * E, W * E * sizeof(float));
+      pc.run_layers(static_cast<int>(l), static_cast<int>(L));
+      std::memcpy(pruned_out.data() + (l * n_win + c) * W * E, pc.hidden(), W * E * sizeof(float));
+    }
+    EMBER_RETURN_IF_ERROR(pc.finish());
+  }
+  // The head (not pruned: the dense context's) over rows of 32.
+  constexpr int64_t kRows = 32;
+  const int V = cfg.n_vocab;
+  std::vector<float> ref(static_cast<size_t>(kRows * V)), mod(static_cast<size_t>(kRows * V));
+  std::vector<int64_t> rows(kRows);
+  std::vector<int32_t> next(kRows + 1, 0);
+  std::vector<double> kl(static_cast<size_t>(L), 0.0);
+  int64_t n = 0;
+  for (int64_t c = 0; c < n_win; ++c) {
+    EMBER_RETURN_IF_ERROR(prepare(ctx, c));
+    for (int64_t r0 = 0; r0 < W; r0 += kRows) {
+      const int64_t nr = std::min(kRows, W - r0);
+      for (int64_t r = 0; r < nr; ++r) rows[r] = r0 + r, next[r + 1] = seqs[c][std::min(W - 1, r0 + r + 1)];
+      std::memcpy(ctx.hidden(), dense_out.data() + c * W * E, W * E * sizeof(float));
+      ctx.head(rows.data(), nr, ref.data());
+      for (int64_t l = 0; l < L; ++l) {
+        std::memcpy(ctx.hidden(), pruned_out.data() + (l * n_win + c) * W * E, W * E * sizeof(float));
+        ctx.head(rows.data(), nr, mod.data());
+        kl[l] += compare_logits(ref.data(), mod.data(), next.data(), nr + 1, V).kl_mean * static_cast<double>(nr);
+      }
+      n += nr;
+    }
+  }
+  EMBER_RETURN_IF_ERROR(ctx.finish());
+  for (double& k : kl) k /= static_cast<double>(n);
+  return kl;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ModelFile>> prune_model(std::unique_ptr<ModelFile> src, QuantPlan* plan,
@@ -259,8 +358,8 @@ Result<std::unique_ptr<ModelFile>> prune_model(std::unique_ptr<ModelFile> src, Q
                                                ThreadPool& pool, PruneReport* report) {
   if (o.pattern.unstructured() && !(o.sparsity >= 0 && o.sparsity < 1))
     return Status::errorf("sparsity {} is not in [0, 1)", o.sparsity);
-  if (!o.pattern.unstructured() && o.layers == LayerSparsity::kOwl)
-    return Status::error("OWL sets a sparsity per layer; an N:M pattern fixes it (use uniform layer sparsity)");
+  if (!o.pattern.unstructured() && o.layers != LayerSparsity::kUniform)
+    return Status::error("OWL and kl set a sparsity per layer; an N:M pattern fixes it (use uniform layer sparsity)");
   if (o.owl_lambda < 0 || o.owl_lambda >= 1 || o.owl_m <= 0) return Status::error("OWL needs 0 <= lambda < 1 and M > 0");
   auto base = Model::from_file(std::make_unique<ModelFile>(*src));
   if (!base) return base.status();
@@ -285,13 +384,21 @@ Result<std::unique_ptr<ModelFile>> prune_model(std::unique_ptr<ModelFile> src, Q
   }
   PruneReport rep;
   rep.layer_sparsity.assign(static_cast<size_t>(n_layer), o.pattern.unstructured() ? o.sparsity : o.pattern.sparsity());
-  if (o.layers == LayerSparsity::kOwl) {  // outlier ratios of the unpruned model
+  if (o.layers != LayerSparsity::kUniform) {  // statistics of the unpruned model
     CalibrationOptions co;
     co.chunk_size = static_cast<int>(o.window);
     co.bos_id = o.bos_id;
     auto im = collect_importance(**base, tokens, co, pool);
-    if (!im) return im.status().with_context("OWL statistics");
-    for (int l = 0; l < n_layer; ++l) {
+    if (!im) return im.status().with_context("layer sparsity statistics");
+    if (o.layers == LayerSparsity::kKl) {
+      auto kl = block_prune_kl(**base, *src, *im, by_layer, tokens, o.sparsity, o, pool);
+      if (!kl) return kl.status();
+      rep.block_kl = *kl;
+      std::vector<double> score;
+      for (double k : rep.block_kl) score.push_back(std::log(std::max(k, 1e-12)));
+      rep.layer_sparsity = owl_layer_sparsity(score, o.sparsity, o.owl_lambda);
+    }
+    for (int l = 0; o.layers == LayerSparsity::kOwl && l < n_layer; ++l) {
       std::vector<std::vector<float>> ws;
       std::vector<OwlMatrix> mats;
       ws.reserve(by_layer[l].size());
@@ -304,7 +411,7 @@ Result<std::unique_ptr<ModelFile>> prune_model(std::unique_ptr<ModelFile> src, Q
       }
       rep.outlier_ratio.push_back(owl_outlier_ratio(mats, o.owl_m));
     }
-    rep.layer_sparsity = owl_layer_sparsity(rep.outlier_ratio, o.sparsity, o.owl_lambda);
+    if (o.layers == LayerSparsity::kOwl) rep.layer_sparsity = owl_layer_sparsity(rep.outlier_ratio, o.sparsity, o.owl_lambda);
   }
   base.value().reset();
   const bool calibrate = o.method != PruneMethod::kMagnitude || joint;

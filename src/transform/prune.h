@@ -21,8 +21,14 @@
 // the fraction of its Wanda scores |W_ij| ||X_j|| (all its matrices
 // together) above m times their mean (m = 5); block l keeps a density of
 //   (1 - S) + 2 lambda (D_l - min D) / (max D - min D) - mean over blocks of that term,
-// so the mean sparsity stays S and every block is within +-lambda of it
-// (lambda = 0.08): blocks with more outliers are pruned less.
+// so the mean sparsity stays S and the blocks' sparsities span 2 lambda
+// (lambda = 0.08; shifted by the mean term, so a block can be up to
+// 2 lambda below S): blocks with more outliers are pruned less.
+// `kl` (ember's, not a paper's): the same mapping with D_l = log of the
+// mean KL(dense || model with only block l pruned at S by Wanda's masks of
+// the dense statistics) over the first kl_windows calibration windows: the
+// blocks whose pruning alone hurts most are pruned less. For SparseGPT too
+// the probe uses Wanda's masks (as OWL uses Wanda's scores).
 //
 // Counts (exact, the tests check them): magnitude floor(s * n_out * n_in)
 // per matrix; wanda floor(s * n_in) per row; sparsegpt floor(s * n_out * B)
@@ -63,7 +69,7 @@ struct PrunePattern {
 Result<PrunePattern> parse_prune_pattern(std::string_view s);
 std::string prune_pattern_name(const PrunePattern& p);
 
-enum class LayerSparsity { kUniform, kOwl };
+enum class LayerSparsity { kUniform, kOwl, kKl };
 
 // Masks (1 = pruned) of one matrix W [n_out, n_in] (row-major), by the
 // scores above. col_sq: [n_in] sum of squares of each input column (Wanda).
@@ -90,7 +96,8 @@ struct PruneOptions {
   PrunePattern pattern;
   LayerSparsity layers = LayerSparsity::kUniform;
   bool per_row = false;   // magnitude / sparsegpt: the per-row quota (above); wanda always compares rows
-  double owl_lambda = 0.08, owl_m = 5.0;
+  double owl_lambda = 0.08, owl_m = 5.0;  // owl; kl uses owl_lambda too
+  int kl_windows = 2;     // kl: calibration windows of the probe
   double damp = 0.01;     // SparseGPT (and joint GPTQ) dampening
   int block_size = 128;   // SparseGPT batch
   int64_t window = 512;   // calibration window (tokens)
@@ -102,6 +109,7 @@ struct PruneOptions {
 struct PruneReport {
   std::vector<double> layer_sparsity;  // per block: the target
   std::vector<double> outlier_ratio;   // per block, OWL only
+  std::vector<double> block_kl;        // per block, kl only: KL with only that block pruned
   int64_t pruned = 0, weights = 0;     // over the pruned matrices
   int matrices = 0;
   int joint = 0;  // matrices pruned and quantized in one pass (GPTQ entries)

@@ -8,8 +8,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 
+#include "core/dtype_sparse.h"
+#include "model/act_sparsity.h"
 #include "model/model.h"
 #include "quant/quantize.h"
 #include "transform/gen_model.h"
@@ -123,6 +126,64 @@ TEST_F(PipelineTest, ImportanceIsCalibratedOnTheStructurallyPrunedModel) {
   o.imatrix_path = calib_;  // a file of the unpruned model: refused
   Status st = run_pipeline(o, {}, pool_).status();
   EXPECT_NE(st.message().find("unpruned"), std::string::npos) << st.message();
+}
+
+// `ember prune SPARSE OUT --activations S`: the thresholds are metadata, so
+// a file in ember's sparse format keeps its matrices as they are (it used to
+// be rewritten as dense Q8_0); pruning such a file again rounds the changed
+// matrices to the dense export type.
+TEST_F(PipelineTest, ActivationThresholdsKeepASparseFilesMatrices) {
+  PipelineOptions o;
+  o.in = gen(DType::kQ8_0);
+  o.keep_types = true;
+  o.calib_path = calib_;
+  o.calib_tokens = 1024;
+  PruneOptions po;
+  po.method = PruneMethod::kMagnitude;
+  po.sparsity = 0.5;
+  po.per_row = true;
+  po.window = 128;
+  o.prune = po;
+  o.sparse_format = true;
+  auto sp = run_pipeline(o, {}, pool_);
+  ASSERT_TRUE(sp.is_ok()) << sp.status().message();
+  const std::string sparse = (dir_ / "sparse.gguf").string();
+  size_t bytes = 0;
+  ASSERT_TRUE(write_pipeline_output(*sp, 0, sparse, &bytes).is_ok());
+  auto src = Model::load(sparse);
+  ASSERT_TRUE(src.is_ok()) << src.status().message();
+  int n_sparse = 0;
+  for (const auto& [name, t] : src.value()->file().tensors) n_sparse += dtype_is_sparse(t.type);
+  ASSERT_EQ(n_sparse, 14);
+
+  PipelineOptions a;
+  a.in = sparse;
+  a.keep_types = true;
+  a.calib_path = calib_;
+  a.calib_tokens = 1024;
+  a.act_sparsity = 0.4;
+  auto r = run_pipeline(a, {}, pool_);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_TRUE(r->act.has_value());
+  EXPECT_NE(r->file->metadata.find(kActSparsityThresholdsKey), nullptr);
+  for (const auto& [name, t] : src.value()->file().tensors) {
+    const TensorView* u = r->file->tensor(name);
+    ASSERT_NE(u, nullptr) << name;
+    EXPECT_EQ(u->type, t.type) << name;
+    ASSERT_EQ(u->nbytes, t.nbytes) << name;
+    EXPECT_EQ(std::memcmp(u->data, t.data, t.nbytes), 0) << name;
+  }
+
+  PipelineOptions p = a;  // pruned again: the changed matrices become Q8_0, the sparse format's dense export
+  p.act_sparsity.reset();
+  po.sparsity = 0.6;
+  p.prune = po;
+  auto q = run_pipeline(p, {}, pool_);
+  ASSERT_TRUE(q.is_ok()) << q.status().message();
+  for (const auto& [name, t] : q->file->tensors)
+    if (name.rfind("blk.", 0) == 0 && t.n_dims == 2) {
+      EXPECT_EQ(t.type, DType::kQ8_0) << name;
+    }
 }
 
 }  // namespace

@@ -18,11 +18,13 @@
 #include <fstream>
 #include <random>
 
+#include "eval/model_compare.h"
 #include "model/model.h"
 #include "quant/quantize.h"
 #include "quant/sparse.h"
 #include "transform/gen_model.h"
 #include "transform/gptq.h"
+#include "transform/imatrix.h"
 #include "transform/sparsegpt.h"
 
 namespace ember {
@@ -504,6 +506,67 @@ TEST_F(PruneModelTest, OwlSpreadsSparsityAndErrors) {
   EXPECT_NE(st.message().find("zero exactly"), std::string::npos) << st.message();
   b.pattern = {3, 7};  // rows of 128 are not a multiple of 7
   EXPECT_FALSE(bad(b, tokens(256), DType::kF32).is_ok());
+}
+
+// The kl layer rule: block l's probe is the KL of the model with only block
+// l pruned (Wanda's masks of the dense statistics) against the dense model,
+// the same as a plain comparison of the two models; the sensitive block is
+// pruned less and the mean stays S.
+TEST_F(PruneModelTest, KlRuleProbesEachBlockAlone) {
+  auto src = open_model_file(path_);
+  ASSERT_TRUE(src.is_ok());
+  ConvertOptions f32;
+  f32.type = DType::kF32;
+  auto plan = plan_quantization(**src, f32);
+  ASSERT_TRUE(plan.is_ok());
+  PruneOptions o;
+  o.method = PruneMethod::kWanda;
+  o.sparsity = 0.7;
+  o.layers = LayerSparsity::kKl;
+  o.owl_lambda = 0.05;
+  o.window = 64;
+  o.kl_windows = 1;
+  const std::vector<int32_t> toks = tokens(256);
+  PruneReport rep;
+  auto out = prune_model(std::move(src.value()), &*plan, toks, o, pool_, &rep);
+  ASSERT_TRUE(out.is_ok()) << out.status().message();
+  ASSERT_EQ(rep.block_kl.size(), 2u);
+  ASSERT_EQ(rep.layer_sparsity.size(), 2u);
+  EXPECT_TRUE(rep.outlier_ratio.empty());
+  EXPECT_NEAR(rep.layer_sparsity[0] + rep.layer_sparsity[1], 1.4, 1e-9);
+  EXPECT_NE(rep.block_kl[0], rep.block_kl[1]);
+  EXPECT_EQ(rep.block_kl[0] > rep.block_kl[1], rep.layer_sparsity[0] < rep.layer_sparsity[1]);
+  for (double s : rep.layer_sparsity) EXPECT_NEAR(std::fabs(s - 0.7), 0.05, 1e-9);
+
+  // Independently: the dense statistics, one block pruned, compare_models over
+  // the first window (and the token after it, so its 64 positions are scored).
+  auto dense_file = open_model_file(path_);
+  auto dense = Model::from_file(std::make_unique<ModelFile>(**dense_file));
+  ASSERT_TRUE(dense.is_ok());
+  CalibrationOptions co;
+  co.chunk_size = 64;
+  auto im = collect_importance(**dense, toks, co, pool_);
+  ASSERT_TRUE(im.is_ok());
+  const std::vector<int32_t> window(toks.begin(), toks.begin() + 65);
+  for (int l = 0; l < 2; ++l) {
+    auto f = std::make_unique<ModelFile>(**dense_file);
+    for (const char* role : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+      const std::string name = "blk." + std::to_string(l) + "." + role + ".weight";
+      const TensorView& t = *f->tensor(name);
+      std::vector<float> w = read_f32_rows(t);
+      std::vector<uint8_t> mask(w.size());
+      wanda_mask(w.data(), t.nrows(), t.ne[0], im->entries.at(name).sums.data(), 0.7, PrunePattern{}, mask.data());
+      for (size_t i = 0; i < w.size(); ++i)
+        if (mask[i]) w[i] = 0.0f;
+      replace_with_f32(f.get(), name, std::move(w));
+    }
+    auto pruned = Model::from_file(std::move(f));
+    ASSERT_TRUE(pruned.is_ok());
+    auto cmp = compare_models(**dense, **pruned, window, pool_);
+    ASSERT_TRUE(cmp.is_ok()) << cmp.status().message();
+    EXPECT_NEAR(rep.block_kl[l], cmp->kl_mean, 1e-9 * cmp->kl_mean) << l;
+    EXPECT_GT(cmp->kl_mean, 0.0);
+  }
 }
 
 }  // namespace
