@@ -67,8 +67,10 @@ class Model {
   // prepare_weights for the CPU backend over `threads` threads: the
   // matrices whose interleaved layout pays at the active ISA level
   // (kernels/interleave.h: Q4_0, Q8_0, Q4_K, Q6_K with rows % 16 == 0 on
-  // AVX-512) rewritten into it, in owned memory. Returns how many tensors
-  // were rewritten (0 when out of memory: the plain rows stay).
+  // AVX-512) rewritten into it, in owned memory; sparse matrices and expert
+  // stacks of the file that are not interleaved (MXFP4) copied unchanged
+  // into 2 MiB pages. Returns how many tensors were rewritten or copied (0
+  // when out of memory: the plain rows stay).
   int interleave_weights(int threads = 1);
   // The dtype part of what a backend must run for this model: every block
   // linear's matmul (with 4-bit activations where Linear::act_bits is 4),
