@@ -8,7 +8,9 @@
 # share of them (ember_cuda_bench), then `ember bench --device cuda` tg128 /
 # pp512 on the default model and the Llama-3.1-8B shape (Q8_0 and Q4_K_M,
 # made here by `ember gen-model` and `ember quantize`, as time allows),
-# `ember bench throughput` at 64 sequences, `ember serve --device cuda`
+# `ember bench throughput` at 64 sequences (the CPU-side overhead per decode
+# step against the device's time; eager, then with decode CUDA graphs),
+# `ember serve --device cuda`
 # answering the openai client, and a results table last ($OUT/results.md,
 # or /tmp/cuda_check/results.md). CUDA_CHECK_DEVICE=cpu runs the ember
 # steps on the CPU instead (a dry run of this script where there is no GPU).
@@ -122,7 +124,7 @@ bench_rc=${PIPESTATUS[0]}
   echo
   echo '```'
   grep -hE "^\[  (PASSED|FAILED|SKIPPED) +\]|^\[==========\] [0-9]+ tests? from" "$log/tests.log" "$log/model_tests.log"
-  grep -hE "worst relative L2|greedy:" "$log/model_tests.log"
+  grep -hE "worst relative L2|greedy:|decode graphs:" "$log/model_tests.log"
   echo '```'
   echo
   echo "## ceilings and kernels (ember_cuda_bench)"
@@ -172,19 +174,29 @@ if in_budget 150 "generate the Llama-3.1-8B shape (q8_0)"; then
   fi
 fi
 
-# Throughput at 64 concurrent sequences on the default model.
-if [ -f "$model" ] && in_budget 60 "bench throughput at 64 sequences"; then
-  echo "== ember bench throughput --device cuda (64 sequences)"
-  if timeout 120 "$ember" bench throughput --device "$device" -m "$model" --num-prompts 64 --max-num-seqs 64 \
-      --input-len 128 --output-len 128 > "$log/throughput.log" 2>&1; then
-    note "## ember bench throughput --device cuda, 64 sequences, 128 + 128 tokens (default model)"
+# Throughput at 64 concurrent sequences on the default model, with the
+# CPU-side overhead per decode step (scheduler, step inputs, copies,
+# sampler) against the device's time ("decode steps:"), eager and then with
+# the decode matmuls as CUDA graphs (EMBER_CUDA_GRAPHS=1, off by default).
+throughput() {  # throughput NAME [ENV=VALUE]
+  local name=$1
+  shift
+  echo "== ember bench throughput --device cuda (64 sequences, $name)"
+  if env "$@" timeout 120 "$ember" bench throughput --device "$device" -m "$model" --num-prompts 64 --max-num-seqs 64 \
+      --input-len 128 --output-len 128 > "$log/throughput_$name.log" 2>&1; then
+    note "## ember bench throughput --device cuda, 64 sequences, 128 + 128 tokens (default model, $name)"
     note '```'
-    grep -v "requests finished" "$log/throughput.log" | tail -4 | tee -a "$results"
+    grep -v "requests finished" "$log/throughput_$name.log" | grep -E "tokens/s|^decode steps:|^[0-9]+ requests|^KV cache" |
+      tee -a "$results"
     note '```'
   else
-    note "- bench throughput failed: $(tail -2 "$log/throughput.log" | tr '\n' ' ')"
+    note "- bench throughput ($name) failed: $(tail -2 "$log/throughput_$name.log" | tr '\n' ' ')"
     rc_all=1
   fi
+}
+if [ -f "$model" ] && in_budget 60 "bench throughput at 64 sequences"; then
+  throughput eager EMBER_CUDA_GRAPHS=0
+  in_budget 45 "bench throughput at 64 sequences with decode graphs" && throughput graphs EMBER_CUDA_GRAPHS=1
 fi
 
 # `ember serve --device cuda` answering the official openai client (its

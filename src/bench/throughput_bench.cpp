@@ -30,6 +30,38 @@ std::string ThroughputResult::summary() const {
               : std::string());
 }
 
+void StepBreakdown::add(const StepOutput& out) {
+  const StepTimes& t = out.times;
+  ++steps;
+  seqs += out.n_seqs;
+  step += out.seconds;
+  schedule += t.schedule;
+  inputs += t.inputs;
+  forward += t.forward;
+  sample += t.sample;
+  copies += t.copies;
+  model += std::min(t.model(), t.inputs + t.forward);
+  device_measured = device_measured || t.device_measured;
+}
+
+void StepBreakdown::finalize() {
+  if (steps == 0) return;
+  const double n = static_cast<double>(steps);
+  for (double* v : {&seqs, &step, &schedule, &inputs, &forward, &sample, &copies, &model}) *v /= n;
+}
+
+std::string StepBreakdown::describe() const {
+  if (steps == 0) return "no pure-decode steps";
+  const double ms = 1e3;
+  return fmt::format(
+      "{} steps of {:.1f} sequences, {:.3f} ms a step = scheduler {:.3f} + step inputs {:.3f} + forward {:.3f} + "
+      "sampler {:.3f} + other {:.3f} ms; host<->device copies {:.3f} ms; model time {:.3f} ms ({}); CPU-side "
+      "overhead {:.3f} ms a step ({:.1f}% of the step)",
+      steps, seqs, step * ms, schedule * ms, inputs * ms, forward * ms, sample * ms, std::max(0.0, other()) * ms,
+      copies * ms, model * ms, device_measured ? "device time" : "the forward pass on the host", cpu_overhead() * ms,
+      step > 0 ? 100.0 * cpu_overhead() / step : 0.0);
+}
+
 namespace {
 
 // The expert counters of the engine's runner (the CPU runner counts them;
@@ -114,6 +146,7 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
       // Pure decode steps: one known token per sequence (+ its drafts).
       if (out->n_seqs > 0 && out->n_batched_tokens == out->n_seqs + out->n_spec_tokens) {
         decode_s += out->seconds;
+        res.decode_steps.add(*out);
         decode_tokens += static_cast<int64_t>(out->tokens.size());
         res.decode_cpu_seconds += step_cpu;
         waste_sum += e.stats().kv_waste();
@@ -142,6 +175,7 @@ Result<ThroughputResult> run_throughput_bench(const Model& model, ThreadPool& po
   res.decode_experts_per_layer_step = decode_experts.experts_per_layer_step();
   res.cpu_seconds_per_1k_output_tokens = cpu_seconds_per_1k(res.cpu_seconds, static_cast<double>(res.output_tokens));
   res.mean_kv_waste = waste_steps > 0 ? waste_sum / waste_steps : 0;
+  res.decode_steps.finalize();
   res.stats = e.stats();
   return res;
 }

@@ -35,6 +35,27 @@ struct ThroughputOptions {
   std::function<Result<std::unique_ptr<ModelRunner>>(const EngineConfig&)> make_runner;
 };
 
+// The mean breakdown of a set of engine steps (StepOutput::times), in
+// seconds per step: where a step's wall time went, and the model's time
+// (the device's where the backend measures it, else the forward pass less
+// its copies) against the CPU-side overhead around it (the rest of the
+// step: scheduler, step inputs, copies, sampler, other host work).
+// schedule + inputs + forward + sample + other() == step.
+struct StepBreakdown {
+  int64_t steps = 0;
+  double seqs = 0;  // sequences per step
+  double step = 0;
+  double schedule = 0, inputs = 0, forward = 0, sample = 0;
+  double copies = 0;  // part of inputs + forward (host <-> backend memory)
+  double model = 0;   // part of inputs + forward
+  bool device_measured = false;
+  void add(const StepOutput& out);  // one step (call, then finalize)
+  void finalize();                  // sums -> means
+  double other() const { return step - schedule - inputs - forward - sample; }
+  double cpu_overhead() const { return step - model; }
+  std::string describe() const;  // one line, in milliseconds
+};
+
 struct ThroughputResult {
   double seconds = 0;
   int64_t prompt_tokens = 0;
@@ -54,6 +75,7 @@ struct ThroughputResult {
   // Mixture-of-Experts models: distinct experts one MoE layer read per
   // pure-decode step, averaged over those steps and layers (0 without MoE).
   double decode_experts_per_layer_step = 0;
+  StepBreakdown decode_steps;  // the pure-decode steps' mean breakdown
   EngineStats stats;
   // One-line summary.
   std::string summary() const;

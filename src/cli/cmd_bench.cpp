@@ -229,6 +229,7 @@ int bench_throughput(int argc, char** argv, int first) {
     return kExitFailure;
   }
   std::printf("%s\n", r->summary().c_str());
+  std::printf("decode steps: %s\n", r->decode_steps.describe().c_str());
   std::printf("%d requests, %lld prompt + %lld output tokens; every request had its first token after %.2f s\n",
               r->num_requests, static_cast<long long>(r->prompt_tokens), static_cast<long long>(r->output_tokens),
               r->first_tokens_seconds);

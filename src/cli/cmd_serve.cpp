@@ -255,7 +255,7 @@ int cmd_serve(int argc, char** argv, int first) {
     return usage_error(p, st.message());
   if (dev.cuda()) {
     ec.backend = dev.factory();
-    if (kv_mem.empty()) {  // the device's free memory after the weights (uploaded at the first step)
+    if (kv_mem.empty()) {  // the device's free memory after the weights (uploaded by Engine::create)
       auto budget = dev.kv_budget(m, 0.9);
       if (!budget) return usage_error(p, budget.status().message());
       ec.kv_cache_bytes = std::min<size_t>(*budget, size_t{16} << 30);

@@ -81,9 +81,11 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelSh
   so.strict = false;
   auto rep = store_block_matrices_sparse(file.value().get(), pool, so);
   if (!rep) return rep.status().with_context(path);
-  std::fprintf(stderr, "detect-sparsity: %d of %d Q8_0 / Q4_0 block matrices stored sparse (%s -> %s)\n",
+  std::fprintf(stderr, "detect-sparsity: %d of %d Q8_0 / Q4_0 block matrices stored sparse (%s -> %s; %s of "
+               "mapped dense pages released)\n",
                rep->matrices + rep->matrices4, rep->candidates, human_bytes(static_cast<double>(rep->dense_bytes)).c_str(),
-               human_bytes(static_cast<double>(rep->sparse_bytes)).c_str());
+               human_bytes(static_cast<double>(rep->sparse_bytes)).c_str(),
+               human_bytes(static_cast<double>(rep->released_bytes)).c_str());
   auto m = Model::from_file(std::move(file.value()), shard);
   if (!m) return m.status().with_context(path);
   return m;

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 namespace ember {
 
@@ -60,6 +62,30 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   }
   ::close(fd);
   return f;
+}
+
+std::vector<std::pair<uintptr_t, uintptr_t>> file_mappings() {
+  std::vector<std::pair<uintptr_t, uintptr_t>> out;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    unsigned long b = 0, e = 0, inode = 0;
+    char perms[8] = {}, dev[16] = {};
+    unsigned long long offset = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %llx %15s %lu", &b, &e, perms, &offset, dev, &inode) == 6 && inode)
+      out.emplace_back(b, e);
+  }
+  return out;
+}
+
+size_t release_file_pages(const void* p, size_t bytes, const std::vector<std::pair<uintptr_t, uintptr_t>>& files) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (e <= b) return 0;
+  for (const auto& [fb, fe] : files)
+    if (b >= fb && e <= fe) return madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED) == 0 ? e - b : 0;
+  return 0;
 }
 
 }  // namespace ember

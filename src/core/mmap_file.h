@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -29,5 +31,16 @@ class MappedFile {
   size_t size_ = 0;
   std::string path_;
 };
+
+// Address ranges [begin, end) of this process's file mappings (the
+// /proc/self/maps lines with an inode): the mapped model files among them.
+std::vector<std::pair<uintptr_t, uintptr_t>> file_mappings();
+
+// The whole pages of [p, p + bytes), no longer read, leave this process's
+// resident set when they lie in one of `files` (MADV_DONTNEED: unwritten
+// private file pages are dropped and read again from the page cache if ever
+// touched; nothing is lost). Other memory is left alone. Returns the bytes
+// released (whole pages; 0 when the range is not in a file mapping).
+size_t release_file_pages(const void* p, size_t bytes, const std::vector<std::pair<uintptr_t, uintptr_t>>& files);
 
 }  // namespace ember

@@ -1,6 +1,9 @@
 // The CPU model runner; see cpu_model_runner.h.
 #include "engine/cpu_model_runner.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "core/check.h"
 
 namespace ember {
@@ -34,9 +37,38 @@ Result<int32_t> CpuModelRunner::allocate_kv(const KvLayout& layout, int block_si
   return kv_->n_blocks();
 }
 
+namespace {
+double wall_seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
 Result<float*> CpuModelRunner::execute(const SchedulerOutput& so) {
+  const double t0 = wall_seconds();
+  const BackendTimes b0 = fwd_.backend().times();
+  forward_seconds_ = 0;
   builder_.build(so, &input_);
-  return execute_step(input_);
+  auto rows = execute_step(input_);
+  const BackendTimes b1 = fwd_.backend().times();
+  times_.forward = forward_seconds_;
+  times_.inputs = std::max(0.0, wall_seconds() - t0 - forward_seconds_);
+  times_.copies = b1.copy_seconds - b0.copy_seconds;
+  times_.device_measured = b1.device_measured;
+  times_.device = b1.device_seconds - b0.device_seconds;
+  return rows;
+}
+
+Result<float*> CpuModelRunner::logit_rows(size_t n) {
+  const size_t need = n * static_cast<size_t>(n_vocab());
+  if (fwd_.backend().host_memory()) {
+    if (logits_.size() < need) logits_.resize(need);
+    return logits_.data();
+  }
+  if (!logits_host_ || logits_host_->bytes() < need * sizeof(float)) {
+    const size_t had = logits_host_ ? logits_host_->bytes() / sizeof(float) : 0;
+    logits_host_.reset();
+    logits_host_ = fwd_.backend().alloc_host(std::max({need, 2 * had, size_t{1}}) * sizeof(float));
+    if (!logits_host_) return Status::errorf("no host memory for {} rows of logits", n);
+  }
+  return logits_host_->as<float>();
 }
 
 Status CpuModelRunner::check_ops(const StepInput& in) const {
@@ -74,7 +106,7 @@ Result<float*> CpuModelRunner::execute_step(const StepInput& in) {
   }
   kv_->apply_ops(in.kv_ops, frontiers_, &swap_);
   if (!fwd_.backend().host_memory()) EMBER_RETURN_IF_ERROR(fwd_.backend().sync());  // the page copies
-  if (in.slices.empty()) return logits_.data();
+  if (in.slices.empty()) return logit_rows(0);
 
   while (views_.size() < in.slices.size()) views_.push_back(std::make_unique<PagedKvCache>(*kv_, kNoTables));
   batch_.clear();
@@ -102,12 +134,15 @@ Result<float*> CpuModelRunner::execute_step(const StepInput& in) {
     token0 += s.n_tokens;
     batch_.push_back(b);
   }
-  const size_t need = static_cast<size_t>(in.n_logit_rows) * n_vocab();
-  if (logits_.size() < need) logits_.resize(need);
+  auto logits = logit_rows(static_cast<size_t>(in.n_logit_rows));
+  if (!logits) return logits.status();
   const ModelShard& sh = model_.shard();
+  const double t_fwd = wall_seconds();
   if (links_.prev < 0 && links_.next < 0 && sh.embeds() && sh.has_head()) {
-    EMBER_RETURN_IF_ERROR(fwd_.forward_ragged(batch_.data(), static_cast<int>(batch_.size()), logits_.data()));
-    return logits_.data();
+    Status st = fwd_.forward_ragged(batch_.data(), static_cast<int>(batch_.size()), *logits);
+    forward_seconds_ = wall_seconds() - t_fwd;
+    EMBER_RETURN_IF_ERROR(st);
+    return *logits;
   }
   // A pipeline stage: rows in from the previous stage (or the embedding),
   // this stage's layers, rows out to the next (or the head).
@@ -125,12 +160,15 @@ Result<float*> CpuModelRunner::execute_step(const StepInput& in) {
   EMBER_RETURN_IF_ERROR(fwd_.finish());
   if (links_.next >= 0) {
     EMBER_RETURN_IF_ERROR(links_.comm->send(fwd_.hidden(), bytes, links_.next, kTagHidden));
+    forward_seconds_ = wall_seconds() - t_fwd;
     return static_cast<float*>(nullptr);
   }
   const std::vector<int64_t>& rows = fwd_.logit_rows();
-  fwd_.head(rows.data(), static_cast<int64_t>(rows.size()), logits_.data());
-  EMBER_RETURN_IF_ERROR(fwd_.finish());
-  return logits_.data();
+  fwd_.head(rows.data(), static_cast<int64_t>(rows.size()), *logits);
+  Status st = fwd_.finish();
+  forward_seconds_ = wall_seconds() - t_fwd;
+  EMBER_RETURN_IF_ERROR(st);
+  return *logits;
 }
 
 }  // namespace ember

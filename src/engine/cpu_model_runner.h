@@ -67,6 +67,8 @@ class CpuModelRunner final : public ModelRunner {
   KvBlockPool* kv_pool() { return kv_.get(); }
   const KvBlockPool* kv_pool() const { return kv_.get(); }
   Result<float*> execute(const SchedulerOutput& so) override;
+  RunnerStepTimes last_step_times() const override { return times_; }
+  bool measures_step_times() const override { return true; }
   // Experts the model's MoE layers have read over every execute() so far
   // (ForwardContext::moe_stats; zero without MoE layers).
   const MoeStats& moe_stats() const { return fwd_.moe_stats(); }
@@ -99,7 +101,14 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<std::unique_ptr<PagedKvCache>> views_;  // reused across steps, one per scheduled slice
   std::vector<KvFrontier> frontiers_;                 // where every sequence holding pages writes next
   std::vector<SeqBatch> batch_;
+  // Room for n rows of logits: logits_ on a host backend; on a device
+  // backend its page-locked host memory (Backend::alloc_host), grown as
+  // needed, which the head's rows are copied into.
+  Result<float*> logit_rows(size_t n);
   std::vector<float> logits_;                         // [rows, n_vocab]
+  std::unique_ptr<BackendBuffer> logits_host_;        // a device backend's: [rows, n_vocab]
+  double forward_seconds_ = 0;                        // execute_step's forward pass, wall
+  RunnerStepTimes times_;                             // execute()'s
 };
 
 }  // namespace ember

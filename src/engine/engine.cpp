@@ -40,6 +40,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, ThreadPool& p
   auto backend = make_backend(cfg.backend, pool);
   if (!backend) return backend.status();
   EMBER_RETURN_IF_ERROR(model.check_backend(*backend.value()));
+  // A device backend holds the weights from here on (before the KV pages
+  // take the rest of its memory): a model too large is an error now.
+  const std::vector<const TensorView*> weights = model.backend_weights();
+  EMBER_RETURN_IF_ERROR(backend.value()->upload_weights(weights.data(), static_cast<int64_t>(weights.size()))
+                            .with_context(fmt::format("uploading the weights to the {} backend", backend.value()->name())));
   auto runner =
       std::make_unique<CpuModelRunner>(model, std::move(backend.value()), cfg.max_num_batched_tokens, cfg.kv_types);
   CpuModelRunner* target_runner = runner.get();
@@ -374,8 +379,11 @@ Result<StepOutput> Engine::step() {
   const double t_exec = now_seconds();
   auto rows = runner_->execute(so);
   if (!rows) return rows.status();
-  spec_->observe(so, now_seconds() - t_exec);
+  const double t_done = now_seconds();
+  spec_->observe(so, t_done - t_exec);
+  time_step(t0, t_exec, t_done, &out);
   process(so, rows.value(), &out);
+  out.times.sample = now_seconds() - t_done;
   finish_step(t0, &out);
   return out;
 }
@@ -410,7 +418,9 @@ Result<StepOutput> Engine::step_pipelined() {
     out.seconds = now_seconds() - t0;
     return out;
   }
+  const double t_collect = now_seconds();
   auto rows = runner_->collect();
+  const double t_done = now_seconds();
   SchedulerOutput so = std::move(in_flight_.front());
   in_flight_.pop_front();
   for (const ScheduledRequest& sr : so.scheduled) sr.req->n_in_flight = 0;
@@ -419,12 +429,30 @@ Result<StepOutput> Engine::step_pipelined() {
     drop_in_flight();
     return rows.status();
   }
+  time_step(t0, t_collect, t_done, &out);
   process(so, rows.value(), &out);
   zombies_.erase(std::remove_if(zombies_.begin(), zombies_.end(),
                                 [](const std::unique_ptr<Request>& r) { return r->n_in_flight == 0; }),
                  zombies_.end());
+  out.times.sample = now_seconds() - t_done;
   finish_step(t0, &out);
   return out;
+}
+
+void Engine::time_step(double t0, double t_exec, double t_done, StepOutput* out) const {
+  StepTimes& t = out->times;
+  t.schedule = t_exec - t0;
+  const double exec = t_done - t_exec;
+  if (!runner_->measures_step_times()) {
+    t.forward = exec;
+    return;
+  }
+  const RunnerStepTimes r = runner_->last_step_times();
+  t.inputs = std::min(r.inputs, exec);
+  t.forward = std::min(r.forward, exec - t.inputs);
+  t.copies = r.copies;
+  t.device_measured = r.device_measured;
+  t.device = r.device;
 }
 
 void Engine::drop_in_flight() {

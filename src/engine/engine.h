@@ -23,6 +23,7 @@
 // request owns its sampler state).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -111,6 +112,25 @@ struct FinishedRequest {
   double queue_seconds = -1;     // waiting time before first scheduled (-1: never scheduled)
 };
 
+// Where a step's wall time went (seconds; StepOutput::times): the
+// scheduler (drafts, admission, preemption, KV slots), the runner's host
+// preparation of the step input, the forward pass's wall time, sampling
+// and bookkeeping after it; and, inside the runner's part, host <-> backend
+// copies and the backend's device time where it measures one (a device
+// backend; on the CPU the model's time is the forward pass itself).
+struct StepTimes {
+  double schedule = 0;
+  double inputs = 0;
+  double forward = 0;
+  double sample = 0;
+  double copies = 0;
+  bool device_measured = false;
+  double device = 0;
+  // The model's time: the device's where measured, else the forward pass
+  // less its copies.
+  double model() const { return device_measured ? device : std::max(0.0, forward - copies); }
+};
+
 struct StepOutput {
   std::vector<TokenEvent> tokens;
   std::vector<PromptLogprobEvent> prompt_logprobs;
@@ -119,6 +139,7 @@ struct StepOutput {
   int n_seqs = 0;                // sequences in it
   int64_t n_spec_tokens = 0;     // draft tokens verified in it (part of n_batched_tokens)
   double seconds = 0;
+  StepTimes times;               // parts of `seconds` (their sum <= seconds: the rest is the engine's other work)
 };
 
 struct EngineStats {
@@ -255,6 +276,9 @@ class Engine {
   // After a step's forward pass: advance, verify, sample, finish (step()).
   void process(const SchedulerOutput& so, float* logits, StepOutput* out);
   void finish_step(double t0, StepOutput* out);
+  // out->times from the step's clock readings (start, execute / collect
+  // start and end) and the runner's breakdown.
+  void time_step(double t0, double t_exec, double t_done, StepOutput* out) const;
   // step() over a pipelined runner (max_in_flight() > 1) without
   // speculation: drafting needs each step's tokens before the next step is
   // scheduled, so a speculating engine runs one step at a time (pipelined_

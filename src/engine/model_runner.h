@@ -24,6 +24,20 @@
 
 namespace ember {
 
+// Where the last execute() spent its time (seconds; ModelRunner::
+// last_step_times): the host's preparation of the step (its input, block
+// tables, page ops and views), the forward pass's wall time (host launches
+// and waits for the backend included) and, from the backend's own
+// measures over the whole execute() (Backend::times), host <-> backend
+// copies and the device's time where it measures one.
+struct RunnerStepTimes {
+  double inputs = 0;
+  double forward = 0;
+  double copies = 0;
+  bool device_measured = false;
+  double device = 0;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -53,6 +67,12 @@ class ModelRunner {
   // schedule order (every row of an all_logits slice, else one row for a
   // slice with want_logits), valid and writable until the next call.
   virtual Result<float*> execute(const SchedulerOutput& so) = 0;
+
+  // The breakdown of the last execute() (or collect()); zeros where the
+  // runner does not measure it (the engine then counts the whole execute()
+  // as the forward pass).
+  virtual RunnerStepTimes last_step_times() const { return {}; }
+  virtual bool measures_step_times() const { return false; }
 
   // Pipelining: steps the runner takes before the first one's rows are
   // collected (1: execute() only).

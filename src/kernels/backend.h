@@ -112,6 +112,24 @@ class BackendBuffer {
   }
 };
 
+// What a backend measured of its own work, summed since it was made
+// (Backend::times): the model runner reports each step's share (ModelRunner
+// ::last_step_times), `ember bench throughput` the CPU-side overhead per
+// step against it.
+struct BackendTimes {
+  // A device backend: the device's time over the steps' work (per step,
+  // from its first op reaching the device to its last one done: kernels and
+  // copies, plus any gaps the host left between them). false: the backend
+  // computes on the calling thread (its time is the caller's wall time).
+  bool device_measured = false;
+  double device_seconds = 0;
+  // Host wall time spent copying between host memory and the backend's
+  // (inputs staged, outputs copied back, page copies; waits for the
+  // device's earlier work not included), and the bytes copied.
+  double copy_seconds = 0;
+  int64_t copy_bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -162,6 +180,24 @@ class Backend {
   // launch or allocation) keeps the error for here; the forward pass asks
   // once per step. Default: ok (the CPU backend's ops do not fail).
   virtual Status sync() { return Status::ok(); }
+  // Host memory for buffers the backend copies to or from at every step
+  // (the logits rows): page-locked on a device backend, so the copies run
+  // at the bus's rate without a bounce through the driver's buffers.
+  // Zeroed; null when the memory cannot be had. Default: Backend::alloc's
+  // host memory.
+  virtual std::unique_ptr<BackendBuffer> alloc_host(size_t bytes) { return Backend::alloc(bytes); }
+  // Copies the weights w[0..n) into the backend's memory now (the views
+  // unchanged), so that a model too large for the device is an error when
+  // the engine is made and its first step uploads nothing. Errors: the
+  // memory is short (said with the bytes needed and free), a type it cannot
+  // hold, a failed copy. Default: nothing (the weights are read in place).
+  virtual Status upload_weights(const TensorView* const* w, int64_t n) {
+    (void)w;
+    (void)n;
+    return Status::ok();
+  }
+  // Its measures so far (see BackendTimes). Default: none (a host backend).
+  virtual BackendTimes times() const { return {}; }
 
   // Every target's product with the same activations x [n_tokens, n_in]
   // (row stride ldx; every target's w has ne[0] = n_in). x is converted to

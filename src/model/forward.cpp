@@ -57,8 +57,20 @@ ForwardContext::ForwardContext(const Model& model, std::unique_ptr<Backend> back
     moe_shared_weight_ = floats(B);
     moe_shared_id_.resize(B);
   }
-  rope_cos_.resize(model.n_rope_tables() * B * (cfg_.n_rot / 2));
-  rope_sin_.resize(model.n_rope_tables() * B * (cfg_.n_rot / 2));
+  const size_t rope_floats = model.n_rope_tables() * B * (cfg_.n_rot / 2);
+  bool rope_scaled = false;
+  for (const auto& l : cfg_.layers) rope_scaled = rope_scaled || l.rope_attn_factor != 1.f;
+  if (!backend_->host_memory() && !rope_scaled && rope_floats > 0) {
+    rope_cos_buf_ = floats(rope_floats);
+    rope_sin_buf_ = floats(rope_floats);
+    rope_cos_p_ = rope_cos_buf_->as<float>();
+    rope_sin_p_ = rope_sin_buf_->as<float>();
+  } else {
+    rope_cos_.resize(rope_floats);
+    rope_sin_.resize(rope_floats);
+    rope_cos_p_ = rope_cos_.data();
+    rope_sin_p_ = rope_sin_.data();
+  }
   rope_ready_.assign(model.n_rope_tables(), 0);
   if (cfg_.attn_temp_scale > 0.f) {
     temp_scale_.resize(B * hd / 2);
@@ -261,11 +273,11 @@ void ForwardContext::run_layers(int l0, int l1) {
   for (int il = l0; il < l1; ++il) {
     const int g = model_.rope_table(il);
     const int64_t table = static_cast<int64_t>(g) * max_batch_ * (cfg_.n_rot / 2);
-    rope.cos = rope_cos_.data() + table;
-    rope.sin = rope_sin_.data() + table;
+    rope.cos = rope_cos_p_ + table;
+    rope.sin = rope_sin_p_ + table;
     if (!rope_ready_[g] && cfg_.layers[il].use_rope) {
-      float* cos_t = rope_cos_.data() + table;
-      float* sin_t = rope_sin_.data() + table;
+      float* cos_t = rope_cos_p_ + table;
+      float* sin_t = rope_sin_p_ + table;
       backend_->rope_angles(pos_.data(), n_, model_.inv_freq(il), cfg_.n_rot, cos_t, sin_t);
       // A RoPE magnitude (YaRN, LongRoPE) scales the tables: one rounding
       // per entry, as transformers applies it to cos and sin.

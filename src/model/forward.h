@@ -201,8 +201,14 @@ class ForwardContext {
   MoeShareScratch moe_share_;
   MoeStats moe_stats_;
   // RoPE angles, per Model::rope_table: [n_rope_tables][max_batch, n_rot / 2],
-  // computed by the first layer of the step that needs them.
+  // computed by the first layer of the step that needs them: host memory
+  // (rope_cos_, rope_sin_), or the backend's when it is not the host's and
+  // no layer scales the tables on the host (a RoPE magnitude), so that a
+  // device computes and reads them in place (no copy back per step).
   std::vector<float> rope_cos_, rope_sin_;
+  std::unique_ptr<BackendBuffer> rope_cos_buf_, rope_sin_buf_;
+  float* rope_cos_p_ = nullptr;
+  float* rope_sin_p_ = nullptr;
   std::vector<uint8_t> rope_ready_;  // [n_rope_tables], cleared by prepare()
   // Attention temperature factors [max_batch, head_dim / 2] and as many
   // zeros (ModelConfig::attn_temp_scale; empty without).

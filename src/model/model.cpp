@@ -3,15 +3,12 @@
 // layers/.
 #include "model/model.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -23,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/mmap_file.h"
 #include "core/thread_pool.h"
 #include "kernels/backend.h"
 #include "kernels/registry.h"
@@ -344,43 +342,6 @@ int64_t Model::n_params() const {
   return n;
 }
 
-namespace {
-
-// Address ranges of this process's file mappings (/proc/self/maps lines
-// with an inode): the mapped model files.
-std::vector<std::pair<uintptr_t, uintptr_t>> file_mappings() {
-  std::vector<std::pair<uintptr_t, uintptr_t>> out;
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    unsigned long b = 0, e = 0, inode = 0;
-    char perms[8] = {}, dev[16] = {};
-    unsigned long long offset = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx %7s %llx %15s %lu", &b, &e, perms, &offset, dev, &inode) == 6 && inode)
-      out.emplace_back(b, e);
-  }
-  return out;
-}
-
-// The whole pages of [p, p + bytes), no longer read, leave the resident set
-// when they lie in a file mapping (MADV_DONTNEED: unwritten private file
-// pages are dropped from this process and read again from the page cache if
-// ever touched), so an interleaved model does not hold its weights twice.
-// Other memory is left alone.
-void release_pages(const void* p, size_t bytes, const std::vector<std::pair<uintptr_t, uintptr_t>>& files) {
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
-  if (e <= b) return;
-  for (const auto& [fb, fe] : files)
-    if (b >= fb && e <= fe) {
-      madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
-      return;
-    }
-}
-
-}  // namespace
-
 Result<int> Model::prepare_weights(Backend& backend) {
   std::set<const TensorView*> mats;
   for (LayerWeights& l : weights_->layers) for_each_block_linear(l, [&](Linear& lin) { mats.insert(lin.weight); });
@@ -413,7 +374,7 @@ Result<int> Model::prepare_weights(Backend& backend) {
   }
   std::vector<std::shared_ptr<void>> owners;
   auto n = backend.prepare_weights(todo.data(), static_cast<int64_t>(todo.size()), &owners,
-                                   [&](const void* p, size_t bytes) { release_pages(p, bytes, files); });
+                                   [&](const void* p, size_t bytes) { release_file_pages(p, bytes, files); });
   if (!n) return n.status().with_context(fmt::format("preparing the weights for the {} backend", backend.name()));
   for (std::shared_ptr<void>& o : owners) file_->owners.push_back(std::move(o));
   return n;
@@ -423,6 +384,18 @@ int Model::interleave_weights(int threads) {
   ThreadPool pool(std::max(1, threads));
   auto n = prepare_weights(*make_cpu_backend(pool));
   return n ? *n : 0;
+}
+
+std::vector<const TensorView*> Model::backend_weights() const {
+  std::vector<const TensorView*> out;
+  std::set<const TensorView*> seen;
+  auto add = [&](const TensorView* t) {
+    if (t && seen.insert(t).second) out.push_back(t);
+  };
+  for (LayerWeights& l : weights_->layers) for_each_block_linear(l, [&](Linear& lin) { add(lin.weight); });
+  add(weights_->output.weight);
+  add(weights_->tok_embd);
+  return out;
 }
 
 Status Model::check_backend(const Backend& backend) const {

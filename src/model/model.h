@@ -76,6 +76,11 @@ class Model {
   // the first weight the backend refuses, named. Shapes and structure are
   // checked at load.
   Status check_backend(const Backend& backend) const;
+  // The tensors a device backend holds for this model
+  // (Backend::upload_weights, at engine creation): every block linear's
+  // matrix, the output head's and the embedding table, each once, in
+  // layer order.
+  std::vector<const TensorView*> backend_weights() const;
   // Activation sparsity (model/act_sparsity.h): the file's thresholds are
   // read at load (mode kAuto). set_activation_sparsity switches them (kOff:
   // the dense model) and picks the kernels (kDense drops the column copies);

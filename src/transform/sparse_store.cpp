@@ -2,13 +2,16 @@
 #include "transform/sparse_store.h"
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/mmap_file.h"
 #include "quant/sparse.h"
 #include "transform/quant_plan.h"
 
@@ -28,6 +31,7 @@ Result<SparseStoreReport> store_block_matrices_sparse(ModelFile* file, ThreadPoo
   std::vector<std::string> names;
   for (const auto& [name, t] : file->tensors)
     if (t.n_dims == 2 && is_block_matrix(name)) names.push_back(name);
+  std::vector<std::pair<uintptr_t, uintptr_t>> files;  // read once, at the first matrix stored sparse
   for (const std::string& name : names) {
     const TensorView t = *file->tensor(name);
     const int64_t n = t.ne[0], rows = t.nrows();
@@ -56,6 +60,10 @@ Result<SparseStoreReport> store_block_matrices_sparse(ModelFile* file, ThreadPoo
     rep.sparse_bytes += bytes;
     ++(dtype_is_sq4(*st) ? rep.matrices4 : rep.matrices);
     replace_tensor(file, name, *st, std::move(buf), bytes);
+    // The dense rows just read are not read again: their pages leave the
+    // resident set when they lie in the mapped file.
+    if (files.empty()) files = file_mappings();
+    rep.released_bytes += release_file_pages(t.data, t.nbytes, files);
   }
   return rep;
 }

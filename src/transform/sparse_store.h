@@ -40,6 +40,9 @@ struct SparseStoreReport {
   int matrices4 = 0;     // stored sparse int4
   int kept_dense = 0;    // block matrices left dense (too dense to gain)
   size_t dense_bytes = 0, sparse_bytes = 0;  // of the matrices stored sparse: before, after
+  // Of dense_bytes, the whole pages of the mapped file dropped from the
+  // resident set (core/mmap_file.h release_file_pages); 0 for owned buffers.
+  size_t released_bytes = 0;
 };
 
 // Errors (strict): a block matrix that is neither Q8_0 nor Q4_0 (named,

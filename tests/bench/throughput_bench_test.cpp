@@ -47,6 +47,40 @@ TEST(ThroughputBench, CountsAndModes) {
 }
 
 
+// `ember bench throughput`'s decode-step breakdown (StepBreakdown) on the
+// CPU backend: one entry per pure-decode step (their sequences are the
+// decode tokens), its parts add up to the step, the model's time is the
+// forward pass (no device time, no copies), and the CPU-side overhead is
+// the rest of the step.
+TEST(ThroughputBench, DecodeStepBreakdownAddsUp) {
+  auto m = Model::load(EMBER_SOURCE_DIR "/tests/data/model/hf_qwen2");
+  ASSERT_TRUE(m.is_ok());
+  ThreadPool pool(1);
+  ThroughputOptions opt;
+  opt.num_prompts = 4;
+  opt.input_len = 12;
+  opt.output_len = 9;
+  auto r = run_throughput_bench(*m.value(), pool, opt);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const StepBreakdown& d = r->decode_steps;
+  ASSERT_GT(d.steps, 0);
+  EXPECT_NEAR(d.seqs * static_cast<double>(d.steps), static_cast<double>(r->decode_tokens), 1e-6);
+  EXPECT_GT(d.step, 0);
+  EXPECT_GT(d.forward, 0);
+  for (double v : {d.schedule, d.inputs, d.sample}) EXPECT_GE(v, 0);
+  EXPECT_GE(d.other(), -1e-12);
+  EXPECT_NEAR(d.schedule + d.inputs + d.forward + d.sample + d.other(), d.step, 1e-12);
+  EXPECT_FALSE(d.device_measured);
+  EXPECT_EQ(d.copies, 0);
+  EXPECT_NEAR(d.model, d.forward, 1e-15);
+  EXPECT_NEAR(d.cpu_overhead(), d.step - d.forward, 1e-15);
+  EXPECT_LT(d.step * d.steps, r->seconds);
+  const std::string line = d.describe();
+  EXPECT_NE(line.find("CPU-side overhead"), std::string::npos) << line;
+  EXPECT_NE(line.find("the forward pass on the host"), std::string::npos) << line;
+  EXPECT_EQ(StepBreakdown{}.describe(), "no pure-decode steps");
+}
+
 // A Mixture-of-Experts model: the distinct experts a layer read per pure
 // decode step (the engine's runner counts them): k with one sequence,
 // between k and the batch's k-per-token bound with several, fewer with

@@ -17,6 +17,7 @@
 #include "kernels/attention.h"
 #include "kernels/kv_types.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/geometry.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/twins.h"
@@ -373,7 +374,27 @@ TEST(CudaErrors, UnsupportedTypesAndMissingDevicesAreStatuses) {
     EXPECT_FALSE(buf.is_ok());
     std::printf("no CUDA device here (%s): the allocation failed with \"%s\"\n", why.c_str(),
                 buf.status().message().c_str());
+    // Page-locked host memory needs the driver too: a Status, not an abort.
+    auto pinned = PinnedBuffer::alloc(4096);
+    EXPECT_FALSE(pinned.is_ok());
+    // A graph never captured does not launch.
+    Graph g;
+    EXPECT_FALSE(g.ready());
   }
+}
+
+// The engine-creation check of the weights against the device's free
+// memory (CudaBackend::upload_weights): they fit with kDeviceReserveBytes to
+// spare, else an error saying both sizes.
+TEST(CudaErrors, WeightsThatDoNotFitAreAClearError) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  EXPECT_TRUE(weights_fit(0, kDeviceReserveBytes).is_ok());
+  EXPECT_TRUE(weights_fit(4 * kGiB, 4 * kGiB + kDeviceReserveBytes).is_ok());
+  const Status st = weights_fit(9 * kGiB, 4 * kGiB + kDeviceReserveBytes - 1);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("need 9.00 GiB of device memory and 4.25 GiB are free"), std::string::npos)
+      << st.message();
+  EXPECT_FALSE(weights_fit(kGiB, kGiB).is_ok());  // nothing left for the workspace
 }
 
 }  // namespace

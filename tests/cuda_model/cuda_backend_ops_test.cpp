@@ -213,5 +213,79 @@ TEST_F(CudaBackendOps, KvStoreAndAttentionOverThePagedPool) {
   }
 }
 
+// CudaBackendOptions::decode_graphs: a mat-vec matmul over device buffers
+// (three targets sharing x, two activation kinds, as Q/K/V) is captured once
+// per token count and replayed after; every replay gives the eager
+// backend's bits, with x's contents changed in place between runs (the
+// graph reads the buffer, not a copy) and outputs poisoned before each run.
+// Host buffers are staged, so such calls run eagerly.
+TEST_F(CudaBackendOps, DecodeGraphsReplayTheEagerBits) {
+  cuda::CudaBackendOptions go;
+  go.decode_graphs = true;
+  auto made = cuda::make_cuda_backend(go);
+  ASSERT_TRUE(made.is_ok()) << made.status().message();
+  Backend& graphs = **made;
+  const int64_t n_in = 512, max_n = 17;
+  const DType types[3] = {DType::kQ4_K, DType::kQ8_0, DType::kQ6_K};
+  const int64_t rows[3] = {192, 64, 256};
+  std::vector<std::vector<uint8_t>> bytes;
+  TensorView w[3];
+  for (int i = 0; i < 3; ++i) {
+    bytes.push_back(make_weights(types[i], rows[i], n_in, 50 + static_cast<uint32_t>(i)));
+    w[i].name = "w", w[i].type = types[i], w[i].n_dims = 2, w[i].ne[0] = n_in, w[i].ne[1] = rows[i];
+    w[i].data = bytes.back().data(), w[i].nbytes = bytes.back().size();
+  }
+  struct Side {
+    Backend* b;
+    std::unique_ptr<BackendBuffer> x, y[3];
+  } sides[2] = {{gpu_.get(), {}, {}}, {&graphs, {}, {}}};
+  for (Side& s : sides) {
+    s.x = s.b->alloc(max_n * n_in * sizeof(float));
+    for (int i = 0; i < 3; ++i) s.y[i] = s.b->alloc(max_n * rows[i] * sizeof(float));
+  }
+  int runs = 0;
+  // The largest count first: the activation scratch is sized then, so the
+  // graphs' addresses stay put and each count is captured exactly once.
+  for (int64_t n : {17, 1, 3, 8, 17, 3, 1, 8}) {
+    for (uint32_t round = 0; round < 2; ++round, ++runs) {
+      SCOPED_TRACE(std::to_string(n) + " tokens, round " + std::to_string(round));
+      const std::vector<float> x = nonzero_gaussians(n * n_in, 1000 + static_cast<uint32_t>(runs));
+      std::vector<float> out[2][3];
+      for (int side = 0; side < 2; ++side) {
+        Side& s = sides[side];
+        s.b->copy(s.x->data(), x.data(), x.size() * sizeof(float));
+        MatmulTarget t[3];
+        for (int i = 0; i < 3; ++i) {
+          const std::vector<float> poison(static_cast<size_t>(n * rows[i]), NAN);
+          s.b->copy(s.y[i]->data(), poison.data(), poison.size() * sizeof(float));
+          t[i] = MatmulTarget{&w[i], s.y[i]->as<float>(), rows[i]};
+        }
+        s.b->matmul(s.x->as<float>(), n_in, n, t, 3);
+        for (int i = 0; i < 3; ++i) {
+          out[side][i].resize(static_cast<size_t>(n * rows[i]));
+          s.b->copy(out[side][i].data(), s.y[i]->data(), out[side][i].size() * sizeof(float));
+        }
+        const Status st = s.b->sync();
+        ASSERT_TRUE(st.is_ok()) << st.message();
+      }
+      for (int i = 0; i < 3; ++i) {
+        for (float v : out[1][i]) ASSERT_TRUE(std::isfinite(v)) << "target " << i << ": not written";
+        EXPECT_EQ(std::memcmp(out[0][i].data(), out[1][i].data(), out[0][i].size() * sizeof(float)), 0)
+            << "target " << i << " (" << dtype_name(types[i]) << "): graph replay differs from eager";
+      }
+    }
+  }
+  EXPECT_EQ(cuda::cuda_graphs_captured(graphs), 4);  // 17, 1, 3 and 8 tokens: each captured once
+  EXPECT_EQ(cuda::cuda_graphs_captured(*gpu_), 0);
+  // Host buffers: staged, run eagerly (no new graph), the same bits.
+  const std::vector<float> x = nonzero_gaussians(3 * n_in, 77);
+  std::vector<float> a(3 * rows[0], NAN), b(3 * rows[0], NAN);
+  gpu_->matmul(w[0], x.data(), n_in, a.data(), rows[0], 3);
+  graphs.matmul(w[0], x.data(), n_in, b.data(), rows[0], 3);
+  ASSERT_TRUE(gpu_->sync().is_ok() && graphs.sync().is_ok());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  EXPECT_EQ(cuda::cuda_graphs_captured(graphs), 4);
+}
+
 }  // namespace
 }  // namespace ember

@@ -232,6 +232,57 @@ TEST(CudaModel, GreedyTokensOfTheDefaultModelMatchTheCpu) {
   ASSERT_EQ(cpu.size(), 32u);
   // The two differ by summation order only: a near-tie may flip late.
   EXPECT_GE(same, 16u);
+  // Decode matmuls as CUDA graphs (CudaBackendOptions::decode_graphs):
+  // the same kernels replayed, so the eager device's tokens exactly.
+  cuda::CudaBackendOptions go;
+  go.decode_graphs = true;
+  const std::vector<int32_t> graphs = greedy(cuda::cuda_backend_factory(go));
+  std::printf("  decode graphs: %s the eager device's %zu tokens\n", graphs == gpu ? "equal to" : "DIFFER from",
+              gpu.size());
+  EXPECT_EQ(graphs, gpu);
+}
+
+// Engine::create uploads every weight the forward pass reads before the
+// first step (the factory's store holds exactly their bytes), and each
+// step's times carry the device's span (measured, positive, within the
+// runner's wall time) and the logits' copy back.
+TEST(CudaModel, EngineCreationUploadsTheWeightsAndStepsReportDeviceTime) {
+  SKIP_WITHOUT_DEVICE();
+  ThreadPool pool(2);
+  auto m = tiny_model("llama", DType::kQ8_0);
+  ASSERT_TRUE(m);
+  const BackendFactory f = cuda::cuda_backend_factory();
+  EngineConfig ec;
+  ec.num_kv_blocks = 32;
+  ec.backend = f;
+  auto e = Engine::create(*m, pool, ec);
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  auto probe = f(pool);  // the same factory: the same weight store
+  ASSERT_TRUE(probe.is_ok());
+  size_t want = 0;
+  for (const TensorView* t : m->backend_weights())
+    want += (static_cast<size_t>(t->row_bytes()) * static_cast<size_t>(t->nrows()) + 255) / 256 * 256;
+  EXPECT_EQ(cuda::cuda_weight_bytes(**probe), want);
+  RequestParams rp;
+  rp.prompt = tokens(20, m->config().n_vocab, 3);
+  rp.sampling.temperature = 0.f;
+  rp.max_tokens = 8;
+  ASSERT_TRUE((*e)->add_request("t", rp).is_ok());
+  int steps = 0;
+  while ((*e)->has_unfinished()) {
+    auto out = (*e)->step();
+    ASSERT_TRUE(out.is_ok()) << out.status().message();
+    if (out->n_seqs == 0) continue;
+    ++steps;
+    const StepTimes& t = out->times;
+    EXPECT_TRUE(t.device_measured);
+    EXPECT_GT(t.device, 0);
+    EXPECT_LE(t.device, t.inputs + t.forward + 1e-3);
+    EXPECT_GT(t.copies, 0);
+    EXPECT_LE(t.schedule + t.inputs + t.forward + t.sample, out->seconds * (1 + 1e-12));
+  }
+  EXPECT_EQ(steps, 8);
+  EXPECT_EQ(cuda::cuda_weight_bytes(**probe), want);  // the steps uploaded nothing more
 }
 
 // An MoE model: Engine::create refuses it by name (Model::check_backend);

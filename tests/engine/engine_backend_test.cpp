@@ -9,6 +9,7 @@
 // model's weight type, are clear errors from Engine::create.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,6 +34,30 @@ class CountingBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override {
     ++ops_["copy"];
     cpu_->copy(dst, src, bytes);
+  }
+  // As a device backend would: each sync() closes a "device span" of 1 ms
+  // and each copy() costs 0.5 ms of copying (device_like only), so the
+  // engine's step times can be checked against the counts.
+  Status sync() override {
+    ++ops_["sync"];
+    return cpu_->sync();
+  }
+  BackendTimes times() const override {
+    BackendTimes t;
+    if (!device_like_) return t;
+    t.device_measured = true;
+    t.device_seconds = 1e-3 * count("sync");
+    t.copy_seconds = 0.5e-3 * count("copy");
+    return t;
+  }
+  std::unique_ptr<BackendBuffer> alloc_host(size_t bytes) override {
+    ++ops_["alloc_host"];
+    return cpu_->alloc_host(bytes);
+  }
+  Status upload_weights(const TensorView* const* w, int64_t n) override {
+    ++ops_["upload_weights"];
+    for (int64_t i = 0; i < n; ++i) uploaded_.push_back(w[i]);
+    return upload_error_.empty() ? Status::ok() : Status::error(upload_error_);
   }
   bool supports(DType t, WeightOp op) const override { return t != refused_ && cpu_->supports(t, op); }
   Result<int> prepare_weights(const WeightToPrepare* w, int64_t n, std::vector<std::shared_ptr<void>>* owners,
@@ -98,8 +123,18 @@ class CountingBackend final : public Backend {
   }
 
  private:
+  int count(const char* op) const {
+    auto it = ops_.find(op);
+    return it == ops_.end() ? 0 : it->second;
+  }
   std::unique_ptr<Backend> cpu_;
   std::map<std::string, int>& ops_;
+
+ public:
+  std::vector<const TensorView*> uploaded_;
+  std::string upload_error_;
+
+ private:
   DType refused_;
   bool device_like_;
 };
@@ -107,13 +142,17 @@ class CountingBackend final : public Backend {
 // A factory of counting backends, each with its own op counts.
 struct Counting {
   std::vector<std::unique_ptr<std::map<std::string, int>>> ops;  // per backend made
+  std::vector<CountingBackend*> made;                             // (owned by their runners)
   DType refused = DType::kMXFP4;
   bool device_like = false;
+  std::string upload_error;
   BackendFactory factory() {
     return [this](ThreadPool& pool) -> Result<std::unique_ptr<Backend>> {
       ops.push_back(std::make_unique<std::map<std::string, int>>());
-      return std::unique_ptr<Backend>(
-          std::make_unique<CountingBackend>(pool, ops.back().get(), refused, device_like));
+      auto b = std::make_unique<CountingBackend>(pool, ops.back().get(), refused, device_like);
+      b->upload_error_ = upload_error;
+      made.push_back(b.get());
+      return std::unique_ptr<Backend>(std::move(b));
     };
   }
 };
@@ -183,8 +222,9 @@ TEST(EngineBackend, KvPagesLiveInTheBackendsMemoryWhenItIsNotTheHosts) {
   ASSERT_EQ(counting.ops.size(), 1u);
   const std::map<std::string, int>& ops = *counting.ops[0];
   const KvLayout layout = KvLayout::from_config(target->config(), true);
-  // 9 forward buffers, then K and V of every page slot.
-  EXPECT_EQ(ops.at("alloc"), 9 + 2 * layout.layers_per_group);
+  // 9 forward buffers, the RoPE tables (cos, sin: computed and read in the
+  // backend's memory), then K and V of every page slot.
+  EXPECT_EQ(ops.at("alloc"), 9 + 2 + 2 * layout.layers_per_group);
   ASSERT_GT(ops.count("copy"), 0u);
   // The head's rows (one copy each) and the copy-on-write pages (K and V of
   // every slot per copied page).
@@ -215,6 +255,103 @@ TEST(EngineBackend, FactoryErrorsAndRefusedWeightsAreClearErrors) {
   const std::string msg = e.status().message();
   EXPECT_NE(msg.find("the counting backend does not run matmul with"), std::string::npos) << msg;
   EXPECT_NE(msg.find(dtype_name(counting.refused)), std::string::npos) << msg;
+}
+
+// Engine::create hands the backend every weight the forward pass reads
+// (Backend::upload_weights: matrices, the output head, the embedding table)
+// before the first step, and its error (a device short of memory) is
+// Engine::create's; a backend whose memory is not the host's gets the
+// logits rows in its host memory (alloc_host, page-locked on a device).
+TEST(EngineBackend, WeightsAreUploadedWhenTheEngineIsMade) {
+  auto target = test::load_model(test::kTinyQwen);
+  ASSERT_TRUE(target);
+  ThreadPool pool(1);
+  EngineConfig cfg;
+  cfg.num_kv_blocks = 64;
+  Counting counting;
+  counting.device_like = true;
+  cfg.backend = counting.factory();
+  auto e = Engine::create(*target, pool, cfg);
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  ASSERT_EQ(counting.made.size(), 1u);
+  const std::map<std::string, int>& ops = *counting.ops[0];
+  EXPECT_EQ(ops.at("upload_weights"), 1);
+  EXPECT_EQ(ops.count("matmul"), 0u);  // no step ran yet
+  const std::vector<const TensorView*>& up = counting.made[0]->uploaded_;
+  const std::vector<const TensorView*> want = target->backend_weights();
+  EXPECT_EQ(up, want);
+  const ModelWeights& w = target->weights();
+  // 7 matrices a layer (q, k, v, o, gate, up, down) and the embedding
+  // (the tiny model's head is tied to it).
+  EXPECT_EQ(up.size(), 7 * w.layers.size() + 1 + (w.output.weight != w.tok_embd ? 1 : 0));
+  EXPECT_NE(std::find(up.begin(), up.end(), w.tok_embd), up.end());
+  EXPECT_NE(std::find(up.begin(), up.end(), w.layers[0].q.weight), up.end());
+  ASSERT_TRUE(e.value()->add_request("a", test::workload(1, target->config().n_vocab, 3)[0]).is_ok());
+  while (e.value()->has_unfinished()) ASSERT_TRUE(e.value()->step().is_ok());
+  EXPECT_GE(ops.at("alloc_host"), 1);  // the logits rows (grown geometrically)
+
+  counting.upload_error = "cuda: the model's weights need 9.00 GiB of device memory and 1.00 GiB are free";
+  cfg.backend = counting.factory();
+  auto refused = Engine::create(*target, pool, cfg);
+  ASSERT_FALSE(refused.is_ok());
+  const std::string msg = refused.status().message();
+  EXPECT_NE(msg.find("uploading the weights to the counting backend"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("9.00 GiB of device memory"), std::string::npos) << msg;
+}
+
+// Each step's times (StepOutput::times) split its wall time: scheduler,
+// step inputs, forward pass and sampler add up to at most the step, and the
+// backend's own measures (Backend::times) are the step's share of them: a
+// device-like backend counting 1 ms of device time per sync() and 0.5 ms
+// per copy() shows exactly those for each step (the runner syncs after the
+// page ops and after the forward pass); the CPU backend measures no device
+// time, so the model's time is the forward pass.
+TEST(EngineBackend, StepTimesAddUpAndCarryTheBackendsMeasures) {
+  auto target = test::load_model(test::kTinyQwen);
+  ASSERT_TRUE(target);
+  ThreadPool pool(1);
+  EngineConfig cfg;
+  cfg.num_kv_blocks = 64;
+  const std::vector<RequestParams> reqs = test::workload(3, target->config().n_vocab, 7);
+  for (bool device_like : {false, true}) {
+    SCOPED_TRACE(device_like ? "device-like backend" : "host backend");
+    Counting counting;
+    counting.device_like = device_like;
+    cfg.backend = counting.factory();
+    auto e = Engine::create(*target, pool, cfg);
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    for (size_t i = 0; i < reqs.size(); ++i)
+      ASSERT_TRUE(e.value()->add_request("r" + std::to_string(i), reqs[i]).is_ok());
+    const std::map<std::string, int>& ops = *counting.ops[0];
+    auto count = [&](const char* op) { return ops.count(op) ? ops.at(op) : 0; };
+    int steps = 0;
+    while (e.value()->has_unfinished()) {
+      const int syncs0 = count("sync"), copies0 = count("copy");
+      auto out = e.value()->step();
+      ASSERT_TRUE(out.is_ok()) << out.status().message();
+      if (out->n_seqs == 0) continue;
+      ++steps;
+      const StepTimes& t = out->times;
+      EXPECT_GE(t.schedule, 0);
+      EXPECT_GE(t.inputs, 0);
+      EXPECT_GT(t.forward, 0);
+      EXPECT_GE(t.sample, 0);
+      EXPECT_LE(t.schedule + t.inputs + t.forward + t.sample, out->seconds * (1 + 1e-12));
+      EXPECT_EQ(t.device_measured, device_like);
+      if (device_like) {
+        EXPECT_EQ(count("sync") - syncs0, 2);
+        EXPECT_NEAR(t.device, 2e-3, 1e-12);
+        EXPECT_NEAR(t.copies, 0.5e-3 * (count("copy") - copies0), 1e-12);
+        EXPECT_DOUBLE_EQ(t.model(), t.device);
+      } else {
+        EXPECT_EQ(t.device, 0);
+        EXPECT_EQ(t.copies, 0);
+        EXPECT_DOUBLE_EQ(t.model(), t.forward);
+      }
+    }
+    EXPECT_GT(steps, 2);
+    EXPECT_EQ(count("alloc_host") > 0, device_like);  // host backends keep the logits in plain host memory
+  }
 }
 
 }  // namespace

@@ -349,7 +349,8 @@ namespace {
 // EMBER_ACT_TIMING_TOKENS (e.g. "1") restricts the token counts,
 // EMBER_ACT_TIMING_TYPE (q8_0, q4_K, q6_K) the type,
 // EMBER_ACT_TIMING_SHAPE (e.g. "2048x1024") sets the shape, and
-// EMBER_ACT_TIMING_WARM=1 leaves the weights in the caches (compute, not bytes).
+// EMBER_ACT_TIMING_WARM=1 leaves the weights in the caches (compute, not bytes),
+// EMBER_ACT_TIMING_THREADS (default 1) sets the pool (decode runs on 2).
 TEST(ActSparse, DISABLED_ActSparseTiming) {
   std::vector<uint8_t> flush(size_t{64} << 20, 1);
   volatile uint64_t sink = 0;
@@ -394,7 +395,8 @@ TEST(ActSparse, DISABLED_ActSparseTiming) {
             for (int k = 0; k < tokens; ++k) any |= ax[k * n + c] > thr;
             active += any;
           }
-          ThreadPool one(1);
+          const char* th = std::getenv("EMBER_ACT_TIMING_THREADS");
+          ThreadPool pool(th ? std::max(1, std::atoi(th)) : 1);
           MatmulScratch scratch;
           std::vector<float> y(static_cast<size_t>(rows * tokens));
           std::vector<double> times[2];
@@ -403,7 +405,7 @@ TEST(ActSparse, DISABLED_ActSparseTiming) {
               const MatmulTarget tg{&wv, y.data(), rows, 0, thr, &*cols, k ? ActSkip::kOn : ActSkip::kOff};
               evict();
               const auto t0 = std::chrono::steady_clock::now();
-              matmul(x.data(), n, tokens, &tg, 1, one, scratch);
+              matmul(x.data(), n, tokens, &tg, 1, pool, scratch);
               times[k].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
             }
           double med[2], best[2];

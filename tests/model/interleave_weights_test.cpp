@@ -2,7 +2,9 @@
 // (random weights, llama layout, tied and untied heads) give the same logits
 // bit for bit before and after their weights are interleaved, for a prompt
 // and for decode steps (the one-token, few-token and tile kernels), and the
-// embedding lookup of a tied interleaved head returns the plain rows; the
+// embedding lookup of a tied interleaved head returns the plain rows; MXFP4
+// expert stacks (no interleaved form) of a file copied unchanged into 2 MiB
+// pages, the logits bit-identical; the
 // same preparation through Model::prepare_weights and the Backend seam, and
 // Model::check_backend against a backend that refuses a type.
 #include <gtest/gtest.h>
@@ -73,6 +75,57 @@ TEST_F(InterleaveWeights, LogitsUnchanged) {
       ASSERT_EQ(a.size(), b.size());
       for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << "logit " << i;
     }
+}
+
+// Experts of a type the CPU does not interleave (MXFP4) move out of the
+// file mapping into 2 MiB pages, bytes and type unchanged, every expert's
+// view following its stack; the logits stay bit-identical.
+TEST_F(InterleaveWeights, MappedExpertStacksMoveIntoHugePages) {
+  GenModelShape s = gen_model_shape("gpt-oss-20b-6l").value();
+  s.n_layer = 2;
+  s.n_embd = 64;
+  s.n_ff = 64;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 16;
+  s.n_vocab = 512;
+  s.n_expert = 4;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 64;
+  GenModelOptions o;
+  o.type = DType::kMXFP4;
+  o.seed = 5;
+  const std::string path = (dir_ / "gptoss_mxfp4.gguf").string();
+  auto st = write_random_model(s, o, path, pool_);
+  ASSERT_TRUE(st.is_ok()) << st.status().message();
+  auto m = Model::load(path);
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  const MoeWeights& moe = (*m)->weights().layers[1].moe;
+  ASSERT_EQ(moe.down_w.size(), 4u);
+  std::vector<const void*> at;
+  std::vector<std::vector<uint8_t>> bytes;
+  for (const auto* w : {&moe.gate_w, &moe.up_w, &moe.down_w})
+    for (const TensorView* v : *w) {
+      ASSERT_EQ(v->type, DType::kMXFP4);
+      at.push_back(v->data);
+      const auto* p = static_cast<const uint8_t*>(v->data);
+      bytes.emplace_back(p, p + v->nbytes);
+    }
+  const std::vector<float> before = run(**m);
+  (*m)->interleave_weights(2);
+  size_t i = 0;
+  for (const auto* w : {&moe.gate_w, &moe.up_w, &moe.down_w})
+    for (const TensorView* v : *w) {
+      EXPECT_NE(v->data, at[i]);
+      EXPECT_EQ(v->type, DType::kMXFP4);
+      EXPECT_EQ(0, std::memcmp(v->data, bytes[i].data(), bytes[i].size()));
+      ++i;
+    }
+  // Expert 0 starts its stack: the stack's buffer is 2 MiB aligned.
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(moe.down_w[0]->data) % (uintptr_t{2} << 20), 0u);
+  const std::vector<float> after = run(**m);
+  ASSERT_EQ(before.size(), after.size());
+  EXPECT_EQ(0, std::memcmp(before.data(), after.data(), before.size() * sizeof(float)));
 }
 
 // A backend that only answers supports() (every type but `refused`) and

@@ -11,12 +11,13 @@
 // matrices move at load (Model::interleave_weights) out of the file mapping
 // into 2 MiB-aligned buffers (kernels/cpu/cpu_backend.cpp, huge pages),
 // bytes and logits unchanged; matrices made sparse at load stay where they
-// are.
+// are, and their dense pages in the mapped file leave the resident set.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/page_present.h"
 #include "model/io/gguf.h"
 #include "model/io/model_file.h"
 #include "model/model.h"
@@ -99,6 +101,21 @@ class SparseStore : public ::testing::Test {
 
   std::vector<float> run(const Model& m) { return prompt_steps_logits(m, pool_); }
 
+  // `file` written as dir_/name; its path, or "" (and a test failure).
+  std::string save(const ModelFile& file, const std::string& name) {
+    GgufWriter w;
+    w.add_metadata(file.metadata);
+    for (const auto& [tname, t] : file.tensors) {
+      const Status st = w.add_tensor_ref(tname, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
+      EXPECT_TRUE(st.is_ok()) << st.message();
+      if (!st.is_ok()) return "";
+    }
+    const std::string path = (dir_ / name).string();
+    const Status st = w.write(path);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return st.is_ok() ? path : "";
+  }
+
   std::filesystem::path dir_;
   ThreadPool pool_{2};
 };
@@ -158,17 +175,38 @@ TEST_F(SparseStore, UnprunedModelIsLeftAloneAndOtherTypesAreStrictErrors) {
   EXPECT_NE(sk.status().message().find("q4_K"), std::string::npos) << sk.status().message();
 }
 
+TEST_F(SparseStore, DetectedMatricesLeaveTheirDensePagesOutOfTheResidentSet) {
+  // An exactly 2:4 dense Q8_0 file, mapped as `--detect-sparsity` finds it.
+  const std::string path = save(*pruned_2_4(write(DType::kQ8_0)), "dense_2_4.gguf");
+  ASSERT_FALSE(path.empty());
+  auto file = open_model_file(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  const TensorView dense_down = *file.value()->tensor("blk.1.ffn_down.weight");
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const uint8_t* mid = static_cast<const uint8_t*>(dense_down.data) + dense_down.nbytes / 2 / page * page;
+  SparseStoreOptions lenient;
+  lenient.max_ratio = 0.8;
+  lenient.strict = false;
+  auto r = store_block_matrices_sparse(file.value().get(), pool_, lenient);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->matrices, 14);
+  // Every matrix but its partial first and last pages.
+  EXPECT_GE(r->released_bytes + 2 * 14 * page, r->dense_bytes);
+  EXPECT_LE(r->released_bytes, r->dense_bytes);
+  EXPECT_FALSE(page_present(mid)) << "a replaced dense matrix is still resident";
+  // The head (no block matrix) was not replaced: the model runs as before.
+  auto m = Model::from_file(std::move(file.value()));
+  ASSERT_TRUE(m.is_ok());
+  EXPECT_EQ((*m)->weights().layers[1].down.weight->type, dtype_sq8(32));
+  EXPECT_FALSE(run(**m).empty());
+}
 
 TEST_F(SparseStore, SparseFileMatricesMoveIntoHugePagesAtLoad) {
   // An exactly 2:4 Q8_0 model stored sparse (strict), written as a file.
   std::unique_ptr<ModelFile> file = pruned_2_4(write(DType::kQ8_0));
   ASSERT_TRUE(store_block_matrices_sparse(file.get(), pool_, SparseStoreOptions{}).is_ok());
-  GgufWriter w;
-  w.add_metadata(file->metadata);
-  for (const auto& [name, t] : file->tensors)
-    ASSERT_TRUE(w.add_tensor_ref(name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes).is_ok());
-  const std::string path = (dir_ / "sq8.gguf").string();
-  ASSERT_TRUE(w.write(path).is_ok());
+  const std::string path = save(*file, "sq8.gguf");
+  ASSERT_FALSE(path.empty());
 
   auto m = Model::load(path);
   ASSERT_TRUE(m.is_ok()) << m.status().message();

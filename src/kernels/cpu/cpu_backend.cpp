@@ -207,12 +207,18 @@ bool interleaves(const WeightToPrepare& w) {
   return ok;
 }
 
-// Whether w's bytes are copied, unchanged, into 2 MiB pages: a sparse matrix
-// (core/dtype_sparse.h) in the file mapping, whose pages are mostly 4 KiB
-// (decode streams it once a token and would meet a TLB miss every 4 KiB;
-// docs/pruning.md, "Kernels"). A matrix made at load (--detect-sparsity)
+// Whether w's bytes are copied, unchanged, into 2 MiB pages: a weight in the
+// file mapping, whose pages are mostly 4 KiB (decode streams it once a token
+// and would meet a TLB miss every 4 KiB), that is not interleaved (which
+// copies it anyway): a sparse matrix (core/dtype_sparse.h; docs/pruning.md,
+// "Kernels"), or a stack of experts (MXFP4: a decode step streams a few of
+// them, 2 - 5 MB each at scattered places; docs/history/2026-12-07-moe-tg-c.md).
+// A weight made at load (--detect-sparsity, converted Hugging Face experts)
 // stays where it is: a copy would hold it twice.
-bool relocates(const WeightToPrepare& w) { return w.mapped && w.slices.empty() && dtype_is_sparse(w.tensor->type); }
+bool relocates(const WeightToPrepare& w) {
+  if (!w.mapped || interleaves(w)) return false;
+  return w.slices.empty() ? dtype_is_sparse(w.tensor->type) : true;
+}
 
 Result<int> CpuBackend::prepare_weights(const WeightToPrepare* w, int64_t n, std::vector<std::shared_ptr<void>>* owners,
                                         const WeightRetired& retired) {
@@ -239,11 +245,12 @@ Result<int> CpuBackend::prepare_weights(const WeightToPrepare* w, int64_t n, std
   });
   for (size_t i = 0; i < todo.size(); ++i) {
     TensorView& t = *todo[i]->tensor;
+    const bool relocated = relocates(*todo[i]);
     for (TensorView* v : todo[i]->slices) {
-      v->type = interleaved_type(v->type);
+      if (!relocated) v->type = interleaved_type(v->type);
       v->data = bufs[i].get() + (static_cast<const uint8_t*>(v->data) - static_cast<const uint8_t*>(t.data));
     }
-    if (!relocates(*todo[i])) t.type = interleaved_type(t.type);
+    if (!relocated) t.type = interleaved_type(t.type);
     t.data = bufs[i].get();
     owners->push_back(bufs[i]);
   }

@@ -5,10 +5,14 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/ops.h"
@@ -35,6 +39,18 @@ class DeviceMemoryBuffer final : public BackendBuffer {
   DeviceBuffer b_;
   size_t bytes_;
   std::shared_ptr<DeviceRanges> ranges_;
+};
+
+// Page-locked host memory as a BackendBuffer (alloc_host).
+class PinnedHostBuffer final : public BackendBuffer {
+ public:
+  PinnedHostBuffer(PinnedBuffer b, size_t bytes) : b_(std::move(b)), bytes_(bytes) {}
+  void* data() const override { return b_.data(); }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  PinnedBuffer b_;
+  size_t bytes_;
 };
 
 // One layer's pages as the kernels address them: the base of the K and V
@@ -73,6 +89,40 @@ class CudaBackend final : public Backend {
     return done;
   }
 
+  Status upload_weights(const TensorView* const* w, int64_t n) override {
+    size_t need = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!device_weight_supported(w[i]->type))
+        return Status::errorf("cuda: '{}' is {}, a type the CUDA backend does not hold", w[i]->name,
+                              dtype_name(w[i]->type));
+      need += weights_->missing_bytes(*w[i]);
+    }
+    if (need == 0) return Status::ok();
+    auto free_b = device_free_bytes();
+    if (!free_b) return free_b.status();
+    EMBER_RETURN_IF_ERROR(weights_fit(need, *free_b));
+    for (int64_t i = 0; i < n; ++i) {
+      auto d = weights_->get(*ctx_, *w[i]);
+      if (!d) return d.status().with_context(fmt::format("uploading '{}'", w[i]->name));
+    }
+    return ctx_->sync();
+  }
+  std::unique_ptr<BackendBuffer> alloc_host(size_t bytes) override {
+    auto b = PinnedBuffer::alloc(std::max<size_t>(bytes, 1));
+    if (!b) return Backend::alloc(bytes);  // pageable, slower copies
+    return std::make_unique<PinnedHostBuffer>(std::move(*b), bytes);
+  }
+  int64_t graphs_captured() const { return graph_captures_; }
+  size_t weight_bytes() const { return weights_->bytes(); }
+  BackendTimes times() const override {
+    BackendTimes t;
+    t.device_measured = true;
+    t.device_seconds = device_seconds_;
+    t.copy_seconds = copy_seconds_;
+    t.copy_bytes = copy_bytes_ + staging_.copied_bytes() + inputs_.copied_bytes();
+    return t;
+  }
+
   std::unique_ptr<BackendBuffer> alloc(size_t bytes) override {
     auto b = DeviceBuffer::alloc(std::max<size_t>(bytes, 1));
     if (!b) return nullptr;
@@ -81,12 +131,25 @@ class CudaBackend final : public Backend {
   }
   bool host_memory() const override { return false; }
   void copy(void* dst, const void* src, size_t bytes) override {
-    if (!ok() || bytes == 0) return;
+    if (!begin() || bytes == 0) return;
+    const bool to_host = !ranges_->find(dst);
+    if (to_host && !keep(ctx_->sync())) return;  // the device's earlier work is not the copy's time
+    const CopyClock clock(this);
+    copy_bytes_ += static_cast<int64_t>(bytes);
     if (!keep(ctx_->copy(dst, src, bytes))) return;
-    if (!ranges_->find(dst)) keep(ctx_->sync());
+    if (to_host) keep(ctx_->sync());
   }
   Status sync() override {
     Status st = status_;
+    if (span_open_) {
+      // The step's span on the device: from its first op to its last.
+      Status t = span1_.record(ctx_->stream());
+      if (t.is_ok()) t = ctx_->sync();
+      auto ms = t.is_ok() ? Event::elapsed_ms(span0_, span1_) : Result<float>(t);
+      if (ms) device_seconds_ += *ms / 1e3;
+      if (st.is_ok()) st = ms.status();
+      span_open_ = false;
+    }
     if (st.is_ok()) st = ctx_->sync();
     status_ = Status::ok();
     return st;
@@ -94,7 +157,7 @@ class CudaBackend final : public Backend {
 
   void matmul(const float* x, int64_t ldx, int64_t n, const MatmulTarget* t, int n_t) override;
   void embed(const TensorView& table, const int32_t* ids, int64_t n, float scale, float* out) override {
-    if (!ok() || n <= 0) return;
+    if (!begin() || n <= 0) return;
     auto w = weight(table);
     const void* d_ids = in(ids, static_cast<size_t>(n) * 4);
     float* d_out = outf(out, span(n, table.ne[0], table.ne[0]), false);
@@ -103,7 +166,7 @@ class CudaBackend final : public Backend {
   }
   void rms_norm(const float* x, int64_t ld_x, const float* w, float* out, int64_t ld_out, int64_t n_rows,
                 int64_t dim, float eps) override {
-    if (!ok() || n_rows <= 0) return;
+    if (!begin() || n_rows <= 0) return;
     const float* dx = inf(x, span(n_rows, ld_x, dim));
     const float* dw = param(w, dim);
     float* d_out = outf(out, span(n_rows, ld_out, dim), out == x || ld_out > dim);  // gaps kept
@@ -112,7 +175,7 @@ class CudaBackend final : public Backend {
   }
   void rope_angles(const int32_t* pos, int64_t n, const float* inv_freq, int n_rot, float* cos_t,
                    float* sin_t) override {
-    if (!ok() || n <= 0) return;
+    if (!begin() || n <= 0) return;
     const size_t table = static_cast<size_t>(n * (n_rot / 2)) * sizeof(float);
     const void* d_pos = in(pos, static_cast<size_t>(n) * 4);
     const float* d_freq = param(inv_freq, n_rot / 2);
@@ -124,7 +187,7 @@ class CudaBackend final : public Backend {
   }
   void rope(float* x, int64_t ld, int64_t n, int n_heads, int head_dim, int n_rot, RopeStyle style,
             const float* cos_t, const float* sin_t) override {
-    if (!ok() || n <= 0) return;
+    if (!begin() || n <= 0) return;
     const size_t table = static_cast<size_t>(n * (n_rot / 2)) * sizeof(float);
     float* dx = outf(x, span(n, ld, static_cast<int64_t>(n_heads) * head_dim), true);
     const float* d_cos = inf(cos_t, table);
@@ -133,14 +196,14 @@ class CudaBackend final : public Backend {
     end_op();
   }
   void add_bias(float* x, int64_t ld, int64_t n, int64_t dim, const float* b) override {
-    if (!ok() || n <= 0) return;
+    if (!begin() || n <= 0) return;
     float* dx = outf(x, span(n, ld, dim), true);
     const float* db = param(b, dim);
     if (dx && db) keep(cuda::add_bias(*ctx_, dx, ld, n, dim, db));
     end_op();
   }
   void add(float* y, const float* x, int64_t n) override {
-    if (!ok() || n <= 0) return;
+    if (!begin() || n <= 0) return;
     float* dy = outf(y, span(1, n, n), true);
     const float* dx = inf(x, span(1, n, n));
     if (dy && dx) keep(cuda::add(*ctx_, dy, dx, n));
@@ -148,14 +211,14 @@ class CudaBackend final : public Backend {
   }
   void gated_activation(GatedActivation a, float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t n,
                         int64_t dim) override {
-    if (!ok() || n <= 0) return;
+    if (!begin() || n <= 0) return;
     float* dg = outf(gate, span(n, ld_gate, dim), true);
     const float* du = inf(up, span(n, ld_up, dim));
     if (dg && du) keep(cuda::gated_activation(*ctx_, a, dg, ld_gate, du, ld_up, n, dim));
     end_op();
   }
   void softcap(float* x, int64_t n, float cap) override {
-    if (!ok() || n <= 0) return;
+    if (!begin() || n <= 0) return;
     float* dx = outf(x, span(1, n, n), true);
     if (dx) keep(cuda::softcap(*ctx_, dx, n, cap));
     end_op();
@@ -180,6 +243,25 @@ class CudaBackend final : public Backend {
 
  private:
   bool ok() const { return status_.is_ok(); }
+  // ok(), and the step's span on the device opened at its first op.
+  bool begin() {
+    if (!ok()) return false;
+    if (!span_open_) {
+      span_open_ = true;
+      keep(span0_.record(ctx_->stream()));
+    }
+    return ok();
+  }
+  // Adds the host wall time of its scope to the copies' (times()).
+  class CopyClock {
+   public:
+    explicit CopyClock(CudaBackend* b) : b_(b), t0_(std::chrono::steady_clock::now()) {}
+    ~CopyClock() { b_->copy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+   private:
+    CudaBackend* b_;
+    std::chrono::steady_clock::time_point t0_;
+  };
   // Keeps the first error; true when st is ok.
   bool keep(const Status& st) {
     if (!st && status_.is_ok()) status_ = st.with_context("cuda backend");
@@ -192,6 +274,7 @@ class CudaBackend final : public Backend {
   void* arg(const void* p, size_t bytes, bool read, bool write) {
     if (!p) return nullptr;
     if (ranges_->find(p)) return const_cast<void*>(p);
+    const CopyClock clock(this);
     auto d = staging_.stage(p, bytes, read, write);
     if (!keep(d.status())) return nullptr;
     return *d;
@@ -200,6 +283,7 @@ class CudaBackend final : public Backend {
   // when the same bytes were seen before), larger ones staged.
   const void* in(const void* p, size_t bytes) {
     if (!p || bytes == 0 || bytes > InputCache::kMaxBytes || ranges_->find(p)) return arg(p, bytes, true, false);
+    const CopyClock clock(this);
     auto d = inputs_.get(*ctx_, p, bytes);
     if (!keep(d.status())) return nullptr;
     return *d;
@@ -218,7 +302,23 @@ class CudaBackend final : public Backend {
     keep(d.status());
     return d;
   }
-  void end_op() { keep(staging_.finish()); }
+  // Copies the op's staged outputs back: after waiting for the op (the
+  // device's time, not the copy's), the copy timed.
+  // One target's mat-vec: x quantized to its weights' activation kind once
+  // per call (quantized[kind]), then the rows.
+  Status matvec_target(const float* dx, int64_t ldx, int64_t n, const DeviceWeight& dw, float* dy, int64_t ldy,
+                       bool quantized[3]);
+  // With decode_graphs: a mat-vec matmul over the backend's own buffers runs
+  // as a CUDA graph, one per call (x, targets, outputs, token count: the
+  // batch-size bucket), captured at its first run and replayed after; the
+  // same kernels in the same order, so the same bits. False: not such a
+  // call (run eagerly).
+  bool graph_matmul(const float* x, int64_t ldx, int64_t n, const MatmulTarget* t, int n_t);
+  void end_op() {
+    if (staging_.has_writes() && ok()) keep(ctx_->sync());
+    const CopyClock clock(this);
+    keep(staging_.finish());
+  }
   // Host copies of small int arrays the planning reads (pos, sequence ids).
   const int32_t* host_ints(const int32_t* p, int64_t n, std::vector<int32_t>* buf) {
     if (!ranges_->find(p)) return p;
@@ -256,10 +356,23 @@ class CudaBackend final : public Backend {
   AttentionPlan plan_;
   std::vector<int32_t> plan_pos_, plan_seq_;
   int plan_heads_[3] = {0, 0, 0};
+  // times(): the device's span of each step (span0_ at its first op,
+  // span1_ at sync), host wall time in copies, bytes copied by copy().
+  Event span0_, span1_;
+  // decode_graphs: the captured calls, by their device addresses and sizes.
+  static constexpr size_t kMaxGraphs = 8192;
+  std::map<std::vector<uint64_t>, Graph> graphs_;
+  std::vector<const DeviceWeight*> graph_weights_;
+  int64_t graph_captures_ = 0;
+  bool span_open_ = false;
+  double device_seconds_ = 0;
+  double copy_seconds_ = 0;
+  int64_t copy_bytes_ = 0;
 };
 
 void CudaBackend::matmul(const float* x, int64_t ldx, int64_t n, const MatmulTarget* t, int n_t) {
-  if (!ok() || n <= 0 || n_t <= 0) return;
+  if (!begin() || n <= 0 || n_t <= 0) return;
+  if (graph_matmul(x, ldx, n, t, n_t)) return;
   const int64_t n_in = t[0].w->ne[0];
   const float* dx = inf(x, span(n, ldx, n_in));
   bool quantized[3] = {false, false, false};
@@ -281,19 +394,65 @@ void CudaBackend::matmul(const float* x, int64_t ldx, int64_t n, const MatmulTar
       if (keep(ensure(&tiles_, need)))
         keep(matmul_tile(*ctx_, dw, dx, ldx, n, dy, m.ldy, tiles_.data(), tiles_.bytes()));
     } else {
-      auto wt = wtype_of(dw.type);
-      if (!keep(wt.status())) break;
-      const int kind = wtype_is_float(*wt) ? 2 : wtype_act(*wt) == ActKind::kQ8_0 ? 0 : 1;
-      const size_t bytes = static_cast<size_t>(act_stride(dw.type, n_in) * n);
-      if (!quantized[kind]) {
-        if (!keep(ensure(&act_[kind], bytes)) || !keep(quantize_act(*ctx_, dw.type, dx, ldx, n_in, n, act_[kind].data())))
-          break;
-        quantized[kind] = true;
-      }
-      keep(matvec(*ctx_, dw, act_[kind].data(), n, dy, m.ldy));
+      keep(matvec_target(dx, ldx, n, dw, dy, m.ldy, quantized));
     }
   }
   end_op();
+}
+
+Status CudaBackend::matvec_target(const float* dx, int64_t ldx, int64_t n, const DeviceWeight& dw, float* dy,
+                                  int64_t ldy, bool quantized[3]) {
+  auto wt = wtype_of(dw.type);
+  if (!wt) return wt.status();
+  const int kind = wtype_is_float(*wt) ? 2 : wtype_act(*wt) == ActKind::kQ8_0 ? 0 : 1;
+  if (!quantized[kind]) {
+    EMBER_RETURN_IF_ERROR(ensure(&act_[kind], static_cast<size_t>(act_stride(dw.type, dw.n_in) * n)));
+    EMBER_RETURN_IF_ERROR(quantize_act(*ctx_, dw.type, dx, ldx, dw.n_in, n, act_[kind].data()));
+    quantized[kind] = true;
+  }
+  return matvec(*ctx_, dw, act_[kind].data(), n, dy, ldy);
+}
+
+bool CudaBackend::graph_matmul(const float* x, int64_t ldx, int64_t n, const MatmulTarget* t, int n_t) {
+  if (!o_.decode_graphs || (o_.gemm_min_tokens > 0 && n >= o_.gemm_min_tokens) || !ranges_->find(x)) return false;
+  for (int i = 0; i < n_t; ++i)
+    if (t[i].act_bits == 4 || t[i].act_threshold > 0.f || t[i].w->type == DType::kF32 || !ranges_->find(t[i].y))
+      return false;
+  // Everything the graph reads is in place before the capture: the weights
+  // (a first use uploads) and the activation scratch at its size.
+  std::vector<uint64_t> key = {reinterpret_cast<uintptr_t>(x), static_cast<uint64_t>(ldx), static_cast<uint64_t>(n)};
+  graph_weights_.clear();
+  for (int i = 0; i < n_t; ++i) {
+    auto w = weight(*t[i].w);
+    if (!w) return true;
+    const DeviceWeight& dw = **w;
+    auto wt = wtype_of(dw.type);
+    if (!keep(wt.status())) return true;
+    const int kind = wtype_is_float(*wt) ? 2 : wtype_act(*wt) == ActKind::kQ8_0 ? 0 : 1;
+    if (!keep(ensure(&act_[kind], static_cast<size_t>(act_stride(dw.type, dw.n_in) * n)))) return true;
+    graph_weights_.push_back(&dw);
+    for (uint64_t v : {static_cast<uint64_t>(reinterpret_cast<uintptr_t>(dw.buf.data())),
+                       static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t[i].y)), static_cast<uint64_t>(t[i].ldy)})
+      key.push_back(v);
+  }
+  for (const DeviceBuffer& a : act_) key.push_back(reinterpret_cast<uintptr_t>(a.data()));
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    if (graphs_.size() >= kMaxGraphs) graphs_.clear();
+    Graph g;
+    const Status st = g.capture(*ctx_, [&]() -> Status {
+      bool quantized[3] = {false, false, false};
+      for (int i = 0; i < n_t; ++i)
+        EMBER_RETURN_IF_ERROR(matvec_target(x, ldx, n, *graph_weights_[static_cast<size_t>(i)], t[i].y, t[i].ldy,
+                                            quantized));
+      return Status::ok();
+    });
+    if (!keep(st)) return true;
+    it = graphs_.emplace(std::move(key), std::move(g)).first;
+    ++graph_captures_;
+  }
+  keep(it->second.launch(*ctx_));
+  return true;
 }
 
 template <typename View>
@@ -353,7 +512,7 @@ bool CudaBackend::page_tables(const View* views, const int32_t* view_of_token, c
 void CudaBackend::kv_store(const float* k, int64_t ldk, int64_t k_width, const float* v, int64_t ldv,
                            int64_t v_width, const int32_t* pos, int64_t n, const KvStoreView* views,
                            const int32_t* view_of_token) {
-  if (!ok() || n <= 0) return;
+  if (!begin() || n <= 0) return;
   const int32_t* hp = host_ints(pos, n, &pos_host_);
   const int32_t* hs = hp ? host_ints(view_of_token, n, &seq_host_) : nullptr;
   if (!hs || !page_tables(views, hs, hp, n, &pages_)) return;
@@ -377,7 +536,7 @@ void CudaBackend::kv_store(const float* k, int64_t ldk, int64_t k_width, const f
 
 void CudaBackend::attention(const AttentionShape& s, const float* q, const int32_t* pos, int64_t n,
                             const KvView* views, const int32_t* view_of_token, float* out) {
-  if (!ok() || n <= 0) return;
+  if (!begin() || n <= 0) return;
   const int32_t* hp = host_ints(pos, n, &pos_host_);
   const int32_t* hs = hp ? host_ints(view_of_token, n, &seq_host_) : nullptr;
   if (!hs) return;
@@ -425,6 +584,7 @@ CudaBackendOptions cuda_backend_options_from_env() {
     const long v = std::strtol(e, &end, 10);
     if (end && *end == '\0' && v >= 0 && v < (1 << 30)) o.gemm_min_tokens = static_cast<int>(v);
   }
+  if (const char* e = std::getenv("EMBER_CUDA_GRAPHS"); e && *e) o.decode_graphs = std::string(e) == "1";
   return o;
 }
 
@@ -438,6 +598,16 @@ Result<std::unique_ptr<Backend>> make_with(const CudaBackendOptions& o, std::sha
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& o) {
   return make_with(o, std::make_shared<WeightStore>());
+}
+
+int64_t cuda_graphs_captured(const Backend& b) {
+  const auto* c = dynamic_cast<const CudaBackend*>(&b);
+  return c ? c->graphs_captured() : 0;
+}
+
+size_t cuda_weight_bytes(const Backend& b) {
+  const auto* c = dynamic_cast<const CudaBackend*>(&b);
+  return c ? c->weight_bytes() : 0;
 }
 
 BackendFactory cuda_backend_factory(const CudaBackendOptions& o) {

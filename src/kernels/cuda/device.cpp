@@ -3,6 +3,9 @@
 
 #include <cublas_v2.h>
 
+#include <cstring>
+#include <string>
+
 namespace ember::cuda {
 
 Status cuda_status(cudaError_t e, const char* what) {
@@ -76,6 +79,113 @@ void DeviceBuffer::reset() {
   if (ptr_) cudaFree(ptr_);  // an error here (a dead context) leaves nothing to do
   ptr_ = nullptr;
   bytes_ = 0;
+}
+
+PinnedBuffer::~PinnedBuffer() { reset(); }
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+Result<PinnedBuffer> PinnedBuffer::alloc(size_t bytes) {
+  PinnedBuffer b;
+  if (bytes == 0) return b;
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return cuda_status(e, ("cudaHostAlloc of " + std::to_string(bytes) + " bytes").c_str());
+  }
+  std::memset(p, 0, bytes);
+  b.ptr_ = p;
+  b.bytes_ = bytes;
+  return b;
+}
+
+void PinnedBuffer::reset() {
+  if (ptr_) cudaFreeHost(ptr_);
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+Event::~Event() {
+  if (e_) cudaEventDestroy(e_);
+}
+
+Event& Event::operator=(Event&& o) noexcept {
+  if (this != &o) {
+    if (e_) cudaEventDestroy(e_);
+    e_ = o.e_;
+    o.e_ = nullptr;
+  }
+  return *this;
+}
+
+Status Event::record(cudaStream_t s) {
+  if (!e_) EMBER_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&e_), "cudaEventCreate"));
+  return cuda_status(cudaEventRecord(e_, s), "cudaEventRecord");
+}
+
+Status Event::wait() const {
+  if (!e_) return Status::ok();
+  return cuda_status(cudaEventSynchronize(e_), "cudaEventSynchronize");
+}
+
+Result<float> Event::elapsed_ms(const Event& from, const Event& to) {
+  if (!from.e_ || !to.e_) return Status::error("cudaEventElapsedTime: an event was never recorded");
+  float ms = 0;
+  EMBER_RETURN_IF_ERROR(cuda_status(cudaEventElapsedTime(&ms, from.e_, to.e_), "cudaEventElapsedTime"));
+  return ms;
+}
+
+Graph::~Graph() {
+  if (exec_) cudaGraphExecDestroy(exec_);
+}
+
+Graph& Graph::operator=(Graph&& o) noexcept {
+  if (this != &o) {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    exec_ = o.exec_;
+    o.exec_ = nullptr;
+  }
+  return *this;
+}
+
+Status Graph::begin_capture(Context& ctx) {
+  if (exec_) {
+    cudaGraphExecDestroy(exec_);
+    exec_ = nullptr;
+  }
+  // Thread-local mode: a call on this thread that is unsafe during capture
+  // (an allocation, a synchronous copy) fails the capture instead of
+  // running.
+  return cuda_status(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+}
+
+Status Graph::end_capture(Context& ctx, Status enqueued) {
+  cudaGraph_t g = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(ctx.stream(), &g);  // always: the stream leaves capture
+  Status st = enqueued.is_ok() ? cuda_status(e, "cudaStreamEndCapture") : enqueued.with_context("capturing a CUDA graph");
+  if (e != cudaSuccess) cudaGetLastError();
+  if (st.is_ok() && !g) st = Status::error("cudaStreamEndCapture: no graph");
+  if (st.is_ok()) {
+    st = cuda_status(cudaGraphInstantiate(&exec_, g, 0), "cudaGraphInstantiate");
+    if (!st) exec_ = nullptr;
+  }
+  if (g) cudaGraphDestroy(g);
+  return st;
+}
+
+Status Graph::launch(Context& ctx) const {
+  if (!exec_) return Status::error("cudaGraphLaunch: the graph was not captured");
+  return cuda_status(cudaGraphLaunch(exec_, ctx.stream()), "cudaGraphLaunch");
 }
 
 namespace {

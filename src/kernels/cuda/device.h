@@ -68,6 +68,83 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Page-locked host memory (cudaHostAlloc): copies to and from it run by
+// DMA at the bus's rate and, to the device, without the host waiting.
+// Move-only; freed on destruction.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  static Result<PinnedBuffer> alloc(size_t bytes);  // zeroed
+  void* data() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  void reset();
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A CUDA event (cudaEventCreate on first record); move-only.
+class Event {
+ public:
+  Event() = default;
+  ~Event();
+  Event(Event&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
+  Event& operator=(Event&& o) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  Status record(cudaStream_t s);
+  // Waits until the work before the last record() is done (nothing
+  // recorded: returns at once).
+  Status wait() const;
+  // Milliseconds between two recorded events that the device has passed.
+  static Result<float> elapsed_ms(const Event& from, const Event& to);
+  bool recorded() const { return e_ != nullptr; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+class Context;
+
+// A CUDA graph of the work one call queues on a Context's stream:
+// capture() runs `enqueue` under stream capture (nothing executes then) and
+// instantiates what it queued; launch() queues all of it again, at the
+// cost of one launch. The captured work must use fixed device addresses
+// and nothing else (no host copies, waits or allocations): what breaks this
+// is an error from capture(), never an abort, and the stream stays usable.
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph();
+  Graph(Graph&& o) noexcept : exec_(o.exec_) { o.exec_ = nullptr; }
+  Graph& operator=(Graph&& o) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  template <typename F>
+  Status capture(Context& ctx, F&& enqueue) {
+    EMBER_RETURN_IF_ERROR(begin_capture(ctx));
+    return end_capture(ctx, enqueue());
+  }
+  Status launch(Context& ctx) const;
+  bool ready() const { return exec_ != nullptr; }
+
+ private:
+  Status begin_capture(Context& ctx);
+  Status end_capture(Context& ctx, Status enqueued);
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 class Context {
  public:
   // A stream and a cuBLAS handle on the current device.

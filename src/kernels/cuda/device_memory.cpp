@@ -32,6 +32,15 @@ uint64_t sample_of(const TensorView& w) {
 
 }  // namespace
 
+Status weights_fit(size_t need, size_t free_bytes) {
+  if (need + kDeviceReserveBytes <= free_bytes) return Status::ok();
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return Status::errorf(
+      "cuda: the model's weights need {:.2f} GiB of device memory and {:.2f} GiB are free ({:.2f} GiB kept for "
+      "the workspace): use a smaller model or quantization, or free the device",
+      need / kGiB, free_bytes / kGiB, kDeviceReserveBytes / kGiB);
+}
+
 bool DeviceRanges::find(const void* p, const uint8_t** base, size_t* bytes) const {
   const auto a = reinterpret_cast<uintptr_t>(p);
   auto it = r_.upper_bound(a);
@@ -59,9 +68,18 @@ Result<void*> Staging::stage(const void* host, size_t bytes, bool read, bool wri
   }
   uint8_t* dev = chunks_.back().as<uint8_t>() + used_;
   used_ += need;
-  if (read && bytes > 0) EMBER_RETURN_IF_ERROR(ctx_.to_device(dev, host, bytes));
+  if (read && bytes > 0) {
+    EMBER_RETURN_IF_ERROR(ctx_.to_device(dev, host, bytes));
+    copied_ += static_cast<int64_t>(bytes);
+  }
   entries_.push_back({host, bytes, dev, write});
   return static_cast<void*>(dev);
+}
+
+bool Staging::has_writes() const {
+  for (const Entry& e : entries_)
+    if (e.write && e.bytes > 0) return true;
+  return false;
 }
 
 Status Staging::finish() {
@@ -71,6 +89,7 @@ Status Staging::finish() {
     if (e.write && e.bytes > 0 && st.is_ok()) {
       st = ctx_.copy(const_cast<void*>(e.host), e.dev, e.bytes);
       copied = true;
+      copied_ += static_cast<int64_t>(e.bytes);
     }
   if (copied && st.is_ok()) st = ctx_.sync();
   entries_.clear();
@@ -91,7 +110,7 @@ Result<const void*> InputCache::get(Context& ctx, const void* host, size_t bytes
   ++clock_;
   Entry* lru = nullptr;
   for (Entry& e : e_) {
-    if (e.bytes.size() == bytes && std::memcmp(e.bytes.data(), host, bytes) == 0) {
+    if (e.n == bytes && e.host.data() && std::memcmp(e.host.data(), host, bytes) == 0) {
       e.used = clock_;
       return static_cast<const void*>(e.dev.data());
     }
@@ -101,15 +120,27 @@ Result<const void*> InputCache::get(Context& ctx, const void* host, size_t bytes
     e_.emplace_back();
     lru = &e_.back();
   }
-  if (lru->dev.bytes() < bytes) {
+  // The entry's last copy out of its host bytes must be done before they
+  // change (usually long done: it is the least recently used).
+  lru->n = 0;
+  EMBER_RETURN_IF_ERROR(lru->copied.wait());
+  if (lru->dev.bytes() < bytes || lru->host.bytes() < bytes) {
+    const size_t size = std::max<size_t>(bytes, 4096);
     lru->dev.reset();
-    auto b = DeviceBuffer::alloc(std::max<size_t>(bytes, 4096));
+    lru->host.reset();
+    auto b = DeviceBuffer::alloc(size);
     if (!b) return b.status().with_context("caching an op's input on the device");
     lru->dev = std::move(*b);
+    auto h = PinnedBuffer::alloc(size);
+    if (!h) return h.status().with_context("page-locked host memory for an op's inputs");
+    lru->host = std::move(*h);
   }
-  lru->bytes.assign(static_cast<const uint8_t*>(host), static_cast<const uint8_t*>(host) + bytes);
+  std::memcpy(lru->host.data(), host, bytes);
+  EMBER_RETURN_IF_ERROR(ctx.to_device(lru->dev.data(), lru->host.data(), bytes));
+  EMBER_RETURN_IF_ERROR(lru->copied.record(ctx.stream()));
+  lru->n = bytes;
   lru->used = clock_;
-  EMBER_RETURN_IF_ERROR(ctx.to_device(lru->dev.data(), lru->bytes.data(), bytes));
+  copied_ += static_cast<int64_t>(bytes);
   return static_cast<const void*>(lru->dev.data());
 }
 
@@ -124,6 +155,13 @@ Result<const void*> ParamCache::get(Context& ctx, const void* host, size_t bytes
   e.dev = std::move(*b);
   EMBER_RETURN_IF_ERROR(ctx.to_device(e.dev.data(), e.bytes.data(), bytes));
   return static_cast<const void*>(e.dev.data());
+}
+
+size_t WeightStore::missing_bytes(const TensorView& w) const {
+  auto it = m_.find(w.data);
+  if (it != m_.end() && it->second.sample == sample_of(w)) return 0;
+  const size_t bytes = static_cast<size_t>(w.row_bytes()) * static_cast<size_t>(w.nrows());  // upload_weight's
+  return (bytes + 255) / 256 * 256;
 }
 
 Result<const DeviceWeight*> WeightStore::get(Context& ctx, const TensorView& w) {

@@ -21,6 +21,13 @@
 
 namespace ember::cuda {
 
+// Device memory kept free beyond the weights when they are uploaded at
+// engine creation (cuBLAS's workspace, the forward pass's buffers, staging).
+constexpr size_t kDeviceReserveBytes = size_t{256} << 20;
+// Whether `need` bytes of weights fit in `free_bytes` of device memory with
+// kDeviceReserveBytes to spare: ok, or an error saying both in GiB.
+Status weights_fit(size_t need, size_t free_bytes);
+
 // Device ranges a backend gave out (Backend::alloc).
 class DeviceRanges {
  public:
@@ -43,7 +50,11 @@ class Staging {
  public:
   explicit Staging(Context& ctx) : ctx_(ctx) {}
   Result<void*> stage(const void* host, size_t bytes, bool read, bool write);
+  // Whether finish() has ranges to copy back (its caller may wait for the
+  // op first, so that the copy's time is the copy's).
+  bool has_writes() const;
   Status finish();
+  int64_t copied_bytes() const { return copied_; }  // both ways, so far
 
  private:
   struct Entry {
@@ -57,28 +68,36 @@ class Staging {
   size_t used_ = 0;                   // bytes of the last chunk in use
   size_t wanted_ = 0;                 // bytes this op staged (the next single chunk's size)
   std::vector<Entry> entries_;
+  int64_t copied_ = 0;
 };
 
 // Device copies of small read-only host inputs that recur from op to op
 // (a step's positions, sequence ids, page tables, RoPE tables): a few
 // entries, each the host bytes and their device copy; a lookup compares the
 // bytes (memcmp), so a hit needs no copy at all and a changed buffer is
-// never served stale. The least recently used entry goes first.
+// never served stale. The least recently used entry goes first. An entry's
+// host bytes live in page-locked memory, so a miss's copy to the device is
+// queued without the host waiting (an entry's bytes are rewritten only
+// after its last copy is done: its event).
 class InputCache {
  public:
   static constexpr size_t kMaxBytes = size_t{1} << 20;  // larger inputs are staged
   static constexpr int kEntries = 32;
   // The device copy of host[0, bytes) (bytes <= kMaxBytes).
   Result<const void*> get(Context& ctx, const void* host, size_t bytes);
+  int64_t copied_bytes() const { return copied_; }
 
  private:
   struct Entry {
-    std::vector<uint8_t> bytes;
+    PinnedBuffer host;  // the bytes (n of them)
+    size_t n = 0;
     DeviceBuffer dev;
+    Event copied;       // after the last copy out of `host`
     uint64_t used = 0;
   };
   std::vector<Entry> e_;
   uint64_t clock_ = 0;
+  int64_t copied_ = 0;
 };
 
 // Model parameters handed to ops as host pointers (RMSNorm weights, biases,
@@ -103,6 +122,8 @@ class WeightStore {
  public:
   Result<const DeviceWeight*> get(Context& ctx, const TensorView& w);
   size_t bytes() const { return bytes_; }
+  // Device bytes get(w) would allocate now (0: w is held).
+  size_t missing_bytes(const TensorView& w) const;
 
  private:
   struct Entry {
