@@ -47,19 +47,7 @@ Result<size_t> device_free_bytes() {
   return free_b;
 }
 
-DeviceBuffer::~DeviceBuffer() { reset(); }
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  if (this != &o) {
-    reset();
-    ptr_ = o.ptr_;
-    bytes_ = o.bytes_;
-    o.ptr_ = nullptr;
-    o.bytes_ = 0;
-  }
-  return *this;
-}
-
+template <>
 Result<DeviceBuffer> DeviceBuffer::alloc(size_t bytes) {
   DeviceBuffer b;
   const size_t padded = (bytes + 255) / 256 * 256;
@@ -75,25 +63,14 @@ Result<DeviceBuffer> DeviceBuffer::alloc(size_t bytes) {
   return b;
 }
 
+template <>
 void DeviceBuffer::reset() {
   if (ptr_) cudaFree(ptr_);  // an error here (a dead context) leaves nothing to do
   ptr_ = nullptr;
   bytes_ = 0;
 }
 
-PinnedBuffer::~PinnedBuffer() { reset(); }
-
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
-  if (this != &o) {
-    reset();
-    ptr_ = o.ptr_;
-    bytes_ = o.bytes_;
-    o.ptr_ = nullptr;
-    o.bytes_ = 0;
-  }
-  return *this;
-}
-
+template <>
 Result<PinnedBuffer> PinnedBuffer::alloc(size_t bytes) {
   PinnedBuffer b;
   if (bytes == 0) return b;
@@ -109,6 +86,7 @@ Result<PinnedBuffer> PinnedBuffer::alloc(size_t bytes) {
   return b;
 }
 
+template <>
 void PinnedBuffer::reset() {
   if (ptr_) cudaFreeHost(ptr_);
   ptr_ = nullptr;

@@ -44,19 +44,41 @@ Result<DeviceInfo> device_info(int device = 0);
 // Bytes of device memory free now (cudaMemGetInfo on the current device).
 Result<size_t> device_free_bytes();
 
-// Device memory: cudaMalloc'd bytes, freed on destruction. Sizes are rounded
-// up to 256 bytes, so a buffer is readable to the 16-byte cover of any of
-// its ranges (the mat-vec copies 16-byte units).
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+// Where a CudaBuffer's bytes live.
+enum class CudaMemory {
+  // Device memory: cudaMalloc'd bytes. Sizes are rounded up to 256 bytes, so
+  // a buffer is readable to the 16-byte cover of any of its ranges (the
+  // mat-vec copies 16-byte units).
+  kDevice,
+  // Page-locked host memory (cudaHostAlloc), zeroed: copies to and from it
+  // run by DMA at the bus's rate and, to the device, without the host
+  // waiting.
+  kPinned,
+};
 
-  static Result<DeviceBuffer> alloc(size_t bytes);
+// A move-only owner of CUDA memory of kind K, freed on destruction or
+// reset(). alloc() of 0 bytes gives an empty buffer; a failed allocation is
+// a Status naming the call and the size.
+template <CudaMemory K>
+class CudaBuffer {
+ public:
+  CudaBuffer() = default;
+  ~CudaBuffer() { reset(); }
+  CudaBuffer(CudaBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
+  CudaBuffer& operator=(CudaBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+
+  static Result<CudaBuffer> alloc(size_t bytes);
   void* data() const { return ptr_; }
   template <typename T>
   T* as() const { return static_cast<T*>(ptr_); }
@@ -68,29 +90,17 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// Page-locked host memory (cudaHostAlloc): copies to and from it run by
-// DMA at the bus's rate and, to the device, without the host waiting.
-// Move-only; freed on destruction.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+template <>
+Result<CudaBuffer<CudaMemory::kDevice>> CudaBuffer<CudaMemory::kDevice>::alloc(size_t bytes);
+template <>
+void CudaBuffer<CudaMemory::kDevice>::reset();
+template <>
+Result<CudaBuffer<CudaMemory::kPinned>> CudaBuffer<CudaMemory::kPinned>::alloc(size_t bytes);
+template <>
+void CudaBuffer<CudaMemory::kPinned>::reset();
 
-  static Result<PinnedBuffer> alloc(size_t bytes);  // zeroed
-  void* data() const { return ptr_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  size_t bytes() const { return bytes_; }
-  void reset();
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = CudaBuffer<CudaMemory::kDevice>;
+using PinnedBuffer = CudaBuffer<CudaMemory::kPinned>;
 
 // A CUDA event (cudaEventCreate on first record); move-only.
 class Event {
