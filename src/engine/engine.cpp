@@ -447,12 +447,9 @@ void Engine::time_step(double t0, double t_exec, double t_done, StepOutput* out)
     t.forward = exec;
     return;
   }
-  const RunnerStepTimes r = runner_->last_step_times();
-  t.inputs = std::min(r.inputs, exec);
-  t.forward = std::min(r.forward, exec - t.inputs);
-  t.copies = r.copies;
-  t.device_measured = r.device_measured;
-  t.device = r.device;
+  static_cast<RunnerStepTimes&>(t) = runner_->last_step_times();
+  t.inputs = std::min(t.inputs, exec);
+  t.forward = std::min(t.forward, exec - t.inputs);
 }
 
 void Engine::drop_in_flight() {

@@ -113,19 +113,14 @@ struct FinishedRequest {
 };
 
 // Where a step's wall time went (seconds; StepOutput::times): the
-// scheduler (drafts, admission, preemption, KV slots), the runner's host
-// preparation of the step input, the forward pass's wall time, sampling
-// and bookkeeping after it; and, inside the runner's part, host <-> backend
-// copies and the backend's device time where it measures one (a device
-// backend; on the CPU the model's time is the forward pass itself).
-struct StepTimes {
+// scheduler (drafts, admission, preemption, KV slots), the runner's part
+// (RunnerStepTimes: host preparation of the step input, the forward pass's
+// wall time, and inside them host <-> backend copies and the backend's
+// device time where it measures one; on the CPU the model's time is the
+// forward pass itself), then sampling and bookkeeping after it.
+struct StepTimes : RunnerStepTimes {
   double schedule = 0;
-  double inputs = 0;
-  double forward = 0;
   double sample = 0;
-  double copies = 0;
-  bool device_measured = false;
-  double device = 0;
   // The model's time: the device's where measured, else the forward pass
   // less its copies.
   double model() const { return device_measured ? device : std::max(0.0, forward - copies); }
