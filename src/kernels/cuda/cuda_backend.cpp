@@ -363,6 +363,7 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxGraphs = 8192;
   std::map<std::vector<uint64_t>, Graph> graphs_;
   std::vector<const DeviceWeight*> graph_weights_;
+  std::vector<uint64_t> graph_key_;  // graph_matmul's lookup key, reused
   int64_t graph_captures_ = 0;
   bool span_open_ = false;
   double device_seconds_ = 0;
@@ -400,11 +401,21 @@ void CudaBackend::matmul(const float* x, int64_t ldx, int64_t n, const MatmulTar
   end_op();
 }
 
+namespace {
+// Which of the backend's activation scratch buffers (act_) a weight's
+// mat-vec reads: 0 Q8_0 blocks, 1 the other integer kind, 2 floats.
+Result<int> act_slot(DType type) {
+  auto wt = wtype_of(type);
+  if (!wt) return wt.status();
+  return wtype_is_float(*wt) ? 2 : wtype_act(*wt) == ActKind::kQ8_0 ? 0 : 1;
+}
+}  // namespace
+
 Status CudaBackend::matvec_target(const float* dx, int64_t ldx, int64_t n, const DeviceWeight& dw, float* dy,
                                   int64_t ldy, bool quantized[3]) {
-  auto wt = wtype_of(dw.type);
-  if (!wt) return wt.status();
-  const int kind = wtype_is_float(*wt) ? 2 : wtype_act(*wt) == ActKind::kQ8_0 ? 0 : 1;
+  auto slot = act_slot(dw.type);
+  if (!slot) return slot.status();
+  const int kind = *slot;
   if (!quantized[kind]) {
     EMBER_RETURN_IF_ERROR(ensure(&act_[kind], static_cast<size_t>(act_stride(dw.type, dw.n_in) * n)));
     EMBER_RETURN_IF_ERROR(quantize_act(*ctx_, dw.type, dx, ldx, dw.n_in, n, act_[kind].data()));
@@ -420,16 +431,17 @@ bool CudaBackend::graph_matmul(const float* x, int64_t ldx, int64_t n, const Mat
       return false;
   // Everything the graph reads is in place before the capture: the weights
   // (a first use uploads) and the activation scratch at its size.
-  std::vector<uint64_t> key = {reinterpret_cast<uintptr_t>(x), static_cast<uint64_t>(ldx), static_cast<uint64_t>(n)};
+  // The key in a member vector: no allocation per call once it has grown.
+  std::vector<uint64_t>& key = graph_key_;
+  key.assign({reinterpret_cast<uintptr_t>(x), static_cast<uint64_t>(ldx), static_cast<uint64_t>(n)});
   graph_weights_.clear();
   for (int i = 0; i < n_t; ++i) {
     auto w = weight(*t[i].w);
     if (!w) return true;
     const DeviceWeight& dw = **w;
-    auto wt = wtype_of(dw.type);
-    if (!keep(wt.status())) return true;
-    const int kind = wtype_is_float(*wt) ? 2 : wtype_act(*wt) == ActKind::kQ8_0 ? 0 : 1;
-    if (!keep(ensure(&act_[kind], static_cast<size_t>(act_stride(dw.type, dw.n_in) * n)))) return true;
+    auto kind = act_slot(dw.type);
+    if (!keep(kind.status())) return true;
+    if (!keep(ensure(&act_[*kind], static_cast<size_t>(act_stride(dw.type, dw.n_in) * n)))) return true;
     graph_weights_.push_back(&dw);
     for (uint64_t v : {static_cast<uint64_t>(reinterpret_cast<uintptr_t>(dw.buf.data())),
                        static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t[i].y)), static_cast<uint64_t>(t[i].ldy)})
@@ -448,7 +460,7 @@ bool CudaBackend::graph_matmul(const float* x, int64_t ldx, int64_t n, const Mat
       return Status::ok();
     });
     if (!keep(st)) return true;
-    it = graphs_.emplace(std::move(key), std::move(g)).first;
+    it = graphs_.emplace(key, std::move(g)).first;
     ++graph_captures_;
   }
   keep(it->second.launch(*ctx_));
