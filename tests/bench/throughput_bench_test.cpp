@@ -49,7 +49,7 @@ TEST(ThroughputBench, CountsAndModes) {
 
 // `ember bench throughput`'s decode-step breakdown (StepBreakdown) on the
 // CPU backend: one entry per pure-decode step (their sequences are the
-// decode tokens), its parts add up to the step, the model's time is the
+// decode tokens), its measured parts fit in the step, the model's time is the
 // forward pass (no device time, no copies), and the CPU-side overhead is
 // the rest of the step.
 TEST(ThroughputBench, DecodeStepBreakdownAddsUp) {
@@ -68,8 +68,8 @@ TEST(ThroughputBench, DecodeStepBreakdownAddsUp) {
   EXPECT_GT(d.step, 0);
   EXPECT_GT(d.forward, 0);
   for (double v : {d.schedule, d.inputs, d.sample}) EXPECT_GE(v, 0);
-  EXPECT_GE(d.other(), -1e-12);
-  EXPECT_NEAR(d.schedule + d.inputs + d.forward + d.sample + d.other(), d.step, 1e-12);
+  // The measured parts fit in the step (other() is the unmeasured rest).
+  EXPECT_LE(d.schedule + d.inputs + d.forward + d.sample, d.step + 1e-12);
   EXPECT_FALSE(d.device_measured);
   EXPECT_EQ(d.copies, 0);
   EXPECT_NEAR(d.model, d.forward, 1e-15);
