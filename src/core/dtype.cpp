@@ -95,6 +95,7 @@ int dtype_sparse_bits(DType t) { return dtype_is_sq8(t) ? 8 : dtype_is_sq4(t) ? 
 DType dtype_sq8(int capacity) { return static_cast<DType>(kSq8Base + static_cast<uint32_t>(capacity)); }
 
 DType dtype_sq4(int capacity) { return static_cast<DType>(kSq4Base + static_cast<uint32_t>(capacity)); }
+DType dtype_sparse_dense(DType t) { return dtype_is_sq8(t) ? DType::kQ8_0 : dtype_is_sq4(t) ? DType::kQ4_0 : t; }
 
 const DTypeTraits* dtype_traits(DType t) {
   if (dtype_is_sq8(t)) return &sparse_traits().traits8[static_cast<size_t>(dtype_sparse_capacity(t))];

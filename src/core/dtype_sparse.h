@@ -32,5 +32,8 @@ int dtype_sparse_bits(DType t);
 DType dtype_sq8(int capacity);
 // kSQ4 | capacity (capacity even, 2 <= capacity <= 64).
 DType dtype_sq4(int capacity);
+// The dense type a sparse type re-encodes, its export type: Q8_0 for sq8,
+// Q4_0 for sq4; any other type itself.
+DType dtype_sparse_dense(DType t);
 
 }  // namespace ember

@@ -52,7 +52,7 @@ void keep_source_types(QuantPlan* plan, const std::map<std::string, DType>& orig
     const DType was = it != origin.end() ? it->second : e.source;
     if (e.ne.size() == 2 && convertible_to(was)) e.target = fallback_row_type(was, e.ne[0]);
     if (e.ne.size() == 2 && dtype_is_sparse(was))
-      e.target = e.source == was ? was : dtype_is_sq4(was) ? DType::kQ4_0 : DType::kQ8_0;
+      e.target = e.source == was ? was : dtype_sparse_dense(was);
     e.requested.reset();
     const bool is_float = e.target == DType::kF32 || e.target == DType::kF16 || e.target == DType::kBF16;
     e.method = e.target == e.source && e.transform == TensorTransform::kNone ? QuantMethod::kCopy

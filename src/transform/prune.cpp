@@ -239,7 +239,7 @@ class PruneLayers final : public LayerwiseCallback {
       e.source = DType::kF32;
       // A sparse source kept by keep_source_types: its dense export type
       // (`--format sparse` stores it sparse again).
-      if (dtype_is_sparse(e.target)) e.target = dtype_is_sq4(e.target) ? DType::kQ4_0 : DType::kQ8_0;
+      e.target = dtype_sparse_dense(e.target);
       if (e.method == QuantMethod::kCopy) e.method = method_from_f32(e.target);
     }
     for (uint8_t m : mask) rep_->pruned += m;

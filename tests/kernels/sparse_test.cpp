@@ -123,7 +123,7 @@ TEST(SparseFormat, DecodesToTheDenseExport) {
   const Sparse s4_30 = make_sparse(14, n, 0.3, 4, 4);
   EXPECT_TRUE(dtype_is_sq4(s4_30.type));
   for (const Sparse* p : {&s, &s30, &s4, &s4_30}) {
-    const DType dt = dtype_is_sq4(p->type) ? DType::kQ4_0 : DType::kQ8_0;
+    const DType dt = dtype_sparse_dense(p->type);
     std::vector<float> a(n), b(n);
     for (int64_t r = 0; r < p->rows; ++r) {
       dequantize_row_ref(p->type, p->bytes.data() + r * dtype_row_size(p->type, n), a.data(), n);
@@ -141,11 +141,14 @@ TEST(SparseFormat, Int4TypesAndCapacity) {
     EXPECT_TRUE(dtype_is_sq4(t));
     EXPECT_FALSE(dtype_is_sq8(t));
     EXPECT_EQ(dtype_sparse_bits(t), 4);
+    EXPECT_EQ(dtype_sparse_dense(t), DType::kQ4_0);
+    EXPECT_EQ(dtype_sparse_dense(dtype_sq8(c)), DType::kQ8_0);
     EXPECT_EQ(dtype_sparse_capacity(t), c);
     EXPECT_EQ(dtype_row_size(t, 2048), static_cast<size_t>(32 * (12 + c / 2)));
     EXPECT_EQ(std::string(dtype_name(t)), "sq4_c" + std::to_string(c));
     EXPECT_EQ(vec_dot_type(t), DType::kQ8_0);
   }
+  EXPECT_EQ(dtype_sparse_dense(DType::kQ4_K), DType::kQ4_K);  // not sparse: itself
   EXPECT_FALSE(dtype_valid(static_cast<uint32_t>(kSQ4) + 3));   // odd
   EXPECT_FALSE(dtype_valid(static_cast<uint32_t>(kSQ4) + 66));  // past 64
   EXPECT_FALSE(dtype_valid(static_cast<uint32_t>(kSQ4)));
