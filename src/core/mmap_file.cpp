@@ -78,14 +78,19 @@ std::vector<std::pair<uintptr_t, uintptr_t>> file_mappings() {
   return out;
 }
 
+bool in_file_mapping(const void* p, size_t bytes, const std::vector<std::pair<uintptr_t, uintptr_t>>& files) {
+  const auto b = reinterpret_cast<uintptr_t>(p);
+  for (const auto& [fb, fe] : files)
+    if (b >= fb && b + bytes <= fe) return true;
+  return false;
+}
+
 size_t release_file_pages(const void* p, size_t bytes, const std::vector<std::pair<uintptr_t, uintptr_t>>& files) {
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
   const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
-  if (e <= b) return 0;
-  for (const auto& [fb, fe] : files)
-    if (b >= fb && e <= fe) return madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED) == 0 ? e - b : 0;
-  return 0;
+  if (e <= b || !in_file_mapping(reinterpret_cast<const void*>(b), e - b, files)) return 0;
+  return madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED) == 0 ? e - b : 0;
 }
 
 }  // namespace ember

@@ -36,6 +36,9 @@ class MappedFile {
 // /proc/self/maps lines with an inode): the mapped model files among them.
 std::vector<std::pair<uintptr_t, uintptr_t>> file_mappings();
 
+// Whether [p, p + bytes) lies inside one of `files` (file_mappings()).
+bool in_file_mapping(const void* p, size_t bytes, const std::vector<std::pair<uintptr_t, uintptr_t>>& files);
+
 // The whole pages of [p, p + bytes), no longer read, leave this process's
 // resident set when they lie in one of `files` (MADV_DONTNEED: unwritten
 // private file pages are dropped and read again from the page cache if ever

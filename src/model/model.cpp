@@ -368,10 +368,7 @@ Result<int> Model::prepare_weights(Backend& backend) {
   // they lie in the mapped file, so a prepared model does not hold its
   // weights twice.
   const auto files = file_mappings();
-  for (WeightToPrepare& w : todo) {
-    const auto b = reinterpret_cast<uintptr_t>(w.tensor->data);
-    for (const auto& [fb, fe] : files) w.mapped = w.mapped || (b >= fb && b + w.tensor->nbytes <= fe);
-  }
+  for (WeightToPrepare& w : todo) w.mapped = in_file_mapping(w.tensor->data, w.tensor->nbytes, files);
   std::vector<std::shared_ptr<void>> owners;
   auto n = backend.prepare_weights(todo.data(), static_cast<int64_t>(todo.size()), &owners,
                                    [&](const void* p, size_t bytes) { release_file_pages(p, bytes, files); });

@@ -51,8 +51,12 @@ TEST(MmapFile, ReleasedFilePagesLeaveTheResidentSetAndReadBackTheSame) {
   for (size_t i = 0; i < size; ++i)
     if (d[i] != pattern(i)) FAIL() << "byte " << i << " changed after the release";
 
+  EXPECT_TRUE(in_file_mapping(d, size, file_mappings()));
+  EXPECT_FALSE(in_file_mapping(d, size + 64 * page, file_mappings()));  // runs past the mapping
+
   // Heap memory is not a file mapping: left alone.
   std::vector<uint8_t> heap(8 * page, 1);
+  EXPECT_FALSE(in_file_mapping(heap.data(), heap.size(), file_mappings()));
   EXPECT_EQ(release_file_pages(heap.data(), heap.size(), file_mappings()), 0u);
   for (uint8_t v : heap) ASSERT_EQ(v, 1);
   std::filesystem::remove(path);
