@@ -284,10 +284,12 @@ void run_jobs(Job* jobs, const ActType* act, int n_jobs, const float* x, int64_t
     j.cols = sp.targets[i].cols;
     j.col_fn = col_k[i].fn;
     j.col_list = &lists[a];
-    // Tasks of whole row units, about two per thread: long streams per channel.
+    // Tasks of whole row units, one per thread: the longest streams per
+    // channel (a task reads its rows of every active channel), and one
+    // start of the kernel's prefetch cursor per thread.
     const int64_t units = (j.n_rows + kColRowUnit - 1) / kColRowUnit;
     j.grain = pool.size() == 1 ? j.n_rows
-                               : kColRowUnit * std::max<int64_t>(1, (units + 2 * pool.size() - 1) / (2 * pool.size()));
+                               : kColRowUnit * std::max<int64_t>(1, (units + pool.size() - 1) / pool.size());
   }
   for (int i = 0; i < n_jobs; ++i) {
     if (act[i].type == DType::kF32) {
