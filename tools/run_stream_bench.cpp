@@ -7,7 +7,11 @@
 // column kernel's cursor does. Trials alternate dense / runs; medians.
 //
 //   g++ -O2 -mavx2 -pthread tools/run_stream_bench.cpp -o /tmp/run_stream_bench
-//   /tmp/run_stream_bench [threads=2] [run_bytes=2048] [active=0.5] [ahead_lines=96] [trials=7]
+//   /tmp/run_stream_bench [threads=2] [run_bytes=2048] [active=0.5] [ahead_lines=96] [trials=7] [regions=0]
+//
+// regions = 1: each thread reads whole runs of run_bytes / threads bytes in
+// its own part of the buffer instead (panels of n_out / threads rows: the
+// same run length per thread, no two threads in one run).
 //
 // Prints GB/s of the bytes actually read (dense: all; runs: the active ones)
 // and the ratio runs / dense: the fraction of the dense rate a column path
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
   const double active = argc > 3 ? std::atof(argv[3]) : 0.5;
   const size_t ahead = argc > 4 ? std::strtoul(argv[4], nullptr, 10) : 96;
   const int trials = argc > 5 ? std::atoi(argv[5]) : 7;
+  const bool regions = argc > 6 && std::atoi(argv[6]) != 0;
   if (threads < 1 || run < 64 * static_cast<size_t>(threads) || run % (64 * threads) != 0 || !(active > 0 && active <= 1) ||
       trials < 1) {
     std::fprintf(stderr, "usage: run_stream_bench [threads] [run_bytes: a multiple of 64 * threads] [active in (0, 1]] "
@@ -97,7 +102,8 @@ int main(int argc, char** argv) {
   for (size_t r = 0; r < n_runs; ++r) {
     if (u(rng) >= active) continue;
     for (int t = 0; t < threads; ++t)
-      for (size_t o = 0; o < slice; o += 64) runs[t].push_back(buf + r * run + t * slice + o);
+      for (size_t o = 0; o < slice; o += 64)
+        runs[t].push_back(regions ? buf + t * (total / threads) + r * slice + o : buf + r * run + t * slice + o);
     run_bytes += run;
   }
   const size_t share = run_bytes / threads / 64 * 64;  // the same bytes, read sequentially
@@ -112,8 +118,8 @@ int main(int argc, char** argv) {
     gr.push_back(r);
     ratio.push_back(r / d);
   }
-  std::printf("threads %d, runs of %zu bytes (%zu per thread), %.0f%% active, prefetch %zu lines ahead, %d trials:\n",
-              threads, run, slice, 100 * active, ahead, trials);
+  std::printf("threads %d, runs of %zu bytes (%zu per thread%s), %.0f%% active, prefetch %zu lines ahead, %d trials:\n",
+              threads, run, slice, regions ? ", each in its own region" : "", 100 * active, ahead, trials);
   std::printf("  dense %.1f GB/s, runs %.1f GB/s (medians); runs / dense per trial: median %.2f (min %.2f, max %.2f)\n",
               median(gd), median(gr), median(ratio), *std::min_element(ratio.begin(), ratio.end()),
               *std::max_element(ratio.begin(), ratio.end()));
