@@ -323,22 +323,6 @@ TEST(ActSparse, InterleavedRowsGiveTheSameColumns) {
   }
 }
 
-// Panels cut for the decode threads: each thread's task is whole panels.
-TEST(ActSparse, PanelsAreCutForTheDecodeThreads) {
-  EXPECT_EQ(col_panel_rows(2048, 1), 2048);
-  EXPECT_EQ(col_panel_rows(2048, 2), 1024);
-  EXPECT_EQ(col_panel_rows(8192, 2), kColMaxPanelRows);
-  EXPECT_EQ(col_panel_rows(512, 2), 256);
-  EXPECT_EQ(col_panel_rows(100, 4), kColRowUnit);
-  EXPECT_EQ(col_panel_rows(3000, 2), 1536);  // 1500 rounded up to whole units
-  EXPECT_EQ(col_panel_rows(2048, 0), 2048);   // no threads: one
-  const std::vector<uint8_t> w = make_weights(DType::kQ8_0, 2048, 256, 5);
-  auto c = make_column_weights(view(DType::kQ8_0, 2048, 256, w), col_panel_rows(2048, 2));
-  ASSERT_TRUE(c.is_ok());
-  EXPECT_EQ(c->panel_rows, 1024);
-  EXPECT_EQ(c->n_panels, 2);
-}
-
 TEST(ActSparse, BadMatricesAreRefused) {
   const std::vector<uint8_t> f(64 * 64 * 4);
   auto r = make_column_weights(view(DType::kF32, 64, 64, f));
