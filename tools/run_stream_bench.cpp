@@ -2,9 +2,11 @@
 // how fast T threads read the active runs of an input-channel-blocked
 // layout (runs of R bytes, each active with probability A, the threads
 // splitting every run as the column kernels' row split does) against a plain
-// sequential read of the same bytes. A software prefetch (prefetcht0, inline
-// asm) runs D lines ahead of each thread's reads in their order, as the Q8_0
-// column kernel's cursor does. Trials alternate dense / runs; medians.
+// sequential read of the same bytes (no software prefetch there: the
+// hardware prefetchers follow it). A software prefetch (prefetcht0, inline
+// asm) runs D lines ahead of each thread's reads of the runs in their
+// order, as the Q8_0 column kernel's cursor does. Trials alternate dense /
+// runs; medians.
 //
 //   g++ -O2 -mavx2 -pthread tools/run_stream_bench.cpp -o /tmp/run_stream_bench
 //   /tmp/run_stream_bench [threads=2] [run_bytes=2048] [active=0.5] [ahead_lines=96] [trials=7] [regions=0]
@@ -112,7 +114,7 @@ int main(int argc, char** argv) {
 
   std::vector<double> gd, gr, ratio;
   for (int i = 0; i < trials; ++i) {
-    const double d = run_threads(dense, ahead, share * threads);
+    const double d = run_threads(dense, 0, share * threads);  // the hardware prefetchers' pattern
     const double r = run_threads(runs, ahead, run_bytes);
     gd.push_back(d);
     gr.push_back(r);
