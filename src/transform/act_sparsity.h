@@ -6,10 +6,10 @@
 // that input's entries over the calibration tokens: t is the k-th smallest
 // |x| with k = floor(S * N) over the N entries (so x' = x * [|x| > t] zeroes
 // at least k of them; ties at t zero more, the report says how many). This
-// is TEAL's uniform allocation (the same S for every input).
+// is TEAL's uniform allocation (the same S for every input; `--act-allocation
+// uniform`).
 //
-// Greedy allocation (TEAL's block-wise greedy rule, `--act-allocation
-// greedy`): per block, each input i gets its own level s_i, from 0. Its
+// Greedy allocation (TEAL's block-wise greedy rule; the default): per block, each input i gets its own level s_i, from 0. Its
 // weight p_i is its share of the block's parameters (attn_in: Q+K+V,
 // attn_out: O, ffn_in: gate+up, ffn_down: down; inputs without calibration
 // entries, a MoE layer's FFN, take no part). Its step is
@@ -55,7 +55,7 @@ const char* act_allocation_name(ActAllocation a);
 
 struct ActSparsityOptions {
   double sparsity = 0.4;  // S, in (0, 1)
-  ActAllocation allocation = ActAllocation::kUniform;
+  ActAllocation allocation = ActAllocation::kGreedy;  // the default: lower KL (docs/pruning.md)
   double base_step = 0.05;  // greedy: in (0, 1)
   int64_t window = 512;   // calibration window (tokens)
   int32_t bos_id = -1;

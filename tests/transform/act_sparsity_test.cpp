@@ -95,6 +95,7 @@ TEST_F(ActSparsityTest, ThresholdsAreTheQuantilesOfTheDenseInputs) {
   ActSparsityOptions o;
   o.sparsity = 0.4;
   o.window = W;
+  o.allocation = ActAllocation::kUniform;
   ActSparsityReport rep;
   auto out = calibrate_act_sparsity(std::move(file.value()), toks, o, pool, &rep);
   ASSERT_TRUE(out.is_ok()) << out.status().message();
@@ -124,7 +125,7 @@ TEST_F(ActSparsityTest, ThresholdsAreTheQuantilesOfTheDenseInputs) {
   ASSERT_TRUE(t.is_ok());
   EXPECT_EQ(*t, rep.thresholds);
   EXPECT_NEAR(*(*out)->metadata.get_float(kActSparsityTargetKey), 0.4, 1e-6);
-  EXPECT_TRUE(rep.steps.empty());  // uniform is the default and searches nothing
+  EXPECT_TRUE(rep.steps.empty());  // uniform searches nothing
 }
 
 // Block outputs of one layer over whole forwards.
@@ -150,7 +151,7 @@ TEST_F(ActSparsityTest, GreedyReachesSAndEachStepTakesTheLeastBlockError) {
   ActSparsityOptions o;
   o.sparsity = 0.4;
   o.window = W;
-  o.allocation = ActAllocation::kGreedy;
+  EXPECT_EQ(o.allocation, ActAllocation::kGreedy);  // the default
   ActSparsityReport rep;
   auto out = calibrate_act_sparsity(std::move(file.value()), toks, o, pool, &rep);
   ASSERT_TRUE(out.is_ok()) << out.status().message();
