@@ -176,7 +176,8 @@ Status ThresholdCollector::refine(int layer, LayerwiseBlockRunner& runner) {
       if (part[i]) m += p[i] * level(i, 0);
     return m / P;
   };
-  while (mean() < o_.sparsity - 1e-9) {
+  // 1e-6: an S read as a float (0.4f) must not cost one more step at a multiple of the step.
+  while (mean() < o_.sparsity - 1e-6) {
     ActSparsityReport::GreedyStep st;
     st.layer = layer;
     double best = std::numeric_limits<double>::infinity();

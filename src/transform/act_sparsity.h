@@ -26,7 +26,7 @@
 // every position, prefill included, so all count). The input with the
 // least error takes its step. The levels become thresholds by the uniform
 // rule's quantile (k = floor(s_i * N)). The mean ends in
-// [S, S + base_step / n).
+// [S - 1e-6, S + base_step / n).
 //
 // Runs on the shared layer-by-layer driver (layerwise.h) as an observer of
 // each block's linear inputs; the thresholds do not change the weights, so
