@@ -32,6 +32,20 @@ Status embed_calibration_windows(ForwardContext& ctx, const ModelConfig& cfg, co
 
 namespace {
 
+// Block l over one window from its stored inputs `in` [W * n_embd]; the
+// outputs are left in ctx.hidden(). Every pass of the driver runs this.
+Status run_block_window(ForwardContext& ctx, int l, const std::vector<int32_t>& seq, const std::vector<float>& in,
+                        KvCache* cache) {
+  SeqBatch sb;
+  sb.tokens = seq.data();
+  sb.n = static_cast<int64_t>(seq.size());
+  sb.cache = cache;
+  EMBER_RETURN_IF_ERROR(ctx.prepare(&sb, 1));
+  std::memcpy(ctx.hidden(), in.data(), in.size() * sizeof(float));
+  ctx.run_layers(l, l + 1);
+  return Status::ok();
+}
+
 // LayerwiseBlockRunner over the driver's model, context and windows.
 class BlockRunner : public LayerwiseBlockRunner {
  public:
@@ -49,15 +63,8 @@ class BlockRunner : public LayerwiseBlockRunner {
     EMBER_RETURN_IF_ERROR(m_->set_activation_thresholds(std::move(trial)));
     Status st = Status::ok();
     for (int64_t c = 0; c < windows() && st.is_ok(); ++c) {
-      SeqBatch sb;
-      sb.tokens = (*seqs_)[c].data();
-      sb.n = W_;
-      sb.cache = cache_;
-      st = ctx_->prepare(&sb, 1);
-      if (!st.is_ok()) break;
-      std::memcpy(ctx_->hidden(), (*hidden_)[c].data(), W_ * E_ * sizeof(float));
-      ctx_->run_layers(l_, l_ + 1);
-      out(c, ctx_->hidden());
+      st = run_block_window(*ctx_, l_, (*seqs_)[c], (*hidden_)[c], cache_);
+      if (st.is_ok()) out(c, ctx_->hidden());
     }
     Status restored = m_->set_activation_thresholds(saved);
     return st.is_ok() ? restored : st;
@@ -102,13 +109,7 @@ Result<std::unique_ptr<ModelFile>> run_layerwise(std::unique_ptr<ModelFile> src,
     ctx->set_observer(observer);
     for (int64_t c = 0; c < n_windows; ++c) {
       if (observer) cb.on_window(l, c);
-      SeqBatch sb;
-      sb.tokens = seqs[c].data();
-      sb.n = W;
-      sb.cache = &cache;
-      EMBER_RETURN_IF_ERROR(ctx->prepare(&sb, 1));
-      std::memcpy(ctx->hidden(), hidden[c].data(), W * E * sizeof(float));
-      ctx->run_layers(l, l + 1);
+      EMBER_RETURN_IF_ERROR(run_block_window(*ctx, l, seqs[c], hidden[c], &cache));
       if (advance) std::memcpy(hidden[c].data(), ctx->hidden(), W * E * sizeof(float));
     }
     ctx->set_observer(nullptr);
