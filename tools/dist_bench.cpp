@@ -92,7 +92,10 @@ int main(int argc, char** argv) {
   // dist's send / recv ping-pong
   for (size_t s = 8; s <= max_bytes; s *= 16) {
     const int it = iters_for(s, base), warm = it / 10 + 1;
-    c.barrier();
+    if (ember::Status st = c.barrier(); !st.is_ok()) {
+      std::fprintf(stderr, "%s\n", st.message().c_str());
+      return 1;
+    }
     std::vector<double> t;
     for (int i = 0; i < it + warm; ++i) {
       const double t0 = now();

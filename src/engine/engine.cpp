@@ -78,8 +78,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runn
   auto e = build(std::move(runner), cfg, true);
   if (!e) return e;
   if (!cfg.spec.uses_draft_model()) return e;
+  // The draft runs whole on this rank's CPU (an empty backend factory).
   const DraftKvBase base{cfg.block_size, cfg.kv_cache_bytes, cfg.num_kv_blocks, cfg.max_num_batched_tokens,
-                         cfg.kv_types};
+                         cfg.kv_types, BackendFactory{}};
   // No KV donor: the target's pages on this rank hold only its shard.
   auto p = make_draft_proposer(cfg.spec, target, pool, base, KvDonor{});
   if (!p) return p.status().with_context("speculative decoding");

@@ -232,14 +232,16 @@ class SchemaConverter {
       alts.push_back(fmt::format("\"{}.\" [0-9]{{0,14}} [1-9]", *xmn));  // just above the exclusive bound
     }
     int64_t b = -1;
-    std::optional<int64_t> top_incl;
+    bool has_top = false;  // the inclusive maximum itself, with a zero fraction
+    int64_t top_incl = 0;
     if (mx) {
       b = *mx - 1;
+      has_top = true;
       top_incl = *mx;
     }
     if (xmx) {
       b = b < 0 ? *xmx - 1 : std::min(b, *xmx - 1);
-      if (top_incl && *top_incl >= *xmx) top_incl.reset();
+      if (has_top && top_incl >= *xmx) has_top = false;
     }
     if (!mn && !xmn) alts.push_back("\"-\" j-int " + frac + "?");  // every negative number is below the bound
     if (b < 0 && (mx || xmx)) {
@@ -247,7 +249,8 @@ class SchemaConverter {
     } else if (b < 0 || a <= b) {
       alts.push_back(uint_range(a, b) + " " + frac + "?");
     }
-    if (top_incl && *top_incl >= a && !(xmn && *top_incl <= *xmn)) alts.push_back(fmt::format("\"{}\" (\".\" \"0\"{{1,15}})?", *top_incl));
+    if (has_top && top_incl >= a && !(xmn && top_incl <= *xmn))
+      alts.push_back(fmt::format("\"{}\" (\".\" \"0\"{{1,15}})?", top_incl));
     if (xmn && ((mx && *mx <= *xmn) || (xmx && *xmx <= *xmn))) alts.erase(alts.begin());
     if (alts.empty()) {
       fail("number bounds admit no value", path);

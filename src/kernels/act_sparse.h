@@ -120,6 +120,13 @@ int col_block_inputs(DType base);
 // 16-bit), a bad max_panel_rows.
 Result<ColumnWeights> make_column_weights(const TensorView& w, int64_t max_panel_rows = kColMaxPanelRows);
 
+// The panel height for decode on `threads` threads: the matmul driver gives
+// each thread one task of whole kColRowUnit units (about n_out / threads
+// rows); panels that high let each thread read runs in its own part of the
+// copy instead of a slice of every run (tools/run_stream_bench.cpp measures
+// the two patterns). At most kColMaxPanelRows.
+int64_t col_panel_rows(int64_t n_out, int threads);
+
 // The union active list of n_tok tokens (see the top of this file).
 struct ColActive {
   int n_tok = 0;

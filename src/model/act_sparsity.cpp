@@ -140,7 +140,7 @@ size_t Model::build_activation_columns(int threads) {
   std::atomic<size_t> next{0}, bytes{0};
   auto work = [&]() {
     for (size_t i; (i = next++) < todo.size();) {
-      auto c = make_column_weights(*todo[i]->weight);
+      auto c = make_column_weights(*todo[i]->weight, col_panel_rows(todo[i]->n_out(), threads));
       if (!c) continue;  // checked above: cannot fail but for memory; the dense path stays
       bytes += c->bytes();
       todo[i]->cols = std::make_shared<const ColumnWeights>(std::move(c.value()));

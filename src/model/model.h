@@ -89,7 +89,8 @@ class Model {
   // build_activation_columns makes the input-channel-blocked copies of the
   // sparsified linears whose type has a column layout (Q8_0, Q4_K, Q6_K)
   // where the mode can use them (skip; auto while the driver's rule takes
-  // columns at all: kernels/act_sparse.h) and returns their bytes (the weights stay as they are for prefill). Not
+  // columns at all: kernels/act_sparse.h) and returns their bytes (the weights stay as they are for prefill);
+  // `threads` builds them and is the decode thread count their panels are cut for (col_panel_rows). Not
   // thread-safe: call before any ForwardContext runs the model.
   void set_activation_sparsity(ActSparsityMode mode);
   size_t build_activation_columns(int threads = 1);

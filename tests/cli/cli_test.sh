@@ -108,6 +108,10 @@ out=$("$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-sq8.gguf" --method magnitude --
   --format sparse --no-check -t 2 2>&1)
 if ! grep -q "sparse format: 14 matrices stored sparse" <<<"$out"; then
   echo "FAIL: prune --format sparse: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+# magnitude without --quota row in the sparse format: the note that points to it.
+if ! grep -q "note: in --format sparse every row .* add --quota row" <<<"$out"; then
+  echo "FAIL: prune --format sparse without --quota row gives no note: $out"; fail=$((fail + 1))
+else pass=$((pass + 1)); fi
 "$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-mag.gguf" --method magnitude --sparsity 0.6 --type q8_0 --no-check -t 2 \
   >/dev/null 2>&1
 sparse_text=$("$EMBER" run -m "$tmp/tiny-sq8.gguf" -p "hello world" -n 24 --temp 0 -t 2 2>/dev/null)

@@ -33,10 +33,20 @@ bool have_device(std::string* why) { return cuda::device_count(why) > 0; }
     if (!have_device(&why)) GTEST_SKIP() << "no CUDA device (" << why << "): device test skipped"; \
   } while (0)
 
-std::filesystem::path scratch_dir() {
-  auto d = std::filesystem::temp_directory_path() / ("ember_cuda_model_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(d);
-  return d;
+// The process's scratch folder for model files, removed at exit (the
+// files are written even where the device tests then skip).
+const std::filesystem::path& scratch_dir() {
+  struct Scratch {
+    std::filesystem::path p =
+        std::filesystem::temp_directory_path() / ("ember_cuda_model_" + std::to_string(::getpid()));
+    Scratch() { std::filesystem::create_directories(p); }
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove_all(p, ec);
+    }
+  };
+  static const Scratch s;
+  return s.p;
 }
 
 // A small random model of `arch` with weights of type t, written once.

@@ -211,7 +211,9 @@ TEST(Engine, SamplingRowsOnThePoolMatchAlone) {
       const std::string key = t.id + "/" + std::to_string(t.index);
       got[key].push_back(t.token);
       got_lp[key].push_back(t.logprob);
-      if (t.id == "2") EXPECT_EQ(t.top.size(), 3u);
+      if (t.id == "2") {
+        EXPECT_EQ(t.top.size(), 3u);
+      }
     }
   }
   EXPECT_GT(seen->second.size(), 1u) << "processors never ran off the engine thread";
@@ -224,7 +226,9 @@ TEST(Engine, SamplingRowsOnThePoolMatchAlone) {
       const std::string key = std::to_string(i) + "/" + std::to_string(k);
       EXPECT_EQ(got[key], alone.tokens) << key;
       for (int32_t t : got[key])
-        if (reqs[i].logits_processor) EXPECT_NE(t % 5, 0) << key;
+        if (reqs[i].logits_processor) {
+          EXPECT_NE(t % 5, 0) << key;
+        }
       if (reqs[i].logprobs) {
         ASSERT_EQ(got_lp[key].size(), alone.logprobs.size()) << key;
         for (size_t j = 0; j < alone.logprobs.size(); ++j) EXPECT_EQ(got_lp[key][j], alone.logprobs[j]) << key;

@@ -9,7 +9,7 @@
 namespace ember {
 namespace {
 
-KvLayout one_group() { return KvLayout::from_spec(KvSpec{{{0, 2, 2}}}, true); }
+KvLayout one_group() { return KvLayout::from_spec(KvSpec{{{0, 2, 2}}, {}}, true); }
 
 std::unique_ptr<Request> request(uint64_t seq, std::vector<int32_t> tokens) {
   auto r = std::make_unique<Request>();
@@ -102,7 +102,7 @@ TEST(KvCacheManager, ForkSharesBlocksAndCopiesOnWrite) {
 
 TEST(KvCacheManager, SlidingGroupsMatchAndReleaseOnlyTheWindow) {
   // Layer 0 global, layer 1 sliding window 4: two groups of one layer.
-  KvCacheManager kv(KvLayout::from_spec(KvSpec{{{0, 2, 2}, {4, 2, 2}}}, true), 2, 40, true, 0);
+  KvCacheManager kv(KvLayout::from_spec(KvSpec{{{0, 2, 2}, {4, 2, 2}}, {}}, true), 2, 40, true, 0);
   ASSERT_EQ(kv.n_groups(), 2);
   auto a = request(1, iota_tokens(12));
   kv.add(*a);

@@ -371,7 +371,7 @@ struct Bench {
   Scheduler sched;
   std::vector<std::unique_ptr<Request>> reqs;
   Bench(int block_size, int32_t n_blocks, SchedulerConfig sc)
-      : kv(KvLayout::from_spec(KvSpec{{{0, 2, 2}}}, true), block_size, n_blocks, true, 0), sched(sc, kv) {}
+      : kv(KvLayout::from_spec(KvSpec{{{0, 2, 2}}, {}}, true), block_size, n_blocks, true, 0), sched(sc, kv) {}
   Request* add(int n_prompt, int priority = 0, int first_token = 0) {
     auto r = std::make_unique<Request>();
     r->seq_id = reqs.size() + 1;

@@ -103,7 +103,9 @@ void greedy_exactness(const Model* target, const Model* draft, bool expect_preem
   tight.max_num_batched_tokens = 512;  // admits many at once: they outgrow the pool
   RunResult pre = run_draft(*target, *draft, pool, tight, reqs, 40);
   expect_same(want, pre, "draft model under preemption");
-  if (expect_preemption) EXPECT_GT(pre.stats.n_preemptions, 0);
+  if (expect_preemption) {
+    EXPECT_GT(pre.stats.n_preemptions, 0);
+  }
 }
 
 // The target as its own draft (every greedy draft is accepted), and a
@@ -360,7 +362,9 @@ void sampled_distribution(const SamplingParams& sp, int n, int head = 0, int ngr
   int64_t n_lookup = 0;
   const RunResult sp_run =
       run_draft(*target, *draft, pool, spec, seeded_runs(n, 500000, sp, prompt), 4096, ngram_first, &n_lookup);
-  if (ngram_first > 0) EXPECT_GT(n_lookup, n / 10);
+  if (ngram_first > 0) {
+    EXPECT_GT(n_lookup, n / 10);
+  }
   ASSERT_EQ(sp_run.finished.size(), static_cast<size_t>(n));
   const double acc = sp_run.stats.spec.acceptance_rate();
   EXPECT_GT(acc, 0.02);

@@ -129,8 +129,12 @@ TEST(ActSparse, ActiveListsHoldTheUnionOfTheTokensInPaddedGroups) {
       EXPECT_EQ(seen[c], any ? 1 : 0) << "channel " << c;
     }
     EXPECT_EQ(l.n_union, want);
-    if (first == 3) EXPECT_EQ(a.start[16], 0);  // token 3: the first 256 inputs are zero, no entries
-    if (first == 0) EXPECT_EQ(l.n_union, kIn);  // token 2 is dense
+    if (first == 3) {
+      EXPECT_EQ(a.start[16], 0);  // token 3: the first 256 inputs are zero, no entries
+    }
+    if (first == 0) {
+      EXPECT_EQ(l.n_union, kIn);  // token 2 is dense
+    }
   }
 }
 
@@ -317,6 +321,22 @@ TEST(ActSparse, InterleavedRowsGiveTheSameColumns) {
     ASSERT_EQ(a->bytes(), b->bytes());
     EXPECT_EQ(std::memcmp(a->data.get(), b->data.get(), a->bytes()), 0);
   }
+}
+
+// Panels cut for the decode threads: each thread's task is whole panels.
+TEST(ActSparse, PanelsAreCutForTheDecodeThreads) {
+  EXPECT_EQ(col_panel_rows(2048, 1), 2048);
+  EXPECT_EQ(col_panel_rows(2048, 2), 1024);
+  EXPECT_EQ(col_panel_rows(8192, 2), kColMaxPanelRows);
+  EXPECT_EQ(col_panel_rows(512, 2), 256);
+  EXPECT_EQ(col_panel_rows(100, 4), kColRowUnit);
+  EXPECT_EQ(col_panel_rows(3000, 2), 1536);  // 1500 rounded up to whole units
+  EXPECT_EQ(col_panel_rows(2048, 0), 2048);   // no threads: one
+  const std::vector<uint8_t> w = make_weights(DType::kQ8_0, 2048, 256, 5);
+  auto c = make_column_weights(view(DType::kQ8_0, 2048, 256, w), col_panel_rows(2048, 2));
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->panel_rows, 1024);
+  EXPECT_EQ(c->n_panels, 2);
 }
 
 TEST(ActSparse, BadMatricesAreRefused) {

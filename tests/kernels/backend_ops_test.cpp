@@ -504,8 +504,9 @@ TEST_P(BackendTest, KvStoreEveryRowFormatAgainstReference) {
         const int64_t page = q.pages[pos[t] / bs], row = pos[t] % bs;
         if (!q.k_kept) kv_store_row(kt, k.data() + t * ldk, kw, kwant.data() + (page * bs + row) * krb);
         kv_store_row(vt, v.data() + t * ldv, vw, vwant.data() + (page * bs + row) * vrb);
-        if (kt == KvType::kF32 && !q.k_kept)
+        if (kt == KvType::kF32 && !q.k_kept) {
           ASSERT_EQ(0, std::memcmp(kwant.data() + (page * bs + row) * krb, k.data() + t * ldk, kw * 4));
+        }
       }
       auto run = [&](Backend& be, bool one_by_one, std::vector<uint8_t>* kgot, std::vector<uint8_t>* vgot) {
         *kgot = kpoison, *vgot = vpoison;

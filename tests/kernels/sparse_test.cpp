@@ -327,7 +327,9 @@ TEST_P(SparseBits, TileIsBitIdenticalToTheTwin) {
       }
       set_active_isa(saved);
     }
-    if (cpu_max_isa() >= Isa::kAvx2) EXPECT_GE(tiles, 1) << "prefill has no tile kernel";
+    if (cpu_max_isa() >= Isa::kAvx2) {
+      EXPECT_GE(tiles, 1) << "prefill has no tile kernel";
+    }
   }
 }
 

@@ -70,7 +70,9 @@ TEST_F(InterleaveWeights, LogitsUnchanged) {
       const int n = (*il)->interleave_weights(2);
       // 2 layers x 7 block linears + the head, where the level pays for it.
       EXPECT_EQ(n, interleave_pays(type, 16) ? 15 : 0);
-      if (n > 0) EXPECT_EQ((*il)->weights().output.weight->type, interleaved_type(type));
+      if (n > 0) {
+        EXPECT_EQ((*il)->weights().output.weight->type, interleaved_type(type));
+      }
       const std::vector<float> a = run(**plain), b = run(**il);
       ASSERT_EQ(a.size(), b.size());
       for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << "logit " << i;
@@ -199,7 +201,9 @@ TEST_F(InterleaveWeights, PreparedThroughTheBackend) {
   auto n = (*prepared)->prepare_weights(*cpu);
   ASSERT_TRUE(n.is_ok()) << n.status().message();
   EXPECT_EQ(*n, interleave_pays(type, 16) ? 15 : 0);
-  if (*n > 0) EXPECT_EQ((*prepared)->weights().layers[1].down.weight->type, interleaved_type(type));
+  if (*n > 0) {
+    EXPECT_EQ((*prepared)->weights().layers[1].down.weight->type, interleaved_type(type));
+  }
   EXPECT_TRUE((*prepared)->check_backend(*cpu).is_ok());  // the interleaved types run too
   const std::vector<float> a = run(**plain), b = run(**prepared);
   ASSERT_EQ(a.size(), b.size());

@@ -113,7 +113,9 @@ TEST_F(RotationMetadataTest, ActivationBits) {
     EXPECT_TRUE(q.is_ok());
     auto m = Model::from_file(std::move(q.value()));
     EXPECT_TRUE(m.is_ok());
-    if (set_bits) EXPECT_TRUE((*m)->set_activation_bits(set_bits).is_ok());
+    if (set_bits) {
+      EXPECT_TRUE((*m)->set_activation_bits(set_bits).is_ok());
+    }
     EXPECT_EQ((*m)->config().act_bits, set_bits ? set_bits : meta_bits ? meta_bits : 8);
     std::vector<int32_t> t = {1, 5, 9, 200, 17, 3, 77, 250};
     ForwardContext ctx(**m, pool_, 8);

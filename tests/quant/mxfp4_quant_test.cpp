@@ -78,7 +78,9 @@ TEST(Mxfp4Imatrix, ExponentSearchMatchesBruteForce) {
       const double ei = block_error(xb, wb, got), er = block_error(xb, wb, qr[r * kBlocks + b]);
       EXPECT_EQ(ei, best) << "r=" << r << " b=" << b;
       EXPECT_LE(ei, er);
-      if (got.e == e0) EXPECT_EQ(std::memcmp(&got, &qr[r * kBlocks + b], sizeof(got)), 0);
+      if (got.e == e0) {
+        EXPECT_EQ(std::memcmp(&got, &qr[r * kBlocks + b], sizeof(got)), 0);
+      }
       moved += got.e != e0;
       ei_total += ei;
       er_total += er;

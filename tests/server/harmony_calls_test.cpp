@@ -137,7 +137,9 @@ void expect_valid_call(const Result& r, const std::vector<std::string>& allowed,
   EXPECT_EQ(r.content, "") << label;
   // The budget, or an earlier end the model wrote itself (<|end|>).
   EXPECT_LE(r.thinking, 6) << label;
-  if (r.thinking == 6) EXPECT_NE(r.reasoning.find("Enough."), std::string::npos) << label << ": " << r.reasoning;
+  if (r.thinking == 6) {
+    EXPECT_NE(r.reasoning.find("Enough."), std::string::npos) << label << ": " << r.reasoning;
+  }
 }
 
 TEST(HarmonyCalls, RequiredAndNamedCallsParseAndValidate) {

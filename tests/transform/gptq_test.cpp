@@ -224,7 +224,9 @@ TEST(Gptq, MatchesPlainReferenceAndBeatsRoundingInEveryType) {
       for (size_t i = 0; i < bytes; ++i) same_st += st[i] == want_st[i], differ += st[i] != got[i];
       EXPECT_GE(static_cast<double>(same_st) / bytes, 0.995);
       // Static scales differ from the default pass's from the second block of a row on.
-      if (mode == GptqOptions::Scales::kRefit || n_in > dtype_block_size(t)) EXPECT_GT(differ, 0u);
+      if (mode == GptqOptions::Scales::kRefit || n_in > dtype_block_size(t)) {
+        EXPECT_GT(differ, 0u);
+      }
       EXPECT_LT(loss(p, t, st), 0.9 * l_imx);
       std::printf("%s %s: loss %.5g (dynamic %.5g, imatrix %.5g)\n", dtype_name(t),
                   mode == GptqOptions::Scales::kStatic ? "static" : "refit", loss(p, t, st), l_gptq, l_imx);

@@ -280,7 +280,9 @@ TEST_F(MoeCalibrationTest, Mxfp4ExpertsWithImatrixExponents) {
     auto all = plan_quantization(**src, pure);
     ASSERT_TRUE(all.is_ok());
     for (const QuantPlanEntry& e : all->entries)
-      if (e.name.find("attn_q.weight") != std::string::npos) EXPECT_EQ(e.target, DType::kMXFP4) << e.name;
+      if (e.name.find("attn_q.weight") != std::string::npos) {
+        EXPECT_EQ(e.target, DType::kMXFP4) << e.name;
+      }
   }
   const auto rtn_plan = *plan;
   std::map<std::string, std::vector<float>> importance;

@@ -132,12 +132,18 @@ TEST(PruneMasks, PerRowQuota) {
     for (int64_t r = 0; r < n_out; ++r)
       for (int64_t b = 0; b < n_in; b += 128) {
         const int64_t c = count(m.data() + r * n_in + b, 128);
-        if (per_row) ASSERT_EQ(c, static_cast<int64_t>(0.7 * 128)) << "row " << r << " batch " << b;
+        if (per_row) {
+          ASSERT_EQ(c, static_cast<int64_t>(0.7 * 128)) << "row " << r << " batch " << b;
+        }
         lo = std::min(lo, c), hi = std::max(hi, c);
       }
-    if (!per_row) EXPECT_GT(hi - lo, 10) << "one quota per batch: rows differ";
+    if (!per_row) {
+      EXPECT_GT(hi - lo, 10) << "one quota per batch: rows differ";
+    }
     for (size_t i = 0; i < sg.size(); ++i)
-      if (m[i]) ASSERT_EQ(sg[i], 0.0f);
+      if (m[i]) {
+        ASSERT_EQ(sg[i], 0.0f);
+      }
   }
 }
 

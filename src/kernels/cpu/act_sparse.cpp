@@ -80,6 +80,12 @@ bool col_supported(DType base) {
 
 int col_block_inputs(DType base) { return base == DType::kQ8_0 ? kQK : kQK_K; }
 
+int64_t col_panel_rows(int64_t n_out, int threads) {
+  const int64_t t = std::max(1, threads);
+  const int64_t per = (n_out + t - 1) / t;
+  return std::clamp<int64_t>((per + kColRowUnit - 1) / kColRowUnit * kColRowUnit, kColRowUnit, kColMaxPanelRows);
+}
+
 Result<ColumnWeights> make_column_weights(const TensorView& w, int64_t max_panel_rows) {
   const DType base = dtype_layout_base(w.type);
   if (!col_supported(base))

@@ -49,6 +49,11 @@
 #include "quant/blocks.h"
 #include "quant/sparse.h"
 
+// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized inside their
+// intrinsics (the "undefined" passthrough operands); false positives.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace ember::avx512 {
 namespace {
 

@@ -6,6 +6,11 @@
 
 #include "kernels/cpu/train_gemm.h"
 
+// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized inside their
+// intrinsics (the "undefined" passthrough operands); false positives.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace ember::avx512 {
 namespace {
 
