@@ -29,9 +29,11 @@
 // [S - 1e-6, S + base_step / n).
 //
 // Runs on the shared layer-by-layer driver (layerwise.h) as an observer of
-// each block's linear inputs; the thresholds do not change the weights, so
-// each block's observe pass also advances the hidden states (the inputs of
-// later blocks are the dense model's, as TEAL calibrates). The thresholds
+// each block's linear inputs (greedy: and its refine step, which reruns the
+// block with trial thresholds); the thresholds do not change the weights,
+// so the hidden states advance through the dense block (uniform: in the
+// observe pass; greedy: in a pass after the search), and the inputs of
+// later blocks are the dense model's, as TEAL calibrates. The thresholds
 // go into the returned file's metadata (ember.activation_sparsity.*).
 //
 // Threading: the calling thread drives; the forward pass runs on `pool`.
