@@ -10,7 +10,8 @@
 //   structured (transform/prune_structured.h): --ffn F, --heads F,
 //     --kv-groups F, --drop-layers N [--layer-metric bi|kl], --vocab N
 //     [--vocab-text FILE]: a smaller dense model;
-//   activation sparsity (transform/act_sparsity.h): --activations S,
+//   activation sparsity (transform/act_sparsity.h): --activations S
+//     [--act-allocation uniform|greedy],
 //     thresholds on the block matrices' inputs in the metadata.
 // Without --type every tensor keeps its source type. The stages are the
 // pipeline `ember quantize` runs (transform/pipeline.h).
@@ -67,12 +68,13 @@ Result<std::vector<int32_t>> choose_output_tokens(const Metadata& md, int n_voca
 int cmd_prune(int argc, char** argv, int first) {
   ArgParser p("prune",
               "ember prune IN OUT [--method magnitude|wanda|sparsegpt --sparsity S [--pattern unstructured|2:4|4:8] "
-              "[--layer-sparsity uniform|owl|kl]] [--activations S] [--ffn F] [--heads F] [--kv-groups F] [--drop-layers N] [--vocab N] "
+              "[--layer-sparsity uniform|owl|kl]] [--activations S [--act-allocation uniform|greedy]] [--ffn F] [--heads F] [--kv-groups F] [--drop-layers N] [--vocab N] "
               "[--type T [--quant-method M]]");
   CompressFlags f;
   std::vector<std::string> pos;
   std::string method, pattern = "unstructured", layer_sparsity = "uniform", layer_metric = "bi", vocab_text;
   float activations = -1;
+  std::string act_allocation;
   float sparsity = -1, owl_lambda = 0.08f, owl_m = 5.0f, ffn = 0, heads = 0, kv_groups = 0;
   int drop_layers = 0, vocab = 0, ffn_multiple = 0, speed_tokens = 64, sparse_bits = 0;
   bool global_ffn = false, dense = false;
@@ -108,6 +110,10 @@ int cmd_prune(int argc, char** argv, int first) {
   p.option("--activations", &activations, "S",
            "activation sparsity (TEAL): thresholds that zero the fraction S in (0, 1) of each block matrix's inputs "
            "on the calibration text, written into the metadata; decode skips the zeroed inputs' weights");
+  p.option("--act-allocation", &act_allocation, "A",
+           "--activations: greedy (default; TEAL's block-wise greedy search: per-input levels whose "
+           "parameter-weighted mean per block is S, each step given to the input whose step changes the block's "
+           "output least; about 100x the calibration time of uniform) or uniform (S for every block input)");
   p.option("--speed-tokens", &speed_tokens, "N", "decode steps of the speed report (default 64; 0: no speed report)");
   p.flag("--dense", &dense, "write the pruned weights in standard dense types, which llama.cpp loads (the default; "
                             "= --format dense)");
@@ -151,6 +157,12 @@ int cmd_prune(int argc, char** argv, int first) {
     if (!(activations > 0 && activations < 1))
       return usage_error(p, fmt::format("--activations must be in (0, 1), got {}", activations));
     o.act_sparsity = activations;
+  }
+  if (!act_allocation.empty()) {
+    if (activations == -1) return usage_error(p, "--act-allocation goes with --activations");
+    auto a = act_allocation_from_name(act_allocation);
+    if (!a) return usage_error(p, "--act-allocation: " + a.status().message());
+    o.act_allocation = *a;
   }
   if (method.empty() && !structured && !o.act_sparsity)
     return usage_error(p, "nothing to prune: give --method and --sparsity, --activations, or --ffn, --heads, "

@@ -65,6 +65,33 @@ Status Model::load_activation_sparsity() {
   return Status::ok();
 }
 
+Status Model::set_activation_thresholds(std::vector<float> t) {
+  if (!t.empty() && t.size() != static_cast<size_t>(cfg_.n_layer) * kActInputs)
+    return Status::errorf("{} activation thresholds for {} blocks (expected {})", t.size(), cfg_.n_layer,
+                          static_cast<size_t>(cfg_.n_layer) * kActInputs);
+  for (size_t i = 0; i < t.size(); ++i)
+    if (!std::isfinite(t[i]) || t[i] < 0)
+      return Status::errorf("activation threshold {} (block {}, {}) is {}; thresholds are finite and >= 0", i,
+                            i / kActInputs, act_input_name(static_cast<ActInput>(i % kActInputs)), t[i]);
+  act_thresholds_ = std::move(t);
+  // As set_activation_sparsity applies them, but the column copies stay
+  // (it drops them in kDense); empty or kOff: every linear dense.
+  const bool on = !act_thresholds_.empty() && act_mode_ != ActSparsityMode::kOff;
+  for (int il = 0; il < cfg_.n_layer; ++il) {
+    LayerWeights& l = weights_->layers[il];
+    auto th = [&](ActInput i) {
+      return on ? act_thresholds_[static_cast<size_t>(il) * kActInputs + static_cast<int>(i)] : 0.0f;
+    };
+    l.q.act_threshold = l.k.act_threshold = l.v.act_threshold = th(ActInput::kAttnIn);
+    l.o.act_threshold = th(ActInput::kAttnOut);
+    if (cfg_.layers[il].ffn_kind == FfnKind::kDenseGated) {
+      l.gate.act_threshold = l.up.act_threshold = th(ActInput::kFfnIn);
+      l.down.act_threshold = th(ActInput::kFfnDown);
+    }
+  }
+  return Status::ok();
+}
+
 void Model::set_activation_sparsity(ActSparsityMode mode) {
   act_mode_ = mode;
   if (act_thresholds_.empty()) return;

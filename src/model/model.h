@@ -96,6 +96,14 @@ class Model {
   size_t activation_column_bytes() const;  // of the copies held now
   // The per-block thresholds [n_layer * 4] (empty: none).
   const std::vector<float>& activation_thresholds() const { return act_thresholds_; }
+  // Replaces the thresholds (empty: none, the dense model; else [n_layer * 4],
+  // finite and >= 0) and applies them under the current mode; column copies
+  // are neither built nor dropped (calibration trials use it: the greedy
+  // allocation of transform/act_sparsity.h). Errors: a wrong length, a
+  // negative or non-finite value (nothing changed). Not thread-safe: no
+  // ForwardContext may be running the model meanwhile (like
+  // set_activation_sparsity).
+  Status set_activation_thresholds(std::vector<float> t);
   // The context length this model runs with (prompt + output per sequence;
   // default at load: the trained context, n_ctx_train). It picks LongRoPE's
   // factors as llama.cpp and vLLM do: rope_factors_long when it exceeds the

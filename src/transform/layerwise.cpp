@@ -1,6 +1,7 @@
 // The layer-by-layer calibration driver; see layerwise.h.
 #include "transform/layerwise.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "model/model.h"
@@ -29,6 +30,58 @@ Status embed_calibration_windows(ForwardContext& ctx, const ModelConfig& cfg, co
   return Status::ok();
 }
 
+namespace {
+
+// Block l over one window from its stored inputs `in` [W * n_embd]; the
+// outputs are left in ctx.hidden(). Every pass of the driver runs this.
+Status run_block_window(ForwardContext& ctx, int l, const std::vector<int32_t>& seq, const std::vector<float>& in,
+                        KvCache* cache) {
+  SeqBatch sb;
+  sb.tokens = seq.data();
+  sb.n = static_cast<int64_t>(seq.size());
+  sb.cache = cache;
+  EMBER_RETURN_IF_ERROR(ctx.prepare(&sb, 1));
+  std::memcpy(ctx.hidden(), in.data(), in.size() * sizeof(float));
+  ctx.run_layers(l, l + 1);
+  return Status::ok();
+}
+
+// LayerwiseBlockRunner over the driver's model, context and windows.
+class BlockRunner : public LayerwiseBlockRunner {
+ public:
+  BlockRunner(int l, Model* m, ForwardContext* ctx, const std::vector<std::vector<int32_t>>* seqs,
+              const std::vector<std::vector<float>>* hidden, KvCache* cache, int64_t W, int64_t E)
+      : l_(l), m_(m), ctx_(ctx), seqs_(seqs), hidden_(hidden), cache_(cache), W_(W), E_(E) {}
+  int64_t windows() const override { return static_cast<int64_t>(hidden_->size()); }
+  int64_t window_tokens() const override { return W_; }
+  int64_t n_embd() const override { return E_; }
+  Status run(const float* t, const std::function<void(int64_t, const float*)>& out) override {
+    const std::vector<float> saved = m_->activation_thresholds();
+    std::vector<float> trial = saved;
+    trial.resize(static_cast<size_t>(m_->config().n_layer) * kActInputs, 0.0f);
+    std::copy(t, t + kActInputs, trial.begin() + static_cast<ptrdiff_t>(l_) * kActInputs);
+    EMBER_RETURN_IF_ERROR(m_->set_activation_thresholds(std::move(trial)));
+    Status st = Status::ok();
+    for (int64_t c = 0; c < windows() && st.is_ok(); ++c) {
+      st = run_block_window(*ctx_, l_, (*seqs_)[c], (*hidden_)[c], cache_);
+      if (st.is_ok()) out(c, ctx_->hidden());
+    }
+    Status restored = m_->set_activation_thresholds(saved);
+    return st.is_ok() ? restored : st;
+  }
+
+ private:
+  int l_;
+  Model* m_;
+  ForwardContext* ctx_;
+  const std::vector<std::vector<int32_t>>* seqs_;
+  const std::vector<std::vector<float>>* hidden_;
+  KvCache* cache_;
+  int64_t W_, E_;
+};
+
+}  // namespace
+
 Result<std::unique_ptr<ModelFile>> run_layerwise(std::unique_ptr<ModelFile> src, const std::vector<int32_t>& tokens,
                                                  const LayerwiseOptions& o, LayerwiseCallback& cb, ThreadPool& pool) {
   const int64_t W = o.window;
@@ -56,25 +109,25 @@ Result<std::unique_ptr<ModelFile>> run_layerwise(std::unique_ptr<ModelFile> src,
     ctx->set_observer(observer);
     for (int64_t c = 0; c < n_windows; ++c) {
       if (observer) cb.on_window(l, c);
-      SeqBatch sb;
-      sb.tokens = seqs[c].data();
-      sb.n = W;
-      sb.cache = &cache;
-      EMBER_RETURN_IF_ERROR(ctx->prepare(&sb, 1));
-      std::memcpy(ctx->hidden(), hidden[c].data(), W * E * sizeof(float));
-      ctx->run_layers(l, l + 1);
+      EMBER_RETURN_IF_ERROR(run_block_window(*ctx, l, seqs[c], hidden[c], &cache));
       if (advance) std::memcpy(hidden[c].data(), ctx->hidden(), W * E * sizeof(float));
     }
     ctx->set_observer(nullptr);
     return Status::ok();
   };
   const bool keeps_function = cb.preserves_function();
+  const bool refines = cb.refines();
   for (int l = 0; l < n_visit; ++l) {
     const bool last = l + 1 == n_visit;
     ForwardObserver* observer = cb.observer(l);
     if (observer) {
-      EMBER_RETURN_IF_ERROR(pass(l, observer, keeps_function));
+      EMBER_RETURN_IF_ERROR(pass(l, observer, keeps_function && !refines));
+      if (refines) {
+        BlockRunner runner(l, model.get(), ctx.get(), &seqs, &hidden, &cache, W, E);
+        EMBER_RETURN_IF_ERROR(cb.refine(l, runner));
+      }
       EMBER_RETURN_IF_ERROR(cb.transform(l, current.get()));
+      if (keeps_function && refines && !last) EMBER_RETURN_IF_ERROR(pass(l, nullptr, true));
       if (!keeps_function && !last) {  // block l as transformed: reload and advance through it
         ctx.reset();
         auto next = Model::from_file(std::make_unique<ModelFile>(*current));

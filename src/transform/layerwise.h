@@ -9,6 +9,10 @@
 //      is not observed; the method has nothing to do there);
 //   2. transform: the callback changes block l's tensors in the driver's
 //      current ModelFile from what it observed;
+//   1b. refine (callbacks with refines()): the callback may run block l
+//      over every window with trial activation-sparsity thresholds as often
+//      as it likes (LayerwiseBlockRunner; the hidden states stay block l's
+//      inputs), e.g. to search per-input sparsities (TEAL's greedy rule);
 //   3. advance: the hidden states go through block l to become the inputs
 //      of block l + 1. A method whose transforms keep the function (AWQ's
 //      folded scales) advances during the observe pass; the others
@@ -36,6 +40,22 @@
 
 namespace ember {
 
+// Block l of the driver's current model over the stored calibration windows
+// (their hidden states entering block l), with trial activation-sparsity
+// thresholds; the hidden states are not advanced. Valid during refine().
+class LayerwiseBlockRunner {
+ public:
+  virtual ~LayerwiseBlockRunner() = default;
+  virtual int64_t windows() const = 0;        // calibration windows
+  virtual int64_t window_tokens() const = 0;  // W
+  virtual int64_t n_embd() const = 0;
+  // Runs block l with thresholds t[0..3] on its inputs (ActInput order,
+  // model/act_sparsity.h; 0: that input dense) over every window, calling
+  // out(window, y) with the block's outputs y [W * n_embd] (valid during the
+  // call). The model's thresholds are restored afterwards.
+  virtual Status run(const float* t, const std::function<void(int64_t, const float*)>& out) = 0;
+};
+
 class LayerwiseCallback {
  public:
   virtual ~LayerwiseCallback() = default;
@@ -50,6 +70,10 @@ class LayerwiseCallback {
   // True when transform() never changes the model's function (the observe
   // pass then advances the hidden states too and nothing is rerun).
   virtual bool preserves_function() const { return false; }
+  // True when the callback refines each observed block (refine()) between
+  // its observe pass and transform().
+  virtual bool refines() const { return false; }
+  virtual Status refine(int layer, LayerwiseBlockRunner& runner) { return Status::ok(); }
 };
 
 struct LayerwiseOptions {

@@ -273,6 +273,7 @@ Status run_act_sparsity_stage(const PipelineOptions& o, const std::string& cal, 
   if (!ct) return ct.status();
   ActSparsityOptions ao;
   ao.sparsity = *o.act_sparsity;
+  ao.allocation = o.act_allocation;
   ao.bos_id = ct->bos;
   if (log.note)
     log.note(fmt::format("activation sparsity: calibration {}: {} tokens in windows of {}", cal,
@@ -295,10 +296,28 @@ Status run_act_sparsity_stage(const PipelineOptions& o, const std::string& cal, 
       sum += rep->zeroed[i];
       ++n;
     }
-    log.info(fmt::format("activation sparsity {:.2f}: thresholds for {} of {} block inputs ({}) from {} tokens; "
-                         "zeroed on the calibration text: mean {:.1f}% (min {:.1f}%, max {:.1f}%); {:.0f} s",
-                         ao.sparsity, n, rep->thresholds.size(), kActSparsityThresholdsKey, rep->tokens,
-                         n ? 100.0 * sum / n : 0.0, n ? 100.0 * lo : 0.0, 100.0 * hi, since(t0)));
+    log.info(fmt::format("activation sparsity {:.2f} ({}): thresholds for {} of {} block inputs ({}) from {} "
+                         "tokens; zeroed on the calibration text: mean {:.1f}% (min {:.1f}%, max {:.1f}%), "
+                         "parameter-weighted {:.1f}%; {:.0f} s",
+                         ao.sparsity, act_allocation_name(ao.allocation), n, rep->thresholds.size(),
+                         kActSparsityThresholdsKey, rep->tokens, n ? 100.0 * sum / n : 0.0, n ? 100.0 * lo : 0.0,
+                         100.0 * hi, 100.0 * rep->weighted_zeroed, since(t0)));
+    if (ao.allocation == ActAllocation::kGreedy) {  // where the search put the sparsity
+      std::string by;
+      for (int i = 0; i < kActInputs; ++i) {
+        double m = 0, a = 1, b = 0;
+        int k = 0;
+        for (size_t j = i; j < rep->zeroed.size(); j += kActInputs) {
+          if (rep->params[j] <= 0) continue;
+          m += rep->zeroed[j], a = std::min(a, rep->zeroed[j]), b = std::max(b, rep->zeroed[j]), ++k;
+        }
+        if (k)
+          by += fmt::format("{}{} {:.1f}% ({:.1f}-{:.1f}%)", by.empty() ? "" : ", ",
+                            act_input_name(static_cast<ActInput>(i)), 100.0 * m / k, 100.0 * a, 100.0 * b);
+      }
+      log.info(fmt::format("activation sparsity, greedy: zeroed by input, mean over blocks (min-max): {}; {} steps",
+                           by, rep->steps.size()));
+    }
   }
   return Status::ok();
 }

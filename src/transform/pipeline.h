@@ -82,6 +82,7 @@ struct PipelineOptions {
   // After the plan: activation-sparsity thresholds calibrated to this
   // fraction of zeroed inputs (act_sparsity.h), written into the metadata.
   std::optional<double> act_sparsity;
+  ActAllocation act_allocation = ActAllocation::kGreedy;  // how S is spread over a block's inputs
   // Calibration text and tokens (-1: the method's default: 16384 for the
   // importance matrix, 4096 for the layer-by-layer methods).
   std::string calib_path;

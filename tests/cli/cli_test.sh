@@ -146,11 +146,12 @@ expect_rc 2 "prune: --sparse-bits without --format sparse" "$EMBER" prune "$tmp/
   --method magnitude --sparsity 0.5 --sparse-bits 4 --no-check
 expect_rc 2 "prune: --sparse-bits 6" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method magnitude \
   --sparsity 0.5 --sparse-bits 6 --format sparse --no-check
-# prune --activations: TEAL thresholds in the metadata (with Q8_0 rounding in the same plan); ember run with
+# prune --activations: TEAL thresholds (greedy allocation, the default) in the metadata (with Q8_0 rounding in
+# the same plan); ember run with
 # the column kernels forced on gives the text of the dense kernels on the same thresholds.
 out=$("$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-teal.gguf" --activations 0.4 --type q8_0 --calib-tokens 512 \
   --no-check -t 2 2>&1)
-if ! grep -q "activation sparsity 0.40: thresholds for 8 of 8 block inputs" <<<"$out"; then
+if ! grep -q "activation sparsity 0.40 (greedy): thresholds for 8 of 8 block inputs" <<<"$out"; then
   echo "FAIL: prune --activations: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 skip_text=$("$EMBER" run -m "$tmp/tiny-teal.gguf" -p "hello world" -n 24 --temp 0 -t 2 --act-sparsity skip 2>/dev/null)
 dense_text=$("$EMBER" run -m "$tmp/tiny-teal.gguf" -p "hello world" -n 24 --temp 0 -t 2 --act-sparsity dense 2>/dev/null)
@@ -159,6 +160,18 @@ if [ -z "$skip_text" ] || [ "$skip_text" != "$dense_text" ]; then
 else pass=$((pass + 1)); fi
 expect_rc 2 "prune: --activations 1.5" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --activations 1.5
 grep -q "activations must be in (0, 1)" /tmp/ember_cli_out.$$ || { echo "FAIL: --activations message"; fail=$((fail + 1)); }
+out=$("$EMBER" prune "$tmp/tiny.gguf" "$tmp/tiny-teal-u.gguf" --activations 0.4 --act-allocation uniform \
+  --calib-tokens 512 --no-check --speed-tokens 0 -t 2 2>&1)
+if ! grep -q "activation sparsity 0.40 (uniform): thresholds for 8 of 8 block inputs" <<<"$out"; then
+  echo "FAIL: prune --act-allocation uniform: $out"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+expect_rc 2 "prune: bad --act-allocation" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --activations 0.4 \
+  --act-allocation owl
+grep -q "unknown activation-sparsity allocation 'owl' (uniform, greedy)" /tmp/ember_cli_out.$$ \
+  || { echo "FAIL: --act-allocation message"; fail=$((fail + 1)); }
+expect_rc 2 "prune: --act-allocation without --activations" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" \
+  --method magnitude --sparsity 0.5 --act-allocation greedy
+grep -q "act-allocation goes with --activations" /tmp/ember_cli_out.$$ \
+  || { echo "FAIL: --act-allocation alone message"; fail=$((fail + 1)); }
 expect_rc 2 "run: bad --act-sparsity" "$EMBER" run -m "$tmp/tiny-teal.gguf" -p hi --act-sparsity sometimes
 expect_rc 2 "prune: bad --format" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method magnitude --sparsity 0.5 \
   --format csr

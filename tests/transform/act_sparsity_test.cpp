@@ -5,7 +5,11 @@
 // thresholds round-trip through a written GGUF; the column copies exist for
 // the sparsified linears; decode under auto / skip / dense gives the same
 // logits bit for bit, batched or one sequence at a time, and off (the dense
-// model) differs; bad metadata and a bad S are clear errors.
+// model) differs; bad metadata and a bad S are clear errors. The greedy
+// allocation: every block's parameter-weighted mean level reaches S (by at
+// most one step more), and each of its first steps went to the input whose
+// step gave the least block error, recomputed here with plain forward
+// passes of the model under Model::set_activation_thresholds.
 #include "transform/act_sparsity.h"
 
 #include <gtest/gtest.h>
@@ -91,6 +95,7 @@ TEST_F(ActSparsityTest, ThresholdsAreTheQuantilesOfTheDenseInputs) {
   ActSparsityOptions o;
   o.sparsity = 0.4;
   o.window = W;
+  o.allocation = ActAllocation::kUniform;
   ActSparsityReport rep;
   auto out = calibrate_act_sparsity(std::move(file.value()), toks, o, pool, &rep);
   ASSERT_TRUE(out.is_ok()) << out.status().message();
@@ -120,6 +125,164 @@ TEST_F(ActSparsityTest, ThresholdsAreTheQuantilesOfTheDenseInputs) {
   ASSERT_TRUE(t.is_ok());
   EXPECT_EQ(*t, rep.thresholds);
   EXPECT_NEAR(*(*out)->metadata.get_float(kActSparsityTargetKey), 0.4, 1e-6);
+  EXPECT_TRUE(rep.steps.empty());  // uniform searches nothing
+}
+
+// Block outputs of one layer over whole forwards.
+class BlockOut : public ForwardObserver {
+ public:
+  explicit BlockOut(int layer) : layer_(layer) {}
+  std::vector<float> y;
+  void on_block_output(int layer, const float* x, int64_t n_rows, int64_t n_embd) override {
+    if (layer == layer_) y.insert(y.end(), x, x + n_rows * n_embd);
+  }
+
+ private:
+  int layer_;
+};
+
+TEST_F(ActSparsityTest, GreedyReachesSAndEachStepTakesTheLeastBlockError) {
+  const int64_t E = 64, W = 64;
+  const std::string src = write_tiny(DType::kQ8_0, E, 96, "greedy.gguf");
+  const std::vector<int32_t> toks = tokens(2 * W);
+  ThreadPool pool(2);
+  auto file = open_model_file(src);
+  ASSERT_TRUE(file.is_ok());
+  ActSparsityOptions o;
+  o.sparsity = 0.4f;  // as the CLI reads it: 0.4 + 6e-9
+  o.window = W;
+  EXPECT_EQ(o.allocation, ActAllocation::kGreedy);  // the default
+  ActSparsityReport rep;
+  auto out = calibrate_act_sparsity(std::move(file.value()), toks, o, pool, &rep);
+  ASSERT_TRUE(out.is_ok()) << out.status().message();
+  ASSERT_EQ(rep.level.size(), 8u);
+  // Parameters: Q 64x64, K and V 64x32 (2 KV heads of 16), O 64x64, gate and up 96x64, down 64x96.
+  const double p[4] = {8192, 4096, 12288, 6144}, P = 30720;
+  bool uneven = false;
+  for (int l = 0; l < 2; ++l) {
+    double mean = 0;
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(rep.params[l * 4 + i], p[i]);
+      EXPECT_EQ(rep.step[l * 4 + i], 0.05 * (P / 4) / p[i]);
+      mean += p[i] * rep.level[l * 4 + i] / P;
+      if (rep.level[l * 4 + i] != rep.level[l * 4]) uneven = true;
+    }
+    // 0.4 is 32 steps of 0.0125: no step more (within 1e-6 of S counts as S).
+    EXPECT_GE(mean, 0.4 - 1e-6) << "block " << l;
+    EXPECT_LE(mean, 0.4 + 1e-6) << "block " << l;
+  }
+  EXPECT_TRUE(uneven) << "greedy gave every input the same level";
+  EXPECT_EQ(rep.steps.size(), 2u * 32);  // 0.4 / 0.0125 per block
+
+  // Independently: the dense inputs' sorted |x| and, per block, the first
+  // steps' candidate errors from plain forwards.
+  auto model = Model::load(src);
+  ASSERT_TRUE(model.is_ok());
+  Collect c;
+  {
+    ForwardContext ctx(**model, pool, static_cast<int>(W));
+    ctx.set_observer(&c);
+    for (int w = 0; w < 2; ++w) {
+      ContiguousKvCache cache((*model)->config(), W);
+      ASSERT_TRUE(ctx.forward(toks.data() + w * W, W, 0, cache, nullptr).is_ok());
+    }
+  }
+  for (auto& [key, v] : c.abs) std::sort(v.begin(), v.end());
+  auto quantile = [&](int l, int i, double s) {
+    const std::vector<float>& v = c.abs[{l, i}];
+    const auto k = static_cast<size_t>(std::floor(s * static_cast<double>(v.size())));
+    return k > 0 ? v[k - 1] : 0.0f;
+  };
+  auto block_out = [&](int l, const std::vector<float>& t) {
+    EXPECT_TRUE((*model)->set_activation_thresholds(t).is_ok());
+    BlockOut b(l);
+    ForwardContext ctx(**model, pool, static_cast<int>(W));
+    ctx.set_observer(&b);
+    for (int w = 0; w < 2; ++w) {
+      ContiguousKvCache cache((*model)->config(), W);
+      EXPECT_TRUE(ctx.forward(toks.data() + w * W, W, 0, cache, nullptr).is_ok());
+    }
+    return b.y;
+  };
+  size_t at = 0;  // rep.steps index of block l's first step
+  for (int l = 0; l < 2; ++l) {
+    const std::vector<float> dense = block_out(l, {});
+    ASSERT_EQ(dense.size(), static_cast<size_t>(2 * W * E));
+    int count[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 4; ++k, ++at) {
+      ASSERT_LT(at, rep.steps.size());
+      ASSERT_EQ(rep.steps[at].layer, l);
+      double err[4];
+      int best = -1;
+      for (int i = 0; i < 4; ++i) {
+        std::vector<float> t(8, 0.0f);
+        for (int j = 0; j < 4; ++j) t[l * 4 + j] = quantile(l, j, (count[j] + (j == i)) * rep.step[l * 4 + j]);
+        const std::vector<float> y = block_out(l, t);
+        double sum = 0;
+        for (int64_t r = 0; r < 2 * W; ++r) {
+          double sq = 0;
+          for (int64_t e = 0; e < E; ++e) sq += std::pow(static_cast<double>(y[r * E + e]) - dense[r * E + e], 2);
+          sum += std::sqrt(sq);
+        }
+        err[i] = sum / (2 * W);
+        EXPECT_NEAR(rep.steps[at].error[i], err[i], 1e-6 * err[i] + 1e-12) << "block " << l << " step " << k;
+        if (best < 0 || err[i] < err[best]) best = i;
+      }
+      EXPECT_EQ(rep.steps[at].chosen, best) << "block " << l << " step " << k;
+      ++count[best];
+    }
+    while (at < rep.steps.size() && rep.steps[at].layer == l) ++at;
+    // The written thresholds are the quantiles at the chosen levels.
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(rep.thresholds[l * 4 + i], quantile(l, i, rep.level[l * 4 + i]));
+  }
+  EXPECT_EQ(at, rep.steps.size());
+}
+
+// An S between multiples of the step: the last step overshoots, by less than one step.
+TEST_F(ActSparsityTest, GreedyOvershootsByLessThanOneStep) {
+  const std::string src = write_tiny(DType::kQ8_0, 64, 96, "greedy41.gguf");
+  ThreadPool pool(2);
+  auto file = open_model_file(src);
+  ASSERT_TRUE(file.is_ok());
+  ActSparsityOptions o;
+  o.sparsity = 0.41;
+  o.window = 64;
+  ActSparsityReport rep;
+  auto out = calibrate_act_sparsity(std::move(file.value()), tokens(128), o, pool, &rep);
+  ASSERT_TRUE(out.is_ok()) << out.status().message();
+  EXPECT_EQ(rep.steps.size(), 2u * 33);
+  for (int l = 0; l < 2; ++l) {
+    double mean = 0, P = 0;
+    for (int i = 0; i < 4; ++i) mean += rep.params[l * 4 + i] * rep.level[l * 4 + i], P += rep.params[l * 4 + i];
+    EXPECT_GE(mean / P, 0.41);
+    EXPECT_LT(mean / P, 0.41 + 0.0125);
+  }
+}
+
+TEST_F(ActSparsityTest, BadAllocationOptionsAreClearErrors) {
+  EXPECT_EQ(*act_allocation_from_name("uniform"), ActAllocation::kUniform);
+  EXPECT_EQ(*act_allocation_from_name("greedy"), ActAllocation::kGreedy);
+  auto bad = act_allocation_from_name("owl");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("'owl' (uniform, greedy)"), std::string::npos);
+  const std::string src = write_tiny(DType::kQ8_0, 64, 96, "badstep.gguf");
+  ThreadPool pool(1);
+  for (double step : {0.0, 1.0, -0.05}) {
+    auto f = open_model_file(src);
+    ASSERT_TRUE(f.is_ok());
+    ActSparsityOptions o;
+    o.window = 64;
+    o.allocation = ActAllocation::kGreedy;
+    o.base_step = step;
+    ActSparsityReport rep;
+    auto r = calibrate_act_sparsity(std::move(f.value()), tokens(64), o, pool, &rep);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("step"), std::string::npos) << r.status().message();
+  }
+  auto model = Model::load(src);
+  ASSERT_TRUE(model.is_ok());
+  EXPECT_FALSE((*model)->set_activation_thresholds(std::vector<float>(7, 0.1f)).is_ok());
+  EXPECT_FALSE((*model)->set_activation_thresholds({0, 0, 0, 0, 0, -1, 0, 0}).is_ok());
 }
 
 // Decode: three sequences prefilled alone, then steps batched together and
