@@ -85,6 +85,19 @@ class Collect : public ForwardObserver {
   }
 };
 
+// The |x| of every block input of m over the first two windows of W tokens.
+std::map<std::pair<int, int>, std::vector<float>> dense_inputs(const Model& m, ThreadPool& pool,
+                                                               const std::vector<int32_t>& toks, int64_t W) {
+  Collect c;
+  ForwardContext ctx(m, pool, static_cast<int>(W));
+  ctx.set_observer(&c);
+  for (int w = 0; w < 2; ++w) {
+    ContiguousKvCache cache(m.config(), W);
+    EXPECT_TRUE(ctx.forward(toks.data() + w * W, W, 0, cache, nullptr).is_ok());
+  }
+  return std::move(c.abs);
+}
+
 TEST_F(ActSparsityTest, ThresholdsAreTheQuantilesOfTheDenseInputs) {
   const std::string src = write_tiny(DType::kQ8_0, 64, 96, "q8.gguf");
   const int64_t W = 64;
@@ -104,16 +117,10 @@ TEST_F(ActSparsityTest, ThresholdsAreTheQuantilesOfTheDenseInputs) {
 
   auto model = Model::load(src);
   ASSERT_TRUE(model.is_ok());
-  Collect c;
-  ForwardContext ctx(**model, pool, static_cast<int>(W));
-  ctx.set_observer(&c);
-  for (int w = 0; w < 2; ++w) {
-    ContiguousKvCache cache((*model)->config(), W);
-    ASSERT_TRUE(ctx.forward(toks.data() + w * W, W, 0, cache, nullptr).is_ok());
-  }
+  auto abs = dense_inputs(**model, pool, toks, W);
   for (int l = 0; l < 2; ++l)
     for (int i = 0; i < kActInputs; ++i) {
-      std::vector<float> v = c.abs[{l, i}];
+      std::vector<float> v = abs[{l, i}];
       ASSERT_FALSE(v.empty());
       const auto k = static_cast<size_t>(std::floor(0.4 * v.size()));
       std::nth_element(v.begin(), v.begin() + (k - 1), v.end());
@@ -178,18 +185,10 @@ TEST_F(ActSparsityTest, GreedyReachesSAndEachStepTakesTheLeastBlockError) {
   // steps' candidate errors from plain forwards.
   auto model = Model::load(src);
   ASSERT_TRUE(model.is_ok());
-  Collect c;
-  {
-    ForwardContext ctx(**model, pool, static_cast<int>(W));
-    ctx.set_observer(&c);
-    for (int w = 0; w < 2; ++w) {
-      ContiguousKvCache cache((*model)->config(), W);
-      ASSERT_TRUE(ctx.forward(toks.data() + w * W, W, 0, cache, nullptr).is_ok());
-    }
-  }
-  for (auto& [key, v] : c.abs) std::sort(v.begin(), v.end());
+  auto abs = dense_inputs(**model, pool, toks, W);
+  for (auto& [key, v] : abs) std::sort(v.begin(), v.end());
   auto quantile = [&](int l, int i, double s) {
-    const std::vector<float>& v = c.abs[{l, i}];
+    const std::vector<float>& v = abs[{l, i}];
     const auto k = static_cast<size_t>(std::floor(s * static_cast<double>(v.size())));
     return k > 0 ? v[k - 1] : 0.0f;
   };
