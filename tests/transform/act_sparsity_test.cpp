@@ -38,6 +38,14 @@ class ActSparsityTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // The file at src calibrated with o over the windows of toks.
+  static Result<std::unique_ptr<ModelFile>> calibrate(const std::string& src, const std::vector<int32_t>& toks,
+                                                      const ActSparsityOptions& o, ThreadPool& pool,
+                                                      ActSparsityReport* rep) {
+    auto file = open_model_file(src);
+    if (!file) return file.status();
+    return calibrate_act_sparsity(std::move(file.value()), toks, o, pool, rep);
+  }
 
   // A 2-block llama of width e, FFN f, in type t.
   std::string write_tiny(DType t, int e, int f, const std::string& name) {
@@ -103,14 +111,12 @@ TEST_F(ActSparsityTest, ThresholdsAreTheQuantilesOfTheDenseInputs) {
   const int64_t W = 64;
   const std::vector<int32_t> toks = tokens(2 * W + 10);  // two windows; the rest unused
   ThreadPool pool(2);
-  auto file = open_model_file(src);
-  ASSERT_TRUE(file.is_ok());
   ActSparsityOptions o;
   o.sparsity = 0.4;
   o.window = W;
   o.allocation = ActAllocation::kUniform;
   ActSparsityReport rep;
-  auto out = calibrate_act_sparsity(std::move(file.value()), toks, o, pool, &rep);
+  auto out = calibrate(src, toks, o, pool, &rep);
   ASSERT_TRUE(out.is_ok()) << out.status().message();
   EXPECT_EQ(rep.tokens, 2 * W);
   ASSERT_EQ(rep.thresholds.size(), 8u);
@@ -153,14 +159,12 @@ TEST_F(ActSparsityTest, GreedyReachesSAndEachStepTakesTheLeastBlockError) {
   const std::string src = write_tiny(DType::kQ8_0, E, 96, "greedy.gguf");
   const std::vector<int32_t> toks = tokens(2 * W);
   ThreadPool pool(2);
-  auto file = open_model_file(src);
-  ASSERT_TRUE(file.is_ok());
   ActSparsityOptions o;
   o.sparsity = 0.4f;  // as the CLI reads it: 0.4 + 6e-9
   o.window = W;
   EXPECT_EQ(o.allocation, ActAllocation::kGreedy);  // the default
   ActSparsityReport rep;
-  auto out = calibrate_act_sparsity(std::move(file.value()), toks, o, pool, &rep);
+  auto out = calibrate(src, toks, o, pool, &rep);
   ASSERT_TRUE(out.is_ok()) << out.status().message();
   ASSERT_EQ(rep.level.size(), 8u);
   // Parameters: Q 64x64, K and V 64x32 (2 KV heads of 16), O 64x64, gate and up 96x64, down 64x96.
@@ -241,13 +245,11 @@ TEST_F(ActSparsityTest, GreedyReachesSAndEachStepTakesTheLeastBlockError) {
 TEST_F(ActSparsityTest, GreedyOvershootsByLessThanOneStep) {
   const std::string src = write_tiny(DType::kQ8_0, 64, 96, "greedy41.gguf");
   ThreadPool pool(2);
-  auto file = open_model_file(src);
-  ASSERT_TRUE(file.is_ok());
   ActSparsityOptions o;
   o.sparsity = 0.41;
   o.window = 64;
   ActSparsityReport rep;
-  auto out = calibrate_act_sparsity(std::move(file.value()), tokens(128), o, pool, &rep);
+  auto out = calibrate(src, tokens(128), o, pool, &rep);
   ASSERT_TRUE(out.is_ok()) << out.status().message();
   EXPECT_EQ(rep.steps.size(), 2u * 33);
   for (int l = 0; l < 2; ++l) {
@@ -325,13 +327,11 @@ TEST_F(ActSparsityTest, ModesGiveTheSameBitsAndOffIsTheDenseModel) {
     SCOPED_TRACE(dtype_name(type));
     const std::string src = write_tiny(type, e, f, "m.gguf");
     ThreadPool pool(2);
-    auto file = open_model_file(src);
-    ASSERT_TRUE(file.is_ok());
     ActSparsityOptions o;
     o.sparsity = 0.5;
     o.window = 64;
     ActSparsityReport rep;
-    auto out = calibrate_act_sparsity(std::move(file.value()), tokens(128), o, pool, &rep);
+    auto out = calibrate(src, tokens(128), o, pool, &rep);
     ASSERT_TRUE(out.is_ok()) << out.status().message();
     PipelineResult r;
     r.file = std::move(out.value());
