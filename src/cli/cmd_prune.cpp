@@ -182,11 +182,9 @@ int cmd_prune(int argc, char** argv, int first) {
       return usage_error(p, fmt::format("--sparsity {} contradicts --pattern {} ({})", sparsity, pattern,
                                         po.pattern.sparsity()));
     }
-    if (layer_sparsity != "uniform" && layer_sparsity != "owl" && layer_sparsity != "kl")
-      return usage_error(p, fmt::format("unsupported --layer-sparsity '{}' (uniform, owl, kl)", layer_sparsity));
-    po.layers = layer_sparsity == "owl" ? LayerSparsity::kOwl
-                : layer_sparsity == "kl" ? LayerSparsity::kKl
-                                         : LayerSparsity::kUniform;
+    const auto ls = layer_sparsity_from_name(layer_sparsity);
+    if (!ls) return usage_error(p, fmt::format("unsupported --layer-sparsity '{}' (uniform, owl, kl)", layer_sparsity));
+    po.layers = *ls;
     if (po.layers != LayerSparsity::kUniform && !po.pattern.unstructured())
       return usage_error(p, fmt::format("--layer-sparsity {} goes with unstructured pruning (N:M fixes every layer's "
                                         "sparsity)", layer_sparsity));

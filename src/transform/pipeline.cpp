@@ -255,9 +255,7 @@ Status run_prune_stage(const PipelineOptions& o, const std::string& cal, int64_t
     log.info(fmt::format("prune {} {} ({} layer sparsity): {} matrices, {} of {} weights zeroed ({:.2f}%){}; "
                          "layer sparsity:{}; {:.0f} s",
                          prune_method_name(po.method), prune_pattern_name(po.pattern),
-                         po.layers == LayerSparsity::kOwl  ? "owl"
-                         : po.layers == LayerSparsity::kKl ? "kl"
-                                                           : "uniform",
+                         layer_sparsity_name(po.layers),
                          rep->matrices, rep->pruned,
                          rep->weights, rep->weights ? 100.0 * rep->pruned / rep->weights : 0.0,
                          rep->joint ? fmt::format(", {} pruned and quantized in one pass", rep->joint) : "", layers,

@@ -37,6 +37,22 @@ const char* prune_method_name(PruneMethod m) {
   return "?";
 }
 
+std::optional<LayerSparsity> layer_sparsity_from_name(std::string_view name) {
+  if (name == "uniform") return LayerSparsity::kUniform;
+  if (name == "owl") return LayerSparsity::kOwl;
+  if (name == "kl") return LayerSparsity::kKl;
+  return std::nullopt;
+}
+
+const char* layer_sparsity_name(LayerSparsity l) {
+  switch (l) {
+    case LayerSparsity::kUniform: return "uniform";
+    case LayerSparsity::kOwl: return "owl";
+    case LayerSparsity::kKl: return "kl";
+  }
+  return "?";
+}
+
 Result<PrunePattern> parse_prune_pattern(std::string_view s) {
   if (s == "unstructured") return PrunePattern{};
   const size_t colon = s.find(':');

@@ -70,6 +70,8 @@ Result<PrunePattern> parse_prune_pattern(std::string_view s);
 std::string prune_pattern_name(const PrunePattern& p);
 
 enum class LayerSparsity { kUniform, kOwl, kKl };
+std::optional<LayerSparsity> layer_sparsity_from_name(std::string_view name);  // "uniform", "owl", "kl"
+const char* layer_sparsity_name(LayerSparsity l);
 
 // Masks (1 = pruned) of one matrix W [n_out, n_in] (row-major), by the
 // scores above. col_sq: [n_in] sum of squares of each input column (Wanda).

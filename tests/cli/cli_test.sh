@@ -197,6 +197,8 @@ expect_rc 2 "prune: --quota with wanda" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.
   --quota row
 expect_rc 2 "prune: --quota without --method" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --ffn 0.5 --quota row
 expect_rc 2 "prune: owl with 2:4" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method wanda --pattern 2:4 --layer-sparsity owl
+expect_rc 2 "prune: unknown --layer-sparsity" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method wanda \
+  --sparsity 0.5 --layer-sparsity outlier
 expect_rc 2 "prune: kl with 4:8" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method wanda --pattern 4:8 --layer-sparsity kl
 expect_rc 2 "prune: joint into q4_1" "$EMBER" prune "$tmp/tiny.gguf" "$tmp/x.gguf" --method sparsegpt --sparsity 0.5 \
   --type q4_1 --pure --quant-method gptq --no-check

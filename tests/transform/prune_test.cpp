@@ -147,6 +147,12 @@ TEST(PruneMasks, PerRowQuota) {
   }
 }
 
+TEST(PruneMasks, LayerSparsityNamesRoundTrip) {
+  for (LayerSparsity l : {LayerSparsity::kUniform, LayerSparsity::kOwl, LayerSparsity::kKl})
+    EXPECT_EQ(layer_sparsity_from_name(layer_sparsity_name(l)), l);
+  EXPECT_FALSE(layer_sparsity_from_name("outlier").has_value());
+}
+
 TEST(PruneMasks, WandaScoreByHand) {
   // One row [1, -2, 3, -4] with column energies [100, 1, 1, 0.01]:
   // |w| * sqrt(col_sq) = [10, 2, 3, 0.4] -> half pruned: columns 3 and 1;
