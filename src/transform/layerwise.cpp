@@ -8,6 +8,22 @@
 
 namespace ember {
 
+Status prepare_window(ForwardContext& ctx, const std::vector<int32_t>& seq, KvCache* cache) {
+  SeqBatch sb;
+  sb.tokens = seq.data();
+  sb.n = static_cast<int64_t>(seq.size());
+  sb.cache = cache;
+  return ctx.prepare(&sb, 1);
+}
+
+Status run_window_layers(ForwardContext& ctx, const std::vector<int32_t>& seq, const float* in, int64_t n_embd,
+                         int l0, int l1, KvCache* cache) {
+  EMBER_RETURN_IF_ERROR(prepare_window(ctx, seq, cache));
+  std::memcpy(ctx.hidden(), in, seq.size() * static_cast<size_t>(n_embd) * sizeof(float));
+  if (l1 > l0) ctx.run_layers(l0, l1);
+  return Status::ok();
+}
+
 Status embed_calibration_windows(ForwardContext& ctx, const ModelConfig& cfg, const std::vector<int32_t>& tokens,
                                  int64_t n_windows, int64_t W, int32_t bos_id, KvCache* cache,
                                  std::vector<std::vector<int32_t>>* seqs, std::vector<std::vector<float>>* hidden) {
@@ -19,11 +35,7 @@ Status embed_calibration_windows(ForwardContext& ctx, const ModelConfig& cfg, co
     std::vector<int32_t>& seq = (*seqs)[c];
     seq.assign(tokens.begin() + c * W, tokens.begin() + (c + 1) * W);
     if (bos_id >= 0) seq[0] = bos_id;
-    SeqBatch sb;
-    sb.tokens = seq.data();
-    sb.n = W;
-    sb.cache = cache;
-    EMBER_RETURN_IF_ERROR(ctx.prepare(&sb, 1));
+    EMBER_RETURN_IF_ERROR(prepare_window(ctx, seq, cache));
     ctx.embed();
     (*hidden)[c].assign(ctx.hidden(), ctx.hidden() + W * cfg.n_embd);
   }
@@ -31,20 +43,6 @@ Status embed_calibration_windows(ForwardContext& ctx, const ModelConfig& cfg, co
 }
 
 namespace {
-
-// Block l over one window from its stored inputs `in` [W * n_embd]; the
-// outputs are left in ctx.hidden(). Every pass of the driver runs this.
-Status run_block_window(ForwardContext& ctx, int l, const std::vector<int32_t>& seq, const std::vector<float>& in,
-                        KvCache* cache) {
-  SeqBatch sb;
-  sb.tokens = seq.data();
-  sb.n = static_cast<int64_t>(seq.size());
-  sb.cache = cache;
-  EMBER_RETURN_IF_ERROR(ctx.prepare(&sb, 1));
-  std::memcpy(ctx.hidden(), in.data(), in.size() * sizeof(float));
-  ctx.run_layers(l, l + 1);
-  return Status::ok();
-}
 
 // LayerwiseBlockRunner over the driver's model, context and windows.
 class BlockRunner : public LayerwiseBlockRunner {
@@ -63,7 +61,7 @@ class BlockRunner : public LayerwiseBlockRunner {
     EMBER_RETURN_IF_ERROR(m_->set_activation_thresholds(std::move(trial)));
     Status st = Status::ok();
     for (int64_t c = 0; c < windows() && st.is_ok(); ++c) {
-      st = run_block_window(*ctx_, l_, (*seqs_)[c], (*hidden_)[c], cache_);
+      st = run_window_layers(*ctx_, (*seqs_)[c], (*hidden_)[c].data(), E_, l_, l_ + 1, cache_);
       if (st.is_ok()) out(c, ctx_->hidden());
     }
     Status restored = m_->set_activation_thresholds(saved);
@@ -109,7 +107,7 @@ Result<std::unique_ptr<ModelFile>> run_layerwise(std::unique_ptr<ModelFile> src,
     ctx->set_observer(observer);
     for (int64_t c = 0; c < n_windows; ++c) {
       if (observer) cb.on_window(l, c);
-      EMBER_RETURN_IF_ERROR(run_block_window(*ctx, l, seqs[c], hidden[c], &cache));
+      EMBER_RETURN_IF_ERROR(run_window_layers(*ctx, seqs[c], hidden[c].data(), E, l, l + 1, &cache));
       if (advance) std::memcpy(hidden[c].data(), ctx->hidden(), W * E * sizeof(float));
     }
     ctx->set_observer(nullptr);

@@ -95,6 +95,15 @@ struct LayerwiseOptions {
 Result<std::unique_ptr<ModelFile>> run_layerwise(std::unique_ptr<ModelFile> src, const std::vector<int32_t>& tokens,
                                                  const LayerwiseOptions& o, LayerwiseCallback& cb, ThreadPool& pool);
 
+// Prepares ctx for one window seq (its positions from 0 in cache, which is
+// reused window after window).
+Status prepare_window(ForwardContext& ctx, const std::vector<int32_t>& seq, KvCache* cache);
+// One window through blocks [l0, l1) from their input `in` [seq.size() *
+// n_embd]; the outputs are left in ctx.hidden(). Every pass of the driver
+// runs this, and so do probes that run the model block by block.
+Status run_window_layers(ForwardContext& ctx, const std::vector<int32_t>& seq, const float* in, int64_t n_embd,
+                         int l0, int l1, KvCache* cache);
+
 // The token windows of a calibration and the hidden states entering block 0
 // of each: checks every token id against the vocabulary and puts bos_id
 // (when >= 0) at each window's first position.

@@ -289,23 +289,15 @@ Result<std::vector<double>> block_prune_kl(const Model& base, const ModelFile& s
   const int64_t W = o.window, E = cfg.n_embd, L = cfg.n_layer;
   const int64_t n_win = std::min<int64_t>(std::max(o.kl_windows, 1), static_cast<int64_t>(tokens.size()) / W);
   if (n_win < 1) return Status::errorf("the kl layer rule needs at least {} calibration tokens, got {}", W, tokens.size());
-  std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(n_win));
+  std::vector<std::vector<int32_t>> seqs;
+  std::vector<std::vector<float>> h0;
   std::vector<float> dense_in(static_cast<size_t>(n_win * L * W * E)), dense_out(static_cast<size_t>(n_win * W * E));
   std::vector<float> pruned_out(static_cast<size_t>(L * n_win * W * E));
   ContiguousKvCache cache(cfg, W);
-  auto prepare = [&](ForwardContext& ctx, int64_t c) {
-    SeqBatch sb;
-    sb.tokens = seqs[c].data();
-    sb.n = W;
-    sb.cache = &cache;
-    return ctx.prepare(&sb, 1);
-  };
   ForwardContext ctx(base, pool, static_cast<int>(W));
+  EMBER_RETURN_IF_ERROR(embed_calibration_windows(ctx, cfg, tokens, n_win, W, o.bos_id, &cache, &seqs, &h0));
   for (int64_t c = 0; c < n_win; ++c) {
-    seqs[c].assign(tokens.begin() + c * W, tokens.begin() + (c + 1) * W);
-    if (o.bos_id >= 0) seqs[c][0] = o.bos_id;
-    EMBER_RETURN_IF_ERROR(prepare(ctx, c));
-    ctx.embed();
+    EMBER_RETURN_IF_ERROR(run_window_layers(ctx, seqs[c], h0[c].data(), E, 0, 0, &cache));
     for (int64_t l = 0; l < L; ++l) {
       std::memcpy(dense_in.data() + (c * L + l) * W * E, ctx.hidden(), W * E * sizeof(float));
       ctx.run_layers(static_cast<int>(l), static_cast<int>(l) + 1);
@@ -332,9 +324,8 @@ Result<std::vector<double>> block_prune_kl(const Model& base, const ModelFile& s
     if (!m) return m.status().with_context(fmt::format("kl layer rule, block {}", l));
     ForwardContext pc(**m, pool, static_cast<int>(W));
     for (int64_t c = 0; c < n_win; ++c) {
-      EMBER_RETURN_IF_ERROR(prepare(pc, c));
-      std::memcpy(pc.hidden(), dense_in.data() + (c * L + l) * W * E, W * E * sizeof(float));
-      pc.run_layers(static_cast<int>(l), static_cast<int>(L));
+      EMBER_RETURN_IF_ERROR(run_window_layers(pc, seqs[c], dense_in.data() + (c * L + l) * W * E, E,
+                                              static_cast<int>(l), static_cast<int>(L), &cache));
       std::memcpy(pruned_out.data() + (l * n_win + c) * W * E, pc.hidden(), W * E * sizeof(float));
     }
     EMBER_RETURN_IF_ERROR(pc.finish());
@@ -348,7 +339,7 @@ Result<std::vector<double>> block_prune_kl(const Model& base, const ModelFile& s
   std::vector<double> kl(static_cast<size_t>(L), 0.0);
   int64_t n = 0;
   for (int64_t c = 0; c < n_win; ++c) {
-    EMBER_RETURN_IF_ERROR(prepare(ctx, c));
+    EMBER_RETURN_IF_ERROR(prepare_window(ctx, seqs[c], &cache));
     for (int64_t r0 = 0; r0 < W; r0 += kRows) {
       const int64_t nr = std::min(kRows, W - r0);
       for (int64_t r = 0; r < nr; ++r) rows[r] = r0 + r, next[r + 1] = seqs[c][std::min(W - 1, r0 + r + 1)];
